@@ -1,0 +1,1 @@
+# cmake/emu.cmake: targets and tests of this component (filled in by its owner).

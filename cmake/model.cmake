@@ -1,0 +1,1 @@
+# cmake/model.cmake: targets and tests of this component (filled in by its owner).

@@ -1,0 +1,1 @@
+# cmake/tokenizer.cmake: targets and tests of this component (filled in by its owner).
