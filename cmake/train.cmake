@@ -1,6 +1,6 @@
-# cmake/train.cmake: the trainer's host-side utilities (lr schedule, MFU, step log) and their tests.
-add_library(llmc_train_utils STATIC llmc/lr_schedule.cpp llmc/mfu.cpp llmc/train_log.cpp)
-target_link_libraries(llmc_train_utils PUBLIC llmc_flags)
+# cmake/train.cmake: the trainer's host-side utilities (options, lr schedule, MFU, step log) and their tests.
+add_library(llmc_train_utils STATIC llmc/lr_schedule.cpp llmc/mfu.cpp llmc/train_log.cpp llmc/train_options.cpp)
+target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11)
 
 add_executable(test_train_utils test/test_train_utils.cpp)
 target_link_libraries(test_train_utils PRIVATE llmc_train_utils GTest::gtest_main)

@@ -1,6 +1,10 @@
 // Tests of the trainer's small utilities: learning-rate schedule, MFU arithmetic, step-log format.
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +14,7 @@
 #include "llmc/lr_schedule.h"
 #include "llmc/mfu.h"
 #include "llmc/train_log.h"
+#include "llmc/train_options.h"
 
 using namespace llmc;
 
@@ -91,4 +96,42 @@ TEST(TrainLog, OnlyTheWriterWritesAndFileAppends) {
   EXPECT_EQ(b, "second");
   EXPECT_FALSE(std::getline(in, c));
   EXPECT_THROW(TrainLog("/nonexistent-dir/x/log.txt", true), std::runtime_error);
+}
+
+TEST(TrainOptions, ParsesAndDerivesGradAccum) {
+  CLI::App app;
+  TrainOptions o;
+  add_train_options(app, o);
+  std::vector<std::string> args = {"--total-batch-tokens", "4096", "-t", "64", "-b", "8", "--steps", "7"};
+  std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
+  app.parse(args);
+  EXPECT_EQ(o.seq_len, 64);
+  EXPECT_EQ(o.steps, 7);
+  EXPECT_EQ(o.grad_accum_steps(1), 8);  // 4096 / (8 * 64)
+  EXPECT_EQ(o.grad_accum_steps(2), 4);
+  EXPECT_NO_THROW(validate_train_options(o, 2));
+}
+
+TEST(TrainOptions, ContradictionsAreNamed) {
+  TrainOptions o;
+  o.batch_size = 4; o.seq_len = 64;
+  o.total_batch_tokens = 1000;  // not a multiple of 256
+  try { validate_train_options(o, 1); FAIL() << "no error"; } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--total-batch-tokens"), std::string::npos) << e.what();
+  }
+  o.total_batch_tokens = -1;
+  o.val_every = 10;
+  try { validate_train_options(o, 1); FAIL() << "no error"; } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--val-tokens"), std::string::npos) << e.what();
+  }
+  o.val_every = 0; o.checkpoint_every = 5;
+  EXPECT_THROW(validate_train_options(o, 1), std::invalid_argument);  // no --output-dir
+  o.output_dir = "/tmp/x"; o.warmup_steps = o.steps + 1;
+  EXPECT_THROW(validate_train_options(o, 1), std::invalid_argument);
+  o.warmup_steps = 0;
+  EXPECT_NO_THROW(validate_train_options(o, 1));
+  CLI::App app;
+  TrainOptions parsed;
+  add_train_options(app, parsed);
+  EXPECT_THROW(app.parse(std::vector<std::string>{"bogus", "--overlap"}), CLI::ValidationError);
 }

@@ -1,0 +1,52 @@
+// The trainer's command-line options: one struct holding every hyperparameter in one visible place,
+// their CLI11 definitions (so --help documents exactly what is parsed), and the cross-checks.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace CLI { class App; }
+
+namespace llmc {
+
+struct TrainOptions {
+  // data
+  std::string train_data = "data/fineweb10B/fineweb_train_*.bin";
+  std::string val_data = "data/fineweb10B/fineweb_val_*.bin";
+  // model: "dN" (d12 = GPT-2 124M), a preset ("tiny", "small") or an llm.c checkpoint file
+  std::string model = "d12";
+  // batch
+  int batch_size = 4;                  // B: sequences per micro-step per rank
+  int seq_len = 1024;                  // T
+  int64_t total_batch_tokens = -1;     // tokens per optimizer step over all ranks; -1 = B*T*world_size
+  int steps = 100;                     // optimizer steps
+  // optimizer
+  double lr = 6e-4;
+  int warmup_steps = 0;
+  std::string lr_schedule = "cosine";  // cosine | linear | constant
+  double final_lr_frac = 0.0;
+  double weight_decay = 0.0;
+  double grad_clip = 1.0;              // 0 = off
+  // evaluation, checkpoints, output
+  int val_every = 0;                   // 0 = only at the end
+  int64_t val_tokens = 0;              // 0 = no validation
+  int checkpoint_every = 0;            // 0 = only at the end (if --output-dir is given)
+  std::string output_dir;              // log.txt, checkpoints, traces; empty = stdout only
+  std::string resume;                  // a checkpoint prefix written by --checkpoint-every, or "latest"
+  uint64_t seed = 1337;
+  bool shuffle = false;
+  // distributed
+  std::string overlap = "full";        // none | rs | full
+  std::string trace_dir;
+  // testing hooks
+  std::string dump_dir;                // after step 1's backward: write its batch, loss and gradients
+  int debug_nan_at_step = -1;          // pretend the loss of this step is NaN (tests the NaN stop)
+
+  int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)
+};
+
+void add_train_options(CLI::App& app, TrainOptions& options);
+
+// Throws std::invalid_argument with a message naming the options that contradict each other.
+void validate_train_options(const TrainOptions& options, int world_size);
+
+}  // namespace llmc
