@@ -1,1 +1,15 @@
-# cmake/data.cmake: targets and tests of this component (filled in by its owner).
+# cmake/data.cmake: token shards (llmc_shards), the per-rank data loader (llmc_data), and their tests.
+# The tests write their own tiny shards into a temporary directory; they run in about a second.
+add_library(llmc_shards STATIC llmc/shards.cpp)
+target_link_libraries(llmc_shards PUBLIC llmc_flags)
+
+add_library(llmc_data STATIC llmc/dataloader.cpp)
+target_link_libraries(llmc_data PUBLIC llmc_shards Threads::Threads)
+
+add_executable(test_shards test/test_shards.cpp)
+target_link_libraries(test_shards PRIVATE llmc_shards GTest::gtest_main)
+gtest_discover_tests(test_shards PROPERTIES LABELS data)
+
+add_executable(test_dataloader test/test_dataloader.cpp)
+target_link_libraries(test_dataloader PRIVATE llmc_data GTest::gtest_main)
+gtest_discover_tests(test_dataloader PROPERTIES LABELS data)
