@@ -1,7 +1,10 @@
 # cmake/data.cmake: token shards (llmc_shards), the per-rank data loader (llmc_data), and their tests.
 # The tests write their own tiny shards into a temporary directory; they run in about a second.
+add_library(llmc_atomic_file STATIC llmc/atomic_file.cpp)
+target_link_libraries(llmc_atomic_file PUBLIC llmc_flags)
+
 add_library(llmc_shards STATIC llmc/shards.cpp)
-target_link_libraries(llmc_shards PUBLIC llmc_flags)
+target_link_libraries(llmc_shards PUBLIC llmc_atomic_file)
 
 add_library(llmc_data STATIC llmc/dataloader.cpp)
 target_link_libraries(llmc_data PUBLIC llmc_shards Threads::Threads)

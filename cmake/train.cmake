@@ -1,5 +1,5 @@
 # cmake/train.cmake: the trainer's host-side utilities (options, lr schedule, MFU, step log) and their tests.
-add_library(llmc_train_utils STATIC llmc/lr_schedule.cpp llmc/mfu.cpp llmc/train_log.cpp llmc/train_options.cpp llmc/train_state.cpp llmc/atomic_file.cpp)
+add_library(llmc_train_utils STATIC llmc/lr_schedule.cpp llmc/mfu.cpp llmc/train_log.cpp llmc/train_options.cpp llmc/train_state.cpp)
 target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data)
 
 add_executable(test_train_utils test/test_train_utils.cpp)

@@ -3,6 +3,8 @@
 // The format is little-endian on disk; we only support little-endian hosts (x86-64, ARM64).
 #include "llmc/shards.h"
 
+#include "llmc/atomic_file.h"
+
 #include <fcntl.h>
 #include <glob.h>
 #include <sys/stat.h>
@@ -37,12 +39,6 @@ class FileDescriptor {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
-  // Closes now so that the caller can see close()'s error (it can report a failed delayed write).
-  int close_checked() {
-    int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
 
  private:
   int fd_;
@@ -72,19 +68,6 @@ void read_exact(int fd, const std::string& path, void* buffer, int64_t size, int
                      " (file shrank while being read?)");
     }
     done += got;
-  }
-}
-
-void write_all(int fd, const std::string& path, const void* buffer, int64_t size) {
-  const auto* in = static_cast<const char*>(buffer);
-  int64_t done = 0;
-  while (done < size) {
-    ssize_t put = ::write(fd, in + done, static_cast<size_t>(size - done));
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      fail(path, errno_text("write") + " after " + std::to_string(done) + " bytes");
-    }
-    done += put;
   }
 }
 
@@ -132,26 +115,14 @@ void write_shard(const std::string& path, const uint16_t* tokens, int64_t num_to
                    std::to_string(kShardMaxTokens) + " tokens (the header count is int32)");
   }
   if (num_tokens > 0 && tokens == nullptr) fail(path, "write_shard given a null token pointer");
-  const std::string temp_path = path + ".tmp";
-  int raw_fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (raw_fd < 0) fail(temp_path, "cannot create: " + errno_text("open"));
-  FileDescriptor fd(raw_fd);
-  try {
-    int32_t header[kShardHeaderInts] = {};
-    header[0] = kShardMagic;
-    header[1] = kShardVersion;
-    header[2] = static_cast<int32_t>(num_tokens);
-    write_all(fd.get(), temp_path, header, kShardHeaderBytes);
-    write_all(fd.get(), temp_path, tokens, num_tokens * int64_t{sizeof(uint16_t)});
-    if (::fsync(fd.get()) != 0) fail(temp_path, errno_text("fsync"));
-    if (fd.close_checked() != 0) fail(temp_path, errno_text("close"));
-    if (::rename(temp_path.c_str(), path.c_str()) != 0) {
-      fail(path, "cannot rename " + temp_path + " into place: " + errno_text("rename"));
-    }
-  } catch (...) {
-    ::unlink(temp_path.c_str());  // best effort: the original error is the one worth reporting
-    throw;
-  }
+  int32_t header[kShardHeaderInts] = {};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = static_cast<int32_t>(num_tokens);
+  AtomicFileWriter out(path);
+  out.write(header, kShardHeaderBytes);
+  out.write(tokens, static_cast<size_t>(num_tokens) * sizeof(uint16_t));
+  out.commit();
 }
 
 ShardInfo read_shard_header(const std::string& path) {
