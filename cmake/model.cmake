@@ -1,1 +1,43 @@
-# cmake/model.cmake: targets and tests of this component (filled in by its owner).
+# cmake/model.cmake: GPT-2 configs, parameter buckets, initialization and checkpoint files (llmc_model,
+# plain C++) and the double-precision CPU reference GPT-2 used as the test oracle (llmc_reference).
+
+add_library(llmc_model STATIC
+  llmc/model_config.cpp
+  llmc/param_layout.cpp
+  llmc/param_init.cpp
+  llmc/checkpoint.cpp)
+target_link_libraries(llmc_model PUBLIC llmc_flags)
+
+add_library(llmc_reference STATIC
+  test/reference/reference_ops.cpp
+  test/reference/reference_gpt2.cpp)
+target_link_libraries(llmc_reference PUBLIC llmc_model)
+
+# ---- tests -------------------------------------------------------------------------------------
+foreach(test_name test_model_layout test_checkpoint test_reference)
+  add_executable(${test_name} test/${test_name}.cpp)
+  target_link_libraries(${test_name} PRIVATE llmc_reference GTest::gtest_main)
+endforeach()
+# cuda_bf16.h compiles under g++; where it exists it is the independent oracle for our bf16 rounding.
+if(EXISTS "${LLMC_CUDA_INCLUDE_DIR}/cuda_bf16.h")
+  target_include_directories(test_checkpoint PRIVATE ${LLMC_CUDA_INCLUDE_DIR})
+  target_compile_definitions(test_checkpoint PRIVATE LLMC_TEST_HAVE_CUDA_BF16=1)
+endif()
+gtest_discover_tests(test_model_layout PROPERTIES LABELS model)
+gtest_discover_tests(test_checkpoint PROPERTIES LABELS model)
+# gtest_discover_tests flattens a list-valued LABELS, so the second label is added by a CTest include
+# file that runs after discovery, over the discovered names (TEST_LIST).
+gtest_discover_tests(test_reference TEST_LIST llmc_reference_gtests)
+file(WRITE ${CMAKE_BINARY_DIR}/model_reference_labels.cmake
+  "foreach(name IN LISTS llmc_reference_gtests)\n"
+  "  set_tests_properties(\"\${name}\" PROPERTIES LABELS \"model;reference\")\n"
+  "endforeach()\n")
+set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_BINARY_DIR}/model_reference_labels.cmake)
+
+# Cross-check of the reference model against an independent JAX GPT-2 (skips, visibly, without JAX).
+add_executable(reference_dump test/reference/reference_dump.cpp)
+target_link_libraries(reference_dump PRIVATE llmc_reference CLI11::CLI11)
+add_test(NAME reference_vs_jax
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/reference/check_reference_jax.py
+          --dump $<TARGET_FILE:reference_dump>)
+set_tests_properties(reference_vs_jax PROPERTIES LABELS "model;reference" SKIP_RETURN_CODE 77 TIMEOUT 120)
