@@ -6,7 +6,7 @@ add_library(llmc_model STATIC
   llmc/param_layout.cpp
   llmc/param_init.cpp
   llmc/checkpoint.cpp)
-target_link_libraries(llmc_model PUBLIC llmc_flags)
+target_link_libraries(llmc_model PUBLIC llmc_flags llmc_atomic_file)
 
 add_library(llmc_reference STATIC
   test/reference/reference_ops.cpp

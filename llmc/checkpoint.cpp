@@ -6,8 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "llmc/atomic_file.h"
 #include "llmc/bf16_bits.h"
 
 namespace llmc {
@@ -147,45 +147,29 @@ std::vector<float> load_checkpoint(const std::string& path, int world_size, Para
 }
 
 void write_checkpoint(const std::string& path, const ParamLayout& layout, const float* params, CheckpointDtype dtype) {
-  const std::string temp_path = path + ".tmp";
-  try {
-    FileCloser out{std::fopen(temp_path.c_str(), "wb")};
-    if (out.file == nullptr) throw file_error(temp_path, "cannot create checkpoint: " + errno_text());
-    int32_t header[kCheckpointHeaderInts] = {};
-    header[0] = kCheckpointMagic;
-    header[1] = dtype == CheckpointDtype::fp32 ? kCheckpointVersionFp32 : kCheckpointVersionBf16;
-    header[2] = layout.config.max_seq_len;
-    header[3] = layout.config.vocab_size;
-    header[4] = layout.config.num_layers;
-    header[5] = layout.config.num_heads;
-    header[6] = layout.config.channels;
-    header[7] = layout.config.padded_vocab_size;
-    if (std::fwrite(header, sizeof(int32_t), kCheckpointHeaderInts, out.file) != kCheckpointHeaderInts)
-      throw file_error(temp_path, "write of the header failed: " + errno_text());
-    std::vector<uint16_t> staging;
-    for_each_in_file_order(layout, [&](const TensorView& view) {
-      const float* src = params + view.offset;
-      size_t written;
-      if (dtype == CheckpointDtype::fp32) {
-        written = std::fwrite(src, sizeof(float), view.numel, out.file);
-      } else {
-        staging.resize(view.numel);
-        for (size_t i = 0; i < view.numel; i++) staging[i] = float_to_bf16_bits(src[i]);
-        written = std::fwrite(staging.data(), sizeof(uint16_t), view.numel, out.file);
-      }
-      if (written != view.numel) throw file_error(temp_path, "write of tensor " + view.name + " failed: " + errno_text());
-    });
-    if (std::fflush(out.file) != 0) throw file_error(temp_path, "flush failed: " + errno_text());
-    if (::fsync(fileno(out.file)) != 0) throw file_error(temp_path, "fsync failed: " + errno_text());
-    FILE* file = out.file;
-    out.file = nullptr;
-    if (std::fclose(file) != 0) throw file_error(temp_path, "close failed: " + errno_text());
-    if (std::rename(temp_path.c_str(), path.c_str()) != 0)
-      throw file_error(path, "cannot rename " + temp_path + " into place: " + errno_text());
-  } catch (...) {
-    std::remove(temp_path.c_str());
-    throw;
-  }
+  int32_t header[kCheckpointHeaderInts] = {};
+  header[0] = kCheckpointMagic;
+  header[1] = dtype == CheckpointDtype::fp32 ? kCheckpointVersionFp32 : kCheckpointVersionBf16;
+  header[2] = layout.config.max_seq_len;
+  header[3] = layout.config.vocab_size;
+  header[4] = layout.config.num_layers;
+  header[5] = layout.config.num_heads;
+  header[6] = layout.config.channels;
+  header[7] = layout.config.padded_vocab_size;
+  AtomicFileWriter out(path);
+  out.write(header, sizeof header);
+  std::vector<uint16_t> staging;
+  for_each_in_file_order(layout, [&](const TensorView& view) {
+    const float* src = params + view.offset;
+    if (dtype == CheckpointDtype::fp32) {
+      out.write(src, view.numel * sizeof(float));
+    } else {
+      staging.resize(view.numel);
+      for (size_t i = 0; i < view.numel; i++) staging[i] = float_to_bf16_bits(src[i]);
+      out.write(staging.data(), view.numel * sizeof(uint16_t));
+    }
+  });
+  out.commit();
 }
 
 }  // namespace llmc
