@@ -1,0 +1,110 @@
+// The emulated CUDA device: memory registry, streams (with the legacy default stream's
+// ordering), events, and kernel launches. The CUDA runtime API is process-global by design, so
+// the device is one object per process; runtime_api.cpp maps each cuda* call onto it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "llmc/emu/block_runner.h"
+#include "llmc/emu/stream_worker.h"
+
+// The opaque handle types of the CUDA runtime (declared by driver_types.h).
+struct CUstream_st {
+  std::shared_ptr<llmc::emu::StreamWorker> worker;
+  unsigned flags = 0;
+  int priority = 0;
+};
+struct CUevent_st {
+  unsigned flags = 0;
+  std::mutex mutex;
+  // The latest record: complete once `worker` has completed task `sequence`.
+  std::shared_ptr<llmc::emu::StreamWorker> worker;
+  uint64_t sequence = 0;
+  std::shared_ptr<std::atomic<int64_t>> timestamp_ns;  // -1 until the record executed
+};
+
+namespace llmc::emu {
+
+enum class MemoryKind { kDevice, kPinnedHost, kPageableHost };
+
+// Emulated hardware limits (those of an H100/H200, the GPUs this project targets).
+inline constexpr int kMaxThreadsPerBlock = 1024;
+inline constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024;
+inline constexpr size_t kMaxDynamicSharedOptIn = 227 * 1024;
+inline constexpr int kLeastStreamPriority = 0;
+inline constexpr int kGreatestStreamPriority = -5;
+
+class EmulatedDevice {
+ public:
+  static EmulatedDevice& instance();
+
+  // ---- memory ----
+  cudaError_t allocate(void** pointer, size_t bytes, MemoryKind kind);
+  cudaError_t release(void* pointer, MemoryKind kind);
+  // Kind of the memory at [pointer, pointer+bytes); device ranges past their allocation's end
+  // are errors (a GPU faults on them).
+  cudaError_t classify(const void* pointer, size_t bytes, MemoryKind* kind) const;
+  size_t device_bytes_in_use() const;
+  size_t total_memory_bytes() const { return total_memory_bytes_; }
+
+  // ---- streams ----
+  CUstream_st* resolve(cudaStream_t stream);  // null / legacy / per-thread -> the legacy stream
+  cudaStream_t create_stream(unsigned flags, int priority);
+  void destroy_stream(cudaStream_t stream);
+  // Enqueues with CUDA's legacy default-stream ordering; returns the task's sequence number.
+  uint64_t enqueue(cudaStream_t stream, std::function<void()> task);
+  void synchronize_stream(cudaStream_t stream);
+  void synchronize_all();
+
+  // ---- kernels ----
+  cudaError_t launch(const KernelLaunchInfo& launch, std::function<void()> thread_body,
+                     cudaStream_t stream, std::string* error_detail);
+  cudaError_t set_max_dynamic_shared(const void* kernel_address, int bytes);
+  // Fiber order within blocks, for launches enqueued from now on. Default: forward, or reverse
+  // when the environment variable LLMC_EMU_THREAD_ORDER=reverse is set.
+  void set_thread_order(ThreadOrder order) { thread_order_.store(order); }
+  ThreadOrder thread_order() const { return thread_order_.load(); }
+
+  const cudaDeviceProp& properties() const { return properties_; }
+
+ private:
+  EmulatedDevice();
+  void run_grid(const KernelLaunchInfo& launch, const std::function<void()>& thread_body,
+                ThreadOrder order);
+
+  struct Allocation {
+    size_t bytes;
+    MemoryKind kind;
+  };
+  mutable std::mutex memory_mutex_;
+  std::map<uintptr_t, Allocation> allocations_;  // by start address
+  size_t device_bytes_in_use_ = 0;
+  size_t total_memory_bytes_ = 0;
+
+  std::mutex stream_mutex_;  // orders enqueues across streams (legacy-stream semantics)
+  CUstream_st legacy_stream_;
+  std::vector<CUstream_st*> streams_;  // created streams, alive
+  int streams_created_ = 0;
+
+  std::mutex kernel_attribute_mutex_;
+  std::unordered_map<const void*, size_t> dynamic_shared_limit_;  // per kernel, after opt-in
+
+  // Blocks run one at a time in the whole process: __shared__ variables are plain statics.
+  std::mutex block_mutex_;
+  BlockRunner block_runner_;
+
+  std::atomic<ThreadOrder> thread_order_{ThreadOrder::kForward};
+  cudaDeviceProp properties_{};
+};
+
+}  // namespace llmc::emu

@@ -1,0 +1,374 @@
+// The CUDA runtime API functions the project uses, defined for the emulated device, with CUDA's
+// semantics (stream order, sync/async copies, events, last error). Declarations come from the real
+// cuda_runtime_api.h; functions not defined here fail at link time, which is intended.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "llmc/emu/emulated_device.h"
+
+using llmc::emu::EmulatedDevice;
+using llmc::emu::MemoryKind;
+
+namespace {
+
+// CUDA's last error is per host thread.
+thread_local cudaError_t last_error = cudaSuccess;
+
+cudaError_t record(cudaError_t error) {
+  if (error != cudaSuccess) last_error = error;
+  return error;
+}
+
+EmulatedDevice& device() { return EmulatedDevice::instance(); }
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Resolves the kinds of both ends of a copy; errors if a device range runs past its allocation.
+cudaError_t classify_copy(void* dst, const void* src, size_t count, MemoryKind* dst_kind,
+                          MemoryKind* src_kind) {
+  cudaError_t error = device().classify(dst, count, dst_kind);
+  if (error == cudaSuccess) error = device().classify(src, count, src_kind);
+  return error;
+}
+
+// A copy is synchronous for the caller when it touches pageable host memory (CUDA stages such
+// copies through a pinned buffer and returns only once the host side is done).
+bool copy_is_synchronous(MemoryKind dst_kind, MemoryKind src_kind) {
+  return dst_kind == MemoryKind::kPageableHost || src_kind == MemoryKind::kPageableHost;
+}
+
+cudaError_t enqueue_copy(void* dst, const void* src, size_t count, cudaStream_t stream, bool force_sync) {
+  if (count == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return record(cudaErrorInvalidValue);
+  MemoryKind dst_kind, src_kind;
+  if (cudaError_t error = classify_copy(dst, src, count, &dst_kind, &src_kind); error != cudaSuccess) {
+    return record(error);
+  }
+  const uint64_t sequence = device().enqueue(stream, [dst, src, count] { std::memmove(dst, src, count); });
+  if (force_sync || copy_is_synchronous(dst_kind, src_kind)) {
+    device().resolve(stream)->worker->wait_until_complete(sequence);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t enqueue_memset(void* pointer, int value, size_t count, cudaStream_t stream, bool sync) {
+  if (count == 0) return cudaSuccess;
+  MemoryKind kind;
+  if (pointer == nullptr || device().classify(pointer, count, &kind) != cudaSuccess ||
+      kind != MemoryKind::kDevice) {
+    return record(cudaErrorInvalidValue);
+  }
+  const uint64_t sequence =
+      device().enqueue(stream, [pointer, value, count] { std::memset(pointer, value, count); });
+  if (sync) device().resolve(stream)->worker->wait_until_complete(sequence);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- errors ------------------------------------------------------------------------------------
+
+cudaError_t cudaGetLastError(void) {
+  const cudaError_t error = last_error;
+  last_error = cudaSuccess;
+  return error;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    default: return "unrecognized error code";
+  }
+}
+
+// ---- device ------------------------------------------------------------------------------------
+
+// The emulation implements the runtime API of the CUDA headers it is compiled against, and acts
+// as its own driver.
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  if (version == nullptr) return record(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* version) {
+  if (version == nullptr) return record(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return record(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device_index) {
+  return device_index == 0 ? cudaSuccess : record(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaGetDevice(int* device_index) {
+  if (device_index == nullptr) return record(cudaErrorInvalidValue);
+  *device_index = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device_index) {
+  if (properties == nullptr) return record(cudaErrorInvalidValue);
+  if (device_index != 0) return record(cudaErrorInvalidDevice);
+  *properties = device().properties();
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device_index) {
+  if (value == nullptr) return record(cudaErrorInvalidValue);
+  if (device_index != 0) return record(cudaErrorInvalidDevice);
+  const cudaDeviceProp& p = device().properties();
+  switch (attribute) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrWarpSize: *value = p.warpSize; break;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(p.sharedMemPerBlock); break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(p.sharedMemPerBlockOptin); break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = p.maxThreadsPerMultiProcessor; break;
+    case cudaDevAttrL2CacheSize: *value = p.l2CacheSize; break;
+    default: return record(cudaErrorInvalidValue);  // not emulated: say so instead of guessing
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  device().synchronize_all();
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceReset(void) {
+  device().synchronize_all();
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr) return record(cudaErrorInvalidValue);
+  *total_bytes = device().total_memory_bytes();
+  const size_t used = device().device_bytes_in_use();
+  *free_bytes = used < *total_bytes ? *total_bytes - used : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (least != nullptr) *least = llmc::emu::kLeastStreamPriority;
+  if (greatest != nullptr) *greatest = llmc::emu::kGreatestStreamPriority;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* function, cudaFuncAttribute attribute, int value) {
+  if (function == nullptr) return record(cudaErrorInvalidDeviceFunction);
+  switch (attribute) {
+    case cudaFuncAttributeMaxDynamicSharedMemorySize:
+      return record(device().set_max_dynamic_shared(function, value));
+    case cudaFuncAttributePreferredSharedMemoryCarveout:
+      return value >= -1 && value <= 100 ? cudaSuccess : record(cudaErrorInvalidValue);
+    default:
+      return record(cudaErrorInvalidValue);
+  }
+}
+
+// ---- memory ------------------------------------------------------------------------------------
+
+cudaError_t cudaMalloc(void** pointer, size_t bytes) {
+  return record(device().allocate(pointer, bytes, MemoryKind::kDevice));
+}
+cudaError_t cudaFree(void* pointer) { return record(device().release(pointer, MemoryKind::kDevice)); }
+cudaError_t cudaMallocHost(void** pointer, size_t bytes) {
+  return record(device().allocate(pointer, bytes, MemoryKind::kPinnedHost));
+}
+cudaError_t cudaHostAlloc(void** pointer, size_t bytes, unsigned int flags) {
+  return record(device().allocate(pointer, bytes, MemoryKind::kPinnedHost));
+}
+cudaError_t cudaFreeHost(void* pointer) {
+  return record(device().release(pointer, MemoryKind::kPinnedHost));
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return enqueue_copy(dst, src, count, nullptr, /*force_sync=*/true);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  return enqueue_copy(dst, src, count, stream, /*force_sync=*/false);
+}
+cudaError_t cudaMemset(void* pointer, int value, size_t count) {
+  return enqueue_memset(pointer, value, count, nullptr, /*sync=*/true);
+}
+cudaError_t cudaMemsetAsync(void* pointer, int value, size_t count, cudaStream_t stream) {
+  return enqueue_memset(pointer, value, count, stream, /*sync=*/false);
+}
+
+// ---- streams -----------------------------------------------------------------------------------
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  if (stream == nullptr) return record(cudaErrorInvalidValue);
+  *stream = device().create_stream(cudaStreamDefault, 0);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  if (stream == nullptr || (flags & ~cudaStreamNonBlocking) != 0) return record(cudaErrorInvalidValue);
+  *stream = device().create_stream(flags, 0);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority) {
+  if (stream == nullptr || (flags & ~cudaStreamNonBlocking) != 0) return record(cudaErrorInvalidValue);
+  // CUDA clamps priorities into the supported range. The emulation records the priority only.
+  if (priority > llmc::emu::kLeastStreamPriority) priority = llmc::emu::kLeastStreamPriority;
+  if (priority < llmc::emu::kGreatestStreamPriority) priority = llmc::emu::kGreatestStreamPriority;
+  *stream = device().create_stream(flags, priority);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  if (priority == nullptr) return record(cudaErrorInvalidValue);
+  *priority = device().resolve(stream)->priority;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return record(cudaErrorInvalidResourceHandle);
+  }
+  device().destroy_stream(stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  device().synchronize_stream(stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  const auto& worker = device().resolve(stream)->worker;
+  return worker->is_complete(worker->last_enqueued()) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t function, void* user_data) {
+  if (function == nullptr) return record(cudaErrorInvalidValue);
+  device().enqueue(stream, [function, user_data] { function(user_data); });
+  return cudaSuccess;
+}
+
+// ---- events ------------------------------------------------------------------------------------
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (event == nullptr) return record(cudaErrorInvalidValue);
+  *event = new CUevent_st();
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  const unsigned known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+  if (event == nullptr || (flags & ~known) != 0) return record(cudaErrorInvalidValue);
+  if (flags & cudaEventInterprocess) return record(cudaErrorNotSupported);
+  *event = new CUevent_st();
+  (*event)->flags = flags;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  delete event;  // pending records only hold the timestamp cell, which they share
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  auto timestamp = std::make_shared<std::atomic<int64_t>>(-1);
+  std::lock_guard<std::mutex> lock(event->mutex);
+  event->sequence = device().enqueue(stream, [timestamp] { timestamp->store(now_ns()); });
+  event->worker = device().resolve(stream)->worker;
+  event->timestamp_ns = std::move(timestamp);
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> lock(event->mutex);
+  if (event->worker == nullptr) return cudaSuccess;  // never recorded: complete, as in CUDA
+  return event->worker->is_complete(event->sequence) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  std::shared_ptr<llmc::emu::StreamWorker> worker;
+  uint64_t sequence;
+  {
+    std::lock_guard<std::mutex> lock(event->mutex);
+    worker = event->worker;
+    sequence = event->sequence;
+  }
+  if (worker != nullptr) worker->wait_until_complete(sequence);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  std::shared_ptr<llmc::emu::StreamWorker> producer;
+  uint64_t sequence;
+  {
+    std::lock_guard<std::mutex> lock(event->mutex);
+    producer = event->worker;
+    sequence = event->sequence;
+  }
+  // Never recorded: nothing to wait for. Same stream: stream order already implies it (and a
+  // task must not own its own worker).
+  if (producer == nullptr || producer == device().resolve(stream)->worker) return cudaSuccess;
+  device().enqueue(stream, [producer, sequence] { producer->wait_until_complete(sequence); });
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
+  if (milliseconds == nullptr) return record(cudaErrorInvalidValue);
+  if (start == nullptr || end == nullptr) return record(cudaErrorInvalidResourceHandle);
+  if ((start->flags | end->flags) & cudaEventDisableTiming) return record(cudaErrorInvalidResourceHandle);
+  std::shared_ptr<std::atomic<int64_t>> start_stamp, end_stamp;
+  {
+    std::lock_guard<std::mutex> lock(start->mutex);
+    start_stamp = start->timestamp_ns;
+  }
+  {
+    std::lock_guard<std::mutex> lock(end->mutex);
+    end_stamp = end->timestamp_ns;
+  }
+  if (start_stamp == nullptr || end_stamp == nullptr) return record(cudaErrorInvalidResourceHandle);
+  const int64_t start_ns = start_stamp->load();
+  const int64_t end_ns = end_stamp->load();
+  if (start_ns < 0 || end_ns < 0) return record(cudaErrorNotReady);
+  *milliseconds = static_cast<float>(static_cast<double>(end_ns - start_ns) * 1e-6);
+  return cudaSuccess;
+}
+
+}  // extern "C"

@@ -1,0 +1,205 @@
+// Tests of warp-synchronous operations, run by both targets: shuffle reductions and scans,
+// shuffles with sub-warp widths, votes, shuffles of bf16. Expected values come from host models
+// written from the CUDA Programming Guide's description of each intrinsic.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "llmc/cuda_common.h"
+#include "test/emu/device_buffer.h"
+
+namespace {
+
+using llmc::test::DeviceBuffer;
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Butterfly (xor) reduction: every lane ends with the warp's sum. Down reduction: lane 0 does.
+__global__ void warp_reductions_kernel(const int* input, int* xor_sums, int* down_sums) {
+  const int global = blockIdx.x * blockDim.x + threadIdx.x;
+  int butterfly = input[global];
+  for (int offset = 16; offset > 0; offset /= 2) butterfly += __shfl_xor_sync(kFullMask, butterfly, offset);
+  xor_sums[global] = butterfly;
+  int down = input[global];
+  for (int offset = 16; offset > 0; offset /= 2) down += __shfl_down_sync(kFullMask, down, offset);
+  if (threadIdx.x % 32 == 0) down_sums[global / 32] = down;
+}
+
+TEST(Warp, ShuffleReductions) {
+  const int block = 128, blocks = 3, n = block * blocks;
+  std::vector<int> input(n);
+  for (int i = 0; i < n; ++i) input[i] = (i * 131) % 97 - 40;
+  DeviceBuffer<int> d_in(input), d_xor(n), d_down(n / 32);
+  LLMC_LAUNCH(warp_reductions_kernel, blocks, block, 0, nullptr, d_in.get(), d_xor.get(), d_down.get());
+  const std::vector<int> xor_sums = d_xor.to_host(), down_sums = d_down.to_host();
+  for (int w = 0; w < n / 32; ++w) {
+    int expected = 0;
+    for (int lane = 0; lane < 32; ++lane) expected += input[32 * w + lane];
+    EXPECT_EQ(down_sums[w], expected) << "warp " << w;
+    for (int lane = 0; lane < 32; ++lane) EXPECT_EQ(xor_sums[32 * w + lane], expected);
+  }
+}
+
+// Inclusive prefix sum over the warp with __shfl_up_sync (Hillis-Steele).
+__global__ void warp_scan_kernel(const float* input, float* output) {
+  const int global = blockIdx.x * blockDim.x + threadIdx.x;
+  const int lane = threadIdx.x % 32;
+  float value = input[global];
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const float from_below = __shfl_up_sync(kFullMask, value, offset);
+    if (lane >= offset) value += from_below;
+  }
+  output[global] = value;
+}
+
+TEST(Warp, InclusiveScanWithShuffleUp) {
+  const int n = 64;
+  std::vector<float> input(n);
+  for (int i = 0; i < n; ++i) input[i] = static_cast<float>((i * 7) % 11);  // integers: exact sums
+  DeviceBuffer<float> d_in(input), d_out(n);
+  LLMC_LAUNCH(warp_scan_kernel, 1, n, 0, nullptr, d_in.get(), d_out.get());
+  const std::vector<float> out = d_out.to_host();
+  for (int w = 0; w < 2; ++w) {
+    float running = 0.0f;
+    for (int lane = 0; lane < 32; ++lane) {
+      running += input[32 * w + lane];
+      EXPECT_EQ(out[32 * w + lane], running) << "lane " << lane;
+    }
+  }
+}
+
+// All four shuffles with a sub-warp width; each lane's value is its lane index * 10.
+__global__ void shuffle_width_kernel(int width, int src, int delta, int xor_mask, int* idx_out,
+                                     int* up_out, int* down_out, int* xor_out) {
+  const int lane = threadIdx.x;
+  const int value = lane * 10;
+  idx_out[lane] = __shfl_sync(kFullMask, value, src, width);
+  up_out[lane] = __shfl_up_sync(kFullMask, value, delta, width);
+  down_out[lane] = __shfl_down_sync(kFullMask, value, delta, width);
+  xor_out[lane] = __shfl_xor_sync(kFullMask, value, xor_mask, width);
+}
+
+TEST(Warp, ShufflesWithSubWarpWidth) {
+  for (int width : {32, 16, 8, 4}) {
+    // xor_mask = width + 1 reaches into the neighbouring group: the later one for even groups.
+    const int src = 13, delta = 3, xor_mask = width < 32 ? width + 1 : 1;
+    DeviceBuffer<int> d_idx(32), d_up(32), d_down(32), d_xor(32);
+    LLMC_LAUNCH(shuffle_width_kernel, 1, 32, 0, nullptr, width, src, delta, xor_mask, d_idx.get(), d_up.get(),
+                d_down.get(), d_xor.get());
+    const auto idx = d_idx.to_host(), up = d_up.to_host(), down = d_down.to_host(), xr = d_xor.to_host();
+    for (int lane = 0; lane < 32; ++lane) {
+      // Programming Guide: lanes form groups of `width`; __shfl_sync reads srcLane % width of the
+      // group; up/down read lane -/+ delta, or keep their own value outside the group; xor reads
+      // lane ^ laneMask, keeping its own value when that lies in a later group.
+      const int group_start = lane / width * width;
+      EXPECT_EQ(idx[lane], (group_start + src % width) * 10) << "width " << width;
+      EXPECT_EQ(up[lane], (lane - delta >= group_start ? lane - delta : lane) * 10) << "width " << width;
+      EXPECT_EQ(down[lane], (lane + delta < group_start + width ? lane + delta : lane) * 10)
+          << "width " << width;
+      const int xor_source = lane ^ xor_mask;
+      EXPECT_EQ(xr[lane], (xor_source < group_start + width ? xor_source : lane) * 10)
+          << "width " << width;
+    }
+  }
+}
+
+__global__ void vote_kernel(const int* predicates, unsigned* ballots, int* alls, int* anys) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int p = predicates[threadIdx.x];
+  const unsigned ballot = __ballot_sync(kFullMask, p);
+  const int all = __all_sync(kFullMask, p);
+  const int any = __any_sync(kFullMask, p);
+  if (lane == 0) {
+    ballots[warp] = ballot;
+    alls[warp] = all;
+    anys[warp] = any;
+  }
+}
+
+TEST(Warp, BallotAllAny) {
+  std::vector<int> predicates(96);
+  for (int i = 0; i < 32; ++i) predicates[i] = (i % 3 == 0) ? 5 : 0;  // mixed, non-1 "true"
+  for (int i = 32; i < 64; ++i) predicates[i] = 1;                     // all true
+  for (int i = 64; i < 96; ++i) predicates[i] = 0;                     // all false
+  DeviceBuffer<int> d_pred(predicates), d_all(3), d_any(3);
+  DeviceBuffer<unsigned> d_ballot(3);
+  LLMC_LAUNCH(vote_kernel, 1, 96, 0, nullptr, d_pred.get(), d_ballot.get(), d_all.get(), d_any.get());
+  const auto ballots = d_ballot.to_host();
+  const auto alls = d_all.to_host(), anys = d_any.to_host();
+  for (int w = 0; w < 3; ++w) {
+    unsigned expected = 0;
+    for (int lane = 0; lane < 32; ++lane)
+      if (predicates[32 * w + lane]) expected |= 1u << lane;
+    EXPECT_EQ(ballots[w], expected);
+    EXPECT_EQ(alls[w], expected == kFullMask ? 1 : 0);
+    EXPECT_EQ(anys[w], expected != 0 ? 1 : 0);
+  }
+}
+
+// A half-warp mask: only lanes 0-15 take part (the others skip the shuffle).
+__global__ void half_warp_kernel(int* out) {
+  const int lane = threadIdx.x;
+  int value = lane + 1;
+  if (lane < 16) {
+    for (int offset = 8; offset > 0; offset /= 2) value += __shfl_xor_sync(0x0000ffffu, value, offset);
+  }
+  out[lane] = value;
+}
+
+TEST(Warp, PartialMaskShuffle) {
+  DeviceBuffer<int> d_out(32);
+  LLMC_LAUNCH(half_warp_kernel, 1, 32, 0, nullptr, d_out.get());
+  const auto out = d_out.to_host();
+  for (int lane = 0; lane < 16; ++lane) EXPECT_EQ(out[lane], 136);  // 1 + ... + 16
+  for (int lane = 16; lane < 32; ++lane) EXPECT_EQ(out[lane], lane + 1);
+}
+
+// bf16 and float shuffles carry the exact bits.
+__global__ void bf16_shuffle_kernel(const __nv_bfloat16* input, __nv_bfloat16* rotated, float* broadcast) {
+  const int lane = threadIdx.x;
+  rotated[lane] = __shfl_sync(kFullMask, input[lane], (lane + 1) % 32);
+  broadcast[lane] = __shfl_sync(kFullMask, __bfloat162float(input[lane]), 7);
+}
+
+TEST(Warp, Bf16ShuffleKeepsBits) {
+  std::vector<__nv_bfloat16> input(32);
+  for (int i = 0; i < 32; ++i) input[i] = __float2bfloat16(0.1f * (i - 16));
+  DeviceBuffer<__nv_bfloat16> d_in(input), d_rot(32);
+  DeviceBuffer<float> d_b(32);
+  LLMC_LAUNCH(bf16_shuffle_kernel, 1, 32, 0, nullptr, d_in.get(), d_rot.get(), d_b.get());
+  const auto rotated = d_rot.to_host();
+  const auto broadcast = d_b.to_host();
+  for (int lane = 0; lane < 32; ++lane) {
+    EXPECT_EQ(__bfloat16_as_ushort(rotated[lane]), __bfloat16_as_ushort(input[(lane + 1) % 32]));
+    EXPECT_EQ(broadcast[lane], __bfloat162float(input[7]));
+  }
+}
+
+// Block reduction in the style of the project's kernels: warp shuffle, then shared memory across
+// warps, then a shuffle again.
+__global__ void block_reduce_kernel(const float* input, float* output, int n) {
+  __shared__ float warp_sums[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += input[i];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  if (lane == 0) warp_sums[warp] = sum;
+  __syncthreads();
+  sum = lane < warps ? warp_sums[lane] : 0.0f;
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  if (threadIdx.x == 0) *output = sum;
+}
+
+TEST(Warp, BlockReduceThroughWarpsAndSharedMemory) {
+  const int n = 5000;
+  std::vector<float> input(n);
+  for (int i = 0; i < n; ++i) input[i] = static_cast<float>(i % 17);  // integer sum < 2^24: exact
+  DeviceBuffer<float> d_in(input), d_out(1);
+  LLMC_LAUNCH(block_reduce_kernel, 1, 1024, 0, nullptr, d_in.get(), d_out.get(), n);
+  double expected = 0;
+  for (float v : input) expected += v;
+  EXPECT_EQ(d_out.to_host()[0], static_cast<float>(expected));
+}
+
+}  // namespace
