@@ -1,0 +1,368 @@
+// Fused causal self-attention on tensor cores (bf16 build only), FlashAttention-2 style: the (T,T)
+// score matrix is never stored. Forward: per 64-query tile, stream 64-key tiles of K and V through
+// shared memory, scores and P @ V by mma.m16n8k16 (llmc/mma.cuh), online softmax in fp32; it saves one
+// log-sum-exp per query for the backward. Backward, deterministic (no atomics): one kernel per key tile
+// accumulates dK and dV over the query tiles, another per query tile accumulates dQ over the key tiles,
+// both recomputing P from Q, K and the saved log-sum-exp. Reads q, k, v straight from qkv (B,T,3C) and
+// writes out (B,T,C) / dqkv (B,T,3C): no permutes. Head size 64 (every GPT-2 size).
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/reduction.cuh"
+#include "llmc/mma.cuh"
+#include "llmc/precision.h"
+
+#if !defined(LLMC_FP32)
+
+namespace llmc {
+namespace flash {
+
+constexpr int kHeadSize = 64;
+constexpr int kTile = 64;                      // queries per block and keys per tile
+constexpr int kWarps = 4;                      // each warp owns 16 rows of the tile
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kStride = kHeadSize + 8;         // padded shared row: 144 bytes, 16-byte aligned, fewer bank conflicts
+constexpr int kNTiles = kTile / 8;             // 8-column n-tiles across a 64-wide tile
+constexpr int kKSteps = kHeadSize / 16;        // 16-deep k-steps across the head dimension
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float low, float high) {
+  const bf16 low_bf16 = __float2bfloat16(low), high_bf16 = __float2bfloat16(high);
+  uint16_t low_bits, high_bits;
+  memcpy(&low_bits, &low_bf16, 2);
+  memcpy(&high_bits, &high_bf16, 2);
+  return (uint32_t)low_bits | ((uint32_t)high_bits << 16);
+}
+
+// A operand (16 x 16, row-major in shared memory at tile[row0..][col0..]).
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int row0, int col0) {
+  const int lane = threadIdx.x % kWarpSize;
+  ldmatrix_x4(a, tile + (size_t)(row0 + lane % 16) * kStride + col0 + (lane / 16) * 8);
+}
+
+// B operands of two n-tiles from a tile stored [k][n] (k = rows): b[0..1] for columns n0..n0+7,
+// b[2..3] for n0+8..n0+15, k from k0 to k0+15.
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* tile, int k0, int n0) {
+  const int lane = threadIdx.x % kWarpSize;
+  ldmatrix_x4_trans(b, tile + (size_t)(k0 + lane % 16) * kStride + n0 + (lane / 16) * 8);
+}
+
+// B operands of two n-tiles from a tile stored [n][k] (B = tile^T, e.g. K for Q K^T): b[0..1] for
+// n0..n0+7, b[2..3] for n0+8..n0+15, k from k0 to k0+15.
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
+  const int lane = threadIdx.x % kWarpSize;
+  ldmatrix_x4(b, tile + (size_t)(n0 + lane % 8 + (lane / 16) * 8) * kStride + k0 + ((lane / 8) % 2) * 8);
+}
+
+// acc (16 x 64) += A (16 x K from shared rows row0.., row-major) @ B^T where B is stored [n][k]
+// (64 x K rows). K = kHeadSize.
+__device__ __forceinline__ void mma_rows_by_rows(float (&acc)[kNTiles][4], const bf16* a_tile, int row0,
+                                                 const bf16* b_tile) {
+  for (int ks = 0; ks < kKSteps; ks++) {
+    uint32_t a[4];
+    load_a(a, a_tile, row0, ks * 16);
+    for (int nt = 0; nt < kNTiles; nt += 2) {
+      uint32_t b[4];
+      load_b_nk(b, b_tile, nt * 8, ks * 16);
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      mma_m16n8k16_bf16(acc[nt], a, b0, acc[nt]);
+      mma_m16n8k16_bf16(acc[nt + 1], a, b1, acc[nt + 1]);
+    }
+  }
+}
+
+// acc (16 x 64) += P (16 x 64, held as mma accumulators p) @ B where B is stored [k][n] (64 x 64).
+// The accumulator layout of two adjacent n-tiles is exactly the A-operand layout of one k-step.
+__device__ __forceinline__ void mma_fragments_by_rows(float (&acc)[kNTiles][4], const float (&p)[kNTiles][4],
+                                                      const bf16* b_tile) {
+  for (int ks = 0; ks < kTile / 16; ks++) {
+    const uint32_t a[4] = {pack_bf16x2(p[2 * ks][0], p[2 * ks][1]), pack_bf16x2(p[2 * ks][2], p[2 * ks][3]),
+                           pack_bf16x2(p[2 * ks + 1][0], p[2 * ks + 1][1]),
+                           pack_bf16x2(p[2 * ks + 1][2], p[2 * ks + 1][3])};
+    for (int nt = 0; nt < kNTiles; nt += 2) {
+      uint32_t b[4];
+      load_b_kn(b, b_tile, ks * 16, nt * 8);
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      mma_m16n8k16_bf16(acc[nt], a, b0, acc[nt]);
+      mma_m16n8k16_bf16(acc[nt + 1], a, b1, acc[nt + 1]);
+    }
+  }
+}
+
+// Copies rows [first_row, first_row + 64) of one head (columns column0..column0+63 of rows of length
+// row_length) into a padded shared tile; rows at or past T become zeros.
+__device__ __forceinline__ void load_tile(bf16* tile, const bf16* source, int first_row, int T, size_t row_length,
+                                          size_t column0) {
+  constexpr int kPacketsPerRow = kHeadSize / 8;
+  for (int index = threadIdx.x; index < kTile * kPacketsPerRow; index += kThreads) {
+    const int row = index / kPacketsPerRow, packet = index % kPacketsPerRow;
+    Packed128<bf16> value = Packed128<bf16>::zeros();
+    if (first_row + row < T) value = load128(source + (size_t)(first_row + row) * row_length + column0 + packet * 8);
+    store128(tile + (size_t)row * kStride + packet * 8, value);
+  }
+}
+
+__device__ __forceinline__ void zero(float (&acc)[kNTiles][4]) {
+  for (int nt = 0; nt < kNTiles; nt++)
+    for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+}
+
+// Grid (ceil(T/64), B*NH), kThreads threads. lse (B,NH,T): log-sum-exp of each query's scaled scores.
+template <typename Unused = void>
+__global__ void forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, float scale) {
+  __shared__ __align__(16) bf16 q_tile[kTile * kStride];
+  __shared__ __align__(16) bf16 k_tile[kTile * kStride];
+  __shared__ __align__(16) bf16 v_tile[kTile * kStride];
+  const int C = NH * kHeadSize;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int query_tile = blockIdx.x, q0 = query_tile * kTile;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int group = lane / 4, pair = lane % 4;
+  const int row0 = warp * 16;
+  const bf16* batch_qkv = qkv + (size_t)b * T * 3 * C;
+  load_tile(q_tile, batch_qkv, q0, T, 3 * (size_t)C, (size_t)h * kHeadSize);
+
+  float o[kNTiles][4];
+  zero(o);
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  for (int key_tile = 0; key_tile <= query_tile; key_tile++) {
+    const int k0 = key_tile * kTile;
+    __syncthreads();  // the previous tiles are no longer read
+    load_tile(k_tile, batch_qkv, k0, T, 3 * (size_t)C, (size_t)C + h * kHeadSize);
+    load_tile(v_tile, batch_qkv, k0, T, 3 * (size_t)C, 2 * (size_t)C + h * kHeadSize);
+    __syncthreads();
+    float s[kNTiles][4];
+    zero(s);
+    mma_rows_by_rows(s, q_tile, row0, k_tile);
+    // Scale and mask; accumulator element i is row (group + 8*(i/2)), column (2*pair + i%2) of n-tile nt.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    for (int nt = 0; nt < kNTiles; nt++)
+      for (int i = 0; i < 4; i++) {
+        const int query = q0 + row0 + group + 8 * (i / 2), key = k0 + nt * 8 + 2 * pair + i % 2;
+        s[nt][i] = (key <= query && key < T) ? s[nt][i] * scale : -INFINITY;
+        tile_max[i / 2] = fmaxf(tile_max[i / 2], s[nt][i]);
+      }
+    float correction[2], tile_sum[2] = {0.0f, 0.0f};
+    for (int r = 0; r < 2; r++) {
+      // The four lanes of a quad hold one row between them.
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);  // finite: key k0 <= every query of the tile
+      correction[r] = expf(row_max[r] - new_max);
+      row_max[r] = new_max;
+    }
+    for (int nt = 0; nt < kNTiles; nt++)
+      for (int i = 0; i < 4; i++) {
+        s[nt][i] = expf(s[nt][i] - row_max[i / 2]);
+        tile_sum[i / 2] += s[nt][i];
+        o[nt][i] *= correction[i / 2];
+      }
+    for (int r = 0; r < 2; r++) {
+      tile_sum[r] += __shfl_xor_sync(0xffffffffu, tile_sum[r], 1);
+      tile_sum[r] += __shfl_xor_sync(0xffffffffu, tile_sum[r], 2);
+      row_sum[r] = row_sum[r] * correction[r] + tile_sum[r];
+    }
+    mma_fragments_by_rows(o, s, v_tile);
+  }
+  bf16* batch_out = out + (size_t)b * T * C + (size_t)h * kHeadSize;
+  for (int r = 0; r < 2; r++) {
+    const int query = q0 + row0 + group + 8 * r;
+    if (query >= T) continue;
+    const float inv_sum = 1.0f / row_sum[r];
+    for (int nt = 0; nt < kNTiles; nt++) {
+      const uint32_t packed = pack_bf16x2(o[nt][2 * r] * inv_sum, o[nt][2 * r + 1] * inv_sum);
+      memcpy(static_cast<void*>(batch_out + (size_t)query * C + nt * 8 + 2 * pair), &packed, 4);
+    }
+    if (pair == 0) lse[(size_t)blockIdx.y * T + query] = row_max[r] + logf(row_sum[r]);
+  }
+}
+
+// delta[bh, t] = sum_d dout[b,t,h,d] * out[b,t,h,d] (the row term of the softmax backward), one thread
+// per (bh, t).
+template <typename Unused = void>
+__global__ void delta_kernel(float* delta, const bf16* dout, const bf16* out, int B, int T, int NH) {
+  const int C = NH * kHeadSize;
+  const size_t total = (size_t)B * NH * T;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x; index < total; index += stride) {
+    const int t = (int)(index % T), bh = (int)(index / T);
+    const int b = bh / NH, h = bh % NH;
+    const size_t offset = ((size_t)b * T + t) * C + (size_t)h * kHeadSize;
+    float sum = 0.0f;
+    for (int d = 0; d < kHeadSize; d++) sum += to_float(dout[offset + d]) * to_float(out[offset + d]);
+    delta[index] = sum;
+  }
+}
+
+// Grid (ceil(T/64) key tiles, B*NH). Each warp owns 16 keys; loops over query tiles from its own
+// (causal) to the last, accumulating dV = P^T dO and dK = scale * dS^T Q.
+template <typename Unused = void>
+__global__ void backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                                     const float* delta, int T, int NH, float scale) {
+  __shared__ __align__(16) bf16 k_tile[kTile * kStride];
+  __shared__ __align__(16) bf16 v_tile[kTile * kStride];
+  __shared__ __align__(16) bf16 q_tile[kTile * kStride];
+  __shared__ __align__(16) bf16 dout_tile[kTile * kStride];
+  __shared__ float tile_lse[kTile];
+  __shared__ float tile_delta[kTile];
+  const int C = NH * kHeadSize;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int key_tile = blockIdx.x, k0 = key_tile * kTile;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int group = lane / 4, pair = lane % 4;
+  const int row0 = warp * 16;
+  const int num_tiles = (int)ceil_div(T, kTile);
+  const bf16* batch_qkv = qkv + (size_t)b * T * 3 * C;
+  const bf16* batch_dout = dout + (size_t)b * T * C;
+  load_tile(k_tile, batch_qkv, k0, T, 3 * (size_t)C, (size_t)C + h * kHeadSize);
+  load_tile(v_tile, batch_qkv, k0, T, 3 * (size_t)C, 2 * (size_t)C + h * kHeadSize);
+
+  float dk[kNTiles][4], dv[kNTiles][4];
+  zero(dk);
+  zero(dv);
+  for (int query_tile = key_tile; query_tile < num_tiles; query_tile++) {
+    const int q0 = query_tile * kTile;
+    __syncthreads();
+    load_tile(q_tile, batch_qkv, q0, T, 3 * (size_t)C, (size_t)h * kHeadSize);
+    load_tile(dout_tile, batch_dout, q0, T, (size_t)C, (size_t)h * kHeadSize);
+    for (int i = threadIdx.x; i < kTile; i += kThreads) {
+      const bool valid = q0 + i < T;
+      tile_lse[i] = valid ? lse[(size_t)blockIdx.y * T + q0 + i] : 0.0f;
+      tile_delta[i] = valid ? delta[(size_t)blockIdx.y * T + q0 + i] : 0.0f;
+    }
+    __syncthreads();
+    // P^T (16 keys x 64 queries) from S^T = K Q^T; element i: key row group + 8*(i/2), query column.
+    float p[kNTiles][4];
+    zero(p);
+    mma_rows_by_rows(p, k_tile, row0, q_tile);
+    for (int nt = 0; nt < kNTiles; nt++)
+      for (int i = 0; i < 4; i++) {
+        const int key = k0 + row0 + group + 8 * (i / 2), column = nt * 8 + 2 * pair + i % 2, query = q0 + column;
+        p[nt][i] = (key <= query && query < T) ? expf(p[nt][i] * scale - tile_lse[column]) : 0.0f;
+      }
+    mma_fragments_by_rows(dv, p, dout_tile);
+    // dP^T = V dO^T, then dS^T = P^T * (dP^T - delta[query]).
+    float ds[kNTiles][4];
+    zero(ds);
+    mma_rows_by_rows(ds, v_tile, row0, dout_tile);
+    for (int nt = 0; nt < kNTiles; nt++)
+      for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] - tile_delta[nt * 8 + 2 * pair + i % 2]);
+    mma_fragments_by_rows(dk, ds, q_tile);
+  }
+  bf16* batch_dqkv = dqkv + (size_t)b * T * 3 * C + (size_t)h * kHeadSize;
+  for (int r = 0; r < 2; r++) {
+    const int key = k0 + row0 + group + 8 * r;
+    if (key >= T) continue;
+    for (int nt = 0; nt < kNTiles; nt++) {
+      const uint32_t packed_dk = pack_bf16x2(dk[nt][2 * r] * scale, dk[nt][2 * r + 1] * scale);
+      const uint32_t packed_dv = pack_bf16x2(dv[nt][2 * r], dv[nt][2 * r + 1]);
+      memcpy(static_cast<void*>(batch_dqkv + (size_t)key * 3 * C + C + nt * 8 + 2 * pair), &packed_dk, 4);
+      memcpy(static_cast<void*>(batch_dqkv + (size_t)key * 3 * C + 2 * C + nt * 8 + 2 * pair), &packed_dv, 4);
+    }
+  }
+}
+
+// Grid (ceil(T/64) query tiles, B*NH). Each warp owns 16 queries; loops over key tiles up to the
+// diagonal, accumulating dQ = scale * dS K.
+template <typename Unused = void>
+__global__ void backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                                   const float* delta, int T, int NH, float scale) {
+  __shared__ __align__(16) bf16 q_tile[kTile * kStride];
+  __shared__ __align__(16) bf16 dout_tile[kTile * kStride];
+  __shared__ __align__(16) bf16 k_tile[kTile * kStride];
+  __shared__ __align__(16) bf16 v_tile[kTile * kStride];
+  const int C = NH * kHeadSize;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int query_tile = blockIdx.x, q0 = query_tile * kTile;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int group = lane / 4, pair = lane % 4;
+  const int row0 = warp * 16;
+  const bf16* batch_qkv = qkv + (size_t)b * T * 3 * C;
+  load_tile(q_tile, batch_qkv, q0, T, 3 * (size_t)C, (size_t)h * kHeadSize);
+  load_tile(dout_tile, dout + (size_t)b * T * C, q0, T, (size_t)C, (size_t)h * kHeadSize);
+  float row_lse[2], row_delta[2];
+  for (int r = 0; r < 2; r++) {
+    const int query = q0 + row0 + group + 8 * r;
+    row_lse[r] = query < T ? lse[(size_t)blockIdx.y * T + query] : 0.0f;
+    row_delta[r] = query < T ? delta[(size_t)blockIdx.y * T + query] : 0.0f;
+  }
+
+  float dq[kNTiles][4];
+  zero(dq);
+  for (int key_tile = 0; key_tile <= query_tile; key_tile++) {
+    const int k0 = key_tile * kTile;
+    __syncthreads();
+    load_tile(k_tile, batch_qkv, k0, T, 3 * (size_t)C, (size_t)C + h * kHeadSize);
+    load_tile(v_tile, batch_qkv, k0, T, 3 * (size_t)C, 2 * (size_t)C + h * kHeadSize);
+    __syncthreads();
+    float p[kNTiles][4];
+    zero(p);
+    mma_rows_by_rows(p, q_tile, row0, k_tile);
+    for (int nt = 0; nt < kNTiles; nt++)
+      for (int i = 0; i < 4; i++) {
+        const int query = q0 + row0 + group + 8 * (i / 2), key = k0 + nt * 8 + 2 * pair + i % 2;
+        p[nt][i] = (key <= query && key < T) ? expf(p[nt][i] * scale - row_lse[i / 2]) : 0.0f;
+      }
+    float ds[kNTiles][4];  // dP = dO V^T, then dS = P * (dP - delta[query])
+    zero(ds);
+    mma_rows_by_rows(ds, dout_tile, row0, v_tile);
+    for (int nt = 0; nt < kNTiles; nt++)
+      for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] - row_delta[i / 2]);
+    mma_fragments_by_rows(dq, ds, k_tile);
+  }
+  bf16* batch_dqkv = dqkv + (size_t)b * T * 3 * C + (size_t)h * kHeadSize;
+  for (int r = 0; r < 2; r++) {
+    const int query = q0 + row0 + group + 8 * r;
+    if (query >= T) continue;
+    for (int nt = 0; nt < kNTiles; nt++) {
+      const uint32_t packed = pack_bf16x2(dq[nt][2 * r] * scale, dq[nt][2 * r + 1] * scale);
+      memcpy(static_cast<void*>(batch_dqkv + (size_t)query * 3 * C + nt * 8 + 2 * pair), &packed, 4);
+    }
+  }
+}
+
+inline void check_shape(const char* caller, int C, int NH) {
+  if (NH <= 0 || C % NH != 0 || C / NH != kHeadSize)
+    throw std::invalid_argument(std::string(caller) + ": needs head size " + std::to_string(kHeadSize) +
+                                ", got C = " + std::to_string(C) + ", NH = " + std::to_string(NH));
+}
+
+}  // namespace flash
+
+// out (B,T,C) = causal attention of qkv (B,T,3C); lse (B,NH,T) fp32 is saved for the backward.
+// Requires C / NH == 64 and 16-byte aligned qkv (C is then a multiple of 8).
+inline void flash_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH,
+                                    cudaStream_t stream) {
+  flash::check_shape("flash_attention_forward", C, NH);
+  const float scale = 1.0f / std::sqrt((float)flash::kHeadSize);
+  LLMC_LAUNCH(flash::forward_kernel<>, dim3((unsigned)ceil_div(T, flash::kTile), (unsigned)(B * NH)),
+              dim3(flash::kThreads), 0, stream, out, lse, qkv, T, NH, scale);
+}
+
+// dqkv (B,T,3C) is overwritten. dout (B,T,C); out, lse from the forward; delta_scratch: B*NH*T floats.
+inline void flash_attention_backward(floatX* dqkv, float* delta_scratch, const floatX* dout, const floatX* out,
+                                     const floatX* qkv, const float* lse, int B, int T, int C, int NH,
+                                     cudaStream_t stream) {
+  flash::check_shape("flash_attention_backward", C, NH);
+  const float scale = 1.0f / std::sqrt((float)flash::kHeadSize);
+  constexpr int kBlock = 256;
+  LLMC_LAUNCH(flash::delta_kernel<>, dim3(elementwise_grid((size_t)B * NH * T, kBlock)), dim3(kBlock), 0, stream,
+              delta_scratch, dout, out, B, T, NH);
+  const dim3 grid((unsigned)ceil_div(T, flash::kTile), (unsigned)(B * NH));
+  LLMC_LAUNCH(flash::backward_dkdv_kernel<>, grid, dim3(flash::kThreads), 0, stream, dqkv, dout, qkv, lse,
+              static_cast<const float*>(delta_scratch), T, NH, scale);
+  LLMC_LAUNCH(flash::backward_dq_kernel<>, grid, dim3(flash::kThreads), 0, stream, dqkv, dout, qkv, lse,
+              static_cast<const float*>(delta_scratch), T, NH, scale);
+}
+
+}  // namespace llmc
+
+#endif  // !LLMC_FP32

@@ -1,0 +1,97 @@
+// GELU activation, tanh approximation (as in GPT-2): forward and backward, elementwise.
+// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). The scalar formulas are shared with the
+// emulated GEMM's GELU epilogue (llmc/kernels/matmul.cuh).
+#pragma once
+
+#include <cstddef>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/reduction.cuh"
+#include "llmc/precision.h"
+
+namespace llmc {
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+__host__ __device__ __forceinline__ float gelu_tanh(float x) {
+  const float inner = kGeluScale * (x + kGeluCubic * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+// d gelu / dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) u', u = sqrt(2/pi)(x + 0.044715 x^3).
+__host__ __device__ __forceinline__ float gelu_tanh_derivative(float x) {
+  const float inner = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float tanh_inner = tanhf(inner);
+  const float dinner_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return 0.5f * (1.0f + tanh_inner) + 0.5f * x * (1.0f - tanh_inner * tanh_inner) * dinner_dx;
+}
+
+// Each thread handles one 16-byte packet (8 bf16 or 4 fp32) per grid-stride step; the launchers use
+// these only when every pointer is 16-byte aligned and n is a whole number of packets.
+template <typename Tx>
+__global__ void gelu_forward_kernel(Tx* out, const Tx* inp, size_t packets) {
+  using Packet = Packed128<Tx>;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < packets; p += stride) {
+    const Packet x = load128cs(inp + p * Packet::size);
+    Packet y;
+    for (int j = 0; j < Packet::size; j++) y[j] = from_float<Tx>(gelu_tanh(to_float(x[j])));
+    store128(out + p * Packet::size, y);
+  }
+}
+
+template <typename Tx>
+__global__ void gelu_backward_kernel(Tx* dinp, const Tx* inp, const Tx* dout, size_t packets) {
+  using Packet = Packed128<Tx>;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < packets; p += stride) {
+    const Packet x = load128cs(inp + p * Packet::size);
+    const Packet dy = load128(dout + p * Packet::size);
+    Packet dx;
+    for (int j = 0; j < Packet::size; j++)
+      dx[j] = from_float<Tx>(gelu_tanh_derivative(to_float(x[j])) * to_float(dy[j]));
+    store128(dinp + p * Packet::size, dx);
+  }
+}
+
+// Scalar versions for tensors that do not split into aligned packets.
+template <typename Tx>
+__global__ void gelu_forward_scalar_kernel(Tx* out, const Tx* inp, size_t n) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = from_float<Tx>(gelu_tanh(to_float(inp[i])));
+}
+
+template <typename Tx>
+__global__ void gelu_backward_scalar_kernel(Tx* dinp, const Tx* inp, const Tx* dout, size_t n) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    dinp[i] = from_float<Tx>(gelu_tanh_derivative(to_float(inp[i])) * to_float(dout[i]));
+}
+
+// out = gelu(inp); out may alias inp.
+inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  constexpr size_t kPacket = Packed128<floatX>::size;
+  if (n % kPacket == 0 && is_aligned16(out) && is_aligned16(inp))
+    LLMC_LAUNCH(gelu_forward_kernel<floatX>, dim3(elementwise_grid(n / kPacket, kBlock)), dim3(kBlock), 0, stream,
+                out, inp, n / kPacket);
+  else
+    LLMC_LAUNCH(gelu_forward_scalar_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, out,
+                inp, n);
+}
+
+// dinp = gelu'(inp) * dout (overwrites dinp, does not accumulate); dinp may alias dout.
+inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  constexpr size_t kPacket = Packed128<floatX>::size;
+  if (n % kPacket == 0 && is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout))
+    LLMC_LAUNCH(gelu_backward_kernel<floatX>, dim3(elementwise_grid(n / kPacket, kBlock)), dim3(kBlock), 0, stream,
+                dinp, inp, dout, n / kPacket);
+  else
+    LLMC_LAUNCH(gelu_backward_scalar_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
+                dinp, inp, dout, n);
+}
+
+}  // namespace llmc

@@ -1,0 +1,47 @@
+// Residual connection: out = a + b elementwise (the un-fused form; the usual residual add is fused
+// into LayerNorm, see llmc/kernels/layernorm.cuh).
+#pragma once
+
+#include <cstddef>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/reduction.cuh"
+#include "llmc/precision.h"
+
+namespace llmc {
+
+// One 16-byte packet per thread and grid-stride step (used when all pointers are 16-byte aligned and n
+// is a whole number of packets), and a scalar fallback.
+template <typename Tx>
+__global__ void residual_forward_kernel(Tx* out, const Tx* a, const Tx* b, size_t packets) {
+  using Packet = Packed128<Tx>;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < packets; p += stride) {
+    const Packet x = load128cs(a + p * Packet::size);
+    const Packet y = load128cs(b + p * Packet::size);
+    Packet sum;
+    for (int j = 0; j < Packet::size; j++) sum[j] = from_float<Tx>(to_float(x[j]) + to_float(y[j]));
+    store128(out + p * Packet::size, sum);
+  }
+}
+
+template <typename Tx>
+__global__ void residual_forward_scalar_kernel(Tx* out, const Tx* a, const Tx* b, size_t n) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = from_float<Tx>(to_float(a[i]) + to_float(b[i]));
+}
+
+// out = a + b; out may alias a or b.
+inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  constexpr size_t kPacket = Packed128<floatX>::size;
+  if (n % kPacket == 0 && is_aligned16(out) && is_aligned16(a) && is_aligned16(b))
+    LLMC_LAUNCH(residual_forward_kernel<floatX>, dim3(elementwise_grid(n / kPacket, kBlock)), dim3(kBlock), 0, stream,
+                out, a, b, n / kPacket);
+  else
+    LLMC_LAUNCH(residual_forward_scalar_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
+                out, a, b, n);
+}
+
+}  // namespace llmc

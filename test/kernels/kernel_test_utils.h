@@ -1,0 +1,162 @@
+// Helpers for the kernel tests: seeded random inputs that are exactly representable in floatX (so the
+// double-precision reference sees the very same numbers), device buffers that start filled with NaN
+// (so an output element the kernel forgets to write cannot pass), and tolerance checks derived from the
+// unit roundoff of the arithmetic under test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "llmc/cuda_common.h"
+#include "llmc/precision.h"
+
+namespace kernel_test {
+
+using llmc::floatX;
+
+// Unit roundoff of floatX (the relative error of one rounding to nearest) and of the fp32 arithmetic
+// the kernels accumulate in.
+#if defined(LLMC_FP32)
+constexpr double kStorageRoundoff = 0x1p-24;  // fp32: 24-bit significand
+#else
+constexpr double kStorageRoundoff = 0x1p-8;  // bf16: 8-bit significand
+#endif
+constexpr double kFp32Roundoff = 0x1p-24;
+
+// Tolerance for a result that went through `roundings` roundings to floatX (outputs and stored
+// intermediates) and fp32 sums of up to `sum_length` terms (error bound ~ sum_length * u of the sum of
+// absolute terms), with a factor 2 for the few-ulp error of expf/tanhf and for error growth through the
+// other arithmetic. Errors are measured relative to |expected| + rms(expected), see expect_close.
+inline double tolerance(int roundings, int sum_length) {
+  return 2.0 * (roundings * kStorageRoundoff + sum_length * kFp32Roundoff);
+}
+
+// Uniform values in [low, high), rounded to floatX and returned in double.
+inline std::vector<double> random_values(size_t n, std::mt19937& rng, double low = -1.0, double high = 1.0) {
+  std::uniform_real_distribution<double> distribution(low, high);
+  std::vector<double> values(n);
+  for (double& value : values) value = llmc::to_float(llmc::from_float<floatX>((float)distribution(rng)));
+  return values;
+}
+
+inline std::vector<double> round_to_floatx(const std::vector<double>& values) {
+  std::vector<double> rounded(values.size());
+  for (size_t i = 0; i < values.size(); i++) rounded[i] = llmc::to_float(llmc::from_float<floatX>((float)values[i]));
+  return rounded;
+}
+
+// A typed device allocation, filled with NaN (floating types) or 0xff bytes (ints) on creation.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()));
+    fill_nan();
+  }
+  ~DeviceBuffer() {
+    const cudaError_t status = cudaFree(data_);
+    if (status != cudaSuccess) ADD_FAILURE() << "cudaFree failed: " << cudaGetErrorString(status);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return data_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+  void fill_nan() { CUDA_CHECK(cudaMemset(data_, 0xff, bytes())); }  // all-ones bits: NaN for fp types
+  void fill_zero() { CUDA_CHECK(cudaMemset(data_, 0, bytes())); }
+
+  // Host values are converted to T (floatX values must be representable, see random_values).
+  void upload(const std::vector<double>& values) {
+    EXPECT_EQ(values.size(), count_);
+    std::vector<T> host(count_);
+    for (size_t i = 0; i < count_; i++) host[i] = convert(values[i]);
+    CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  void upload_raw(const std::vector<T>& host) {
+    EXPECT_EQ(host.size(), count_);
+    CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download_raw() const {
+    std::vector<T> host(count_);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  std::vector<double> download() const {
+    const std::vector<T> host = download_raw();
+    std::vector<double> values(count_);
+    for (size_t i = 0; i < count_; i++) values[i] = to_double(host[i]);
+    return values;
+  }
+
+ private:
+  static T convert(double value) {
+    if constexpr (std::is_same_v<T, int>)
+      return (int)value;
+    else
+      return llmc::from_float<T>((float)value);
+  }
+  static double to_double(T value) {
+    if constexpr (std::is_same_v<T, int>)
+      return value;
+    else
+      return llmc::to_float(value);
+  }
+
+  size_t count_;
+  T* data_ = nullptr;
+};
+
+inline double rms(const std::vector<double>& values) {
+  double sum = 0.0;
+  for (double value : values) sum += value * value;
+  return values.empty() ? 0.0 : std::sqrt(sum / values.size());
+}
+
+// Every element finite and |got - expected| <= tol * (|expected| + rms(expected)). The rms term keeps
+// elements that are small by cancellation from demanding more relative accuracy than the arithmetic
+// can give, while a wrong or missing element of typical size still fails.
+inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& expected,
+                                            double tol) {
+  if (got.size() != expected.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " != expected " << expected.size();
+  const double scale = rms(expected) > 0.0 ? rms(expected) : std::numeric_limits<double>::min();
+  size_t bad = 0, worst = 0;
+  double worst_error = 0.0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const double error = std::fabs(got[i] - expected[i]) / (std::fabs(expected[i]) + scale);
+    const bool ok = std::isfinite(got[i]) && error <= tol;
+    if (!ok) bad++;
+    if (!std::isfinite(got[i]) || error > worst_error || (!ok && bad == 1)) {
+      worst_error = std::isfinite(got[i]) ? error : std::numeric_limits<double>::infinity();
+      worst = i;
+    }
+  }
+  std::ostringstream summary;
+  summary << "max scaled error " << worst_error << " at [" << worst << "] (got " << got[worst] << ", expected "
+          << expected[worst] << "), tolerance " << tol << ", " << bad << " of " << got.size() << " elements fail";
+  if (bad != 0) return ::testing::AssertionFailure() << summary.str();
+  // LLMC_TEST_VERBOSE=1 shows how close passing comparisons come to their tolerance.
+  if (std::getenv("LLMC_TEST_VERBOSE") != nullptr) std::printf("  all_close: %s\n", summary.str().c_str());
+  return ::testing::AssertionSuccess() << summary.str();
+}
+
+template <typename T>
+inline bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+}  // namespace kernel_test

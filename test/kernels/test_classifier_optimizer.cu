@@ -1,0 +1,183 @@
+// Kernel tests against the double-precision reference: the fused classifier (loss and in-place
+// dlogits, padded vocabulary), the global gradient norm, and AdamW over several steps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/classifier.cuh"
+#include "llmc/kernels/global_norm.cuh"
+#include "test/emu/gpu_test.h"
+#include "test/kernels/kernel_test_utils.h"
+#include "test/reference/reference_ops.h"
+
+namespace {
+
+using kernel_test::all_close;
+using kernel_test::bitwise_equal;
+using kernel_test::DeviceBuffer;
+using kernel_test::random_values;
+using kernel_test::tolerance;
+using llmc::floatX;
+
+struct ClassifierData {
+  static constexpr int N = 12, V = 250, Vp = 256;
+  std::mt19937 rng{808};
+  std::vector<double> logits = random_values((size_t)N * Vp, rng, -4.0, 4.0);
+  std::vector<int> targets = std::vector<int>(N);
+  ClassifierData() {
+    std::uniform_int_distribution<int> target_distribution(0, V - 1);
+    for (int& target : targets) target = target_distribution(rng);
+    targets[0] = V - 1;  // the last real column
+  }
+};
+
+TEST(ClassifierKernel, LossAndInPlaceGradientMatchReference) {
+  LLMC_REQUIRE_GPU();
+  ClassifierData data;
+  const int N = data.N, V = data.V, Vp = data.Vp;
+  DeviceBuffer<floatX> d_logits(data.logits.size());
+  DeviceBuffer<float> d_losses(N);
+  DeviceBuffer<int> d_targets(N);
+  d_logits.upload(data.logits);
+  d_targets.upload(std::vector<double>(data.targets.begin(), data.targets.end()));
+  const float dloss = 1.0f / N;
+  llmc::fused_classifier(d_logits.get(), d_losses.get(), d_targets.get(), dloss, N, V, Vp, /*write_dlogits=*/true,
+                         nullptr);
+
+  std::vector<double> losses(N), probs((size_t)N * Vp), dlogits((size_t)N * Vp, 0.0), dlosses(N, 1.0 / N);
+  ref::softmax_crossentropy_forward(losses.data(), probs.data(), data.logits.data(), data.targets.data(), N, V, Vp);
+  ref::crossentropy_softmax_backward(dlogits.data(), probs.data(), data.targets.data(), dlosses.data(), N, V, Vp);
+  // Loss: fp32 log-sum-exp over V terms. dlogits: exp, a division and the product, one rounding.
+  EXPECT_TRUE(all_close(d_losses.download(), losses, tolerance(0, V)));
+  const std::vector<double> got = d_logits.download();
+  EXPECT_TRUE(all_close(got, dlogits, tolerance(1, V)));
+  for (int row = 0; row < N; row++)
+    for (int column = V; column < Vp; column++)
+      EXPECT_EQ(got[(size_t)row * Vp + column], 0.0) << "padded column " << column << " of row " << row;
+}
+
+TEST(ClassifierKernel, LossOnlyLeavesLogitsUntouched) {
+  LLMC_REQUIRE_GPU();
+  ClassifierData data;
+  const int N = data.N, V = data.V, Vp = data.Vp;
+  DeviceBuffer<floatX> d_logits(data.logits.size());
+  DeviceBuffer<float> d_losses(N);
+  DeviceBuffer<int> d_targets(N);
+  d_logits.upload(data.logits);
+  d_targets.upload(std::vector<double>(data.targets.begin(), data.targets.end()));
+  const std::vector<floatX> before = d_logits.download_raw();
+  llmc::fused_classifier(d_logits.get(), d_losses.get(), d_targets.get(), 1.0f, N, V, Vp, /*write_dlogits=*/false,
+                         nullptr);
+  EXPECT_TRUE(bitwise_equal(before, d_logits.download_raw()));
+  std::vector<double> losses(N), probs((size_t)N * Vp);
+  ref::softmax_crossentropy_forward(losses.data(), probs.data(), data.logits.data(), data.targets.data(), N, V, Vp);
+  EXPECT_TRUE(all_close(d_losses.download(), losses, tolerance(0, V)));
+}
+
+TEST(ClassifierKernel, TargetOutsideVocabularyGivesNaNLoss) {
+  LLMC_REQUIRE_GPU();
+  ClassifierData data;
+  const int N = data.N, V = data.V, Vp = data.Vp;
+  data.targets[3] = V;  // a padded column is not a valid target
+  data.targets[5] = -1;
+  DeviceBuffer<floatX> d_logits(data.logits.size());
+  DeviceBuffer<float> d_losses(N);
+  DeviceBuffer<int> d_targets(N);
+  d_logits.upload(data.logits);
+  d_targets.upload(std::vector<double>(data.targets.begin(), data.targets.end()));
+  llmc::fused_classifier(d_logits.get(), d_losses.get(), d_targets.get(), 1.0f, N, V, Vp, true, nullptr);
+  const std::vector<double> losses = d_losses.download();
+  EXPECT_TRUE(std::isnan(losses[3]));
+  EXPECT_TRUE(std::isnan(losses[5]));
+  EXPECT_TRUE(std::isfinite(losses[4]));
+}
+
+TEST(GlobalNormKernel, MatchesDoubleSumAndIsDeterministic) {
+  LLMC_REQUIRE_GPU();
+  // More elements than one grid pass covers (512 blocks x 256 threads), so the grid-stride path runs.
+  const size_t n = 140000;
+  std::mt19937 rng(909);
+  const std::vector<double> grads = random_values(n, rng);
+  double squared_sum = 0.0;
+  for (double g : grads) squared_sum += g * g;
+  DeviceBuffer<floatX> d_grads(n);
+  d_grads.upload(grads);
+  const size_t scratch_floats = llmc::global_norm_scratch_floats(n) + 1;
+  DeviceBuffer<float> d_scratch(scratch_floats);
+  DeviceBuffer<float> d_squared(1);
+  const float norm = llmc::global_norm(d_grads.get(), n, d_scratch.get(), scratch_floats, nullptr);
+  const float norm_again = llmc::global_norm(d_grads.get(), n, d_scratch.get(), scratch_floats, nullptr);
+  // fp32 sums: each thread's grid-stride slice (n / (512*256) terms), then 256- and 512-term trees.
+  const double tol = tolerance(0, 2 + 8 + 9);
+  EXPECT_NEAR(norm, std::sqrt(squared_sum), tol * std::sqrt(squared_sum));
+  EXPECT_EQ(norm, norm_again);
+  // The accumulating form adds a second buffer's squared sum to the first one's.
+  llmc::global_norm_squared(d_squared.get(), d_grads.get(), n, false, d_scratch.get(), scratch_floats, nullptr);
+  llmc::global_norm_squared(d_squared.get(), d_grads.get(), n / 2, true, d_scratch.get(), scratch_floats, nullptr);
+  double half_sum = 0.0;
+  for (size_t i = 0; i < n / 2; i++) half_sum += grads[i] * grads[i];
+  EXPECT_NEAR(d_squared.download()[0], squared_sum + half_sum, tol * (squared_sum + half_sum));
+}
+
+void run_adamw_against_reference(bool with_master) {
+  const size_t n = 3000, shard_start = 1000, shard_size = 1500;  // update a shard in the middle
+  const int steps = 5;
+  std::mt19937 rng(1010);
+  const std::vector<double> params = random_values(n, rng);
+  llmc::AdamWHyperparameters hp;
+  hp.learning_rate = 1e-2f;
+  hp.weight_decay = 0.1f;
+  hp.grad_scale = 0.5f;  // a power of two: the reference sees exactly the scaled gradients
+  DeviceBuffer<floatX> d_params(n), d_grads(n);
+  DeviceBuffer<float> d_master(n), d_m(n), d_v(n);
+  d_params.upload(params);
+  d_master.upload(params);
+  d_m.fill_zero();
+  d_v.fill_zero();
+  std::vector<double> ref_params = params, ref_m(n, 0.0), ref_v(n, 0.0);
+  for (int step = 1; step <= steps; step++) {
+    const std::vector<double> grads = random_values(n, rng);
+    d_grads.upload(grads);
+    llmc::adamw_update(d_params.get() + shard_start, with_master ? d_master.get() + shard_start : nullptr,
+                       d_grads.get() + shard_start, d_m.get() + shard_start, d_v.get() + shard_start, shard_size, step,
+                       hp, nullptr);
+    std::vector<double> scaled(shard_size);
+    for (size_t i = 0; i < shard_size; i++) scaled[i] = grads[shard_start + i] * hp.grad_scale;
+    ref::adamw_update(ref_params.data() + shard_start, scaled.data(), ref_m.data() + shard_start,
+                      ref_v.data() + shard_start, shard_size, step, hp.learning_rate, hp.beta1, hp.beta2, hp.eps,
+                      hp.weight_decay);
+  }
+  // fp32 state: each step adds a few roundings to m, v and the master weight (~10 operations); the
+  // floatX parameters are the master rounded once. Outside the shard nothing may change.
+  const std::vector<double> got_params = d_params.download();
+  EXPECT_TRUE(all_close(got_params, kernel_test::round_to_floatx(ref_params), tolerance(1, 10 * steps)));
+  std::vector<double> got_m = d_m.download(), got_v = d_v.download();
+  EXPECT_TRUE(all_close(got_m, ref_m, tolerance(0, 4 * steps)));
+  EXPECT_TRUE(all_close(got_v, ref_v, tolerance(0, 4 * steps)));
+  if (with_master) {
+    EXPECT_TRUE(all_close(d_master.download(), ref_params, tolerance(0, 10 * steps)));
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (i >= shard_start && i < shard_start + shard_size) continue;
+    ASSERT_EQ(got_params[i], params[i]) << "element " << i << " outside the shard changed";
+    ASSERT_EQ(got_m[i], 0.0) << "moment " << i << " outside the shard changed";
+  }
+}
+
+TEST(AdamWKernel, MasterWeightsMatchReferenceOverSteps) {
+  LLMC_REQUIRE_GPU();
+  run_adamw_against_reference(/*with_master=*/true);
+}
+
+#if defined(LLMC_FP32)
+// Without master weights the parameters themselves carry the state: only meaningful in fp32.
+TEST(AdamWKernel, InPlaceFp32ParametersMatchReferenceOverSteps) {
+  LLMC_REQUIRE_GPU();
+  run_adamw_against_reference(/*with_master=*/false);
+}
+#endif
+
+}  // namespace
