@@ -20,10 +20,18 @@ std::string printf_string(const char* format, ...) {
 }
 }  // namespace
 
+std::string format_duration(double seconds) {
+  const long long total = seconds > 0 ? (long long)(seconds + 0.5) : 0;
+  if (total >= 3600) return printf_string("%lldh%02lldm", total / 3600, total / 60 % 60);
+  if (total >= 60) return printf_string("%lldm%02llds", total / 60, total % 60);
+  return printf_string("%llds", total);
+}
+
 std::string format_train_line(const TrainStepRecord& r) {
-  return printf_string("step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms tok/s:%.0f mfu:%s lr:%.4e norm:%.4f",
-                       r.step, r.total_steps, r.loss, r.train_time_ms, r.step_avg_ms, r.tokens_per_second,
-                       r.mfu.c_str(), r.lr, r.grad_norm);
+  return printf_string(
+      "step:%d/%d train_loss:%.4f train_time:%.0fms step_avg:%.2fms tok/s:%.0f mfu:%s lr:%.4e norm:%.4f eta:%s",
+      r.step, r.total_steps, r.loss, r.train_time_ms, r.step_avg_ms, r.tokens_per_second, r.mfu.c_str(), r.lr,
+      r.grad_norm, format_duration(r.eta_seconds).c_str());
 }
 
 std::string format_val_line(int step, int total_steps, double val_loss, double train_time_ms, double step_avg_ms) {

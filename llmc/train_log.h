@@ -16,10 +16,14 @@ struct TrainStepRecord {
   std::string mfu = "n/a";
   double lr = 0;
   double grad_norm = 0;
+  double eta_seconds = 0;    // remaining steps * step_avg
 };
 
-// step:12/100 train_loss:4.1234 train_time:1523ms step_avg:126.95ms tok/s:41234 mfu:41.2% lr:6.0000e-04 norm:1.2345
+// step:12/100 train_loss:4.1234 train_time:1523ms step_avg:126.95ms tok/s:41234 mfu:41.2% lr:6.0000e-04
+// norm:1.2345 eta:1m52s
 std::string format_train_line(const TrainStepRecord& record);
+// "45s", "3m07s", "2h05m"
+std::string format_duration(double seconds);
 // step:100/100 val_loss:3.2790 train_time:12695ms step_avg:126.95ms
 std::string format_val_line(int step, int total_steps, double val_loss, double train_time_ms, double step_avg_ms);
 

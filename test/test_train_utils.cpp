@@ -81,6 +81,9 @@ TEST(TrainLog, LinesMatchModdedNanogptRegexes) {
   EXPECT_EQ(m[1].str(), "12");
   EXPECT_EQ(m[3].str(), "4.1234");
   EXPECT_NE(train.find("mfu:n/a"), std::string::npos);
+  EXPECT_EQ(format_duration(44.6), "45s");
+  EXPECT_EQ(format_duration(187), "3m07s");
+  EXPECT_EQ(format_duration(7500), "2h05m");
 }
 
 TEST(TrainLog, OnlyTheWriterWritesAndFileAppends) {

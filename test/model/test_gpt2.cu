@@ -1,0 +1,179 @@
+// Whole-model tests of the device GPT-2 (llmc/gpt2.cu) against the double-precision reference: the
+// loss and every parameter gradient on a tiny config, gradient accumulation over micro-steps, and
+// bitwise determinism. Built for fp32 (tight tolerances) and bf16, emulated and on a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "llmc/cuda_common.h"
+#include "llmc/gpt2.h"
+#include "llmc/model_config.h"
+#include "llmc/param_init.h"
+#include "test/emu/gpu_test.h"
+#include "test/reference/reference_gpt2.h"
+
+namespace {
+
+using namespace llmc;
+
+constexpr bool kFp32 = std::is_same<floatX, float>::value;
+// fp32: every kernel rounds to ~1e-7 relative and the GEMMs sum at most a few hundred terms, so 1e-4 of a
+// tensor's largest gradient leaves two orders of headroom while any real bug is O(1). bf16 stores every
+// activation and gradient with 8 mantissa bits (0.4% per rounding) through ~20 roundings per layer.
+constexpr double kGradTolerance = kFp32 ? 1e-4 : 6e-2;
+constexpr double kLossTolerance = kFp32 ? 1e-5 : 1e-2;
+
+struct Batch {
+  std::vector<int> inputs, targets;
+};
+
+Batch random_batch(int B, int T, int V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> token(0, V - 1);
+  Batch batch;
+  for (int i = 0; i < B * T; i++) {
+    batch.inputs.push_back(token(rng));
+    batch.targets.push_back(token(rng));
+  }
+  return batch;
+}
+
+// Larger weights than the 0.02 init so that every path (attention pattern, GELU curvature) matters.
+std::vector<float> test_params(const ParamLayout& layout, uint64_t seed) {
+  std::vector<float> params = init_gpt2_params(layout, seed);
+  for (const TensorView& view : layout.tensors) {
+    const bool is_norm_weight = view.kind == TensorKind::ln1w || view.kind == TensorKind::ln2w || view.kind == TensorKind::lnfw;
+    for (size_t i = 0; i < view.numel; i++) {
+      float& p = params[view.offset + i];
+      p = is_norm_weight ? 1.0f + 5.0f * (p - 1.0f) : 5.0f * p;
+    }
+  }
+  if (!kFp32)  // the device model computes with bf16 parameters: give the reference the same values
+    for (float& p : params) p = __bfloat162float(__float2bfloat16(p));
+  return params;
+}
+
+void expect_grads_close(const ParamLayout& layout, const std::vector<float>& got, const std::vector<double>& want) {
+  for (const TensorView& view : layout.tensors) {
+    double max_ref = 0.0, max_err = 0.0;
+    for (size_t i = 0; i < view.numel; i++) {
+      max_ref = std::max(max_ref, std::fabs(want[view.offset + i]));
+      max_err = std::max(max_err, std::fabs(got[view.offset + i] - want[view.offset + i]));
+    }
+    EXPECT_LE(max_err, kGradTolerance * max_ref + 1e-9) << view.name << " (largest reference gradient " << max_ref << ")";
+  }
+  // Padding between tensors and at the end of buckets must stay exactly zero.
+  std::vector<bool> inside(layout.total_size, false);
+  for (const TensorView& view : layout.tensors) std::fill_n(inside.begin() + view.offset, view.numel, true);
+  for (size_t i = 0; i < layout.total_size; i++)
+    if (!inside[i]) {
+      ASSERT_EQ(got[i], 0.0f) << "padding element " << i;
+    }
+}
+
+class GPT2Model : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LLMC_REQUIRE_GPU();
+    CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  void TearDown() override {
+    if (stream) CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+  cudaStream_t stream = nullptr;
+};
+
+TEST_F(GPT2Model, LossAndEveryGradientMatchReference) {
+  const GPT2Config config = config_from_name("tiny");
+  const int B = 2, T = config.max_seq_len;
+  GPT2 model(config, 1, B, T, 1, stream);
+  const std::vector<float> params = test_params(model.layout(), 7);
+  model.upload_params(params);
+  const Batch batch = random_batch(B, T, config.vocab_size, 11);
+
+  ref::ReferenceGPT2 reference(model.layout());
+  reference.set_params(params);
+  const double ref_loss = reference.forward(batch.inputs.data(), batch.targets.data(), B, T);
+  reference.zero_grad();
+  reference.backward();
+
+  model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / (B * T));
+  model.backward(batch.inputs.data(), true);
+  EXPECT_NEAR(model.mean_loss(1), ref_loss, kLossTolerance * ref_loss);
+  expect_grads_close(model.layout(), model.download_grads(), reference.grads);
+}
+
+TEST_F(GPT2Model, GradientsAccumulateOverMicroStepsAndBucketsReportInOrder) {
+  const GPT2Config config = config_from_name("tiny");
+  const int B = 2, T = 8, micro_steps = 2;
+  GPT2 model(config, 1, B, T, micro_steps, stream);
+  const std::vector<float> params = test_params(model.layout(), 3);
+  model.upload_params(params);
+  ref::ReferenceGPT2 reference(model.layout());
+  reference.set_params(params);
+  reference.zero_grad();
+  double ref_loss_sum = 0.0;
+  std::vector<int> reported;
+  for (int micro = 0; micro < micro_steps; micro++) {
+    const Batch batch = random_batch(B, T, config.vocab_size, 100 + micro);
+    ref_loss_sum += reference.forward(batch.inputs.data(), batch.targets.data(), B, T);
+    reference.backward();
+    model.forward(batch.inputs.data(), batch.targets.data(), micro, true, 1.0f / (B * T * micro_steps));
+    model.backward(batch.inputs.data(), micro == 0, [&](int bucket) { reported.push_back(bucket); });
+  }
+  // The reference sums per-micro-step mean-loss gradients; the model scales each by 1/micro_steps.
+  for (double& g : reference.grads) g /= micro_steps;
+  EXPECT_NEAR(model.mean_loss(micro_steps), ref_loss_sum / micro_steps, kLossTolerance * ref_loss_sum);
+  expect_grads_close(model.layout(), model.download_grads(), reference.grads);
+  // Final LayerNorm first, then layers L-1..0, then the embeddings: once per micro-step.
+  const int L = config.num_layers;
+  std::vector<int> expected_order = {L + 1};
+  for (int l = L - 1; l >= 0; l--) expected_order.push_back(ParamLayout::layer_bucket(l));
+  expected_order.push_back(0);
+  ASSERT_EQ(reported.size(), expected_order.size() * micro_steps);
+  EXPECT_TRUE(std::equal(expected_order.begin(), expected_order.end(), reported.begin()));
+}
+
+TEST_F(GPT2Model, TwoRunsAreBitwiseIdentical) {
+  const GPT2Config config = config_from_name("tiny");
+  const int B = 2, T = 16;
+  const Batch batch = random_batch(B, T, config.vocab_size, 5);
+  std::vector<float> first_grads;
+  double first_loss = 0.0;
+  for (int run = 0; run < 2; run++) {
+    GPT2 model(config, 1, B, T, 1, stream);
+    model.upload_params(test_params(model.layout(), 9));
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / (B * T));
+    model.backward(batch.inputs.data(), true);
+    const std::vector<float> grads = model.download_grads();
+    if (run == 0) {
+      first_grads = grads;
+      first_loss = model.mean_loss(1);
+    } else {
+      EXPECT_EQ(model.mean_loss(1), first_loss);
+      EXPECT_TRUE(grads == first_grads) << "gradients differ between two identical runs";
+    }
+  }
+}
+
+TEST_F(GPT2Model, ValidationForwardLeavesLogitsAndGivesTheSameLoss) {
+  const GPT2Config config = config_from_name("tiny");
+  const int B = 2, T = 16;
+  GPT2 model(config, 1, B, T, 2, stream);
+  model.upload_params(test_params(model.layout(), 13));
+  const Batch batch = random_batch(B, T, config.vocab_size, 17);
+  model.forward(batch.inputs.data(), batch.targets.data(), 0, false, 0.0f);
+  const double val_loss = model.mean_loss(1);
+  model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / (B * T));
+  EXPECT_EQ(model.mean_loss(1), val_loss);
+}
+
+TEST_F(GPT2Model, RejectsSequencesLongerThanTheModel) {
+  const GPT2Config config = config_from_name("tiny");
+  EXPECT_THROW(GPT2(config, 1, 1, config.max_seq_len + 1, 1, stream), std::invalid_argument);
+}
+
+}  // namespace
