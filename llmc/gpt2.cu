@@ -10,18 +10,36 @@
 #include "llmc/kernels/attention.cuh"
 #include "llmc/kernels/classifier.cuh"
 #include "llmc/kernels/encoder.cuh"
+#if !defined(LLMC_FP32)
+#include "llmc/kernels/flash_attention.cuh"
+#endif
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul.cuh"
 
 namespace llmc {
 
+// The fused tensor-core attention (never stores the T x T scores) exists for bf16 and head size 64, which
+// covers every GPT-2 size; other shapes and the fp32 build use the GEMM + softmax attention.
+static bool use_flash_attention(const GPT2Config& config) {
+#if defined(LLMC_FP32)
+  (void)config;
+  return false;
+#else
+  return config.channels / config.num_heads == 64;
+#endif
+}
+
 // Everything the passes keep for one micro-batch (N = B*T rows), plus the reusable workspaces.
 struct GPT2::Activations {
   struct Layer {
-    floatX *ln1, *qkv, *qkvr, *att, *atty, *attproj, *residual2, *ln2, *fch_pre, *fch_gelu, *fcproj, *residual3;
+    floatX *ln1, *qkv, *atty,
+        *qkvr = nullptr, *att = nullptr,  // GEMM attention: per-head q,k,v and the softmax
+         *attproj, *residual2, *ln2, *fch_pre, *fch_gelu, *fcproj, *residual3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float* lse = nullptr;  // flash attention: log-sum-exp per (b, head, t)
   };
-  Activations(int B, int T, int max_positions) : encoder_workspace(max_positions) {}
+  explicit Activations(int max_positions) : encoder_workspace(max_positions) {}
+  bool flash = false;
 
   DeviceArena arena;
   std::vector<Layer> layers;
@@ -30,7 +48,9 @@ struct GPT2::Activations {
   int *inputs, *targets;
   // backward scratch: dresidual (N,C); dwide (N, 4C) holds dfch then dqkv; dnarrow (N,C) holds dln2,
   // datty, dln1, dlnf; attention's own scratch; fp32 scratch for the deterministic reductions.
-  floatX *dresidual, *dwide, *dnarrow, *attention_scratch, *dqkvr, *datt, *dvalues;
+  floatX *dresidual, *dwide, *dnarrow;
+  floatX *attention_scratch = nullptr, *dqkvr = nullptr, *datt = nullptr, *dvalues = nullptr;  // GEMM attention
+  float* flash_delta = nullptr;                                                                  // flash attention
   float* reduction_scratch;
   size_t reduction_scratch_floats = 0;
   MatmulContext matmul;
@@ -49,8 +69,9 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
   const int B = batch_size, T = seq_len, C = config.channels, NH = config.num_heads, L = config.num_layers;
   const int Vp = config.padded_vocab_size;
   const size_t N = size_t(B) * T;
-  acts_ = std::make_unique<Activations>(B, T, int(N));
+  acts_ = std::make_unique<Activations>(int(N));
   Activations& a = *acts_;
+  a.flash = use_flash_attention(config);
   DeviceArena& arena = a.arena;
   arena.request(&params_, layout_.total_size);
   arena.request(&grads_, layout_.total_size);
@@ -60,8 +81,12 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
     arena.request(&l.ln1_mean, N);
     arena.request(&l.ln1_rstd, N);
     arena.request(&l.qkv, N * 3 * C);
-    arena.request(&l.qkvr, N * 3 * C);
-    arena.request(&l.att, size_t(B) * NH * T * T);
+    if (a.flash) {
+      arena.request(&l.lse, size_t(B) * NH * T);
+    } else {
+      arena.request(&l.qkvr, N * 3 * C);
+      arena.request(&l.att, size_t(B) * NH * T * T);
+    }
     arena.request(&l.atty, N * C);
     arena.request(&l.attproj, N * C);
     arena.request(&l.residual2, N * C);
@@ -84,10 +109,14 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
   arena.request(&a.dresidual, N * C);
   arena.request(&a.dwide, N * 4 * C);
   arena.request(&a.dnarrow, N * C);
-  arena.request(&a.attention_scratch, N * C);
-  arena.request(&a.dqkvr, N * 3 * C);
-  arena.request(&a.datt, size_t(B) * NH * T * T);
-  arena.request(&a.dvalues, N * C);
+  if (a.flash) {
+    arena.request(&a.flash_delta, size_t(B) * NH * T);
+  } else {
+    arena.request(&a.attention_scratch, N * C);
+    arena.request(&a.dqkvr, N * 3 * C);
+    arena.request(&a.datt, size_t(B) * NH * T * T);
+    arena.request(&a.dvalues, N * C);
+  }
   a.reduction_scratch_floats = std::max({matmul_backward_scratch_floats(int(N), std::max(4 * C, Vp)),
                                          layernorm_backward_scratch_floats(int(N), C)});
   arena.request(&a.reduction_scratch, a.reduction_scratch_floats);
@@ -163,7 +192,12 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
     }
     matmul_forward(a.matmul, act.qkv, nullptr, act.ln1, param(TensorKind::qkvw, l), param(TensorKind::qkvb, l), N, C,
                    3 * C, stream_);
-    attention_forward(a.matmul, act.atty, act.qkvr, act.att, a.attention_scratch, act.qkv, B, T, C, NH, stream_);
+#if !defined(LLMC_FP32)
+    if (a.flash)
+      flash_attention_forward(act.atty, act.lse, act.qkv, B, T, C, NH, stream_);
+    else
+#endif
+      attention_forward(a.matmul, act.atty, act.qkvr, act.att, a.attention_scratch, act.qkv, B, T, C, NH, stream_);
     matmul_forward(a.matmul, act.attproj, nullptr, act.atty, param(TensorKind::attprojw, l),
                    param(TensorKind::attprojb, l), N, C, C, stream_);
     const floatX* residual_in = l == 0 ? a.encoded : a.layers[l - 1].residual3;
@@ -228,7 +262,12 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
     matmul_backward(a.matmul, datty, grad(TensorKind::attprojw, l), grad(TensorKind::attprojb, l), a.dresidual,
                     act.atty, param(TensorKind::attprojw, l), nullptr, N, C, C, true, scratch, scratch_floats, stream_);
     floatX* dqkv = a.dwide;
-    attention_backward(a.matmul, dqkv, a.dqkvr, a.datt, a.dvalues, datty, act.qkvr, act.att, B, T, C, NH, stream_);
+#if !defined(LLMC_FP32)
+    if (a.flash)
+      flash_attention_backward(dqkv, a.flash_delta, datty, act.atty, act.qkv, act.lse, B, T, C, NH, stream_);
+    else
+#endif
+      attention_backward(a.matmul, dqkv, a.dqkvr, a.datt, a.dvalues, datty, act.qkvr, act.att, B, T, C, NH, stream_);
     floatX* dln1 = a.dnarrow;
     matmul_backward(a.matmul, dln1, grad(TensorKind::qkvw, l), grad(TensorKind::qkvb, l), dqkv, act.ln1,
                     param(TensorKind::qkvw, l), nullptr, N, C, 3 * C, true, scratch, scratch_floats, stream_);

@@ -106,6 +106,31 @@ TEST_F(GPT2Model, LossAndEveryGradientMatchReference) {
   expect_grads_close(model.layout(), model.download_grads(), reference.grads);
 }
 
+// Head size 64, the shape of every GPT-2: the bf16 build takes the fused flash-attention path here.
+TEST_F(GPT2Model, HeadSize64LossAndGradientsMatchReference) {
+  GPT2Config config;
+  config.max_seq_len = 80;  // more than one 64-row tile, and not a multiple of it
+  config.vocab_size = 100;
+  config.padded_vocab_size = 128;
+  config.num_layers = 1;
+  config.num_heads = 2;
+  config.channels = 128;
+  const int B = 1, T = config.max_seq_len;
+  GPT2 model(config, 1, B, T, 1, stream);
+  const std::vector<float> params = test_params(model.layout(), 21);
+  model.upload_params(params);
+  const Batch batch = random_batch(B, T, config.vocab_size, 23);
+  ref::ReferenceGPT2 reference(model.layout());
+  reference.set_params(params);
+  const double ref_loss = reference.forward(batch.inputs.data(), batch.targets.data(), B, T);
+  reference.zero_grad();
+  reference.backward();
+  model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / (B * T));
+  model.backward(batch.inputs.data(), true);
+  EXPECT_NEAR(model.mean_loss(1), ref_loss, kLossTolerance * ref_loss);
+  expect_grads_close(model.layout(), model.download_grads(), reference.grads);
+}
+
 TEST_F(GPT2Model, GradientsAccumulateOverMicroStepsAndBucketsReportInOrder) {
   const GPT2Config config = config_from_name("tiny");
   const int B = 2, T = 8, micro_steps = 2;
