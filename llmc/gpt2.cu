@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "llmc/cuda_common.h"
 #include "llmc/device_arena.h"
@@ -46,6 +47,10 @@ struct GPT2::Activations {
   floatX *encoded, *lnf, *logits;
   float *lnf_mean, *lnf_rstd, *losses;
   int *inputs, *targets;
+  // Pinned staging for the host token arrays, so their upload is truly asynchronous; the next forward
+  // refills it only after the previous upload has read it (staging_free).
+  int* staging = nullptr;  // 2*N: inputs then targets
+  cudaEvent_t staging_free = nullptr;
   // backward scratch: dresidual (N,C); dwide (N, 4C) holds dfch then dqkv; dnarrow (N,C) holds dln2,
   // datty, dln1, dlnf; attention's own scratch; fp32 scratch for the deterministic reductions.
   floatX *dresidual, *dwide, *dnarrow;
@@ -123,12 +128,23 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
   arena.allocate("the model (parameters, gradients, activations for B=" + std::to_string(B) +
                  " T=" + std::to_string(T) + ")");
   activation_bytes_ = arena.bytes() - 2 * layout_.total_size * sizeof(floatX);
+  CUDA_CHECK(cudaMallocHost(&a.staging, 2 * N * sizeof(int)));
+  CUDA_CHECK(cudaEventCreateWithFlags(&a.staging_free, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-GPT2::~GPT2() = default;
+GPT2::~GPT2() {
+  // Destructors must not throw: report and carry on releasing.
+  auto report = [](cudaError_t status, const char* call) {
+    if (status != cudaSuccess) std::fprintf(stderr, "%s in ~GPT2: %s\n", call, cudaGetErrorString(status));
+  };
+  report(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  report(cudaEventDestroy(acts_->staging_free), "cudaEventDestroy");
+  report(cudaFreeHost(acts_->staging), "cudaFreeHost");
+}
 
 void GPT2::upload_params(const std::vector<float>& host_params) {
   if (host_params.size() != layout_.total_size)
@@ -170,9 +186,14 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
   auto use_bucket = [&](int bucket) {
     if (before_bucket_use) before_bucket_use(bucket);
   };
-  CUDA_CHECK(cudaMemcpyAsync(a.inputs, inputs_host, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
-  if (targets_host != nullptr)
-    CUDA_CHECK(cudaMemcpyAsync(a.targets, targets_host, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventSynchronize(a.staging_free));
+  std::copy_n(inputs_host, N, a.staging);
+  CUDA_CHECK(cudaMemcpyAsync(a.inputs, a.staging, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  if (targets_host != nullptr) {
+    std::copy_n(targets_host, N, a.staging + N);
+    CUDA_CHECK(cudaMemcpyAsync(a.targets, a.staging + N, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  }
+  CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
 
   use_bucket(0);
   encoder_forward(a.encoded, a.inputs, param(TensorKind::wte), param(TensorKind::wpe), B, T, C, stream_);
