@@ -1,0 +1,386 @@
+"""Data-parallel training with ZeRO-1 AdamW, tested end to end: train_gpt2 (fp32 emulated build) under
+mpirun with 1, 2 and 4 emulated ranks on the same global batch, the three overlap modes, clipping,
+gradient accumulation, the per-rank Chrome traces, a mutant build missing one cross-stream wait, a
+failing rank, and resume from a multi-rank checkpoint.
+
+Binaries come from the environment (set by cmake/multirank.cmake): LLMC_MPIEXEC, LLMC_TRAIN_FP32_EMU,
+LLMC_TRAIN_FP32_EMU_DROP_WAIT. Run: ctest --test-dir build -L multirank
+"""
+import glob
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import multirank_runs as mr  # noqa: E402
+
+MPIEXEC = os.environ.get("LLMC_MPIEXEC", "mpiexec")
+TRAINER = os.environ.get("LLMC_TRAIN_FP32_EMU", "")
+MUTANT = os.environ.get("LLMC_TRAIN_FP32_EMU_DROP_WAIT", "")
+
+# The `tiny` preset (L=2, C=32, T=16, V=100); 4 windows of T tokens per optimizer step in total:
+# 1 rank B=4, 2 ranks B=2, 4 ranks B=1 read exactly the same windows (rank r takes windows r*B..).
+STEPS, LR, GLOBAL_WINDOWS = 4, 3e-3, 4
+
+
+def common_args(steps=STEPS):
+    return ["--model", "tiny", "-t", "16", "--steps", str(steps), "--lr", str(LR), "--lr-schedule", "constant",
+            "--weight-decay", "0.1", "--seed", "1337"]
+
+
+COMMON = common_args()
+
+# Tolerances, from the arithmetic.
+# Parameters: N ranks sum each gradient over the same 64 token positions as 1 rank, but in another
+# order (per-rank partial sums, then the reduce-scatter's sum), so a gradient element differs by a
+# few fp32 roundings, relative error ~ 64 * 2^-24 ~ 4e-6 at worst. AdamW divides m by sqrt(v), so a
+# relative error d in the gradients moves each update (size <= ~LR) by ~d*LR; only gradients that
+# cancel to near zero can flip sign, and their updates are small because eps keeps the ratio below 1.
+# Over STEPS steps (plus the drift it feeds back through the forward) we allow 1% of one step's
+# update, LR/100, per step: 30x the differences seen (~4e-6 after 4 steps), yet 100x smaller than the
+# effect of dropping or misplacing one update (~LR), which the test checks is what a bug looks like.
+PARAM_TOL = 0.01 * LR * STEPS
+# Losses and norms are printed with 4 decimals; values within ~1e-6 can still print one unit apart.
+PRINTED_TOL = 1.01e-4
+
+
+class MultiRankCase(unittest.TestCase):
+    """Shards in a temporary directory; runs of the trainer into subdirectories of it."""
+
+    @classmethod
+    def setUpClass(cls):
+        for path in (TRAINER, MUTANT):
+            if not path or not os.path.exists(path):
+                raise RuntimeError(f"trainer binary not found: '{path}' (run through ctest, which sets "
+                                   "LLMC_TRAIN_FP32_EMU and LLMC_TRAIN_FP32_EMU_DROP_WAIT)")
+        cls.directory = tempfile.mkdtemp(prefix="llmc_multirank_")
+        rng = np.random.default_rng(2024)
+        data = os.path.join(cls.directory, "data")
+        os.makedirs(data)
+        # Tokens with some structure (a noisy counter), so that gradients are not pure noise.
+        tokens = (np.arange(8192) * 7 + rng.integers(0, 5, 8192)) % 100
+        mr.write_shard(os.path.join(data, "train_000001.bin"), tokens)
+        mr.write_shard(os.path.join(data, "val_000000.bin"), tokens[:2048][::-1])
+        cls.train_data = os.path.join(data, "train_*.bin")
+        cls.val_data = os.path.join(data, "val_*.bin")
+        cls.runs = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.directory, ignore_errors=True)
+
+    @classmethod
+    def train(cls, name, ranks, args, binary=None, extra_env=None, timeout=120):
+        output_dir = os.path.join(cls.directory, name)
+        args = ["--train-data", cls.train_data] + list(args)
+        run = mr.run_trainer(MPIEXEC, ranks, binary or TRAINER, args, output_dir, timeout=timeout,
+                             extra_env=extra_env)
+        cls.runs[name] = run
+        return run
+
+    def assert_ok(self, run):
+        self.assertEqual(run.returncode, 0, run.describe())
+        self.assertEqual(sorted(run.steps), list(range(1, STEPS + 1)), run.describe())
+
+    def assert_close_runs(self, run, reference, what):
+        """Losses, norms and final parameters agree within the fp32 reduction-order tolerance."""
+        self.assert_ok(run)
+        for step in range(1, STEPS + 1):
+            (loss, norm, line), (ref_loss, ref_norm, ref_line) = run.steps[step], reference.steps[step]
+            self.assertLessEqual(abs(float(loss) - float(ref_loss)), PRINTED_TOL, f"{what}: {line} vs {ref_line}")
+            self.assertLessEqual(abs(float(norm) - float(ref_norm)), PRINTED_TOL, f"{what}: {line} vs {ref_line}")
+        params, ref_params = run.final_params(STEPS), reference.final_params(STEPS)
+        self.assertEqual(params.shape, ref_params.shape)
+        worst = float(np.max(np.abs(params - ref_params)))
+        self.assertLessEqual(worst, PARAM_TOL, f"{what}: final parameters differ by up to {worst:.3g}")
+
+    def assert_identical_runs(self, run, reference, what):
+        """Bitwise the same: log lines' loss and norm, the model file, every rank's optimizer shard."""
+        self.assert_ok(run)
+        for step in range(1, STEPS + 1):
+            self.assertEqual(run.steps[step][:2], reference.steps[step][:2], f"{what}, step {step}")
+        with open(run.checkpoint(STEPS) + "_model.bin", "rb") as a, \
+                open(reference.checkpoint(STEPS) + "_model.bin", "rb") as b:
+            self.assertTrue(a.read() == b.read(), f"{what}: model files differ")
+        states = sorted(glob.glob(run.checkpoint(STEPS) + "_state_rank*.bin"))
+        self.assertGreater(len(states), 0)
+        for path in states:
+            other = path.replace(run.output_dir, reference.output_dir)
+            for array, ref_array in zip(mr.read_state(path)[1:], mr.read_state(other)[1:]):
+                self.assertTrue(np.array_equal(array, ref_array), f"{what}: {os.path.basename(path)} differs")
+
+
+class Equivalence(MultiRankCase):
+    """N ranks = 1 rank on the same global batch; the overlap modes agree bitwise."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        no_clip = COMMON + ["--grad-clip", "0"]
+        clip = COMMON + ["--grad-clip", "1.0"]  # the tiny model's gradient norm is above 1: clipping acts
+        cls.train("np1", 1, no_clip + ["-b", "4", "--dump", os.path.join(cls.directory, "dump")])
+        for ranks in (2, 4):
+            batch = str(GLOBAL_WINDOWS // ranks)
+            for mode in ("none", "rs", "full"):
+                cls.train(f"np{ranks}_{mode}", ranks, no_clip + ["-b", batch, "--overlap", mode])
+        cls.train("np1_clip", 1, clip + ["-b", "4"])
+        cls.train("np2_clip_none", 2, clip + ["-b", "2", "--overlap", "none"])
+        cls.train("np2_clip_full", 2, clip + ["-b", "2", "--overlap", "full"])
+        cls.train("np4_clip_rs", 4, clip + ["-b", "1", "--overlap", "rs"])
+        # Gradient accumulation: 2 micro-steps per optimizer step, same 4 windows per step.
+        accum = no_clip + ["--total-batch-tokens", str(GLOBAL_WINDOWS * 16)]
+        cls.train("np1_accum", 1, accum + ["-b", "2"])
+        cls.train("np2_accum", 2, accum + ["-b", "1", "--overlap", "full"])
+
+    def test_parameters_move_far_more_than_the_tolerance(self):
+        # Otherwise agreement within PARAM_TOL would say nothing.
+        initial = mr.read_model_params(os.path.join(self.directory, "dump", "model.bin"))
+        final = self.runs["np1"].final_params(STEPS)
+        self.assertGreater(float(np.max(np.abs(final - initial))), 10 * PARAM_TOL)
+        self.assertGreater(float(np.median(np.abs(final - initial))), PARAM_TOL)
+
+    def test_n_ranks_match_one_rank_in_every_mode(self):
+        for ranks in (2, 4):
+            for mode in ("none", "rs", "full"):
+                with self.subTest(ranks=ranks, mode=mode):
+                    self.assert_close_runs(self.runs[f"np{ranks}_{mode}"], self.runs["np1"], f"{ranks} ranks {mode}")
+
+    def test_modes_agree_bitwise(self):
+        for ranks in (2, 4):
+            for mode in ("none", "rs"):
+                with self.subTest(ranks=ranks, mode=mode):
+                    self.assert_identical_runs(self.runs[f"np{ranks}_{mode}"], self.runs[f"np{ranks}_full"],
+                                               f"{ranks} ranks: {mode} vs full")
+
+    def test_clipping(self):
+        reference = self.runs["np1_clip"]
+        self.assert_ok(reference)
+        self.assertTrue(any(float(norm) > 1.0 for _, norm, _ in reference.steps.values()),
+                        "the gradient norm never exceeds the clip threshold: clipping is not exercised")
+        clipped_vs_not = float(np.max(np.abs(reference.final_params(STEPS) - self.runs["np1"].final_params(STEPS))))
+        self.assertGreater(clipped_vs_not, 10 * PARAM_TOL, "clipping did not change the parameters")
+        for name in ("np2_clip_none", "np2_clip_full", "np4_clip_rs"):
+            with self.subTest(run=name):
+                self.assert_close_runs(self.runs[name], reference, name)
+        self.assert_identical_runs(self.runs["np2_clip_none"], self.runs["np2_clip_full"], "clipping: none vs full")
+
+    def test_gradient_accumulation(self):
+        for name in ("np1_accum", "np2_accum"):
+            with self.subTest(run=name):
+                self.assertIn("grad_accum=2", self.runs[name].stdout)
+                self.assert_close_runs(self.runs[name], self.runs["np1"], name)
+
+    def test_optimizer_state_is_sharded_and_reported(self):
+        # The header reports this rank's master + m + v bytes; each rank's state file holds the same.
+        for name, ranks in (("np1", 1), ("np2_full", 2), ("np4_full", 4)):
+            run = self.runs[name]
+            self.assert_ok(run)
+            reported = [int(line.split("optimizer_state/rank:")[1].split("B")[0])
+                        for line in run.stdout.splitlines() if "optimizer_state/rank:" in line]
+            self.assertEqual(len(reported), 1, run.stdout[:2000])
+            states = sorted(glob.glob(run.checkpoint(STEPS) + "_state_rank*.bin"))
+            self.assertEqual(len(states), ranks)
+            for path in states:
+                self.assertEqual(os.path.getsize(path) - mr.STATE_HEADER_BYTES, reported[0], path)
+            run.state_bytes = reported[0]
+        total = self.runs["np1"].state_bytes
+        num_params = self.runs["np1"].final_params(STEPS).size
+        # fp32 master, m, v of every parameter (1 rank: padding only up to 32-element alignment).
+        self.assertGreaterEqual(total, 3 * 4 * num_params)
+        self.assertLess(total, 3 * 4 * (num_params + 32 * (2 + 2 + 16 * 2)))
+        for name, ranks in (("np2_full", 2), ("np4_full", 4)):
+            # 1/N of it, up to the padding: llmc/param_layout.h rounds each of the L + 2 buckets up to a
+            # multiple of N * 32 elements so that the N shards are equal and aligned.
+            padding_bytes = 3 * 4 * (2 + 2) * ranks * 32
+            self.assertGreaterEqual(self.runs[name].state_bytes * ranks, total, name)
+            self.assertLess(self.runs[name].state_bytes * ranks, total + padding_bytes, name)
+
+
+def slices_by_step(trace):
+    steps = {}
+    for event in trace:
+        steps.setdefault(event["args"]["step"], []).append(event)
+    return steps
+
+
+def end(event):
+    return event["ts"] + event["dur"]
+
+
+class TraceOrder(MultiRankCase):
+    """What the Chrome traces show about the overlap (2 ranks, a 12-layer model so that the backward
+    after the last layer lasts much longer than one bucket's reduce-scatter and update)."""
+    LAYERS = 12
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        model = os.path.join(cls.directory, "l12.bin")
+        mr.write_model(model, cls.LAYERS, 4, 32, 32, 100, seed=7)
+        args = ["--model", model, "-t", "32", "-b", "2", "--steps", str(STEPS), "--lr", str(LR), "--grad-clip", "0"]
+        for mode in ("none", "rs", "full"):
+            cls.train(f"trace_{mode}", 2, args + ["--overlap", mode, "--trace", os.path.join(cls.directory, f"trace_{mode}")])
+
+    def traces(self, mode):
+        self.assert_ok(self.runs[f"trace_{mode}"])
+        files = mr.trace_files(os.path.join(self.directory, f"trace_{mode}"))
+        self.assertEqual([os.path.basename(f) for f in files], ["trace_rank0.json", "trace_rank1.json"])
+        return [slices_by_step(mr.load_trace(path)) for path in files]
+
+    def backward(self, slices, label):
+        found = [s for s in slices if s["tid"] == 1 and s["name"] == "backward " + label]
+        self.assertEqual(len(found), 1, label)
+        return found[0]
+
+    def test_full_mode_streams_under_the_backward(self):
+        # Every step: the first reduce-scatter starts (on this rank's comm stream, right after the
+        # first bucket is final) before layer 0's backward ends -- a local ordering, ~100 ms of margin.
+        # The last layer's update also needs the other rank to reach its reduce-scatter; emulated ranks
+        # share two busy cores, so a descheduled rank can delay it in any one step. It must finish
+        # before the backward ends in at least one step per rank: impossible unless updates stream
+        # (rs mode, below, never does it), and robust to a starved step.
+        last_layer_bucket = self.LAYERS  # bucket of layer L-1 (bucket 0 = embeddings)
+        for rank, steps in enumerate(self.traces("full")):
+            self.assertEqual(sorted(steps), list(range(STEPS)))
+            streamed_steps = []
+            for step, slices in steps.items():
+                with self.subTest(rank=rank, step=step):
+                    backward_end = end(self.backward(slices, "embeddings"))
+                    layer0_end = end(self.backward(slices, "layer 0"))
+                    reduce_scatters = [s for s in slices if s["name"] == "reduce_scatter"]
+                    self.assertEqual(len(reduce_scatters), self.LAYERS + 2)
+                    self.assertTrue(all(s["tid"] == 2 and s["args"]["bytes"] > 0 for s in reduce_scatters))
+                    first_rs = min(reduce_scatters, key=lambda s: s["ts"])
+                    self.assertLess(first_rs["ts"], layer0_end, "first reduce-scatter starts after layer 0's backward")
+                    update = [s for s in slices if s["name"] == "adamw_shard" and s["args"]["bucket"] == last_layer_bucket]
+                    self.assertEqual(len(update), 1)
+                    if end(update[0]) < backward_end:
+                        streamed_steps.append(step)
+            self.assertGreater(len(streamed_steps), 0,
+                               f"rank {rank}: the last layer's update never finished before the backward ended")
+
+    def test_rs_mode_updates_after_the_backward(self):
+        # The negative control of the test above: same trace, updates held back.
+        for steps in self.traces("rs"):
+            for slices in steps.values():
+                backward_end = end(self.backward(slices, "embeddings"))
+                first_rs = min((s for s in slices if s["name"] == "reduce_scatter"), key=lambda s: s["ts"])
+                self.assertLess(first_rs["ts"], end(self.backward(slices, "layer 0")))
+                for update in (s for s in slices if s["name"] == "adamw_shard"):
+                    self.assertGreaterEqual(update["ts"], backward_end)
+
+    def test_none_mode_communicates_only_after_the_backward(self):
+        for steps in self.traces("none"):
+            for slices in steps.values():
+                backward_end = end(self.backward(slices, "embeddings"))
+                collectives = [s for s in slices if s["name"] in ("reduce_scatter", "all_gather")]
+                self.assertEqual(len(collectives), 2 * (self.LAYERS + 2))
+                for collective in collectives:
+                    self.assertGreaterEqual(collective["ts"], backward_end, collective)
+
+    def test_log_reports_comm_figures_per_step(self):
+        for mode in ("none", "full"):
+            lines = [line for _, _, line in self.runs[f"trace_{mode}"].steps.values()]
+            self.assertEqual(len(lines), STEPS)
+            for line in lines:
+                match = mr.OVERLAP_FIELDS.search(line)
+                self.assertIsNotNone(match, line)
+                comm, exposed, overlapped = map(float, match.groups())
+                self.assertGreater(comm, 0.0, line)
+                self.assertLessEqual(exposed, comm + 0.01, line)
+                if mode == "none":  # nothing overlaps the collectives there, but the next step's
+                    self.assertLess(overlapped, 100.0, line)  # forward may cover late all-gathers
+
+
+class MissingWait(MultiRankCase):
+    """A mutant build whose forward does not wait for the all-gather of a bucket must give different
+    results; the emulated NCCL delays each collective (LLMC_EMU_NCCL_DELAY_MS) so the race is certain."""
+
+    def test_dropped_param_wait_is_caught(self):
+        args = common_args(steps=2) + ["--grad-clip", "0", "-b", "2", "--overlap", "full"]
+        delay = {"LLMC_EMU_NCCL_DELAY_MS": "150"}
+        plain = self.train("plain", 2, args)
+        delayed = self.train("delayed", 2, args, extra_env=delay)
+        mutant = self.train("mutant", 2, args, binary=MUTANT, extra_env=delay)
+        for run in (plain, delayed, mutant):
+            self.assertEqual(run.returncode, 0, run.describe())
+        reference = plain.final_params(2)
+        # The correct build is immune to the delay: bitwise the same parameters.
+        self.assertTrue(np.array_equal(delayed.final_params(2), reference), "the delay changed a correct run")
+        # The mutant reads parameters before their all-gather lands: it must not match.
+        difference = float(np.max(np.abs(mutant.final_params(2) - reference)))
+        print(f"mutant vs correct: max parameter difference {difference:.3g}", file=sys.stderr)
+        self.assertGreater(difference, PARAM_TOL,
+                           f"the build without the param_ready wait matched the correct one (max diff {difference:.3g})")
+
+
+class RankFailure(MultiRankCase):
+    """Rank 1 cannot read its shard: every rank stops non-zero within seconds, with the cause."""
+
+    def test_unreadable_shard_on_rank_1_stops_every_rank(self):
+        missing = os.path.join(self.directory, "data", "missing_000001.bin")
+        good = ["--train-data", self.train_data] + COMMON + ["-b", "2"]
+        bad = ["--train-data", missing] + COMMON + ["-b", "2"]
+        output_dir = os.path.join(self.directory, "failing")
+        common = ["--oversubscribe", "--bind-to", "none"]
+        command = ([MPIEXEC, "-np", "1"] + common + [TRAINER] + good + ["-o", output_dir] +
+                   [":", "-np", "1"] + common + [TRAINER] + bad + ["-o", output_dir])
+        start = time.monotonic()
+        run = mr.run_trainer(MPIEXEC, 2, TRAINER, [], output_dir, timeout=60, command=command)
+        elapsed = time.monotonic() - start
+        self.assertNotEqual(run.returncode, 0, run.describe())
+        self.assertLess(elapsed, 30.0, run.describe())
+        output = run.stdout + run.stderr
+        self.assertIn("rank 1:", output, run.describe())
+        self.assertIn("missing_000001.bin", output, run.describe())
+        self.assertNotIn("step:1/", run.stdout, "rank 0 trained although rank 1 failed")
+
+
+class Resume(MultiRankCase):
+    """Checkpoints hold the model once and each rank's optimizer shard; a 2-rank resume continues
+    bitwise; another world size stops with a clear error."""
+
+    def test_resume_with_two_ranks_is_bitwise(self):
+        args = COMMON + ["--grad-clip", "1.0", "-b", "2", "--overlap", "full"]
+        whole = self.train("whole", 2, args + ["--checkpoint-every", "2"])
+        self.assert_ok(whole)
+        middle = whole.checkpoint(2)
+        self.assertEqual(sorted(os.path.basename(p) for p in glob.glob(middle + "_*")),
+                         ["ckpt_000002_model.bin", "ckpt_000002_state_rank0.bin", "ckpt_000002_state_rank1.bin"])
+        # The model once: the whole parameter vector in one llm.c file, not one per rank.
+        num_params = mr.read_model_params(middle + "_model.bin").size
+        self.assertEqual(os.path.getsize(middle + "_model.bin"), 1024 + 4 * num_params)
+        resumed = self.train("resumed", 2, args + ["--resume", middle])
+        self.assertEqual(resumed.returncode, 0, resumed.describe())
+        self.assertIn("resumed from", resumed.stdout)
+        self.assertEqual(sorted(resumed.steps), [3, 4], resumed.describe())
+        for step in (3, 4):
+            self.assertEqual(resumed.steps[step][:2], whole.steps[step][:2], f"step {step}")
+        with open(whole.checkpoint(4) + "_model.bin", "rb") as a, open(resumed.checkpoint(4) + "_model.bin", "rb") as b:
+            self.assertTrue(a.read() == b.read(), "final model files differ")
+        for rank in (0, 1):
+            ours = mr.read_state(resumed.checkpoint(4) + f"_state_rank{rank}.bin")
+            theirs = mr.read_state(whole.checkpoint(4) + f"_state_rank{rank}.bin")
+            for array, other in zip(ours[1:], theirs[1:]):
+                self.assertTrue(np.array_equal(array, other), f"rank {rank} optimizer state differs")
+
+        for ranks in (1, 4):
+            with self.subTest(ranks=ranks):
+                other = self.train(f"resumed_np{ranks}", ranks,
+                                   COMMON + ["-b", str(GLOBAL_WINDOWS // ranks), "--resume", middle], timeout=60)
+                self.assertNotEqual(other.returncode, 0, other.describe())
+                output = other.stdout + other.stderr
+                self.assertNotIn("step:3/", other.stdout)
+                # Each rank names its state file and the mismatch (whichever rank stops first).
+                self.assertRegex(output, r"ckpt_000002_state_rank\d\.bin.*written by (2|more|fewer) ranks",
+                                 other.describe())
+                self.assertIn("resharding is not supported", output, other.describe())
+
+
+if __name__ == "__main__":
+    unittest.main()
