@@ -30,3 +30,56 @@ add_executable(train_gpt2_fp32_emu ${train_gpt2_fp32_emu_sources})
 target_link_libraries(train_gpt2_fp32_emu PRIVATE llmc_emu llmc_comm_emu llmc_trace_emu ${LLMC_TRAINER_LIBS})
 target_compile_definitions(train_gpt2_fp32_emu PRIVATE LLMC_FP32 LLMC_GIT_COMMIT="${LLMC_GIT_COMMIT}")
 
+# ---- tests of training (label "trainer") ----------------------------------------------------------
+set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+
+# Ten AdamW steps of the device model + ZeRO optimizer (one rank, MPI singleton) against the reference.
+foreach(precision IN ITEMS bf16 fp32)
+  llmc_add_cu_test(NAME train_steps_${precision} LABELS trainer TIMEOUT 300
+    SOURCES test/model/test_train_steps.cu llmc/gpt2.cu llmc/zero.cu llmc/device_arena.cu
+    LIBS llmc_reference llmc_model
+    EMU_LIBS llmc_comm_emu llmc_trace_emu CUDA_LIBS llmc_comm llmc_trace)
+  if(precision STREQUAL "fp32")
+    target_compile_definitions(train_steps_fp32_emu PRIVATE LLMC_FP32)
+    if(LLMC_HAVE_CUDA)
+      target_compile_definitions(train_steps_fp32_cuda PRIVATE LLMC_FP32)
+    endif()
+  endif()
+endforeach()
+
+# The program as a user runs it (tiny shards, ~20 s): determinism, resume, NaN stop, errors, log, --help.
+add_test(NAME train_program_emu
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/train/test_train_program.py
+                 --trainer $<TARGET_FILE:train_gpt2_emu> --mpiexec ${MPIEXEC_EXECUTABLE})
+set_tests_properties(train_program_emu PROPERTIES LABELS "trainer;train" TIMEOUT 180
+                     ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
+if(LLMC_HAVE_CUDA)
+  # The same tests of the GPU build; "skipped: no GPU" (exit 77) on a machine without one.
+  add_test(NAME train_program_cuda
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/train/test_train_program.py
+                   --trainer $<TARGET_FILE:train_gpt2> --mpiexec ${MPIEXEC_EXECUTABLE} --require-gpu)
+  set_tests_properties(train_program_cuda PROPERTIES LABELS "trainer;train;cuda" TIMEOUT 180 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
+endif()
+
+# The independent oracle: JAX's GPT-2 and autodiff against the loss and gradients train_gpt2 dumps
+# (fp32 emulated build: tight; bf16 emulated build: bf16 tolerances). Exit 77 = skipped without JAX.
+foreach(variant IN ITEMS fp32 bf16)
+  if(variant STREQUAL "fp32")
+    set(reference_trainer $<TARGET_FILE:train_gpt2_fp32_emu>)
+  else()
+    set(reference_trainer $<TARGET_FILE:train_gpt2_emu>)
+  endif()
+  add_test(NAME reference_check_${variant}_emu
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/reference_check.py --run ${reference_trainer})
+  set_tests_properties(reference_check_${variant}_emu PROPERTIES LABELS trainer TIMEOUT 180 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
+endforeach()
+if(LLMC_HAVE_CUDA)
+  # The GPU build (bf16) against the same oracle; "skipped: no GPU" (exit 77) without one.
+  add_test(NAME reference_check_bf16_cuda
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/reference_check.py
+                   --run $<TARGET_FILE:train_gpt2> --require-gpu)
+  set_tests_properties(reference_check_bf16_cuda PROPERTIES LABELS "trainer;cuda" TIMEOUT 180 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
+endif()

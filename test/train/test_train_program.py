@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Tests of the train_gpt2 program as a user runs it: the loss falls, two runs are bitwise identical,
+a resumed run continues bit for bit, a NaN stops the run keeping the last good checkpoint, bad input
+gives a clear error and a non-zero exit, the log reads as modded-nanogpt's, and --help matches README.
+
+Usage: test_train_program.py --trainer PATH [--mpiexec PATH] [--require-gpu] [unittest args]
+(CTest passes the emulated build; with --require-gpu it exits 77, "skipped: no GPU", without one).
+Tiny token shards are written with numpy into a temp dir; every run is the "tiny" preset (30k params).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SETTINGS = {"trainer": None, "mpiexec": None, "gpus": None}  # gpus: None for the emulated build
+
+SHARD_MAGIC, SHARD_VERSION = 20240520, 1
+STATE_TIME_WORD = 14  # llmc/train_state.cpp: the state file's int64 header word 14 = train time (us)
+B, T, VOCAB = 4, 16, 100  # the "tiny" preset has T=16, V=100
+
+# The line forms that modded-nanogpt prints and its log readers match (integer train_time in ms,
+# step_avg with two decimals); ours may add fields after them.
+TRAIN_LINE = re.compile(r"^step:(\d+)/(\d+) train_loss:(\d+\.\d+) train_time:(\d+)ms step_avg:(\d+\.\d+)ms")
+VAL_LINE = re.compile(r"^step:(\d+)/(\d+) val_loss:(\d+\.\d+) train_time:(\d+)ms step_avg:(\d+\.\d+)ms")
+MPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = [SHARD_MAGIC, SHARD_VERSION, len(tokens)]
+    with open(path, "wb") as out:
+        out.write(header.tobytes())
+        out.write(np.asarray(tokens, dtype=np.uint16).tobytes())
+
+
+def run(args, timeout=120, mpi_ranks=0):
+    command = [SETTINGS["trainer"]] + [str(a) for a in args]
+    if mpi_ranks:
+        command = [SETTINGS["mpiexec"], "-np", str(mpi_ranks), "--oversubscribe", "--bind-to", "none"] + command
+    env = dict(os.environ, **MPI_ROOT_ENV)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def losses(log_text, pattern=TRAIN_LINE):
+    """{step: loss string} of the train (or val) lines: strings, so equality is bitwise as printed."""
+    return {int(m.group(1)): m.group(3) for m in map(pattern.match, log_text.splitlines()) if m}
+
+
+def read(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def state_without_time(path):
+    """A rank's state file with the train-time word zeroed: the only field that depends on the clock."""
+    data = bytearray(read(path))
+    start = STATE_TIME_WORD * 8
+    data[start:start + 8] = bytes(8)
+    return bytes(data)
+
+
+class TrainProgram(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="test_train_program_")
+        rng = np.random.default_rng(0)
+        # A period-37 token sequence: learnable (each token predicts the next) but not trivially so.
+        pattern = rng.integers(0, VOCAB, size=37)
+        stream = np.tile(pattern, 20)
+        # Two train shards of three batches each: ten steps cross an epoch (and, with --shuffle, reorder).
+        per_shard = 3 * B * T + 1
+        write_shard(f"{cls.tmp}/toy_train_000001.bin", stream[:per_shard])
+        write_shard(f"{cls.tmp}/toy_train_000002.bin", stream[per_shard:2 * per_shard])
+        write_shard(f"{cls.tmp}/toy_val_000000.bin", stream[100:100 + 4 * B * T + 1])
+        cls.data_args = ["--train-data", f"{cls.tmp}/toy_train_*.bin", "--val-data", f"{cls.tmp}/toy_val_*.bin",
+                         "-b", B, "-t", T]
+        cls.tiny_args = cls.data_args + ["--model", "tiny"]
+        cls.run_args = cls.tiny_args + ["--steps", 10, "--lr", "1e-2", "--warmup-steps", 2, "--weight-decay", "0.1",
+                                        "--shuffle", "--val-tokens", 2 * B * T, "--val-every", 5,
+                                        "--checkpoint-every", 5]
+        cls.first = cls.train_run("first", cls.run_args)
+        cls.second = cls.train_run("second", cls.run_args)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def train_run(cls, name, args):
+        out_dir = f"{cls.tmp}/{name}"
+        result = run(args + ["-o", out_dir])
+        if result.returncode != 0:
+            raise AssertionError(f"run {name} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        with open(f"{out_dir}/log.txt", encoding="utf-8") as handle:
+            return out_dir, handle.read()
+
+    def expect_failure(self, args, *needles, mpi_ranks=0):
+        result = run(args, mpi_ranks=mpi_ranks)
+        output = result.stdout + result.stderr
+        self.assertNotEqual(result.returncode, 0, f"expected a failure:\n{output}")
+        for needle in needles:
+            self.assertRegex(output, needle)
+        return output
+
+    # ---- training ----------------------------------------------------------------------------------
+    def test_loss_falls(self):
+        train = losses(self.first[1])
+        self.assertEqual(sorted(train), list(range(1, 11)))
+        # Uniform guessing over 100 tokens scores ln(100) = 4.61 at init; a period-37 sequence is learnable.
+        self.assertAlmostEqual(float(train[1]), np.log(VOCAB), delta=0.2)
+        self.assertLess(float(train[10]), 0.8 * float(train[1]))
+        val = losses(self.first[1], VAL_LINE)
+        self.assertEqual(sorted(val), [5, 10])
+        self.assertLess(float(val[10]), float(val[5]))
+
+    def test_two_runs_are_bitwise_identical(self):
+        self.assertEqual(losses(self.first[1]), losses(self.second[1]))
+        self.assertEqual(losses(self.first[1], VAL_LINE), losses(self.second[1], VAL_LINE))
+        for step in (5, 10):
+            prefix = f"ckpt_{step:06d}"
+            self.assertEqual(read(f"{self.first[0]}/{prefix}_model.bin"), read(f"{self.second[0]}/{prefix}_model.bin"))
+            self.assertEqual(state_without_time(f"{self.first[0]}/{prefix}_state_rank0.bin"),
+                             state_without_time(f"{self.second[0]}/{prefix}_state_rank0.bin"))
+
+    def test_resume_continues_bit_for_bit(self):
+        resumed = f"{self.tmp}/resumed"
+        os.makedirs(resumed)
+        for name in ("ckpt_000005_model.bin", "ckpt_000005_state_rank0.bin"):
+            shutil.copy(f"{self.first[0]}/{name}", resumed)
+        _, log = self.train_run("resumed", self.run_args + ["--resume", "latest"])
+        self.assertIn("# resumed from", log)
+        later = losses(log)
+        self.assertEqual(sorted(later), [6, 7, 8, 9, 10])
+        self.assertEqual(later, {s: l for s, l in losses(self.first[1]).items() if s > 5})
+        self.assertEqual(losses(log, VAL_LINE), {10: losses(self.first[1], VAL_LINE)[10]})
+        self.assertEqual(read(f"{resumed}/ckpt_000010_model.bin"), read(f"{self.first[0]}/ckpt_000010_model.bin"))
+        self.assertEqual(state_without_time(f"{resumed}/ckpt_000010_state_rank0.bin"),
+                         state_without_time(f"{self.first[0]}/ckpt_000010_state_rank0.bin"))
+
+    def test_nan_loss_stops_and_keeps_last_good_checkpoint(self):
+        out_dir = f"{self.tmp}/nan"
+        output = self.expect_failure(self.tiny_args + ["--steps", 10, "--checkpoint-every", 3,
+                                                       "--debug-nan-at-step", 5, "-o", out_dir],
+                                     r"step 5\b", r"ckpt_000003")
+        files = sorted(os.listdir(out_dir))
+        self.assertIn("ckpt_000003_model.bin", files, output)
+        self.assertFalse([f for f in files if f.startswith("ckpt_") and not f.startswith("ckpt_000003")], files)
+        self.assertFalse([f for f in files if f.endswith(".tmp")], files)
+        # The last good checkpoint is complete: a run resumes from it.
+        result = run(self.tiny_args + ["--steps", 4, "--resume", f"{out_dir}/ckpt_000003", "-o", f"{out_dir}/again"])
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+    def test_gradient_accumulation_matches_one_big_batch(self):
+        # B=2 with two micro-steps sees the same 64 tokens per step as B=4 with one: the same losses up to
+        # rounding. Printed with 4 decimals (5e-5 absolute); the fp32 build sums in another order (~1e-6),
+        # the bf16 build also rounds the accumulated gradients to bf16 once more per step: 2^-9 = 2e-3.
+        common = self.data_args[:4] + ["--model", "tiny", "-t", T, "--steps", 4, "--lr", "1e-2"]
+        _, big = self.train_run("accum_big", common + ["-b", B])
+        _, accumulated = self.train_run("accum_two", common + ["-b", B // 2, "--total-batch-tokens", B * T])
+        self.assertIn(f"B={B // 2} T={T} grad_accum=2", accumulated)
+        tolerance = 1e-4 if "precision:fp32" in big else 2e-3
+        big_losses, accumulated_losses = losses(big), losses(accumulated)
+        self.assertEqual(sorted(big_losses), [1, 2, 3, 4])
+        for step, loss in big_losses.items():
+            self.assertAlmostEqual(float(accumulated_losses[step]), float(loss), delta=tolerance * float(loss),
+                                   msg=f"step {step}")
+
+    # ---- the log -------------------------------------------------------------------------------------
+    def test_log_header_and_line_format(self):
+        lines = self.first[1].splitlines()
+        self.assertRegex(lines[0], r"^# train_gpt2 ([0-9a-f]{7,40}(-dirty)?|unknown) precision:(bf16|fp32) ranks:1$")
+        self.assertRegex(self.first[1], r"(?m)^# device: .+ driver:\S+ runtime:\S+$")
+        self.assertRegex(self.first[1], r"(?m)^# model: L=2 NH=4 C=32 T=16 V=100 ")
+        for option in ("lr=1e-2", "steps=10", "weight-decay=0.1", "batch-size=4", "seq-len=16", "shuffle=true"):
+            self.assertRegex(self.first[1], r"(?m)^# option " + re.escape(option) + "$")
+        for line in lines:
+            if line.startswith("step:"):
+                self.assertTrue(TRAIN_LINE.match(line) or VAL_LINE.match(line), line)
+            else:
+                self.assertTrue(line.startswith("#"), f"neither a comment nor a step line: {line}")
+
+    def test_compare_runs_reads_our_logs(self):
+        # Its t-test needs runs that differ (and have the same step count): the first one with another seed.
+        other_dir, other_log = self.train_run("other_seed", self.tiny_args + [
+            "--steps", 10, "--lr", "1e-2", "--seed", 7, "--val-tokens", 2 * B * T])
+        result = subprocess.run([sys.executable, f"{REPO}/scripts/compare_runs.py", "--json", "--target", "10",
+                                 f"{self.first[0]}/log.txt", f"{other_dir}/log.txt"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        report = json.loads(result.stdout)
+        ours = sorted([float(losses(self.first[1], VAL_LINE)[10]), float(losses(other_log, VAL_LINE)[10])])
+        found = sorted(v for v in self.numbers_in(report) if any(abs(v - o) < 1e-9 for o in ours))
+        self.assertEqual(sorted(set(found)), ours, f"compare_runs did not report our final val losses: {report}")
+
+    @classmethod
+    def numbers_in(cls, value):
+        if isinstance(value, dict):
+            return [n for v in value.values() for n in cls.numbers_in(v)]
+        if isinstance(value, list):
+            return [n for v in value for n in cls.numbers_in(v)]
+        return [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+    def test_help_lists_every_documented_option(self):
+        result = run(["--help"])
+        self.assertEqual(result.returncode, 0)
+        in_help = set(re.findall(r"(--[a-z][a-z0-9-]*)", result.stdout))
+        with open(f"{REPO}/README.md", encoding="utf-8") as handle:
+            readme = handle.read()
+        section = re.search(r"^## Training: `?\./train_gpt2`?\n(.*?)(?=^## )", readme, re.S | re.M)
+        self.assertIsNotNone(section, "README has no '## Training: ./train_gpt2' section")
+        table_rows = [line for line in section.group(1).splitlines() if line.startswith("| `-")]
+        documented = {m for row in table_rows for m in re.findall(r"`(--[a-z][a-z0-9-]*)", row)}
+        self.assertGreater(len(documented), 15)
+        self.assertFalse(documented - in_help, "documented in README but not in --help")
+        self.assertFalse(in_help - documented - {"--help"}, "in --help but not documented in README")
+
+    # ---- bad input -----------------------------------------------------------------------------------
+    def broken_model_file(self, name, edit):
+        data = bytearray(read(f"{self.first[0]}/ckpt_000010_model.bin"))
+        data = edit(data)
+        path = f"{self.tmp}/{name}.bin"
+        with open(path, "wb") as out:
+            out.write(data)
+        return path
+
+    def test_checkpoint_with_wrong_magic(self):
+        path = self.broken_model_file("wrong_magic", lambda d: np.int32(12345).tobytes() + d[4:])
+        self.expect_failure(self.data_args + ["--steps", 1, "--model", path], re.escape(path), r"magic")
+
+    def test_checkpoint_with_wrong_version(self):
+        path = self.broken_model_file("wrong_version", lambda d: d[:4] + np.int32(4).tobytes() + d[8:])
+        self.expect_failure(self.data_args + ["--steps", 1, "--model", path], re.escape(path), r"version 4")
+
+    def test_truncated_checkpoint(self):
+        path = self.broken_model_file("truncated", lambda d: d[:-100])
+        self.expect_failure(self.data_args + ["--steps", 1, "--model", path], re.escape(path), r"truncated")
+
+    def test_shard_too_small_for_one_batch(self):
+        write_shard(f"{self.tmp}/short_train_000001.bin", np.zeros(B * T, dtype=np.uint16))  # needs B*T+1
+        self.expect_failure(["--train-data", f"{self.tmp}/short_train_*.bin", "--model", "tiny", "-b", B, "-t", T,
+                             "--steps", 1], r"short_train_000001\.bin", r"too small")
+
+    def test_contradicting_options(self):
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--total-batch-tokens", B * T + 1],
+                            r"--total-batch-tokens \d+ is not a multiple")
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--checkpoint-every", 1], r"--checkpoint-every needs")
+
+    def test_missing_train_shards(self):
+        pattern = f"{self.tmp}/nothing_here_*.bin"
+        self.expect_failure(["--train-data", pattern, "--model", "tiny", "-b", B, "-t", T, "--steps", 1], re.escape(pattern), r"no files")
+
+    def test_resume_with_another_world_size(self):
+        if not SETTINGS["mpiexec"]:
+            self.skipTest("skipped: no mpiexec")
+        if SETTINGS["gpus"] is not None and SETTINGS["gpus"] < 2:
+            self.skipTest("skipped: 2 ranks need 2 GPUs (NCCL refuses two ranks on one GPU)")
+        self.expect_failure(self.tiny_args + ["--steps", 10, "--resume", f"{self.first[0]}/ckpt_000005",
+                                              "-o", f"{self.tmp}/two_ranks"],
+                            r"(written by 1 ranks, this run has 2|fewer ranks than this run's 2)", mpi_ranks=2)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trainer", required=True, help="the train_gpt2 binary to test")
+    parser.add_argument("--mpiexec", default=shutil.which("mpiexec"), help="for the 2-rank resume test")
+    parser.add_argument("--require-gpu", action="store_true", help="skip (exit 77) when no GPU is present")
+    args, rest = parser.parse_known_args()
+    if args.require_gpu:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True) \
+            if shutil.which("nvidia-smi") else None
+        if listing is None or listing.returncode != 0:
+            print("skipped: no GPU")
+            return 77
+        SETTINGS["gpus"] = listing.stdout.count("GPU ")
+    SETTINGS["trainer"] = os.path.abspath(args.trainer)
+    SETTINGS["mpiexec"] = args.mpiexec
+    program = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if program.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
