@@ -14,21 +14,52 @@ else()
   endif()
 endif()
 
-set(LLMC_TRAINER_SOURCES train_gpt2.cu llmc/gpt2.cu llmc/zero.cu llmc/device_arena.cu llmc/run_info.cu)
+# The device model (gpt2, device arena, run info) and the optimizer (zero) are compiled once per target
+# and precision, as static libraries shared by the programs and the tests: nvcc compiles for two
+# architectures and these sources include every kernel, so compiling them once each keeps the build short.
+set(LLMC_MODEL_CORE_SOURCES llmc/gpt2.cu llmc/device_arena.cu llmc/run_info.cu)
+set(LLMC_OPTIMIZER_SOURCES llmc/zero.cu)
 set(LLMC_TRAINER_LIBS llmc_train_utils llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
+foreach(precision IN ITEMS bf16 fp32)
+  llmc_emu_wrap_sources(core_sources llmc_model_core_${precision}_emu ${LLMC_MODEL_CORE_SOURCES})
+  add_library(llmc_model_core_${precision}_emu STATIC ${core_sources})
+  target_link_libraries(llmc_model_core_${precision}_emu PUBLIC llmc_emu llmc_model)
+  llmc_emu_wrap_sources(optimizer_sources llmc_optimizer_${precision}_emu ${LLMC_OPTIMIZER_SOURCES})
+  add_library(llmc_optimizer_${precision}_emu STATIC ${optimizer_sources})
+  target_link_libraries(llmc_optimizer_${precision}_emu PUBLIC llmc_model_core_${precision}_emu llmc_comm_emu
+                        llmc_trace_emu)
+  set(core_targets llmc_model_core_${precision}_emu llmc_optimizer_${precision}_emu)
+  if(LLMC_HAVE_CUDA)
+    add_library(llmc_model_core_${precision}_cuda STATIC ${LLMC_MODEL_CORE_SOURCES})
+    target_link_libraries(llmc_model_core_${precision}_cuda PUBLIC llmc_flags llmc_model CUDA::cudart CUDA::cublasLt)
+    add_library(llmc_optimizer_${precision}_cuda STATIC ${LLMC_OPTIMIZER_SOURCES})
+    target_link_libraries(llmc_optimizer_${precision}_cuda PUBLIC llmc_model_core_${precision}_cuda llmc_comm llmc_trace)
+    set_target_properties(llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda
+                          PROPERTIES CUDA_ARCHITECTURES "90a;80")
+    list(APPEND core_targets llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda)
+  endif()
+  foreach(core_target IN LISTS core_targets)
+    target_compile_definitions(${core_target} PRIVATE LLMC_GIT_COMMIT="${LLMC_GIT_COMMIT}")
+    if(precision STREQUAL "fp32")
+      target_compile_definitions(${core_target} PUBLIC LLMC_FP32)  # users of the fp32 core build as fp32 too
+    endif()
+  endforeach()
+endforeach()
 
-llmc_add_cu_executable(NAME train_gpt2 USER_BINARY SOURCES ${LLMC_TRAINER_SOURCES} LIBS ${LLMC_TRAINER_LIBS}
-  EMU_LIBS llmc_comm_emu llmc_trace_emu CUDA_LIBS llmc_comm llmc_trace)
-target_compile_definitions(train_gpt2_emu PRIVATE LLMC_GIT_COMMIT="${LLMC_GIT_COMMIT}")
-if(LLMC_HAVE_CUDA)
-  target_compile_definitions(train_gpt2 PRIVATE LLMC_GIT_COMMIT="${LLMC_GIT_COMMIT}")
-endif()
+llmc_add_cu_executable(NAME train_gpt2 USER_BINARY SOURCES train_gpt2.cu LIBS ${LLMC_TRAINER_LIBS}
+  EMU_LIBS llmc_optimizer_bf16_emu CUDA_LIBS llmc_optimizer_bf16_cuda)
 
 # fp32 emulated trainer (build tree only): the same code with floatX = float, for the reference checks.
-llmc_emu_wrap_sources(train_gpt2_fp32_emu_sources train_gpt2_fp32_emu ${LLMC_TRAINER_SOURCES})
+llmc_emu_wrap_sources(train_gpt2_fp32_emu_sources train_gpt2_fp32_emu train_gpt2.cu)
 add_executable(train_gpt2_fp32_emu ${train_gpt2_fp32_emu_sources})
-target_link_libraries(train_gpt2_fp32_emu PRIVATE llmc_emu llmc_comm_emu llmc_trace_emu ${LLMC_TRAINER_LIBS})
-target_compile_definitions(train_gpt2_fp32_emu PRIVATE LLMC_FP32 LLMC_GIT_COMMIT="${LLMC_GIT_COMMIT}")
+target_link_libraries(train_gpt2_fp32_emu PRIVATE llmc_optimizer_fp32_emu ${LLMC_TRAINER_LIBS})
+
+# The device model against the reference (loss and every gradient, accumulation, determinism).
+foreach(precision IN ITEMS bf16 fp32)
+  llmc_add_cu_test(NAME gpt2_${precision} LABELS model TIMEOUT 300
+    SOURCES test/model/test_gpt2.cu LIBS llmc_reference llmc_model
+    EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
+endforeach()
 
 # ---- tests of training (label "trainer") ----------------------------------------------------------
 set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
@@ -36,15 +67,8 @@ set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONF
 # Ten AdamW steps of the device model + ZeRO optimizer (one rank, MPI singleton) against the reference.
 foreach(precision IN ITEMS bf16 fp32)
   llmc_add_cu_test(NAME train_steps_${precision} LABELS trainer TIMEOUT 300
-    SOURCES test/model/test_train_steps.cu llmc/gpt2.cu llmc/zero.cu llmc/device_arena.cu
-    LIBS llmc_reference llmc_model
-    EMU_LIBS llmc_comm_emu llmc_trace_emu CUDA_LIBS llmc_comm llmc_trace)
-  if(precision STREQUAL "fp32")
-    target_compile_definitions(train_steps_fp32_emu PRIVATE LLMC_FP32)
-    if(LLMC_HAVE_CUDA)
-      target_compile_definitions(train_steps_fp32_cuda PRIVATE LLMC_FP32)
-    endif()
-  endif()
+    SOURCES test/model/test_train_steps.cu LIBS llmc_reference llmc_model
+    EMU_LIBS llmc_optimizer_${precision}_emu CUDA_LIBS llmc_optimizer_${precision}_cuda)
 endforeach()
 
 # The program as a user runs it (tiny shards, ~20 s): determinism, resume, NaN stop, errors, log, --help.
