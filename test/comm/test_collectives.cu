@@ -20,6 +20,7 @@
 #include "test/comm/comm_test_context.h"
 #include "test/emu/device_buffer.h"
 #include "test/emu/gpu_test.h"
+#include "test/emu/stream_gate.h"
 
 namespace {
 
@@ -305,27 +306,7 @@ TEST(Collectives, EmulationRejectsWhatItCannotDoCorrectly) {
   }
 }
 
-// A stream-ordered host function that holds its stream until the test opens the gate.
-class Gate {
- public:
-  void open() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      open_ = true;
-    }
-    opened_.notify_all();
-  }
-  static void CUDART_CB wait_callback(void* gate) {
-    Gate& self = *static_cast<Gate*>(gate);
-    std::unique_lock<std::mutex> lock(self.mutex_);
-    self.opened_.wait(lock, [&] { return self.open_; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable opened_;
-  bool open_ = false;
-};
+using llmc::test::Gate;
 
 float elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0.0f;

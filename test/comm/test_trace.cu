@@ -21,6 +21,7 @@
 
 #include "llmc/cuda_common.h"
 #include "llmc/trace.h"
+#include "test/emu/stream_gate.h"
 
 namespace {
 
@@ -88,26 +89,7 @@ TEST(Overlap, AgreesWithBruteForceOnAGrid) {
   }
 }
 
-class Gate {
- public:
-  void open() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      open_ = true;
-    }
-    opened_.notify_all();
-  }
-  static void CUDART_CB wait_callback(void* gate) {
-    Gate& self = *static_cast<Gate*>(gate);
-    std::unique_lock<std::mutex> lock(self.mutex_);
-    self.opened_.wait(lock, [&] { return self.open_; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable opened_;
-  bool open_ = false;
-};
+using llmc::test::Gate;
 
 void CUDART_CB sleep_2ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); }
 

@@ -12,32 +12,13 @@
 
 #include "llmc/cuda_common.h"
 #include "test/emu/device_buffer.h"
+#include "test/emu/stream_gate.h"
 
 namespace {
 
 using llmc::test::DeviceBuffer;
 
-// A stream-ordered host callback that blocks its stream until the test opens the gate.
-class Gate {
- public:
-  void open() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      open_ = true;
-    }
-    opened_.notify_all();
-  }
-  static void CUDART_CB wait_callback(void* gate) {
-    Gate& self = *static_cast<Gate*>(gate);
-    std::unique_lock<std::mutex> lock(self.mutex_);
-    self.opened_.wait(lock, [&] { return self.open_; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable opened_;
-  bool open_ = false;
-};
+using llmc::test::Gate;
 
 __global__ void fill_kernel(int* target, int value, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
