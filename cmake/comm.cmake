@@ -54,7 +54,7 @@ set_tests_properties(comm_collectives_emu_np1 comm_collectives_emu_np2 comm_coll
 if(LLMC_HAVE_CUDA)
   # Real NCCL: one rank (several NCCL ranks cannot share one GPU); "skipped: no GPU" without one.
   add_executable(comm_collectives_cuda test/comm/test_collectives.cu test/comm/comm_test_main.cpp)
-  set_target_properties(comm_collectives_cuda PROPERTIES CUDA_ARCHITECTURES "90a;80")
+  set_target_properties(comm_collectives_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")
   target_link_libraries(comm_collectives_cuda PRIVATE llmc_comm GTest::gtest)
   add_test(NAME comm_collectives_cuda_np1 COMMAND comm_collectives_cuda)
   # Without a GPU the binary skips every test: CTest reports it as skipped, not passed.

@@ -43,14 +43,14 @@ function(llmc_emu_wrap_sources OUT_VAR TARGET_NAME)
 endfunction()
 
 # llmc_add_cu_test(NAME n SOURCES a.cu b.cpp ... [LIBS ...] [EMU_LIBS ...] [CUDA_LIBS ...]
-#                  [LABELS ...] [TIMEOUT seconds] [ALSO_REVERSE_THREAD_ORDER])
-# Builds n_emu (g++ + llmc_emu) and, when nvcc is present, n_cuda (sm_90a + sm_80, cudart and
-# cuBLASLt). Both are GoogleTest binaries registered with CTest under the given labels (the CUDA
+#                  [LABELS ...] [TIMEOUT seconds] [ALSO_REVERSE_THREAD_ORDER] [EMU_ONLY])
+# Builds n_emu (g++ + llmc_emu) and, when nvcc is present and EMU_ONLY is not given, n_cuda
+# (LLMC_CUDA_TEST_ARCHITECTURES, cudart and cuBLASLt). Both are GoogleTest binaries registered with CTest under the given labels (the CUDA
 # one also gets label "cuda"); test names are prefixed "n_emu." and "n_cuda.".
 # ALSO_REVERSE_THREAD_ORDER registers n_emu a second time ("n_emu_reverse.") with the fibers of
 # each block run in reverse order: a kernel missing a barrier then gives a different result.
 function(llmc_add_cu_test)
-  cmake_parse_arguments(ARG "ALSO_REVERSE_THREAD_ORDER" "NAME;TIMEOUT" "SOURCES;LIBS;EMU_LIBS;CUDA_LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "ALSO_REVERSE_THREAD_ORDER;EMU_ONLY" "NAME;TIMEOUT" "SOURCES;LIBS;EMU_LIBS;CUDA_LIBS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
@@ -65,9 +65,9 @@ function(llmc_add_cu_test)
                          PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                                     ENVIRONMENT "LLMC_EMU_THREAD_ORDER=reverse")
   endif()
-  if(LLMC_HAVE_CUDA)
+  if(LLMC_HAVE_CUDA AND NOT ARG_EMU_ONLY)
     add_executable(${ARG_NAME}_cuda ${ARG_SOURCES})
-    set_target_properties(${ARG_NAME}_cuda PROPERTIES CUDA_ARCHITECTURES "90a;80")
+    set_target_properties(${ARG_NAME}_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")
     target_include_directories(${ARG_NAME}_cuda PRIVATE ${CMAKE_SOURCE_DIR})
     target_link_libraries(${ARG_NAME}_cuda PRIVATE llmc_gpu_test_main_cuda llmc_flags
                           CUDA::cudart CUDA::cublasLt GTest::gtest ${ARG_LIBS} ${ARG_CUDA_LIBS})
@@ -89,7 +89,7 @@ function(llmc_add_cu_executable)
   endif()
   if(LLMC_HAVE_CUDA)
     add_executable(${ARG_NAME} ${ARG_SOURCES})
-    set_target_properties(${ARG_NAME} PROPERTIES CUDA_ARCHITECTURES "90a;80")
+    set_target_properties(${ARG_NAME} PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_ARCHITECTURES}")
     target_link_libraries(${ARG_NAME} PRIVATE llmc_flags CUDA::cudart CUDA::cublasLt
                           ${ARG_LIBS} ${ARG_CUDA_LIBS})
     if(ARG_USER_BINARY)

@@ -1,6 +1,7 @@
 # cmake/kernels.cmake: tests of the GPT-2 kernels and the GEMM wrapper (llmc/kernels/*.cuh, header-only)
-# against the double-precision reference. Each test source is built four ways: fp32 and bf16, each
-# emulated with g++ (runs everywhere) and with nvcc (runs on a GPU, "skipped: no GPU" otherwise).
+# against the double-precision reference. Each test source is built for fp32 and bf16, emulated with g++
+# (runs everywhere) and with nvcc (runs on a GPU, "skipped: no GPU" otherwise; the fp32 GPU twin only
+# with -DLLMC_CUDA_FP32_TESTS=ON).
 
 set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_encoder_layernorm.cu
@@ -8,15 +9,16 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_classifier_optimizer.cu
   test/kernels/test_flash_attention.cu)
 
-foreach(precision IN ITEMS bf16 fp32)
-  llmc_add_cu_test(NAME kernels_${precision} LABELS kernels TIMEOUT 300
-    SOURCES ${LLMC_KERNEL_TEST_SOURCES}
-    LIBS llmc_reference)
-  if(precision STREQUAL "fp32")
-    target_compile_definitions(kernels_${precision}_emu PRIVATE LLMC_FP32)
-    if(LLMC_HAVE_CUDA)
-      target_compile_definitions(kernels_${precision}_cuda PRIVATE LLMC_FP32)
-    endif()
+llmc_add_cu_test(NAME kernels_bf16 LABELS kernels TIMEOUT 300 SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference)
+if(LLMC_CUDA_FP32_TESTS)
+  llmc_add_cu_test(NAME kernels_fp32 LABELS kernels TIMEOUT 300 SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference)
+else()
+  llmc_add_cu_test(NAME kernels_fp32 LABELS kernels TIMEOUT 300 SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference
+                   EMU_ONLY)
+endif()
+foreach(target IN ITEMS kernels_fp32_emu kernels_fp32_cuda)
+  if(TARGET ${target})
+    target_compile_definitions(${target} PRIVATE LLMC_FP32)
   endif()
 endforeach()
 
