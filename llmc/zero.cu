@@ -199,18 +199,19 @@ void ZeroOptimizer::update_bucket(int bucket, float grad_scale) {
   const size_t state = state_offset_[bucket];
   traced(tracer_, comm_stream_, TraceTrack::kComm, "adamw_shard",
          {{"bucket", bucket}, {"elements", model_.layout().buckets[bucket].shard_size}}, [&] {
-  for (const Segment& s : segments_[bucket]) {
-    AdamWHyperparameters hp;
-    hp.learning_rate = lr_;
-    hp.beta1 = settings_.beta1;
-    hp.beta2 = settings_.beta2;
-    hp.eps = settings_.eps;
-    hp.weight_decay = s.decay ? settings_.weight_decay : 0.0f;
-    hp.grad_scale = grad_scale;
-    adamw_update(model_.params() + begin + s.begin, master_ + state + s.begin, model_.grads() + begin + s.begin,
-                 adam_m_ + state + s.begin, adam_v_ + state + s.begin, s.length, step_, hp, comm_stream_);
-  }
-  });
+           for (const Segment& s : segments_[bucket]) {
+             AdamWHyperparameters hp;
+             hp.learning_rate = lr_;
+             hp.beta1 = settings_.beta1;
+             hp.beta2 = settings_.beta2;
+             hp.eps = settings_.eps;
+             hp.weight_decay = s.decay ? settings_.weight_decay : 0.0f;
+             hp.grad_scale = grad_scale;
+             adamw_update(model_.params() + begin + s.begin, master_ + state + s.begin,
+                          model_.grads() + begin + s.begin, adam_m_ + state + s.begin, adam_v_ + state + s.begin,
+                          s.length, step_, hp, comm_stream_);
+           }
+         });
 }
 
 void ZeroOptimizer::all_gather_bucket(int bucket) {
