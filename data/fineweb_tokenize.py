@@ -27,6 +27,13 @@ class PrepareError(Exception):
     """Bad input or a failed step; the message names the file and the problem."""
 
 
+def error_line(program: str, err: Exception) -> str:
+    """The one-line report of a failed run: an OSError's file and reason, or a PrepareError's message."""
+    if isinstance(err, OSError):
+        return f"{program}: error: {getattr(err, 'filename', '') or ''}: {err.strerror or err}"
+    return f"{program}: error: {err}"
+
+
 def expand_inputs(inputs: Sequence[str], suffixes: Sequence[str] = INPUT_SUFFIXES) -> List[str]:
     """Files stay as given; a directory gives its files with a known suffix, sorted by name."""
     paths: List[str] = []
@@ -168,12 +175,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             files = as_jsonl(paths, args.field, scratch)
             shards = run_tokenizer(args.tokenizer, files, args.output_dir, args.name, args.field,
                                    args.val_tokens, args.shard_tokens, args.vocab, args.threads)
-    except OSError as err:
-        print(f"fineweb_tokenize: error: {getattr(err, 'filename', '') or ''}: {err.strerror or err}",
-              file=sys.stderr)
-        return 1
-    except PrepareError as err:
-        print(f"fineweb_tokenize: error: {err}", file=sys.stderr)
+    except (OSError, PrepareError) as err:
+        print(error_line("fineweb_tokenize", err), file=sys.stderr)
         return 1
     print(f"fineweb_tokenize: {len(shards)} shards in {args.output_dir}", file=sys.stderr)
     return 0

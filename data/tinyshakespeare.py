@@ -18,7 +18,7 @@ from typing import List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fineweb_tokenize import (DEFAULT_TOKENIZER, REPO_ROOT, PrepareError,  # noqa: E402
-                              run_tokenizer)
+                              error_line, run_tokenizer)
 
 DEFAULT_INPUT = os.path.join(REPO_ROOT, "..", "shared", "data", "text", "tinyshakespeare.txt")
 DEFAULT_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/"
@@ -100,12 +100,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     out.write(json.dumps({"text": document}, ensure_ascii=False) + "\n")
             shards = run_tokenizer(args.tokenizer, [jsonl], output_dir, args.name, "text",
                                    args.val_tokens, None, args.vocab, args.threads)
-    except OSError as err:
-        print(f"tinyshakespeare: error: {getattr(err, 'filename', '') or ''}: {err.strerror or err}",
-              file=sys.stderr)
-        return 1
-    except PrepareError as err:
-        print(f"tinyshakespeare: error: {err}", file=sys.stderr)
+    except (OSError, PrepareError) as err:
+        print(error_line("tinyshakespeare", err), file=sys.stderr)
         return 1
     print(f"tinyshakespeare: {len(documents)} documents -> {', '.join(shards)}", file=sys.stderr)
     return 0

@@ -26,7 +26,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "test", "reference"))
 # The llm.c file reader and the JAX GPT-2 written for the reference model's own cross-check.
-from check_reference_jax import LLMC_ORDER, make_loss, read_llmc_checkpoint  # noqa: E402
+from check_reference_jax import (LLMC_ORDER, import_jax_float64_cpu, make_loss,  # noqa: E402
+                                 read_llmc_checkpoint)
 
 # The trainer's parameter layout (llmc/param_layout.cpp): buckets [wte, wpe], one per layer, [lnfw, lnfb];
 # each tensor starts at a multiple of 8 elements inside its bucket; a bucket is padded to a multiple of
@@ -123,14 +124,10 @@ def load_dump(directory):
 
 
 def check(directory):
-    try:
-        import jax
-        jax.config.update("jax_enable_x64", True)
-        jax.config.update("jax_platforms", "cpu")
-        import jax.numpy as jnp
-    except ImportError:
-        print("skipped: jax is not installed")
-        return 77
+    modules = import_jax_float64_cpu()
+    if modules is None:
+        return 77  # CTest's skip code
+    jax, jnp = modules
     try:
         meta, cfg, params, tokens, our_grads, our_loss = load_dump(directory)
     except DumpError as err:

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -16,6 +15,7 @@
 #include "llmc/bf16_bits.h"
 #include "llmc/checkpoint.h"
 #include "llmc/param_init.h"
+#include "test/test_helpers.h"
 
 #ifdef LLMC_TEST_HAVE_CUDA_BF16
 #include <cuda_bf16.h>
@@ -25,16 +25,9 @@ using namespace llmc;
 
 namespace {
 
-class Checkpoint : public ::testing::Test {
+class Checkpoint : public llmc_test::TempDirTest {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/llmc_test_checkpoint_XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-  std::string dir_;
+  Checkpoint() : TempDirTest("llmc_test_checkpoint") {}
 };
 
 GPT2Config odd_config() {  // C not a multiple of 8: the layout has alignment gaps the file must not have

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 #include <set>
@@ -16,10 +15,13 @@
 
 #include "llmc/dataloader.h"
 #include "llmc/shards.h"
+#include "test/test_helpers.h"
 
 namespace fs = std::filesystem;
 
 namespace {
+
+using llmc_test::expect_error;
 
 struct Batch {
   std::vector<int32_t> inputs;
@@ -41,28 +43,9 @@ std::vector<Batch> take(llmc::DataLoader& loader, int count) {
   return batches;
 }
 
-template <typename Call>
-void expect_error(Call call, const std::vector<std::string>& fragments) {
-  try {
-    call();
-    FAIL() << "expected an error mentioning '" << fragments.front() << "'";
-  } catch (const std::runtime_error& e) {
-    const std::string message = e.what();
-    for (const auto& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos) << "message '" << message << "' lacks '" << fragment << "'";
-    }
-  }
-}
-
-class DataLoaderTest : public ::testing::Test {
+class DataLoaderTest : public llmc_test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string base = (fs::temp_directory_path() / "llmc_test_data_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(base.data()), nullptr) << "mkdtemp failed for " << base;
-    dir_ = base;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  DataLoaderTest() : TempDirTest("llmc_test_data") {}
 
   // Shards whose tokens are consecutive integers across all shards (all distinct while the total is
   // below 65536), so a window is identified by its first token. Returns the token arrays.
@@ -90,8 +73,6 @@ class DataLoaderTest : public ::testing::Test {
     c.vocab_size = 65536;
     return c;
   }
-
-  fs::path dir_;
 };
 
 // The batch a rank should get, by direct slicing: global batch g of a shard uses windows

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -13,20 +12,17 @@
 #include <vector>
 
 #include "llmc/shards.h"
+#include "test/test_helpers.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-class ShardTest : public ::testing::Test {
+using llmc_test::expect_error;
+
+class ShardTest : public llmc_test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string base = (fs::temp_directory_path() / "llmc_test_shards_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(base.data()), nullptr) << "mkdtemp failed for " << base;
-    dir_ = base;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  ShardTest() : TempDirTest("llmc_test_shards") {}
 
   // A shard written the way llm.c's Python writer does: int32[256] header, then raw uint16 tokens.
   void write_raw(const std::string& file, int32_t magic, int32_t version, int32_t declared_count,
@@ -40,8 +36,6 @@ class ShardTest : public ::testing::Test {
     out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
     ASSERT_TRUE(out.good()) << "could not write " << file;
   }
-
-  fs::path dir_;
 };
 
 std::vector<uint16_t> random_tokens(size_t count, uint32_t seed) {
@@ -49,20 +43,6 @@ std::vector<uint16_t> random_tokens(size_t count, uint32_t seed) {
   std::vector<uint16_t> tokens(count);
   for (auto& t : tokens) t = static_cast<uint16_t>(rng() & 0xFFFF);
   return tokens;
-}
-
-// Expects `call` to throw std::runtime_error whose message contains every fragment.
-template <typename Call>
-void expect_error(Call call, const std::vector<std::string>& fragments) {
-  try {
-    call();
-    FAIL() << "expected an error mentioning '" << fragments.front() << "'";
-  } catch (const std::runtime_error& e) {
-    const std::string message = e.what();
-    for (const auto& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos) << "message '" << message << "' lacks '" << fragment << "'";
-    }
-  }
 }
 
 TEST_F(ShardTest, RoundTripKeepsEveryToken) {

@@ -17,19 +17,25 @@
 
 namespace llmc {
 
+// Element i of a head-major (B,NH,T,hs) tensor lives at this offset of the token-major tensor
+// (B,T,tensors_per_token,NH,hs): tensors_per_token is 3 for the packed qkv, 1 for (B,T,C). The offset of
+// the k (v) part of qkv is this plus C (2C).
+__device__ __forceinline__ size_t head_major_to_token_major(size_t i, int T, int NH, int hs, int tensors_per_token) {
+  const int d = (int)(i % hs);
+  const int t = (int)((i / hs) % T);
+  const int h = (int)((i / ((size_t)hs * T)) % NH);
+  const int b = (int)(i / ((size_t)hs * T * NH));
+  return (((size_t)b * T + t) * tensors_per_token * NH + h) * hs + d;
+}
+
 // qkv (B,T,3,NH,hs) -> q, k, v, each (B,NH,T,hs), stored one after the other in qkvr.
 template <typename Tx>
 __global__ void attention_permute_kernel(Tx* q, Tx* k, Tx* v, const Tx* qkv, int B, int T, int NH, int hs) {
   const size_t total = (size_t)B * NH * T * hs;
+  const size_t C = (size_t)NH * hs;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    // i indexes (b, h, t, d) of the permuted tensors.
-    const int d = (int)(i % hs);
-    const int t = (int)((i / hs) % T);
-    const int h = (int)((i / ((size_t)hs * T)) % NH);
-    const int b = (int)(i / ((size_t)hs * T * NH));
-    const size_t C = (size_t)NH * hs;
-    const size_t source = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    const size_t source = head_major_to_token_major(i, T, NH, hs, 3);
     q[i] = qkv[source];
     k[i] = qkv[source + C];
     v[i] = qkv[source + 2 * C];
@@ -41,14 +47,10 @@ template <typename Tx>
 __global__ void attention_unpermute_qkv_kernel(Tx* dqkv, const Tx* dq, const Tx* dk, const Tx* dv, int B, int T,
                                                int NH, int hs) {
   const size_t total = (size_t)B * NH * T * hs;
+  const size_t C = (size_t)NH * hs;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int d = (int)(i % hs);
-    const int t = (int)((i / hs) % T);
-    const int h = (int)((i / ((size_t)hs * T)) % NH);
-    const int b = (int)(i / ((size_t)hs * T * NH));
-    const size_t C = (size_t)NH * hs;
-    const size_t target = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    const size_t target = head_major_to_token_major(i, T, NH, hs, 3);
     dqkv[target] = dq[i];
     dqkv[target + C] = dk[i];
     dqkv[target + 2 * C] = dv[i];
@@ -61,11 +63,7 @@ __global__ void attention_head_layout_kernel(Tx* out, const Tx* inp, int B, int 
   const size_t total = (size_t)B * NH * T * hs;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int d = (int)(i % hs);
-    const int t = (int)((i / hs) % T);
-    const int h = (int)((i / ((size_t)hs * T)) % NH);
-    const int b = (int)(i / ((size_t)hs * T * NH));
-    const size_t token_major = (((size_t)b * T + t) * NH + h) * hs + d;
+    const size_t token_major = head_major_to_token_major(i, T, NH, hs, 1);
     if (to_heads)
       out[i] = inp[token_major];
     else

@@ -72,26 +72,21 @@ __global__ void gelu_backward_scalar_kernel(Tx* dinp, const Tx* inp, const Tx* d
 
 // out = gelu(inp); out may alias inp.
 inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
-  constexpr int kBlock = 256;
-  constexpr size_t kPacket = Packed128<floatX>::size;
-  if (n % kPacket == 0 && is_aligned16(out) && is_aligned16(inp))
-    LLMC_LAUNCH(gelu_forward_kernel<floatX>, dim3(elementwise_grid(n / kPacket, kBlock)), dim3(kBlock), 0, stream,
-                out, inp, n / kPacket);
+  const ElementwiseLaunch launch = plan_elementwise_launch<floatX>(n, out, inp);
+  if (launch.packed)
+    LLMC_LAUNCH(gelu_forward_kernel<floatX>, launch.grid, launch.block, 0, stream, out, inp, launch.count);
   else
-    LLMC_LAUNCH(gelu_forward_scalar_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, out,
-                inp, n);
+    LLMC_LAUNCH(gelu_forward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, out, inp, launch.count);
 }
 
 // dinp = gelu'(inp) * dout (overwrites dinp, does not accumulate); dinp may alias dout.
 inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t stream) {
-  constexpr int kBlock = 256;
-  constexpr size_t kPacket = Packed128<floatX>::size;
-  if (n % kPacket == 0 && is_aligned16(dinp) && is_aligned16(inp) && is_aligned16(dout))
-    LLMC_LAUNCH(gelu_backward_kernel<floatX>, dim3(elementwise_grid(n / kPacket, kBlock)), dim3(kBlock), 0, stream,
-                dinp, inp, dout, n / kPacket);
+  const ElementwiseLaunch launch = plan_elementwise_launch<floatX>(n, dinp, inp, dout);
+  if (launch.packed)
+    LLMC_LAUNCH(gelu_backward_kernel<floatX>, launch.grid, launch.block, 0, stream, dinp, inp, dout, launch.count);
   else
-    LLMC_LAUNCH(gelu_backward_scalar_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
-                dinp, inp, dout, n);
+    LLMC_LAUNCH(gelu_backward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, dinp, inp, dout,
+                launch.count);
 }
 
 }  // namespace llmc

@@ -32,6 +32,25 @@ inline unsigned elementwise_grid(size_t n, int block) {
 // 16-byte alignment, the precondition of the Packed128 loads and stores (llmc/cuda_common.h).
 inline bool is_aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
+// Launch plan for an elementwise kernel pair over n elements of Tx: the packed kernel (one 16-byte packet
+// per thread and grid-stride step, given the packet count) when n is a whole number of packets and every
+// pointer is 16-byte aligned; otherwise the scalar kernel (given n).
+struct ElementwiseLaunch {
+  bool packed;   // launch the packed kernel
+  size_t count;  // its length argument: packets if packed, else elements
+  dim3 grid;
+  dim3 block;
+};
+
+template <typename Tx, typename... Pointers>
+ElementwiseLaunch plan_elementwise_launch(size_t n, const Pointers*... pointers) {
+  constexpr int kBlock = 256;
+  constexpr size_t kPacket = Packed128<Tx>::size;
+  const bool packed = n % kPacket == 0 && (is_aligned16(pointers) && ...);
+  const size_t count = packed ? n / kPacket : n;
+  return ElementwiseLaunch{packed, count, dim3(elementwise_grid(count, kBlock)), dim3(kBlock)};
+}
+
 // Butterfly (xor) reduction: every lane adds the same pairs in the same order, so all 32 lanes end
 // with the bitwise-identical total (fp addition is commutative).
 __device__ __forceinline__ float warp_reduce_sum(float value) {

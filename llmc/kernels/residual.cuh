@@ -34,14 +34,12 @@ __global__ void residual_forward_scalar_kernel(Tx* out, const Tx* a, const Tx* b
 
 // out = a + b; out may alias a or b.
 inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n, cudaStream_t stream) {
-  constexpr int kBlock = 256;
-  constexpr size_t kPacket = Packed128<floatX>::size;
-  if (n % kPacket == 0 && is_aligned16(out) && is_aligned16(a) && is_aligned16(b))
-    LLMC_LAUNCH(residual_forward_kernel<floatX>, dim3(elementwise_grid(n / kPacket, kBlock)), dim3(kBlock), 0, stream,
-                out, a, b, n / kPacket);
+  const ElementwiseLaunch launch = plan_elementwise_launch<floatX>(n, out, a, b);
+  if (launch.packed)
+    LLMC_LAUNCH(residual_forward_kernel<floatX>, launch.grid, launch.block, 0, stream, out, a, b, launch.count);
   else
-    LLMC_LAUNCH(residual_forward_scalar_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
-                out, a, b, n);
+    LLMC_LAUNCH(residual_forward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, out, a, b,
+                launch.count);
 }
 
 }  // namespace llmc

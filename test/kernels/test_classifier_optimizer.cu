@@ -15,11 +15,7 @@
 
 namespace {
 
-using kernel_test::all_close;
-using kernel_test::bitwise_equal;
-using kernel_test::DeviceBuffer;
-using kernel_test::random_values;
-using kernel_test::tolerance;
+using namespace kernel_test;  // the shared helpers of test/kernels/kernel_test_utils.h
 using llmc::floatX;
 
 struct ClassifierData {
@@ -34,25 +30,33 @@ struct ClassifierData {
   }
 };
 
+// A ClassifierData's logits and targets uploaded, and room for the per-row losses.
+struct ClassifierDeviceData {
+  DeviceBuffer<floatX> logits;
+  DeviceBuffer<float> losses;
+  DeviceBuffer<int> targets;
+  explicit ClassifierDeviceData(const ClassifierData& data)
+      : logits(data.logits.size()), losses(ClassifierData::N), targets(ClassifierData::N) {
+    logits.upload(data.logits);
+    targets.upload(std::vector<double>(data.targets.begin(), data.targets.end()));
+  }
+};
+
 TEST(ClassifierKernel, LossAndInPlaceGradientMatchReference) {
   LLMC_REQUIRE_GPU();
   ClassifierData data;
   const int N = data.N, V = data.V, Vp = data.Vp;
-  DeviceBuffer<floatX> d_logits(data.logits.size());
-  DeviceBuffer<float> d_losses(N);
-  DeviceBuffer<int> d_targets(N);
-  d_logits.upload(data.logits);
-  d_targets.upload(std::vector<double>(data.targets.begin(), data.targets.end()));
+  ClassifierDeviceData device(data);
   const float dloss = 1.0f / N;
-  llmc::fused_classifier(d_logits.get(), d_losses.get(), d_targets.get(), dloss, N, V, Vp, /*write_dlogits=*/true,
-                         nullptr);
+  llmc::fused_classifier(device.logits.get(), device.losses.get(), device.targets.get(), dloss, N, V, Vp,
+                         /*write_dlogits=*/true, nullptr);
 
   std::vector<double> losses(N), probs((size_t)N * Vp), dlogits((size_t)N * Vp, 0.0), dlosses(N, 1.0 / N);
   ref::softmax_crossentropy_forward(losses.data(), probs.data(), data.logits.data(), data.targets.data(), N, V, Vp);
   ref::crossentropy_softmax_backward(dlogits.data(), probs.data(), data.targets.data(), dlosses.data(), N, V, Vp);
   // Loss: fp32 log-sum-exp over V terms. dlogits: exp, a division and the product, one rounding.
-  EXPECT_TRUE(all_close(d_losses.download(), losses, tolerance(0, V)));
-  const std::vector<double> got = d_logits.download();
+  EXPECT_TRUE(all_close(device.losses.download(), losses, tolerance(0, V)));
+  const std::vector<double> got = device.logits.download();
   EXPECT_TRUE(all_close(got, dlogits, tolerance(1, V)));
   for (int row = 0; row < N; row++)
     for (int column = V; column < Vp; column++)
@@ -63,18 +67,14 @@ TEST(ClassifierKernel, LossOnlyLeavesLogitsUntouched) {
   LLMC_REQUIRE_GPU();
   ClassifierData data;
   const int N = data.N, V = data.V, Vp = data.Vp;
-  DeviceBuffer<floatX> d_logits(data.logits.size());
-  DeviceBuffer<float> d_losses(N);
-  DeviceBuffer<int> d_targets(N);
-  d_logits.upload(data.logits);
-  d_targets.upload(std::vector<double>(data.targets.begin(), data.targets.end()));
-  const std::vector<floatX> before = d_logits.download_raw();
-  llmc::fused_classifier(d_logits.get(), d_losses.get(), d_targets.get(), 1.0f, N, V, Vp, /*write_dlogits=*/false,
-                         nullptr);
-  EXPECT_TRUE(bitwise_equal(before, d_logits.download_raw()));
+  ClassifierDeviceData device(data);
+  const std::vector<floatX> before = device.logits.download_raw();
+  llmc::fused_classifier(device.logits.get(), device.losses.get(), device.targets.get(), 1.0f, N, V, Vp,
+                         /*write_dlogits=*/false, nullptr);
+  EXPECT_TRUE(bitwise_equal(before, device.logits.download_raw()));
   std::vector<double> losses(N), probs((size_t)N * Vp);
   ref::softmax_crossentropy_forward(losses.data(), probs.data(), data.logits.data(), data.targets.data(), N, V, Vp);
-  EXPECT_TRUE(all_close(d_losses.download(), losses, tolerance(0, V)));
+  EXPECT_TRUE(all_close(device.losses.download(), losses, tolerance(0, V)));
 }
 
 TEST(ClassifierKernel, TargetOutsideVocabularyGivesNaNLoss) {
@@ -83,13 +83,10 @@ TEST(ClassifierKernel, TargetOutsideVocabularyGivesNaNLoss) {
   const int N = data.N, V = data.V, Vp = data.Vp;
   data.targets[3] = V;  // a padded column is not a valid target
   data.targets[5] = -1;
-  DeviceBuffer<floatX> d_logits(data.logits.size());
-  DeviceBuffer<float> d_losses(N);
-  DeviceBuffer<int> d_targets(N);
-  d_logits.upload(data.logits);
-  d_targets.upload(std::vector<double>(data.targets.begin(), data.targets.end()));
-  llmc::fused_classifier(d_logits.get(), d_losses.get(), d_targets.get(), 1.0f, N, V, Vp, true, nullptr);
-  const std::vector<double> losses = d_losses.download();
+  ClassifierDeviceData device(data);
+  llmc::fused_classifier(device.logits.get(), device.losses.get(), device.targets.get(), 1.0f, N, V, Vp, true,
+                         nullptr);
+  const std::vector<double> losses = device.losses.download();
   EXPECT_TRUE(std::isnan(losses[3]));
   EXPECT_TRUE(std::isnan(losses[5]));
   EXPECT_TRUE(std::isfinite(losses[4]));

@@ -17,11 +17,7 @@
 
 namespace {
 
-using kernel_test::all_close;
-using kernel_test::bitwise_equal;
-using kernel_test::DeviceBuffer;
-using kernel_test::random_values;
-using kernel_test::tolerance;
+using namespace kernel_test;  // the shared helpers of test/kernels/kernel_test_utils.h
 using llmc::floatX;
 
 TEST(EncoderKernel, ForwardAndDeterministicBackwardMatchReference) {

@@ -44,6 +44,19 @@ def read_llmc_checkpoint(path):
     return dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp), split(flat, shapes(maxT, Vp, L, C))
 
 
+def import_jax_float64_cpu():
+    """(jax, jax.numpy) set to float64 on the CPU; None, after saying so, when JAX is not installed."""
+    try:
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        jax.config.update("jax_platforms", "cpu")
+        import jax.numpy as jnp
+    except ImportError:
+        print("skipped: jax is not installed")
+        return None
+    return jax, jnp
+
+
 def make_loss(jax, jnp, cfg):
     L, NH, C, V = cfg["L"], cfg["NH"], cfg["C"], cfg["V"]
 
@@ -87,14 +100,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dump", required=True, help="path of the reference_dump executable")
     args = parser.parse_args()
-    try:
-        import jax
-        jax.config.update("jax_enable_x64", True)
-        jax.config.update("jax_platforms", "cpu")
-        import jax.numpy as jnp
-    except ImportError:
-        print("skipped: jax is not installed")
-        return 77
+    modules = import_jax_float64_cpu()
+    if modules is None:
+        return 77  # CTest's skip code
+    jax, jnp = modules
 
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([args.dump, tmp], check=True)

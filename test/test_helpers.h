@@ -1,0 +1,49 @@
+// Helpers shared by the C++ unit tests: a GoogleTest fixture that gives each test a fresh temporary
+// directory (removed afterwards), and a check that a call throws a std::runtime_error naming the problem.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace llmc_test {
+
+// Each test gets its own directory <temp>/<prefix>_XXXXXX; path(name) is a file inside it.
+class TempDirTest : public ::testing::Test {
+ protected:
+  explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override {
+    std::string base = (std::filesystem::temp_directory_path() / (prefix_ + "_XXXXXX")).string();
+    ASSERT_NE(::mkdtemp(base.data()), nullptr) << "mkdtemp failed for " << base;
+    dir_ = base;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  std::string prefix_;
+  std::filesystem::path dir_;
+};
+
+// Expects `call` to throw std::runtime_error whose message contains every fragment.
+template <typename Call>
+void expect_error(Call call, const std::vector<std::string>& fragments) {
+  try {
+    call();
+    FAIL() << "expected an error mentioning '" << fragments.front() << "'";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    for (const auto& fragment : fragments) {
+      EXPECT_NE(message.find(fragment), std::string::npos) << "message '" << message << "' lacks '" << fragment << "'";
+    }
+  }
+}
+
+}  // namespace llmc_test
