@@ -5,11 +5,11 @@
 
 #include <sys/stat.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,9 +43,11 @@ bool is_regular_file(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
+// Creates the directory and any missing parents (like mkdir -p).
 void make_directory(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    throw std::runtime_error(dir + ": cannot create output directory: " + std::strerror(errno));
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) throw std::runtime_error(dir + ": cannot create output directory: " + error.message());
 }
 
 Tracer::SliceId traced_begin(Tracer& tracer, cudaStream_t stream, const std::string& name, nlohmann::json args) {

@@ -121,6 +121,13 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(sorted(val), [5, 10])
         self.assertLess(float(val[10]), float(val[5]))
 
+    def test_output_directory_and_its_parents_are_created(self):
+        out_dir = f"{self.tmp}/not/there/yet"
+        result = run(self.tiny_args + ["--steps", 1, "-o", out_dir])
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertTrue(os.path.isfile(f"{out_dir}/log.txt"))
+        self.assertTrue(os.path.isfile(f"{out_dir}/ckpt_000001_model.bin"))
+
     def test_two_runs_are_bitwise_identical(self):
         self.assertEqual(losses(self.first[1]), losses(self.second[1]))
         self.assertEqual(losses(self.first[1], VAL_LINE), losses(self.second[1], VAL_LINE))
