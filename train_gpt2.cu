@@ -50,13 +50,6 @@ void make_directory(const std::string& dir) {
   if (error) throw std::runtime_error(dir + ": cannot create output directory: " + error.message());
 }
 
-Tracer::SliceId traced_begin(Tracer& tracer, cudaStream_t stream, const std::string& name, nlohmann::json args) {
-  return tracer.enabled() ? tracer.begin(stream, TraceTrack::kCompute, name, std::move(args)) : 0;
-}
-void traced_end(Tracer& tracer, cudaStream_t stream, Tracer::SliceId slice) {
-  if (tracer.enabled()) tracer.end(slice, stream);
-}
-
 // "embeddings", "layer 3", "lm_head+final_norm": what the backward computes just before a bucket is final.
 std::string bucket_label(const ParamLayout& layout, int bucket) {
   if (bucket == 0) return "embeddings";
@@ -70,15 +63,16 @@ class BackwardTracing {
  public:
   BackwardTracing(Tracer& tracer, cudaStream_t stream, const ParamLayout& layout, BucketHook inner)
       : tracer_(tracer), stream_(stream), layout_(layout), inner_(std::move(inner)) {
-    open_ = traced_begin(tracer_, stream_, "backward " + bucket_label(layout_, layout_.final_norm_bucket()),
-                         {{"bucket", layout_.final_norm_bucket()}});
+    const int first = layout_.final_norm_bucket();
+    open_ = tracer_.begin(stream_, TraceTrack::kCompute, "backward " + bucket_label(layout_, first), {{"bucket", first}});
   }
   BucketHook hook() {
     return [this](int bucket) {
-      traced_end(tracer_, stream_, open_);
+      tracer_.end(open_, stream_);
       if (inner_) inner_(bucket);
       const int next = bucket - 1;  // buckets become final in decreasing order
-      if (bucket != 0) open_ = traced_begin(tracer_, stream_, "backward " + bucket_label(layout_, next), {{"bucket", next}});
+      if (bucket != 0)
+        open_ = tracer_.begin(stream_, TraceTrack::kCompute, "backward " + bucket_label(layout_, next), {{"bucket", next}});
     };
   }
 
@@ -264,9 +258,10 @@ int train(const TrainOptions& opt, const std::string& options_text, CommContext&
     for (int micro = 0; micro < accum; micro++) {
       const bool last_micro = micro == accum - 1;
       train_loader.next_batch(inputs.data(), targets.data());
-      const Tracer::SliceId forward_slice = traced_begin(tracer, compute_stream, "forward", {{"micro_step", micro}});
+      const Tracer::SliceId forward_slice =
+          tracer.begin(compute_stream, TraceTrack::kCompute, "forward", {{"micro_step", micro}});
       model.forward(inputs.data(), targets.data(), micro, /*compute_dlogits=*/true, dloss, optimizer.before_bucket_use());
-      traced_end(tracer, compute_stream, forward_slice);
+      tracer.end(forward_slice, compute_stream);
       if (last_micro) optimizer.begin_step(step, lr);
       BackwardTracing backward_tracing(tracer, compute_stream, model.layout(),
                                        last_micro ? optimizer.on_bucket_ready() : BucketHook());
