@@ -14,20 +14,20 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/comm.h"
+#include "llmc/model/checkpoint.h"
+#include "llmc/dist/comm.h"
 #include "llmc/cuda_common.h"
-#include "llmc/dataloader.h"
-#include "llmc/gpt2.h"
-#include "llmc/lr_schedule.h"
-#include "llmc/mfu.h"
-#include "llmc/param_init.h"
-#include "llmc/run_info.h"
-#include "llmc/trace.h"
-#include "llmc/train_log.h"
-#include "llmc/train_options.h"
-#include "llmc/train_state.h"
-#include "llmc/zero.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/model/gpt2.h"
+#include "llmc/train/lr_schedule.h"
+#include "llmc/train/mfu.h"
+#include "llmc/model/param_init.h"
+#include "llmc/train/run_info.h"
+#include "llmc/dist/trace.h"
+#include "llmc/train/log.h"
+#include "llmc/train/options.h"
+#include "llmc/train/state.h"
+#include "llmc/optim/zero.h"
 
 using namespace llmc;
 

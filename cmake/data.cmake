@@ -3,16 +3,16 @@
 add_library(llmc_atomic_file STATIC llmc/atomic_file.cpp)
 target_link_libraries(llmc_atomic_file PUBLIC llmc_flags)
 
-add_library(llmc_shards STATIC llmc/shards.cpp)
+add_library(llmc_shards STATIC llmc/data/shards.cpp)
 target_link_libraries(llmc_shards PUBLIC llmc_atomic_file)
 
-add_library(llmc_data STATIC llmc/dataloader.cpp)
+add_library(llmc_data STATIC llmc/data/dataloader.cpp)
 target_link_libraries(llmc_data PUBLIC llmc_shards Threads::Threads)
 
-add_executable(test_shards test/test_shards.cpp)
+add_executable(test_shards test/data/test_shards.cpp)
 target_link_libraries(test_shards PRIVATE llmc_shards GTest::gtest_main)
 gtest_discover_tests(test_shards PROPERTIES LABELS data)
 
-add_executable(test_dataloader test/test_dataloader.cpp)
+add_executable(test_dataloader test/data/test_dataloader.cpp)
 target_link_libraries(test_dataloader PRIVATE llmc_data GTest::gtest_main)
 gtest_discover_tests(test_dataloader PROPERTIES LABELS data)

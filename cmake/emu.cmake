@@ -14,10 +14,10 @@ target_include_directories(llmc_emu SYSTEM PUBLIC ${LLMC_CUDA_INCLUDE_DIR})
 
 # Main for GoogleTest binaries of either target: on the nvcc target with no usable GPU every
 # test is skipped ("skipped: no GPU"), never silently passed.
-add_library(llmc_gpu_test_main_emu STATIC test/emu/gpu_test_main.cpp)
+add_library(llmc_gpu_test_main_emu STATIC test/support/gpu_test_main.cpp)
 target_link_libraries(llmc_gpu_test_main_emu PUBLIC llmc_emu GTest::gtest)
 if(LLMC_HAVE_CUDA)
-  add_library(llmc_gpu_test_main_cuda STATIC test/emu/gpu_test_main.cpp)
+  add_library(llmc_gpu_test_main_cuda STATIC test/support/gpu_test_main.cpp)
   target_link_libraries(llmc_gpu_test_main_cuda PUBLIC llmc_flags CUDA::cudart GTest::gtest)
 endif()
 

@@ -2,10 +2,10 @@
 # plain C++) and the double-precision CPU reference GPT-2 used as the test oracle (llmc_reference).
 
 add_library(llmc_model STATIC
-  llmc/model_config.cpp
-  llmc/param_layout.cpp
-  llmc/param_init.cpp
-  llmc/checkpoint.cpp)
+  llmc/model/model_config.cpp
+  llmc/model/param_layout.cpp
+  llmc/model/param_init.cpp
+  llmc/model/checkpoint.cpp)
 target_link_libraries(llmc_model PUBLIC llmc_flags llmc_atomic_file)
 
 add_library(llmc_reference STATIC
@@ -14,8 +14,10 @@ add_library(llmc_reference STATIC
 target_link_libraries(llmc_reference PUBLIC llmc_model)
 
 # ---- tests -------------------------------------------------------------------------------------
-foreach(test_name test_model_layout test_checkpoint test_reference)
-  add_executable(${test_name} test/${test_name}.cpp)
+foreach(test_source IN ITEMS test/model/test_model_layout.cpp test/model/test_checkpoint.cpp
+                           test/reference/test_reference.cpp)
+  get_filename_component(test_name ${test_source} NAME_WE)
+  add_executable(${test_name} ${test_source})
   target_link_libraries(${test_name} PRIVATE llmc_reference GTest::gtest_main)
 endforeach()
 # cuda_bf16.h compiles under g++; where it exists it is the independent oracle for our bf16 rounding.

@@ -4,7 +4,7 @@
 # uses the trainer's libraries and the fp32 emulated trainer from cmake/trainer.cmake).
 
 # The mutant: the fp32 emulated trainer whose forward does not wait for a bucket's all-gather
-# (llmc/zero.cu, LLMC_TEST_DROP_PARAM_WAIT). The test must see its results differ.
+# (llmc/optim/zero.cu, LLMC_TEST_DROP_PARAM_WAIT). The test must see its results differ.
 # Only zero.cu is compiled again; the model core is the fp32 one the correct trainer uses.
 llmc_emu_wrap_sources(train_gpt2_fp32_emu_drop_wait_sources train_gpt2_fp32_emu_drop_wait
                       train_gpt2.cu ${LLMC_OPTIMIZER_SOURCES})

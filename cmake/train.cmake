@@ -1,12 +1,12 @@
 # cmake/train.cmake: the trainer's host-side utilities (options, lr schedule, MFU, step log) and their tests.
-add_library(llmc_train_utils STATIC llmc/lr_schedule.cpp llmc/mfu.cpp llmc/train_log.cpp llmc/train_options.cpp llmc/train_state.cpp)
+add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/mfu.cpp llmc/train/log.cpp llmc/train/options.cpp llmc/train/state.cpp)
 target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data)
 
-add_executable(test_train_utils test/test_train_utils.cpp)
+add_executable(test_train_utils test/train/test_train_utils.cpp)
 target_link_libraries(test_train_utils PRIVATE llmc_train_utils GTest::gtest_main)
 gtest_discover_tests(test_train_utils PROPERTIES LABELS train)
 
-add_executable(test_train_state test/test_train_state.cpp)
+add_executable(test_train_state test/train/test_train_state.cpp)
 target_link_libraries(test_train_state PRIVATE llmc_train_utils GTest::gtest_main)
 gtest_discover_tests(test_train_state PROPERTIES LABELS train)
 

@@ -17,8 +17,8 @@ endif()
 # The device model (gpt2, device arena, run info) and the optimizer (zero) are compiled once per target
 # and precision, as static libraries shared by the programs and the tests: nvcc compiles for two
 # architectures and these sources include every kernel, so compiling them once each keeps the build short.
-set(LLMC_MODEL_CORE_SOURCES llmc/gpt2.cu llmc/device_arena.cu llmc/run_info.cu)
-set(LLMC_OPTIMIZER_SOURCES llmc/zero.cu)
+set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2.cu llmc/model/device_arena.cu llmc/train/run_info.cu)
+set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu)
 set(LLMC_TRAINER_LIBS llmc_train_utils llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
 foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(core_sources llmc_model_core_${precision}_emu ${LLMC_MODEL_CORE_SOURCES})
@@ -65,7 +65,7 @@ foreach(precision IN ITEMS bf16 fp32)
     SOURCES test/model/test_gpt2.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
   llmc_add_cu_test(NAME train_steps_${precision} LABELS trainer TIMEOUT 300 ${emu_only}
-    SOURCES test/model/test_train_steps.cu LIBS llmc_reference llmc_model
+    SOURCES test/optim/test_train_steps.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_optimizer_${precision}_emu CUDA_LIBS llmc_optimizer_${precision}_cuda)
 endforeach()
 

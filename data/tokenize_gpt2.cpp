@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "llmc/parallel_encode.h"
-#include "llmc/shards.h"
-#include "llmc/tokenizer.h"
+#include "llmc/tokenizer/parallel_encode.h"
+#include "llmc/data/shards.h"
+#include "llmc/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 

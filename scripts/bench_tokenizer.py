@@ -20,7 +20,7 @@ from test_tokenizer_tiktoken import load_tiktoken_gpt2  # noqa: E402
 
 
 def safe_chunks(text, target=1 << 20):
-    """Same cut rule as llmc/parallel_encode.cpp (on characters; the cut characters are ASCII)."""
+    """Same cut rule as llmc/tokenizer/parallel_encode.cpp (on characters; the cut characters are ASCII)."""
     def printable(c):
         return " " < c < "\x7f"
     chunks, start, search = [], 0, target - 1

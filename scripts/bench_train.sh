@@ -63,7 +63,7 @@ for line in open(log):
 last, first = max(times), max(warmup, 1)
 ours_ms = (times[last] - times[first]) / (last - first)  # steps first+1 .. last
 theirs = json.load(open(torch_json))
-flops_per_token = 6 * params + 6 * layers * channels * T  # the usual MFU formula, as llmc/mfu.cpp
+flops_per_token = 6 * params + 6 * layers * channels * T  # the usual MFU formula, as llmc/train/mfu.cpp
 peaks = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312.0e12}  # dense bf16 spec sheets
 peak = next((v for k, v in peaks.items() if k in theirs["device"]), None)
 ceiling = theirs["ceiling_tflops"] * 1e12

@@ -20,7 +20,7 @@ The written model of the machine (every number is a parameter; defaults and thei
   * The shard update (AdamW, memory-bound) reads bf16 param + grad and fp32 master, m, v and writes
     bf16 param and fp32 master, m, v: 30 bytes per element at 3.35 TB/s (H100 SXM HBM3), on the comm
     stream; its slowdown of compute (NCCL/optimizer kernels take SMs) is not modelled.
-  * Collectives and updates run in order on one comm stream, as in llmc/zero.cu: `none` after the
+  * Collectives and updates run in order on one comm stream, as in llmc/optim/zero.cu: `none` after the
     backward; `rs` reduce-scatters as buckets become ready, updates + all-gathers after the backward;
     `full` reduce-scatter, update and all-gather of each bucket as soon as it is ready.
   * The next forward waits per bucket: embeddings before the first layer (they are first in the

@@ -1,6 +1,6 @@
 // Fused causal self-attention on tensor cores (bf16 build only), FlashAttention-2 style: the (T,T)
 // score matrix is never stored. Forward: per 64-query tile, stream 64-key tiles of K and V through
-// shared memory, scores and P @ V by mma.m16n8k16 (llmc/mma.cuh), online softmax in fp32; it saves one
+// shared memory, scores and P @ V by mma.m16n8k16 (llmc/kernels/mma.cuh), online softmax in fp32; it saves one
 // log-sum-exp per query for the backward. Backward, deterministic (no atomics): one kernel per key tile
 // accumulates dK and dV over the query tiles, another per query tile accumulates dQ over the key tiles,
 // both recomputing P from Q, K and the saved log-sum-exp. Reads q, k, v straight from qkv (B,T,3C) and
@@ -16,7 +16,7 @@
 
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/mma.cuh"
+#include "llmc/kernels/mma.cuh"
 #include "llmc/precision.h"
 
 #if !defined(LLMC_FP32)

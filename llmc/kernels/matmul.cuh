@@ -18,10 +18,13 @@
 
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/bias_grad.cuh"
+#include "llmc/kernels/gemm_args.h"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/precision.h"
 
-#if !defined(LLMC_EMULATION)
+#if defined(LLMC_EMULATION)
+#include "llmc/emu/cpu_gemm.h"
+#else
 #include <cublasLt.h>
 
 // Every cuBLASLt call goes through this: failures name the call, the file and the line.
@@ -88,152 +91,7 @@ class MatmulContext {
 #endif
 };
 
-// One GEMM, row-major: D (M,N) = alpha * op(A) @ op(B) + beta * D [+ bias broadcast over rows].
-// op(A) is A (M,K) or, with trans_a, the transpose of A stored as (K,M); likewise op(B) is B (K,N) or,
-// with trans_b, B stored as (N,K). Matrices are dense (leading dimension = row length).
-// With pre_gelu non-null (batch 1 only): pre_gelu gets the value above and D gets gelu(pre_gelu).
-struct GemmArgs {
-  floatX* d = nullptr;
-  const floatX* a = nullptr;
-  const floatX* b = nullptr;
-  int m = 0, n = 0, k = 0;
-  bool trans_a = false, trans_b = false;
-  float alpha = 1.0f;
-  float beta = 0.0f;  // 1 accumulates into D
-  const floatX* bias = nullptr;  // (N) or null
-  floatX* pre_gelu = nullptr;    // (M,N) or null
-  int batch = 1;
-  long long stride_a = 0, stride_b = 0, stride_d = 0;  // elements between consecutive batch matrices
-};
-
-inline void validate_gemm(const GemmArgs& g) {
-  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0)
-    throw std::invalid_argument("gemm: sizes must be positive (m=" + std::to_string(g.m) + " n=" +
-                                std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                                " batch=" + std::to_string(g.batch) + ")");
-  if (g.d == nullptr || g.a == nullptr || g.b == nullptr) throw std::invalid_argument("gemm: null matrix pointer");
-  if (g.pre_gelu != nullptr && g.batch != 1) throw std::invalid_argument("gemm: GELU epilogue needs batch == 1");
-}
-
 #if defined(LLMC_EMULATION)
-// ---- emulated build: CPU GEMM ----------------------------------------------------------------
-// Both operands are first converted to fp32 and packed: op(A) as (M,K) rows, op(B) as panels of
-// kPanelColumns columns, each panel (K, kPanelColumns) contiguous and zero-padded. A micro-kernel then
-// keeps a kPanelRows x kPanelColumns block of D in registers while it streams one panel and kPanelRows
-// rows of A; column panels are visited in chunks that stay in cache while all rows pass over them.
-// Every output element is summed over k in increasing order in fp32 (no reassociation), so the result
-// does not depend on how rows are split over threads.
-constexpr int kPanelRows = 4;
-constexpr int kPanelColumns = 8;
-
-struct PackedGemmOperands {
-  std::vector<float> a;  // (M, K)
-  std::vector<float> b;  // (ceil(N / kPanelColumns), K, kPanelColumns)
-  int panels = 0;
-};
-
-inline void pack_gemm_operands(const GemmArgs& g, int batch_index, PackedGemmOperands& packed) {
-  const floatX* a = g.a + batch_index * g.stride_a;
-  const floatX* b = g.b + batch_index * g.stride_b;
-  packed.a.resize((size_t)g.m * g.k);
-  for (int i = 0; i < g.m; i++)
-    for (int kk = 0; kk < g.k; kk++)
-      packed.a[(size_t)i * g.k + kk] = to_float(g.trans_a ? a[(size_t)kk * g.m + i] : a[(size_t)i * g.k + kk]);
-  packed.panels = (g.n + kPanelColumns - 1) / kPanelColumns;
-  packed.b.assign((size_t)packed.panels * g.k * kPanelColumns, 0.0f);
-  for (int kk = 0; kk < g.k; kk++)
-    for (int j = 0; j < g.n; j++)
-      packed.b[((size_t)(j / kPanelColumns) * g.k + kk) * kPanelColumns + j % kPanelColumns] =
-          to_float(g.trans_b ? b[(size_t)j * g.k + kk] : b[(size_t)kk * g.n + j]);
-}
-
-// D block [row, row + kPanelRows) x [panel columns], accumulators in vector registers (GCC vector
-// extension: 4 floats per register, plain SSE on any x86-64). Multiply and add stay separate roundings,
-// as in the scalar loop. Rows past M read zero-filled A rows and are not stored.
-typedef float CpuFloat4 __attribute__((vector_size(16)));
-constexpr int kVectorsPerPanelRow = kPanelColumns / 4;
-
-inline void gemm_micro_kernel(const GemmArgs& g, const float* a_rows, const float* panel, int valid_rows, int row,
-                              int column, floatX* d) {
-  CpuFloat4 vector_accumulator[kPanelRows][kVectorsPerPanelRow] = {};
-  const int depth = g.k;
-  for (int kk = 0; kk < depth; kk++) {
-    CpuFloat4 b[kVectorsPerPanelRow];
-    std::memcpy(b, panel + (size_t)kk * kPanelColumns, sizeof(b));
-    for (int r = 0; r < kPanelRows; r++) {
-      const float a_value = a_rows[(size_t)r * depth + kk];
-      const CpuFloat4 a_broadcast = {a_value, a_value, a_value, a_value};
-      for (int v = 0; v < kVectorsPerPanelRow; v++) vector_accumulator[r][v] += a_broadcast * b[v];
-    }
-  }
-  float accumulator[kPanelRows][kPanelColumns];
-  std::memcpy(accumulator, vector_accumulator, sizeof(accumulator));
-  const int valid_columns = g.n - column < kPanelColumns ? g.n - column : kPanelColumns;
-  for (int r = 0; r < valid_rows; r++) {
-    for (int j = 0; j < valid_columns; j++) {
-      const size_t index = (size_t)(row + r) * g.n + column + j;
-      float value = g.alpha * accumulator[r][j];
-      if (g.beta != 0.0f) value += g.beta * to_float(d[index]);
-      if (g.bias != nullptr) value += to_float(g.bias[column + j]);
-      if (g.pre_gelu != nullptr) {
-        g.pre_gelu[index] = from_float<floatX>(value);
-        value = gelu_tanh(value);
-      }
-      d[index] = from_float<floatX>(value);
-    }
-  }
-}
-
-// Rows [row_begin, row_end) of one batch matrix.
-inline void cpu_gemm_rows(const GemmArgs& g, const PackedGemmOperands& packed, int batch_index, int row_begin,
-                          int row_end) {
-  floatX* d = g.d + batch_index * g.stride_d;
-  constexpr size_t kChunkBytes = (size_t)192 << 10;  // the panels of one chunk stay in L2
-  int panels_per_chunk = (int)(kChunkBytes / ((size_t)g.k * kPanelColumns * sizeof(float)));
-  if (panels_per_chunk < 1) panels_per_chunk = 1;
-  std::vector<float> a_rows((size_t)kPanelRows * g.k);
-  for (int first_panel = 0; first_panel < packed.panels; first_panel += panels_per_chunk) {
-    const int last_panel = first_panel + panels_per_chunk < packed.panels ? first_panel + panels_per_chunk
-                                                                          : packed.panels;
-    for (int row = row_begin; row < row_end; row += kPanelRows) {
-      const int valid_rows = row_end - row < kPanelRows ? row_end - row : kPanelRows;
-      for (int r = 0; r < kPanelRows; r++)
-        for (int kk = 0; kk < g.k; kk++)
-          a_rows[(size_t)r * g.k + kk] = r < valid_rows ? packed.a[(size_t)(row + r) * g.k + kk] : 0.0f;
-      for (int p = first_panel; p < last_panel; p++)
-        gemm_micro_kernel(g, a_rows.data(), packed.b.data() + (size_t)p * g.k * kPanelColumns, valid_rows, row,
-                          p * kPanelColumns, d);
-    }
-  }
-}
-
-inline void cpu_gemm(const GemmArgs& g, int threads) {
-  PackedGemmOperands packed;
-  const double flops_per_batch = 2.0 * g.m * g.n * g.k;
-  constexpr double kFlopsPerThread = 4e6;  // below this a thread costs more than it saves
-  int workers = (int)(flops_per_batch / kFlopsPerThread);
-  if (workers > threads) workers = threads;
-  if (workers > g.m / kPanelRows) workers = g.m / kPanelRows;
-  if (workers < 1) workers = 1;
-  for (int p = 0; p < g.batch; p++) {
-    pack_gemm_operands(g, p, packed);
-    if (workers == 1) {
-      cpu_gemm_rows(g, packed, p, 0, g.m);
-      continue;
-    }
-    // Row ranges in whole micro-kernel blocks; the last worker takes the remainder.
-    std::vector<std::thread> pool;
-    const int blocks = (g.m + kPanelRows - 1) / kPanelRows;
-    const int blocks_per_worker = (blocks + workers - 1) / workers;
-    for (int w = 0; w < workers; w++) {
-      const int begin = w * blocks_per_worker * kPanelRows;
-      const int end = begin + blocks_per_worker * kPanelRows < g.m ? begin + blocks_per_worker * kPanelRows : g.m;
-      if (begin < end) pool.emplace_back(cpu_gemm_rows, std::cref(g), std::cref(packed), p, begin, end);
-    }
-    for (std::thread& worker : pool) worker.join();
-  }
-}
-
 struct CpuGemmJob {
   GemmArgs args;
   int threads;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "test/emu/device_buffer.h"
+#include "test/support/device_buffer.h"
 
 namespace {
 

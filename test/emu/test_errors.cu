@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "test/emu/device_buffer.h"
-#include "test/emu/gpu_test.h"
+#include "test/support/device_buffer.h"
+#include "test/support/gpu_test.h"
 
 namespace {
 

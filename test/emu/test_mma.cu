@@ -1,4 +1,4 @@
-// Tests of the tensor-core device functions (llmc/mma.cuh), run by both targets: fragments built
+// Tests of the tensor-core device functions (llmc/kernels/mma.cuh), run by both targets: fragments built
 // by the documented layout and by ldmatrix must give the plain matrix product. With small-integer
 // inputs every partial sum is exact in fp32, so the comparison is bitwise; with general bf16
 // inputs it is bounded by fp32 accumulation error.
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "llmc/mma.cuh"
-#include "test/emu/device_buffer.h"
+#include "llmc/kernels/mma.cuh"
+#include "test/support/device_buffer.h"
 
 namespace {
 

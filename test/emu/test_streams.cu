@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "test/emu/device_buffer.h"
-#include "test/emu/stream_gate.h"
+#include "test/support/device_buffer.h"
+#include "test/support/stream_gate.h"
 
 namespace {
 

@@ -11,13 +11,13 @@
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/residual.cuh"
-#include "test/emu/gpu_test.h"
-#include "test/kernels/kernel_test_utils.h"
+#include "test/support/gpu_test.h"
+#include "test/support/kernel_test_utils.h"
 #include "test/reference/reference_ops.h"
 
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/kernels/kernel_test_utils.h
+using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
 using llmc::floatX;
 
 TEST(EncoderKernel, ForwardAndDeterministicBackwardMatchReference) {

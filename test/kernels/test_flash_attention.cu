@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "llmc/kernels/flash_attention.cuh"
-#include "test/emu/gpu_test.h"
-#include "test/kernels/kernel_test_utils.h"
+#include "test/support/gpu_test.h"
+#include "test/support/kernel_test_utils.h"
 #include "test/reference/reference_ops.h"
 
 #if !defined(LLMC_FP32)
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/kernels/kernel_test_utils.h
+using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
 using llmc::floatX;
 
 struct FlashData {

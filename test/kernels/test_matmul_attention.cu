@@ -8,13 +8,13 @@
 
 #include "llmc/kernels/attention.cuh"
 #include "llmc/kernels/matmul.cuh"
-#include "test/emu/gpu_test.h"
-#include "test/kernels/kernel_test_utils.h"
+#include "test/support/gpu_test.h"
+#include "test/support/kernel_test_utils.h"
 #include "test/reference/reference_ops.h"
 
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/kernels/kernel_test_utils.h
+using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
 using llmc::floatX;
 
 class GemmTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};

@@ -1,4 +1,4 @@
-// Whole-model tests of the device GPT-2 (llmc/gpt2.cu) against the double-precision reference: the
+// Whole-model tests of the device GPT-2 (llmc/model/gpt2.cu) against the double-precision reference: the
 // loss and every parameter gradient on a tiny config, gradient accumulation over micro-steps, and
 // bitwise determinism. Built for fp32 (tight tolerances) and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "llmc/gpt2.h"
-#include "llmc/model_config.h"
-#include "llmc/param_init.h"
-#include "test/emu/gpu_test.h"
+#include "llmc/model/gpt2.h"
+#include "llmc/model/model_config.h"
+#include "llmc/model/param_init.h"
+#include "test/support/gpu_test.h"
 #include "test/reference/reference_gpt2.h"
 
 namespace {

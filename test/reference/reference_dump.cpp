@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/param_init.h"
+#include "llmc/model/checkpoint.h"
+#include "llmc/model/param_init.h"
 #include "test/reference/reference_gpt2.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "llmc/param_layout.h"
+#include "llmc/model/param_layout.h"
 
 namespace ref {
 

@@ -50,7 +50,7 @@ def modded_log(loss, time_s, steps=1750):
 
 
 def our_log(loss, time_s, steps=1000, final_step=None):
-    """A log in our trainer's format (llmc/train_log.h): extra fields after the modded ones."""
+    """A log in our trainer's format (llmc/train/log.h): extra fields after the modded ones."""
     final_step = steps if final_step is None else final_step
     lines = ["# config: model=d12 batch=64 seq=1024\n"]
     for step in range(1, final_step + 1):

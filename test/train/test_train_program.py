@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SETTINGS = {"trainer": None, "mpiexec": None, "gpus": None}  # gpus: None for the emulated build
 
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
-STATE_TIME_WORD = 14  # llmc/train_state.cpp: the state file's int64 header word 14 = train time (us)
+STATE_TIME_WORD = 14  # llmc/train/state.cpp: the state file's int64 header word 14 = train time (us)
 B, T, VOCAB = 4, 16, 100  # the "tiny" preset has T=16, V=100
 
 # The line forms that modded-nanogpt prints and its log readers match (integer train_time in ms,

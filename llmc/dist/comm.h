@@ -1,0 +1,84 @@
+// The communication context of one rank for data-parallel training: MPI bootstrap (rank, world
+// size, node-local rank), one GPU per local rank, the NCCL communicator, a high-priority stream for
+// collectives, host-side scalar reductions, stream-ordered collective wrappers and fatal handling.
+// The same source serves both targets; in the emulated build NCCL is served by MPI (llmc/emu/nccl_emu.cpp).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <exception>
+#include <string>
+
+#include "llmc/dist/nccl_check.h"
+
+namespace llmc {
+
+// Prints "rank R: why" to stderr and stops every rank of the job (MPI_Abort), so that no rank
+// waits forever in a collective for one that failed. Usable before or without a CommContext
+// (without MPI it exits this process with status 1). Never returns.
+[[noreturn]] void abort_all_ranks(const std::string& why);
+
+class CommContext {
+ public:
+  // Initializes MPI when needed (MPI_THREAD_MULTIPLE), finds the node-local rank with
+  // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), selects GPU local_rank, creates the comm stream
+  // (greatest priority, non-blocking) and the NCCL communicator (unique id from rank 0, broadcast
+  // with MPI). Without mpirun this is rank 0 of 1 (MPI singleton). Throws CommError / CudaError.
+  CommContext();
+  // Waits for the comm stream, destroys the communicator, finalizes MPI if it began it. When
+  // destroyed by a propagating exception it does none of that (it could hang on the other
+  // ranks): catch the exception and call abort_all_ranks.
+  ~CommContext();
+  CommContext(const CommContext&) = delete;
+  CommContext& operator=(const CommContext&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  bool is_main_rank() const { return rank_ == 0; }
+  int device() const { return device_; }
+  cudaStream_t comm_stream() const { return comm_stream_; }
+  ncclComm_t nccl() const { return nccl_comm_; }
+
+  // ---- host-side reductions of a few scalars (MPI, blocking, all ranks must call) ----
+  double all_reduce_sum(double value) const;
+  double all_reduce_mean(double value) const;
+  double all_reduce_max(double value) const;
+  void all_reduce_sum(double* values, int count) const;  // in place
+  bool any_rank(bool flag) const;                        // logical or over ranks
+  void barrier() const;
+
+  // ---- stream-ordered collectives on device buffers (NCCL; all ranks, same order) ----
+  // recv[i] = mean over ranks of send[rank * recv_count + i]; send holds world_size * recv_count
+  // elements. In place when recv == send + rank * recv_count.
+  void reduce_scatter_avg(const float* send, float* recv, size_t recv_count, cudaStream_t stream) const;
+  void reduce_scatter_avg(const __nv_bfloat16* send, __nv_bfloat16* recv, size_t recv_count,
+                          cudaStream_t stream) const;
+  // recv[r * send_count + i] = send of rank r [i]; in place when send == recv + rank * send_count.
+  void all_gather(const float* send, float* recv, size_t send_count, cudaStream_t stream) const;
+  void all_gather(const __nv_bfloat16* send, __nv_bfloat16* recv, size_t send_count,
+                  cudaStream_t stream) const;
+  // data[i] = sum over ranks of data[i], in place.
+  void all_reduce_sum_float(float* data, size_t count, cudaStream_t stream) const;
+  // data on every rank = data of rank 0 (e.g. initial parameters), in place.
+  void broadcast_from_rank0(float* data, size_t count, cudaStream_t stream) const;
+  void broadcast_from_rank0(__nv_bfloat16* data, size_t count, cudaStream_t stream) const;
+
+ private:
+  bool owns_mpi_ = false;  // this context called MPI_Init_thread, so it finalizes
+  int uncaught_exceptions_at_construction_ = std::uncaught_exceptions();
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  int device_ = 0;
+  cudaStream_t comm_stream_ = nullptr;
+  ncclComm_t nccl_comm_ = nullptr;
+};
+
+}  // namespace llmc

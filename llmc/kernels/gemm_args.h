@@ -1,0 +1,39 @@
+// The description of one (batched) GEMM shared by both GEMM back ends: cuBLASLt in the GPU build
+// (llmc/kernels/matmul.cuh) and the CPU GEMM of the emulation (llmc/emu/cpu_gemm.h).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "llmc/precision.h"
+
+namespace llmc {
+
+// One GEMM, row-major: D (M,N) = alpha * op(A) @ op(B) + beta * D [+ bias broadcast over rows].
+// op(A) is A (M,K) or, with trans_a, the transpose of A stored as (K,M); likewise op(B) is B (K,N) or,
+// with trans_b, B stored as (N,K). Matrices are dense (leading dimension = row length).
+// With pre_gelu non-null (batch 1 only): pre_gelu gets the value above and D gets gelu(pre_gelu).
+struct GemmArgs {
+  floatX* d = nullptr;
+  const floatX* a = nullptr;
+  const floatX* b = nullptr;
+  int m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;  // 1 accumulates into D
+  const floatX* bias = nullptr;  // (N) or null
+  floatX* pre_gelu = nullptr;    // (M,N) or null
+  int batch = 1;
+  long long stride_a = 0, stride_b = 0, stride_d = 0;  // elements between consecutive batch matrices
+};
+
+inline void validate_gemm(const GemmArgs& g) {
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0)
+    throw std::invalid_argument("gemm: sizes must be positive (m=" + std::to_string(g.m) + " n=" +
+                                std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                                " batch=" + std::to_string(g.batch) + ")");
+  if (g.d == nullptr || g.a == nullptr || g.b == nullptr) throw std::invalid_argument("gemm: null matrix pointer");
+  if (g.pre_gelu != nullptr && g.batch != 1) throw std::invalid_argument("gemm: GELU epilogue needs batch == 1");
+}
+
+}  // namespace llmc

@@ -1,0 +1,47 @@
+// Single-allocation device arena (see device_arena.h).
+#include "llmc/model/device_arena.h"
+
+#include <cstdio>
+
+#include "llmc/cuda_common.h"
+
+namespace llmc {
+
+namespace {
+constexpr size_t kAlignment = 256;
+std::string gib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+}  // namespace
+
+DeviceArena::~DeviceArena() {
+  if (base_ != nullptr) {
+    const cudaError_t status = cudaFree(base_);
+    if (status != cudaSuccess)
+      std::fprintf(stderr, "cudaFree in ~DeviceArena (%s:%d): %s\n", __FILE__, __LINE__, cudaGetErrorString(status));
+  }
+}
+
+void DeviceArena::allocate(const std::string& what) {
+  total_bytes_ = 0;
+  for (const Request& r : requests_) total_bytes_ += (r.bytes + kAlignment - 1) / kAlignment * kAlignment;
+  const cudaError_t status = cudaMalloc(&base_, total_bytes_);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free allocation error before asking for the free memory
+    size_t free_bytes = 0, device_bytes = 0;
+    const bool known = cudaMemGetInfo(&free_bytes, &device_bytes) == cudaSuccess;
+    throw_cuda_error(status, "cudaMalloc", __FILE__, __LINE__,
+                     "out of GPU memory: " + what + " asked for " + gib(total_bytes_) +
+                         (known ? " but only " + gib(free_bytes) + " of " + gib(device_bytes) + " are free" : "") +
+                         " (reduce --batch-size or --seq-len)");
+  }
+  char* cursor = static_cast<char*>(base_);
+  for (const Request& r : requests_) {
+    *r.slot = cursor;
+    cursor += (r.bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
+}
+
+}  // namespace llmc

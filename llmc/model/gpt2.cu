@@ -1,0 +1,315 @@
+// GPT-2 forward and backward over the layers on the device (see gpt2.h): the order of kernels is the
+// algorithm, so it reads top to bottom like the model; kernels live in llmc/kernels/.
+#include "llmc/model/gpt2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "llmc/cuda_common.h"
+#include "llmc/model/device_arena.h"
+#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/classifier.cuh"
+#include "llmc/kernels/encoder.cuh"
+#if !defined(LLMC_FP32)
+#include "llmc/kernels/flash_attention.cuh"
+#endif
+#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/matmul.cuh"
+
+namespace llmc {
+
+// The fused tensor-core attention (never stores the T x T scores) exists for bf16 and head size 64, which
+// covers every GPT-2 size; other shapes and the fp32 build use the GEMM + softmax attention.
+static bool use_flash_attention(const GPT2Config& config) {
+#if defined(LLMC_FP32)
+  (void)config;
+  return false;
+#else
+  return config.channels / config.num_heads == 64;
+#endif
+}
+
+// Everything the passes keep for one micro-batch (N = B*T rows), plus the reusable workspaces.
+struct GPT2::Activations {
+  struct Layer {
+    floatX *ln1, *qkv, *atty,
+        *qkvr = nullptr, *att = nullptr,  // GEMM attention: per-head q,k,v and the softmax
+         *attproj, *residual2, *ln2, *fch_pre, *fch_gelu, *fcproj, *residual3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float* lse = nullptr;  // flash attention: log-sum-exp per (b, head, t)
+  };
+  explicit Activations(int max_positions) : encoder_workspace(max_positions) {}
+  bool flash = false;
+
+  DeviceArena arena;
+  std::vector<Layer> layers;
+  floatX *encoded, *lnf, *logits;
+  float *lnf_mean, *lnf_rstd, *losses;
+  int *inputs, *targets;
+  // Pinned staging for the host token arrays, so their upload is truly asynchronous; the next forward
+  // refills it only after the previous upload has read it (staging_free).
+  int* staging = nullptr;  // 2*N: inputs then targets
+  cudaEvent_t staging_free = nullptr;
+  // backward scratch: dresidual (N,C); dwide (N, 4C) holds dfch then dqkv; dnarrow (N,C) holds dln2,
+  // datty, dln1, dlnf; attention's own scratch; fp32 scratch for the deterministic reductions.
+  floatX *dresidual, *dwide, *dnarrow;
+  floatX *attention_scratch = nullptr, *dqkvr = nullptr, *datt = nullptr, *dvalues = nullptr;  // GEMM attention
+  float* flash_delta = nullptr;                                                                  // flash attention
+  float* reduction_scratch;
+  size_t reduction_scratch_floats = 0;
+  MatmulContext matmul;
+  EncoderBackwardWorkspace encoder_workspace;
+};
+
+GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len, int loss_slots, cudaStream_t stream)
+    : layout_(make_param_layout(config, world_size)),
+      batch_size_(batch_size),
+      seq_len_(seq_len),
+      loss_slots_(loss_slots),
+      stream_(stream) {
+  if (seq_len > config.max_seq_len)
+    throw std::invalid_argument("sequence length " + std::to_string(seq_len) + " exceeds the model's maximum " +
+                                std::to_string(config.max_seq_len));
+  const int B = batch_size, T = seq_len, C = config.channels, NH = config.num_heads, L = config.num_layers;
+  const int Vp = config.padded_vocab_size;
+  const size_t N = size_t(B) * T;
+  acts_ = std::make_unique<Activations>(int(N));
+  Activations& a = *acts_;
+  a.flash = use_flash_attention(config);
+  DeviceArena& arena = a.arena;
+  arena.request(&params_, layout_.total_size);
+  arena.request(&grads_, layout_.total_size);
+  a.layers.resize(L);
+  for (Activations::Layer& l : a.layers) {
+    arena.request(&l.ln1, N * C);
+    arena.request(&l.ln1_mean, N);
+    arena.request(&l.ln1_rstd, N);
+    arena.request(&l.qkv, N * 3 * C);
+    if (a.flash) {
+      arena.request(&l.lse, size_t(B) * NH * T);
+    } else {
+      arena.request(&l.qkvr, N * 3 * C);
+      arena.request(&l.att, size_t(B) * NH * T * T);
+    }
+    arena.request(&l.atty, N * C);
+    arena.request(&l.attproj, N * C);
+    arena.request(&l.residual2, N * C);
+    arena.request(&l.ln2, N * C);
+    arena.request(&l.ln2_mean, N);
+    arena.request(&l.ln2_rstd, N);
+    arena.request(&l.fch_pre, N * 4 * C);
+    arena.request(&l.fch_gelu, N * 4 * C);
+    arena.request(&l.fcproj, N * C);
+    arena.request(&l.residual3, N * C);
+  }
+  arena.request(&a.encoded, N * C);
+  arena.request(&a.lnf, N * C);
+  arena.request(&a.lnf_mean, N);
+  arena.request(&a.lnf_rstd, N);
+  arena.request(&a.logits, N * Vp);
+  arena.request(&a.losses, N * size_t(loss_slots));
+  arena.request(&a.inputs, N);
+  arena.request(&a.targets, N);
+  arena.request(&a.dresidual, N * C);
+  arena.request(&a.dwide, N * 4 * C);
+  arena.request(&a.dnarrow, N * C);
+  if (a.flash) {
+    arena.request(&a.flash_delta, size_t(B) * NH * T);
+  } else {
+    arena.request(&a.attention_scratch, N * C);
+    arena.request(&a.dqkvr, N * 3 * C);
+    arena.request(&a.datt, size_t(B) * NH * T * T);
+    arena.request(&a.dvalues, N * C);
+  }
+  a.reduction_scratch_floats = std::max({matmul_backward_scratch_floats(int(N), std::max(4 * C, Vp)),
+                                         layernorm_backward_scratch_floats(int(N), C)});
+  arena.request(&a.reduction_scratch, a.reduction_scratch_floats);
+  arena.allocate("the model (parameters, gradients, activations for B=" + std::to_string(B) +
+                 " T=" + std::to_string(T) + ")");
+  activation_bytes_ = arena.bytes() - 2 * layout_.total_size * sizeof(floatX);
+  CUDA_CHECK(cudaMallocHost(&a.staging, 2 * N * sizeof(int)));
+  CUDA_CHECK(cudaEventCreateWithFlags(&a.staging_free, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
+  CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
+  CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+GPT2::~GPT2() {
+  // Destructors must not throw: report and carry on releasing.
+  auto report = [](cudaError_t status, const char* call) {
+    if (status != cudaSuccess) std::fprintf(stderr, "%s in ~GPT2: %s\n", call, cudaGetErrorString(status));
+  };
+  report(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  report(cudaEventDestroy(acts_->staging_free), "cudaEventDestroy");
+  report(cudaFreeHost(acts_->staging), "cudaFreeHost");
+}
+
+void GPT2::upload_params(const std::vector<float>& host_params) {
+  if (host_params.size() != layout_.total_size)
+    throw std::invalid_argument("upload_params: " + std::to_string(host_params.size()) + " values for a buffer of " +
+                                std::to_string(layout_.total_size));
+  std::vector<floatX> converted(host_params.size());
+  for (size_t i = 0; i < host_params.size(); i++) converted[i] = from_float<floatX>(host_params[i]);
+  CUDA_CHECK(cudaMemcpyAsync(params_, converted.data(), converted.size() * sizeof(floatX), cudaMemcpyHostToDevice,
+                             stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+static std::vector<float> download(const floatX* device, size_t count, cudaStream_t stream) {
+  std::vector<floatX> raw(count);
+  CUDA_CHECK(cudaMemcpyAsync(raw.data(), device, count * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> result(count);
+  for (size_t i = 0; i < count; i++) result[i] = to_float(raw[i]);
+  return result;
+}
+
+std::vector<float> GPT2::download_params() const { return download(params_, layout_.total_size, stream_); }
+std::vector<float> GPT2::download_grads() const { return download(grads_, layout_.total_size, stream_); }
+
+void GPT2::zero_bucket_grads(int bucket) {
+  const ParamBucket& b = layout_.buckets[bucket];
+  CUDA_CHECK(cudaMemsetAsync(grads_ + b.offset, 0, b.padded_size * sizeof(floatX), stream_));
+}
+
+void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
+                   const BucketHook& before_bucket_use) {
+  Activations& a = *acts_;
+  const GPT2Config& cfg = layout_.config;
+  const int B = batch_size_, T = seq_len_, C = cfg.channels, NH = cfg.num_heads, L = cfg.num_layers;
+  const int N = B * T;
+  if (targets_host != nullptr && (loss_slot < 0 || loss_slot >= loss_slots_))
+    throw std::out_of_range("forward: loss slot " + std::to_string(loss_slot) + " outside [0, " +
+                            std::to_string(loss_slots_) + ")");
+  auto use_bucket = [&](int bucket) {
+    if (before_bucket_use) before_bucket_use(bucket);
+  };
+  CUDA_CHECK(cudaEventSynchronize(a.staging_free));
+  std::copy_n(inputs_host, N, a.staging);
+  CUDA_CHECK(cudaMemcpyAsync(a.inputs, a.staging, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  if (targets_host != nullptr) {
+    std::copy_n(targets_host, N, a.staging + N);
+    CUDA_CHECK(cudaMemcpyAsync(a.targets, a.staging + N, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  }
+  CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
+
+  use_bucket(0);
+  encoder_forward(a.encoded, a.inputs, param(TensorKind::wte), param(TensorKind::wpe), B, T, C, stream_);
+  for (int l = 0; l < L; l++) {
+    Activations::Layer& act = a.layers[l];
+    use_bucket(ParamLayout::layer_bucket(l));
+    // ln1 normalises the residual stream: the embeddings, or the previous layer's residual3, which is
+    // formed here from residual2 + fcproj in the same pass.
+    if (l == 0) {
+      layernorm_forward(act.ln1, act.ln1_mean, act.ln1_rstd, a.encoded, param(TensorKind::ln1w, l),
+                        param(TensorKind::ln1b, l), N, C, stream_);
+    } else {
+      const Activations::Layer& prev = a.layers[l - 1];
+      fused_residual_layernorm_forward(prev.residual3, act.ln1, act.ln1_mean, act.ln1_rstd, prev.residual2,
+                                       prev.fcproj, param(TensorKind::ln1w, l), param(TensorKind::ln1b, l), N, C,
+                                       stream_);
+    }
+    matmul_forward(a.matmul, act.qkv, nullptr, act.ln1, param(TensorKind::qkvw, l), param(TensorKind::qkvb, l), N, C,
+                   3 * C, stream_);
+#if !defined(LLMC_FP32)
+    if (a.flash)
+      flash_attention_forward(act.atty, act.lse, act.qkv, B, T, C, NH, stream_);
+    else
+#endif
+      attention_forward(a.matmul, act.atty, act.qkvr, act.att, a.attention_scratch, act.qkv, B, T, C, NH, stream_);
+    matmul_forward(a.matmul, act.attproj, nullptr, act.atty, param(TensorKind::attprojw, l),
+                   param(TensorKind::attprojb, l), N, C, C, stream_);
+    const floatX* residual_in = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+    fused_residual_layernorm_forward(act.residual2, act.ln2, act.ln2_mean, act.ln2_rstd, residual_in, act.attproj,
+                                     param(TensorKind::ln2w, l), param(TensorKind::ln2b, l), N, C, stream_);
+    matmul_forward(a.matmul, act.fch_gelu, act.fch_pre, act.ln2, param(TensorKind::fcw, l), param(TensorKind::fcb, l),
+                   N, C, 4 * C, stream_);
+    matmul_forward(a.matmul, act.fcproj, nullptr, act.fch_gelu, param(TensorKind::fcprojw, l),
+                   param(TensorKind::fcprojb, l), N, 4 * C, C, stream_);
+  }
+  use_bucket(layout_.final_norm_bucket());
+  const Activations::Layer& last = a.layers[L - 1];
+  fused_residual_layernorm_forward(last.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, last.residual2, last.fcproj,
+                                   param(TensorKind::lnfw), param(TensorKind::lnfb), N, C, stream_);
+  // Tied LM head: logits = lnf @ wte^T over all Vp rows (padded rows are trained to stay irrelevant).
+  matmul_forward(a.matmul, a.logits, nullptr, a.lnf, param(TensorKind::wte), nullptr, N, C, cfg.padded_vocab_size,
+                 stream_);
+  if (targets_host != nullptr)
+    fused_classifier(a.logits, a.losses + size_t(loss_slot) * N, a.targets, dloss, N, cfg.vocab_size,
+                     cfg.padded_vocab_size, compute_dlogits, stream_);
+}
+
+void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketHook& on_bucket_ready) {
+  Activations& a = *acts_;
+  const GPT2Config& cfg = layout_.config;
+  const int B = batch_size_, T = seq_len_, C = cfg.channels, NH = cfg.num_heads, L = cfg.num_layers;
+  const int N = B * T;
+  float* scratch = a.reduction_scratch;
+  const size_t scratch_floats = a.reduction_scratch_floats;
+  auto bucket_ready = [&](int bucket) {
+    if (on_bucket_ready) on_bucket_ready(bucket);
+  };
+  auto start_bucket = [&](int bucket) {
+    if (first_micro_step) zero_bucket_grads(bucket);
+  };
+
+  start_bucket(0);
+  start_bucket(layout_.final_norm_bucket());
+  // LM head: logits now hold dlogits. dwte += dlogits^T @ lnf, dlnf = dlogits @ wte.
+  matmul_backward(a.matmul, a.dnarrow, grad(TensorKind::wte), nullptr, a.logits, a.lnf, param(TensorKind::wte),
+                  nullptr, N, C, cfg.padded_vocab_size, true, scratch, scratch_floats, stream_);
+  CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, size_t(N) * C * sizeof(floatX), stream_));
+  const Activations::Layer& last = a.layers[L - 1];
+  layernorm_backward(a.dresidual, grad(TensorKind::lnfw), grad(TensorKind::lnfb), a.dnarrow, last.residual3,
+                     param(TensorKind::lnfw), a.lnf_mean, a.lnf_rstd, N, C, scratch, scratch_floats, stream_);
+  bucket_ready(layout_.final_norm_bucket());
+
+  for (int l = L - 1; l >= 0; l--) {
+    const Activations::Layer& act = a.layers[l];
+    start_bucket(ParamLayout::layer_bucket(l));
+    // a.dresidual is d loss / d residual3 of this layer (= d residual2 too, as residual3 = residual2 + fcproj).
+    floatX* dfch = a.dwide;
+    matmul_backward(a.matmul, dfch, grad(TensorKind::fcprojw, l), grad(TensorKind::fcprojb, l), a.dresidual,
+                    act.fch_gelu, param(TensorKind::fcprojw, l), act.fch_pre, N, 4 * C, C, true, scratch,
+                    scratch_floats, stream_);
+    floatX* dln2 = a.dnarrow;
+    matmul_backward(a.matmul, dln2, grad(TensorKind::fcw, l), grad(TensorKind::fcb, l), dfch, act.ln2,
+                    param(TensorKind::fcw, l), nullptr, N, C, 4 * C, true, scratch, scratch_floats, stream_);
+    layernorm_backward(a.dresidual, grad(TensorKind::ln2w, l), grad(TensorKind::ln2b, l), dln2, act.residual2,
+                       param(TensorKind::ln2w, l), act.ln2_mean, act.ln2_rstd, N, C, scratch, scratch_floats, stream_);
+    floatX* datty = a.dnarrow;
+    matmul_backward(a.matmul, datty, grad(TensorKind::attprojw, l), grad(TensorKind::attprojb, l), a.dresidual,
+                    act.atty, param(TensorKind::attprojw, l), nullptr, N, C, C, true, scratch, scratch_floats, stream_);
+    floatX* dqkv = a.dwide;
+#if !defined(LLMC_FP32)
+    if (a.flash)
+      flash_attention_backward(dqkv, a.flash_delta, datty, act.atty, act.qkv, act.lse, B, T, C, NH, stream_);
+    else
+#endif
+      attention_backward(a.matmul, dqkv, a.dqkvr, a.datt, a.dvalues, datty, act.qkvr, act.att, B, T, C, NH, stream_);
+    floatX* dln1 = a.dnarrow;
+    matmul_backward(a.matmul, dln1, grad(TensorKind::qkvw, l), grad(TensorKind::qkvb, l), dqkv, act.ln1,
+                    param(TensorKind::qkvw, l), nullptr, N, C, 3 * C, true, scratch, scratch_floats, stream_);
+    const floatX* residual_in = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+    layernorm_backward(a.dresidual, grad(TensorKind::ln1w, l), grad(TensorKind::ln1b, l), dln1, residual_in,
+                       param(TensorKind::ln1w, l), act.ln1_mean, act.ln1_rstd, N, C, scratch, scratch_floats, stream_);
+    bucket_ready(ParamLayout::layer_bucket(l));
+  }
+  encoder_backward(grad(TensorKind::wte), grad(TensorKind::wpe), a.dresidual, inputs_host, B, T, C,
+                   a.encoder_workspace, stream_);
+  bucket_ready(0);
+}
+
+double GPT2::mean_loss(int num_slots) const {
+  const size_t count = size_t(num_slots) * batch_size_ * seq_len_;
+  std::vector<float> losses(count);
+  CUDA_CHECK(cudaMemcpyAsync(losses.data(), acts_->losses, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  double sum = 0.0;
+  for (float loss : losses) sum += loss;
+  return sum / double(count);
+}
+
+}  // namespace llmc

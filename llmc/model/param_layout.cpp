@@ -1,0 +1,127 @@
+// Lays out all GPT-2 parameters in one buffer, bucket by bucket (see param_layout.h).
+#include "llmc/model/param_layout.h"
+
+#include <iterator>
+#include <stdexcept>
+
+namespace llmc {
+
+namespace {
+
+size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+const TensorKind kLayerKinds[] = {TensorKind::ln1w,     TensorKind::ln1b,     TensorKind::qkvw, TensorKind::qkvb,
+                                  TensorKind::attprojw, TensorKind::attprojb, TensorKind::ln2w, TensorKind::ln2b,
+                                  TensorKind::fcw,      TensorKind::fcb,      TensorKind::fcprojw,
+                                  TensorKind::fcprojb};
+
+bool decays(TensorKind kind) {
+  return kind == TensorKind::wte || kind == TensorKind::wpe || kind == TensorKind::qkvw ||
+         kind == TensorKind::attprojw || kind == TensorKind::fcw || kind == TensorKind::fcprojw;
+}
+
+}  // namespace
+
+const char* tensor_kind_name(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::wte: return "wte";
+    case TensorKind::wpe: return "wpe";
+    case TensorKind::ln1w: return "ln1w";
+    case TensorKind::ln1b: return "ln1b";
+    case TensorKind::qkvw: return "qkvw";
+    case TensorKind::qkvb: return "qkvb";
+    case TensorKind::attprojw: return "attprojw";
+    case TensorKind::attprojb: return "attprojb";
+    case TensorKind::ln2w: return "ln2w";
+    case TensorKind::ln2b: return "ln2b";
+    case TensorKind::fcw: return "fcw";
+    case TensorKind::fcb: return "fcb";
+    case TensorKind::fcprojw: return "fcprojw";
+    case TensorKind::fcprojb: return "fcprojb";
+    case TensorKind::lnfw: return "lnfw";
+    case TensorKind::lnfb: return "lnfb";
+  }
+  return "?";
+}
+
+bool is_layer_tensor(TensorKind kind) {
+  return kind != TensorKind::wte && kind != TensorKind::wpe && kind != TensorKind::lnfw && kind != TensorKind::lnfb;
+}
+
+std::vector<size_t> tensor_kind_shape(TensorKind kind, const GPT2Config& config) {
+  const size_t C = static_cast<size_t>(config.channels);
+  switch (kind) {
+    case TensorKind::wte: return {static_cast<size_t>(config.padded_vocab_size), C};
+    case TensorKind::wpe: return {static_cast<size_t>(config.max_seq_len), C};
+    case TensorKind::qkvw: return {3 * C, C};
+    case TensorKind::qkvb: return {3 * C};
+    case TensorKind::attprojw: return {C, C};
+    case TensorKind::fcw: return {4 * C, C};
+    case TensorKind::fcb: return {4 * C};
+    case TensorKind::fcprojw: return {C, 4 * C};
+    default: return {C};  // LayerNorm weights and biases, attprojb, fcprojb
+  }
+}
+
+const TensorView& ParamLayout::tensor(TensorKind kind, int layer) const {
+  const int L = config.num_layers;
+  if (!is_layer_tensor(kind)) layer = -1;
+  else if (layer < 0 || layer >= L)
+    throw std::out_of_range(std::string("ParamLayout::tensor: ") + tensor_kind_name(kind) + " of layer " +
+                            std::to_string(layer) + " requested, model has " + std::to_string(L) + " layers");
+  const int index = tensor_index_.at(static_cast<size_t>(static_cast<int>(kind) * (L + 1) + layer + 1));
+  return tensors.at(static_cast<size_t>(index));
+}
+
+ParamLayout make_param_layout(const GPT2Config& config, int world_size) {
+  validate_config(config);
+  if (world_size < 1 || world_size > 4096)
+    throw std::invalid_argument("make_param_layout: world_size must be in 1..4096, got " + std::to_string(world_size));
+  ParamLayout layout;
+  layout.config = config;
+  layout.world_size = world_size;
+  const int L = config.num_layers;
+  layout.tensor_index_.assign(static_cast<size_t>(kNumTensorKinds * (L + 1)), -1);
+  const size_t bucket_multiple = static_cast<size_t>(world_size) * kBucketAlignElements;
+
+  size_t bucket_offset = 0;
+  auto add_bucket = [&](const std::vector<TensorKind>& kinds, int layer) {
+    ParamBucket bucket;
+    bucket.offset = bucket_offset;
+    bucket.first_tensor = static_cast<int>(layout.tensors.size());
+    bucket.num_tensors = static_cast<int>(kinds.size());
+    size_t cursor = 0;  // within the bucket
+    for (TensorKind kind : kinds) {
+      TensorView view;
+      view.kind = kind;
+      view.layer = layer;
+      view.bucket = static_cast<int>(layout.buckets.size());
+      view.name = layer >= 0 ? "h" + std::to_string(layer) + "." + tensor_kind_name(kind) : tensor_kind_name(kind);
+      view.shape = tensor_kind_shape(kind, config);
+      view.numel = 1;
+      for (size_t dim : view.shape) view.numel *= dim;
+      view.weight_decay = decays(kind);
+      cursor = round_up(cursor, kTensorAlignElements);
+      view.offset = bucket_offset + cursor;
+      cursor += view.numel;
+      layout.num_parameters += view.numel;
+      layout.tensor_index_[static_cast<size_t>(static_cast<int>(kind) * (L + 1) + layer + 1)] =
+          static_cast<int>(layout.tensors.size());
+      layout.tensors.push_back(std::move(view));
+    }
+    bucket.size = cursor;
+    bucket.padded_size = round_up(cursor, bucket_multiple);
+    bucket.shard_size = bucket.padded_size / static_cast<size_t>(world_size);
+    bucket_offset += bucket.padded_size;
+    layout.buckets.push_back(bucket);
+  };
+
+  add_bucket({TensorKind::wte, TensorKind::wpe}, -1);
+  const std::vector<TensorKind> layer_kinds(std::begin(kLayerKinds), std::end(kLayerKinds));
+  for (int layer = 0; layer < L; layer++) add_bucket(layer_kinds, layer);
+  add_bucket({TensorKind::lnfw, TensorKind::lnfb}, -1);
+  layout.total_size = bucket_offset;
+  return layout;
+}
+
+}  // namespace llmc

@@ -1,0 +1,302 @@
+// ZeRO-1 AdamW and its overlap scheduler (see zero.h). Every cross-stream dependency is an event:
+//   compute: ... backward of bucket b ... record grad_ready[b]
+//   comm:    wait grad_ready[b]; reduce-scatter b; [update shard b; all-gather b; record param_ready[b]]
+//   compute: (next forward) wait param_ready[b] before the first kernel that reads bucket b.
+// The next backward zeroes a bucket's gradients only after its forward has waited for param_ready of
+// that bucket, which follows every comm-stream read of the bucket's gradients: no extra event needed.
+// The gradient norm is summed over the buckets in the order they became ready, in every mode, so the
+// modes give bitwise the same norm (and, with clipping, the same parameters). In the streamed mode it
+// is finished right after the last reduce-scatter, before the last bucket's update and all-gather:
+// the host reads it for the log without waiting for that all-gather, which therefore overlaps the
+// next step's host work and is guarded only by param_ready (what the mutant test relies on).
+//
+// Test build: -DLLMC_TEST_DROP_PARAM_WAIT makes before_bucket_use() skip its cudaStreamWaitEvent, a
+// deliberately missing cross-stream wait that test/train/test_multirank.py must detect.
+#include "llmc/optim/zero.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "llmc/dist/comm.h"
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/global_norm.cuh"
+#include "llmc/dist/trace.h"
+
+namespace llmc {
+
+namespace {
+// Runs `work` (which enqueues on `stream`) inside a named trace slice; a disabled Tracer records nothing.
+template <class Work>
+void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* name, nlohmann::json args, Work&& work) {
+  if (tracer == nullptr) {
+    work();
+    return;
+  }
+  const Tracer::SliceId slice = tracer->begin(stream, track, name, std::move(args));
+  work();
+  tracer->end(slice, stream);
+}
+}  // namespace
+
+OverlapMode parse_overlap_mode(const std::string& name) {
+  if (name == "none") return OverlapMode::none;
+  if (name == "rs") return OverlapMode::rs;
+  if (name == "full") return OverlapMode::full;
+  throw std::invalid_argument("unknown overlap mode '" + name + "' (expected none, rs or full)");
+}
+
+const char* overlap_mode_name(OverlapMode mode) {
+  switch (mode) {
+    case OverlapMode::none: return "none";
+    case OverlapMode::rs: return "rs";
+    case OverlapMode::full: return "full";
+  }
+  return "?";
+}
+
+ZeroOptimizer::ZeroOptimizer(GPT2& model, CommContext& comm, const OptimizerSettings& settings, Tracer* tracer)
+    : model_(model),
+      comm_(comm),
+      settings_(settings),
+      tracer_(tracer),
+      compute_stream_(model.stream()),
+      comm_stream_(comm.comm_stream()) {
+  const ParamLayout& layout = model.layout();
+  if (layout.world_size != comm.world_size())
+    throw std::invalid_argument("ZeroOptimizer: the model's layout is for " + std::to_string(layout.world_size) +
+                                " ranks, the communicator has " + std::to_string(comm.world_size()));
+  const int num_buckets = layout.num_buckets();
+  segments_.resize(num_buckets);
+  for (int b = 0; b < num_buckets; b++) {
+    const ParamBucket& bucket = layout.buckets[b];
+    state_offset_.push_back(shard_elements_);
+    shard_elements_ += bucket.shard_size;
+    // Weight-decay flag per element of the shard; gaps and padding (always zero) count as no decay.
+    const size_t begin = shard_begin(b), end = begin + bucket.shard_size;
+    std::vector<Segment>& segments = segments_[b];
+    auto add = [&](size_t from, size_t to, bool decay) {
+      from = std::max(from, begin);
+      to = std::min(to, end);
+      if (from >= to) return;
+      if (!segments.empty() && segments.back().decay == decay && segments.back().begin + segments.back().length == from - begin)
+        segments.back().length += to - from;
+      else
+        segments.push_back(Segment{from - begin, to - from, decay});
+    };
+    size_t cursor = bucket.offset;
+    for (int t = bucket.first_tensor; t < bucket.first_tensor + bucket.num_tensors; t++) {
+      const TensorView& view = layout.tensors[t];
+      add(cursor, view.offset, false);
+      add(view.offset, view.offset + view.numel, view.weight_decay);
+      cursor = view.offset + view.numel;
+    }
+    add(cursor, bucket.offset + bucket.padded_size, false);
+  }
+  CUDA_CHECK(cudaMalloc(&master_, shard_elements_ * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&adam_m_, shard_elements_ * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&adam_v_, shard_elements_ * sizeof(float)));
+  CUDA_CHECK(cudaMemset(adam_m_, 0, shard_elements_ * sizeof(float)));
+  CUDA_CHECK(cudaMemset(adam_v_, 0, shard_elements_ * sizeof(float)));
+  norm_scratch_floats_ = global_norm_scratch_floats(shard_elements_);
+  CUDA_CHECK(cudaMalloc(&norm_squared_, sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&norm_scratch_, norm_scratch_floats_ * sizeof(float)));
+  CUDA_CHECK(cudaMallocHost(&norm_host_, sizeof(float)));
+  grad_ready_.resize(num_buckets);
+  param_ready_.resize(num_buckets);
+  param_pending_.assign(num_buckets, false);
+  for (int b = 0; b < num_buckets; b++) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&grad_ready_[b], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&param_ready_[b], cudaEventDisableTiming));
+  }
+  CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&norm_ready_, cudaEventDisableTiming));
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  // Destructors must not throw: report failures and carry on releasing.
+  auto report = [](cudaError_t status, const char* call) {
+    if (status != cudaSuccess) std::fprintf(stderr, "%s in ~ZeroOptimizer: %s\n", call, cudaGetErrorString(status));
+  };
+  report(cudaStreamSynchronize(comm_stream_), "cudaStreamSynchronize");
+  for (cudaEvent_t e : grad_ready_) report(cudaEventDestroy(e), "cudaEventDestroy");
+  for (cudaEvent_t e : param_ready_) report(cudaEventDestroy(e), "cudaEventDestroy");
+  report(cudaEventDestroy(backward_done_), "cudaEventDestroy");
+  report(cudaEventDestroy(norm_ready_), "cudaEventDestroy");
+  report(cudaFreeHost(norm_host_), "cudaFreeHost");
+  for (float* p : {master_, adam_m_, adam_v_, norm_squared_, norm_scratch_}) report(cudaFree(p), "cudaFree");
+}
+
+size_t ZeroOptimizer::shard_begin(int bucket) const {
+  const ParamBucket& b = model_.layout().buckets[bucket];
+  return b.offset + size_t(comm_.rank()) * b.shard_size;
+}
+
+void ZeroOptimizer::init_master(const std::vector<float>& host_params) {
+  const ParamLayout& layout = model_.layout();
+  if (host_params.size() != layout.total_size)
+    throw std::invalid_argument("init_master: parameter buffer has the wrong size");
+  std::vector<float> shard(shard_elements_);
+  for (int b = 0; b < layout.num_buckets(); b++)
+    std::copy_n(host_params.begin() + shard_begin(b), layout.buckets[b].shard_size, shard.begin() + state_offset_[b]);
+  std::vector<float> zeros(shard_elements_, 0.0f);
+  upload_state(shard, zeros, zeros);
+}
+
+void ZeroOptimizer::begin_step(int step, float lr) {
+  step_ = step;
+  lr_ = lr;
+  ready_order_.clear();
+}
+
+BucketHook ZeroOptimizer::before_bucket_use() {
+  return [this](int bucket) {
+    if (!param_pending_[bucket]) return;
+#if !defined(LLMC_TEST_DROP_PARAM_WAIT)
+    CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, param_ready_[bucket], 0));
+#endif
+    param_pending_[bucket] = false;
+  };
+}
+
+void ZeroOptimizer::wait_for_all_params() {
+  for (int b = 0; b < model_.layout().num_buckets(); b++) before_bucket_use()(b);
+}
+
+BucketHook ZeroOptimizer::on_bucket_ready() {
+  return [this](int bucket) {
+    ready_order_.push_back(bucket);
+    if (settings_.overlap == OverlapMode::none) return;
+    CUDA_CHECK(cudaEventRecord(grad_ready_[bucket], compute_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grad_ready_[bucket], 0));
+    reduce_scatter_bucket(bucket);
+    if (!streamed()) return;
+    // The norm (for the log only) is computed once every bucket is reduced, before the last bucket's
+    // update and all-gather. It reads buckets whose param_ready is already recorded, yet the next
+    // backward cannot zero them under it: the next forward's first kernel waits for param_ready of
+    // the last bucket (the embeddings), recorded after the norm on this stream.
+    if (int(ready_order_.size()) == model_.layout().num_buckets()) enqueue_grad_norm();
+    update_bucket(bucket, 1.0f);
+    all_gather_bucket(bucket);
+    mark_params_ready(bucket);
+  };
+}
+
+void ZeroOptimizer::reduce_scatter_bucket(int bucket) {
+  if (comm_.world_size() == 1) return;  // the mean over one rank is the gradient itself
+  const ParamBucket& b = model_.layout().buckets[bucket];
+  floatX* bucket_grads = model_.grads() + b.offset;
+  traced(tracer_, comm_stream_, TraceTrack::kComm, "reduce_scatter",
+         {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}}, [&] {
+           comm_.reduce_scatter_avg(bucket_grads, bucket_grads + size_t(comm_.rank()) * b.shard_size, b.shard_size,
+                                    comm_stream_);
+         });
+}
+
+void ZeroOptimizer::update_bucket(int bucket, float grad_scale) {
+  const size_t begin = shard_begin(bucket);
+  const size_t state = state_offset_[bucket];
+  traced(tracer_, comm_stream_, TraceTrack::kComm, "adamw_shard",
+         {{"bucket", bucket}, {"elements", model_.layout().buckets[bucket].shard_size}}, [&] {
+           for (const Segment& s : segments_[bucket]) {
+             AdamWHyperparameters hp;
+             hp.learning_rate = lr_;
+             hp.beta1 = settings_.beta1;
+             hp.beta2 = settings_.beta2;
+             hp.eps = settings_.eps;
+             hp.weight_decay = s.decay ? settings_.weight_decay : 0.0f;
+             hp.grad_scale = grad_scale;
+             adamw_update(model_.params() + begin + s.begin, master_ + state + s.begin,
+                          model_.grads() + begin + s.begin, adam_m_ + state + s.begin, adam_v_ + state + s.begin,
+                          s.length, step_, hp, comm_stream_);
+           }
+         });
+}
+
+void ZeroOptimizer::all_gather_bucket(int bucket) {
+  if (comm_.world_size() > 1) {
+    const ParamBucket& b = model_.layout().buckets[bucket];
+    floatX* bucket_params = model_.params() + b.offset;
+    traced(tracer_, comm_stream_, TraceTrack::kComm, "all_gather",
+           {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}}, [&] {
+             comm_.all_gather(bucket_params + size_t(comm_.rank()) * b.shard_size, bucket_params, b.shard_size,
+                              comm_stream_);
+           });
+  }
+}
+
+void ZeroOptimizer::mark_params_ready(int bucket) {
+  CUDA_CHECK(cudaEventRecord(param_ready_[bucket], comm_stream_));
+  param_pending_[bucket] = true;
+}
+
+void ZeroOptimizer::add_to_grad_norm(int bucket, bool first) {
+  // Squared sum of this rank's reduced shard of the bucket, added to (or, first, replacing) the total.
+  const size_t shard_size = model_.layout().buckets[bucket].shard_size;
+  traced(tracer_, comm_stream_, TraceTrack::kComm, "grad_norm_shard", {{"bucket", bucket}, {"elements", shard_size}},
+         [&] {
+           global_norm_squared(norm_squared_, model_.grads() + shard_begin(bucket), shard_size, !first,
+                               norm_scratch_, norm_scratch_floats_, comm_stream_);
+         });
+}
+
+void ZeroOptimizer::finish_grad_norm() {
+  if (comm_.world_size() > 1) comm_.all_reduce_sum_float(norm_squared_, 1, comm_stream_);
+  CUDA_CHECK(cudaMemcpyAsync(norm_host_, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_));
+  CUDA_CHECK(cudaEventRecord(norm_ready_, comm_stream_));
+}
+
+void ZeroOptimizer::enqueue_grad_norm() {
+  for (size_t i = 0; i < ready_order_.size(); i++) add_to_grad_norm(ready_order_[i], i == 0);
+  finish_grad_norm();
+}
+
+void ZeroOptimizer::finish_step() {
+  const int num_buckets = model_.layout().num_buckets();
+  if (int(ready_order_.size()) != num_buckets)
+    throw std::logic_error("finish_step: the backward reported " + std::to_string(ready_order_.size()) + " of " +
+                           std::to_string(num_buckets) + " buckets");
+  if (settings_.overlap == OverlapMode::none) {
+    CUDA_CHECK(cudaEventRecord(backward_done_, compute_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, backward_done_, 0));
+    for (int bucket : ready_order_) reduce_scatter_bucket(bucket);
+  }
+  if (streamed()) return;  // updates, all-gathers and the norm were enqueued as the buckets became ready
+  float grad_scale = 1.0f;
+  enqueue_grad_norm();
+  if (settings_.grad_clip > 0.0f) {
+    const float norm = last_grad_norm();
+    if (std::isfinite(norm) && norm > settings_.grad_clip) grad_scale = settings_.grad_clip / norm;
+  }
+  for (int bucket : ready_order_) {
+    update_bucket(bucket, grad_scale);
+    all_gather_bucket(bucket);
+    mark_params_ready(bucket);
+  }
+}
+
+float ZeroOptimizer::last_grad_norm() {
+  CUDA_CHECK(cudaEventSynchronize(norm_ready_));
+  return std::sqrt(*norm_host_);
+}
+
+void ZeroOptimizer::download_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) {
+  CUDA_CHECK(cudaStreamSynchronize(comm_stream_));
+  for (auto [host, device] : {std::pair{&master, master_}, std::pair{&m, adam_m_}, std::pair{&v, adam_v_}}) {
+    host->resize(shard_elements_);
+    CUDA_CHECK(cudaMemcpy(host->data(), device, shard_elements_ * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+}
+
+void ZeroOptimizer::upload_state(const std::vector<float>& master, const std::vector<float>& m,
+                                 const std::vector<float>& v) {
+  for (auto [host, device] : {std::pair{&master, master_}, std::pair{&m, adam_m_}, std::pair{&v, adam_v_}}) {
+    if (host->size() != shard_elements_)
+      throw std::invalid_argument("optimizer state has " + std::to_string(host->size()) + " elements, this rank's "
+                                  "shards have " + std::to_string(shard_elements_));
+    CUDA_CHECK(cudaMemcpy(device, host->data(), shard_elements_ * sizeof(float), cudaMemcpyHostToDevice));
+  }
+}
+
+}  // namespace llmc

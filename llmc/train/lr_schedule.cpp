@@ -1,0 +1,37 @@
+// Learning-rate schedule: warmup then cosine/linear/constant decay (see lr_schedule.h).
+#include "llmc/train/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace llmc {
+
+LrDecay parse_lr_decay(const std::string& name) {
+  if (name == "cosine") return LrDecay::cosine;
+  if (name == "linear") return LrDecay::linear;
+  if (name == "constant") return LrDecay::constant;
+  throw std::invalid_argument("unknown learning-rate schedule '" + name + "' (expected cosine, linear or constant)");
+}
+
+const char* lr_decay_name(LrDecay decay) {
+  switch (decay) {
+    case LrDecay::cosine: return "cosine";
+    case LrDecay::linear: return "linear";
+    case LrDecay::constant: return "constant";
+  }
+  return "?";
+}
+
+double LrSchedule::at(int step) const {
+  if (step < warmup_steps) return max_lr * (step + 1) / warmup_steps;
+  const double min_lr = final_fraction * max_lr;
+  const int decay_steps = total_steps - 1 - warmup_steps;
+  if (decay == LrDecay::constant) return max_lr;
+  if (decay_steps <= 0) return min_lr;
+  const double progress = std::min(1.0, double(step - warmup_steps) / decay_steps);
+  const double weight = decay == LrDecay::cosine ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
+  return min_lr + weight * (max_lr - min_lr);
+}
+
+}  // namespace llmc

@@ -1,0 +1,88 @@
+// CLI11 definitions and consistency checks of the trainer's options (see train_options.h).
+#include "llmc/train/options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace llmc {
+
+int TrainOptions::grad_accum_steps(int world_size) const {
+  const int64_t tokens_per_micro_step = int64_t(batch_size) * seq_len * world_size;
+  const int64_t total = total_batch_tokens > 0 ? total_batch_tokens : tokens_per_micro_step;
+  return int(total / tokens_per_micro_step);
+}
+
+void add_train_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--train-data", o.train_data, "Glob of training token shards")->capture_default_str();
+  app.add_option("--val-data", o.val_data, "Glob of validation token shards")->capture_default_str();
+  app.add_option("--model", o.model,
+                 "dN (GPT-2 shape with N layers; d12 = 124M), a test preset (tiny, small), or an llm.c model file "
+                 "to start from")->capture_default_str();
+  app.add_option("--batch-size,-b", o.batch_size, "Micro-batch size B (sequences per rank per micro-step)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--total-batch-tokens", o.total_batch_tokens,
+                 "Tokens per optimizer step over all ranks; gradient accumulation makes up the difference "
+                 "(-1 = B*T*ranks, no accumulation)")->capture_default_str();
+  app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-schedule", o.lr_schedule, "Decay after warmup")->capture_default_str()
+      ->check(CLI::IsMember({"cosine", "linear", "constant"}));
+  app.add_option("--final-lr-frac", o.final_lr_frac, "Learning rate at the last step, as a fraction of --lr")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (2-D tensors only)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm to this value (0 = off)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--val-every", o.val_every, "Evaluate every N steps (0 = only after the last step)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--val-tokens", o.val_tokens,
+                 "Evaluate exactly the first N tokens of the val shards (a multiple of B*T*ranks; 0 = no validation)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "Write a checkpoint every N steps (0 = only after the last step); needs --output-dir")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--output-dir,-o", o.output_dir, "Directory for log.txt and checkpoints (empty = log to stdout only)");
+  app.add_option("--resume", o.resume,
+                 "Resume from a checkpoint: its path prefix (DIR/ckpt_000100) or 'latest' (newest in --output-dir)");
+  app.add_option("--seed", o.seed, "Seed of the initialisation and the data shuffle")->capture_default_str();
+  app.add_flag("--shuffle", o.shuffle, "Shuffle shard and window order each epoch (deterministic from --seed)");
+  app.add_option("--overlap", o.overlap,
+                 "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
+                 "full (reduce-scatter, update and all-gather streamed during the backward)")
+      ->capture_default_str()->check(CLI::IsMember({"none", "rs", "full"}));
+  app.add_option("--trace", o.trace_dir, "Write a Chrome trace-event JSON per rank into this directory");
+  app.add_option("--dump", o.dump_dir,
+                 "Testing: after step 1's backward write its batch, loss and gradients into this directory");
+  app.add_option("--debug-nan-at-step", o.debug_nan_at_step, "Testing: treat the loss of this step as NaN")
+      ->group("");
+}
+
+void validate_train_options(const TrainOptions& o, int world_size) {
+  const int64_t tokens_per_micro_step = int64_t(o.batch_size) * o.seq_len * world_size;
+  if (o.total_batch_tokens > 0 && o.total_batch_tokens % tokens_per_micro_step != 0)
+    throw std::invalid_argument("--total-batch-tokens " + std::to_string(o.total_batch_tokens) +
+                                " is not a multiple of --batch-size * --seq-len * ranks = " +
+                                std::to_string(tokens_per_micro_step));
+  if (o.total_batch_tokens == 0 || o.total_batch_tokens < -1)
+    throw std::invalid_argument("--total-batch-tokens must be positive (or -1 for B*T*ranks)");
+  if (o.warmup_steps > o.steps)
+    throw std::invalid_argument("--warmup-steps " + std::to_string(o.warmup_steps) + " exceeds --steps " +
+                                std::to_string(o.steps));
+  if (o.val_tokens > 0 && o.val_tokens % tokens_per_micro_step != 0)
+    throw std::invalid_argument("--val-tokens " + std::to_string(o.val_tokens) +
+                                " is not a multiple of --batch-size * --seq-len * ranks = " +
+                                std::to_string(tokens_per_micro_step));
+  if (o.val_every > 0 && o.val_tokens == 0)
+    throw std::invalid_argument("--val-every needs --val-tokens (how many tokens to evaluate)");
+  if (o.checkpoint_every > 0 && o.output_dir.empty())
+    throw std::invalid_argument("--checkpoint-every needs --output-dir (where to write the checkpoints)");
+  if (o.resume == "latest" && o.output_dir.empty())
+    throw std::invalid_argument("--resume latest needs --output-dir (where to look for checkpoints)");
+}
+
+}  // namespace llmc
