@@ -4,7 +4,7 @@
 Reads the final validation loss and training time of each run (the last `step:N/T val_loss:L
 train_time:Xms` line of each log: ours or modded-nanogpt's), prints n / mean / sample std per set,
 a one-sided one-sample t-test of the losses against the target and, with a baseline set, a one-sided
-Welch t-test that the new training times are lower. See `--help` and the README section "scripts".
+Welch t-test that the new training times are lower. See `--help` and docs/speedrun.md.
 """
 from __future__ import annotations
 
