@@ -335,9 +335,10 @@ int main(int argc, char** argv) {
   TrainOptions options;
   add_train_options(app, options);
   CLI11_PARSE(app, argc, argv);
-  CommContext comm;
   int status = 1;
   try {
+    // Inside the try: a failure while setting up MPI, the GPU or NCCL (no GPU, say) is one clear line too.
+    CommContext comm;
     status = train(options, app.config_to_str(/*default_also=*/true, /*write_description=*/false), comm);
   } catch (const std::exception& error) {
     abort_all_ranks(error.what());
