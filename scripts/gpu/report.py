@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""Writes the one-page markdown report of scripts/gpu/check.sh (OUT/report.md) from what the check left:
+WORK/status.tsv (one row per stage), WORK/device.txt ("key: value" lines), WORK/unresolved.txt (when
+libraries are missing) and the raw stage logs in OUT, whose commands sit between "### LABEL $ COMMAND"
+and "### LABEL result=R rc=N seconds=S" lines. check.sh runs it after every stage, so a check cut short
+still leaves a report. Standard library only (it runs on the bare GPU machine).
+
+  report.py --work WORK --out OUT
+"""
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+
+# The H200's ceilings when this run measured none (docs/gpu_check.md): bf16 dense GEMM and device copy,
+# as measured through PyTorch on this workplace's H200s.
+DOCUMENTED_CEILINGS = {"gemm_bf16_tflops": 790.0, "copy_gbps": 4300.0}
+TIMED_AFTER_STEP = 10  # check.sh runs 10 untimed steps, then the timed ones
+# Dense bf16 peaks of the spec sheets, as llmc/train/mfu.cpp (the PyTorch peer's MFU is computed here).
+SPEC_BF16_PEAKS = (("H200", 989.4e12), ("H100", 989.4e12), ("A100", 312.0e12))
+
+START = re.compile(r"^### (\S+) \$ (.*)$")
+END = re.compile(r"^### (\S+) result=(.+?) rc=(-?\d+) seconds=([\d.]+)$")
+MEMORY = re.compile(r"^### (\S+) peak_gpu_memory_mib=(\S+) baseline_mib=(\S+)$")
+NOTE = re.compile(r"^### note: (.*)$")
+STAGE = re.compile(r"^#### stage \w+ \((\w+)\)")
+BENCH_LINE = re.compile(r"^(?P<name>\S.*?)\s+(?P<ms>\d+\.\d+) ms\s+(?P<rate>\d+\.\d+) (?P<unit>TFLOP/s|GB/s)$")
+STEP_LINE = re.compile(r"^step:(\d+)/(\d+) train_loss:(\S+) train_time:(\d+)ms .*?tok/s:(\S+) mfu:(\S+)")
+MODEL_LINE = re.compile(r"^# model: L=(\d+) NH=\d+ C=(\d+) T=\d+ .*parameters:(\d+)")
+BATCH_LINE = re.compile(r"^# batch: B=(\d+) T=(\d+)")
+
+
+class Command:
+    """One command of a stage log: its label, command line, output lines, outcome and stage."""
+
+    def __init__(self, label, command, stage):
+        self.label, self.command, self.stage, self.lines = label, command, stage, []
+        self.result, self.rc, self.seconds = "did not finish", None, None
+        self.peak_mib = self.baseline_mib = None
+
+    def text(self):
+        return "\n".join(self.lines)
+
+
+def read_log(path):
+    """({label: Command} in order, {stage key: [notes]}) of a stage log (several stages may share one log;
+    "#### stage LETTER (KEY)" lines start each one's part); a missing log reads as empty."""
+    commands, notes, current, stage = {}, {}, None, None
+    if not os.path.exists(path):
+        return commands, notes
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle.read().splitlines():
+            start, end, memory, note = START.match(line), END.match(line), MEMORY.match(line), NOTE.match(line)
+            if STAGE.match(line):
+                stage, current = STAGE.match(line).group(1), None
+            elif start:
+                current = commands[start.group(1)] = Command(start.group(1), start.group(2), stage)
+            elif end:
+                command = commands.setdefault(end.group(1), Command(end.group(1), "", stage))
+                command.result, command.rc, command.seconds = end.group(2), int(end.group(3)), float(end.group(4))
+                current = None
+            elif memory and memory.group(1) in commands:
+                command = commands[memory.group(1)]
+                command.peak_mib, command.baseline_mib = memory.group(2), memory.group(3)
+            elif note:
+                notes.setdefault(stage, []).append(note.group(1))
+            elif current is not None:
+                current.lines.append(line)
+    return commands, notes
+
+
+def read_status(work):
+    rows = []
+    path = os.path.join(work, "status.tsv")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            for line in handle.read().splitlines():
+                letter, key, status, seconds, limit, log, title = line.split("\t")
+                rows.append(dict(letter=letter, key=key, status=status, seconds=int(seconds), limit=int(limit),
+                                 log=log, title=title))
+    return rows
+
+
+def read_facts(work):
+    facts = {}
+    path = os.path.join(work, "device.txt")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            for line in handle.read().splitlines():
+                key, _, value = line.partition(": ")
+                facts[key] = value
+    return facts
+
+
+# ---- readers of each kind of output --------------------------------------------------------------------
+def gtest_counts(text):
+    """(passed, failed, skipped, [failed test names]) of a GoogleTest run, or None if it printed no summary."""
+    passed = re.search(r"^\[  PASSED  \] (\d+) tests?", text, re.M)
+    if not passed and not re.search(r"^\[==========\] \d+ tests? from .* ran", text, re.M):
+        return None
+    failed = re.search(r"^\[  FAILED  \] (\d+) tests?, listed below", text, re.M)
+    skipped = re.search(r"^\[  SKIPPED \] (\d+) tests?, listed below", text, re.M)
+    names = sorted(set(re.findall(r"^\[  FAILED  \] (\S+\.\S+)", text, re.M)))
+    passed, failed, skipped = (int(m.group(1)) if m else 0 for m in (passed, failed, skipped))
+    if "skipped: no GPU" in text:  # test/support: GoogleTest counts the tests of a binary without a GPU as passed
+        passed, skipped = 0, skipped + passed
+    return passed, failed, skipped, names
+
+
+def unittest_counts(text):
+    """(passed, failed, skipped, []) of a Python unittest run, or None."""
+    ran = re.search(r"^Ran (\d+) tests? in", text, re.M)
+    verdict = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", text, re.M)
+    if not ran or not verdict:
+        return None
+    counts = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", verdict.group(2) or ""))
+    failed = counts.get("failures", 0) + counts.get("errors", 0)
+    skipped = counts.get("skipped", 0)
+    names = sorted(set(re.findall(r"^(?:FAIL|ERROR): (\S+)", text, re.M)))
+    return int(ran.group(1)) - failed - skipped, failed, skipped, names
+
+
+def sanitizer_summary(text):
+    errors = re.search(r"ERROR SUMMARY: (\d+) errors?", text)
+    hazards = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)
+    parts = []
+    if hazards:
+        parts.append(f"{hazards.group(1)} hazards ({hazards.group(2)} errors, {hazards.group(3)} warnings)")
+    elif errors:
+        parts.append(f"{errors.group(1)} errors")
+    return ", ".join(parts)
+
+
+def bench_rows(text):
+    return [(m["name"], float(m["ms"]), float(m["rate"]), m["unit"]) for m in map(BENCH_LINE.match, text.splitlines())
+            if m]
+
+
+def json_line(text):
+    """The last line of the text that parses as a JSON object, or None."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def train_figures(text):
+    """ms/step, tok/s, MFU (the log's), loss, B, T and FLOPs per token of a train_gpt2 log, or None."""
+    steps = {}
+    model = batch = None
+    for line in text.splitlines():
+        step, model_match, batch_match = STEP_LINE.match(line), MODEL_LINE.match(line), BATCH_LINE.match(line)
+        if step:
+            steps[int(step.group(1))] = (float(step.group(4)), step.group(3), step.group(6))
+        model = model or model_match
+        batch = batch or batch_match
+    first = TIMED_AFTER_STEP
+    if not steps or not model or not batch or max(steps) <= first or first not in steps:
+        return None
+    last = max(steps)
+    ms_per_step = (steps[last][0] - steps[first][0]) / (last - first)
+    B, T = int(batch.group(1)), int(batch.group(2))
+    layers, channels, params = int(model.group(1)), int(model.group(2)), int(model.group(3))
+    mfus = [float(steps[s][2].rstrip("%")) for s in range(first + 1, last + 1) if s in steps and steps[s][2] != "n/a"]
+    return {
+        "ms_per_step": ms_per_step,
+        "tokens_per_s": B * T / (ms_per_step / 1000) if ms_per_step > 0 else float("nan"),
+        "mfu_log": statistics.mean(mfus) if mfus else None,
+        "loss": steps[last][1],
+        "B": B,
+        "flops_per_token": 6 * params + 6 * layers * channels * T,  # as llmc/train/mfu.cpp
+        "steps": last - first,
+    }
+
+
+def ncu_rows(text):
+    """{kernel: {metric: (value, unit)}} from ncu's --csv output (the last launch of each kernel wins)."""
+    lines = text.splitlines()
+    header = next((i for i, line in enumerate(lines) if line.startswith('"ID","Process ID"')), None)
+    if header is None:
+        return {}
+    body = [lines[header]] + [line for line in lines[header + 1:] if line.startswith('"')]
+    kernels = {}
+    for row in csv.DictReader(io.StringIO("\n".join(body))):
+        name = row.get("Kernel Name", "?")
+        kernels.setdefault(name, {})[row.get("Metric Name", "?")] = (row.get("Metric Value", ""),
+                                                                    row.get("Metric Unit", ""))
+    return kernels
+
+
+# ---- the report ----------------------------------------------------------------------------------------
+def first_problem_line(command):
+    for line in command.lines:
+        if re.search(r"error|fail|abort|terminate|not found|Traceback|exception", line, re.I):
+            return line.strip()[:160]
+    return (command.lines[-1].strip()[:160] if command.lines else "(no output)")
+
+
+def counts_text(commands):
+    totals, names = [0, 0, 0], []
+    for command in commands:
+        counts = gtest_counts(command.text()) or unittest_counts(command.text())
+        if counts:
+            totals = [a + b for a, b in zip(totals, counts[:3])]
+            names += [f"{command.label}: {n}" for n in counts[3]]
+    return f"{totals[0]} tests passed, {totals[1]} failed, {totals[2]} skipped", names
+
+
+def stage_summary(row, commands, notes, context):
+    """The 'result' cell of a stage's row, and problem lines for the Problems section."""
+    own = [c for c in commands.values() if c.stage == row["key"]]
+    bad = [c for c in own if not c.result.startswith("ok")]
+    problems = [f"{row['letter']}. {c.label}: {c.result} (rc {c.rc}): {first_problem_line(c)}" for c in bad]
+    problems += [f"{row['letter']}. {n}" for n in notes]
+    parts = [f"{len(own) - len(bad)}/{len(own)} commands ok"] if own else []
+    key = row["key"]
+    if key in ("tests", "sanitizer") and own:
+        text, failed_names = counts_text(own)
+        parts.append(text)
+        problems += [f"{row['letter']}. failed: {n}" for n in failed_names]
+        if key == "sanitizer":
+            parts += [f"{c.label}: {sanitizer_summary(c.text())}" for c in own if sanitizer_summary(c.text())]
+    elif key == "kernels":
+        parts.append(f"{len(context['bench'])} kernels timed")
+    elif key in ("train", "torch"):
+        parts.append(f"{sum(1 for c in own if context['runs'].get(c.label))} runs measured")
+    elif key == "ncu":
+        parts.append(f"{len(context['ncu'])} kernels profiled")
+    parts += notes
+    return "; ".join(parts), problems
+
+
+def ceilings_of(commands):
+    measured = json_line(commands["ceilings"].text()) if "ceilings" in commands else None
+    if measured and "gemm_bf16_tflops" in measured:
+        return measured, "measured in this run"
+    return DOCUMENTED_CEILINGS, "documented (790 TFLOP/s, 4.3 TB/s): not measured in this run"
+
+
+def kernel_table(bench, ceilings, source):
+    out = [f"**Kernels** (`bench_kernels --batch 16 --seq 1024`, bf16; ceilings {source}: bf16 GEMM "
+           f"{ceilings['gemm_bf16_tflops']:.0f} TFLOP/s, copy {ceilings['copy_gbps']:.0f} GB/s)", "",
+           "| kernel | ms | rate | % of ceiling |", "|---|---:|---:|---:|"]
+    for name, ms, rate, unit in bench:
+        ceiling = ceilings["gemm_bf16_tflops"] if unit == "TFLOP/s" else ceilings["copy_gbps"]
+        out.append(f"| {name} | {ms:.3f} | {rate:.1f} {unit} | {100 * rate / ceiling:.0f}% |")
+    return out + [""]
+
+
+def spec_peak(gpu_name):
+    return next((peak for name, peak in SPEC_BF16_PEAKS if name in gpu_name), None)
+
+
+def training_table(runs, ceilings, peak):
+    out = ["**Training** GPT-2 d12, T=1024, 30 timed steps after 10 (ours: `--overlap full`; speed = PyTorch "
+           "ms/step / ours at the same B and clip)", "",
+           "| run | ms/step | tok/s | MFU (spec) | MFU (measured GEMM) | peak GPU MiB | last loss | speed vs PyTorch |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, figures in runs.items():
+        if not figures:
+            continue
+        mfu_ceiling = 100 * figures["flops_per_token"] * figures["tokens_per_s"] / (ceilings["gemm_bf16_tflops"] * 1e12)
+        peer = runs.get(re.sub(r"^train_gpt2_", "torch_", label))
+        ratio = f"{peer['ms_per_step'] / figures['ms_per_step']:.2f}x" if peer and label.startswith("train") else ""
+        if figures.get("mfu_log") is not None:  # train_gpt2's own figure
+            mfu_spec = f"{figures['mfu_log']:.1f}%"
+        elif peak and label.startswith("torch_"):
+            mfu_spec = f"{100 * figures['flops_per_token'] * figures['tokens_per_s'] / peak:.1f}%"
+        else:
+            mfu_spec = "n/a"
+        out.append(f"| {label} | {figures['ms_per_step']:.2f} | {figures['tokens_per_s']:.0f} | {mfu_spec} | "
+                   f"{mfu_ceiling:.1f}% | {figures.get('peak_mib', 'n/a')} | {figures.get('loss', '')} | {ratio} |")
+    return out + [""]
+
+
+NCU_COLUMNS = [("gpu__time_duration.sum", "time"), ("sm__warps_active.avg.pct_of_peak_sustained_active", "occupancy"),
+               ("sm__maximum_warps_per_active_cycle_pct", "theoretical occ."),
+               ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed", "smem pipe %"),
+               ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum", "bank conflicts"),
+               ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM %"),
+               ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM %"),
+               ("launch__registers_per_thread", "regs")]
+
+
+def ncu_table(kernels):
+    metrics = [(m, title) for m, title in NCU_COLUMNS if any(m in v for v in kernels.values())]
+    if not metrics:  # the fallback run (sections): whatever metrics it printed
+        names = sorted({m for v in kernels.values() for m in v})[:8]
+        metrics = [(m, m) for m in names]
+    out = ["**ncu** (attention kernels, `--clock-control none`)", "",
+           "| kernel | " + " | ".join(t for _, t in metrics) + " |", "|---|" + "---:|" * len(metrics)]
+    for name, values in kernels.items():
+        cells = [" ".join(x for x in values.get(m, ("", ""))).strip() for m, _ in metrics]
+        out.append(f"| {name[:60]} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def build_report(work, out_dir):
+    facts, rows = read_facts(work), read_status(work)
+    commands, notes_by_stage = {}, {}
+    for log in dict.fromkeys(row["log"] for row in rows):
+        log_commands, log_notes = read_log(os.path.join(out_dir, log))
+        commands.update(log_commands)
+        notes_by_stage.update(log_notes)
+    ceilings, source = ceilings_of(commands)
+    bench = bench_rows(commands["bench_kernels"].text()) if "bench_kernels" in commands else []
+    runs = {}
+    for label, command in commands.items():
+        if label.startswith("train_gpt2_"):
+            runs[label] = train_figures(command.text())
+        elif label.startswith("torch_"):
+            peer = json_line(command.text())
+            runs[label] = peer and {"ms_per_step": peer["ms_per_step"], "tokens_per_s": peer["tokens_per_s"],
+                                    "flops_per_token": peer["flops_per_token"], "loss": f"{peer['loss']:.4f}",
+                                    "mfu_log": None}
+        if runs.get(label) and command.peak_mib not in (None, "n/a"):
+            runs[label]["peak_mib"] = command.peak_mib
+    ncu = {}
+    for label in ("ncu_attention", "ncu_attention_sections"):
+        if label in commands:
+            ncu.update(ncu_rows(commands[label].text()))
+    context = {"bench": bench, "runs": runs, "ncu": ncu}
+
+    dry = facts.get("mode") == "dry"
+    out = ["# GPU check report" + (" (DRY RUN: no GPU, nothing measured)" if dry else ""), "",
+           "| | |", "|---|---|"]
+    for key in ("date", "gpu", "driver", "cuda_runtime", "nccl", "nvcc", "pack", "host"):
+        if key in facts:
+            out.append(f"| {key} | {facts[key]} |")
+    used = sum(row["seconds"] for row in rows)
+    out += [f"| time | {used} s in stages, {facts.get('elapsed', '?')} s in all, budget {facts.get('budget', '?')} s |",
+            ""]
+    problems = []
+    unresolved = os.path.join(work, "unresolved.txt")
+    if os.path.exists(unresolved):
+        with open(unresolved, encoding="utf-8") as handle:
+            out += ["**Stopped before any stage: unresolved libraries**", "", "```", handle.read().rstrip(), "```", ""]
+    out += ["## Stages", "", "| stage | status | time | limit | result |", "|---|---|---:|---:|---|"]
+    for row in rows:
+        summary, stage_problems = stage_summary(row, commands, notes_by_stage.get(row["key"], []), context)
+        problems += stage_problems
+        out.append(f"| {row['letter']}. {row['title']} | {row['status']} | {row['seconds']} s | {row['limit']} s | "
+                   f"{summary} |")
+    out.append("")
+    if bench:
+        out += kernel_table(bench, ceilings, source)
+    if any(runs.values()):
+        out += training_table(runs, ceilings, spec_peak(facts.get("gpu", "")))
+    if ncu:
+        out += ncu_table(ncu)
+    if problems:
+        out += ["**Problems** (first line of each; the logs have the rest)", ""] + [f"- {p}" for p in problems[:20]]
+        out.append("")
+    out.append("Raw logs: " + ", ".join(sorted({row["log"] for row in rows} | {"console.log"})) + ".")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", required=True, help="check.sh's work folder (status.tsv, device.txt)")
+    parser.add_argument("--out", required=True, help="the output folder with the stage logs")
+    args = parser.parse_args()
+    report = build_report(args.work, args.out)
+    # Written whole, then copied: a temporary file in OUT could come back as a ninth file.
+    draft = os.path.join(args.work, "report.md")
+    with open(draft, "w", encoding="utf-8") as handle:
+        handle.write(report)
+    shutil.copyfile(draft, os.path.join(args.out, "report.md"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
