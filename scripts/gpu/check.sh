@@ -140,21 +140,23 @@ EOF_PY
 }
 
 # "soname file" for every library some packed file cannot load with LD_LIBRARY_PATH=$1 (the programs
-# only, with $2 = programs; the MPI plugins too otherwise).
+# only, with $2 = programs; the MPI plugins too otherwise). ldd runs on all cores: a hundred plugins.
 unresolved_libraries() {
-  local file
   local -a files=("$PACK"/bin/*)
   [[ ${2:-} == programs ]] || files+=("$PACK"/lib/openmpi/*.so)
-  local listing
-  for file in "${files[@]}"; do
-    [[ -f $file ]] || continue
-    if listing=$(LD_LIBRARY_PATH=$1 ldd "$file" 2>&1); then
-      awk -v file="${file#"$PACK"/}" '/not found/ {print $1, file}' <<<"$listing"
-    else  # a library that is found but cannot be loaded ("file too short", wrong class, ...)
-      echo "$(sed -n 's/.*error while loading shared libraries: \([^:]*\):.*/\1/p' <<<"$listing" | head -1 |
-        xargs -r basename || true)[unloadable] ${file#"$PACK"/}"
-    fi
-  done
+  # shellcheck disable=SC2016  # the script below is bash's, with its own variables
+  printf '%s\0' "${files[@]}" | xargs -0 -r -n 8 -P "$(nproc)" bash -c '
+    pack=$0 library_path=$1
+    shift
+    for file; do
+      [[ -f $file ]] || continue
+      if listing=$(LD_LIBRARY_PATH=$library_path ldd "$file" 2>&1); then
+        awk -v file="${file#"$pack"/}" "/not found/ {print \$1, file}" <<<"$listing"
+      else  # found but not loadable ("file too short", wrong class, ...)
+        soname=$(sed -n "s/.*error while loading shared libraries: \([^:]*\):.*/\1/p" <<<"$listing" | head -1)
+        echo "$(basename "${soname:-?}")[unloadable] ${file#"$pack"/}"
+      fi
+    done' "$PACK" "$1"
 }
 
 # Sets LIBRARY_PATH_DIRS to the pack's lib/ plus each candidate directory that provides a missing library;
@@ -163,12 +165,12 @@ resolve_libraries() {
   LIBRARY_PATH_DIRS=$PACK/lib
   local -a candidates
   mapfile -t candidates < <(candidate_library_dirs)
-  local soname file dir missing added
+  local soname dir missing added
   for _ in 1 2 3; do
     missing=$(unresolved_libraries "$LIBRARY_PATH_DIRS" programs)
     [[ -n $missing ]] || break
     added=0
-    while read -r soname file; do
+    while read -r soname _; do
       for dir in "${candidates[@]}"; do
         if [[ -e $dir/$soname && :$LIBRARY_PATH_DIRS: != *":$dir:"* ]]; then
           LIBRARY_PATH_DIRS+=:$dir
@@ -179,7 +181,7 @@ resolve_libraries() {
     done <<<"$missing"
     ((added)) || break
   done
-  missing=$(unresolved_libraries "$LIBRARY_PATH_DIRS")
+  missing=$(unresolved_libraries "$LIBRARY_PATH_DIRS" | sort -u)  # (ldd ran in parallel: any order)
   if [[ -n $missing ]]; then
     say "unresolved libraries (stopping; searched the pack, the CUDA toolkit and the NVIDIA Python wheels):"
     awk '{count[$1]++; if (count[$1] <= 3) needed[$1] = needed[$1] " " $2}

@@ -76,11 +76,11 @@ binary_path() {  # where the build puts a binary: user binaries in the repositor
   if [[ $1 == train_gpt2 || $1 == tokenize_gpt2 ]]; then echo "$REPO/$1"; else echo "$BUILD_DIR/$1"; fi
 }
 
-# Prints "soname path" for every library FILE loads (ldd: the whole closure) that is not a base library;
-# fails naming FILE when ldd cannot resolve one here.
+# Prints "soname path" for every library FILE loads (ldd: the whole closure; or LISTING, ldd's output for
+# it) that is not a base library; fails naming FILE when ldd cannot resolve one here.
 packable_libraries() {
-  local file=$1 listing
-  listing=$(ldd "$file") || die "ldd $file failed"
+  local file=$1 listing=${2:-}
+  [[ -n $listing ]] || listing=$(ldd "$file") || die "ldd $file failed"
   if grep -q 'not found' <<<"$listing"; then
     die "$file: libraries not found on this machine: $(grep 'not found' <<<"$listing" | awk '{print $1}' | xargs)"
   fi
@@ -92,9 +92,9 @@ packable_libraries() {
   done <<<"$listing"
 }
 
-copy_libraries() {  # copy_libraries FILE: its packable libraries under lib/ by soname (the files, not links)
+copy_libraries() {  # copy_libraries FILE [LDD_OUTPUT]: its packable libraries under lib/ by soname (files, not links)
   local listing soname path
-  listing=$(packable_libraries "$1")  # (an assignment, so that a failure stops the script)
+  listing=$(packable_libraries "$1" "${2:-}")  # (an assignment, so that a failure stops the script)
   while read -r soname path; do
     [[ -n $soname && ! -e $OUTPUT/lib/$soname ]] || continue
     cp -L "$path" "$OUTPUT/lib/$soname"
@@ -118,7 +118,7 @@ pack_openmpi() {
       continue
     fi
     cp -L "$plugin" "$OUTPUT/lib/openmpi/"
-    copy_libraries "$plugin"
+    copy_libraries "$plugin" "$libraries"
     kept=$((kept + 1))
   done
   cp -r "$pkgdatadir" "$OUTPUT/share/openmpi"
