@@ -197,6 +197,7 @@ resolve_libraries() {
   nccl=$(LD_LIBRARY_PATH=$LIBRARY_PATH_DIRS ldd "$PACK/bin/train_gpt2" | awk '/libnccl/ {print $3}')
   device_fact cuda_runtime "$(realpath "$cudart" 2>/dev/null || echo "$cudart")"
   device_fact nccl "$(realpath "$nccl" 2>/dev/null || echo "$nccl")"
+  say "CUDA runtime $(sed -n 's/^cuda_runtime: //p' "$WORK/device.txt"); NCCL $(sed -n 's/^nccl: //p' "$WORK/device.txt")"
 }
 
 # The environment of every packed binary: the libraries found above, OpenMPI's install directories moved
