@@ -206,6 +206,10 @@ make_wrappers() {
   PACK_ENV=("LD_LIBRARY_PATH=$LIBRARY_PATH_DIRS" "OPAL_PKGLIBDIR=$PACK/lib/openmpi"
     "OPAL_PKGDATADIR=$PACK/share/openmpi" "OPAL_SYSCONFDIR=$PACK/etc" OMPI_MCA_ess_singleton_isolated=1
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+  # compute-sanitizer and ncu run binaries that need no packed library (kernel tests, bench_kernels): the
+  # tools themselves then load nothing from the pack (whose libz, say, is Debian's, not the image's).
+  local cuda_dirs=${LIBRARY_PATH_DIRS#"$PACK/lib"}
+  TOOL_ENV=("LD_LIBRARY_PATH=${cuda_dirs#:}")
   local binary
   for binary in "$PACK"/bin/*; do
     {
@@ -314,14 +318,17 @@ stage_sanitizer() {
   if [[ -z $tool ]]; then
     note "compute-sanitizer not found"
     ((DRY)) || STAGE_FAILED=1
+    # A dry run still shows that the binaries it would run load with the tools' environment.
+    ((DRY)) && run_cmd kernels_without_sanitizer -- env "${TOOL_ENV[@]}" "$PACK/bin/kernels_bf16_cuda" --gtest_list_tests
+    ((DRY)) && run_cmd model_without_sanitizer -- env "${TOOL_ENV[@]}" "$PACK/bin/gpt2_bf16_cuda" --gtest_list_tests
     return
   fi
   local -a common=(--error-exitcode 99 --print-limit 20)
-  run_cmd memcheck_kernels --cap 30 -- env "${PACK_ENV[@]}" "$tool" --tool memcheck "${common[@]}" \
+  run_cmd memcheck_kernels --cap 30 -- env "${TOOL_ENV[@]}" "$tool" --tool memcheck "${common[@]}" \
     "$PACK/bin/kernels_bf16_cuda"
-  run_cmd racecheck_kernels --cap 30 -- env "${PACK_ENV[@]}" "$tool" --tool racecheck "${common[@]}" \
+  run_cmd racecheck_kernels --cap 30 -- env "${TOOL_ENV[@]}" "$tool" --tool racecheck "${common[@]}" \
     "$PACK/bin/kernels_bf16_cuda" --gtest_filter="$RACECHECK_FILTER"
-  run_cmd memcheck_model --cap 25 -- env "${PACK_ENV[@]}" "$tool" --tool memcheck "${common[@]}" \
+  run_cmd memcheck_model --cap 25 -- env "${TOOL_ENV[@]}" "$tool" --tool memcheck "${common[@]}" \
     "$PACK/bin/gpt2_bf16_cuda"
 }
 
@@ -367,14 +374,15 @@ stage_ncu() {
   if [[ -z $tool ]]; then
     note "ncu not found"
     ((DRY)) || STAGE_FAILED=1
+    ((DRY)) && run_cmd bench_kernels_without_ncu -- env "${TOOL_ENV[@]}" "$PACK/bin/bench_kernels" --repeats 1
     return
   fi
   local -a common=(--clock-control none --target-processes all --kernel-name-base demangled
     --kernel-name "regex:flash|attention|softmax" --csv --page details)
-  if ! run_cmd ncu_attention -- env "${PACK_ENV[@]}" "$tool" "${common[@]}" --metrics "$NCU_METRICS" \
+  if ! run_cmd ncu_attention -- env "${TOOL_ENV[@]}" "$tool" "${common[@]}" --metrics "$NCU_METRICS" \
        "$PACK/bin/bench_kernels" --batch 16 --seq 1024 --repeats 1 && grep -qi 'metric' "$WORK/last.out"; then
     # A metric this ncu does not know: the standard sections instead.
-    run_cmd ncu_attention_sections -- env "${PACK_ENV[@]}" "$tool" "${common[@]}" --section Occupancy \
+    run_cmd ncu_attention_sections -- env "${TOOL_ENV[@]}" "$tool" "${common[@]}" --section Occupancy \
       --section SpeedOfLight "$PACK/bin/bench_kernels" --batch 16 --seq 1024 --repeats 1
   fi
 }

@@ -111,10 +111,8 @@ class GpuKit(unittest.TestCase):
             self.assertRegex(name, r"^[A-Za-z0-9._-]+$")
         statuses = stage_statuses(files["report.md"])
         self.assertEqual(list(statuses), STAGE_KEYS, files["report.md"])
-        for key in ("tests", "kernels", "train", "torch"):
+        for key in STAGE_KEYS:  # (without compute-sanitizer or ncu here, the binaries they run still load)
             self.assertEqual(statuses[key], "passed (dry)", key)
-        for key in ("sanitizer", "ncu"):  # GPU-only tools; this machine may not have them
-            self.assertIn(statuses[key], ("passed (dry)", "not run (dry)"), key)
         tests_log = files["tests.log"]
         for binary in os.listdir(os.path.join(self.pack, "bin")):
             if binary.endswith("_cuda"):
