@@ -106,6 +106,7 @@ llmc_add_cu_test(NAME emu_tests LABELS emu ALSO_REVERSE_THREAD_ORDER
     test/emu/test_streams.cu
     test/emu/test_bf16.cu
     test/emu/test_mma.cu
+    test/emu/test_cp_async.cu
     test/emu/test_errors.cu)
 
 # Benchmark of the emulation itself (emulated build only; speed on a GPU is measured elsewhere).

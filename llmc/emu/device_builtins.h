@@ -342,3 +342,5 @@ template <class T> inline void __stcs(T* address, T value) { *address = value; }
 template <class T> inline void __stcg(T* address, T value) { *address = value; }
 template <class T> inline void __stwb(T* address, T value) { *address = value; }
 template <class T> inline void __stwt(T* address, T value) { *address = value; }
+
+#include "llmc/emu/cp_async.h"  // cp.async: copies that land only at their wait_group
