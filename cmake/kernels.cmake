@@ -7,7 +7,8 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_encoder_layernorm.cu
   test/kernels/test_matmul_attention.cu
   test/kernels/test_classifier_optimizer.cu
-  test/kernels/test_flash_attention.cu)
+  test/kernels/test_flash_attention.cu
+  test/kernels/test_window_attention.cu)
 
 llmc_add_cu_test(NAME kernels_bf16 LABELS kernels TIMEOUT 300 SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference)
 if(LLMC_CUDA_FP32_TESTS)

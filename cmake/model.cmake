@@ -10,7 +10,8 @@ target_link_libraries(llmc_model PUBLIC llmc_flags llmc_atomic_file)
 
 add_library(llmc_reference STATIC
   test/reference/reference_ops.cpp
-  test/reference/reference_gpt2.cpp)
+  test/reference/reference_gpt2.cpp
+  test/reference/window_attention_reference.cpp)
 target_link_libraries(llmc_reference PUBLIC llmc_model)
 
 # ---- tests -------------------------------------------------------------------------------------

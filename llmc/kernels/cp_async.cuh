@@ -1,4 +1,4 @@
-// Asynchronous 16-byte global -> shared copies (cp.async, sm_80+) for pipelined kernels: a thread
+// Asynchronous global -> shared copies of 16 or 4 bytes (cp.async, sm_80+) for pipelined kernels: a thread
 // issues copies, closes them into a group with commit(), and wait<N>() blocks until all but its N
 // newest groups have landed. The copies of other threads become visible after a __syncthreads that
 // follows their wait. nvcc: inline PTX. Emulated build: llmc/emu/cp_async.h, where a copy is poison
@@ -23,7 +23,7 @@ class AsyncCopies {
   // 16 bytes when `copy`, else 16 zero bytes without reading the source (rows past the end).
   __device__ void copy16_or_zero(void* shared_destination, const void* global_source, bool copy) {
 #if defined(LLMC_EMULATION)
-    queue_.issue(shared_destination, global_source, copy ? 16 : 0);
+    queue_.issue(shared_destination, global_source, 16, copy ? 16 : 0);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared_destination));
     const int source_bytes = copy ? 16 : 0;
@@ -37,10 +37,24 @@ class AsyncCopies {
   // 16 bytes, cached in L1 as well (.ca: for data other blocks on this SM read too).
   __device__ void copy16_cached(void* shared_destination, const void* global_source) {
 #if defined(LLMC_EMULATION)
-    queue_.issue(shared_destination, global_source, 16);
+    queue_.issue(shared_destination, global_source, 16, 16);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared_destination));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(destination), "l"(global_source) : "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+  }
+  // 4 bytes (.ca: the only form below 16 bytes) when `copy`, else 4 zero bytes without reading.
+  __device__ void copy4_or_zero(void* shared_destination, const void* global_source, bool copy) {
+#if defined(LLMC_EMULATION)
+    queue_.issue(shared_destination, global_source, 4, copy ? 4 : 0);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared_destination));
+    const int source_bytes = copy ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(global_source),
+                 "r"(source_bytes)
+                 : "memory");
 #elif defined(__CUDA_ARCH__)
     __trap();
 #endif

@@ -1,7 +1,8 @@
 // Fused causal self-attention on tensor cores (bf16 build only), FlashAttention-2 style: the (T,T)
 // score matrix is never stored. Forward: per 64-query tile, stream 64-key tiles of K and V through
-// shared memory, scores and P @ V by mma.m16n8k16 (llmc/kernels/mma.cuh), online softmax in fp32; it saves one
-// log-sum-exp per query for the backward. Backward, deterministic (no atomics): one kernel per key tile
+// shared memory, scores and P @ V by mma.m16n8k16 (warp tile products shared with the head-128
+// window attention: llmc/kernels/mma_tile.cuh), online softmax in fp32; it saves one log-sum-exp per
+// query for the backward. Backward, deterministic (no atomics): one kernel per key tile
 // accumulates dK and dV over the query tiles, another per query tile accumulates dQ over the key tiles,
 // both recomputing P from Q, K and the saved log-sum-exp. Reads q, k, v straight from qkv (B,T,3C) and
 // writes out (B,T,C) / dqkv (B,T,3C): no permutes. Head size 64 (every GPT-2 size).
@@ -16,7 +17,7 @@
 
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/kernels/mma.cuh"
+#include "llmc/kernels/mma_tile.cuh"
 #include "llmc/precision.h"
 
 #if !defined(LLMC_FP32)
@@ -30,71 +31,21 @@ constexpr int kWarps = 4;                      // each warp owns 16 rows of the 
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kStride = kHeadSize + 8;         // padded shared row: 144 bytes, 16-byte aligned, fewer bank conflicts
 constexpr int kNTiles = kTile / 8;             // 8-column n-tiles across a 64-wide tile
-constexpr int kKSteps = kHeadSize / 16;        // 16-deep k-steps across the head dimension
 
 using bf16 = __nv_bfloat16;
+using mma_tile::pack_bf16x2;
+using mma_tile::zero;
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float low, float high) {
-  const bf16 low_bf16 = __float2bfloat16(low), high_bf16 = __float2bfloat16(high);
-  uint16_t low_bits, high_bits;
-  memcpy(&low_bits, &low_bf16, 2);
-  memcpy(&high_bits, &high_bf16, 2);
-  return (uint32_t)low_bits | ((uint32_t)high_bits << 16);
-}
-
-// A operand (16 x 16, row-major in shared memory at tile[row0..][col0..]).
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int row0, int col0) {
-  const int lane = threadIdx.x % kWarpSize;
-  ldmatrix_x4(a, tile + (size_t)(row0 + lane % 16) * kStride + col0 + (lane / 16) * 8);
-}
-
-// B operands of two n-tiles from a tile stored [k][n] (k = rows): b[0..1] for columns n0..n0+7,
-// b[2..3] for n0+8..n0+15, k from k0 to k0+15.
-__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* tile, int k0, int n0) {
-  const int lane = threadIdx.x % kWarpSize;
-  ldmatrix_x4_trans(b, tile + (size_t)(k0 + lane % 16) * kStride + n0 + (lane / 16) * 8);
-}
-
-// B operands of two n-tiles from a tile stored [n][k] (B = tile^T, e.g. K for Q K^T): b[0..1] for
-// n0..n0+7, b[2..3] for n0+8..n0+15, k from k0 to k0+15.
-__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
-  const int lane = threadIdx.x % kWarpSize;
-  ldmatrix_x4(b, tile + (size_t)(n0 + lane % 8 + (lane / 16) * 8) * kStride + k0 + ((lane / 8) % 2) * 8);
-}
-
-// acc (16 x 64) += A (16 x K from shared rows row0.., row-major) @ B^T where B is stored [n][k]
-// (64 x K rows). K = kHeadSize.
+// acc (16 x 64) += A (16 x 64, shared rows row0.. of a_tile) @ B^T, B stored [n][k] (64 x 64 rows).
 __device__ __forceinline__ void mma_rows_by_rows(float (&acc)[kNTiles][4], const bf16* a_tile, int row0,
                                                  const bf16* b_tile) {
-  for (int ks = 0; ks < kKSteps; ks++) {
-    uint32_t a[4];
-    load_a(a, a_tile, row0, ks * 16);
-    for (int nt = 0; nt < kNTiles; nt += 2) {
-      uint32_t b[4];
-      load_b_nk(b, b_tile, nt * 8, ks * 16);
-      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      mma_m16n8k16_bf16(acc[nt], a, b0, acc[nt]);
-      mma_m16n8k16_bf16(acc[nt + 1], a, b1, acc[nt + 1]);
-    }
-  }
+  mma_tile::mma_rows_by_rows<kStride, kHeadSize, 1, kNTiles>(acc, a_tile, row0, b_tile, 0);
 }
 
-// acc (16 x 64) += P (16 x 64, held as mma accumulators p) @ B where B is stored [k][n] (64 x 64).
-// The accumulator layout of two adjacent n-tiles is exactly the A-operand layout of one k-step.
+// acc (16 x 64) += P (16 x 64, held as mma accumulators p) @ B, B stored [k][n] (64 x 64).
 __device__ __forceinline__ void mma_fragments_by_rows(float (&acc)[kNTiles][4], const float (&p)[kNTiles][4],
                                                       const bf16* b_tile) {
-  for (int ks = 0; ks < kTile / 16; ks++) {
-    const uint32_t a[4] = {pack_bf16x2(p[2 * ks][0], p[2 * ks][1]), pack_bf16x2(p[2 * ks][2], p[2 * ks][3]),
-                           pack_bf16x2(p[2 * ks + 1][0], p[2 * ks + 1][1]),
-                           pack_bf16x2(p[2 * ks + 1][2], p[2 * ks + 1][3])};
-    for (int nt = 0; nt < kNTiles; nt += 2) {
-      uint32_t b[4];
-      load_b_kn(b, b_tile, ks * 16, nt * 8);
-      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      mma_m16n8k16_bf16(acc[nt], a, b0, acc[nt]);
-      mma_m16n8k16_bf16(acc[nt + 1], a, b1, acc[nt + 1]);
-    }
-  }
+  mma_tile::mma_fragments_by_rows<kStride, kTile, 1, kNTiles>(acc, p, b_tile, 0);
 }
 
 // Copies rows [first_row, first_row + 64) of one head (columns column0..column0+63 of rows of length
@@ -108,11 +59,6 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* source, int fi
     if (first_row + row < T) value = load128(source + (size_t)(first_row + row) * row_length + column0 + packet * 8);
     store128(tile + (size_t)row * kStride + packet * 8, value);
   }
-}
-
-__device__ __forceinline__ void zero(float (&acc)[kNTiles][4]) {
-  for (int nt = 0; nt < kNTiles; nt++)
-    for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
 }
 
 // Grid (ceil(T/64), B*NH), kThreads threads. lse (B,NH,T): log-sum-exp of each query's scaled scores.

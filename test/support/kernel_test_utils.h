@@ -126,18 +126,19 @@ inline double rms(const std::vector<double>& values) {
   return values.empty() ? 0.0 : std::sqrt(sum / values.size());
 }
 
-// Every element finite and |got - expected| <= tol * (|expected| + rms(expected)). The rms term keeps
-// elements that are small by cancellation from demanding more relative accuracy than the arithmetic
-// can give, while a wrong or missing element of typical size still fails.
+// Every element finite and |got - expected| <= tol * (|expected| + rms(expected)) + absolute. The rms
+// term keeps elements that are small by cancellation from demanding more relative accuracy than the
+// arithmetic can give, while a wrong or missing element of typical size still fails. `absolute` is for
+// results whose exact value cancels to ~0 in many places (the rms then understates the terms' size).
 inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& expected,
-                                            double tol) {
+                                            double tol, double absolute = 0.0) {
   if (got.size() != expected.size())
     return ::testing::AssertionFailure() << "size " << got.size() << " != expected " << expected.size();
   const double scale = rms(expected) > 0.0 ? rms(expected) : std::numeric_limits<double>::min();
   size_t bad = 0, worst = 0;
   double worst_error = 0.0;
   for (size_t i = 0; i < got.size(); i++) {
-    const double error = std::fabs(got[i] - expected[i]) / (std::fabs(expected[i]) + scale);
+    const double error = std::fmax(std::fabs(got[i] - expected[i]) - absolute, 0.0) / (std::fabs(expected[i]) + scale);
     const bool ok = std::isfinite(got[i]) && error <= tol;
     if (!ok) bad++;
     if (!std::isfinite(got[i]) || error > worst_error || (!ok && bad == 1)) {
@@ -147,7 +148,9 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& got, cons
   }
   std::ostringstream summary;
   summary << "max scaled error " << worst_error << " at [" << worst << "] (got " << got[worst] << ", expected "
-          << expected[worst] << "), tolerance " << tol << ", " << bad << " of " << got.size() << " elements fail";
+          << expected[worst] << "), tolerance " << tol;
+  if (absolute > 0.0) summary << " beyond an absolute " << absolute;
+  summary << ", " << bad << " of " << got.size() << " elements fail";
   if (bad != 0) return ::testing::AssertionFailure() << summary.str();
   // LLMC_TEST_VERBOSE=1 shows how close passing comparisons come to their tolerance.
   if (std::getenv("LLMC_TEST_VERBOSE") != nullptr) std::printf("  all_close: %s\n", summary.str().c_str());

@@ -1,0 +1,134 @@
+// Sliding-window causal attention over packed documents, head size 128, bf16 in / fp32 accumulation
+// (bf16 build only; the speedrun model's attention). Launchers for the plan, the forward and the
+// backward; docs/attention.md describes the kernels, the interface and the measurements.
+//
+// Layouts: q, k, v are [T, heads, 128] slices whose token rows are qkv_row_stride elements apart:
+// heads * 128 for separate buffers, 3 * heads * 128 for views into a fused [T, 3, heads, 128] qkv
+// buffer (q = qkv, k = qkv + heads * 128, v = qkv + 2 * heads * 128). dq, dk, dv likewise with
+// dqkv_row_stride. out and dout are contiguous [T, heads, 128]; lse is [heads, T] fp32 (natural log).
+// cu_seqlens: num_docs + 1 int32 on the device, 0 = cu_seqlens[0] <= ... <= cu_seqlens[num_docs] = T,
+// where trailing entries may repeat T (a fixed-length padded array: num_docs is its length minus one,
+// not the number of real documents). Query q attends key k iff both lie in one document and
+// q - window <= k <= q. All pointers 16-byte aligned, strides multiples of 8 elements.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/window_attention_backward.cuh"
+#include "llmc/kernels/window_attention_forward.cuh"
+#include "llmc/kernels/window_attention_geometry.cuh"
+
+#if !defined(LLMC_FP32)
+
+namespace llmc {
+namespace window_attention {
+
+// One attention call's shape, shared by plan, forward and backward.
+struct Problem {
+  int T = 0;
+  int heads = 0;
+  const int* cu_seqlens = nullptr;  // device
+  int num_docs = 0;                 // cu_seqlens has num_docs + 1 entries
+  int window = 0;                   // W >= 0; W >= T means no window
+  float scale = 0.0f;               // softmax scale (the speedrun's attn_scale, not 1/sqrt(128))
+};
+
+// Ints of device memory the plan of a T-token sequence takes.
+inline size_t plan_ints(int T) { return (size_t)forward_tiles(T) + 2 * (size_t)backward_tiles(T); }
+
+namespace detail {
+
+inline void require(bool condition, const char* caller, const std::string& what) {
+  if (!condition) throw std::invalid_argument(std::string(caller) + ": " + what);
+}
+
+inline void check_problem(const char* caller, const Problem& problem) {
+  require(problem.T >= 1 && problem.T <= kMaxTokens, caller,
+          "T = " + std::to_string(problem.T) + " is outside 1.." + std::to_string(kMaxTokens));
+  require(problem.heads >= 1, caller, "heads = " + std::to_string(problem.heads) + " must be positive");
+  require(problem.num_docs >= 1 && problem.cu_seqlens != nullptr, caller,
+          "needs cu_seqlens with num_docs >= 1 (got " + std::to_string(problem.num_docs) + ")");
+  require(problem.window >= 0, caller, "window = " + std::to_string(problem.window) + " must be >= 0");
+  require(std::isfinite(problem.scale) && problem.scale > 0.0f, caller,
+          "softmax scale " + std::to_string(problem.scale) + " must be positive and finite");
+}
+
+inline void check_slices(const char* caller, const void* const* pointers, int count, int64_t row_stride, int heads) {
+  for (int i = 0; i < count; i++)
+    require(pointers[i] != nullptr && reinterpret_cast<uintptr_t>(pointers[i]) % 16 == 0, caller,
+            "pointer " + std::to_string(i) + " is null or not 16-byte aligned");
+  require(row_stride % 8 == 0 && row_stride >= (int64_t)heads * kHeadDim, caller,
+          "row stride " + std::to_string(row_stride) + " must be a multiple of 8 and at least heads * 128 = " +
+              std::to_string(heads * kHeadDim));
+}
+
+inline Documents documents(const Problem& problem) {
+  return Documents{problem.cu_seqlens, problem.num_docs, problem.T, std::min(problem.window, problem.T)};
+}
+
+}  // namespace detail
+
+// Writes the tile orders of `problem` (plan_ints(T) ints). They depend only on cu_seqlens, T and
+// the window: one plan serves every layer with that window, forward and backward.
+inline void plan(int* plan, const Problem& problem, cudaStream_t stream) {
+  detail::check_problem("window_attention::plan", problem);
+  detail::require(plan != nullptr, "window_attention::plan", "plan is null");
+  constexpr int kPlanThreads = 1024;
+  const size_t shared_bytes = plan_ints(problem.T) * sizeof(uint16_t);
+  LLMC_LAUNCH(plan_kernel<>, dim3(1), dim3(kPlanThreads), shared_bytes, stream, plan, detail::documents(problem));
+}
+
+// out [T, heads, 128] and lse [heads, T] from q, k, v; `plan` from plan() for this problem.
+inline void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int64_t qkv_row_stride,
+                    const int* plan, const Problem& problem, cudaStream_t stream) {
+  const char* caller = "window_attention::forward";
+  detail::check_problem(caller, problem);
+  const void* slices[] = {q, k, v, out};
+  detail::check_slices(caller, slices, 4, qkv_row_stride, problem.heads);
+  detail::require(lse != nullptr && plan != nullptr, caller, "lse or plan is null");
+  const ForwardParams params{out, lse, q, k, v, qkv_row_stride, plan, detail::documents(problem), problem.heads,
+                             problem.scale * kLog2e};
+  CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)kForwardSharedBytes));
+  LLMC_LAUNCH(forward_kernel<>, dim3((unsigned)(forward_tiles(problem.T) * problem.heads)), dim3(kThreads),
+              kForwardSharedBytes, stream, params);
+}
+
+// dq, dk, dv (overwritten) from dout and the forward's out and lse. delta_scratch: heads * T floats.
+inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, float* delta_scratch, const bf16* dout,
+                     const bf16* out, const float* lse, const bf16* q, const bf16* k, const bf16* v,
+                     int64_t qkv_row_stride, const int* plan, const Problem& problem, cudaStream_t stream) {
+  const char* caller = "window_attention::backward";
+  detail::check_problem(caller, problem);
+  const void* inputs[] = {q, k, v, dout, out};
+  detail::check_slices(caller, inputs, 5, qkv_row_stride, problem.heads);
+  const void* outputs[] = {dq, dk, dv};
+  detail::check_slices(caller, outputs, 3, dqkv_row_stride, problem.heads);
+  detail::require(lse != nullptr && delta_scratch != nullptr && plan != nullptr, caller,
+                  "lse, delta_scratch or plan is null");
+  const int T = problem.T, heads = problem.heads;
+  constexpr int kDeltaThreads = 256;  // 16 rows per block
+  LLMC_LAUNCH(delta_kernel<>, dim3((unsigned)ceil_div((int64_t)T * heads * 16, (int64_t)kDeltaThreads)),
+              dim3(kDeltaThreads), 0, stream, delta_scratch, dout, out, T, heads);
+  BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, q, k, v, qkv_row_stride,
+                        plan + forward_tiles(T) + backward_tiles(T), detail::documents(problem), heads,
+                        problem.scale, problem.scale * kLog2e};
+  CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)kBackwardSharedBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)kBackwardSharedBytes));
+  const dim3 grid((unsigned)(backward_tiles(T) * heads));
+  LLMC_LAUNCH(dkdv_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+  params.order = plan + forward_tiles(T);
+  LLMC_LAUNCH(dq_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+}
+
+}  // namespace window_attention
+}  // namespace llmc
+
+#endif  // !LLMC_FP32

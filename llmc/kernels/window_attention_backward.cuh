@@ -1,0 +1,250 @@
+// Backward kernels of the head-128 window attention (llmc/kernels/window_attention.cuh), deterministic
+// without atomics: delta = rowsum(dO * O); one block per (64-key tile, head) walks the query tiles
+// that attend its keys and accumulates dK and dV; one block per (64-query tile, head) walks its key
+// tiles and accumulates dQ. Both recompute P = exp2(S * scale * log2(e) - lse * log2(e)) from the
+// saved log-sum-exp, stream the walked tiles through two shared buffers with cp.async, skip per warp
+// the tiles it does not attend and mask only boundary tiles. dS and P are rounded to bf16 for the MMAs.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/cp_async.cuh"
+#include "llmc/kernels/mma_tile.cuh"
+#include "llmc/kernels/window_attention_geometry.cuh"
+#include "llmc/precision.h"
+
+#if !defined(LLMC_FP32)
+
+namespace llmc {
+namespace window_attention {
+
+struct BackwardParams {
+  bf16* dq;  // [T, heads, 128] slices with dqkv_row_stride, like q, k, v
+  bf16* dk;
+  bf16* dv;
+  int64_t dqkv_row_stride;
+  const bf16* dout;    // [T, heads, 128]
+  const float* lse;    // [heads, T] from the forward
+  const float* delta;  // [heads, T] from delta_kernel
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  int64_t qkv_row_stride;
+  const int* order;  // the plan's dQ or dK/dV tile order
+  Documents docs;
+  int heads;
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e)
+};
+
+constexpr int kRowTiles = kKeyTile / 8;   // 8 n-tiles across 64 keys or queries
+constexpr int kDimTiles = kHeadDim / 8;   // 16 n-tiles across the head dimension
+constexpr int kWarpRows = kBackwardRows / kWarps;  // 16
+constexpr size_t kBackwardSharedBytes =
+    (size_t)6 * kKeyTile * kStride * sizeof(bf16) + (size_t)4 * kBackwardRows * sizeof(float);
+
+// delta[h, t] = sum_d dout[t, h, d] * out[t, h, d] in fp32. Half a warp per (t, h) row, 8 elements
+// per lane, summed by a fixed butterfly: deterministic.
+template <typename Unused = void>
+__global__ void delta_kernel(float* delta, const bf16* dout, const bf16* out, int T, int heads) {
+  const int64_t rows = (int64_t)T * heads;
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 16;
+  const int part = threadIdx.x % 16;
+  float sum = 0.0f;
+  if (row < rows) {
+    const Packed128<bf16> d = load128(dout + row * kHeadDim + part * 8);
+    const Packed128<bf16> o = load128(out + row * kHeadDim + part * 8);
+    for (int i = 0; i < 8; i++) sum += to_float(d[i]) * to_float(o[i]);
+  }
+  for (int offset = 8; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (row < rows && part == 0) delta[(row % heads) * T + row / heads] = sum;
+}
+
+// ---- dK, dV ------------------------------------------------------------------------------------
+
+// One query tile for one warp's 16 keys: P^T, dV += P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q.
+__device__ __forceinline__ void dkdv_tile(float (&dk)[kDimTiles][4], float (&dv)[kDimTiles][4], const bf16* k_tile,
+                                          const bf16* v_tile, int row0, const bf16* q_tile, const bf16* dout_tile,
+                                          const float* lse_tile, const float* delta_tile, int q0, bool full,
+                                          const int (&key)[2], const int (&last_query_of_key)[2], float scale_log2) {
+  const int pair = threadIdx.x % kWarpSize % 4;
+  float p[kRowTiles][4];  // P^T: element i of n-tile nt is key row i / 2, query column nt * 8 + 2 * pair + i % 2
+  mma_tile::zero(p);
+  mma_tile::mma_rows_by_rows<kStride, kHeadDim, 1, kRowTiles>(p, k_tile, row0, q_tile, 0);
+  for (int nt = 0; nt < kRowTiles; nt++)
+    for (int i = 0; i < 4; i++) {
+      const int column = nt * 8 + 2 * pair + i % 2, query = q0 + column;
+      const bool attended = full || (key[i / 2] <= query && query <= last_query_of_key[i / 2]);
+      p[nt][i] = attended ? exp2f(p[nt][i] * scale_log2 - lse_tile[column] * kLog2e) : 0.0f;
+    }
+  mma_tile::mma_fragments_by_rows<kStride, kBackwardRows, 1, kDimTiles>(dv, p, dout_tile, 0);
+  float ds[kRowTiles][4];
+  mma_tile::zero(ds);
+  mma_tile::mma_rows_by_rows<kStride, kHeadDim, 1, kRowTiles>(ds, v_tile, row0, dout_tile, 0);
+  for (int nt = 0; nt < kRowTiles; nt++)
+    for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] - delta_tile[nt * 8 + 2 * pair + i % 2]);
+  mma_tile::mma_fragments_by_rows<kStride, kBackwardRows, 1, kDimTiles>(dk, ds, q_tile, 0);
+}
+
+// Writes the warp's 16 rows of a [16 x 128] accumulator, times `factor`, as bf16 rows of `base`.
+__device__ __forceinline__ void store_rows(bf16* base, int64_t row_stride, const float (&acc)[kDimTiles][4], int row0,
+                                           int T, float factor) {
+  const int lane = threadIdx.x % kWarpSize, group = lane / 4, pair = lane % 4;
+  for (int r = 0; r < 2; r++) {
+    const int token = row0 + group + 8 * r;
+    if (token >= T) continue;
+    for (int nt = 0; nt < kDimTiles; nt++) {
+      const uint32_t packed = mma_tile::pack_bf16x2(acc[nt][2 * r] * factor, acc[nt][2 * r + 1] * factor);
+      memcpy(static_cast<void*>(base + token * row_stride + nt * 8 + 2 * pair), &packed, 4);
+    }
+  }
+}
+
+// Issues Q, dO, lse and delta of the query tile at q0 into buffer `buffer` of each.
+__device__ __forceinline__ void issue_query_tile(AsyncCopies& copies, const BackwardParams& p, int h, int q0,
+                                                 bf16* q_tiles, bf16* dout_tiles, float* lse_tiles,
+                                                 float* delta_tiles, int buffer) {
+  const int T = p.docs.T;
+  const int offset = buffer * kBackwardRows * kStride;
+  issue_rows<kBackwardRows>(copies, q_tiles + offset, p.q + h * kHeadDim, p.qkv_row_stride, q0, T);
+  issue_rows<kBackwardRows>(copies, dout_tiles + offset, p.dout + h * kHeadDim, (int64_t)p.heads * kHeadDim, q0, T);
+  issue_row_values<kBackwardRows>(copies, lse_tiles + buffer * kBackwardRows, p.lse + (int64_t)h * T, q0, T);
+  issue_row_values<kBackwardRows>(copies, delta_tiles + buffer * kBackwardRows, p.delta + (int64_t)h * T, q0, T);
+}
+
+// Grid: backward_tiles(T) * heads blocks (block i: key tile order[i / heads], head i % heads),
+// kThreads threads, kBackwardSharedBytes of dynamic shared memory.
+template <typename Unused = void>
+__global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
+  LLMC_DYNAMIC_SHARED(bf16, shared);
+  bf16* k_tile = shared;
+  bf16* v_tile = k_tile + kKeyTile * kStride;
+  bf16* q_tiles = v_tile + kKeyTile * kStride;             // two buffers each
+  bf16* dout_tiles = q_tiles + 2 * kBackwardRows * kStride;
+  float* lse_tiles = reinterpret_cast<float*>(dout_tiles + 2 * kBackwardRows * kStride);
+  float* delta_tiles = lse_tiles + 2 * kBackwardRows;
+  const int T = p.docs.T, h = blockIdx.x % p.heads;
+  const int key_tile = __ldg(p.order + blockIdx.x / p.heads), k0 = key_tile * kKeyTile;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int row0 = k0 + warp * kWarpRows;
+  const WarpKeys warp_key_rows = warp_keys(p.docs, row0, kWarpRows);
+  int key[2], last_query_of_key[2];
+  for (int r = 0; r < 2; r++) {
+    key[r] = min(row0 + lane / 4 + 8 * r, T - 1);
+    last_query_of_key[r] = last_query(p.docs, key[r]);
+  }
+  const int last_tile = last_query(p.docs, min(k0 + kKeyTile - 1, T - 1)) / kBackwardRows;
+
+  AsyncCopies copies;
+  issue_rows<kKeyTile>(copies, k_tile, p.k + h * kHeadDim, p.qkv_row_stride, k0, T);
+  issue_rows<kKeyTile>(copies, v_tile, p.v + h * kHeadDim, p.qkv_row_stride, k0, T);
+  issue_query_tile(copies, p, h, key_tile * kBackwardRows, q_tiles, dout_tiles, lse_tiles, delta_tiles, 0);
+  copies.commit();
+  float dk[kDimTiles][4], dv[kDimTiles][4];
+  mma_tile::zero(dk);
+  mma_tile::zero(dv);
+  for (int tile = key_tile, buffer = 0; tile <= last_tile; tile++, buffer ^= 1) {
+    copies.wait<0>();  // dkdv: this thread's copies of query tile `tile` landed
+    __syncthreads();   // dkdv: every thread's copies landed; nobody reads the other buffer any more
+    if (tile < last_tile) {
+      issue_query_tile(copies, p, h, (tile + 1) * kBackwardRows, q_tiles, dout_tiles, lse_tiles, delta_tiles,
+                       buffer ^ 1);
+    }
+    copies.commit();
+    const int q0 = tile * kBackwardRows;
+    if (query_tile_needed(warp_key_rows, q0)) {
+      dkdv_tile(dk, dv, k_tile, v_tile, warp * kWarpRows, q_tiles + buffer * kBackwardRows * kStride,
+                dout_tiles + buffer * kBackwardRows * kStride, lse_tiles + buffer * kBackwardRows,
+                delta_tiles + buffer * kBackwardRows, q0, query_tile_full(warp_key_rows, q0), key,
+                last_query_of_key, p.scale_log2);
+    }
+  }
+  store_rows(p.dk + h * kHeadDim, p.dqkv_row_stride, dk, row0, T, p.scale);
+  store_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, 1.0f);
+}
+
+// ---- dQ ----------------------------------------------------------------------------------------
+
+// One key tile for one warp's 16 queries: P, dP = dO V^T, dS, dQ += dS K.
+__device__ __forceinline__ void dq_tile(float (&dq)[kDimTiles][4], const bf16* q_tile, const bf16* dout_tile, int row0,
+                                        const bf16* k_tile, const bf16* v_tile, int k0, bool full,
+                                        const int (&query)[2], const int (&first_key_of_query)[2],
+                                        const float (&lse_log2)[2], const float (&delta)[2], float scale_log2) {
+  const int pair = threadIdx.x % kWarpSize % 4;
+  float p[kRowTiles][4];  // element i of n-tile nt: query row i / 2, key k0 + nt * 8 + 2 * pair + i % 2
+  mma_tile::zero(p);
+  mma_tile::mma_rows_by_rows<kStride, kHeadDim, 1, kRowTiles>(p, q_tile, row0, k_tile, 0);
+  for (int nt = 0; nt < kRowTiles; nt++)
+    for (int i = 0; i < 4; i++) {
+      const int key = k0 + nt * 8 + 2 * pair + i % 2;
+      const bool attended = full || (first_key_of_query[i / 2] <= key && key <= query[i / 2]);
+      p[nt][i] = attended ? exp2f(p[nt][i] * scale_log2 - lse_log2[i / 2]) : 0.0f;
+    }
+  float ds[kRowTiles][4];
+  mma_tile::zero(ds);
+  mma_tile::mma_rows_by_rows<kStride, kHeadDim, 1, kRowTiles>(ds, dout_tile, row0, v_tile, 0);
+  for (int nt = 0; nt < kRowTiles; nt++)
+    for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] - delta[i / 2]);
+  mma_tile::mma_fragments_by_rows<kStride, kKeyTile, 1, kDimTiles>(dq, ds, k_tile, 0);
+}
+
+// Grid: backward_tiles(T) * heads blocks (block i: query tile order[i / heads], head i % heads),
+// kThreads threads, kBackwardSharedBytes of dynamic shared memory.
+template <typename Unused = void>
+__global__ void __launch_bounds__(kThreads) dq_kernel(BackwardParams p) {
+  LLMC_DYNAMIC_SHARED(bf16, shared);
+  bf16* q_tile = shared;
+  bf16* dout_tile = q_tile + kBackwardRows * kStride;
+  bf16* k_tiles = dout_tile + kBackwardRows * kStride;  // two buffers each
+  bf16* v_tiles = k_tiles + 2 * kKeyTile * kStride;
+  const int T = p.docs.T, h = blockIdx.x % p.heads;
+  const int q0 = __ldg(p.order + blockIdx.x / p.heads) * kBackwardRows;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int row0 = q0 + warp * kWarpRows;
+  const WarpQueries warp_rows = warp_queries(p.docs, row0, kWarpRows);
+  int query[2], first_key_of_query[2];
+  float lse_log2[2], delta[2];
+  for (int r = 0; r < 2; r++) {
+    query[r] = min(row0 + lane / 4 + 8 * r, T - 1);
+    first_key_of_query[r] = first_key(p.docs, query[r]);
+    lse_log2[r] = p.lse[(int64_t)h * T + query[r]] * kLog2e;
+    delta[r] = p.delta[(int64_t)h * T + query[r]];
+  }
+  const int first_tile = first_key(p.docs, q0) / kKeyTile;
+  const int last_tile = min(q0 + kBackwardRows - 1, T - 1) / kKeyTile;
+  const bf16 *k_head = p.k + h * kHeadDim, *v_head = p.v + h * kHeadDim;
+
+  AsyncCopies copies;
+  issue_rows<kBackwardRows>(copies, q_tile, p.q + h * kHeadDim, p.qkv_row_stride, q0, T);
+  issue_rows<kBackwardRows>(copies, dout_tile, p.dout + h * kHeadDim, (int64_t)p.heads * kHeadDim, q0, T);
+  issue_rows<kKeyTile>(copies, k_tiles, k_head, p.qkv_row_stride, last_tile * kKeyTile, T);
+  issue_rows<kKeyTile>(copies, v_tiles, v_head, p.qkv_row_stride, last_tile * kKeyTile, T);
+  copies.commit();
+  float dq[kDimTiles][4];
+  mma_tile::zero(dq);
+  for (int tile = last_tile, buffer = 0; tile >= first_tile; tile--, buffer ^= 1) {
+    copies.wait<0>();  // dq: this thread's copies of key tile `tile` landed
+    __syncthreads();   // dq: every thread's copies landed; nobody reads the other buffer any more
+    if (tile > first_tile) {
+      const int next = (buffer ^ 1) * kKeyTile * kStride;
+      issue_rows<kKeyTile>(copies, k_tiles + next, k_head, p.qkv_row_stride, (tile - 1) * kKeyTile, T);
+      issue_rows<kKeyTile>(copies, v_tiles + next, v_head, p.qkv_row_stride, (tile - 1) * kKeyTile, T);
+    }
+    copies.commit();
+    const int k0 = tile * kKeyTile;
+    if (tile_needed(warp_rows, k0)) {
+      dq_tile(dq, q_tile, dout_tile, warp * kWarpRows, k_tiles + buffer * kKeyTile * kStride,
+              v_tiles + buffer * kKeyTile * kStride, k0, tile_full(warp_rows, k0), query, first_key_of_query,
+              lse_log2, delta, p.scale_log2);
+    }
+  }
+  store_rows(p.dq + h * kHeadDim, p.dqkv_row_stride, dq, row0, T, p.scale);
+}
+
+}  // namespace window_attention
+}  // namespace llmc
+
+#endif  // !LLMC_FP32

@@ -1,0 +1,132 @@
+// Tests of the head-128 sliding-window attention over packed documents (llmc/kernels/window_attention.cuh,
+// bf16 build only) against the double-precision reference: output, log-sum-exp, dq, dk and dv for
+// random document boundaries (a one-token document in each random packing, and a document that fills
+// the sequence), windows from 0 and 1 token to longer than the sequence, several softmax scales, both
+// q/k/v layouts; the backward run twice must agree bitwise; the plan lists every tile once. Emulated
+// cases are small (T up to 400); the GPU twin adds T = 4,096 with documents up to 2,048 tokens.
+// With LLMC_ATTENTION_DUMP_DIR set, the JAX-oracle case also writes its data for
+// check_window_attention_jax.py.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test/kernels/window_attention_case.h"
+#include "test/support/gpu_test.h"
+
+#if !defined(LLMC_FP32)
+namespace {
+
+using namespace window_attention_test;
+
+std::vector<Case> emulated_cases() {
+  std::mt19937 rng(1313);
+  std::vector<Case> cases;
+  cases.push_back({"tiny_sequence", 5, 2, {2, 1, 2}, 3, 0.25f, false});
+  cases.push_back({"one_token_docs_window_1", 200, 2, random_documents(200, 60, rng), 1, 0.1f, false});
+  cases.push_back({"window_0_attends_itself", 130, 1, random_documents(130, 130, rng), 0, 0.1f, true});
+  cases.push_back({"one_document_fills_window_above_T", 320, 1, {320}, 400, 0.08838835f, true});
+  cases.push_back({"random_docs_window_64_padded_rows", 333, 2, random_documents(333, 333, rng), 64, 0.1318f,
+                   false, 8});
+  cases.push_back({"random_docs_window_127_sharp", 290, 1, random_documents(290, 200, rng), 127, 0.5f, true});
+  cases.push_back({"random_docs_window_200", 400, 1, random_documents(400, 400, rng), 200, 0.116946f, false});
+  return cases;
+}
+
+// The GPU adds the speedrun's shapes: documents up to 2,048 tokens in a 4,096-token sequence, the
+// training windows, and one 2,048-token document filling its sequence.
+std::vector<Case> gpu_cases() {
+  std::vector<Case> cases = emulated_cases();
+  std::mt19937 rng(2048);
+  std::vector<int> documents = random_documents(4096 - 2048, 2048, rng);
+  documents.insert(documents.begin() + 1, 2048);
+  for (int window : {1, 128, 384, 1664, 5000})
+    cases.push_back({"T4096_window_" + std::to_string(window), 4096, 2, documents, window, 0.1f, window % 2 == 0});
+  cases.push_back({"T2048_one_document_window_896", 2048, 6, {2048}, 896, 0.131778f, true});
+  return cases;
+}
+
+std::vector<Case> cases() { return LLMC_IS_EMULATION ? emulated_cases() : gpu_cases(); }
+
+class WindowAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(WindowAttentionTest, MatchesReferenceAndBackwardIsBitwiseRepeatable) {
+  LLMC_REQUIRE_GPU();
+  const Problem problem(GetParam(), 7000 + (uint32_t)(GetParam().T * 31 + GetParam().window));
+  const Result result = run_kernels(problem);
+  EXPECT_TRUE(matches_reference(problem, result, reference(problem)));
+  EXPECT_TRUE(kernel_test::bitwise_equal(result.raw_gradients[0], result.raw_gradients[1]))
+      << problem.c.name << ": the backward is not bitwise repeatable";
+  // The plan lists each tile of each kernel exactly once.
+  const int forward = llmc::window_attention::forward_tiles(problem.c.T);
+  const int backward = llmc::window_attention::backward_tiles(problem.c.T);
+  const int lengths[3] = {forward, backward, backward};
+  size_t offset = 0;
+  for (int length : lengths) {
+    std::vector<int> order(result.plan.begin() + (long)offset, result.plan.begin() + (long)offset + length);
+    std::sort(order.begin(), order.end());
+    for (int i = 0; i < length; i++) EXPECT_EQ(order[i], i) << problem.c.name << ": plan list at " << offset;
+    offset += (size_t)length;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, WindowAttentionTest, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+void write_doubles(const std::string& path, const std::vector<double>& values) {
+  std::ofstream file(path, std::ios::binary);
+  file.write(reinterpret_cast<const char*>(values.data()), (std::streamsize)(values.size() * sizeof(double)));
+  if (!file) throw std::runtime_error(path + ": cannot write");
+}
+
+// The case check_window_attention_jax.py cross-checks: it is also an ordinary reference test.
+TEST(WindowAttentionOracle, JaxCase) {
+  LLMC_REQUIRE_GPU();
+  std::mt19937 rng(4242);
+  const Problem problem({"jax_oracle", 192, 2, random_documents(192, 120, rng), 50, 0.12f, true}, 4242);
+  const Result result = run_kernels(problem);
+  EXPECT_TRUE(matches_reference(problem, result, reference(problem)));
+  const char* directory = std::getenv("LLMC_ATTENTION_DUMP_DIR");
+  if (directory == nullptr) return;
+  const std::string dir(directory);
+  std::ofstream meta(dir + "/meta.txt");
+  meta << problem.c.T << " " << problem.c.heads << " " << problem.c.window << " " << problem.c.scale << "\n";
+  for (int entry : problem.cu) meta << entry << " ";
+  meta << "\n";
+  const std::pair<const char*, const std::vector<double>*> arrays[] = {
+      {"q", &problem.q},   {"k", &problem.k},     {"v", &problem.v},   {"dout", &problem.dout},
+      {"out", &result.out}, {"lse", &result.lse}, {"dq", &result.dq}, {"dk", &result.dk},
+      {"dv", &result.dv}};
+  for (const auto& [name, values] : arrays) write_doubles(dir + "/" + name + ".f64", *values);
+  ASSERT_TRUE(meta.good()) << dir << "/meta.txt: cannot write";
+}
+
+TEST(WindowAttentionLaunch, RejectsBadArguments) {
+  LLMC_REQUIRE_GPU();
+  namespace wa = llmc::window_attention;
+  DeviceBuffer<int> cu(2), plan(wa::plan_ints(64));
+  DeviceBuffer<floatX> qkv(64 * 3 * D), out(64 * D);
+  DeviceBuffer<float> lse(64);
+  const wa::Problem good{64, 1, cu.get(), 1, 16, 0.1f};
+  auto forward = [&](const wa::Problem& problem, int64_t stride, const floatX* k) {
+    wa::forward(out.get(), lse.get(), qkv.get(), k, qkv.get() + 2 * D, stride, plan.get(), problem, nullptr);
+  };
+  wa::Problem bad = good;
+  bad.T = 0;
+  EXPECT_THROW(forward(bad, 3 * D, qkv.get() + D), std::invalid_argument);
+  bad = good;
+  bad.window = -1;
+  EXPECT_THROW(forward(bad, 3 * D, qkv.get() + D), std::invalid_argument);
+  bad = good;
+  bad.scale = 0.0f;
+  EXPECT_THROW(forward(bad, 3 * D, qkv.get() + D), std::invalid_argument);
+  EXPECT_THROW(forward(good, 3 * D + 4, qkv.get() + D), std::invalid_argument);  // stride not a multiple of 8
+  EXPECT_THROW(forward(good, D - 8, qkv.get() + D), std::invalid_argument);      // rows overlap
+  EXPECT_THROW(forward(good, 3 * D, qkv.get() + D + 1), std::invalid_argument);  // misaligned k
+}
+
+}  // namespace
+#endif  // !LLMC_FP32
