@@ -1,4 +1,4 @@
-// cp.async (16-byte global -> shared copies with commit/wait groups) for the emulated build. A copy
+// cp.async (4-, 8- and 16-byte global -> shared copies with commit/wait groups) for the emulated build. A copy
 // is invisible until the wait_group that covers it: at issue its destination is filled with a poison
 // pattern (NaN as bf16, fp16 and fp32) and the data lands only at the matching wait, so a missing or
 // too-weak wait reads poison. Waits also complete late by a different number of scheduler passes in
@@ -19,7 +19,7 @@ namespace llmc::emu {
 // Two bytes repeated over an in-flight destination: 0xffa5 is a NaN as bf16 and fp16, 0xffa5ffa5 as
 // fp32, and distinct from the 0xff fill of fresh device and dynamic shared memory.
 inline constexpr unsigned char kCpAsyncPoison[2] = {0xa5, 0xff};
-inline constexpr int kCpAsyncBytes = 16;
+inline constexpr int kCpAsyncMaxBytes = 16;
 
 // The cp.async state of one emulated thread: the copies it issued and not yet waited for, by group.
 // Lives in the thread's own AsyncCopies object (llmc/kernels/cp_async.cuh), so it ends with the thread.
@@ -35,16 +35,17 @@ class CpAsyncQueue {
     }
   }
 
-  // cp.async.{ca,cg}.shared.global [dst], [src], 16, src_bytes: copies src_bytes (0..16) bytes and
-  // zero-fills the rest of the 16. src is not read when src_bytes is 0.
-  void issue(void* shared_destination, const void* global_source, int src_bytes) {
+  // cp.async.{ca,cg}.shared.global [dst], [src], copy_bytes, src_bytes: copies src_bytes
+  // (0..copy_bytes) bytes and zero-fills the rest of the copy_bytes (4, 8 or 16). src is not read
+  // when src_bytes is 0.
+  void issue(void* shared_destination, const void* global_source, int copy_bytes, int src_bytes) {
     auto* destination = static_cast<unsigned char*>(shared_destination);
     const auto* source = static_cast<const unsigned char*>(global_source);
-    check_addresses(destination, source, src_bytes);
-    Copy copy{destination, source, src_bytes, {}, committed_groups_};
+    check_addresses(destination, source, copy_bytes, src_bytes);
+    Copy copy{destination, source, copy_bytes, src_bytes, {}, committed_groups_};
     std::memset(copy.data, 0, sizeof copy.data);
     if (src_bytes > 0) std::memcpy(copy.data, source, static_cast<size_t>(src_bytes));
-    for (int i = 0; i < kCpAsyncBytes; ++i) destination[i] = kCpAsyncPoison[i % 2];
+    for (int i = 0; i < copy_bytes; ++i) destination[i] = kCpAsyncPoison[i % 2];
     pending_.push_back(copy);
   }
 
@@ -72,21 +73,29 @@ class CpAsyncQueue {
   struct Copy {
     unsigned char* destination;
     const unsigned char* source;
+    int copy_bytes;
     int src_bytes;
-    unsigned char data[kCpAsyncBytes];  // the source as read at issue
+    unsigned char data[kCpAsyncMaxBytes];  // the source as read at issue
     int64_t group;                      // index of the group the copy belongs to once committed
   };
 
-  void check_addresses(const unsigned char* destination, const unsigned char* source, int src_bytes) const {
-    if (src_bytes < 0 || src_bytes > kCpAsyncBytes) {
-      fail_in_kernel("cp.async: source size " + std::to_string(src_bytes) + " is outside 0..16");
+  void check_addresses(const unsigned char* destination, const unsigned char* source, int copy_bytes,
+                       int src_bytes) const {
+    if (copy_bytes != 4 && copy_bytes != 8 && copy_bytes != 16) {
+      fail_in_kernel("cp.async: copy size " + std::to_string(copy_bytes) + " is not 4, 8 or 16 bytes");
     }
-    if (reinterpret_cast<uintptr_t>(destination) % kCpAsyncBytes != 0 ||
-        (src_bytes > 0 && reinterpret_cast<uintptr_t>(source) % kCpAsyncBytes != 0)) {
-      fail_in_kernel("cp.async: 16-byte copy with an address that is not 16-byte aligned (misaligned on a GPU)");
+    if (src_bytes < 0 || src_bytes > copy_bytes) {
+      fail_in_kernel("cp.async: source size " + std::to_string(src_bytes) + " is outside 0.." +
+                     std::to_string(copy_bytes));
+    }
+    const auto size = static_cast<uintptr_t>(copy_bytes);
+    if (reinterpret_cast<uintptr_t>(destination) % size != 0 ||
+        (src_bytes > 0 && reinterpret_cast<uintptr_t>(source) % size != 0)) {
+      fail_in_kernel("cp.async: " + std::to_string(copy_bytes) + "-byte copy with an address that is not " +
+                     std::to_string(copy_bytes) + "-byte aligned (misaligned on a GPU)");
     }
     MemoryKind kind;
-    if (EmulatedDevice::instance().classify(destination, kCpAsyncBytes, &kind) != cudaSuccess ||
+    if (EmulatedDevice::instance().classify(destination, size, &kind) != cudaSuccess ||
         kind != MemoryKind::kPageableHost) {
       fail_in_kernel("cp.async: the destination is device or host memory, not shared memory");
     }
@@ -96,14 +105,14 @@ class CpAsyncQueue {
       fail_in_kernel("cp.async: the source is not inside a device allocation (a GPU faults)");
     }
     for (const Copy& other : pending_) {
-      if (other.destination < destination + kCpAsyncBytes && destination < other.destination + kCpAsyncBytes) {
+      if (other.destination < destination + copy_bytes && destination < other.destination + other.copy_bytes) {
         fail_in_kernel("cp.async: a second copy into shared bytes whose earlier copy is still in flight");
       }
     }
   }
 
   void land(const Copy& copy) const {
-    for (int i = 0; i < kCpAsyncBytes; ++i) {
+    for (int i = 0; i < copy.copy_bytes; ++i) {
       if (copy.destination[i] != kCpAsyncPoison[i % 2]) {
         fail_in_kernel("cp.async: shared memory written while a cp.async copy into it was in flight");
       }
@@ -111,7 +120,7 @@ class CpAsyncQueue {
     if (copy.src_bytes > 0 && std::memcmp(copy.data, copy.source, static_cast<size_t>(copy.src_bytes)) != 0) {
       fail_in_kernel("cp.async: the global source changed while a cp.async copy from it was in flight");
     }
-    std::memcpy(copy.destination, copy.data, kCpAsyncBytes);
+    std::memcpy(copy.destination, copy.data, static_cast<size_t>(copy.copy_bytes));
   }
 
   // The wait returns some scheduler passes late: warp w of n waits w passes on even waits and n-1-w
