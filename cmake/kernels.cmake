@@ -29,3 +29,43 @@ llmc_add_cu_executable(NAME bench_kernels SOURCES test/kernels/bench_kernels.cu 
 add_test(NAME kernels_bench_smoke_emu
   COMMAND bench_kernels_emu --batch 1 --seq 64 --channels 128 --heads 2 --vocab 200 --params 5000 --repeats 1)
 set_tests_properties(kernels_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
+
+# The window attention against an independent float64 JAX attention with an explicit boolean mask (the
+# emulated kernels; skips, visibly, without JAX).
+add_test(NAME window_attention_vs_jax
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/kernels/check_window_attention_jax.py
+          --binary $<TARGET_FILE:kernels_bf16_emu>)
+set_tests_properties(window_attention_vs_jax PROPERTIES LABELS "kernels;reference" SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# Mutants of the window attention that the emulated tests must catch: each is a copy of the
+# llmc/kernels/window_attention*.cuh headers with one line removed (the exact text must occur once),
+# placed first on the include path of its own small test binary (test_attention_mutant.cu).
+function(llmc_window_attention_mutant NAME FILE LINE)
+  set(directory ${CMAKE_BINARY_DIR}/mutants/${NAME})
+  file(GLOB headers RELATIVE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/llmc/kernels/window_attention*.cuh)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${headers})
+  foreach(header IN LISTS headers)
+    file(READ ${CMAKE_SOURCE_DIR}/${header} text)
+    if(header STREQUAL FILE)
+      string(FIND "${text}" "${LINE}" first)
+      string(FIND "${text}" "${LINE}" last REVERSE)
+      if(first EQUAL -1 OR NOT first EQUAL last)
+        message(FATAL_ERROR "mutant ${NAME}: '${LINE}' must occur exactly once in ${FILE}")
+      endif()
+      string(REPLACE "${LINE}" "// mutant ${NAME}: line removed" text "${text}")
+    endif()
+    file(WRITE ${directory}/staging/${header} "${text}")
+    configure_file(${directory}/staging/${header} ${directory}/include/${header} COPYONLY)  # rewritten only on change
+  endforeach()
+  llmc_emu_wrap_sources(sources attention_mutant_${NAME}_emu test/kernels/test_attention_mutant.cu)
+  add_executable(attention_mutant_${NAME}_emu ${sources})
+  target_include_directories(attention_mutant_${NAME}_emu BEFORE PRIVATE ${directory}/include)
+  target_link_libraries(attention_mutant_${NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
+  gtest_discover_tests(attention_mutant_${NAME}_emu TEST_PREFIX "attention_mutant_${NAME}." DISCOVERY_MODE PRE_TEST
+                       PROPERTIES LABELS kernels TIMEOUT 300)
+endfunction()
+
+llmc_window_attention_mutant(forward_without_barrier llmc/kernels/window_attention_forward.cuh
+  "__syncthreads();   // forward: every thread's copies landed; nobody reads the other buffer any more")
+llmc_window_attention_mutant(dkdv_without_wait llmc/kernels/window_attention_backward.cuh
+  "copies.wait<0>();  // dkdv: this thread's copies of the query tile landed")

@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
   mma_tile::zero(dk);
   mma_tile::zero(dv);
   for (int tile = key_tile, buffer = 0; tile <= last_tile; tile++, buffer ^= 1) {
-    copies.wait<0>();  // dkdv: this thread's copies of query tile `tile` landed
+    copies.wait<0>();  // dkdv: this thread's copies of the query tile landed
     __syncthreads();   // dkdv: every thread's copies landed; nobody reads the other buffer any more
     if (tile < last_tile) {
       issue_query_tile(copies, p, h, (tile + 1) * kBackwardRows, q_tiles, dout_tiles, lse_tiles, delta_tiles,
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardParams p) {
   float dq[kDimTiles][4];
   mma_tile::zero(dq);
   for (int tile = last_tile, buffer = 0; tile >= first_tile; tile--, buffer ^= 1) {
-    copies.wait<0>();  // dq: this thread's copies of key tile `tile` landed
+    copies.wait<0>();  // dq: this thread's copies of the key tile landed
     __syncthreads();   // dq: every thread's copies landed; nobody reads the other buffer any more
     if (tile > first_tile) {
       const int next = (buffer ^ 1) * kKeyTile * kStride;

@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardParams p) {
   float o[kForwardMTiles * kOutTiles][4];
   mma_tile::zero(o);
   for (int tile = last_tile, buffer = 0; tile >= first_tile; tile--, buffer ^= 1) {
-    copies.wait<0>();  // forward: this thread's copies of tile `tile` landed
+    copies.wait<0>();  // forward: this thread's copies of the key tile landed
     __syncthreads();   // forward: every thread's copies landed; nobody reads the other buffer any more
     if (tile > first_tile) {
       const int next = (buffer ^ 1) * kKeyTile * kStride;

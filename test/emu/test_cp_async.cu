@@ -1,5 +1,5 @@
-// Tests of cp.async (llmc/kernels/cp_async.cuh): on both targets a double-buffered pipeline and the
-// zero-fill form give exact results; in the emulation a copy is poison until its wait_group covers
+// Tests of cp.async (llmc/kernels/cp_async.cuh): on both targets a double-buffered pipeline, the
+// zero-fill form and 4-byte copies give exact results; in the emulation a copy is poison until its wait_group covers
 // it, so a missing wait, a too-weak wait or a missing barrier after the wait is observed, and misuse
 // that is undefined on a GPU (exiting with copies in flight, touching a destination or source in
 // flight, misaligned or non-shared addresses) stops the program naming the kernel.
@@ -59,6 +59,30 @@ __global__ void zero_fill_kernel(const int* in, int* out) {
   copies.wait<0>();
   __syncthreads();
   for (int i = 0; i < kChunkInts; ++i) out[t * kChunkInts + i] = buffer[t * kChunkInts + i];
+}
+
+// 4-byte copies (.ca) of floats at any 4-byte alignment, zero-filled for odd threads.
+__global__ void copy4_kernel(const float* in, float* out) {
+  __shared__ float buffer[kThreads];
+  llmc::AsyncCopies copies;
+  const int t = threadIdx.x;
+  copies.copy4_or_zero(&buffer[t], in + 1 + t, t % 2 == 0);  // in + 1: not 16-byte aligned
+  copies.commit();
+  copies.wait<0>();
+  __syncthreads();
+  out[t] = buffer[(t + 32) % kThreads];
+}
+
+TEST(CpAsync, FourByteCopiesAndZeroFill) {
+  std::vector<float> host(kThreads + 1);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = 0.5f * static_cast<float>(i);
+  DeviceBuffer<float> in(host), out(kThreads);
+  LLMC_LAUNCH(copy4_kernel, 1, kThreads, 0, nullptr, static_cast<const float*>(in.get()), out.get());
+  const std::vector<float> got = out.to_host();
+  for (int t = 0; t < kThreads; ++t) {
+    const int source = (t + 32) % kThreads;
+    EXPECT_EQ(got[t], source % 2 == 0 ? host[1 + source] : 0.0f) << t;
+  }
 }
 
 TEST(CpAsync, PipelinedCopiesGiveExactSums) {
