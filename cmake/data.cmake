@@ -1,4 +1,5 @@
-# cmake/data.cmake: token shards (llmc_shards), the per-rank data loader (llmc_data), and their tests.
+# cmake/data.cmake: token shards (llmc_shards), the data loaders (llmc_data: GPT-2 windows, the speedrun's
+# BOS-aligned packing and validation chunks), and their tests.
 # The tests write their own tiny shards into a temporary directory; they run in about a second.
 add_library(llmc_atomic_file STATIC llmc/atomic_file.cpp)
 target_link_libraries(llmc_atomic_file PUBLIC llmc_flags)
@@ -6,7 +7,8 @@ target_link_libraries(llmc_atomic_file PUBLIC llmc_flags)
 add_library(llmc_shards STATIC llmc/data/shards.cpp)
 target_link_libraries(llmc_shards PUBLIC llmc_atomic_file)
 
-add_library(llmc_data STATIC llmc/data/dataloader.cpp)
+add_library(llmc_data STATIC llmc/data/dataloader.cpp llmc/data/document_packing.cpp llmc/data/bos_loader.cpp
+  llmc/data/packed_val_loader.cpp)
 target_link_libraries(llmc_data PUBLIC llmc_shards Threads::Threads)
 
 add_executable(test_shards test/data/test_shards.cpp)
@@ -16,3 +18,7 @@ gtest_discover_tests(test_shards PROPERTIES LABELS data)
 add_executable(test_dataloader test/data/test_dataloader.cpp)
 target_link_libraries(test_dataloader PRIVATE llmc_data GTest::gtest_main)
 gtest_discover_tests(test_dataloader PROPERTIES LABELS data)
+
+add_executable(test_bos_loader test/data/test_bos_loader.cpp)
+target_link_libraries(test_bos_loader PRIVATE llmc_data GTest::gtest_main)
+gtest_discover_tests(test_bos_loader PROPERTIES LABELS data)
