@@ -22,3 +22,12 @@ gtest_discover_tests(test_dataloader PROPERTIES LABELS data)
 add_executable(test_bos_loader test/data/test_bos_loader.cpp)
 target_link_libraries(test_bos_loader PRIVATE llmc_data GTest::gtest_main)
 gtest_discover_tests(test_bos_loader PROPERTIES LABELS data)
+
+# The dealing rule against an independent Python implementation, on the shared KJV and tiny-shakespeare
+# texts split into documents and tokenized by ./tokenize_gpt2 (bos_loader_probe writes what the loaders deal).
+add_executable(bos_loader_probe test/data/bos_loader_probe.cpp)
+target_link_libraries(bos_loader_probe PRIVATE llmc_data CLI11::CLI11)
+add_test(NAME bos_loader_vs_python
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/data/check_bos_loader.py
+          --probe $<TARGET_FILE:bos_loader_probe> --tokenizer $<TARGET_FILE:tokenize_gpt2> --shared ${LLMC_SHARED_DIR})
+set_tests_properties(bos_loader_vs_python PROPERTIES LABELS data TIMEOUT 300)
