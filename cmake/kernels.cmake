@@ -69,3 +69,10 @@ llmc_window_attention_mutant(forward_without_barrier llmc/kernels/window_attenti
   "__syncthreads();   // forward: every thread's copies landed; nobody reads the other buffer any more")
 llmc_window_attention_mutant(dkdv_without_wait llmc/kernels/window_attention_backward.cuh
   "copies.wait<0>();  // dkdv: this thread's copies of the query tile landed")
+
+# Window attention benchmark rows (bench_window_attention on a GPU; the emulated build prints the shapes,
+# FLOPs and ceilings, and is smoke-tested running the kernels at a tiny size).
+llmc_add_cu_executable(NAME bench_window_attention SOURCES test/kernels/bench_window_attention.cu LIBS CLI11::CLI11 llmc_data)
+add_test(NAME window_attention_bench_smoke_emu
+  COMMAND bench_window_attention_emu --tokens 300 --heads 1 --windows 64,1000 --run --repeats 1)
+set_tests_properties(window_attention_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
