@@ -69,13 +69,15 @@ void BosLoader::start_preload(int64_t shard_index) {
 }
 
 void BosLoader::advance_to_next_shard() {
+  const auto shards = static_cast<int64_t>(paths_.size());
+  if (!preload_.valid()) start_preload((position_.shard + 1) % shards);  // an earlier get() threw
   shard_ = preload_.get();  // rethrows what went wrong reading it
-  if (++position_.shard == static_cast<int64_t>(paths_.size())) {
+  if (++position_.shard == shards) {
     position_.shard = 0;
     ++position_.epoch;
   }
   position_.document = 0;
-  start_preload((position_.shard + 1) % static_cast<int64_t>(paths_.size()));
+  start_preload((position_.shard + 1) % shards);
 }
 
 // Deals the step at position_, moving to the next shard when this one's documents run out.

@@ -226,6 +226,7 @@ TEST_F(BosLoaderTest, BadShardsAndConfigsAreOneLineErrors) {
   expect_error([&] {
     for (int i = 0; i < 10; ++i) loader.next(&sequence);
   }, {"train_000001.bin", "no document start"});
+  expect_error([&] { loader.next(&sequence); }, {"train_000001.bin", "no document start"});  // again, not stale
 
   write(1, std::vector<uint16_t>(20, kBosToken));  // fewer tokens than one step
   expect_error([&] { BosLoader small(config(40, 1, 0, 1)); }, {"train_000001.bin", "too small for one step"});
