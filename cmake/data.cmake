@@ -1,6 +1,7 @@
 # cmake/data.cmake: token shards (llmc_shards), the data loaders (llmc_data: GPT-2 windows, the speedrun's
 # BOS-aligned packing and validation chunks), and their tests.
-# The tests write their own tiny shards into a temporary directory; they run in about a second.
+# The unit tests write their own tiny shards into a temporary directory (about a second); the Python check of
+# the BOS loader tokenizes the shared texts first (about ten seconds).
 add_library(llmc_atomic_file STATIC llmc/atomic_file.cpp)
 target_link_libraries(llmc_atomic_file PUBLIC llmc_flags)
 
