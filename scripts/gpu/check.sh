@@ -339,6 +339,7 @@ stage_kernels() {
     run_cmd ceilings --cap 40 -- python3 "$REPO/scripts/gpu/ceilings.py"
   fi
   run_cmd bench_kernels -- "$WRAP/bench_kernels" --batch 16 --seq 1024 --repeats 20
+  run_cmd bench_window_attention -- "$WRAP/bench_window_attention" --repeats 10  # docs/attention.md's rows
 }
 
 stage_train() {

@@ -15,7 +15,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 
 # The programs and GPU test binaries check.sh runs; train_gpt2 is a user binary in the repository root.
-PROGRAMS=(train_gpt2 bench_kernels)
+PROGRAMS=(train_gpt2 bench_kernels bench_window_attention)
 TEST_BINARIES=(kernels_bf16_cuda gpt2_bf16_cuda train_steps_bf16_cuda emu_tests_cuda comm_collectives_cuda
   comm_trace_cuda)
 # On the GPU machine's image (glibc and libstdc++ newer than Debian 12's), or found there by check.sh

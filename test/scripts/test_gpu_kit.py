@@ -80,7 +80,7 @@ class GpuKit(unittest.TestCase):
         if commit:
             self.assertRegex(manifest, rf"(?m)^commit: {commit}")
         listed = dict((path, int(size)) for size, path in re.findall(r"(?m)^(\d+) (\S+)$", manifest))
-        for name in ("train_gpt2", "bench_kernels", "kernels_bf16_cuda", "gpt2_bf16_cuda", "train_steps_bf16_cuda",
+        for name in ("train_gpt2", "bench_kernels", "bench_window_attention", "kernels_bf16_cuda", "gpt2_bf16_cuda", "train_steps_bf16_cuda",
                      "emu_tests_cuda", "comm_collectives_cuda", "comm_trace_cuda"):
             self.assertTrue(os.access(os.path.join(self.pack, "bin", name), os.X_OK), name)
         for path in ("lib/libmpi.so.40", "lib/openmpi/mca_ess_singleton.so", "data/gpt2/encoder.json",
