@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using llmc_test::expect_error;
+using llmc::test::expect_error;
 
 struct Batch {
   std::vector<int32_t> inputs;
@@ -43,7 +43,7 @@ std::vector<Batch> take(llmc::DataLoader& loader, int count) {
   return batches;
 }
 
-class DataLoaderTest : public llmc_test::TempDirTest {
+class DataLoaderTest : public llmc::test::TempDirTest {
  protected:
   DataLoaderTest() : TempDirTest("llmc_test_data") {}
 

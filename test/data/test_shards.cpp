@@ -18,9 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using llmc_test::expect_error;
+using llmc::test::expect_error;
 
-class ShardTest : public llmc_test::TempDirTest {
+class ShardTest : public llmc::test::TempDirTest {
  protected:
   ShardTest() : TempDirTest("llmc_test_shards") {}
 

@@ -1,7 +1,8 @@
 // GoogleTest main for the multi-rank communication tests, run as `mpirun -np N binary` (or alone, as
 // one rank). Every rank runs every test in the same order, so collectives match across ranks; rank 0
 // prints the usual report, other ranks print only their failures, prefixed with their rank. On the
-// nvcc target with no usable GPU every test is reported as skipped ("skipped: no GPU").
+// nvcc target with no usable GPU every test is reported as skipped ("skipped: no GPU"), as in
+// test/support/gpu_test.h.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -17,13 +18,6 @@ namespace llmc::test {
 namespace {
 // Owned by main; the tests reach it through comm_context().
 CommContext* the_context = nullptr;
-
-class RequireGpuEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (the_context == nullptr) GTEST_SKIP() << "skipped: no GPU";
-  }
-};
 
 // Reports failed assertions of a non-zero rank (its default printer is removed to keep output readable).
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
@@ -48,7 +42,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::unique_ptr<llmc::CommContext> context;
   try {
-    if (llmc::gpu_available()) context = std::make_unique<llmc::CommContext>();
+    if (llmc::test::gpu_available()) context = std::make_unique<llmc::CommContext>();
   } catch (const std::exception& error) {
     llmc::abort_all_ranks(std::string("cannot set up communication: ") + error.what());
   }

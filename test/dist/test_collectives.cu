@@ -133,11 +133,11 @@ TEST(Collectives, ReduceScatterAvgFp32) {
   DeviceBuffer<float> send(send_host), recv(kShard);
   comm.reduce_scatter_avg(send.get(), recv.get(), kShard, comm.comm_stream());
   CUDA_CHECK(cudaStreamSynchronize(comm.comm_stream()));
-  const std::vector<float> out_of_place = recv.to_host();
+  const std::vector<float> out_of_place = recv.download_raw();
 
   comm.reduce_scatter_avg(send.get(), send.get() + rank * kShard, kShard, comm.comm_stream());
   CUDA_CHECK(cudaStreamSynchronize(comm.comm_stream()));
-  const std::vector<float> in_place = send.to_host();
+  const std::vector<float> in_place = send.download_raw();
   for (size_t i = 0; i < kShard; ++i) {
     // Exact here; real NCCL may premultiply by 1/world instead, which differs by at most an ulp.
     const float tolerance = LLMC_IS_EMULATION ? 0.0f : std::abs(expected[i]) * 2.4e-7f;
@@ -178,8 +178,8 @@ TEST(Collectives, ReduceScatterAvgBf16RoundsOnce) {
   comm.reduce_scatter_avg(send.get(), recv.get(), kShard, comm.comm_stream());
   comm.reduce_scatter_avg(send.get(), send.get() + rank * kShard, kShard, comm.comm_stream());
   CUDA_CHECK(cudaStreamSynchronize(comm.comm_stream()));
-  const std::vector<__nv_bfloat16> out_of_place = recv.to_host();
-  const std::vector<__nv_bfloat16> in_place = send.to_host();
+  const std::vector<__nv_bfloat16> out_of_place = recv.download_raw();
+  const std::vector<__nv_bfloat16> in_place = send.download_raw();
   for (size_t i = 0; i < kShard; ++i) {
     // Real NCCL moves bf16 partial sums between ranks: up to one rounding per hop.
     const double tolerance = LLMC_IS_EMULATION ? 0.0 : (world - 1) * bf16_ulp(expected[i]);
@@ -209,9 +209,9 @@ TEST(Collectives, AllGatherFp32AndBf16InAndOutOfPlace) {
   comm.all_gather(send_bf16.get(), gathered_bf16.get(), kShard, comm.comm_stream());
   CUDA_CHECK(cudaStreamSynchronize(comm.comm_stream()));
 
-  EXPECT_EQ(gathered.to_host(), expected);
-  EXPECT_EQ(in_place.to_host(), expected);
-  const std::vector<__nv_bfloat16> got_bf16 = gathered_bf16.to_host();
+  EXPECT_EQ(gathered.download_raw(), expected);
+  EXPECT_EQ(in_place.download_raw(), expected);
+  const std::vector<__nv_bfloat16> got_bf16 = gathered_bf16.download_raw();
   for (size_t i = 0; i < total; ++i) {
     ASSERT_EQ(__bfloat162float(got_bf16[i]), round_to_bf16(expected[i])) << "element " << i;
   }
@@ -229,7 +229,7 @@ TEST(Collectives, AllReduceSumAndBroadcast) {
   DeviceBuffer<float> data(mine);
   comm.all_reduce_sum_float(data.get(), count, comm.comm_stream());
   CUDA_CHECK(cudaStreamSynchronize(comm.comm_stream()));
-  EXPECT_EQ(data.to_host(), expected);
+  EXPECT_EQ(data.download_raw(), expected);
 
   std::vector<float> rank0(count);
   for (size_t i = 0; i < count; ++i) rank0[i] = fp32_input(0, i);
@@ -238,8 +238,8 @@ TEST(Collectives, AllReduceSumAndBroadcast) {
   DeviceBuffer<__nv_bfloat16> broadcast_bf16(to_bf16(mine));
   comm.broadcast_from_rank0(broadcast_bf16.get(), count, comm.comm_stream());
   CUDA_CHECK(cudaStreamSynchronize(comm.comm_stream()));
-  EXPECT_EQ(broadcast.to_host(), rank0);
-  const std::vector<__nv_bfloat16> got_bf16 = broadcast_bf16.to_host();
+  EXPECT_EQ(broadcast.download_raw(), rank0);
+  const std::vector<__nv_bfloat16> got_bf16 = broadcast_bf16.download_raw();
   for (size_t i = 0; i < count; ++i) ASSERT_EQ(__bfloat162float(got_bf16[i]), round_to_bf16(rank0[i]));
 }
 
@@ -268,8 +268,8 @@ TEST(Collectives, MaxAndInt32Sum) {
   NCCL_CHECK(ncclReduceScatter(int_data.get(), int_out.get(), count, ncclInt32, ncclSum, comm.nccl(), comm.comm_stream()));
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaStreamSynchronize(comm.comm_stream()));
-  EXPECT_EQ(max_out.to_host(), expected_max);
-  EXPECT_EQ(int_out.to_host(), expected_sum);
+  EXPECT_EQ(max_out.download_raw(), expected_max);
+  EXPECT_EQ(int_out.download_raw(), expected_sum);
 }
 
 // What real NCCL supports (fp16) or leaves undefined (bad overlap), the emulation refuses by name.
@@ -341,7 +341,7 @@ TEST(Streams, CollectiveRunsWhileComputeStreamIsBusy) {
   // By timestamps: the collective lies inside the compute interval.
   EXPECT_GE(elapsed_ms(compute_begin, comm_begin), 0.0f);
   EXPECT_GT(elapsed_ms(comm_end, compute_end), 0.0f);
-  const std::vector<float> got = recv.to_host();
+  const std::vector<float> got = recv.download_raw();
   for (size_t i = 0; i < kShard; ++i) {
     const float expected = static_cast<float>(exact_sum(fp32_input, world, rank * kShard + i)) / world;
     ASSERT_NEAR(got[i], expected, LLMC_IS_EMULATION ? 0.0f : std::abs(expected) * 2.4e-7f);
@@ -375,7 +375,7 @@ TEST(Streams, EventWaitOrdersConsumerAfterCollective) {
   EXPECT_EQ(cudaEventQuery(consumed), cudaErrorNotReady);
   hold_comm.open();
   CUDA_CHECK(cudaStreamSynchronize(compute));
-  const std::vector<float> got = consumer_copy.to_host();
+  const std::vector<float> got = consumer_copy.download_raw();
   for (size_t i = 0; i < kShard; ++i) {
     const float expected = static_cast<float>(exact_sum(fp32_input, world, rank * kShard + i)) / world;
     ASSERT_NEAR(got[i], expected, LLMC_IS_EMULATION ? 0.0f : std::abs(expected) * 2.4e-7f) << "element " << i;

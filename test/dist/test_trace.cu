@@ -3,7 +3,6 @@
 // held inside a compute slice by a gate, another after it) whose JSON parses, has both tracks,
 // named slices with their args, begin <= end, and figures that agree with the slices.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +22,7 @@
 #include "llmc/cuda_common.h"
 #include "llmc/dist/trace.h"
 #include "test/support/stream_gate.h"
+#include "test/support/test_helpers.h"
 
 namespace {
 
@@ -93,76 +94,111 @@ using llmc::test::Gate;
 
 void CUDART_CB sleep_2ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); }
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".json")).string();
-}
+class TraceFiles : public llmc::test::TempDirTest {
+ protected:
+  TraceFiles() : TempDirTest("llmc_test_trace") {}
+};
 
-TEST(Tracer, RecordsBothTracksAndWritesChromeJson) {
-  cudaStream_t compute, comm;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
-  cudaEvent_t compute_started, compute_done;
-  CUDA_CHECK(cudaEventCreateWithFlags(&compute_started, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming));
-  // The comm slices copy 16 MiB on the device: real work on either target, and no host function
-  // (CUDA may run the host functions of all streams on one thread, which the gate would block).
-  const size_t copy_bytes = size_t{16} << 20;
-  void* copy_source = nullptr;
-  void* copy_target = nullptr;
-  CUDA_CHECK(cudaMalloc(&copy_source, copy_bytes));
-  CUDA_CHECK(cudaMalloc(&copy_target, copy_bytes));
-  CUDA_CHECK(cudaMemset(copy_source, 1, copy_bytes));
-  CUDA_CHECK(cudaDeviceSynchronize());
-  Tracer tracer(true, 7);
-  Gate busy;
+// Two non-blocking streams, two events between them, and two device buffers whose 16 MiB copies are
+// the traced "communication": real work on either target, and no host function (CUDA may run the
+// host functions of all streams on one thread, which the gate would block).
+class TracedStreams : public TraceFiles {
+ protected:
+  static constexpr size_t kCopyBytes = size_t{16} << 20;
+  void SetUp() override {
+    TraceFiles::SetUp();
+    CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&compute_started_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaMalloc(&copy_source_, kCopyBytes));
+    CUDA_CHECK(cudaMalloc(&copy_target_, kCopyBytes));
+    CUDA_CHECK(cudaMemset(copy_source_, 1, kCopyBytes));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void TearDown() override {
+    CUDA_CHECK(cudaFree(copy_source_));
+    CUDA_CHECK(cudaFree(copy_target_));
+    CUDA_CHECK(cudaEventDestroy(compute_started_));
+    CUDA_CHECK(cudaEventDestroy(compute_done_));
+    CUDA_CHECK(cudaStreamDestroy(compute_));
+    CUDA_CHECK(cudaStreamDestroy(comm_));
+    TraceFiles::TearDown();
+  }
 
-  // Step 0: "backward" held open by the gate; reduce_scatter of bucket 1 inside it; then an
-  // all_gather of bucket 1 that waits for the backward's end, so it is fully exposed.
-  const Tracer::SliceId backward = tracer.begin(compute, TraceTrack::kCompute, "backward layer 1", {{"layer", 1}});
-  CUDA_CHECK(cudaEventRecord(compute_started, compute));
-  CUDA_CHECK(cudaLaunchHostFunc(compute, Gate::wait_callback, &busy));
-  tracer.end(backward, compute);
-  CUDA_CHECK(cudaEventRecord(compute_done, compute));
+  // Step 0: "backward" held open by the gate; reduce_scatter of bucket 1 inside it; then an all_gather
+  // of bucket 1 that waits for the backward's end, so it is fully exposed. Step 1: one compute slice
+  // of at least 2 ms, to see steps numbered and placed after step 0. Returns both steps' figures.
+  std::pair<OverlapFigures, OverlapFigures> record_two_steps(Tracer& tracer) {
+    Gate busy;
+    const Tracer::SliceId backward = tracer.begin(compute_, TraceTrack::kCompute, "backward layer 1", {{"layer", 1}});
+    CUDA_CHECK(cudaEventRecord(compute_started_, compute_));
+    CUDA_CHECK(cudaLaunchHostFunc(compute_, Gate::wait_callback, &busy));
+    tracer.end(backward, compute_);
+    CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
 
-  CUDA_CHECK(cudaStreamWaitEvent(comm, compute_started, 0));
-  const Tracer::SliceId reduce = tracer.begin(comm, TraceTrack::kComm, "reduce_scatter", {{"bucket", 1}, {"bytes", 4096}});
-  CUDA_CHECK(cudaMemcpyAsync(copy_target, copy_source, copy_bytes, cudaMemcpyDeviceToDevice, comm));
-  tracer.end(reduce, comm);
-  CUDA_CHECK(cudaStreamSynchronize(comm));  // the comm slice ended while compute is still held
-  busy.open();
-  CUDA_CHECK(cudaStreamWaitEvent(comm, compute_done, 0));
-  const Tracer::SliceId gather = tracer.begin(comm, TraceTrack::kComm, "all_gather", {{"bucket", 1}, {"bytes", 4096}});
-  CUDA_CHECK(cudaMemcpyAsync(copy_source, copy_target, copy_bytes, cudaMemcpyDeviceToDevice, comm));
-  tracer.end(gather, comm);
-  const OverlapFigures step0 = tracer.flush_step();
+    CUDA_CHECK(cudaStreamWaitEvent(comm_, compute_started_, 0));
+    const Tracer::SliceId reduce =
+        tracer.begin(comm_, TraceTrack::kComm, "reduce_scatter", {{"bucket", 1}, {"bytes", 4096}});
+    CUDA_CHECK(cudaMemcpyAsync(copy_target_, copy_source_, kCopyBytes, cudaMemcpyDeviceToDevice, comm_));
+    tracer.end(reduce, comm_);
+    CUDA_CHECK(cudaStreamSynchronize(comm_));  // the comm slice ended while compute is still held
+    busy.open();
+    CUDA_CHECK(cudaStreamWaitEvent(comm_, compute_done_, 0));
+    const Tracer::SliceId gather =
+        tracer.begin(comm_, TraceTrack::kComm, "all_gather", {{"bucket", 1}, {"bytes", 4096}});
+    CUDA_CHECK(cudaMemcpyAsync(copy_source_, copy_target_, kCopyBytes, cudaMemcpyDeviceToDevice, comm_));
+    tracer.end(gather, comm_);
+    const OverlapFigures step0 = tracer.flush_step();
 
-  // Step 1: one compute slice, to see steps numbered and placed after step 0.
-  const Tracer::SliceId forward = tracer.begin(compute, TraceTrack::kCompute, "forward", {});
-  CUDA_CHECK(cudaLaunchHostFunc(compute, sleep_2ms, nullptr));
-  tracer.end(forward, compute);
-  const OverlapFigures step1 = tracer.flush_step();
-  EXPECT_EQ(step1.comm_us, 0.0);
+    const Tracer::SliceId forward = tracer.begin(compute_, TraceTrack::kCompute, "forward", {});
+    CUDA_CHECK(cudaLaunchHostFunc(compute_, sleep_2ms, nullptr));
+    tracer.end(forward, compute_);
+    return {step0, tracer.flush_step()};
+  }
 
-  const std::string path = temp_path("llmc_trace_test");
-  tracer.write(path);
-  std::ifstream file(path);
-  ASSERT_TRUE(file.good()) << path;
-  const json document = json::parse(file);  // throws (fails the test) if not JSON
-  std::filesystem::remove(path);
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cudaEvent_t compute_started_ = nullptr, compute_done_ = nullptr;
+  void* copy_source_ = nullptr;
+  void* copy_target_ = nullptr;
+};
 
-  const json& events = document.at("traceEvents");
+// The track names (by tid) and the "X" slices (by name) of a written trace; every event has pid `pid`.
+struct ParsedTrace {
   std::map<int, std::string> track_names;
   std::map<std::string, json> slices;
-  for (const json& event : events) {
-    EXPECT_EQ(event.at("pid"), 7);
+  TraceInterval interval(const std::string& name) {
+    const double ts = slices[name].at("ts").get<double>();
+    return TraceInterval{ts, ts + slices[name].at("dur").get<double>()};
+  }
+};
+
+ParsedTrace read_trace(const std::string& path, int pid) {
+  std::ifstream file(path);
+  EXPECT_TRUE(file.good()) << path;
+  const json document = json::parse(file);  // throws (fails the test) if not JSON
+  ParsedTrace trace;
+  for (const json& event : document.at("traceEvents")) {
+    EXPECT_EQ(event.at("pid"), pid);
     if (event.at("ph") == "M" && event.at("name") == "thread_name") {
-      track_names[event.at("tid").get<int>()] = event.at("args").at("name").get<std::string>();
+      trace.track_names[event.at("tid").get<int>()] = event.at("args").at("name").get<std::string>();
     } else if (event.at("ph") == "X") {
-      slices[event.at("name").get<std::string>()] = event;
+      trace.slices[event.at("name").get<std::string>()] = event;
     }
   }
-  EXPECT_EQ(track_names[1], "compute");
-  EXPECT_EQ(track_names[2], "comm");
+  return trace;
+}
+
+TEST_F(TracedStreams, RecordsBothTracksAndWritesChromeJson) {
+  Tracer tracer(true, 7);
+  const auto [step0, step1] = record_two_steps(tracer);
+  EXPECT_EQ(step1.comm_us, 0.0);
+  tracer.write(path("trace.json"));
+  ParsedTrace trace = read_trace(path("trace.json"), 7);
+  std::map<std::string, json>& slices = trace.slices;
+
+  EXPECT_EQ(trace.track_names[1], "compute");
+  EXPECT_EQ(trace.track_names[2], "comm");
   ASSERT_EQ(slices.size(), 4u);
   EXPECT_EQ(slices["backward layer 1"].at("tid"), 1);
   EXPECT_EQ(slices["backward layer 1"].at("args").at("layer"), 1);
@@ -172,13 +208,9 @@ TEST(Tracer, RecordsBothTracksAndWritesChromeJson) {
   EXPECT_EQ(slices["all_gather"].at("args").at("step"), 0);
   EXPECT_EQ(slices["forward"].at("args").at("step"), 1);
 
-  auto interval = [&](const std::string& name) {
-    const double ts = slices[name].at("ts").get<double>();
-    return TraceInterval{ts, ts + slices[name].at("dur").get<double>()};
-  };
   for (const auto& [name, slice] : slices) EXPECT_GE(slice.at("dur").get<double>(), 0.0) << name;
-  const TraceInterval backward_i = interval("backward layer 1"), reduce_i = interval("reduce_scatter");
-  const TraceInterval gather_i = interval("all_gather"), forward_i = interval("forward");
+  const TraceInterval backward_i = trace.interval("backward layer 1"), reduce_i = trace.interval("reduce_scatter");
+  const TraceInterval gather_i = trace.interval("all_gather"), forward_i = trace.interval("forward");
   // The compute-stream sleep of step 1 lasted at least 2 ms; the copies took some time.
   EXPECT_GE(forward_i.end_us - forward_i.begin_us, 2000.0 * 0.99);
   EXPECT_GT(reduce_i.end_us - reduce_i.begin_us, 0.0);
@@ -197,13 +229,6 @@ TEST(Tracer, RecordsBothTracksAndWritesChromeJson) {
   EXPECT_NEAR(step0.exposed_comm_us, gather_i.end_us - gather_i.begin_us, 2.0);
   EXPECT_GT(step0.overlapped_fraction, 0.0);
   EXPECT_LT(step0.overlapped_fraction, 1.0);
-
-  CUDA_CHECK(cudaFree(copy_source));
-  CUDA_CHECK(cudaFree(copy_target));
-  CUDA_CHECK(cudaEventDestroy(compute_started));
-  CUDA_CHECK(cudaEventDestroy(compute_done));
-  CUDA_CHECK(cudaStreamDestroy(compute));
-  CUDA_CHECK(cudaStreamDestroy(comm));
 }
 
 TEST(Tracer, MisuseIsReported) {
@@ -217,14 +242,14 @@ TEST(Tracer, MisuseIsReported) {
   EXPECT_EQ(tracer.slices().size(), 1u);
 }
 
-TEST(Tracer, DisabledRecordsAndWritesNothing) {
+TEST_F(TraceFiles, DisabledRecordsAndWritesNothing) {
   Tracer tracer(false, 0);
   const Tracer::SliceId slice = tracer.begin(nullptr, TraceTrack::kComm, "x", {{"bucket", 0}});
   tracer.end(slice, nullptr);
   const OverlapFigures f = tracer.flush_step();
   EXPECT_EQ(f.comm_us, 0.0);
   EXPECT_TRUE(tracer.slices().empty());
-  const std::string path = temp_path("llmc_trace_disabled");
+  const std::string path = this->path("trace.json");
   tracer.write(path);
   EXPECT_FALSE(std::filesystem::exists(path));
 }

@@ -89,8 +89,8 @@ TEST(Bf16, DeviceConversionRoundsToNearestEven) {
   DeviceBuffer<__nv_bfloat16> d_out(n);
   LLMC_LAUNCH(float_to_bf16_kernel, (n + 255) / 256, 256, 0, nullptr, d_in.get(), d_out.get(),
               d_round_trip.get(), n);
-  const std::vector<__nv_bfloat16> out = d_out.to_host();
-  const std::vector<float> round_trip = d_round_trip.to_host();
+  const std::vector<__nv_bfloat16> out = d_out.download_raw();
+  const std::vector<float> round_trip = d_round_trip.download_raw();
   int mismatches = 0;
   for (int i = 0; i < n && mismatches < 10; ++i) {
     const uint16_t got = __bfloat16_as_ushort(out[i]);
@@ -181,7 +181,7 @@ TEST(Half, DeviceConversionRoundsToNearestEven) {
   DeviceBuffer<float> d_in(input);
   DeviceBuffer<__half> d_out(n);
   LLMC_LAUNCH(float_to_half_kernel, (n + 255) / 256, 256, 0, nullptr, d_in.get(), d_out.get(), n);
-  const std::vector<__half> out = d_out.to_host();
+  const std::vector<__half> out = d_out.download_raw();
   int mismatches = 0;
   for (int i = 0; i < n && mismatches < 10; ++i) {
     const uint16_t got = __half_as_ushort(out[i]);

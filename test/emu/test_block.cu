@@ -37,7 +37,7 @@ TEST(Block, SharedMemoryTreeReductionWithBarriers) {
     const int blocks = (n + block - 1) / block;
     DeviceBuffer<int> d_input(input), d_sums(blocks);
     LLMC_LAUNCH(block_sum_kernel, blocks, block, 0, nullptr, d_input.get(), d_sums.get(), n);
-    const std::vector<int> sums = d_sums.to_host();
+    const std::vector<int> sums = d_sums.download_raw();
     for (int b = 0; b < blocks; ++b) {
       int expected = 0;
       for (int i = b * block; i < std::min(n, (b + 1) * block); ++i) expected += input[i];
@@ -63,7 +63,7 @@ TEST(Block, ThreeDimensionalIndexing) {
   const int total = 12 * 24;
   DeviceBuffer<int4> d_out(total);
   LLMC_LAUNCH(coordinates_kernel, grid, block, 0, nullptr, d_out.get());
-  const std::vector<int4> out = d_out.to_host();
+  const std::vector<int4> out = d_out.download_raw();
   for (unsigned bz = 0; bz < 2; ++bz)
     for (unsigned by = 0; by < 2; ++by)
       for (unsigned bx = 0; bx < 3; ++bx)
@@ -95,7 +95,7 @@ TEST(Block, DynamicSharedMemoryReverse) {
   for (int i = 0; i < n; ++i) input[i] = 0.5f * i;
   DeviceBuffer<float> d_in(input), d_out(n);
   LLMC_LAUNCH(reverse_kernel, blocks, block, block * sizeof(float), nullptr, d_in.get(), d_out.get());
-  const std::vector<float> out = d_out.to_host();
+  const std::vector<float> out = d_out.download_raw();
   for (int b = 0; b < blocks; ++b)
     for (int t = 0; t < block; ++t) EXPECT_EQ(out[b * block + t], input[b * block + block - 1 - t]);
 }
@@ -122,7 +122,7 @@ TEST(Block, DynamicSharedMemoryAbove48KiBNeedsOptIn) {
                                   static_cast<int>(bytes)));
   LLMC_LAUNCH(large_shared_kernel, 1, 256, bytes, nullptr, d_out.get(), words);
   const long long expected = (static_cast<long long>(words) * (words - 1) / 2) % 1000003;
-  EXPECT_EQ(d_out.to_host()[0], expected);
+  EXPECT_EQ(d_out.download_raw()[0], expected);
 }
 
 TEST(Block, InvalidLaunchConfigurationNamesTheKernel) {
@@ -162,11 +162,11 @@ TEST(Block, AtomicsUnderContentionAreExact) {
               d_float.get(), d_max.get(), d_cas.get());
   int expected_max = -1;
   for (int g = 0; g < total; ++g) expected_max = std::max(expected_max, (g * 7919) % 100003);
-  EXPECT_EQ(d_int.to_host()[0], total);
-  EXPECT_EQ(d_unsigned.to_host()[0], 3u * total);
-  EXPECT_EQ(d_float.to_host()[0], static_cast<float>(total));
-  EXPECT_EQ(d_max.to_host()[0], expected_max);
-  EXPECT_EQ(d_cas.to_host()[0], 2 * total);
+  EXPECT_EQ(d_int.download_raw()[0], total);
+  EXPECT_EQ(d_unsigned.download_raw()[0], 3u * total);
+  EXPECT_EQ(d_float.download_raw()[0], static_cast<float>(total));
+  EXPECT_EQ(d_max.download_raw()[0], expected_max);
+  EXPECT_EQ(d_cas.download_raw()[0], 2 * total);
 }
 
 }  // namespace

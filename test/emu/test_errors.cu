@@ -134,7 +134,7 @@ TEST(Errors, BothThreadOrdersExposeAMissingBarrier) {
     generation += 1000;
     DeviceBuffer<int> out(64);
     LLMC_LAUNCH(neighbour_read_kernel, 1, 64, 0, nullptr, out.get(), generation, with_barrier);
-    const std::vector<int> seen = out.to_host();
+    const std::vector<int> seen = out.download_raw();
     int wrong = 0;
     for (int t = 0; t < 64; ++t) wrong += seen[t] != generation + (t + 1) % 64;
     return wrong;

@@ -87,7 +87,7 @@ TEST(Mma, LayoutGivesTheMatrixProductBitwiseOnExactInputs) {
   DeviceBuffer<__nv_bfloat16> d_A(to_bf16(A)), d_B(to_bf16(B));
   DeviceBuffer<float> d_C(C), d_D(128);
   LLMC_LAUNCH(mma_by_layout_kernel, 1, 32, 0, nullptr, d_A.get(), d_B.get(), d_C.get(), d_D.get());
-  const std::vector<float> D = d_D.to_host();
+  const std::vector<float> D = d_D.download_raw();
   for (int i = 0; i < 16; ++i) {
     for (int j = 0; j < 8; ++j) {
       float expected = C[i * 8 + j];  // fp32, in k order: exact here, so any order agrees
@@ -105,7 +105,7 @@ TEST(Mma, LdmatrixFragmentsGiveTheMatrixProduct) {
   DeviceBuffer<__nv_bfloat16> d_A(to_bf16(A)), d_B(to_bf16(B));
   DeviceBuffer<float> d_D(256);
   LLMC_LAUNCH(mma_by_ldmatrix_kernel, 1, 32, 0, nullptr, d_A.get(), d_B.get(), d_D.get());
-  const std::vector<float> D = d_D.to_host();
+  const std::vector<float> D = d_D.download_raw();
   for (int i = 0; i < 16; ++i) {
     for (int j = 0; j < 16; ++j) {
       float expected = 0.0f;
@@ -125,7 +125,7 @@ TEST(Mma, GeneralBf16InputsWithinFp32AccumulationError) {
   DeviceBuffer<__nv_bfloat16> d_A(to_bf16(A)), d_B(to_bf16(B));
   DeviceBuffer<float> d_C(C), d_D(128);
   LLMC_LAUNCH(mma_by_layout_kernel, 1, 32, 0, nullptr, d_A.get(), d_B.get(), d_C.get(), d_D.get());
-  const std::vector<float> D = d_D.to_host();
+  const std::vector<float> D = d_D.download_raw();
   for (int i = 0; i < 16; ++i) {
     for (int j = 0; j < 8; ++j) {
       double exact = C[i * 8 + j], magnitude = std::fabs(C[i * 8 + j]);

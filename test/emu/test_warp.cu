@@ -31,7 +31,7 @@ TEST(Warp, ShuffleReductions) {
   for (int i = 0; i < n; ++i) input[i] = (i * 131) % 97 - 40;
   DeviceBuffer<int> d_in(input), d_xor(n), d_down(n / 32);
   LLMC_LAUNCH(warp_reductions_kernel, blocks, block, 0, nullptr, d_in.get(), d_xor.get(), d_down.get());
-  const std::vector<int> xor_sums = d_xor.to_host(), down_sums = d_down.to_host();
+  const std::vector<int> xor_sums = d_xor.download_raw(), down_sums = d_down.download_raw();
   for (int w = 0; w < n / 32; ++w) {
     int expected = 0;
     for (int lane = 0; lane < 32; ++lane) expected += input[32 * w + lane];
@@ -58,7 +58,7 @@ TEST(Warp, InclusiveScanWithShuffleUp) {
   for (int i = 0; i < n; ++i) input[i] = static_cast<float>((i * 7) % 11);  // integers: exact sums
   DeviceBuffer<float> d_in(input), d_out(n);
   LLMC_LAUNCH(warp_scan_kernel, 1, n, 0, nullptr, d_in.get(), d_out.get());
-  const std::vector<float> out = d_out.to_host();
+  const std::vector<float> out = d_out.download_raw();
   for (int w = 0; w < 2; ++w) {
     float running = 0.0f;
     for (int lane = 0; lane < 32; ++lane) {
@@ -86,7 +86,7 @@ TEST(Warp, ShufflesWithSubWarpWidth) {
     DeviceBuffer<int> d_idx(32), d_up(32), d_down(32), d_xor(32);
     LLMC_LAUNCH(shuffle_width_kernel, 1, 32, 0, nullptr, width, src, delta, xor_mask, d_idx.get(), d_up.get(),
                 d_down.get(), d_xor.get());
-    const auto idx = d_idx.to_host(), up = d_up.to_host(), down = d_down.to_host(), xr = d_xor.to_host();
+    const auto idx = d_idx.download_raw(), up = d_up.download_raw(), down = d_down.download_raw(), xr = d_xor.download_raw();
     for (int lane = 0; lane < 32; ++lane) {
       // Programming Guide: lanes form groups of `width`; __shfl_sync reads srcLane % width of the
       // group; up/down read lane -/+ delta, or keep their own value outside the group; xor reads
@@ -125,8 +125,8 @@ TEST(Warp, BallotAllAny) {
   DeviceBuffer<int> d_pred(predicates), d_all(3), d_any(3);
   DeviceBuffer<unsigned> d_ballot(3);
   LLMC_LAUNCH(vote_kernel, 1, 96, 0, nullptr, d_pred.get(), d_ballot.get(), d_all.get(), d_any.get());
-  const auto ballots = d_ballot.to_host();
-  const auto alls = d_all.to_host(), anys = d_any.to_host();
+  const auto ballots = d_ballot.download_raw();
+  const auto alls = d_all.download_raw(), anys = d_any.download_raw();
   for (int w = 0; w < 3; ++w) {
     unsigned expected = 0;
     for (int lane = 0; lane < 32; ++lane)
@@ -150,7 +150,7 @@ __global__ void half_warp_kernel(int* out) {
 TEST(Warp, PartialMaskShuffle) {
   DeviceBuffer<int> d_out(32);
   LLMC_LAUNCH(half_warp_kernel, 1, 32, 0, nullptr, d_out.get());
-  const auto out = d_out.to_host();
+  const auto out = d_out.download_raw();
   for (int lane = 0; lane < 16; ++lane) EXPECT_EQ(out[lane], 136);  // 1 + ... + 16
   for (int lane = 16; lane < 32; ++lane) EXPECT_EQ(out[lane], lane + 1);
 }
@@ -168,8 +168,8 @@ TEST(Warp, Bf16ShuffleKeepsBits) {
   DeviceBuffer<__nv_bfloat16> d_in(input), d_rot(32);
   DeviceBuffer<float> d_b(32);
   LLMC_LAUNCH(bf16_shuffle_kernel, 1, 32, 0, nullptr, d_in.get(), d_rot.get(), d_b.get());
-  const auto rotated = d_rot.to_host();
-  const auto broadcast = d_b.to_host();
+  const auto rotated = d_rot.download_raw();
+  const auto broadcast = d_b.download_raw();
   for (int lane = 0; lane < 32; ++lane) {
     EXPECT_EQ(__bfloat16_as_ushort(rotated[lane]), __bfloat16_as_ushort(input[(lane + 1) % 32]));
     EXPECT_EQ(broadcast[lane], __bfloat162float(input[7]));
@@ -199,7 +199,7 @@ TEST(Warp, BlockReduceThroughWarpsAndSharedMemory) {
   LLMC_LAUNCH(block_reduce_kernel, 1, 1024, 0, nullptr, d_in.get(), d_out.get(), n);
   double expected = 0;
   for (float v : input) expected += v;
-  EXPECT_EQ(d_out.to_host()[0], static_cast<float>(expected));
+  EXPECT_EQ(d_out.download_raw()[0], static_cast<float>(expected));
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
+using namespace llmc::test;  // the shared helpers of test/support
 using llmc::floatX;
 
 TEST(EncoderKernel, ForwardAndDeterministicBackwardMatchReference) {
@@ -127,7 +127,7 @@ TEST(LayerNormKernel, FusedResidualForwardMatchesReference) {
   ref::residual_forward(residual.data(), data.inp.data(), other.data(), residual.size());
   EXPECT_TRUE(all_close(d_residual.download(), residual, tolerance(1, 2)));
   // The kernel normalises the residual as stored (rounded to floatX); give the reference that input.
-  const std::vector<double> stored_residual = kernel_test::round_to_floatx(residual);
+  const std::vector<double> stored_residual = llmc::test::round_to_floatx(residual);
   ref::layernorm_forward(out.data(), mean.data(), rstd.data(), stored_residual.data(), data.weight.data(),
                          data.bias.data(), N, C);
   EXPECT_TRUE(all_close(d_mean.download(), mean, 2 * tolerance(0, C)));

@@ -15,7 +15,7 @@
 #if !defined(LLMC_FP32)
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
+using namespace llmc::test;  // the shared helpers of test/support
 using llmc::floatX;
 
 struct FlashData {

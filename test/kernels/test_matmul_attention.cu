@@ -14,7 +14,7 @@
 
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
+using namespace llmc::test;  // the shared helpers of test/support
 using llmc::floatX;
 
 class GemmTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};

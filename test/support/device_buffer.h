@@ -1,11 +1,16 @@
-// A small RAII device buffer for tests of both targets: allocate, upload a host vector, download.
-// Every CUDA call is checked (throws llmc::CudaError).
+// The one device buffer of the tests (both targets): a typed cudaMalloc that starts filled with NaN
+// bits (0xff bytes: NaN for floating types, -1 for ints), so an output element a kernel forgets to
+// write cannot pass; raw and converting (via double) uploads and downloads. Every CUDA call is checked.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "llmc/cuda_common.h"
+#include "llmc/precision.h"
 
 namespace llmc::test {
 
@@ -13,26 +18,63 @@ template <class T>
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(size_t count) : count_(count) {
-    CUDA_CHECK(cudaMalloc(&data_, count * sizeof(T)));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()));
+    fill_nan();
   }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    CUDA_CHECK(cudaMemcpy(data_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload_raw(host); }
+  ~DeviceBuffer() {
+    const cudaError_t status = cudaFree(data_);
+    if (status != cudaSuccess) ADD_FAILURE() << "cudaFree failed: " << cudaGetErrorString(status);
   }
-  ~DeviceBuffer() { (void)cudaFree(data_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
   T* get() const { return data_; }
   size_t size() const { return count_; }
-  // A cudaMemcpy on the legacy default stream: ordered after earlier work in it and in blocking
-  // streams (CUDA's legacy semantics), NOT after work in cudaStreamNonBlocking streams.
-  std::vector<T> to_host() const {
+  size_t bytes() const { return count_ * sizeof(T); }
+
+  void fill_nan() { CUDA_CHECK(cudaMemset(data_, 0xff, bytes())); }
+  void fill_zero() { CUDA_CHECK(cudaMemset(data_, 0, bytes())); }
+
+  // Host values converted to T (floatX values must be representable, see random_values).
+  void upload(const std::vector<double>& values) {
+    EXPECT_EQ(values.size(), count_);
     std::vector<T> host(count_);
-    CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count_; i++) host[i] = from_double(values[i]);
+    upload_raw(host);
+  }
+  void upload_raw(const std::vector<T>& host) {
+    EXPECT_EQ(host.size(), count_);
+    CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  // Waits for the whole device first, so that work in non-blocking streams is included.
+  std::vector<T> download_raw() const {
+    std::vector<T> host(count_);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost));
     return host;
+  }
+  std::vector<double> download() const {
+    const std::vector<T> host = download_raw();
+    std::vector<double> values(count_);
+    for (size_t i = 0; i < count_; i++) values[i] = to_double(host[i]);
+    return values;
   }
 
  private:
+  static T from_double(double value) {
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<T>(value);
+    else
+      return llmc::from_float<T>(static_cast<float>(value));
+  }
+  static double to_double(T value) {
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<double>(value);
+    else
+      return llmc::to_float(value);
+  }
+
   size_t count_;
   T* data_ = nullptr;
 };

@@ -1,11 +1,14 @@
-// Helpers for GoogleTest tests built for both targets: whether a GPU (or the emulated device) is
-// usable, and LLMC_REQUIRE_GPU() for tests that must be skipped, visibly, without one.
+// The GPU-test helper of both targets: whether a GPU (or the emulated device) is usable,
+// LLMC_REQUIRE_GPU() for a test that must be skipped, visibly, without one, and the GoogleTest
+// environment that skips a whole binary without one (used by every GPU test main).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-namespace llmc {
+#include <cstdio>
+
+namespace llmc::test {
 
 // True when a CUDA device can be used (always true in the emulated build).
 inline bool gpu_available() {
@@ -15,11 +18,24 @@ inline bool gpu_available() {
   return code == cudaSuccess && count > 0;
 }
 
-}  // namespace llmc
+// Without a usable GPU, GoogleTest runs none of the tests but still counts them as passed; the
+// printed line makes CTest (whose gtest_discover_tests matches "[  SKIPPED ]") and readers see them
+// as skipped.
+class RequireGpuEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (gpu_available()) return;
+    std::printf("[  SKIPPED ] every test of this binary: skipped: no GPU\n");
+    std::fflush(stdout);
+    GTEST_SKIP() << "skipped: no GPU";
+  }
+};
 
-#define LLMC_REQUIRE_GPU()                                         \
-  do {                                                             \
-    if (!::llmc::gpu_available()) GTEST_SKIP() << "skipped: no GPU"; \
+}  // namespace llmc::test
+
+#define LLMC_REQUIRE_GPU()                                                 \
+  do {                                                                     \
+    if (!::llmc::test::gpu_available()) GTEST_SKIP() << "skipped: no GPU"; \
   } while (0)
 
 // True in the emulated build: for the few tests of emulation-only behaviour (e.g. detecting a

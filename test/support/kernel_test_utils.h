@@ -1,7 +1,6 @@
 // Helpers for the kernel tests: seeded random inputs that are exactly representable in floatX (so the
-// double-precision reference sees the very same numbers), device buffers that start filled with NaN
-// (so an output element the kernel forgets to write cannot pass), and tolerance checks derived from the
-// unit roundoff of the arithmetic under test.
+// double-precision reference sees the very same numbers) and tolerance checks derived from the unit
+// roundoff of the arithmetic under test. Device buffers: test/support/device_buffer.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,8 +19,9 @@
 
 #include "llmc/cuda_common.h"
 #include "llmc/precision.h"
+#include "test/support/device_buffer.h"
 
-namespace kernel_test {
+namespace llmc::test {
 
 using llmc::floatX;
 
@@ -55,70 +55,6 @@ inline std::vector<double> round_to_floatx(const std::vector<double>& values) {
   for (size_t i = 0; i < values.size(); i++) rounded[i] = llmc::to_float(llmc::from_float<floatX>((float)values[i]));
   return rounded;
 }
-
-// A typed device allocation, filled with NaN (floating types) or 0xff bytes (ints) on creation.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t count) : count_(count) {
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()));
-    fill_nan();
-  }
-  ~DeviceBuffer() {
-    const cudaError_t status = cudaFree(data_);
-    if (status != cudaSuccess) ADD_FAILURE() << "cudaFree failed: " << cudaGetErrorString(status);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return data_; }
-  size_t size() const { return count_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-
-  void fill_nan() { CUDA_CHECK(cudaMemset(data_, 0xff, bytes())); }  // all-ones bits: NaN for fp types
-  void fill_zero() { CUDA_CHECK(cudaMemset(data_, 0, bytes())); }
-
-  // Host values are converted to T (floatX values must be representable, see random_values).
-  void upload(const std::vector<double>& values) {
-    EXPECT_EQ(values.size(), count_);
-    std::vector<T> host(count_);
-    for (size_t i = 0; i < count_; i++) host[i] = convert(values[i]);
-    CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  void upload_raw(const std::vector<T>& host) {
-    EXPECT_EQ(host.size(), count_);
-    CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download_raw() const {
-    std::vector<T> host(count_);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-  std::vector<double> download() const {
-    const std::vector<T> host = download_raw();
-    std::vector<double> values(count_);
-    for (size_t i = 0; i < count_; i++) values[i] = to_double(host[i]);
-    return values;
-  }
-
- private:
-  static T convert(double value) {
-    if constexpr (std::is_same_v<T, int>)
-      return (int)value;
-    else
-      return llmc::from_float<T>((float)value);
-  }
-  static double to_double(T value) {
-    if constexpr (std::is_same_v<T, int>)
-      return value;
-    else
-      return llmc::to_float(value);
-  }
-
-  size_t count_;
-  T* data_ = nullptr;
-};
 
 inline double rms(const std::vector<double>& values) {
   double sum = 0.0;
@@ -162,4 +98,4 @@ inline bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
-}  // namespace kernel_test
+}  // namespace llmc::test

@@ -7,8 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 
-namespace llmc {
-namespace test {
+namespace llmc::test {
 
 class Gate {
  public:
@@ -32,5 +31,4 @@ class Gate {
   bool open_ = false;
 };
 
-}  // namespace test
-}  // namespace llmc
+}  // namespace llmc::test

@@ -11,9 +11,10 @@
 #include <utility>
 #include <vector>
 
-namespace llmc_test {
+namespace llmc::test {
 
-// Each test gets its own directory <temp>/<prefix>_XXXXXX; path(name) is a file inside it.
+// The one temp-dir fixture: each test gets its own directory <temp>/<prefix>_XXXXXX (dir()), removed
+// afterwards; path(name) is a file inside it.
 class TempDirTest : public ::testing::Test {
  protected:
   explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
@@ -26,6 +27,7 @@ class TempDirTest : public ::testing::Test {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string dir() const { return dir_.string(); }
 
  private:
   std::string prefix_;
@@ -46,4 +48,4 @@ void expect_error(Call call, const std::vector<std::string>& fragments) {
   }
 }
 
-}  // namespace llmc_test
+}  // namespace llmc::test

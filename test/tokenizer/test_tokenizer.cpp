@@ -9,10 +9,9 @@
 #include <sstream>
 #include <thread>
 
-#include <unistd.h>
-
 #include "llmc/tokenizer/parallel_encode.h"
 #include "llmc/tokenizer/tokenizer.h"
+#include "test/support/test_helpers.h"
 
 namespace {
 
@@ -182,11 +181,13 @@ TEST(Tokenizer, InvalidUtf8ReportsFirstBadByte) {
   EXPECT_EQ(llmc::first_invalid_utf8_byte("\xF4\x8F\xBF\xBF \xEE\x80\x80 \xEF\xBF\xBF"), llmc::kValidUtf8);
 }
 
-TEST(Tokenizer, VocabularyErrorsNameTheFile) {
-  // Unique per process: test runs from several build directories may overlap.
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("llmc_tokenizer_vocab_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+class VocabularyFiles : public llmc::test::TempDirTest {
+ protected:
+  VocabularyFiles() : TempDirTest("llmc_test_vocabulary") {}
+};
+
+TEST_F(VocabularyFiles, ErrorsNameTheFile) {
+  const std::filesystem::path dir = this->dir();
   const std::string bad = (dir / "r50k_base.tiktoken").string();
   {
     std::ofstream out(bad);

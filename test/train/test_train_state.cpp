@@ -9,20 +9,21 @@
 
 #include "llmc/atomic_file.h"
 #include "llmc/train/state.h"
+#include "test/support/test_helpers.h"
 
 using namespace llmc;
 
 namespace {
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name;
-  std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
-  return dir;
-}
 bool exists(const std::string& path) { struct stat s; return ::stat(path.c_str(), &s) == 0; }
+
+class StateFiles : public llmc::test::TempDirTest {
+ protected:
+  StateFiles() : TempDirTest("llmc_test_train_state") {}
+};
 }  // namespace
 
-TEST(TrainState, RoundTripIsExact) {
-  const std::string dir = fresh_dir("train_state_round_trip");
+TEST_F(StateFiles, RoundTripIsExact) {
+  const std::string dir = this->dir();
   TrainState s;
   s.step = 1234; s.rank = 3; s.world_size = 4;
   s.config = GPT2Config{64, 300, 384, 2, 4, 64};
@@ -50,8 +51,8 @@ TEST(TrainState, RoundTripIsExact) {
   EXPECT_EQ(r.adam_v, s.adam_v);
 }
 
-TEST(TrainState, BadFilesAreNamed) {
-  const std::string dir = fresh_dir("train_state_bad");
+TEST_F(StateFiles, BadFilesAreNamed) {
+  const std::string dir = this->dir();
   auto expect_error = [](const std::string& path, const std::string& needle) {
     try { read_train_state(path); FAIL() << "no error for " << path; } catch (const std::runtime_error& e) {
       const std::string message = e.what();
@@ -76,8 +77,8 @@ TEST(TrainState, BadFilesAreNamed) {
   EXPECT_FALSE(exists(dir + "/mismatch.bin"));
 }
 
-TEST(TrainState, LatestCheckpointNeedsModelAndState) {
-  const std::string dir = fresh_dir("train_state_latest");
+TEST_F(StateFiles, LatestCheckpointNeedsModelAndState) {
+  const std::string dir = this->dir();
   EXPECT_EQ(latest_checkpoint_prefix(dir), "");
   EXPECT_EQ(latest_checkpoint_prefix(dir + "/does-not-exist"), "");
   for (int step : {100, 200, 300}) std::ofstream(checkpoint_model_path(checkpoint_prefix(dir, step))) << "m";
@@ -86,8 +87,8 @@ TEST(TrainState, LatestCheckpointNeedsModelAndState) {
   EXPECT_EQ(latest_checkpoint_prefix(dir), checkpoint_prefix(dir, 200));  // 300 has no state file
 }
 
-TEST(AtomicFileWriter, UncommittedWriterLeavesNothing) {
-  const std::string dir = fresh_dir("atomic_writer");
+TEST_F(StateFiles, UncommittedAtomicWriterLeavesNothing) {
+  const std::string dir = this->dir();
   const std::string path = dir + "/out.bin";
   {
     AtomicFileWriter writer(path);
