@@ -2,11 +2,12 @@
 # BOS-aligned packing and validation chunks), and their tests.
 # The unit tests write their own tiny shards into a temporary directory (about a second); the Python check of
 # the BOS loader tokenizes the shared texts first (about ten seconds).
-add_library(llmc_atomic_file STATIC llmc/atomic_file.cpp)
-target_link_libraries(llmc_atomic_file PUBLIC llmc_flags)
+# The shared file helpers ("path: problem" errors, file handles, directories) and the atomic writer.
+add_library(llmc_files STATIC llmc/file_io.cpp llmc/atomic_file.cpp)
+target_link_libraries(llmc_files PUBLIC llmc_flags)
 
 add_library(llmc_shards STATIC llmc/data/shards.cpp)
-target_link_libraries(llmc_shards PUBLIC llmc_atomic_file)
+target_link_libraries(llmc_shards PUBLIC llmc_files)
 
 add_library(llmc_data STATIC llmc/data/dataloader.cpp llmc/data/document_packing.cpp llmc/data/bos_loader.cpp
   llmc/data/packed_val_loader.cpp)

@@ -13,7 +13,7 @@ add_library(llmc_comm_emu STATIC llmc/dist/comm.cpp)
 target_link_libraries(llmc_comm_emu PUBLIC llmc_emu llmc_nccl_emu MPI::MPI_CXX)
 
 add_library(llmc_trace_emu STATIC llmc/dist/trace.cpp)
-target_link_libraries(llmc_trace_emu PUBLIC llmc_emu llmc_atomic_file nlohmann_json::nlohmann_json)
+target_link_libraries(llmc_trace_emu PUBLIC llmc_emu llmc_files nlohmann_json::nlohmann_json)
 
 if(LLMC_HAVE_CUDA)
   find_library(LLMC_NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
@@ -25,7 +25,7 @@ if(LLMC_HAVE_CUDA)
   target_link_libraries(llmc_comm PUBLIC llmc_flags CUDA::cudart ${LLMC_NCCL_LIBRARY} MPI::MPI_CXX)
 
   add_library(llmc_trace STATIC llmc/dist/trace.cpp)
-  target_link_libraries(llmc_trace PUBLIC llmc_flags CUDA::cudart llmc_atomic_file nlohmann_json::nlohmann_json)
+  target_link_libraries(llmc_trace PUBLIC llmc_flags CUDA::cudart llmc_files nlohmann_json::nlohmann_json)
 endif()
 
 # ---- tests ---------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ add_library(llmc_model STATIC
   llmc/model/param_layout.cpp
   llmc/model/param_init.cpp
   llmc/model/checkpoint.cpp)
-target_link_libraries(llmc_model PUBLIC llmc_flags llmc_atomic_file)
+target_link_libraries(llmc_model PUBLIC llmc_flags llmc_files)
 
 add_library(llmc_reference STATIC
   test/reference/reference_ops.cpp

@@ -6,7 +6,7 @@ add_library(llmc_tokenizer STATIC
   llmc/tokenizer/parallel_encode.cpp)
 target_link_libraries(llmc_tokenizer
   PUBLIC llmc_flags Threads::Threads
-  PRIVATE PkgConfig::PCRE2 nlohmann_json::nlohmann_json)
+  PRIVATE llmc_files PkgConfig::PCRE2 nlohmann_json::nlohmann_json)
 
 add_executable(tokenize_gpt2 data/tokenize_gpt2.cpp)
 target_link_libraries(tokenize_gpt2 PRIVATE llmc_tokenizer llmc_shards CLI11::CLI11 nlohmann_json::nlohmann_json)

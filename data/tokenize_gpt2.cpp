@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -19,8 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "llmc/tokenizer/parallel_encode.h"
 #include "llmc/data/shards.h"
+#include "llmc/file_io.h"
+#include "llmc/parallel_for.h"
+#include "llmc/tokenizer/parallel_encode.h"
 #include "llmc/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -54,7 +55,6 @@ struct Job {
   int64_t line = 0;         // JSONL line number (1-based)
   int64_t file_offset = 0;  // byte offset of `text` in the file
   std::vector<int32_t> ids;
-  std::string error;
 };
 
 // Reads the inputs in order and hands out batches of jobs of about batch_bytes_.
@@ -184,15 +184,15 @@ class InputReader {
   int64_t bytes_read_ = 0;
 };
 
-// Encodes one job; failures are recorded in job.error (reported later, in input order).
+// Encodes one job; throws llmc::FileError naming the file (and JSONL line) of a bad input.
 void encode_job(const llmc::Gpt2Tokenizer& tokenizer, llmc::EncodeContext& context,
                 const std::string& jsonl_field, Job& job) {
   const std::string where = job.is_jsonl_line ? *job.file + ":" + std::to_string(job.line) : *job.file;
   const size_t bad = llmc::first_invalid_utf8_byte(job.text);
   if (bad != llmc::kValidUtf8) {
-    job.error = where + ": invalid UTF-8 at byte offset " + std::to_string(job.file_offset + static_cast<int64_t>(bad)) +
-                (job.is_jsonl_line ? " of the file (byte " + std::to_string(bad) + " of the line)" : "");
-    return;
+    const std::string in_line = job.is_jsonl_line ? " of the file (byte " + std::to_string(bad) + " of the line)" : "";
+    throw llmc::FileError(where, "invalid UTF-8 at byte offset " +
+                                     std::to_string(job.file_offset + static_cast<int64_t>(bad)) + in_line);
   }
   if (!job.is_jsonl_line) {
     tokenizer.encode_valid_utf8(context, job.text, job.ids);
@@ -202,24 +202,18 @@ void encode_job(const llmc::Gpt2Tokenizer& tokenizer, llmc::EncodeContext& conte
   try {
     document = nlohmann::json::parse(job.text);
   } catch (const nlohmann::json::exception& e) {
-    job.error = where + ": not valid JSON (" + e.what() + ")";
-    return;
+    throw llmc::FileError(where, std::string("not valid JSON (") + e.what() + ")");
   }
   const auto field = document.is_object() ? document.find(jsonl_field) : document.end();
-  if (!document.is_object() || field == document.end()) {
-    job.error = where + ": no field \"" + jsonl_field + "\" in this JSON line";
-    return;
-  }
-  if (!field->is_string()) {
-    job.error = where + ": field \"" + jsonl_field + "\" is not a string";
-    return;
-  }
+  if (!document.is_object() || field == document.end())
+    throw llmc::FileError(where, "no field \"" + jsonl_field + "\" in this JSON line");
+  if (!field->is_string()) throw llmc::FileError(where, "field \"" + jsonl_field + "\" is not a string");
   // nlohmann-json rejects invalid UTF-8 and lone surrogate escapes while parsing, so the string
   // is valid UTF-8 here; encode() checks again anyway (cheap) rather than trust that.
   try {
     tokenizer.encode(context, field->get_ref<const std::string&>(), job.ids);
   } catch (const llmc::InvalidUtf8Error& e) {
-    job.error = where + ": field \"" + jsonl_field + "\": " + e.what();
+    throw llmc::FileError(where, "field \"" + jsonl_field + "\": " + e.what());
   }
 }
 
@@ -320,11 +314,7 @@ int run(const Options& options) {
   const llmc::Gpt2Tokenizer tokenizer = llmc::Gpt2Tokenizer::from_directory(options.vocab_dir);
   if (options.print_ids) return print_ids(tokenizer, options);
 
-  std::error_code error;
-  fs::create_directories(options.output_dir, error);
-  if (error || !fs::is_directory(options.output_dir)) {
-    throw std::runtime_error(options.output_dir + ": cannot create output directory: " + error.message());
-  }
+  llmc::make_directories(options.output_dir, "output directory");
   // Stale shards with our prefix (say from a longer earlier run) would be globbed together with
   // the new ones by a data loader, so refuse rather than mix.
   for (const fs::directory_entry& entry : fs::directory_iterator(options.output_dir)) {
@@ -348,23 +338,11 @@ int run(const Options& options) {
   auto last_report = start;
   try {
     while (reader.next_batch(jobs)) {
-      std::atomic<size_t> next_job{0};
-      auto worker = [&](int t) {
-        for (size_t j = next_job++; j < jobs.size(); j = next_job++) {
-          try {
-            encode_job(tokenizer, *contexts[t], options.jsonl_field, jobs[j]);
-          } catch (const std::exception& e) {
-            jobs[j].error = *jobs[j].file + ": " + e.what();
-          }
-        }
-      };
-      std::vector<std::thread> pool;
-      const int helpers = static_cast<int>(std::min<size_t>(jobs.size(), static_cast<size_t>(options.threads))) - 1;
-      for (int t = 1; t <= helpers; ++t) pool.emplace_back(worker, t);
-      worker(0);
-      for (std::thread& thread : pool) thread.join();
-      for (Job& job : jobs) {  // input order: the first error reported is the first in the input
-        if (!job.error.empty()) throw std::runtime_error(job.error);
+      // The lowest job's error is the one reported: the first in input order, for any thread count.
+      llmc::parallel_for(jobs.size(), options.threads, [&](int worker, size_t job) {
+        encode_job(tokenizer, *contexts[worker], options.jsonl_field, jobs[job]);
+      });
+      for (Job& job : jobs) {
         if (job.starts_document) {
           const int32_t eot = tokenizer.end_of_text();
           sink.append(&eot, 1);

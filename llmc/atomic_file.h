@@ -2,26 +2,28 @@
 // fsynced and renamed over `path` only by commit(). Destroying an uncommitted writer removes the temp.
 #pragma once
 #include <cstddef>
-#include <cstdio>
 #include <string>
+
+#include "llmc/file_io.h"
 
 namespace llmc {
 
 class AtomicFileWriter {
  public:
-  explicit AtomicFileWriter(std::string path);  // throws std::runtime_error naming the file
+  explicit AtomicFileWriter(std::string path);  // throws FileError
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
-  void write(const void* data, size_t bytes);  // throws std::runtime_error naming the file
+  void write(const void* data, size_t bytes);  // throws FileError
+  void write(const std::string& text) { write(text.data(), text.size()); }
   void commit();                                // flush, fsync, rename into place
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   std::string temp_path_;
-  std::FILE* file_ = nullptr;
+  FileHandle file_;
   bool committed_ = false;
 };
 

@@ -1,6 +1,7 @@
 // What all project CUDA code includes, in both targets (nvcc for GPUs; g++ with LLMC_EMULATION for
-// the CUDA-on-CPU emulation): checked runtime calls (CUDA_CHECK), the kernel-launch helper
-// (LLMC_LAUNCH), dynamic shared memory (LLMC_DYNAMIC_SHARED) and 16-byte packed loads/stores.
+// the CUDA-on-CPU emulation): checked runtime calls (CUDA_CHECK; CUDA_REPORT in destructors; cuBLAS's
+// sibling: llmc/cublas_check.h), the kernel-launch helper (LLMC_LAUNCH), dynamic shared memory
+// (LLMC_DYNAMIC_SHARED) and 16-byte packed loads/stores.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,6 +16,8 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+
+#include "llmc/cleanup_report.h"
 
 #if defined(LLMC_EMULATION)
 #if defined(__CUDACC__)
@@ -51,9 +54,15 @@ inline void cuda_check(cudaError_t code, const char* call, const char* file, int
   if (code != cudaSuccess) throw_cuda_error(code, call, file, line);
 }
 
+inline void cuda_report(cudaError_t code, const char* call, const char* file, int line) {
+  if (code != cudaSuccess) report_cleanup_failure(call, file, line, cudaGetErrorString(code));
+}
+
 }  // namespace llmc
 
 #define CUDA_CHECK(call) ::llmc::cuda_check((call), #call, __FILE__, __LINE__)
+// For destructors: reports a failure (llmc/cleanup_report.h) instead of throwing.
+#define CUDA_REPORT(call) ::llmc::cuda_report((call), #call, __FILE__, __LINE__)
 
 // ---- kernel launches -------------------------------------------------------------------------
 // LLMC_LAUNCH(kernel, grid, block, dynamic_shared_bytes, stream, args...) replaces
@@ -192,16 +201,6 @@ __device__ Packed128<Element> load128cs(const Element* address) {
 template <class Element>
 __device__ void store128(Element* target, Packed128<Element> value) {
   detail::store_bits(target, value.get_bits(), "store128", [](int4* p, int4 v) { *p = v; });
-}
-// Streaming store: data not read again soon.
-template <class Element>
-__device__ void store128cs(Element* target, Packed128<Element> value) {
-  detail::store_bits(target, value.get_bits(), "store128cs", [](int4* p, int4 v) { __stcs(p, v); });
-}
-// Store cached in L2 only (data read again by another kernel, not by this SM).
-template <class Element>
-__device__ void store128cg(Element* target, Packed128<Element> value) {
-  detail::store_bits(target, value.get_bits(), "store128cg", [](int4* p, int4 v) { __stcg(p, v); });
 }
 
 using f128 = Packed128<float>;

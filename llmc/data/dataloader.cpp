@@ -7,12 +7,10 @@
 #include <stdexcept>
 #include <utility>
 
+#include "llmc/file_io.h"
+
 namespace llmc {
 namespace {
-
-[[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw std::runtime_error(where + ": " + what);
-}
 
 // SplitMix64 step: a well-mixed 64-bit sequence from any state, used to seed and drive the shuffle.
 uint64_t splitmix64(uint64_t& state) {
@@ -71,24 +69,25 @@ struct DataLoader::PrefetchSlot {
 };
 
 DataLoader::DataLoader(const DataLoaderConfig& config) : config_(config) {
-  const std::string& where = config_.pattern;
-  if (config_.batch_size <= 0) fail(where, "batch size B must be positive, got " + std::to_string(config_.batch_size));
-  if (config_.seq_len <= 0) fail(where, "sequence length T must be positive, got " + std::to_string(config_.seq_len));
-  if (config_.world_size <= 0) fail(where, "world_size must be positive, got " + std::to_string(config_.world_size));
-  if (config_.rank < 0 || config_.rank >= config_.world_size) {
-    fail(where, "rank " + std::to_string(config_.rank) + " is outside 0.." + std::to_string(config_.world_size - 1));
-  }
-  if (config_.vocab_size <= 0) fail(where, "vocab_size must be positive, got " + std::to_string(config_.vocab_size));
+  auto require = [&](bool holds, const std::string& problem) {
+    if (!holds) throw FileError(config_.pattern, problem);
+  };
+  require(config_.batch_size > 0, "batch size B must be positive, got " + std::to_string(config_.batch_size));
+  require(config_.seq_len > 0, "sequence length T must be positive, got " + std::to_string(config_.seq_len));
+  require(config_.world_size > 0, "world_size must be positive, got " + std::to_string(config_.world_size));
+  require(config_.rank >= 0 && config_.rank < config_.world_size,
+          "rank " + std::to_string(config_.rank) + " is outside 0.." + std::to_string(config_.world_size - 1));
+  require(config_.vocab_size > 0, "vocab_size must be positive, got " + std::to_string(config_.vocab_size));
 
   const int64_t global_windows = int64_t{config_.world_size} * config_.batch_size;
   const int64_t tokens_needed = global_windows * config_.seq_len + 1;
   for (const std::string& path : glob_shards(config_.pattern)) {
     ShardInfo info = read_shard_header(path);
     if (windows_in_shard(info.num_tokens, config_.seq_len) < global_windows) {
-      fail(path, "shard too small: it has " + std::to_string(info.num_tokens) +
-                     " tokens but one global batch (world_size*B*T+1 = " + std::to_string(config_.world_size) + "*" +
-                     std::to_string(config_.batch_size) + "*" + std::to_string(config_.seq_len) + "+1) needs " +
-                     std::to_string(tokens_needed));
+      throw FileError(path, "shard too small: it has " + std::to_string(info.num_tokens) +
+                                " tokens but one global batch (world_size*B*T+1 = " + std::to_string(config_.world_size) + "*" +
+                                std::to_string(config_.batch_size) + "*" + std::to_string(config_.seq_len) + "+1) needs " +
+                                std::to_string(tokens_needed));
     }
     shards_.push_back(std::move(info));
   }
@@ -124,15 +123,15 @@ void DataLoader::load_shard_for(Cursor& cursor) const {
     const ShardInfo& info = shards_[static_cast<size_t>(file)];
     std::vector<uint16_t> tokens = read_shard_tokens(info.path);
     if (static_cast<int64_t>(tokens.size()) != info.num_tokens) {
-      fail(info.path, "shard changed since it was opened: header now says " + std::to_string(tokens.size()) +
-                          " tokens, was " + std::to_string(info.num_tokens));
+      throw FileError(info.path, "shard changed since it was opened: header now says " + std::to_string(tokens.size()) +
+                                     " tokens, was " + std::to_string(info.num_tokens));
     }
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (tokens[i] >= config_.vocab_size) {
-        fail(info.path, "token at index " + std::to_string(i) + " (byte offset " +
-                            std::to_string(shard_token_byte_offset(static_cast<int64_t>(i))) + ") has value " +
-                            std::to_string(tokens[i]) + ", not below vocab_size " +
-                            std::to_string(config_.vocab_size));
+        throw FileError(info.path, "token at index " + std::to_string(i) + " (byte offset " +
+                                       std::to_string(shard_token_byte_offset(static_cast<int64_t>(i))) + ") has value " +
+                                       std::to_string(tokens[i]) + ", not below vocab_size " +
+                                       std::to_string(config_.vocab_size));
       }
     }
     cursor.tokens = std::move(tokens);
@@ -196,14 +195,14 @@ DataLoaderPosition DataLoader::position() const { return returned_position_; }
 void DataLoader::seek(const DataLoaderPosition& position) {
   const int64_t num_shards = static_cast<int64_t>(shards_.size());
   if (position.epoch < 0 || position.shard_order_index < 0 || position.shard_order_index >= num_shards) {
-    fail(config_.pattern, "cannot seek to " + position_text(position) + ": there are " + std::to_string(num_shards) +
-                              " shards");
+    throw FileError(config_.pattern,
+                               "cannot seek to " + position_text(position) + ": there are " + std::to_string(num_shards) + " shards");
   }
   const int64_t file = shard_file_at(position.epoch, position.shard_order_index);
   if (position.batch_in_shard < 0 || position.batch_in_shard >= batches_in_shard(file)) {
-    fail(shards_[static_cast<size_t>(file)].path, "cannot seek to " + position_text(position) + ": this shard has " +
-                                                      std::to_string(batches_in_shard(file)) +
-                                                      " global batches for this B, T and world_size");
+    throw FileError(shards_[static_cast<size_t>(file)].path,
+                               "cannot seek to " + position_text(position) + ": this shard has " +
+                                   std::to_string(batches_in_shard(file)) + " global batches for this B, T and world_size");
   }
   stop_prefetch();
   cursor_.position = position;
@@ -268,12 +267,12 @@ DataLoaderConfig ValLoader::loader_config(const ValLoaderConfig& config) {
   loader.prefetch = config.prefetch;
   const int64_t tokens_per_step = int64_t{config.world_size} * config.batch_size * config.seq_len;
   if (tokens_per_step <= 0) {
-    fail(config.pattern, "validation needs positive world_size, B and T (got " + std::to_string(config.world_size) +
-                             ", " + std::to_string(config.batch_size) + ", " + std::to_string(config.seq_len) + ")");
+    throw FileError(config.pattern, "validation needs positive world_size, B and T (got " + std::to_string(config.world_size) +
+                                        ", " + std::to_string(config.batch_size) + ", " + std::to_string(config.seq_len) + ")");
   }
   if (config.val_tokens <= 0 || config.val_tokens % tokens_per_step != 0) {
-    fail(config.pattern, "val_tokens " + std::to_string(config.val_tokens) +
-                             " must be a positive multiple of world_size*B*T = " + std::to_string(tokens_per_step));
+    throw FileError(config.pattern, "val_tokens " + std::to_string(config.val_tokens) +
+                                        " must be a positive multiple of world_size*B*T = " + std::to_string(tokens_per_step));
   }
   return loader;
 }
@@ -284,9 +283,9 @@ ValLoader::ValLoader(const ValLoaderConfig& config)
   num_steps_ = config.val_tokens / tokens_per_step;
   const int64_t available = loader_.batches_per_epoch();
   if (available < num_steps_) {
-    fail(config.pattern, "val_tokens " + std::to_string(config.val_tokens) + " needs " + std::to_string(num_steps_) +
-                             " steps of world_size*B*T = " + std::to_string(tokens_per_step) +
-                             " tokens, but the val shards hold only " + std::to_string(available));
+    throw FileError(config.pattern, "val_tokens " + std::to_string(config.val_tokens) + " needs " + std::to_string(num_steps_) +
+                                        " steps of world_size*B*T = " + std::to_string(tokens_per_step) +
+                                        " tokens, but the val shards hold only " + std::to_string(available));
   }
 }
 

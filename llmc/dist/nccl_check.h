@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "llmc/cleanup_report.h"
+
 namespace llmc {
 
 // Thrown for every failed NCCL or MPI call made through the macros below.
@@ -31,6 +33,10 @@ inline void nccl_check(ncclResult_t code, const char* call, const char* file, in
   if (code != ncclSuccess) throw_nccl_error(code, call, file, line);
 }
 
+inline void nccl_report(ncclResult_t code, const char* call, const char* file, int line) {
+  if (code != ncclSuccess) report_cleanup_failure(call, file, line, ncclGetErrorString(code));
+}
+
 // Only meaningful for communicators whose error handler is MPI_ERRORS_RETURN (CommContext sets it
 // on MPI_COMM_WORLD); with MPI's default handler a failing call aborts before returning.
 [[noreturn]] inline void throw_mpi_error(int code, const char* call, const char* file, int line) {
@@ -46,7 +52,14 @@ inline void mpi_check(int code, const char* call, const char* file, int line) {
   if (code != MPI_SUCCESS) throw_mpi_error(code, call, file, line);
 }
 
+inline void mpi_report(int code, const char* call, const char* file, int line) {
+  if (code != MPI_SUCCESS) report_cleanup_failure(call, file, line, ("MPI error " + std::to_string(code)).c_str());
+}
+
 }  // namespace llmc
 
 #define NCCL_CHECK(call) ::llmc::nccl_check((call), #call, __FILE__, __LINE__)
 #define MPI_CHECK(call) ::llmc::mpi_check((call), #call, __FILE__, __LINE__)
+// For destructors: report a failure (llmc/cleanup_report.h) instead of throwing.
+#define NCCL_REPORT(call) ::llmc::nccl_report((call), #call, __FILE__, __LINE__)
+#define MPI_REPORT(call) ::llmc::mpi_report((call), #call, __FILE__, __LINE__)

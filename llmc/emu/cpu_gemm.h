@@ -2,12 +2,11 @@
 // GemmArgs, run by llmc/kernels/matmul.cuh's gemm() as a stream-ordered host function.
 #pragma once
 
-#include <functional>
-#include <thread>
 #include <vector>
 
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/gemm_args.h"
+#include "llmc/parallel_for.h"
 #include "llmc/precision.h"
 
 namespace llmc {
@@ -116,16 +115,14 @@ inline void cpu_gemm(const GemmArgs& g, int threads) {
       cpu_gemm_rows(g, packed, p, 0, g.m);
       continue;
     }
-    // Row ranges in whole micro-kernel blocks; the last worker takes the remainder.
-    std::vector<std::thread> pool;
+    // Row ranges in whole micro-kernel blocks; the last range takes the remainder.
     const int blocks = (g.m + kPanelRows - 1) / kPanelRows;
-    const int blocks_per_worker = (blocks + workers - 1) / workers;
-    for (int w = 0; w < workers; w++) {
-      const int begin = w * blocks_per_worker * kPanelRows;
-      const int end = begin + blocks_per_worker * kPanelRows < g.m ? begin + blocks_per_worker * kPanelRows : g.m;
-      if (begin < end) pool.emplace_back(cpu_gemm_rows, std::cref(g), std::cref(packed), p, begin, end);
-    }
-    for (std::thread& worker : pool) worker.join();
+    const int rows_per_range = (blocks + workers - 1) / workers * kPanelRows;
+    parallel_for(static_cast<size_t>(workers), workers, [&](int, size_t range) {
+      const int begin = static_cast<int>(range) * rows_per_range;
+      const int end = begin + rows_per_range < g.m ? begin + rows_per_range : g.m;
+      if (begin < end) cpu_gemm_rows(g, packed, p, begin, end);
+    });
   }
 }
 

@@ -50,10 +50,9 @@ struct EncoderBackwardWorkspace {
     CUDA_CHECK(cudaEventCreate(&upload_done));
   }
   ~EncoderBackwardWorkspace() {
-    // A destructor must not throw: report a failure and carry on releasing.
-    if (upload_pending) report(cudaEventSynchronize(upload_done), "cudaEventSynchronize(upload_done)");
-    report(cudaEventDestroy(upload_done), "cudaEventDestroy(upload_done)");
-    report(cudaFree(device_table), "cudaFree(device_table)");
+    if (upload_pending) CUDA_REPORT(cudaEventSynchronize(upload_done));
+    CUDA_REPORT(cudaEventDestroy(upload_done));
+    CUDA_REPORT(cudaFree(device_table));
   }
   EncoderBackwardWorkspace(const EncoderBackwardWorkspace&) = delete;
   EncoderBackwardWorkspace& operator=(const EncoderBackwardWorkspace&) = delete;
@@ -66,13 +65,6 @@ struct EncoderBackwardWorkspace {
   int* device_table = nullptr;
   cudaEvent_t upload_done = nullptr;  // the last upload has finished reading host_table
   bool upload_pending = false;
-
- private:
-  static void report(cudaError_t status, const char* call) {
-    if (status != cudaSuccess)
-      std::fprintf(stderr, "%s failed in ~EncoderBackwardWorkspace (%s:%d): %s\n", call, __FILE__, __LINE__,
-                   cudaGetErrorString(status));
-  }
 };
 
 // One block row per distinct token, one thread per column: sums dout over the token's positions in

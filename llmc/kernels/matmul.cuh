@@ -25,16 +25,7 @@
 #if defined(LLMC_EMULATION)
 #include "llmc/emu/cpu_gemm.h"
 #else
-#include <cublasLt.h>
-
-// Every cuBLASLt call goes through this: failures name the call, the file and the line.
-#define CUBLAS_CHECK(call)                                                                                  \
-  do {                                                                                                      \
-    const cublasStatus_t cublas_status_ = (call);                                                           \
-    if (cublas_status_ != CUBLAS_STATUS_SUCCESS)                                                            \
-      throw std::runtime_error(std::string("cuBLAS call failed: ") + #call + " at " + __FILE__ + ":" +      \
-                               std::to_string(__LINE__) + ": " + cublasLtGetStatusString(cublas_status_)); \
-  } while (0)
+#include "llmc/cublas_check.h"
 #endif
 
 namespace llmc {
@@ -59,15 +50,8 @@ class MatmulContext {
   }
   ~MatmulContext() {
 #if !defined(LLMC_EMULATION)
-    // A destructor must not throw: report a failure and carry on releasing.
-    const cudaError_t free_status = cudaFree(workspace_);
-    if (free_status != cudaSuccess)
-      std::fprintf(stderr, "cudaFree(workspace_) failed in ~MatmulContext (%s:%d): %s\n", __FILE__, __LINE__,
-                   cudaGetErrorString(free_status));
-    const cublasStatus_t destroy_status = cublasLtDestroy(handle_);
-    if (destroy_status != CUBLAS_STATUS_SUCCESS)
-      std::fprintf(stderr, "cublasLtDestroy(handle_) failed in ~MatmulContext (%s:%d): %s\n", __FILE__, __LINE__,
-                   cublasLtGetStatusString(destroy_status));
+    CUDA_REPORT(cudaFree(workspace_));
+    CUBLAS_REPORT(cublasLtDestroy(handle_));
 #endif
   }
   MatmulContext(const MatmulContext&) = delete;
@@ -145,17 +129,11 @@ struct CublasLtDescriptors {
   CublasLtDescriptors(const CublasLtDescriptors&) = delete;
   CublasLtDescriptors& operator=(const CublasLtDescriptors&) = delete;
   ~CublasLtDescriptors() {
-    // Destroy calls only fail for invalid handles; a destructor must not throw, so report and go on.
-    report(preference ? cublasLtMatmulPreferenceDestroy(preference) : CUBLAS_STATUS_SUCCESS,
-           "cublasLtMatmulPreferenceDestroy");
-    report(output ? cublasLtMatrixLayoutDestroy(output) : CUBLAS_STATUS_SUCCESS, "cublasLtMatrixLayoutDestroy(D)");
-    report(second ? cublasLtMatrixLayoutDestroy(second) : CUBLAS_STATUS_SUCCESS, "cublasLtMatrixLayoutDestroy(A)");
-    report(first ? cublasLtMatrixLayoutDestroy(first) : CUBLAS_STATUS_SUCCESS, "cublasLtMatrixLayoutDestroy(B)");
-    report(operation ? cublasLtMatmulDescDestroy(operation) : CUBLAS_STATUS_SUCCESS, "cublasLtMatmulDescDestroy");
-  }
-  static void report(cublasStatus_t status, const char* call) {
-    if (status != CUBLAS_STATUS_SUCCESS)
-      std::fprintf(stderr, "%s failed (%s:%d): %s\n", call, __FILE__, __LINE__, cublasLtGetStatusString(status));
+    if (preference) CUBLAS_REPORT(cublasLtMatmulPreferenceDestroy(preference));
+    if (output) CUBLAS_REPORT(cublasLtMatrixLayoutDestroy(output));
+    if (second) CUBLAS_REPORT(cublasLtMatrixLayoutDestroy(second));
+    if (first) CUBLAS_REPORT(cublasLtMatrixLayoutDestroy(first));
+    if (operation) CUBLAS_REPORT(cublasLtMatmulDescDestroy(operation));
   }
 };
 

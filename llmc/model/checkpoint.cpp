@@ -1,34 +1,23 @@
 // llm.c-format checkpoint files, mapped to and from the bucketed parameter layout (see checkpoint.h).
 #include "llmc/model/checkpoint.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <stdexcept>
 #include <sys/stat.h>
+
+#include <cstdio>
+#include <stdexcept>
 
 #include "llmc/atomic_file.h"
 #include "llmc/bf16_bits.h"
+#include "llmc/file_io.h"
 
 namespace llmc {
 
 namespace {
 
-std::runtime_error file_error(const std::string& path, const std::string& problem) {
-  return std::runtime_error(path + ": " + problem);
-}
+// The words of llm.c's header that are used (the rest are zero).
+enum HeaderField { kMagic, kVersion, kMaxSeqLen, kVocab, kLayers, kHeads, kChannels, kPaddedVocab };
 
-std::string errno_text() { return std::strerror(errno); }
-
-size_t element_bytes(CheckpointDtype dtype) { return dtype == CheckpointDtype::fp32 ? 4 : 2; }
-
-// Closes the FILE on every exit path; a failed close on the write path is checked explicitly.
-struct FileCloser {
-  FILE* file = nullptr;
-  ~FileCloser() {
-    if (file != nullptr) std::fclose(file);
-  }
-};
+size_t element_bytes(CheckpointDtype dtype) { return dtype == CheckpointDtype::kFp32 ? 4 : 2; }
 
 // Calls visit(view) for every tensor instance in llm.c's file order: each kind in enum order (which
 // is llm.c's order), and per-layer kinds for layers 0..L-1, so the layer copies of a kind are adjacent.
@@ -69,43 +58,42 @@ int64_t count_parameters(const GPT2Config& c) {
 }
 
 CheckpointInfo read_checkpoint_header(const std::string& path) {
-  FileCloser in{std::fopen(path.c_str(), "rb")};
-  if (in.file == nullptr) throw file_error(path, "cannot open checkpoint: " + errno_text());
+  const FileHandle in = open_file(path, "rb", "checkpoint");
   int32_t header[kCheckpointHeaderInts];
-  if (std::fread(header, sizeof(int32_t), kCheckpointHeaderInts, in.file) != kCheckpointHeaderInts)
-    throw file_error(path, "truncated checkpoint: shorter than its 1024-byte header");
-  if (header[0] != kCheckpointMagic)
-    throw file_error(path, "not a GPT-2 checkpoint: magic is " + std::to_string(header[0]) + ", expected " +
+  if (std::fread(header, sizeof(int32_t), kCheckpointHeaderInts, in.get()) != kCheckpointHeaderInts)
+    throw FileError(path, "truncated checkpoint: shorter than its 1024-byte header");
+  if (header[kMagic] != kCheckpointMagic)
+    throw FileError(path, "not a GPT-2 checkpoint: magic is " + std::to_string(header[kMagic]) + ", expected " +
                                std::to_string(kCheckpointMagic));
   CheckpointInfo info;
-  if (header[1] == kCheckpointVersionFp32) info.dtype = CheckpointDtype::fp32;
-  else if (header[1] == kCheckpointVersionBf16) info.dtype = CheckpointDtype::bf16;
+  if (header[kVersion] == kCheckpointVersionFp32) info.dtype = CheckpointDtype::kFp32;
+  else if (header[kVersion] == kCheckpointVersionBf16) info.dtype = CheckpointDtype::kBf16;
   else
-    throw file_error(path, "unsupported checkpoint version " + std::to_string(header[1]) + " (supported: 3 = fp32, " +
+    throw FileError(path, "unsupported checkpoint version " + std::to_string(header[kVersion]) + " (supported: 3 = fp32, " +
                                "5 = bf16)");
-  info.config.max_seq_len = header[2];
-  info.config.vocab_size = header[3];
-  info.config.num_layers = header[4];
-  info.config.num_heads = header[5];
-  info.config.channels = header[6];
-  info.config.padded_vocab_size = header[7];
+  info.config.max_seq_len = header[kMaxSeqLen];
+  info.config.vocab_size = header[kVocab];
+  info.config.num_layers = header[kLayers];
+  info.config.num_heads = header[kHeads];
+  info.config.channels = header[kChannels];
+  info.config.padded_vocab_size = header[kPaddedVocab];
   try {
     validate_config(info.config);
   } catch (const std::invalid_argument& error) {
-    throw file_error(path, error.what());
+    throw FileError(path, error.what());
   }
   info.num_parameters = count_parameters(info.config);
 
   struct stat file_stat;
-  if (::stat(path.c_str(), &file_stat) != 0) throw file_error(path, "cannot stat checkpoint: " + errno_text());
+  if (::stat(path.c_str(), &file_stat) != 0) throw_errno_file_error(path, "cannot stat checkpoint");
   const int64_t expected_bytes = int64_t{kCheckpointHeaderInts} * 4 +
                                  info.num_parameters * static_cast<int64_t>(element_bytes(info.dtype));
   const int64_t actual_bytes = static_cast<int64_t>(file_stat.st_size);
   if (actual_bytes < expected_bytes)
-    throw file_error(path, "truncated checkpoint: " + std::to_string(actual_bytes) + " bytes, the header (" +
+    throw FileError(path, "truncated checkpoint: " + std::to_string(actual_bytes) + " bytes, the header (" +
                                describe_config(info.config) + ") needs " + std::to_string(expected_bytes));
   if (actual_bytes > expected_bytes)
-    throw file_error(path, "checkpoint has " + std::to_string(actual_bytes - expected_bytes) +
+    throw FileError(path, "checkpoint has " + std::to_string(actual_bytes - expected_bytes) +
                                " trailing bytes after the parameters of " + describe_config(info.config));
   return info;
 }
@@ -113,26 +101,25 @@ CheckpointInfo read_checkpoint_header(const std::string& path) {
 void read_checkpoint(const std::string& path, const ParamLayout& layout, std::vector<float>& params) {
   const CheckpointInfo info = read_checkpoint_header(path);
   const std::string mismatch = config_mismatch(info.config, layout.config);
-  if (!mismatch.empty()) throw file_error(path, "checkpoint does not match the model: " + mismatch);
+  if (!mismatch.empty()) throw FileError(path, "checkpoint does not match the model: " + mismatch);
 
-  FileCloser in{std::fopen(path.c_str(), "rb")};
-  if (in.file == nullptr) throw file_error(path, "cannot open checkpoint: " + errno_text());
-  if (std::fseek(in.file, long{kCheckpointHeaderInts} * 4, SEEK_SET) != 0)
-    throw file_error(path, "cannot seek past the header: " + errno_text());
+  const FileHandle in = open_file(path, "rb", "checkpoint");
+  if (std::fseek(in.get(), long{kCheckpointHeaderInts} * 4, SEEK_SET) != 0)
+    throw_errno_file_error(path, "cannot seek past the header");
   // Read into a fresh buffer so a failure part-way leaves the caller's params untouched.
   std::vector<float> loaded(layout.total_size, 0.0f);
   std::vector<uint16_t> staging;
   for_each_in_file_order(layout, [&](const TensorView& view) {
     float* dst = loaded.data() + view.offset;
     size_t got;
-    if (info.dtype == CheckpointDtype::fp32) {
-      got = std::fread(dst, sizeof(float), view.numel, in.file);
+    if (info.dtype == CheckpointDtype::kFp32) {
+      got = std::fread(dst, sizeof(float), view.numel, in.get());
     } else {
       staging.resize(view.numel);
-      got = std::fread(staging.data(), sizeof(uint16_t), view.numel, in.file);
+      got = std::fread(staging.data(), sizeof(uint16_t), view.numel, in.get());
       for (size_t i = 0; i < got; i++) dst[i] = bf16_bits_to_float(staging[i]);
     }
-    if (got != view.numel) throw file_error(path, "read failed in tensor " + view.name + " (file changed or I/O error)");
+    if (got != view.numel) throw FileError(path, "read failed in tensor " + view.name + " (file changed or I/O error)");
   });
   params.swap(loaded);
 }
@@ -148,20 +135,20 @@ std::vector<float> load_checkpoint(const std::string& path, int world_size, Para
 
 void write_checkpoint(const std::string& path, const ParamLayout& layout, const float* params, CheckpointDtype dtype) {
   int32_t header[kCheckpointHeaderInts] = {};
-  header[0] = kCheckpointMagic;
-  header[1] = dtype == CheckpointDtype::fp32 ? kCheckpointVersionFp32 : kCheckpointVersionBf16;
-  header[2] = layout.config.max_seq_len;
-  header[3] = layout.config.vocab_size;
-  header[4] = layout.config.num_layers;
-  header[5] = layout.config.num_heads;
-  header[6] = layout.config.channels;
-  header[7] = layout.config.padded_vocab_size;
+  header[kMagic] = kCheckpointMagic;
+  header[kVersion] = dtype == CheckpointDtype::kFp32 ? kCheckpointVersionFp32 : kCheckpointVersionBf16;
+  header[kMaxSeqLen] = layout.config.max_seq_len;
+  header[kVocab] = layout.config.vocab_size;
+  header[kLayers] = layout.config.num_layers;
+  header[kHeads] = layout.config.num_heads;
+  header[kChannels] = layout.config.channels;
+  header[kPaddedVocab] = layout.config.padded_vocab_size;
   AtomicFileWriter out(path);
   out.write(header, sizeof header);
   std::vector<uint16_t> staging;
   for_each_in_file_order(layout, [&](const TensorView& view) {
     const float* src = params + view.offset;
-    if (dtype == CheckpointDtype::fp32) {
+    if (dtype == CheckpointDtype::kFp32) {
       out.write(src, view.numel * sizeof(float));
     } else {
       staging.resize(view.numel);

@@ -17,11 +17,7 @@ std::string gib(size_t bytes) {
 }  // namespace
 
 DeviceArena::~DeviceArena() {
-  if (base_ != nullptr) {
-    const cudaError_t status = cudaFree(base_);
-    if (status != cudaSuccess)
-      std::fprintf(stderr, "cudaFree in ~DeviceArena (%s:%d): %s\n", __FILE__, __LINE__, cudaGetErrorString(status));
-  }
+  if (base_ != nullptr) CUDA_REPORT(cudaFree(base_));
 }
 
 void DeviceArena::allocate(const std::string& what) {

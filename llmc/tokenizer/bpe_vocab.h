@@ -27,7 +27,6 @@ struct BpeVocab {
   std::array<int32_t, 256> byte_token{};               // byte value -> id of its one-byte token
   std::unordered_map<std::string, int32_t> token_ids;  // raw bytes -> id, ordinary tokens only
   std::vector<BpeMerge> merges;
-  std::string source;  // the file(s) it came from, for messages
 };
 
 // tiktoken format: one `base64(bytes) rank` per line. Ranks are the ids; a pair merges with the

@@ -1,11 +1,11 @@
-// Chunking at safe cuts and a small fork-join over chunks; results are concatenated in text order
+// Chunking at safe cuts and a fork-join over chunks (llmc/parallel_for.h); results are concatenated in text order
 // so the output does not depend on the number of threads.
 #include "llmc/tokenizer/parallel_encode.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <thread>
+#include <memory>
+
+#include "llmc/parallel_for.h"
 
 namespace llmc {
 namespace {
@@ -45,28 +45,13 @@ std::vector<int32_t> encode_parallel(const Gpt2Tokenizer& tokenizer, std::string
   const std::vector<size_t> bounds = safe_chunk_boundaries(text, target_chunk_bytes);
   const size_t chunks = bounds.size() - 1;
   std::vector<std::vector<int32_t>> chunk_ids(chunks);
-  std::atomic<size_t> next_chunk{0};
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(std::max(threads, 1)));
-  auto worker = [&](size_t worker_index) {
-    try {
-      EncodeContext context(tokenizer);
-      for (size_t c = next_chunk++; c < chunks; c = next_chunk++) {
-        const std::string_view chunk = text.substr(bounds[c], bounds[c + 1] - bounds[c]);
-        chunk_ids[c].reserve(chunk.size() / 3 + 16);
-        tokenizer.encode_valid_utf8(context, chunk, chunk_ids[c]);
-      }
-    } catch (...) {
-      errors[worker_index] = std::current_exception();
-    }
-  };
-  const size_t thread_count = std::min<size_t>(errors.size(), std::max<size_t>(chunks, 1));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < thread_count; ++t) pool.emplace_back(worker, t);
-  worker(0);
-  for (std::thread& thread : pool) thread.join();
-  for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
+  std::vector<std::unique_ptr<EncodeContext>> contexts(static_cast<size_t>(std::max(threads, 1)));
+  parallel_for(chunks, threads, [&](int worker, size_t c) {
+    if (!contexts[worker]) contexts[worker] = std::make_unique<EncodeContext>(tokenizer);
+    const std::string_view chunk = text.substr(bounds[c], bounds[c + 1] - bounds[c]);
+    chunk_ids[c].reserve(chunk.size() / 3 + 16);
+    tokenizer.encode_valid_utf8(*contexts[worker], chunk, chunk_ids[c]);
+  });
   size_t total = 0;
   for (const auto& ids : chunk_ids) total += ids.size();
   std::vector<int32_t> out;
