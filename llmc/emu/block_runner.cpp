@@ -440,10 +440,6 @@ void fail_in_kernel(const std::string& message) {
   fail_block(run, where + message);
 }
 
-int current_lane() {
-  return static_cast<int>(require_block_run("lane query").running->linear_id % 32);
-}
-
 void* current_dynamic_shared_memory() {
   return require_block_run("LLMC_DYNAMIC_SHARED").dynamic_shared;
 }

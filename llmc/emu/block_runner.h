@@ -63,9 +63,6 @@ void block_barrier(const char* file, int line);
 // inside kernels that a GPU would report as a fault, or hide).
 [[noreturn]] void fail_in_kernel(const std::string& message);
 
-// Lane index (0..31) of the calling emulated thread.
-int current_lane();
-
 // ---- running blocks --------------------------------------------------------------------------
 // Order in which the scheduler runs the fibers of a block between synchronisation points. Kernel
 // results must not depend on it; running a test in both orders exposes missing barriers.

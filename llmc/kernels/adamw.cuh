@@ -9,18 +9,10 @@
 
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/optim/adamw_settings.h"
 #include "llmc/precision.h"
 
 namespace llmc {
-
-struct AdamWHyperparameters {
-  float learning_rate;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  float grad_scale = 1.0f;  // gradients are multiplied by this first (clipping: max_norm / norm)
-};
 
 template <typename Tx>
 __global__ void adamw_kernel(Tx* params, float* master, const Tx* grads, float* m, float* v, size_t n,
@@ -44,16 +36,17 @@ __global__ void adamw_kernel(Tx* params, float* master, const Tx* grads, float* 
 
 // One AdamW step (step is 1-based) on n elements: params (floatX, what the model reads), master (fp32
 // master copy, or nullptr to update params in place, e.g. in the fp32 build), grads (floatX), m and v
-// (fp32 moments). All pointers point at the first element of the shard.
+// (fp32 moments). All pointers point at the first element of the shard. The gradients are multiplied
+// by grad_scale first (clipping: max_norm / norm).
 inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n, int step,
-                         const AdamWHyperparameters& hp, cudaStream_t stream) {
+                         float learning_rate, const AdamWSettings& hp, float grad_scale, cudaStream_t stream) {
   // Corrections in double on the host: 1 - beta^step loses digits in fp32 for beta2 near 1.
   const float bias_correction1 = (float)(1.0 - std::pow((double)hp.beta1, step));
   const float bias_correction2 = (float)(1.0 - std::pow((double)hp.beta2, step));
   constexpr int kBlock = 256;
   LLMC_LAUNCH(adamw_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, params, master, grads,
-              m, v, n, hp.learning_rate, hp.beta1, hp.beta2, bias_correction1, bias_correction2, hp.eps,
-              hp.weight_decay, hp.grad_scale);
+              m, v, n, learning_rate, hp.beta1, hp.beta2, bias_correction1, bias_correction2, hp.eps,
+              hp.weight_decay, grad_scale);
 }
 
 }  // namespace llmc

@@ -18,7 +18,7 @@ constexpr int32_t kCheckpointVersionFp32 = 3;
 constexpr int32_t kCheckpointVersionBf16 = 5;
 constexpr int kCheckpointHeaderInts = 256;
 
-enum class CheckpointDtype { fp32, bf16 };
+enum class CheckpointDtype { kFp32, kBf16 };
 
 struct CheckpointInfo {
   GPT2Config config;

@@ -31,24 +31,24 @@ std::vector<float> init_gpt2_params(const ParamLayout& layout, uint64_t seed) {
   for (const TensorView& view : layout.tensors) {
     float* out = params.data() + view.offset;
     switch (view.kind) {
-      case TensorKind::ln1w:
-      case TensorKind::ln2w:
-      case TensorKind::lnfw:
+      case TensorKind::kLn1w:
+      case TensorKind::kLn2w:
+      case TensorKind::kLnfw:
         for (size_t i = 0; i < view.numel; i++) out[i] = 1.0f;
         break;
-      case TensorKind::wte: {
+      case TensorKind::kWte: {
         // Only the real vocabulary rows; padded rows stay 0 like llm.c.
         const size_t real = static_cast<size_t>(layout.config.vocab_size) * view.shape[1];
         for (size_t i = 0; i < real; i++) out[i] = static_cast<float>(kInitStd * normal.next());
         break;
       }
-      case TensorKind::wpe:
-      case TensorKind::qkvw:
-      case TensorKind::fcw:
+      case TensorKind::kWpe:
+      case TensorKind::kQkvw:
+      case TensorKind::kFcw:
         for (size_t i = 0; i < view.numel; i++) out[i] = static_cast<float>(kInitStd * normal.next());
         break;
-      case TensorKind::attprojw:
-      case TensorKind::fcprojw:
+      case TensorKind::kAttprojw:
+      case TensorKind::kFcprojw:
         for (size_t i = 0; i < view.numel; i++) out[i] = static_cast<float>(residual_std * normal.next());
         break;
       default:  // biases

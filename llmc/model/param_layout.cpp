@@ -10,55 +10,55 @@ namespace {
 
 size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-const TensorKind kLayerKinds[] = {TensorKind::ln1w,     TensorKind::ln1b,     TensorKind::qkvw, TensorKind::qkvb,
-                                  TensorKind::attprojw, TensorKind::attprojb, TensorKind::ln2w, TensorKind::ln2b,
-                                  TensorKind::fcw,      TensorKind::fcb,      TensorKind::fcprojw,
-                                  TensorKind::fcprojb};
+const TensorKind kLayerKinds[] = {TensorKind::kLn1w,     TensorKind::kLn1b,     TensorKind::kQkvw, TensorKind::kQkvb,
+                                  TensorKind::kAttprojw, TensorKind::kAttprojb, TensorKind::kLn2w, TensorKind::kLn2b,
+                                  TensorKind::kFcw,      TensorKind::kFcb,      TensorKind::kFcprojw,
+                                  TensorKind::kFcprojb};
 
 bool decays(TensorKind kind) {
-  return kind == TensorKind::wte || kind == TensorKind::wpe || kind == TensorKind::qkvw ||
-         kind == TensorKind::attprojw || kind == TensorKind::fcw || kind == TensorKind::fcprojw;
+  return kind == TensorKind::kWte || kind == TensorKind::kWpe || kind == TensorKind::kQkvw ||
+         kind == TensorKind::kAttprojw || kind == TensorKind::kFcw || kind == TensorKind::kFcprojw;
 }
 
 }  // namespace
 
 const char* tensor_kind_name(TensorKind kind) {
   switch (kind) {
-    case TensorKind::wte: return "wte";
-    case TensorKind::wpe: return "wpe";
-    case TensorKind::ln1w: return "ln1w";
-    case TensorKind::ln1b: return "ln1b";
-    case TensorKind::qkvw: return "qkvw";
-    case TensorKind::qkvb: return "qkvb";
-    case TensorKind::attprojw: return "attprojw";
-    case TensorKind::attprojb: return "attprojb";
-    case TensorKind::ln2w: return "ln2w";
-    case TensorKind::ln2b: return "ln2b";
-    case TensorKind::fcw: return "fcw";
-    case TensorKind::fcb: return "fcb";
-    case TensorKind::fcprojw: return "fcprojw";
-    case TensorKind::fcprojb: return "fcprojb";
-    case TensorKind::lnfw: return "lnfw";
-    case TensorKind::lnfb: return "lnfb";
+    case TensorKind::kWte: return "wte";
+    case TensorKind::kWpe: return "wpe";
+    case TensorKind::kLn1w: return "ln1w";
+    case TensorKind::kLn1b: return "ln1b";
+    case TensorKind::kQkvw: return "qkvw";
+    case TensorKind::kQkvb: return "qkvb";
+    case TensorKind::kAttprojw: return "attprojw";
+    case TensorKind::kAttprojb: return "attprojb";
+    case TensorKind::kLn2w: return "ln2w";
+    case TensorKind::kLn2b: return "ln2b";
+    case TensorKind::kFcw: return "fcw";
+    case TensorKind::kFcb: return "fcb";
+    case TensorKind::kFcprojw: return "fcprojw";
+    case TensorKind::kFcprojb: return "fcprojb";
+    case TensorKind::kLnfw: return "lnfw";
+    case TensorKind::kLnfb: return "lnfb";
   }
   return "?";
 }
 
 bool is_layer_tensor(TensorKind kind) {
-  return kind != TensorKind::wte && kind != TensorKind::wpe && kind != TensorKind::lnfw && kind != TensorKind::lnfb;
+  return kind != TensorKind::kWte && kind != TensorKind::kWpe && kind != TensorKind::kLnfw && kind != TensorKind::kLnfb;
 }
 
 std::vector<size_t> tensor_kind_shape(TensorKind kind, const GPT2Config& config) {
   const size_t C = static_cast<size_t>(config.channels);
   switch (kind) {
-    case TensorKind::wte: return {static_cast<size_t>(config.padded_vocab_size), C};
-    case TensorKind::wpe: return {static_cast<size_t>(config.max_seq_len), C};
-    case TensorKind::qkvw: return {3 * C, C};
-    case TensorKind::qkvb: return {3 * C};
-    case TensorKind::attprojw: return {C, C};
-    case TensorKind::fcw: return {4 * C, C};
-    case TensorKind::fcb: return {4 * C};
-    case TensorKind::fcprojw: return {C, 4 * C};
+    case TensorKind::kWte: return {static_cast<size_t>(config.padded_vocab_size), C};
+    case TensorKind::kWpe: return {static_cast<size_t>(config.max_seq_len), C};
+    case TensorKind::kQkvw: return {3 * C, C};
+    case TensorKind::kQkvb: return {3 * C};
+    case TensorKind::kAttprojw: return {C, C};
+    case TensorKind::kFcw: return {4 * C, C};
+    case TensorKind::kFcb: return {4 * C};
+    case TensorKind::kFcprojw: return {C, 4 * C};
     default: return {C};  // LayerNorm weights and biases, attprojb, fcprojb
   }
 }
@@ -116,10 +116,10 @@ ParamLayout make_param_layout(const GPT2Config& config, int world_size) {
     layout.buckets.push_back(bucket);
   };
 
-  add_bucket({TensorKind::wte, TensorKind::wpe}, -1);
+  add_bucket({TensorKind::kWte, TensorKind::kWpe}, -1);
   const std::vector<TensorKind> layer_kinds(std::begin(kLayerKinds), std::end(kLayerKinds));
   for (int layer = 0; layer < L; layer++) add_bucket(layer_kinds, layer);
-  add_bucket({TensorKind::lnfw, TensorKind::lnfb}, -1);
+  add_bucket({TensorKind::kLnfw, TensorKind::kLnfb}, -1);
   layout.total_size = bucket_offset;
   return layout;
 }

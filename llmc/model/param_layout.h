@@ -13,10 +13,10 @@ namespace llmc {
 
 // The 16 kinds of parameter tensor, in llm.c's order (which is also the checkpoint file order).
 enum class TensorKind {
-  wte, wpe,                                // bucket 0: embeddings
-  ln1w, ln1b, qkvw, qkvb, attprojw, attprojb,  // buckets 1..L: one transformer layer each
-  ln2w, ln2b, fcw, fcb, fcprojw, fcprojb,
-  lnfw, lnfb,                              // bucket L+1: final LayerNorm
+  kWte, kWpe,                                         // bucket 0: embeddings
+  kLn1w, kLn1b, kQkvw, kQkvb, kAttprojw, kAttprojb,  // buckets 1..L: one transformer layer each
+  kLn2w, kLn2b, kFcw, kFcb, kFcprojw, kFcprojb,
+  kLnfw, kLnfb,                                       // bucket L+1: final LayerNorm
 };
 constexpr int kNumTensorKinds = 16;
 

@@ -72,6 +72,92 @@ struct HeapPair {
   }
 };
 
+// Scratch buffers of the merges, reused from piece to piece.
+struct MergeScratch {
+  std::vector<int32_t> ids, merged, ranks, prev, next;
+  std::vector<HeapPair> heap;
+};
+
+// Short pieces: ids[i] is part i; ranks[i]/merged[i] describe the pair (part i, part i+1). Quadratic,
+// but a piece this short is cheaper to scan than to keep a heap for.
+void merge_in_flat_array(const BpeVocab& vocab, const PairTable& pairs, std::string_view piece, MergeScratch& s,
+                         std::vector<int32_t>& out) {
+  const size_t n = piece.size();
+  s.ids.resize(n);
+  s.ranks.resize(n);
+  s.merged.resize(n);
+  for (size_t i = 0; i < n; ++i) s.ids[i] = vocab.byte_token[static_cast<unsigned char>(piece[i])];
+  auto set_pair = [&](size_t i, size_t parts) {
+    if (i + 1 < parts) {
+      const PairTable::Entry& e = pairs.lookup(s.ids[i], s.ids[i + 1]);
+      s.ranks[i] = e.rank;
+      s.merged[i] = e.merged;
+    } else {
+      s.ranks[i] = kNoRank;
+    }
+  };
+  size_t parts = n;
+  for (size_t i = 0; i < parts; ++i) set_pair(i, parts);
+  while (parts > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < parts; ++i) {
+      if (s.ranks[i] < s.ranks[best]) best = i;
+    }
+    if (s.ranks[best] == kNoRank) break;
+    s.ids[best] = s.merged[best];
+    const size_t tail = parts - best - 2;
+    std::memmove(&s.ids[best + 1], &s.ids[best + 2], tail * sizeof(int32_t));
+    std::memmove(&s.ranks[best + 1], &s.ranks[best + 2], tail * sizeof(int32_t));
+    std::memmove(&s.merged[best + 1], &s.merged[best + 2], tail * sizeof(int32_t));
+    --parts;
+    if (best > 0) set_pair(best - 1, parts);
+    set_pair(best, parts);
+  }
+  out.insert(out.end(), s.ids.begin(), s.ids.begin() + parts);
+}
+
+// Long pieces: a linked list of parts (node = start byte) and a min-heap of candidate pairs; stale heap
+// entries are recognised by comparing the recorded ids with the current ones.
+void merge_with_heap(const BpeVocab& vocab, const PairTable& pairs, std::string_view piece, MergeScratch& s,
+                     std::vector<int32_t>& out) {
+  const size_t n = piece.size();
+  s.ids.resize(n);
+  s.prev.resize(n);
+  s.next.resize(n);
+  s.heap.clear();
+  for (size_t i = 0; i < n; ++i) {
+    s.ids[i] = vocab.byte_token[static_cast<unsigned char>(piece[i])];
+    s.prev[i] = static_cast<int32_t>(i) - 1;
+    s.next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+  }
+  auto push_pair = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const PairTable::Entry& e = pairs.lookup(s.ids[left], s.ids[right]);
+    if (e.rank == kNoRank) return;
+    s.heap.push_back(HeapPair{e.rank, left, right, s.ids[left], s.ids[right]});
+    std::push_heap(s.heap.begin(), s.heap.end(), std::greater<HeapPair>());
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push_pair(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
+  while (!s.heap.empty()) {
+    std::pop_heap(s.heap.begin(), s.heap.end(), std::greater<HeapPair>());
+    const HeapPair top = s.heap.back();
+    s.heap.pop_back();
+    // Dead nodes have their ids set to -1, so one comparison covers liveness and staleness.
+    if (s.ids[top.left] != top.left_id || s.next[top.left] != top.right ||
+        s.ids[top.right] != top.right_id) {
+      continue;
+    }
+    s.ids[top.left] = pairs.lookup(top.left_id, top.right_id).merged;
+    s.ids[top.right] = -1;
+    const int32_t after = s.next[top.right];
+    s.next[top.left] = after;
+    if (after >= 0) s.prev[after] = top.left;
+    push_pair(s.prev[top.left], top.left);
+    push_pair(top.left, after);
+  }
+  for (int32_t node = 0; node >= 0; node = s.next[node]) out.push_back(s.ids[node]);
+}
+
 }  // namespace
 
 struct Gpt2Tokenizer::Tables {
@@ -90,9 +176,7 @@ struct EncodeContext::State {
   PretokenizerScratch regex_scratch;
   PieceCache cache;
   std::string key;  // reused lookup key for token_ids (no allocation once it has grown)
-  // Merge scratch.
-  std::vector<int32_t> ids, merged, ranks, prev, next;
-  std::vector<HeapPair> heap;
+  MergeScratch merge;
   explicit State(const Gpt2Pretokenizer& p) : regex_scratch(p) {}
 };
 
@@ -108,7 +192,6 @@ Gpt2Tokenizer::~Gpt2Tokenizer() = default;
 Gpt2Tokenizer::Gpt2Tokenizer(Gpt2Tokenizer&&) noexcept = default;
 Gpt2Tokenizer& Gpt2Tokenizer::operator=(Gpt2Tokenizer&&) noexcept = default;
 
-const std::string& Gpt2Tokenizer::source() const { return tables_->vocab.source; }
 
 void Gpt2Tokenizer::encode(EncodeContext& context, std::string_view text, std::vector<int32_t>& out) const {
   const size_t bad = first_invalid_utf8_byte(text);
@@ -160,76 +243,9 @@ void Gpt2Tokenizer::encode_piece(EncodeContext& context, std::string_view piece,
   if (whole != vocab.token_ids.end()) {
     out.push_back(whole->second);
   } else if (n <= kFlatMergeMaxBytes) {
-    // ids[i] is part i; ranks[i]/merged[i] describe the pair (part i, part i+1).
-    s.ids.resize(n);
-    s.ranks.resize(n);
-    s.merged.resize(n);
-    for (size_t i = 0; i < n; ++i) s.ids[i] = vocab.byte_token[static_cast<unsigned char>(piece[i])];
-    auto set_pair = [&](size_t i, size_t parts) {
-      if (i + 1 < parts) {
-        const PairTable::Entry& e = pairs.lookup(s.ids[i], s.ids[i + 1]);
-        s.ranks[i] = e.rank;
-        s.merged[i] = e.merged;
-      } else {
-        s.ranks[i] = kNoRank;
-      }
-    };
-    size_t parts = n;
-    for (size_t i = 0; i < parts; ++i) set_pair(i, parts);
-    while (parts > 1) {
-      size_t best = 0;
-      for (size_t i = 1; i + 1 < parts; ++i) {
-        if (s.ranks[i] < s.ranks[best]) best = i;
-      }
-      if (s.ranks[best] == kNoRank) break;
-      s.ids[best] = s.merged[best];
-      const size_t tail = parts - best - 2;
-      std::memmove(&s.ids[best + 1], &s.ids[best + 2], tail * sizeof(int32_t));
-      std::memmove(&s.ranks[best + 1], &s.ranks[best + 2], tail * sizeof(int32_t));
-      std::memmove(&s.merged[best + 1], &s.merged[best + 2], tail * sizeof(int32_t));
-      --parts;
-      if (best > 0) set_pair(best - 1, parts);
-      set_pair(best, parts);
-    }
-    out.insert(out.end(), s.ids.begin(), s.ids.begin() + parts);
+    merge_in_flat_array(vocab, pairs, piece, s.merge, out);
   } else {
-    // Linked list of parts (node = start byte) and a min-heap of candidate pairs; stale heap
-    // entries are recognised by comparing the recorded ids with the current ones.
-    s.ids.resize(n);
-    s.prev.resize(n);
-    s.next.resize(n);
-    s.heap.clear();
-    for (size_t i = 0; i < n; ++i) {
-      s.ids[i] = vocab.byte_token[static_cast<unsigned char>(piece[i])];
-      s.prev[i] = static_cast<int32_t>(i) - 1;
-      s.next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
-    }
-    auto push_pair = [&](int32_t left, int32_t right) {
-      if (left < 0 || right < 0) return;
-      const PairTable::Entry& e = pairs.lookup(s.ids[left], s.ids[right]);
-      if (e.rank == kNoRank) return;
-      s.heap.push_back(HeapPair{e.rank, left, right, s.ids[left], s.ids[right]});
-      std::push_heap(s.heap.begin(), s.heap.end(), std::greater<HeapPair>());
-    };
-    for (size_t i = 0; i + 1 < n; ++i) push_pair(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
-    while (!s.heap.empty()) {
-      std::pop_heap(s.heap.begin(), s.heap.end(), std::greater<HeapPair>());
-      const HeapPair top = s.heap.back();
-      s.heap.pop_back();
-      // Dead nodes have their ids set to -1, so one comparison covers liveness and staleness.
-      if (s.ids[top.left] != top.left_id || s.next[top.left] != top.right ||
-          s.ids[top.right] != top.right_id) {
-        continue;
-      }
-      s.ids[top.left] = pairs.lookup(top.left_id, top.right_id).merged;
-      s.ids[top.right] = -1;
-      const int32_t after = s.next[top.right];
-      s.next[top.left] = after;
-      if (after >= 0) s.prev[after] = top.left;
-      push_pair(s.prev[top.left], top.left);
-      push_pair(top.left, after);
-    }
-    for (int32_t node = 0; node >= 0; node = s.next[node]) out.push_back(s.ids[node]);
+    merge_with_heap(vocab, pairs, piece, s.merge, out);
   }
   if (cacheable) {
     s.cache.insert(piece, hash, out.data() + out_start, static_cast<uint32_t>(out.size() - out_start));

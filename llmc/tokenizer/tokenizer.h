@@ -29,7 +29,6 @@ class Gpt2Tokenizer {
 
   int32_t end_of_text() const { return kGpt2EndOfText; }
   int32_t vocab_size() const { return kGpt2VocabSize; }
-  const std::string& source() const;  // the vocabulary file(s) it was loaded from
 
   // Appends the ids of `text` to `out`. Special-token text such as "<|endoftext|>" is encoded as
   // ordinary text. Throws InvalidUtf8Error (with the byte offset) if `text` is not valid UTF-8;

@@ -8,29 +8,20 @@
 namespace llmc {
 
 LrDecay parse_lr_decay(const std::string& name) {
-  if (name == "cosine") return LrDecay::cosine;
-  if (name == "linear") return LrDecay::linear;
-  if (name == "constant") return LrDecay::constant;
+  if (name == "cosine") return LrDecay::kCosine;
+  if (name == "linear") return LrDecay::kLinear;
+  if (name == "constant") return LrDecay::kConstant;
   throw std::invalid_argument("unknown learning-rate schedule '" + name + "' (expected cosine, linear or constant)");
-}
-
-const char* lr_decay_name(LrDecay decay) {
-  switch (decay) {
-    case LrDecay::cosine: return "cosine";
-    case LrDecay::linear: return "linear";
-    case LrDecay::constant: return "constant";
-  }
-  return "?";
 }
 
 double LrSchedule::at(int step) const {
   if (step < warmup_steps) return max_lr * (step + 1) / warmup_steps;
   const double min_lr = final_fraction * max_lr;
   const int decay_steps = total_steps - 1 - warmup_steps;
-  if (decay == LrDecay::constant) return max_lr;
+  if (decay == LrDecay::kConstant) return max_lr;
   if (decay_steps <= 0) return min_lr;
   const double progress = std::min(1.0, double(step - warmup_steps) / decay_steps);
-  const double weight = decay == LrDecay::cosine ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
+  const double weight = decay == LrDecay::kCosine ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
   return min_lr + weight * (max_lr - min_lr);
 }
 

@@ -5,17 +5,16 @@
 
 namespace llmc {
 
-enum class LrDecay { cosine, linear, constant };
+enum class LrDecay { kCosine, kLinear, kConstant };
 
 LrDecay parse_lr_decay(const std::string& name);  // "cosine" | "linear" | "constant"; throws otherwise
-const char* lr_decay_name(LrDecay decay);
 
 struct LrSchedule {
   double max_lr = 6e-4;
   int warmup_steps = 0;
   int total_steps = 1;
   double final_fraction = 0.0;  // lr at the last step = final_fraction * max_lr
-  LrDecay decay = LrDecay::cosine;
+  LrDecay decay = LrDecay::kCosine;
 
   // Learning rate for 0-based step `step`. Warmup ramps (step+1)/warmup_steps so that step 0 already
   // trains; decay runs from the end of warmup to the last step (total_steps - 1).

@@ -38,14 +38,11 @@ __global__ void fill_pattern_kernel(T* data, size_t n, float scale, unsigned see
   }
 }
 
-// Device allocations freed at exit; every buffer starts with the fill pattern.
+// Device allocations freed at exit; every buffer made by make() starts with the fill pattern.
 class Arena {
  public:
   ~Arena() {
-    for (void* pointer : allocations_) {
-      const cudaError_t status = cudaFree(pointer);
-      if (status != cudaSuccess) std::fprintf(stderr, "cudaFree failed: %s\n", cudaGetErrorString(status));
-    }
+    for (void* pointer : allocations_) CUDA_REPORT(cudaFree(pointer));
   }
   template <typename T>
   T* make(size_t n, float scale = 1.0f) {
@@ -54,6 +51,15 @@ class Arena {
     allocations_.push_back(pointer);
     LLMC_LAUNCH(fill_pattern_kernel<T>, dim3(llmc::elementwise_grid(n, 256)), dim3(256), 0, nullptr, pointer, n, scale,
                 (unsigned)allocations_.size());
+    return pointer;
+  }
+
+  template <typename T>
+  T* upload(const std::vector<T>& host) {
+    T* pointer = nullptr;
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pointer), host.size() * sizeof(T)));
+    allocations_.push_back(pointer);
+    CUDA_CHECK(cudaMemcpy(pointer, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
     return pointer;
   }
 
@@ -87,157 +93,192 @@ struct Timer {
   }
 };
 
+// The model's shape (one layer's worth of every activation is enough to time each kernel).
+struct Sizes {
+  int B = 8, T = 1024, C = 768, NH = 12, V = 50257, repeats = 20;
+  long long params = 124475904;
+  int Vp() const { return (V + 127) / 128 * 128; }
+  size_t N() const { return size_t(B) * T; }
+};
+
+// Every buffer the timed calls read or write.
+struct Buffers {
+  std::vector<int> tokens_host;
+  int* tokens;
+  floatX *wte, *wpe, *dwte, *dwpe, *act, *act2, *residual, *dact, *wide, *wide_pre, *dwide;
+  floatX *qkv, *qkvr, *dqkv, *dqkvr, *att, *datt, *attention_scratch;
+  floatX *ln_weight, *ln_bias, *dln_weight, *dln_bias, *fc_weight, *fc_bias, *dfc_weight, *dfc_bias, *logits;
+  float *mean, *rstd, *losses, *scratch;
+  size_t scratch_floats;
+  floatX *all_params, *all_grads;
+  float *master, *moment1, *moment2;
+};
+
+Buffers allocate_buffers(Arena& arena, const Sizes& s) {
+  const size_t N = s.N(), C = size_t(s.C), Vp = size_t(s.Vp()), BNHTT = size_t(s.B) * s.NH * s.T * s.T;
+  Buffers b;
+  b.tokens_host.resize(N);
+  for (size_t i = 0; i < N; i++) b.tokens_host[i] = int((i * 7919) % s.V);
+  b.tokens = arena.upload(b.tokens_host);
+  b.wte = arena.make<floatX>(Vp * C, 0.02f);
+  b.wpe = arena.make<floatX>(size_t(s.T) * C, 0.02f);
+  b.dwte = arena.make<floatX>(Vp * C, 0.0f);
+  b.dwpe = arena.make<floatX>(size_t(s.T) * C, 0.0f);
+  for (floatX** narrow : {&b.act, &b.act2, &b.residual, &b.dact, &b.attention_scratch})
+    *narrow = arena.make<floatX>(N * C);
+  for (floatX** wide : {&b.wide, &b.wide_pre, &b.dwide}) *wide = arena.make<floatX>(N * 4 * C);
+  for (floatX** qkv : {&b.qkv, &b.qkvr, &b.dqkv, &b.dqkvr}) *qkv = arena.make<floatX>(N * 3 * C);
+  b.att = arena.make<floatX>(BNHTT);
+  b.datt = arena.make<floatX>(BNHTT);
+  b.ln_weight = arena.make<floatX>(C);
+  b.ln_bias = arena.make<floatX>(C);
+  b.dln_weight = arena.make<floatX>(C, 0.0f);
+  b.dln_bias = arena.make<floatX>(C, 0.0f);
+  b.fc_weight = arena.make<floatX>(4 * C * C, 0.02f);
+  b.fc_bias = arena.make<floatX>(4 * C);
+  b.dfc_weight = arena.make<floatX>(4 * C * C, 0.0f);
+  b.dfc_bias = arena.make<floatX>(4 * C, 0.0f);
+  b.logits = arena.make<floatX>(N * Vp);
+  b.mean = arena.make<float>(N);
+  b.rstd = arena.make<float>(N, 0.5f);
+  b.losses = arena.make<float>(N);
+  b.scratch_floats = std::max({llmc::layernorm_backward_scratch_floats(int(N), s.C),
+                               llmc::matmul_backward_scratch_floats(int(N), std::max(s.Vp(), 4 * s.C)),
+                               llmc::global_norm_scratch_floats(size_t(s.params)) + 1});
+  b.scratch = arena.make<float>(b.scratch_floats);
+  b.all_params = arena.make<floatX>(size_t(s.params), 0.02f);
+  b.all_grads = arena.make<floatX>(size_t(s.params), 0.01f);
+  b.master = arena.make<float>(size_t(s.params), 0.02f);
+  b.moment1 = arena.make<float>(size_t(s.params), 0.0f);
+  b.moment2 = arena.make<float>(size_t(s.params), 0.0f);
+  return b;
+}
+
+void time_forward(const Timer& timer, const Sizes& s, Buffers& b, llmc::MatmulContext& matmul, cudaStream_t stream) {
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH, Vp = s.Vp(), N = int(s.N());
+  const double x = sizeof(floatX), nc = double(N) * C;
+  timer.time("encoder_forward", 3 * nc * x, 0, [&] {
+    llmc::encoder_forward(b.act, b.tokens, b.wte, b.wpe, B, T, C, stream);
+  });
+  timer.time("layernorm_forward", 2 * nc * x, 0, [&] {
+    llmc::layernorm_forward(b.act2, b.mean, b.rstd, b.act, b.ln_weight, b.ln_bias, N, C, stream);
+  });
+  timer.time("fused_residual_layernorm_forward", 4 * nc * x, 0, [&] {
+    llmc::fused_residual_layernorm_forward(b.residual, b.act2, b.mean, b.rstd, b.act, b.dact, b.ln_weight, b.ln_bias,
+                                           N, C, stream);
+  });
+  timer.time("matmul_forward qkv (C->3C)", 0, 2.0 * N * C * 3.0 * C, [&] {
+    llmc::matmul_forward(matmul, b.qkv, nullptr, b.act2, b.fc_weight, b.fc_bias, N, C, 3 * C, stream);
+  });
+  timer.time("matmul_forward fc+gelu (C->4C)", 0, 2.0 * N * C * 4.0 * C, [&] {
+    llmc::matmul_forward(matmul, b.wide, b.wide_pre, b.act2, b.fc_weight, b.fc_bias, N, C, 4 * C, stream);
+  });
+  timer.time("gelu_forward (4C)", 8 * nc * x, 0, [&] {
+    llmc::gelu_forward(b.wide, b.wide_pre, size_t(N) * 4 * C, stream);
+  });
+  timer.time("attention_forward", 0, 4.0 * B * NH * double(T) * T * (C / NH), [&] {
+    llmc::attention_forward(matmul, b.act, b.qkvr, b.att, b.attention_scratch, b.qkv, B, T, C, NH, stream);
+  });
+  timer.time("matmul_forward lm head (C->Vp)", 0, 2.0 * N * C * Vp, [&] {
+    llmc::matmul_forward(matmul, b.logits, nullptr, b.act2, b.wte, nullptr, N, C, Vp, stream);
+  });
+  timer.time("fused_classifier", 3.0 * N * Vp * x, 0, [&] {
+    llmc::fused_classifier(b.logits, b.losses, b.tokens, 1.0f / N, N, s.V, Vp, true, stream);
+  });
+}
+
+void time_backward(const Timer& timer, const Sizes& s, Buffers& b, llmc::MatmulContext& matmul, cudaStream_t stream) {
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH, Vp = s.Vp(), N = int(s.N());
+  const double x = sizeof(floatX), nc = double(N) * C;
+  timer.time("matmul_backward lm head", 0, 4.0 * N * C * Vp, [&] {
+    llmc::matmul_backward(matmul, b.act, b.dwte, nullptr, b.logits, b.act2, b.wte, nullptr, N, C, Vp, true,
+                          b.scratch, b.scratch_floats, stream);
+  });
+  timer.time("matmul_backward fc (+bias)", 0, 4.0 * N * C * 4.0 * C, [&] {
+    llmc::matmul_backward(matmul, b.dact, b.dfc_weight, b.dfc_bias, b.dwide, b.act2, b.fc_weight, nullptr, N, C, 4 * C,
+                          true, b.scratch, b.scratch_floats, stream);
+  });
+  timer.time("gelu_backward (4C)", 12 * nc * x, 0, [&] {
+    llmc::gelu_backward(b.dwide, b.wide_pre, b.dwide, size_t(N) * 4 * C, stream);
+  });
+  timer.time("attention_backward", 0, 8.0 * B * NH * double(T) * T * (C / NH), [&] {
+    llmc::attention_backward(matmul, b.dqkv, b.dqkvr, b.datt, b.attention_scratch, b.dact, b.qkvr, b.att, B, T, C, NH,
+                             stream);
+  });
+  timer.time("layernorm_backward", 5 * nc * x, 0, [&] {
+    llmc::layernorm_backward(b.dact, b.dln_weight, b.dln_bias, b.act2, b.act, b.ln_weight, b.mean, b.rstd, N, C,
+                             b.scratch, b.scratch_floats, stream);
+  });
+}
+
+// The fused attention exists for bf16 and head size 64 only (llmc/kernels/flash_attention.cuh).
+void time_flash_attention(const Timer& timer, const Sizes& s, Arena& arena, Buffers& b, cudaStream_t stream) {
+#if !defined(LLMC_FP32)
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+  if (C / NH != llmc::flash::kHeadSize) return;
+  float* lse = arena.make<float>(size_t(B) * NH * T);
+  float* delta = arena.make<float>(size_t(B) * NH * T);
+  // Causal: half of the T x T scores are computed (the diagonal tiles in full).
+  const double causal_flops = 2.0 * B * NH * double(T) * T * (C / NH);
+  timer.time("flash_attention_forward", 0, causal_flops, [&] {
+    llmc::flash_attention_forward(b.act, lse, b.qkv, B, T, C, NH, stream);
+  });
+  timer.time("flash_attention_backward", 0, 2.5 * causal_flops, [&] {
+    llmc::flash_attention_backward(b.dqkv, delta, b.dact, b.act, b.qkv, lse, B, T, C, NH, stream);
+  });
+#else
+  (void)timer, (void)s, (void)arena, (void)b, (void)stream;
+#endif
+}
+
+// The encoder's backward (with its host-side sort) and the per-parameter kernels of the optimizer.
+void time_parameter_kernels(const Timer& timer, const Sizes& s, Buffers& b, cudaStream_t stream) {
+  const double x = sizeof(floatX), nc = double(s.N()) * s.C, params = double(s.params);
+  llmc::EncoderBackwardWorkspace encoder_workspace(int(s.N()));
+  timer.time("encoder_backward (incl. host sort)", 3 * nc * x, 0, [&] {
+    llmc::encoder_backward(b.dwte, b.dwpe, b.dact, b.tokens_host.data(), s.B, s.T, s.C, encoder_workspace, stream);
+  });
+  timer.time("global_norm_squared (all params)", params * x, 0, [&] {
+    llmc::global_norm_squared(b.scratch + b.scratch_floats - 1, b.all_grads, size_t(s.params), false, b.scratch,
+                              b.scratch_floats - 1, stream);
+  });
+  timer.time("adamw_update (all params)", params * (2 * x + 6 * 4), 0, [&] {
+    llmc::adamw_update(b.all_params, b.master, b.all_grads, b.moment1, b.moment2, size_t(s.params), 1, 1e-4f,
+                       llmc::AdamWSettings(), 1.0f, stream);
+  });
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // the workspace's host buffers are read until then
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Time the GPT-2 kernels and GEMMs (llmc/kernels) at one model size."};
-  int B = 8, T = 1024, C = 768, NH = 12, V = 50257, repeats = 20;
-  long long params = 124475904;
-  app.add_option("--batch", B, "micro-batch size B")->check(CLI::PositiveNumber);
-  app.add_option("--seq", T, "sequence length T")->check(CLI::PositiveNumber);
-  app.add_option("--channels", C, "model width C")->check(CLI::PositiveNumber);
-  app.add_option("--heads", NH, "attention heads (must divide C)")->check(CLI::PositiveNumber);
-  app.add_option("--vocab", V, "vocabulary size V (padded to a multiple of 128)")->check(CLI::PositiveNumber);
-  app.add_option("--params", params, "parameter count for AdamW and the global norm")->check(CLI::PositiveNumber);
-  app.add_option("--repeats", repeats, "timed calls per kernel")->check(CLI::PositiveNumber);
+  Sizes s;
+  app.add_option("--batch", s.B, "micro-batch size B")->check(CLI::PositiveNumber);
+  app.add_option("--seq", s.T, "sequence length T")->check(CLI::PositiveNumber);
+  app.add_option("--channels", s.C, "model width C")->check(CLI::PositiveNumber);
+  app.add_option("--heads", s.NH, "attention heads (must divide C)")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", s.V, "vocabulary size V (padded to a multiple of 128)")->check(CLI::PositiveNumber);
+  app.add_option("--params", s.params, "parameter count for AdamW and the global norm")->check(CLI::PositiveNumber);
+  app.add_option("--repeats", s.repeats, "timed calls per kernel")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  if (C % NH != 0) {
-    std::fprintf(stderr, "bench_kernels: --channels %d is not divisible by --heads %d\n", C, NH);
+  if (s.C % s.NH != 0) {
+    std::fprintf(stderr, "bench_kernels: --channels %d is not divisible by --heads %d\n", s.C, s.NH);
     return 2;
   }
   try {
-    const int Vp = (V + 127) / 128 * 128;
-    const size_t N = (size_t)B * T;
-    const double x = sizeof(floatX);
     std::printf("bench_kernels (%s): B=%d T=%d C=%d NH=%d V=%d (Vp=%d) params=%lld, %d repeats\n",
-                llmc::kPrecisionName, B, T, C, NH, V, Vp, params, repeats);
+                llmc::kPrecisionName, s.B, s.T, s.C, s.NH, s.V, s.Vp(), s.params, s.repeats);
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
-    const Timer timer{stream, repeats};
+    const Timer timer{stream, s.repeats};
     Arena arena;
     llmc::MatmulContext matmul;
-
-    std::vector<int> tokens_host(N);
-    for (size_t i = 0; i < N; i++) tokens_host[i] = (int)((i * 7919) % V);
-    int* tokens = nullptr;
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&tokens), N * sizeof(int)));
-    CUDA_CHECK(cudaMemcpy(tokens, tokens_host.data(), N * sizeof(int), cudaMemcpyHostToDevice));
-    floatX* wte = arena.make<floatX>((size_t)Vp * C, 0.02f);
-    floatX* wpe = arena.make<floatX>((size_t)T * C, 0.02f);
-    floatX* dwte = arena.make<floatX>((size_t)Vp * C, 0.0f);
-    floatX* dwpe = arena.make<floatX>((size_t)T * C, 0.0f);
-    floatX* act = arena.make<floatX>(N * C);
-    floatX* act2 = arena.make<floatX>(N * C);
-    floatX* residual = arena.make<floatX>(N * C);
-    floatX* dact = arena.make<floatX>(N * C);
-    floatX* wide = arena.make<floatX>(N * 4 * C);
-    floatX* wide_pre = arena.make<floatX>(N * 4 * C);
-    floatX* dwide = arena.make<floatX>(N * 4 * C);
-    floatX* qkv = arena.make<floatX>(N * 3 * C);
-    floatX* qkvr = arena.make<floatX>(N * 3 * C);
-    floatX* dqkv = arena.make<floatX>(N * 3 * C);
-    floatX* dqkvr = arena.make<floatX>(N * 3 * C);
-    floatX* att = arena.make<floatX>((size_t)B * NH * T * T);
-    floatX* datt = arena.make<floatX>((size_t)B * NH * T * T);
-    floatX* attention_scratch = arena.make<floatX>(N * C);
-    floatX* ln_weight = arena.make<floatX>(C);
-    floatX* ln_bias = arena.make<floatX>(C);
-    floatX* dln_weight = arena.make<floatX>(C, 0.0f);
-    floatX* dln_bias = arena.make<floatX>(C, 0.0f);
-    floatX* fc_weight = arena.make<floatX>((size_t)4 * C * C, 0.02f);
-    floatX* fc_bias = arena.make<floatX>((size_t)4 * C);
-    floatX* dfc_weight = arena.make<floatX>((size_t)4 * C * C, 0.0f);
-    floatX* dfc_bias = arena.make<floatX>((size_t)4 * C, 0.0f);
-    floatX* logits = arena.make<floatX>(N * Vp);
-    float* mean = arena.make<float>(N);
-    float* rstd = arena.make<float>(N, 0.5f);
-    float* losses = arena.make<float>(N);
-    const size_t scratch_floats =
-        std::max({llmc::layernorm_backward_scratch_floats((int)N, C),
-                  llmc::matmul_backward_scratch_floats((int)N, std::max(Vp, 4 * C)),
-                  llmc::global_norm_scratch_floats((size_t)params) + 1});
-    float* scratch = arena.make<float>(scratch_floats);
-    floatX* all_params = arena.make<floatX>((size_t)params, 0.02f);
-    floatX* all_grads = arena.make<floatX>((size_t)params, 0.01f);
-    float* master = arena.make<float>((size_t)params, 0.02f);
-    float* moment1 = arena.make<float>((size_t)params, 0.0f);
-    float* moment2 = arena.make<float>((size_t)params, 0.0f);
-    llmc::EncoderBackwardWorkspace encoder_workspace((int)N);
-    const double nc = (double)N * C;
-    const double gemm_4c = 2.0 * N * C * 4.0 * C;
-
-    timer.time("encoder_forward", 3 * nc * x, 0, [&] {
-      llmc::encoder_forward(act, tokens, wte, wpe, B, T, C, stream);
-    });
-    timer.time("layernorm_forward", 2 * nc * x, 0, [&] {
-      llmc::layernorm_forward(act2, mean, rstd, act, ln_weight, ln_bias, (int)N, C, stream);
-    });
-    timer.time("fused_residual_layernorm_forward", 4 * nc * x, 0, [&] {
-      llmc::fused_residual_layernorm_forward(residual, act2, mean, rstd, act, dact, ln_weight, ln_bias, (int)N, C,
-                                             stream);
-    });
-    timer.time("matmul_forward qkv (C->3C)", 0, 2.0 * N * C * 3.0 * C, [&] {
-      llmc::matmul_forward(matmul, qkv, nullptr, act2, fc_weight, fc_bias, (int)N, C, 3 * C, stream);
-    });
-    timer.time("matmul_forward fc+gelu (C->4C)", 0, gemm_4c, [&] {
-      llmc::matmul_forward(matmul, wide, wide_pre, act2, fc_weight, fc_bias, (int)N, C, 4 * C, stream);
-    });
-    timer.time("gelu_forward (4C)", 8 * nc * x, 0, [&] { llmc::gelu_forward(wide, wide_pre, N * 4 * C, stream); });
-    timer.time("attention_forward", 0, 4.0 * B * NH * (double)T * T * (C / NH), [&] {
-      llmc::attention_forward(matmul, act, qkvr, att, attention_scratch, qkv, B, T, C, NH, stream);
-    });
-    timer.time("matmul_forward lm head (C->Vp)", 0, 2.0 * N * C * Vp, [&] {
-      llmc::matmul_forward(matmul, logits, nullptr, act2, wte, nullptr, (int)N, C, Vp, stream);
-    });
-    timer.time("fused_classifier", 3.0 * N * Vp * x, 0, [&] {
-      llmc::fused_classifier(logits, losses, tokens, 1.0f / N, (int)N, V, Vp, true, stream);
-    });
-    timer.time("matmul_backward lm head", 0, 4.0 * N * C * Vp, [&] {
-      llmc::matmul_backward(matmul, act, dwte, nullptr, logits, act2, wte, nullptr, (int)N, C, Vp, true, scratch,
-                            scratch_floats, stream);
-    });
-    timer.time("matmul_backward fc (+bias)", 0, 2 * gemm_4c, [&] {
-      llmc::matmul_backward(matmul, dact, dfc_weight, dfc_bias, dwide, act2, fc_weight, nullptr, (int)N, C, 4 * C,
-                            true, scratch, scratch_floats, stream);
-    });
-    timer.time("gelu_backward (4C)", 12 * nc * x, 0, [&] {
-      llmc::gelu_backward(dwide, wide_pre, dwide, N * 4 * C, stream);
-    });
-    timer.time("attention_backward", 0, 8.0 * B * NH * (double)T * T * (C / NH), [&] {
-      llmc::attention_backward(matmul, dqkv, dqkvr, datt, attention_scratch, dact, qkvr, att, B, T, C, NH, stream);
-    });
-#if !defined(LLMC_FP32)
-    if (C / NH == llmc::flash::kHeadSize) {
-      float* lse = arena.make<float>((size_t)B * NH * T);
-      float* delta = arena.make<float>((size_t)B * NH * T);
-      // Causal: half of the T x T scores are computed (the diagonal tiles in full).
-      const double causal_flops = 2.0 * B * NH * (double)T * T * (C / NH);
-      timer.time("flash_attention_forward", 0, causal_flops, [&] {
-        llmc::flash_attention_forward(act, lse, qkv, B, T, C, NH, stream);
-      });
-      timer.time("flash_attention_backward", 0, 2.5 * causal_flops, [&] {
-        llmc::flash_attention_backward(dqkv, delta, dact, act, qkv, lse, B, T, C, NH, stream);
-      });
-    }
-#endif
-    timer.time("layernorm_backward", 5 * nc * x, 0, [&] {
-      llmc::layernorm_backward(dact, dln_weight, dln_bias, act2, act, ln_weight, mean, rstd, (int)N, C, scratch,
-                               scratch_floats, stream);
-    });
-    timer.time("encoder_backward (incl. host sort)", 3 * nc * x, 0, [&] {
-      llmc::encoder_backward(dwte, dwpe, dact, tokens_host.data(), B, T, C, encoder_workspace, stream);
-    });
-    timer.time("global_norm_squared (all params)", (double)params * x, 0, [&] {
-      llmc::global_norm_squared(scratch + scratch_floats - 1, all_grads, (size_t)params, false, scratch,
-                                scratch_floats - 1, stream);
-    });
-    llmc::AdamWHyperparameters hp;
-    hp.learning_rate = 1e-4f;
-    timer.time("adamw_update (all params)", (double)params * (2 * x + 6 * 4), 0, [&] {
-      llmc::adamw_update(all_params, master, all_grads, moment1, moment2, (size_t)params, 1, hp, stream);
-    });
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    CUDA_CHECK(cudaFree(tokens));
+    Buffers buffers = allocate_buffers(arena, s);
+    time_forward(timer, s, buffers, matmul, stream);
+    time_backward(timer, s, buffers, matmul, stream);
+    time_flash_attention(timer, s, arena, buffers, stream);
+    time_parameter_kernels(timer, s, buffers, stream);
     CUDA_CHECK(cudaStreamDestroy(stream));
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_kernels: %s\n", error.what());

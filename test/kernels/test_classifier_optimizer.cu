@@ -15,7 +15,7 @@
 
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
+using namespace llmc::test;  // the shared helpers of test/support
 using llmc::floatX;
 
 struct ClassifierData {
@@ -124,10 +124,10 @@ void run_adamw_against_reference(bool with_master) {
   const int steps = 5;
   std::mt19937 rng(1010);
   const std::vector<double> params = random_values(n, rng);
-  llmc::AdamWHyperparameters hp;
-  hp.learning_rate = 1e-2f;
+  llmc::AdamWSettings hp;
   hp.weight_decay = 0.1f;
-  hp.grad_scale = 0.5f;  // a power of two: the reference sees exactly the scaled gradients
+  const float learning_rate = 1e-2f;
+  const float grad_scale = 0.5f;  // a power of two: the reference sees exactly the scaled gradients
   DeviceBuffer<floatX> d_params(n), d_grads(n);
   DeviceBuffer<float> d_master(n), d_m(n), d_v(n);
   d_params.upload(params);
@@ -140,17 +140,17 @@ void run_adamw_against_reference(bool with_master) {
     d_grads.upload(grads);
     llmc::adamw_update(d_params.get() + shard_start, with_master ? d_master.get() + shard_start : nullptr,
                        d_grads.get() + shard_start, d_m.get() + shard_start, d_v.get() + shard_start, shard_size, step,
-                       hp, nullptr);
+                       learning_rate, hp, grad_scale, nullptr);
     std::vector<double> scaled(shard_size);
-    for (size_t i = 0; i < shard_size; i++) scaled[i] = grads[shard_start + i] * hp.grad_scale;
+    for (size_t i = 0; i < shard_size; i++) scaled[i] = grads[shard_start + i] * grad_scale;
     ref::adamw_update(ref_params.data() + shard_start, scaled.data(), ref_m.data() + shard_start,
-                      ref_v.data() + shard_start, shard_size, step, hp.learning_rate, hp.beta1, hp.beta2, hp.eps,
+                      ref_v.data() + shard_start, shard_size, step, learning_rate, hp.beta1, hp.beta2, hp.eps,
                       hp.weight_decay);
   }
   // fp32 state: each step adds a few roundings to m, v and the master weight (~10 operations); the
   // floatX parameters are the master rounded once. Outside the shard nothing may change.
   const std::vector<double> got_params = d_params.download();
-  EXPECT_TRUE(all_close(got_params, kernel_test::round_to_floatx(ref_params), tolerance(1, 10 * steps)));
+  EXPECT_TRUE(all_close(got_params, llmc::test::round_to_floatx(ref_params), tolerance(1, 10 * steps)));
   std::vector<double> got_m = d_m.download(), got_v = d_v.download();
   EXPECT_TRUE(all_close(got_m, ref_m, tolerance(0, 4 * steps)));
   EXPECT_TRUE(all_close(got_v, ref_v, tolerance(0, 4 * steps)));

@@ -25,7 +25,7 @@ using namespace llmc;
 
 namespace {
 
-class Checkpoint : public llmc_test::TempDirTest {
+class Checkpoint : public llmc::test::TempDirTest {
  protected:
   Checkpoint() : TempDirTest("llmc_test_checkpoint") {}
 };
@@ -112,9 +112,9 @@ void expect_error(const std::string& file, const ParamLayout* layout, const std:
 TEST_F(Checkpoint, Fp32RoundTripIsExactAcrossWorldSizes) {
   const ParamLayout layout4 = make_param_layout(odd_config(), 4);
   const std::vector<float> params = init_gpt2_params(layout4, 11);
-  write_checkpoint(path("model.bin"), layout4, params.data(), CheckpointDtype::fp32);
+  write_checkpoint(path("model.bin"), layout4, params.data(), CheckpointDtype::kFp32);
   const CheckpointInfo info = read_checkpoint_header(path("model.bin"));
-  EXPECT_EQ(info.dtype, CheckpointDtype::fp32);
+  EXPECT_EQ(info.dtype, CheckpointDtype::kFp32);
   EXPECT_EQ(info.num_parameters, static_cast<int64_t>(layout4.num_parameters));
   EXPECT_EQ(read_bytes(path("model.bin")).size(), 1024 + 4 * layout4.num_parameters);
   std::vector<float> same;
@@ -133,9 +133,9 @@ TEST_F(Checkpoint, Fp32RoundTripIsExactAcrossWorldSizes) {
 TEST_F(Checkpoint, Bf16RoundTripWithinRounding) {
   const ParamLayout layout = make_param_layout(config_from_name("tiny"), 2);
   std::vector<float> params = init_gpt2_params(layout, 5);
-  write_checkpoint(path("model_bf16.bin"), layout, params.data(), CheckpointDtype::bf16);
+  write_checkpoint(path("model_bf16.bin"), layout, params.data(), CheckpointDtype::kBf16);
   EXPECT_EQ(read_bytes(path("model_bf16.bin")).size(), 1024 + 2 * layout.num_parameters);
-  EXPECT_EQ(read_checkpoint_header(path("model_bf16.bin")).dtype, CheckpointDtype::bf16);
+  EXPECT_EQ(read_checkpoint_header(path("model_bf16.bin")).dtype, CheckpointDtype::kBf16);
   std::vector<float> loaded;
   read_checkpoint(path("model_bf16.bin"), layout, loaded);
   ASSERT_EQ(loaded.size(), params.size());
@@ -196,7 +196,7 @@ TEST_F(Checkpoint, ReadsLlmcOrderWrittenByHand) {
     }
   }
   // Writing our buffer back gives the hand-written file byte for byte.
-  write_checkpoint(path("ours.bin"), layout, params.data(), CheckpointDtype::fp32);
+  write_checkpoint(path("ours.bin"), layout, params.data(), CheckpointDtype::kFp32);
   EXPECT_EQ(read_bytes(path("ours.bin")), read_bytes(path("llmc.bin")));
 }
 
@@ -238,7 +238,7 @@ TEST_F(Checkpoint, FailedWriteLeavesNothingBehind) {
   const std::vector<float> params(layout.total_size, 1.0f);
   const std::string target = path("no_such_dir/model.bin");
   try {
-    write_checkpoint(target, layout, params.data(), CheckpointDtype::fp32);
+    write_checkpoint(target, layout, params.data(), CheckpointDtype::kFp32);
     FAIL() << "write into a missing directory succeeded";
   } catch (const std::runtime_error& error) {
     EXPECT_NE(std::string(error.what()).find(target), std::string::npos) << error.what();

@@ -45,7 +45,7 @@ Batch random_batch(int B, int T, int V, uint32_t seed) {
 std::vector<float> test_params(const ParamLayout& layout, uint64_t seed) {
   std::vector<float> params = init_gpt2_params(layout, seed);
   for (const TensorView& view : layout.tensors) {
-    const bool is_norm_weight = view.kind == TensorKind::ln1w || view.kind == TensorKind::ln2w || view.kind == TensorKind::lnfw;
+    const bool is_norm_weight = view.kind == TensorKind::kLn1w || view.kind == TensorKind::kLn2w || view.kind == TensorKind::kLnfw;
     for (size_t i = 0; i < view.numel; i++) {
       float& p = params[view.offset + i];
       p = is_norm_weight ? 1.0f + 5.0f * (p - 1.0f) : 5.0f * p;

@@ -138,10 +138,10 @@ TEST(ParamLayout, BucketContentsLookupShapesAndDecay) {
   const GPT2Config config = odd_config();
   const ParamLayout layout = make_param_layout(config, 3);
   const size_t C = 45;
-  EXPECT_EQ(layout.tensor(TensorKind::wte).bucket, 0);
-  EXPECT_EQ(layout.tensor(TensorKind::wpe).bucket, 0);
-  EXPECT_EQ(layout.tensor(TensorKind::lnfw).bucket, 4);
-  EXPECT_EQ(layout.tensor(TensorKind::lnfb).bucket, layout.final_norm_bucket());
+  EXPECT_EQ(layout.tensor(TensorKind::kWte).bucket, 0);
+  EXPECT_EQ(layout.tensor(TensorKind::kWpe).bucket, 0);
+  EXPECT_EQ(layout.tensor(TensorKind::kLnfw).bucket, 4);
+  EXPECT_EQ(layout.tensor(TensorKind::kLnfb).bucket, layout.final_norm_bucket());
   std::set<std::string> names;
   for (int l = 0; l < config.num_layers; l++) {
     for (int k = 0; k < kNumTensorKinds; k++) {
@@ -157,19 +157,19 @@ TEST(ParamLayout, BucketContentsLookupShapesAndDecay) {
   }
   EXPECT_EQ(names.size(), 12u * 3);
   // Shapes as llm.c declares them.
-  EXPECT_EQ(layout.tensor(TensorKind::wte).shape, (std::vector<size_t>{128, C}));
-  EXPECT_EQ(layout.tensor(TensorKind::wpe).shape, (std::vector<size_t>{7, C}));
-  EXPECT_EQ(layout.tensor(TensorKind::qkvw, 1).shape, (std::vector<size_t>{3 * C, C}));
-  EXPECT_EQ(layout.tensor(TensorKind::qkvb, 1).shape, (std::vector<size_t>{3 * C}));
-  EXPECT_EQ(layout.tensor(TensorKind::attprojw, 1).shape, (std::vector<size_t>{C, C}));
-  EXPECT_EQ(layout.tensor(TensorKind::fcw, 2).shape, (std::vector<size_t>{4 * C, C}));
-  EXPECT_EQ(layout.tensor(TensorKind::fcb, 2).shape, (std::vector<size_t>{4 * C}));
-  EXPECT_EQ(layout.tensor(TensorKind::fcprojw, 0).shape, (std::vector<size_t>{C, 4 * C}));
-  EXPECT_EQ(layout.tensor(TensorKind::fcprojb, 0).shape, (std::vector<size_t>{C}));
+  EXPECT_EQ(layout.tensor(TensorKind::kWte).shape, (std::vector<size_t>{128, C}));
+  EXPECT_EQ(layout.tensor(TensorKind::kWpe).shape, (std::vector<size_t>{7, C}));
+  EXPECT_EQ(layout.tensor(TensorKind::kQkvw, 1).shape, (std::vector<size_t>{3 * C, C}));
+  EXPECT_EQ(layout.tensor(TensorKind::kQkvb, 1).shape, (std::vector<size_t>{3 * C}));
+  EXPECT_EQ(layout.tensor(TensorKind::kAttprojw, 1).shape, (std::vector<size_t>{C, C}));
+  EXPECT_EQ(layout.tensor(TensorKind::kFcw, 2).shape, (std::vector<size_t>{4 * C, C}));
+  EXPECT_EQ(layout.tensor(TensorKind::kFcb, 2).shape, (std::vector<size_t>{4 * C}));
+  EXPECT_EQ(layout.tensor(TensorKind::kFcprojw, 0).shape, (std::vector<size_t>{C, 4 * C}));
+  EXPECT_EQ(layout.tensor(TensorKind::kFcprojb, 0).shape, (std::vector<size_t>{C}));
   // Weight decay exactly on the 2-D tensors (llm.c: wte, wpe, qkvw, attprojw, fcw, fcprojw).
   for (const TensorView& view : layout.tensors) EXPECT_EQ(view.weight_decay, view.shape.size() == 2) << view.name;
-  EXPECT_THROW(layout.tensor(TensorKind::qkvw, 3), std::out_of_range);
-  EXPECT_THROW(layout.tensor(TensorKind::qkvw, -1), std::out_of_range);
+  EXPECT_THROW(layout.tensor(TensorKind::kQkvw, 3), std::out_of_range);
+  EXPECT_THROW(layout.tensor(TensorKind::kQkvw, -1), std::out_of_range);
 }
 
 TEST(ParamInit, NormalSamplerMatchesTheStandardNormal) {
@@ -222,18 +222,18 @@ TEST(ParamInit, ValuesFollowGpt2Init) {
     SCOPED_TRACE(view.name);
     const float* p = params.data() + view.offset;
     size_t n = view.numel;
-    if (view.kind == TensorKind::wte) {
+    if (view.kind == TensorKind::kWte) {
       n = static_cast<size_t>(config.vocab_size) * view.shape[1];
       for (size_t i = n; i < view.numel; i++) ASSERT_EQ(p[i], 0.0f) << "padded vocab row element " << i;
     }
     if (view.shape.size() == 1) {
       const bool is_norm_weight =
-          view.kind == TensorKind::ln1w || view.kind == TensorKind::ln2w || view.kind == TensorKind::lnfw;
+          view.kind == TensorKind::kLn1w || view.kind == TensorKind::kLn2w || view.kind == TensorKind::kLnfw;
       for (size_t i = 0; i < n; i++) ASSERT_EQ(p[i], is_norm_weight ? 1.0f : 0.0f);
       continue;
     }
     const double want_std =
-        (view.kind == TensorKind::attprojw || view.kind == TensorKind::fcprojw) ? residual_std : 0.02;
+        (view.kind == TensorKind::kAttprojw || view.kind == TensorKind::kFcprojw) ? residual_std : 0.02;
     double sum = 0.0, sum_sq = 0.0;
     for (size_t i = 0; i < n; i++) {
       sum += p[i];

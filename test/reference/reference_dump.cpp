@@ -60,10 +60,10 @@ int main(int argc, char** argv) {
     std::vector<float> params = llmc::init_gpt2_params(layout, seed);
     llmc::NormalSampler normal(seed + 1);
     for (const llmc::TensorView& view : layout.tensors) {
-      const size_t real = view.kind == llmc::TensorKind::wte ? size_t(cfg.vocab_size) * cfg.channels : view.numel;
+      const size_t real = view.kind == llmc::TensorKind::kWte ? size_t(cfg.vocab_size) * cfg.channels : view.numel;
       for (size_t i = 0; i < real; i++) params[view.offset + i] += static_cast<float>(0.2 * normal.next());
     }
-    llmc::write_checkpoint(out_dir + "/model.bin", layout, params.data(), llmc::CheckpointDtype::fp32);
+    llmc::write_checkpoint(out_dir + "/model.bin", layout, params.data(), llmc::CheckpointDtype::kFp32);
 
     std::vector<int32_t> tokens_file = {B, T};
     std::vector<int> tokens(size_t(B) * T), targets(size_t(B) * T);

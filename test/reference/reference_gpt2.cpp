@@ -54,7 +54,7 @@ double ReferenceGPT2::forward(const int* tokens, const int* targets, int B, int 
   a.T = T;
   const size_t NC = N * C, att_size = static_cast<size_t>(B) * NH * T * T;
   a.encoded.assign(NC, 0.0);
-  encoder_forward(a.encoded.data(), tokens, param(TensorKind::wte), param(TensorKind::wpe), B, T, C);
+  encoder_forward(a.encoded.data(), tokens, param(TensorKind::kWte), param(TensorKind::kWpe), B, T, C);
 
   a.layers.resize(static_cast<size_t>(L));
   const double* layer_input = a.encoded.data();
@@ -77,18 +77,18 @@ double ReferenceGPT2::forward(const int* tokens, const int* targets, int B, int 
     la.fcproj.assign(NC, 0.0);
     la.residual3.assign(NC, 0.0);
     const int n = static_cast<int>(N);
-    layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), layer_input, param(TensorKind::ln1w, l),
-                      param(TensorKind::ln1b, l), n, C);
-    matmul_forward(la.qkv.data(), la.ln1.data(), param(TensorKind::qkvw, l), param(TensorKind::qkvb, l), n, C, 3 * C);
+    layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), layer_input, param(TensorKind::kLn1w, l),
+                      param(TensorKind::kLn1b, l), n, C);
+    matmul_forward(la.qkv.data(), la.ln1.data(), param(TensorKind::kQkvw, l), param(TensorKind::kQkvb, l), n, C, 3 * C);
     attention_forward(la.atty.data(), la.preatt.data(), la.att.data(), la.qkv.data(), B, T, C, NH);
-    matmul_forward(la.attproj.data(), la.atty.data(), param(TensorKind::attprojw, l), param(TensorKind::attprojb, l),
+    matmul_forward(la.attproj.data(), la.atty.data(), param(TensorKind::kAttprojw, l), param(TensorKind::kAttprojb, l),
                    n, C, C);
     residual_forward(la.residual2.data(), layer_input, la.attproj.data(), NC);
     layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.residual2.data(),
-                      param(TensorKind::ln2w, l), param(TensorKind::ln2b, l), n, C);
-    matmul_forward(la.fch.data(), la.ln2.data(), param(TensorKind::fcw, l), param(TensorKind::fcb, l), n, C, 4 * C);
+                      param(TensorKind::kLn2w, l), param(TensorKind::kLn2b, l), n, C);
+    matmul_forward(la.fch.data(), la.ln2.data(), param(TensorKind::kFcw, l), param(TensorKind::kFcb, l), n, C, 4 * C);
     gelu_forward(la.fch_gelu.data(), la.fch.data(), 4 * NC);
-    matmul_forward(la.fcproj.data(), la.fch_gelu.data(), param(TensorKind::fcprojw, l), param(TensorKind::fcprojb, l),
+    matmul_forward(la.fcproj.data(), la.fch_gelu.data(), param(TensorKind::kFcprojw, l), param(TensorKind::kFcprojb, l),
                    n, 4 * C, C);
     residual_forward(la.residual3.data(), la.residual2.data(), la.fcproj.data(), NC);
     layer_input = la.residual3.data();
@@ -97,11 +97,11 @@ double ReferenceGPT2::forward(const int* tokens, const int* targets, int B, int 
   a.lnf.assign(NC, 0.0);
   a.lnf_mean.assign(N, 0.0);
   a.lnf_rstd.assign(N, 0.0);
-  layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), layer_input, param(TensorKind::lnfw),
-                    param(TensorKind::lnfb), static_cast<int>(N), C);
+  layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), layer_input, param(TensorKind::kLnfw),
+                    param(TensorKind::kLnfb), static_cast<int>(N), C);
   a.logits.assign(N * Vp, 0.0);
   // Tied LM head: logits over all Vp rows of wte (the padded rows are 0, and the loss ignores them).
-  matmul_forward(a.logits.data(), a.lnf.data(), param(TensorKind::wte), nullptr, static_cast<int>(N), C, Vp);
+  matmul_forward(a.logits.data(), a.lnf.data(), param(TensorKind::kWte), nullptr, static_cast<int>(N), C, Vp);
   a.probs.assign(N * Vp, 0.0);
   a.losses.assign(N, 0.0);
   if (!have_targets_) return std::numeric_limits<double>::quiet_NaN();
@@ -126,13 +126,13 @@ void ReferenceGPT2::backward() {
   std::vector<double> dlogits(N * Vp, 0.0);
   crossentropy_softmax_backward(dlogits.data(), a.probs.data(), targets_.data(), dlosses.data(), n, V, Vp);
   std::vector<double> dlnf(NC, 0.0);
-  matmul_backward(dlnf.data(), grad(TensorKind::wte), nullptr, dlogits.data(), a.lnf.data(), param(TensorKind::wte), n,
+  matmul_backward(dlnf.data(), grad(TensorKind::kWte), nullptr, dlogits.data(), a.lnf.data(), param(TensorKind::kWte), n,
                   C, Vp);
   // dresidual: gradient of the residual stream at the current point, walking the layers backwards.
   std::vector<double> dresidual(NC, 0.0);
   const double* last_output = L > 0 ? a.layers.back().residual3.data() : a.encoded.data();
-  layernorm_backward(dresidual.data(), grad(TensorKind::lnfw), grad(TensorKind::lnfb), dlnf.data(), last_output,
-                     param(TensorKind::lnfw), a.lnf_mean.data(), a.lnf_rstd.data(), n, C);
+  layernorm_backward(dresidual.data(), grad(TensorKind::kLnfw), grad(TensorKind::kLnfb), dlnf.data(), last_output,
+                     param(TensorKind::kLnfw), a.lnf_mean.data(), a.lnf_rstd.data(), n, C);
 
   std::vector<double> dfcproj_in(4 * NC), dfch(4 * NC), dln(NC), datty(NC), dqkv(3 * NC), dpreatt(att_size),
       datt(att_size);
@@ -141,29 +141,29 @@ void ReferenceGPT2::backward() {
     const double* layer_input = l > 0 ? a.layers[static_cast<size_t>(l) - 1].residual3.data() : a.encoded.data();
     // residual3 = residual2 + fcproj: dresidual flows to both unchanged.
     std::fill(dfcproj_in.begin(), dfcproj_in.end(), 0.0);
-    matmul_backward(dfcproj_in.data(), grad(TensorKind::fcprojw, l), grad(TensorKind::fcprojb, l), dresidual.data(),
-                    la.fch_gelu.data(), param(TensorKind::fcprojw, l), n, 4 * C, C);
+    matmul_backward(dfcproj_in.data(), grad(TensorKind::kFcprojw, l), grad(TensorKind::kFcprojb, l), dresidual.data(),
+                    la.fch_gelu.data(), param(TensorKind::kFcprojw, l), n, 4 * C, C);
     std::fill(dfch.begin(), dfch.end(), 0.0);
     gelu_backward(dfch.data(), la.fch.data(), dfcproj_in.data(), 4 * NC);
     std::fill(dln.begin(), dln.end(), 0.0);
-    matmul_backward(dln.data(), grad(TensorKind::fcw, l), grad(TensorKind::fcb, l), dfch.data(), la.ln2.data(),
-                    param(TensorKind::fcw, l), n, C, 4 * C);
-    layernorm_backward(dresidual.data(), grad(TensorKind::ln2w, l), grad(TensorKind::ln2b, l), dln.data(),
-                       la.residual2.data(), param(TensorKind::ln2w, l), la.ln2_mean.data(), la.ln2_rstd.data(), n, C);
+    matmul_backward(dln.data(), grad(TensorKind::kFcw, l), grad(TensorKind::kFcb, l), dfch.data(), la.ln2.data(),
+                    param(TensorKind::kFcw, l), n, C, 4 * C);
+    layernorm_backward(dresidual.data(), grad(TensorKind::kLn2w, l), grad(TensorKind::kLn2b, l), dln.data(),
+                       la.residual2.data(), param(TensorKind::kLn2w, l), la.ln2_mean.data(), la.ln2_rstd.data(), n, C);
     // residual2 = layer_input + attproj: dresidual now holds d(residual2) and flows to both.
     std::fill(datty.begin(), datty.end(), 0.0);
-    matmul_backward(datty.data(), grad(TensorKind::attprojw, l), grad(TensorKind::attprojb, l), dresidual.data(),
-                    la.atty.data(), param(TensorKind::attprojw, l), n, C, C);
+    matmul_backward(datty.data(), grad(TensorKind::kAttprojw, l), grad(TensorKind::kAttprojb, l), dresidual.data(),
+                    la.atty.data(), param(TensorKind::kAttprojw, l), n, C, C);
     std::fill(dqkv.begin(), dqkv.end(), 0.0);
     attention_backward(dqkv.data(), dpreatt.data(), datt.data(), datty.data(), la.qkv.data(), la.att.data(), B, T, C,
                        NH);
     std::fill(dln.begin(), dln.end(), 0.0);
-    matmul_backward(dln.data(), grad(TensorKind::qkvw, l), grad(TensorKind::qkvb, l), dqkv.data(), la.ln1.data(),
-                    param(TensorKind::qkvw, l), n, C, 3 * C);
-    layernorm_backward(dresidual.data(), grad(TensorKind::ln1w, l), grad(TensorKind::ln1b, l), dln.data(), layer_input,
-                       param(TensorKind::ln1w, l), la.ln1_mean.data(), la.ln1_rstd.data(), n, C);
+    matmul_backward(dln.data(), grad(TensorKind::kQkvw, l), grad(TensorKind::kQkvb, l), dqkv.data(), la.ln1.data(),
+                    param(TensorKind::kQkvw, l), n, C, 3 * C);
+    layernorm_backward(dresidual.data(), grad(TensorKind::kLn1w, l), grad(TensorKind::kLn1b, l), dln.data(), layer_input,
+                       param(TensorKind::kLn1w, l), la.ln1_mean.data(), la.ln1_rstd.data(), n, C);
   }
-  encoder_backward(grad(TensorKind::wte), grad(TensorKind::wpe), dresidual.data(), tokens_.data(), B, T, C);
+  encoder_backward(grad(TensorKind::kWte), grad(TensorKind::kWpe), dresidual.data(), tokens_.data(), B, T, C);
 }
 
 double ReferenceGPT2::grad_norm() const {

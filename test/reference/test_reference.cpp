@@ -314,7 +314,7 @@ void randomize_params(ref::ReferenceGPT2& model, uint64_t seed) {
   const llmc::GPT2Config& cfg = model.layout().config;
   for (const llmc::TensorView& view : model.layout().tensors) {
     size_t n = view.numel;
-    if (view.kind == TensorKind::wte) n = static_cast<size_t>(cfg.vocab_size) * cfg.channels;
+    if (view.kind == TensorKind::kWte) n = static_cast<size_t>(cfg.vocab_size) * cfg.channels;
     for (size_t i = 0; i < n; i++) model.params[view.offset + i] += 0.2 * normal.next();
   }
 }
@@ -355,14 +355,14 @@ TEST(ReferenceGPT2, GradientOfEveryTensorMatchesFiniteDifferences) {
       ASSERT_EQ(analytic[i], 0.0) << "padding element " << i;
     }
   }
-  const llmc::TensorView& wte = s.layout.tensor(TensorKind::wte);
+  const llmc::TensorView& wte = s.layout.tensor(TensorKind::kWte);
   for (size_t i = 100 * 32; i < wte.numel; i++) ASSERT_EQ(analytic[wte.offset + i], 0.0) << "padded vocab row";
 
   // Per tensor: its largest-gradient element plus 5 random ones (wte: also rows of used tokens).
   uint64_t state = 7;
   for (const llmc::TensorView& view : s.layout.tensors) {
     size_t real = view.numel;
-    if (view.kind == TensorKind::wte) real = 100 * 32;
+    if (view.kind == TensorKind::kWte) real = 100 * 32;
     std::vector<size_t> indices;
     size_t largest = 0;
     for (size_t i = 0; i < real; i++)
@@ -372,7 +372,7 @@ TEST(ReferenceGPT2, GradientOfEveryTensorMatchesFiniteDifferences) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       indices.push_back(view.offset + (state >> 33) % real);
     }
-    if (view.kind == TensorKind::wte)
+    if (view.kind == TensorKind::kWte)
       for (int k = 0; k < 3; k++) indices.push_back(view.offset + static_cast<size_t>(s.tokens[k]) * 32 + 5);
     EXPECT_GT(std::abs(analytic[view.offset + largest]), 1e-4) << view.name << " has no real gradient";
     expect_gradient_matches(view.name, model.params, analytic, loss, indices);

@@ -15,11 +15,19 @@
 #include "llmc/train/mfu.h"
 #include "llmc/train/log.h"
 #include "llmc/train/options.h"
+#include "test/support/test_helpers.h"
 
 using namespace llmc;
 
+namespace {
+class LogFile : public llmc::test::TempDirTest {
+ protected:
+  LogFile() : TempDirTest("llmc_test_train_log") {}
+};
+}  // namespace
+
 TEST(LrSchedule, WarmupRampsLinearlyFromFirstStep) {
-  LrSchedule s{1e-3, 10, 100, 0.1, LrDecay::cosine};
+  LrSchedule s{1e-3, 10, 100, 0.1, LrDecay::kCosine};
   EXPECT_DOUBLE_EQ(s.at(0), 1e-4);
   EXPECT_DOUBLE_EQ(s.at(4), 5e-4);
   EXPECT_DOUBLE_EQ(s.at(9), 1e-3);
@@ -27,24 +35,24 @@ TEST(LrSchedule, WarmupRampsLinearlyFromFirstStep) {
 
 TEST(LrSchedule, CosineHitsMaxMidpointAndFinal) {
   // decay runs over steps 10..99 (89 intervals): start = max, end = final, middle = the mean of both.
-  LrSchedule s{1e-3, 10, 100, 0.1, LrDecay::cosine};
+  LrSchedule s{1e-3, 10, 100, 0.1, LrDecay::kCosine};
   EXPECT_NEAR(s.at(10), 1e-3, 1e-15);
   EXPECT_NEAR(s.at(99), 1e-4, 1e-15);
-  LrSchedule even{1.0, 0, 101, 0.0, LrDecay::cosine};  // 100 intervals: step 50 is the midpoint
+  LrSchedule even{1.0, 0, 101, 0.0, LrDecay::kCosine};  // 100 intervals: step 50 is the midpoint
   EXPECT_NEAR(even.at(50), 0.5, 1e-12);
   EXPECT_NEAR(even.at(25), 0.5 * (1 + std::cos(M_PI / 4)), 1e-12);
 }
 
 TEST(LrSchedule, LinearAndConstant) {
-  LrSchedule lin{2.0, 0, 5, 0.0, LrDecay::linear};  // steps 0..4: 2, 1.5, 1, 0.5, 0
+  LrSchedule lin{2.0, 0, 5, 0.0, LrDecay::kLinear};  // steps 0..4: 2, 1.5, 1, 0.5, 0
   EXPECT_DOUBLE_EQ(lin.at(0), 2.0);
   EXPECT_DOUBLE_EQ(lin.at(1), 1.5);
   EXPECT_DOUBLE_EQ(lin.at(4), 0.0);
-  LrSchedule flat{3.0, 2, 10, 0.0, LrDecay::constant};
+  LrSchedule flat{3.0, 2, 10, 0.0, LrDecay::kConstant};
   EXPECT_DOUBLE_EQ(flat.at(1), 3.0);
   EXPECT_DOUBLE_EQ(flat.at(9), 3.0);
   EXPECT_THROW(parse_lr_decay("exp"), std::invalid_argument);
-  EXPECT_EQ(parse_lr_decay("linear"), LrDecay::linear);
+  EXPECT_EQ(parse_lr_decay("linear"), LrDecay::kLinear);
 }
 
 TEST(Mfu, FlopsPerTokenOfGpt2Small) {
@@ -86,9 +94,8 @@ TEST(TrainLog, LinesMatchModdedNanogptRegexes) {
   EXPECT_EQ(format_duration(7500), "2h05m");
 }
 
-TEST(TrainLog, OnlyTheWriterWritesAndFileAppends) {
-  const std::string path = ::testing::TempDir() + "/train_log_test.txt";
-  std::remove(path.c_str());
+TEST_F(LogFile, OnlyTheWriterWritesAndFileAppends) {
+  const std::string path = this->path("log.txt");
   { TrainLog log(path, true); log.line("first"); }
   { TrainLog log(path, true); log.line("second"); }
   { TrainLog silent(path, false); silent.line("never"); }
