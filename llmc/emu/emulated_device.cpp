@@ -44,6 +44,13 @@ EmulatedDevice::EmulatedDevice() {
       std::abort();
     }
   }
+  if (const char* drop = std::getenv("LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS")) {
+    if (std::strcmp(drop, "1") != 0 && std::strcmp(drop, "0") != 0) {
+      std::fprintf(stderr, "llmc emu: LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS=%s: expected 0 or 1\n", drop);
+      std::abort();
+    }
+    drop_waits_on_priority_streams_ = std::strcmp(drop, "1") == 0;
+  }
   legacy_stream_.worker = std::make_shared<StreamWorker>("legacy default stream");
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_bytes = sysconf(_SC_PAGESIZE);

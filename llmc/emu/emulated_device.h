@@ -30,6 +30,7 @@ struct CUevent_st {
   // The latest record: complete once `worker` has completed task `sequence`.
   std::shared_ptr<llmc::emu::StreamWorker> worker;
   uint64_t sequence = 0;
+  int recorder_priority = 0;  // of the stream that recorded it
   std::shared_ptr<std::atomic<int64_t>> timestamp_ns;  // -1 until the record executed
 };
 
@@ -77,6 +78,12 @@ class EmulatedDevice {
 
   const cudaDeviceProp& properties() const { return properties_; }
 
+  // Fault injection for the tests (LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS=1): cudaStreamWaitEvent
+  // ignores events recorded on a stream of greater priority than the waiting one. In the trainer that is
+  // the compute stream's wait for a bucket's all-gather on the comm stream: test/train/test_multirank.py
+  // must see the results change.
+  bool drops_waits_on_priority_streams() const { return drop_waits_on_priority_streams_; }
+
  private:
   EmulatedDevice();
   void run_grid(const KernelLaunchInfo& launch, const std::function<void()>& thread_body,
@@ -104,6 +111,7 @@ class EmulatedDevice {
   BlockRunner block_runner_;
 
   std::atomic<ThreadOrder> thread_order_{ThreadOrder::kForward};
+  bool drop_waits_on_priority_streams_ = false;
   cudaDeviceProp properties_{};
 };
 

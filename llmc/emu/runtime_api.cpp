@@ -314,6 +314,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(event->mutex);
   event->sequence = device().enqueue(stream, [timestamp] { timestamp->store(now_ns()); });
   event->worker = device().resolve(stream)->worker;
+  event->recorder_priority = device().resolve(stream)->priority;
   event->timestamp_ns = std::move(timestamp);
   return cudaSuccess;
 }
@@ -339,14 +340,19 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
   std::shared_ptr<llmc::emu::StreamWorker> producer;
   uint64_t sequence;
+  int producer_priority;
   {
     std::lock_guard<std::mutex> lock(event->mutex);
     producer = event->worker;
     sequence = event->sequence;
+    producer_priority = event->recorder_priority;
   }
   // Never recorded: nothing to wait for. Same stream: stream order already implies it (and a
   // task must not own its own worker).
-  if (producer == nullptr || producer == device().resolve(stream)->worker) return cudaSuccess;
+  CUstream_st* waiting = device().resolve(stream);
+  if (producer == nullptr || producer == waiting->worker) return cudaSuccess;
+  // Greater priority is a smaller number; see EmulatedDevice::drops_waits_on_priority_streams.
+  if (device().drops_waits_on_priority_streams() && producer_priority < waiting->priority) return cudaSuccess;
   device().enqueue(stream, [producer, sequence] { producer->wait_until_complete(sequence); });
   return cudaSuccess;
 }

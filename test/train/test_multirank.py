@@ -1,10 +1,10 @@
 """Data-parallel training with ZeRO-1 AdamW, tested end to end: train_gpt2 (fp32 emulated build) under
 mpirun with 1, 2 and 4 emulated ranks on the same global batch, the three overlap modes, clipping,
-gradient accumulation, the per-rank Chrome traces, a mutant build missing one cross-stream wait, a
-failing rank, and resume from a multi-rank checkpoint.
+gradient accumulation, the per-rank Chrome traces, a mutant run missing one cross-stream wait (the
+emulation's fault injection), a failing rank, and resume from a multi-rank checkpoint.
 
-Binaries come from the environment (set by cmake/multirank.cmake): LLMC_MPIEXEC, LLMC_TRAIN_FP32_EMU,
-LLMC_TRAIN_FP32_EMU_DROP_WAIT. Run: ctest --test-dir build -L multirank
+Binaries come from the environment (set by cmake/multirank.cmake): LLMC_MPIEXEC, LLMC_TRAIN_FP32_EMU.
+Run: ctest --test-dir build -L multirank
 """
 import glob
 import os
@@ -21,7 +21,9 @@ import multirank_runs as mr  # noqa: E402
 
 MPIEXEC = os.environ.get("LLMC_MPIEXEC", "mpiexec")
 TRAINER = os.environ.get("LLMC_TRAIN_FP32_EMU", "")
-MUTANT = os.environ.get("LLMC_TRAIN_FP32_EMU_DROP_WAIT", "")
+# The emulation drops every cross-stream wait of a lower-priority stream for the comm stream: the
+# forward no longer waits for a bucket's all-gather (llmc/emu/emulated_device.h).
+DROP_PARAM_WAIT = {"LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS": "1"}
 
 # The `tiny` preset (L=2, C=32, T=16, V=100); 4 windows of T tokens per optimizer step in total:
 # 1 rank B=4, 2 ranks B=2, 4 ranks B=1 read exactly the same windows (rank r takes windows r*B..).
@@ -54,10 +56,9 @@ class MultiRankCase(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        for path in (TRAINER, MUTANT):
-            if not path or not os.path.exists(path):
-                raise RuntimeError(f"trainer binary not found: '{path}' (run through ctest, which sets "
-                                   "LLMC_TRAIN_FP32_EMU and LLMC_TRAIN_FP32_EMU_DROP_WAIT)")
+        if not TRAINER or not os.path.exists(TRAINER):
+            raise RuntimeError(f"trainer binary not found: '{TRAINER}' (run through ctest, which sets "
+                               "LLMC_TRAIN_FP32_EMU)")
         cls.directory = tempfile.mkdtemp(prefix="llmc_multirank_")
         rng = np.random.default_rng(2024)
         data = os.path.join(cls.directory, "data")
@@ -75,10 +76,10 @@ class MultiRankCase(unittest.TestCase):
         shutil.rmtree(cls.directory, ignore_errors=True)
 
     @classmethod
-    def train(cls, name, ranks, args, binary=None, extra_env=None, timeout=120):
+    def train(cls, name, ranks, args, extra_env=None, timeout=120):
         output_dir = os.path.join(cls.directory, name)
         args = ["--train-data", cls.train_data] + list(args)
-        run = mr.run_trainer(MPIEXEC, ranks, binary or TRAINER, args, output_dir, timeout=timeout,
+        run = mr.run_trainer(MPIEXEC, ranks, TRAINER, args, output_dir, timeout=timeout,
                              extra_env=extra_env)
         cls.runs[name] = run
         return run
@@ -123,7 +124,9 @@ class Equivalence(MultiRankCase):
         super().setUpClass()
         no_clip = COMMON + ["--grad-clip", "0"]
         clip = COMMON + ["--grad-clip", "1.0"]  # the tiny model's gradient norm is above 1: clipping acts
-        cls.train("np1", 1, no_clip + ["-b", "4", "--dump", os.path.join(cls.directory, "dump")])
+        # The trainer's test hook (llmc/train/debug_hooks.h) keeps the initial parameters in dump/model.bin.
+        cls.train("np1", 1, no_clip + ["-b", "4"],
+                  extra_env={"LLMC_DEBUG_DUMP_DIR": os.path.join(cls.directory, "dump")})
         for ranks in (2, 4):
             batch = str(GLOBAL_WINDOWS // ranks)
             for mode in ("none", "rs", "full"):
@@ -298,7 +301,7 @@ class TraceOrder(MultiRankCase):
 
 
 class MissingWait(MultiRankCase):
-    """A mutant build whose forward does not wait for the all-gather of a bucket must give different
+    """A mutant run whose forward does not wait for the all-gather of a bucket must give different
     results; the emulated NCCL delays each collective (LLMC_EMU_NCCL_DELAY_MS) so the race is certain."""
 
     def test_dropped_param_wait_is_caught(self):
@@ -306,7 +309,7 @@ class MissingWait(MultiRankCase):
         delay = {"LLMC_EMU_NCCL_DELAY_MS": "150"}
         plain = self.train("plain", 2, args)
         delayed = self.train("delayed", 2, args, extra_env=delay)
-        mutant = self.train("mutant", 2, args, binary=MUTANT, extra_env=delay)
+        mutant = self.train("mutant", 2, args, extra_env=dict(delay, **DROP_PARAM_WAIT))
         for run in (plain, delayed, mutant):
             self.assertEqual(run.returncode, 0, run.describe())
         reference = plain.final_params(2)
