@@ -1,33 +1,34 @@
 // train_gpt2: trains GPT-2 on token shards, data-parallel over MPI ranks (one GPU each) with a ZeRO-1
-// AdamW whose communication overlaps the backward pass. main() holds the options and the training
-// loop, which reads top to bottom like the algorithm; everything else lives in llmc/.
+// AdamW whose communication overlaps the backward pass. train() sets a run up and runs the loop;
+// train_step() is one optimizer step, and it talks to the model and the optimizer only through their
+// per-bucket hooks (llmc/model/trainable_model.h, llmc/optim/bucket_optimizer.h). The rest lives in llmc/.
 #include <CLI/CLI.hpp>
-
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include "llmc/model/checkpoint.h"
-#include "llmc/dist/comm.h"
 #include "llmc/cuda_common.h"
 #include "llmc/data/dataloader.h"
+#include "llmc/dist/comm.h"
+#include "llmc/dist/trace.h"
+#include "llmc/file_io.h"
+#include "llmc/model/checkpoint.h"
 #include "llmc/model/gpt2.h"
+#include "llmc/model/param_init.h"
+#include "llmc/optim/zero.h"
+#include "llmc/train/debug_hooks.h"
+#include "llmc/train/log.h"
 #include "llmc/train/lr_schedule.h"
 #include "llmc/train/mfu.h"
-#include "llmc/model/param_init.h"
-#include "llmc/train/run_info.h"
-#include "llmc/dist/trace.h"
-#include "llmc/train/log.h"
 #include "llmc/train/options.h"
+#include "llmc/train/run_info.h"
 #include "llmc/train/state.h"
-#include "llmc/optim/zero.h"
 
 using namespace llmc;
 
@@ -38,294 +39,365 @@ double elapsed_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
 }
 
-bool is_regular_file(const std::string& path) {
-  struct stat info;
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
-}
+constexpr CheckpointDtype kModelFileDtype =
+    std::is_same<floatX, float>::value ? CheckpointDtype::kFp32 : CheckpointDtype::kBf16;
 
-// Creates the directory and any missing parents (like mkdir -p).
-void make_directory(const std::string& dir) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) throw std::runtime_error(dir + ": cannot create output directory: " + error.message());
-}
+// ---- one optimizer step ------------------------------------------------------------------------
 
-// "embeddings", "layer 3", "lm_head+final_norm": what the backward computes just before a bucket is final.
-std::string bucket_label(const ParamLayout& layout, int bucket) {
-  if (bucket == 0) return "embeddings";
-  if (bucket == layout.final_norm_bucket()) return "lm_head+final_norm";
-  return "layer " + std::to_string(bucket - 1);
-}
+// The host token arrays of one micro-batch.
+struct Batch {
+  explicit Batch(size_t tokens) : inputs(tokens), targets(tokens) {}
+  std::vector<int> inputs, targets;
+};
 
 // Wraps the optimizer's bucket hook so that the backward shows up on the compute track as one slice per
-// bucket, each ending where that bucket's gradients become final.
+// bucket, each ending where that bucket's gradients become final (buckets finish in decreasing order).
 class BackwardTracing {
  public:
-  BackwardTracing(Tracer& tracer, cudaStream_t stream, const ParamLayout& layout, BucketHook inner)
-      : tracer_(tracer), stream_(stream), layout_(layout), inner_(std::move(inner)) {
-    const int first = layout_.final_norm_bucket();
-    open_ = tracer_.begin(stream_, TraceTrack::kCompute, "backward " + bucket_label(layout_, first), {{"bucket", first}});
+  BackwardTracing(Tracer& tracer, const TrainableModel& model, BucketHook inner)
+      : tracer_(tracer), model_(model), inner_(std::move(inner)) {
+    begin_slice(model_.layout().num_buckets() - 1);
   }
   BucketHook hook() {
     return [this](int bucket) {
-      tracer_.end(open_, stream_);
+      tracer_.end(open_, model_.stream());
       if (inner_) inner_(bucket);
-      const int next = bucket - 1;  // buckets become final in decreasing order
-      if (bucket != 0)
-        open_ = tracer_.begin(stream_, TraceTrack::kCompute, "backward " + bucket_label(layout_, next), {{"bucket", next}});
+      if (bucket != 0) begin_slice(bucket - 1);
     };
   }
 
  private:
+  void begin_slice(int bucket) {
+    open_ = tracer_.begin(model_.stream(), TraceTrack::kCompute, "backward " + model_.bucket_name(bucket),
+                          {{"bucket", bucket}});
+  }
   Tracer& tracer_;
-  cudaStream_t stream_;
-  const ParamLayout& layout_;
+  const TrainableModel& model_;
   BucketHook inner_;
   Tracer::SliceId open_ = 0;
 };
 
-constexpr CheckpointDtype kModelFileDtype =
-    std::is_same<floatX, float>::value ? CheckpointDtype::fp32 : CheckpointDtype::bf16;
+// What a step works with.
+struct StepParts {
+  TrainableModel& model;
+  BucketOptimizer& optimizer;
+  DataLoader& train_loader;
+  Tracer& tracer;
+  const CommContext& comm;
+  int grad_accum;
+};
 
-// Model file once (rank 0), then every rank's optimizer shard; a barrier so that no rank runs ahead of
-// a checkpoint that is not complete yet.
-void save_checkpoint(const std::string& prefix, GPT2& model, ZeroOptimizer& optimizer, CommContext& comm,
-                     const TrainState& loop_state) {
-  optimizer.wait_for_all_params();
-  if (comm.is_main_rank()) {
-    const std::vector<float> params = model.download_params();
-    write_checkpoint(checkpoint_model_path(prefix), model.layout(), params.data(), kModelFileDtype);
+struct StepResult {
+  double loss;  // mean over ranks and micro-steps
+  float grad_norm;
+};
+
+// The whole call sequence of a step (llmc/optim/bucket_optimizer.h): every forward waits per bucket for
+// the last update; the last micro-step's backward hands each bucket to the optimizer the moment its
+// gradients are final, and finish_step() enqueues what is left for after the backward.
+StepResult train_step(StepParts& parts, int step, float lr, Batch& batch) {
+  TrainableModel& model = parts.model;
+  BucketOptimizer& optimizer = parts.optimizer;
+  const float dloss = 1.0f / float(int64_t(batch.inputs.size()) * parts.grad_accum);  // the loss is a mean
+  for (int micro = 0; micro < parts.grad_accum; micro++) {
+    const bool last_micro = micro == parts.grad_accum - 1;
+    parts.train_loader.next_batch(batch.inputs.data(), batch.targets.data());
+    const Tracer::SliceId forward_slice =
+        parts.tracer.begin(model.stream(), TraceTrack::kCompute, "forward", {{"micro_step", micro}});
+    model.forward(batch.inputs.data(), batch.targets.data(), micro, /*compute_dlogits=*/true, dloss,
+                  optimizer.before_bucket_use());
+    parts.tracer.end(forward_slice, model.stream());
+    if (last_micro) optimizer.begin_step(step, lr);
+    BackwardTracing backward_tracing(parts.tracer, model, last_micro ? optimizer.on_bucket_ready() : BucketHook());
+    model.backward(batch.inputs.data(), /*first_micro_step=*/micro == 0, backward_tracing.hook());
   }
-  TrainState state = loop_state;
-  optimizer.download_state(state.master, state.adam_m, state.adam_v);
-  write_train_state(checkpoint_state_path(prefix, comm.rank()), state);
-  comm.barrier();
+  optimizer.finish_step();
+  const double loss = parts.comm.all_reduce_mean(model.mean_loss(parts.grad_accum));
+  return StepResult{loss, optimizer.last_grad_norm()};
 }
 
-double evaluate(GPT2& model, ZeroOptimizer& optimizer, ValLoader& val_loader, CommContext& comm,
-                std::vector<int>& inputs, std::vector<int>& targets) {
+double evaluate(TrainableModel& model, BucketOptimizer& optimizer, ValLoader& val_loader, const CommContext& comm,
+                Batch& batch) {
   val_loader.reset();
   double loss_sum = 0.0;
   for (int64_t s = 0; s < val_loader.num_steps(); s++) {
-    val_loader.next_batch(inputs.data(), targets.data());
-    model.forward(inputs.data(), targets.data(), 0, /*compute_dlogits=*/false, 0.0f, optimizer.before_bucket_use());
+    val_loader.next_batch(batch.inputs.data(), batch.targets.data());
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, /*compute_dlogits=*/false, 0.0f,
+                  optimizer.before_bucket_use());
     loss_sum += model.mean_loss(1);
   }
   return comm.all_reduce_mean(loss_sum / double(val_loader.num_steps()));
 }
 
-// For scripts/reference_check.py: the batch of step 1, its loss and the gradients (layout order).
-void dump_step(const std::string& dir, const std::vector<int>& inputs, const std::vector<int>& targets, double loss,
-               const std::vector<float>& grads, const GPT2& model) {
-  auto write_binary = [&](const std::string& name, const void* data, size_t bytes) {
-    std::FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");
-    if (!f || std::fwrite(data, 1, bytes, f) != bytes || std::fclose(f) != 0)
-      throw std::runtime_error(dir + "/" + name + ": cannot write dump file");
-  };
-  write_binary("inputs.bin", inputs.data(), inputs.size() * sizeof(int));
-  write_binary("targets.bin", targets.data(), targets.size() * sizeof(int));
-  write_binary("grads.bin", grads.data(), grads.size() * sizeof(float));
-  const std::string meta = "{\"loss\": " + std::to_string(loss) + ", \"B\": " + std::to_string(model.batch_size()) +
-                           ", \"T\": " + std::to_string(model.seq_len()) + ", \"precision\": \"" + kPrecisionName +
-                           "\"}\n";
-  write_binary("meta.json", meta.data(), meta.size());
+// ---- set-up ----------------------------------------------------------------------------------------
+
+// Where the model starts: a checkpoint being resumed, an llm.c model file (--model FILE), or a preset
+// shape initialised from the seed.
+struct ModelStart {
+  GPT2Config config;
+  std::string file;           // "" for a fresh initialisation
+  std::vector<float> params;  // layout order; empty until initialised
+};
+
+ModelStart locate_model(const TrainOptions& opt, const std::string& resume_prefix, int world_size) {
+  ModelStart start;
+  start.file = !resume_prefix.empty() ? checkpoint_model_path(resume_prefix)
+               : is_regular_file(opt.model) ? opt.model
+                                            : "";
+  if (start.file.empty()) {
+    start.config = config_from_name(opt.model);
+    return start;
+  }
+  ParamLayout layout;
+  start.params = load_checkpoint(start.file, world_size, &layout);
+  start.config = layout.config;
+  return start;
+}
+
+cudaStream_t create_compute_stream() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  return stream;
+}
+
+OptimizerSettings optimizer_settings(const TrainOptions& opt) {
+  OptimizerSettings settings;
+  settings.adamw.weight_decay = float(opt.weight_decay);
+  settings.grad_clip = float(opt.grad_clip);
+  settings.overlap = parse_overlap_mode(opt.overlap);
+  return settings;
+}
+
+// The fields both loaders share.
+template <class LoaderConfig>
+LoaderConfig loader_config(const std::string& pattern, const TrainOptions& opt, const CommContext& comm,
+                           int vocab_size) {
+  LoaderConfig config;
+  config.pattern = pattern;
+  config.batch_size = opt.batch_size;
+  config.seq_len = opt.seq_len;
+  config.rank = comm.rank();
+  config.world_size = comm.world_size();
+  config.vocab_size = vocab_size;
+  return config;
+}
+
+DataLoaderConfig train_loader_config(const TrainOptions& opt, const CommContext& comm, int vocab_size) {
+  DataLoaderConfig config = loader_config<DataLoaderConfig>(opt.train_data, opt, comm, vocab_size);
+  config.shuffle = opt.shuffle;
+  config.seed = opt.seed;
+  config.prefetch = true;
+  return config;
+}
+
+std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommContext& comm, int vocab_size) {
+  if (opt.val_tokens <= 0) return nullptr;
+  ValLoaderConfig config = loader_config<ValLoaderConfig>(opt.val_data, opt, comm, vocab_size);
+  config.val_tokens = opt.val_tokens;
+  return std::make_unique<ValLoader>(config);
+}
+
+// The loop's own state, saved with every checkpoint.
+struct LoopState {
+  int step = 0;  // optimizer steps done
+  double train_time_ms = 0.0;
+  std::string last_checkpoint;  // prefix; "" for none
+};
+
+// Everything a run trains with, built in dependency order: the model (loaded, or initialised from the
+// seed), the optimizer and its master weights, the data loaders, and the state of a resumed checkpoint.
+struct Run {
+  Run(const TrainOptions& options, CommContext& communicator)
+      : opt(options),
+        comm(communicator),
+        resume_prefix(llmc::resume_prefix(opt.resume, opt.output_dir)),
+        start(locate_model(opt, resume_prefix, comm.world_size())),
+        grad_accum(opt.grad_accum_steps(comm.world_size())),
+        model(start.config, comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream()),
+        tracer(!opt.trace_dir.empty(), comm.rank()),
+        optimizer(model, comm, optimizer_settings(opt), &tracer),
+        train_loader(train_loader_config(opt, comm, start.config.vocab_size)),
+        val_loader(make_val_loader(opt, comm, start.config.vocab_size)) {
+    if (start.params.empty()) start.params = init_gpt2_params(model.layout(), opt.seed);
+    model.upload_params(start.params);
+    optimizer.init_master(start.params);
+    if (resume_prefix.empty()) return;
+    const TrainState state = read_resume_state(resume_prefix, comm.rank(), comm.world_size(), start.config);
+    optimizer.upload_state(state.master, state.adam_m, state.adam_v);
+    train_loader.seek(state.train_position);
+    loop = LoopState{int(state.step), state.train_time_ms, resume_prefix};
+  }
+
+  const TrainOptions& opt;
+  CommContext& comm;
+  const std::string resume_prefix;  // "" when starting fresh
+  ModelStart start;
+  const int grad_accum;
+  GPT2 model;
+  Tracer tracer;
+  ZeroOptimizer optimizer;
+  DataLoader train_loader;
+  std::unique_ptr<ValLoader> val_loader;
+  LoopState loop;
+};
+
+LogHeader describe_run(const Run& run, const std::string& options_text, const DebugHooks& debug) {
+  LogHeader header;
+  header.run = collect_run_info();
+  header.precision = kPrecisionName;
+  header.world_size = run.comm.world_size();
+  header.model = describe_config(run.start.config);
+  header.num_parameters = run.model.layout().num_parameters;
+  header.model_source = run.start.file.empty() ? "init seed " + std::to_string(run.opt.seed) : "from " + run.start.file;
+  header.options_text = options_text;
+  header.batch_size = run.opt.batch_size;
+  header.seq_len = run.opt.seq_len;
+  header.grad_accum = run.grad_accum;
+  header.activation_bytes = run.model.activation_bytes();
+  header.optimizer_state_bytes = run.optimizer.state_bytes();
+  header.overlap = run.opt.overlap;
+  if (run.opt.resume == "latest" && run.resume_prefix.empty())
+    header.notes.push_back("--resume latest: no checkpoint in " + run.opt.output_dir + ", starting fresh");
+  if (!run.resume_prefix.empty())
+    header.notes.push_back("resumed from " + run.resume_prefix + " at step " + std::to_string(run.loop.step));
+  if (debug.any()) header.notes.push_back("debug: " + debug.describe());
+  return header;
+}
+
+// ---- the loop's bookkeeping --------------------------------------------------------------------------
+
+// The model file once (rank 0), then every rank's optimizer shard; a barrier so that no rank runs ahead
+// of a checkpoint that is not complete yet.
+void save_checkpoint(const std::string& prefix, Run& run) {
+  run.optimizer.wait_for_all_params();
+  if (run.comm.is_main_rank()) {
+    const std::vector<float> params = run.model.download_params();
+    write_checkpoint(checkpoint_model_path(prefix), run.model.layout(), params.data(), kModelFileDtype);
+  }
+  TrainState state;
+  state.step = run.loop.step;
+  state.rank = run.comm.rank();
+  state.world_size = run.comm.world_size();
+  state.config = run.start.config;
+  state.train_position = run.train_loader.position();
+  state.train_time_ms = run.loop.train_time_ms;
+  run.optimizer.download_state(state.master, state.adam_m, state.adam_v);
+  write_train_state(checkpoint_state_path(prefix, run.comm.rank()), state);
+  run.comm.barrier();
+}
+
+// Throughput figures of the step line, from the step's duration.
+class ThroughputMeter {
+ public:
+  explicit ThroughputMeter(const Run& run)
+      : tokens_per_step_(double(run.opt.batch_size) * run.opt.seq_len * run.grad_accum * run.comm.world_size()),
+        flops_per_token_(training_flops_per_token(int64_t(run.model.layout().num_parameters),
+                                                  run.start.config.num_layers, run.start.config.channels,
+                                                  run.opt.seq_len)),
+        world_size_(run.comm.world_size()) {
+    if (kModelFileDtype == CheckpointDtype::kBf16) peak_flops_ = bf16_peak_flops(collect_run_info().device_name);
+  }
+  double tokens_per_second(double step_ms) const { return tokens_per_step_ / (step_ms / 1000.0); }
+  std::string mfu(double step_ms) const {
+    return format_mfu(flops_per_token_ * tokens_per_second(step_ms) / world_size_, peak_flops_);
+  }
+
+ private:
+  double tokens_per_step_, flops_per_token_;
+  int world_size_;
+  std::optional<double> peak_flops_;
+};
+
+std::string step_line(const Run& run, int step, const StepResult& result, float lr, double step_ms,
+                      const ThroughputMeter& meter, Tracer& tracer) {
+  TrainStepRecord record;
+  record.step = step;
+  record.total_steps = run.opt.steps;
+  record.loss = result.loss;
+  record.train_time_ms = run.loop.train_time_ms;
+  record.step_avg_ms = run.loop.train_time_ms / step;
+  record.tokens_per_second = meter.tokens_per_second(step_ms);
+  record.mfu = meter.mfu(step_ms);
+  record.lr = lr;
+  record.grad_norm = result.grad_norm;
+  record.eta_seconds = (run.opt.steps - step) * record.step_avg_ms / 1000.0;
+  std::string line = format_train_line(record);
+  if (!tracer.enabled()) return line;
+  const OverlapFigures overlap = tracer.flush_step();
+  char figures[128];
+  std::snprintf(figures, sizeof figures, " comm:%.2fms exposed_comm:%.2fms overlapped:%.1f%%", overlap.comm_us / 1000,
+                overlap.exposed_comm_us / 1000, 100.0 * overlap.overlapped_fraction);
+  return line + figures;
+}
+
+bool due(int every, int step, bool last_step) { return last_step || (every > 0 && step % every == 0); }
+
+void write_trace(const TrainOptions& opt, const Tracer& tracer, const CommContext& comm) {
+  if (opt.trace_dir.empty()) return;
+  if (comm.is_main_rank()) make_directories(opt.trace_dir, "trace directory");
+  comm.barrier();
+  tracer.write(opt.trace_dir + "/trace_rank" + std::to_string(comm.rank()) + ".json");
+}
+
+// ---- the run -----------------------------------------------------------------------------------------
+
+// The training loop: steps up to --steps, with validation, checkpoints and the stop on a non-finite loss.
+// Returns the exit status.
+int train_loop(Run& run, TrainLog& log, const DebugHooks& debug) {
+  const TrainOptions& opt = run.opt;
+  const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
+  const ThroughputMeter meter(run);
+  StepParts parts{run.model, run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
+  Batch batch(size_t(opt.batch_size) * opt.seq_len);
+  for (int step = run.loop.step + 1; step <= opt.steps; step++) {
+    const Clock::time_point step_start = Clock::now();
+    const float lr = float(schedule.at(step - 1));
+    StepResult result = train_step(parts, step, lr, batch);
+    const double step_ms = elapsed_ms(step_start);
+    run.loop.step = step;
+    run.loop.train_time_ms += step_ms;
+    result.loss = debug.loss_seen(step, result.loss);
+    if (!std::isfinite(result.loss)) {
+      log.line("error: step " + std::to_string(step) + ": the loss is " + std::to_string(result.loss) +
+               "; stopping. Last good checkpoint: " +
+               (run.loop.last_checkpoint.empty() ? "none" : run.loop.last_checkpoint));
+      return 1;
+    }
+    if (debug.wants_dump(step) && run.comm.is_main_rank())
+      debug.dump_step(batch.inputs, batch.targets, result.loss, run.model.download_grads(), opt.batch_size,
+                      opt.seq_len, kPrecisionName);
+    log.line(step_line(run, step, result, lr, step_ms, meter, run.tracer));
+    const bool last_step = step == opt.steps;
+    if (run.val_loader && due(opt.val_every, step, last_step)) {
+      const double val_loss = evaluate(run.model, run.optimizer, *run.val_loader, run.comm, batch);
+      log.line(format_val_line(step, opt.steps, val_loss, run.loop.train_time_ms, run.loop.train_time_ms / step));
+    }
+    if (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last_step)) {
+      run.loop.last_checkpoint = checkpoint_prefix(opt.output_dir, step);
+      save_checkpoint(run.loop.last_checkpoint, run);
+      log.line("# checkpoint " + run.loop.last_checkpoint);
+    }
+  }
+  write_trace(opt, run.tracer, run.comm);
+  return 0;
 }
 
 int train(const TrainOptions& opt, const std::string& options_text, CommContext& comm) {
   validate_train_options(opt, comm.world_size());
-  const bool writer = comm.is_main_rank();
-  if (!opt.output_dir.empty() && writer) make_directory(opt.output_dir);
+  const DebugHooks debug = DebugHooks::from_environment();
+  if (!opt.output_dir.empty() && comm.is_main_rank()) make_directories(opt.output_dir, "output directory");
   comm.barrier();
-  TrainLog log(opt.output_dir.empty() ? "" : opt.output_dir + "/log.txt", writer);
-
-  // ---- model: a preset shape, or an llm.c model file; optionally resumed from a checkpoint ----
-  std::string resume_prefix = opt.resume == "latest" ? latest_checkpoint_prefix(opt.output_dir) : opt.resume;
-  if (opt.resume == "latest" && resume_prefix.empty()) log.line("# --resume latest: no checkpoint in " + opt.output_dir + ", starting fresh");
-  const std::string model_file = !resume_prefix.empty() ? checkpoint_model_path(resume_prefix)
-                                 : is_regular_file(opt.model) ? opt.model : "";
-  ParamLayout layout_from_file;
-  std::vector<float> host_params;
-  GPT2Config config;
-  if (!model_file.empty()) {
-    host_params = load_checkpoint(model_file, comm.world_size(), &layout_from_file);
-    config = layout_from_file.config;
-  } else {
-    config = config_from_name(opt.model);
+  Run run(opt, comm);
+  // Opened only now that the set-up has succeeded: a run that cannot start leaves no log.txt behind.
+  TrainLog log(opt.output_dir.empty() ? "" : opt.output_dir + "/log.txt", comm.is_main_rank());
+  for (const std::string& line : format_log_header(describe_run(run, options_text, debug))) log.line(line);
+  try {
+    if (debug.dumps() && comm.is_main_rank()) debug.dump_model(run.model.layout(), run.model.download_params());
+    return train_loop(run, log, debug);
+  } catch (const std::exception& error) {
+    log.record_failure(error.what());
+    throw;
   }
-  const int B = opt.batch_size, T = opt.seq_len, accum = opt.grad_accum_steps(comm.world_size());
-  cudaStream_t compute_stream = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&compute_stream));
-  GPT2 model(config, comm.world_size(), B, T, accum, compute_stream);
-  if (host_params.empty()) host_params = init_gpt2_params(model.layout(), opt.seed);
-  model.upload_params(host_params);
-
-  OptimizerSettings settings;
-  settings.weight_decay = float(opt.weight_decay);
-  settings.grad_clip = float(opt.grad_clip);
-  settings.overlap = parse_overlap_mode(opt.overlap);
-  Tracer tracer(!opt.trace_dir.empty(), comm.rank());
-  ZeroOptimizer optimizer(model, comm, settings, &tracer);
-  optimizer.init_master(host_params);
-
-  DataLoaderConfig train_config;
-  train_config.pattern = opt.train_data;
-  train_config.batch_size = B;
-  train_config.seq_len = T;
-  train_config.rank = comm.rank();
-  train_config.world_size = comm.world_size();
-  train_config.vocab_size = config.vocab_size;
-  train_config.shuffle = opt.shuffle;
-  train_config.seed = opt.seed;
-  train_config.prefetch = true;
-  DataLoader train_loader(train_config);
-  std::unique_ptr<ValLoader> val_loader;
-  if (opt.val_tokens > 0) {
-    ValLoaderConfig val_config;
-    val_config.pattern = opt.val_data;
-    val_config.batch_size = B;
-    val_config.seq_len = T;
-    val_config.rank = comm.rank();
-    val_config.world_size = comm.world_size();
-    val_config.vocab_size = config.vocab_size;
-    val_config.val_tokens = opt.val_tokens;
-    val_loader = std::make_unique<ValLoader>(val_config);
-  }
-
-  int start_step = 0;
-  double train_time_ms = 0.0;
-  if (!resume_prefix.empty()) {
-    const std::string state_path = checkpoint_state_path(resume_prefix, comm.rank());
-    // A checkpoint of another world size has more or fewer state files: say so on whichever rank notices
-    // first, rather than "cannot open" on one rank and a world-size mismatch on another.
-    const std::string ranks_hint = " than this run's " + std::to_string(comm.world_size()) +
-                                   " (resharding is not supported: resume with the same number of ranks)";
-    if (!is_regular_file(state_path))
-      throw std::runtime_error(state_path + ": missing: the checkpoint was written by fewer ranks" + ranks_hint);
-    if (is_regular_file(checkpoint_state_path(resume_prefix, comm.world_size())))
-      throw std::runtime_error(checkpoint_state_path(resume_prefix, comm.world_size()) +
-                               " exists: the checkpoint was written by more ranks" + ranks_hint);
-    TrainState state = read_train_state(state_path);
-    if (state.world_size != comm.world_size())
-      throw std::runtime_error(state_path + ": checkpoint was written by " + std::to_string(state.world_size) +
-                               " ranks, this run has " + std::to_string(comm.world_size()) +
-                               " (resharding is not supported: resume with the same number of ranks)");
-    if (describe_config(state.config) != describe_config(config))
-      throw std::runtime_error(state_path + ": optimizer state is for " + describe_config(state.config) +
-                               ", the model file is " + describe_config(config));
-    optimizer.upload_state(state.master, state.adam_m, state.adam_v);
-    train_loader.seek(state.train_position);
-    start_step = int(state.step);
-    train_time_ms = state.train_time_ms;
-  }
-
-  // ---- the header of the log: everything needed to reproduce the run ----
-  const RunInfo run_info = collect_run_info();
-  log.line("# train_gpt2 " + run_info.git_commit + " precision:" + kPrecisionName + " ranks:" +
-           std::to_string(comm.world_size()));
-  log.line("# device: " + run_info.device_name + " driver:" + run_info.driver_version + " runtime:" +
-           run_info.runtime_version);
-  log.line("# model: " + describe_config(config) + " parameters:" + std::to_string(model.layout().num_parameters) +
-           (model_file.empty() ? " init seed " + std::to_string(opt.seed) : " from " + model_file));
-  for (size_t begin = 0, end; begin < options_text.size(); begin = end + 1) {
-    end = options_text.find('\n', begin);
-    if (end == std::string::npos) end = options_text.size();
-    if (end > begin) log.line("# option " + options_text.substr(begin, end - begin));
-  }
-  log.line("# batch: B=" + std::to_string(B) + " T=" + std::to_string(T) + " grad_accum=" + std::to_string(accum) +
-           " tokens/step=" + std::to_string(int64_t(B) * T * accum * comm.world_size()) +
-           " activations:" + std::to_string(model.activation_bytes() >> 20) + "MiB optimizer_state/rank:" +
-           std::to_string(optimizer.state_bytes()) + "B overlap:" + opt.overlap);
-  if (!resume_prefix.empty()) log.line("# resumed from " + resume_prefix + " at step " + std::to_string(start_step));
-
-  const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
-  const double tokens_per_step = double(B) * T * accum * comm.world_size();
-  const double flops_per_token = training_flops_per_token(int64_t(model.layout().num_parameters), config.num_layers,
-                                                           config.channels, T);
-  const std::optional<double> peak = kModelFileDtype == CheckpointDtype::bf16 ? bf16_peak_flops(run_info.device_name)
-                                                                               : std::nullopt;
-  std::vector<int> inputs(size_t(B) * T), targets(size_t(B) * T);
-  std::string last_checkpoint = resume_prefix;
-  if (!opt.dump_dir.empty() && writer) {
-    make_directory(opt.dump_dir);
-    const std::vector<float> params = model.download_params();  // exactly what the model computes with
-    write_checkpoint(opt.dump_dir + "/model.bin", model.layout(), params.data(), CheckpointDtype::fp32);
-  }
-
-  for (int step = start_step + 1; step <= opt.steps; step++) {
-    const Clock::time_point step_start = Clock::now();
-    const float lr = float(schedule.at(step - 1));
-    const float dloss = 1.0f / float(int64_t(B) * T * accum);
-    for (int micro = 0; micro < accum; micro++) {
-      const bool last_micro = micro == accum - 1;
-      train_loader.next_batch(inputs.data(), targets.data());
-      const Tracer::SliceId forward_slice =
-          tracer.begin(compute_stream, TraceTrack::kCompute, "forward", {{"micro_step", micro}});
-      model.forward(inputs.data(), targets.data(), micro, /*compute_dlogits=*/true, dloss, optimizer.before_bucket_use());
-      tracer.end(forward_slice, compute_stream);
-      if (last_micro) optimizer.begin_step(step, lr);
-      BackwardTracing backward_tracing(tracer, compute_stream, model.layout(),
-                                       last_micro ? optimizer.on_bucket_ready() : BucketHook());
-      model.backward(inputs.data(), micro == 0, backward_tracing.hook());
-    }
-    optimizer.finish_step();
-    double loss = comm.all_reduce_mean(model.mean_loss(accum));
-    const float grad_norm = optimizer.last_grad_norm();
-    const double step_ms = elapsed_ms(step_start);
-    train_time_ms += step_ms;
-    if (step == opt.debug_nan_at_step) loss = std::nan("");
-    if (!std::isfinite(loss)) {
-      log.line("error: step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
-               "; stopping. Last good checkpoint: " + (last_checkpoint.empty() ? "none" : last_checkpoint));
-      return 1;
-    }
-    if (step == 1 && !opt.dump_dir.empty() && writer)
-      dump_step(opt.dump_dir, inputs, targets, loss, model.download_grads(), model);
-
-    TrainStepRecord record;
-    record.step = step;
-    record.total_steps = opt.steps;
-    record.loss = loss;
-    record.train_time_ms = train_time_ms;
-    record.step_avg_ms = train_time_ms / step;
-    record.tokens_per_second = tokens_per_step / (step_ms / 1000.0);
-    record.mfu = format_mfu(flops_per_token * record.tokens_per_second / comm.world_size(), peak);
-    record.lr = lr;
-    record.grad_norm = grad_norm;
-    record.eta_seconds = (opt.steps - step) * record.step_avg_ms / 1000.0;
-    std::string line = format_train_line(record);
-    if (tracer.enabled()) {
-      const OverlapFigures overlap = tracer.flush_step();
-      char figures[128];
-      std::snprintf(figures, sizeof figures, " comm:%.2fms exposed_comm:%.2fms overlapped:%.1f%%", overlap.comm_us / 1000,
-                    overlap.exposed_comm_us / 1000, 100.0 * overlap.overlapped_fraction);
-      line += figures;
-    }
-    log.line(line);
-
-    const bool last_step = step == opt.steps;
-    if (val_loader && ((opt.val_every > 0 && step % opt.val_every == 0) || last_step)) {
-      const double val_loss = evaluate(model, optimizer, *val_loader, comm, inputs, targets);
-      log.line(format_val_line(step, opt.steps, val_loss, train_time_ms, train_time_ms / step));
-    }
-    if (!opt.output_dir.empty() && ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || last_step)) {
-      TrainState state;
-      state.step = step;
-      state.rank = comm.rank();
-      state.world_size = comm.world_size();
-      state.config = config;
-      state.train_position = train_loader.position();
-      state.train_time_ms = train_time_ms;
-      last_checkpoint = checkpoint_prefix(opt.output_dir, step);
-      save_checkpoint(last_checkpoint, model, optimizer, comm, state);
-      log.line("# checkpoint " + last_checkpoint);
-    }
-  }
-  if (!opt.trace_dir.empty()) {
-    if (writer) make_directory(opt.trace_dir);
-    comm.barrier();
-    tracer.write(opt.trace_dir + "/trace_rank" + std::to_string(comm.rank()) + ".json");
-  }
-  return 0;
 }
 
 }  // namespace
@@ -335,13 +407,12 @@ int main(int argc, char** argv) {
   TrainOptions options;
   add_train_options(app, options);
   CLI11_PARSE(app, argc, argv);
-  int status = 1;
+  // Outside the try: it must outlive the error path (see stop_after_error).
+  std::unique_ptr<CommContext> comm;
   try {
-    // Inside the try: a failure while setting up MPI, the GPU or NCCL (no GPU, say) is one clear line too.
-    CommContext comm;
-    status = train(options, app.config_to_str(/*default_also=*/true, /*write_description=*/false), comm);
+    comm = std::make_unique<CommContext>();
+    return train(options, app.config_to_str(/*default_also=*/true, /*write_description=*/false), *comm);
   } catch (const std::exception& error) {
-    abort_all_ranks(error.what());
+    return stop_after_error(error.what(), comm.get());
   }
-  return status;
 }

@@ -1,6 +1,9 @@
-# cmake/train.cmake: the trainer's host-side utilities (options, lr schedule, MFU, step log) and their tests.
-add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/mfu.cpp llmc/train/log.cpp llmc/train/options.cpp llmc/train/state.cpp)
-target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data)
+# cmake/train.cmake: the trainer's host-side utilities (options, lr schedule, MFU, step log and its header,
+# checkpoint state and resume checks, test hooks) and their tests.
+add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/mfu.cpp llmc/train/log.cpp
+  llmc/train/options.cpp llmc/train/state.cpp llmc/train/debug_hooks.cpp)
+target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model
+                      PRIVATE nlohmann_json::nlohmann_json)
 
 add_executable(test_train_utils test/train/test_train_utils.cpp)
 target_link_libraries(test_train_utils PRIVATE llmc_train_utils GTest::gtest_main)

@@ -3,9 +3,9 @@
 differentiates it (float64, CPU), and the loss and every parameter gradient of that one batch are
 compared with what train_gpt2 computed.
 
-  reference_check.py DUMP_DIR            check a dump written by `train_gpt2 --dump DUMP_DIR`
+  reference_check.py DUMP_DIR            check a dump written by `LLMC_DEBUG_DUMP_DIR=DUMP_DIR train_gpt2 ...`
   reference_check.py --run TRAINER       write tiny token shards, run TRAINER (1 step, "tiny" preset)
-                                         with --dump into a temp dir, then check it (--require-gpu:
+                                         dumping into a temp dir, then check it (--require-gpu:
                                          exit 77 without a GPU, for the GPU build's CTest entry)
 
 A dump holds model.bin (llm.c fp32 file of the exact parameters used), inputs.bin and targets.bin
@@ -95,7 +95,7 @@ def load_dump(directory):
     def path(name):
         full = os.path.join(directory, name)
         if not os.path.isfile(full):
-            raise DumpError(f"{full}: missing (is {directory} a train_gpt2 --dump directory?)")
+            raise DumpError(f"{full}: missing (is {directory} a train_gpt2 dump directory, LLMC_DEBUG_DUMP_DIR?)")
         return full
 
     try:
@@ -168,8 +168,10 @@ def run_and_check(trainer):
         write_shard(os.path.join(tmp, "rand_train_000001.bin"), rng.integers(0, 100, size=1000))  # tiny: V=100
         dump = os.path.join(tmp, "dump")
         command = [trainer, "--model", "tiny", "-b", "2", "-t", "16", "--steps", "1", "--seed", "5",
-                   "--train-data", os.path.join(tmp, "rand_train_*.bin"), "--dump", dump]
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+                   "--train-data", os.path.join(tmp, "rand_train_*.bin")]
+        # The trainer's test hook (llmc/train/debug_hooks.h), not one of its options.
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   LLMC_DEBUG_DUMP_DIR=dump)
         result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
         if result.returncode != 0:
             print(f"reference_check: {' '.join(command)} failed ({result.returncode}):\n{result.stdout}{result.stderr}",
@@ -181,7 +183,7 @@ def run_and_check(trainer):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("dump", nargs="?", help="a directory written by train_gpt2 --dump")
+    group.add_argument("dump", nargs="?", help="a directory written by train_gpt2 with LLMC_DEBUG_DUMP_DIR")
     group.add_argument("--run", metavar="TRAINER", help="run this train_gpt2 binary on tiny shards, then check")
     parser.add_argument("--require-gpu", action="store_true", help="exit 77 (skipped) when no GPU is present")
     args = parser.parse_args()

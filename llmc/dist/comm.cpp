@@ -50,6 +50,21 @@ void abort_all_ranks(const std::string& why) {
   std::_Exit(1);
 }
 
+int stop_after_error(const std::string& why, const CommContext* comm) {
+  int world_size = 1;
+  if (comm != nullptr) {
+    world_size = comm->world_size();
+  } else if (mpi_is_running() && MPI_Comm_size(MPI_COMM_WORLD, &world_size) != MPI_SUCCESS) {
+    world_size = 2;  // unknown: stop everything, to be safe
+  }
+  if (world_size > 1) abort_all_ranks(why);
+  std::fprintf(stderr, "error: %s\n", why.c_str());
+  std::fflush(stderr);
+  // A CommContext that failed to construct leaves MPI initialised; one rank has no peer to wait for.
+  if (comm == nullptr && mpi_is_running()) MPI_REPORT(MPI_Finalize());
+  return 1;
+}
+
 CommContext::CommContext() {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
@@ -114,34 +129,10 @@ CommContext::~CommContext() {
   // collective teardown (waiting for the comm stream, MPI_Finalize) could hang forever. Leave it
   // to the handler, which is expected to call abort_all_ranks.
   if (std::uncaught_exceptions() > uncaught_exceptions_at_construction_) return;
-  // A destructor must not throw: failures are reported and the teardown goes on.
-  if (comm_stream_ != nullptr) {
-    const cudaError_t code = cudaStreamSynchronize(comm_stream_);
-    if (code != cudaSuccess) {
-      std::fprintf(stderr, "rank %d: cudaStreamSynchronize(comm stream) at %s:%d: %s\n", rank_, __FILE__,
-                   __LINE__, cudaGetErrorString(code));
-    }
-  }
-  if (nccl_comm_ != nullptr) {
-    const ncclResult_t code = ncclCommDestroy(nccl_comm_);
-    if (code != ncclSuccess) {
-      std::fprintf(stderr, "rank %d: ncclCommDestroy at %s:%d: %s\n", rank_, __FILE__, __LINE__,
-                   ncclGetErrorString(code));
-    }
-  }
-  if (comm_stream_ != nullptr) {
-    const cudaError_t code = cudaStreamDestroy(comm_stream_);
-    if (code != cudaSuccess) {
-      std::fprintf(stderr, "rank %d: cudaStreamDestroy at %s:%d: %s\n", rank_, __FILE__, __LINE__,
-                   cudaGetErrorString(code));
-    }
-  }
-  if (owns_mpi_ && mpi_is_running()) {
-    const int code = MPI_Finalize();
-    if (code != MPI_SUCCESS) {
-      std::fprintf(stderr, "rank %d: MPI_Finalize at %s:%d failed (%d)\n", rank_, __FILE__, __LINE__, code);
-    }
-  }
+  if (comm_stream_ != nullptr) CUDA_REPORT(cudaStreamSynchronize(comm_stream_));
+  if (nccl_comm_ != nullptr) NCCL_REPORT(ncclCommDestroy(nccl_comm_));
+  if (comm_stream_ != nullptr) CUDA_REPORT(cudaStreamDestroy(comm_stream_));
+  if (owns_mpi_ && mpi_is_running()) MPI_REPORT(MPI_Finalize());
 }
 
 // ---- host-side reductions ----------------------------------------------------------------------

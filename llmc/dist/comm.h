@@ -22,6 +22,13 @@ namespace llmc {
 // (without MPI it exits this process with status 1). Never returns.
 [[noreturn]] void abort_all_ranks(const std::string& why);
 
+class CommContext;
+// A program's top-level error handler. With several ranks: abort_all_ranks(why). With one rank (or
+// without MPI) there is nobody to stop: it prints "error: why" and returns the exit status 1, and the
+// caller then destroys `comm` (if any) as usual, so MPI is finalized and no launcher banner follows.
+// `comm` is null when the error came from the CommContext constructor.
+int stop_after_error(const std::string& why, const CommContext* comm);
+
 class CommContext {
  public:
   // Initializes MPI when needed (MPI_THREAD_MULTIPLE), finds the node-local rank with

@@ -137,13 +137,9 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
 }
 
 GPT2::~GPT2() {
-  // Destructors must not throw: report and carry on releasing.
-  auto report = [](cudaError_t status, const char* call) {
-    if (status != cudaSuccess) std::fprintf(stderr, "%s in ~GPT2: %s\n", call, cudaGetErrorString(status));
-  };
-  report(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  report(cudaEventDestroy(acts_->staging_free), "cudaEventDestroy");
-  report(cudaFreeHost(acts_->staging), "cudaFreeHost");
+  CUDA_REPORT(cudaStreamSynchronize(stream_));
+  CUDA_REPORT(cudaEventDestroy(acts_->staging_free));
+  CUDA_REPORT(cudaFreeHost(acts_->staging));
 }
 
 void GPT2::upload_params(const std::vector<float>& host_params) {
@@ -164,6 +160,12 @@ static std::vector<float> download(const floatX* device, size_t count, cudaStrea
   std::vector<float> result(count);
   for (size_t i = 0; i < count; i++) result[i] = to_float(raw[i]);
   return result;
+}
+
+std::string GPT2::bucket_name(int bucket) const {
+  if (bucket == 0) return "embeddings";
+  if (bucket == layout_.final_norm_bucket()) return "lm_head+final_norm";
+  return "layer " + std::to_string(bucket - 1);
 }
 
 std::vector<float> GPT2::download_params() const { return download(params_, layout_.total_size, stream_); }
@@ -196,22 +198,22 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
   CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
 
   use_bucket(0);
-  encoder_forward(a.encoded, a.inputs, param(TensorKind::wte), param(TensorKind::wpe), B, T, C, stream_);
+  encoder_forward(a.encoded, a.inputs, param(TensorKind::kWte), param(TensorKind::kWpe), B, T, C, stream_);
   for (int l = 0; l < L; l++) {
     Activations::Layer& act = a.layers[l];
     use_bucket(ParamLayout::layer_bucket(l));
     // ln1 normalises the residual stream: the embeddings, or the previous layer's residual3, which is
     // formed here from residual2 + fcproj in the same pass.
     if (l == 0) {
-      layernorm_forward(act.ln1, act.ln1_mean, act.ln1_rstd, a.encoded, param(TensorKind::ln1w, l),
-                        param(TensorKind::ln1b, l), N, C, stream_);
+      layernorm_forward(act.ln1, act.ln1_mean, act.ln1_rstd, a.encoded, param(TensorKind::kLn1w, l),
+                        param(TensorKind::kLn1b, l), N, C, stream_);
     } else {
       const Activations::Layer& prev = a.layers[l - 1];
       fused_residual_layernorm_forward(prev.residual3, act.ln1, act.ln1_mean, act.ln1_rstd, prev.residual2,
-                                       prev.fcproj, param(TensorKind::ln1w, l), param(TensorKind::ln1b, l), N, C,
+                                       prev.fcproj, param(TensorKind::kLn1w, l), param(TensorKind::kLn1b, l), N, C,
                                        stream_);
     }
-    matmul_forward(a.matmul, act.qkv, nullptr, act.ln1, param(TensorKind::qkvw, l), param(TensorKind::qkvb, l), N, C,
+    matmul_forward(a.matmul, act.qkv, nullptr, act.ln1, param(TensorKind::kQkvw, l), param(TensorKind::kQkvb, l), N, C,
                    3 * C, stream_);
 #if !defined(LLMC_FP32)
     if (a.flash)
@@ -219,22 +221,22 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
     else
 #endif
       attention_forward(a.matmul, act.atty, act.qkvr, act.att, a.attention_scratch, act.qkv, B, T, C, NH, stream_);
-    matmul_forward(a.matmul, act.attproj, nullptr, act.atty, param(TensorKind::attprojw, l),
-                   param(TensorKind::attprojb, l), N, C, C, stream_);
+    matmul_forward(a.matmul, act.attproj, nullptr, act.atty, param(TensorKind::kAttprojw, l),
+                   param(TensorKind::kAttprojb, l), N, C, C, stream_);
     const floatX* residual_in = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     fused_residual_layernorm_forward(act.residual2, act.ln2, act.ln2_mean, act.ln2_rstd, residual_in, act.attproj,
-                                     param(TensorKind::ln2w, l), param(TensorKind::ln2b, l), N, C, stream_);
-    matmul_forward(a.matmul, act.fch_gelu, act.fch_pre, act.ln2, param(TensorKind::fcw, l), param(TensorKind::fcb, l),
+                                     param(TensorKind::kLn2w, l), param(TensorKind::kLn2b, l), N, C, stream_);
+    matmul_forward(a.matmul, act.fch_gelu, act.fch_pre, act.ln2, param(TensorKind::kFcw, l), param(TensorKind::kFcb, l),
                    N, C, 4 * C, stream_);
-    matmul_forward(a.matmul, act.fcproj, nullptr, act.fch_gelu, param(TensorKind::fcprojw, l),
-                   param(TensorKind::fcprojb, l), N, 4 * C, C, stream_);
+    matmul_forward(a.matmul, act.fcproj, nullptr, act.fch_gelu, param(TensorKind::kFcprojw, l),
+                   param(TensorKind::kFcprojb, l), N, 4 * C, C, stream_);
   }
   use_bucket(layout_.final_norm_bucket());
   const Activations::Layer& last = a.layers[L - 1];
   fused_residual_layernorm_forward(last.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, last.residual2, last.fcproj,
-                                   param(TensorKind::lnfw), param(TensorKind::lnfb), N, C, stream_);
+                                   param(TensorKind::kLnfw), param(TensorKind::kLnfb), N, C, stream_);
   // Tied LM head: logits = lnf @ wte^T over all Vp rows (padded rows are trained to stay irrelevant).
-  matmul_forward(a.matmul, a.logits, nullptr, a.lnf, param(TensorKind::wte), nullptr, N, C, cfg.padded_vocab_size,
+  matmul_forward(a.matmul, a.logits, nullptr, a.lnf, param(TensorKind::kWte), nullptr, N, C, cfg.padded_vocab_size,
                  stream_);
   if (targets_host != nullptr)
     fused_classifier(a.logits, a.losses + size_t(loss_slot) * N, a.targets, dloss, N, cfg.vocab_size,
@@ -258,12 +260,12 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
   start_bucket(0);
   start_bucket(layout_.final_norm_bucket());
   // LM head: logits now hold dlogits. dwte += dlogits^T @ lnf, dlnf = dlogits @ wte.
-  matmul_backward(a.matmul, a.dnarrow, grad(TensorKind::wte), nullptr, a.logits, a.lnf, param(TensorKind::wte),
+  matmul_backward(a.matmul, a.dnarrow, grad(TensorKind::kWte), nullptr, a.logits, a.lnf, param(TensorKind::kWte),
                   nullptr, N, C, cfg.padded_vocab_size, true, scratch, scratch_floats, stream_);
   CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, size_t(N) * C * sizeof(floatX), stream_));
   const Activations::Layer& last = a.layers[L - 1];
-  layernorm_backward(a.dresidual, grad(TensorKind::lnfw), grad(TensorKind::lnfb), a.dnarrow, last.residual3,
-                     param(TensorKind::lnfw), a.lnf_mean, a.lnf_rstd, N, C, scratch, scratch_floats, stream_);
+  layernorm_backward(a.dresidual, grad(TensorKind::kLnfw), grad(TensorKind::kLnfb), a.dnarrow, last.residual3,
+                     param(TensorKind::kLnfw), a.lnf_mean, a.lnf_rstd, N, C, scratch, scratch_floats, stream_);
   bucket_ready(layout_.final_norm_bucket());
 
   for (int l = L - 1; l >= 0; l--) {
@@ -271,17 +273,17 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
     start_bucket(ParamLayout::layer_bucket(l));
     // a.dresidual is d loss / d residual3 of this layer (= d residual2 too, as residual3 = residual2 + fcproj).
     floatX* dfch = a.dwide;
-    matmul_backward(a.matmul, dfch, grad(TensorKind::fcprojw, l), grad(TensorKind::fcprojb, l), a.dresidual,
-                    act.fch_gelu, param(TensorKind::fcprojw, l), act.fch_pre, N, 4 * C, C, true, scratch,
+    matmul_backward(a.matmul, dfch, grad(TensorKind::kFcprojw, l), grad(TensorKind::kFcprojb, l), a.dresidual,
+                    act.fch_gelu, param(TensorKind::kFcprojw, l), act.fch_pre, N, 4 * C, C, true, scratch,
                     scratch_floats, stream_);
     floatX* dln2 = a.dnarrow;
-    matmul_backward(a.matmul, dln2, grad(TensorKind::fcw, l), grad(TensorKind::fcb, l), dfch, act.ln2,
-                    param(TensorKind::fcw, l), nullptr, N, C, 4 * C, true, scratch, scratch_floats, stream_);
-    layernorm_backward(a.dresidual, grad(TensorKind::ln2w, l), grad(TensorKind::ln2b, l), dln2, act.residual2,
-                       param(TensorKind::ln2w, l), act.ln2_mean, act.ln2_rstd, N, C, scratch, scratch_floats, stream_);
+    matmul_backward(a.matmul, dln2, grad(TensorKind::kFcw, l), grad(TensorKind::kFcb, l), dfch, act.ln2,
+                    param(TensorKind::kFcw, l), nullptr, N, C, 4 * C, true, scratch, scratch_floats, stream_);
+    layernorm_backward(a.dresidual, grad(TensorKind::kLn2w, l), grad(TensorKind::kLn2b, l), dln2, act.residual2,
+                       param(TensorKind::kLn2w, l), act.ln2_mean, act.ln2_rstd, N, C, scratch, scratch_floats, stream_);
     floatX* datty = a.dnarrow;
-    matmul_backward(a.matmul, datty, grad(TensorKind::attprojw, l), grad(TensorKind::attprojb, l), a.dresidual,
-                    act.atty, param(TensorKind::attprojw, l), nullptr, N, C, C, true, scratch, scratch_floats, stream_);
+    matmul_backward(a.matmul, datty, grad(TensorKind::kAttprojw, l), grad(TensorKind::kAttprojb, l), a.dresidual,
+                    act.atty, param(TensorKind::kAttprojw, l), nullptr, N, C, C, true, scratch, scratch_floats, stream_);
     floatX* dqkv = a.dwide;
 #if !defined(LLMC_FP32)
     if (a.flash)
@@ -290,14 +292,14 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
 #endif
       attention_backward(a.matmul, dqkv, a.dqkvr, a.datt, a.dvalues, datty, act.qkvr, act.att, B, T, C, NH, stream_);
     floatX* dln1 = a.dnarrow;
-    matmul_backward(a.matmul, dln1, grad(TensorKind::qkvw, l), grad(TensorKind::qkvb, l), dqkv, act.ln1,
-                    param(TensorKind::qkvw, l), nullptr, N, C, 3 * C, true, scratch, scratch_floats, stream_);
+    matmul_backward(a.matmul, dln1, grad(TensorKind::kQkvw, l), grad(TensorKind::kQkvb, l), dqkv, act.ln1,
+                    param(TensorKind::kQkvw, l), nullptr, N, C, 3 * C, true, scratch, scratch_floats, stream_);
     const floatX* residual_in = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-    layernorm_backward(a.dresidual, grad(TensorKind::ln1w, l), grad(TensorKind::ln1b, l), dln1, residual_in,
-                       param(TensorKind::ln1w, l), act.ln1_mean, act.ln1_rstd, N, C, scratch, scratch_floats, stream_);
+    layernorm_backward(a.dresidual, grad(TensorKind::kLn1w, l), grad(TensorKind::kLn1b, l), dln1, residual_in,
+                       param(TensorKind::kLn1w, l), act.ln1_mean, act.ln1_rstd, N, C, scratch, scratch_floats, stream_);
     bucket_ready(ParamLayout::layer_bucket(l));
   }
-  encoder_backward(grad(TensorKind::wte), grad(TensorKind::wpe), a.dresidual, inputs_host, B, T, C,
+  encoder_backward(grad(TensorKind::kWte), grad(TensorKind::kWpe), a.dresidual, inputs_host, B, T, C,
                    a.encoder_workspace, stream_);
   bucket_ready(0);
 }

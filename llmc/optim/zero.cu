@@ -8,10 +8,8 @@
 // modes give bitwise the same norm (and, with clipping, the same parameters). In the streamed mode it
 // is finished right after the last reduce-scatter, before the last bucket's update and all-gather:
 // the host reads it for the log without waiting for that all-gather, which therefore overlaps the
-// next step's host work and is guarded only by param_ready (what the mutant test relies on).
-//
-// Test build: -DLLMC_TEST_DROP_PARAM_WAIT makes before_bucket_use() skip its cudaStreamWaitEvent, a
-// deliberately missing cross-stream wait that test/train/test_multirank.py must detect.
+// next step's host work and is guarded only by param_ready. (test/train/test_multirank.py drops that
+// wait in the emulation, LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS, and must see the results change.)
 #include "llmc/optim/zero.h"
 
 #include <algorithm>
@@ -41,22 +39,14 @@ void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* n
 }  // namespace
 
 OverlapMode parse_overlap_mode(const std::string& name) {
-  if (name == "none") return OverlapMode::none;
-  if (name == "rs") return OverlapMode::rs;
-  if (name == "full") return OverlapMode::full;
+  if (name == "none") return OverlapMode::kNone;
+  if (name == "rs") return OverlapMode::kReduceScatter;
+  if (name == "full") return OverlapMode::kFull;
   throw std::invalid_argument("unknown overlap mode '" + name + "' (expected none, rs or full)");
 }
 
-const char* overlap_mode_name(OverlapMode mode) {
-  switch (mode) {
-    case OverlapMode::none: return "none";
-    case OverlapMode::rs: return "rs";
-    case OverlapMode::full: return "full";
-  }
-  return "?";
-}
-
-ZeroOptimizer::ZeroOptimizer(GPT2& model, CommContext& comm, const OptimizerSettings& settings, Tracer* tracer)
+ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const OptimizerSettings& settings,
+                             Tracer* tracer)
     : model_(model),
       comm_(comm),
       settings_(settings),
@@ -115,17 +105,13 @@ ZeroOptimizer::ZeroOptimizer(GPT2& model, CommContext& comm, const OptimizerSett
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
-  // Destructors must not throw: report failures and carry on releasing.
-  auto report = [](cudaError_t status, const char* call) {
-    if (status != cudaSuccess) std::fprintf(stderr, "%s in ~ZeroOptimizer: %s\n", call, cudaGetErrorString(status));
-  };
-  report(cudaStreamSynchronize(comm_stream_), "cudaStreamSynchronize");
-  for (cudaEvent_t e : grad_ready_) report(cudaEventDestroy(e), "cudaEventDestroy");
-  for (cudaEvent_t e : param_ready_) report(cudaEventDestroy(e), "cudaEventDestroy");
-  report(cudaEventDestroy(backward_done_), "cudaEventDestroy");
-  report(cudaEventDestroy(norm_ready_), "cudaEventDestroy");
-  report(cudaFreeHost(norm_host_), "cudaFreeHost");
-  for (float* p : {master_, adam_m_, adam_v_, norm_squared_, norm_scratch_}) report(cudaFree(p), "cudaFree");
+  CUDA_REPORT(cudaStreamSynchronize(comm_stream_));
+  for (cudaEvent_t event : grad_ready_) CUDA_REPORT(cudaEventDestroy(event));
+  for (cudaEvent_t event : param_ready_) CUDA_REPORT(cudaEventDestroy(event));
+  CUDA_REPORT(cudaEventDestroy(backward_done_));
+  CUDA_REPORT(cudaEventDestroy(norm_ready_));
+  CUDA_REPORT(cudaFreeHost(norm_host_));
+  for (float* buffer : {master_, adam_m_, adam_v_, norm_squared_, norm_scratch_}) CUDA_REPORT(cudaFree(buffer));
 }
 
 size_t ZeroOptimizer::shard_begin(int bucket) const {
@@ -153,9 +139,7 @@ void ZeroOptimizer::begin_step(int step, float lr) {
 BucketHook ZeroOptimizer::before_bucket_use() {
   return [this](int bucket) {
     if (!param_pending_[bucket]) return;
-#if !defined(LLMC_TEST_DROP_PARAM_WAIT)
     CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, param_ready_[bucket], 0));
-#endif
     param_pending_[bucket] = false;
   };
 }
@@ -167,7 +151,7 @@ void ZeroOptimizer::wait_for_all_params() {
 BucketHook ZeroOptimizer::on_bucket_ready() {
   return [this](int bucket) {
     ready_order_.push_back(bucket);
-    if (settings_.overlap == OverlapMode::none) return;
+    if (settings_.overlap == OverlapMode::kNone) return;
     CUDA_CHECK(cudaEventRecord(grad_ready_[bucket], compute_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grad_ready_[bucket], 0));
     reduce_scatter_bucket(bucket);
@@ -200,16 +184,11 @@ void ZeroOptimizer::update_bucket(int bucket, float grad_scale) {
   traced(tracer_, comm_stream_, TraceTrack::kComm, "adamw_shard",
          {{"bucket", bucket}, {"elements", model_.layout().buckets[bucket].shard_size}}, [&] {
            for (const Segment& s : segments_[bucket]) {
-             AdamWHyperparameters hp;
-             hp.learning_rate = lr_;
-             hp.beta1 = settings_.beta1;
-             hp.beta2 = settings_.beta2;
-             hp.eps = settings_.eps;
-             hp.weight_decay = s.decay ? settings_.weight_decay : 0.0f;
-             hp.grad_scale = grad_scale;
+             AdamWSettings adamw = settings_.adamw;
+             if (!s.decay) adamw.weight_decay = 0.0f;
              adamw_update(model_.params() + begin + s.begin, master_ + state + s.begin,
                           model_.grads() + begin + s.begin, adam_m_ + state + s.begin, adam_v_ + state + s.begin,
-                          s.length, step_, hp, comm_stream_);
+                          s.length, step_, lr_, adamw, grad_scale, comm_stream_);
            }
          });
 }
@@ -257,7 +236,7 @@ void ZeroOptimizer::finish_step() {
   if (int(ready_order_.size()) != num_buckets)
     throw std::logic_error("finish_step: the backward reported " + std::to_string(ready_order_.size()) + " of " +
                            std::to_string(num_buckets) + " buckets");
-  if (settings_.overlap == OverlapMode::none) {
+  if (settings_.overlap == OverlapMode::kNone) {
     CUDA_CHECK(cudaEventRecord(backward_done_, compute_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, backward_done_, 0));
     for (int bucket : ready_order_) reduce_scatter_bucket(bucket);

@@ -9,34 +9,33 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/gpt2.h"
+#include "llmc/model/trainable_model.h"
+#include "llmc/optim/adamw_settings.h"
+#include "llmc/optim/bucket_optimizer.h"
 
 namespace llmc {
 
 class CommContext;
 class Tracer;
 
-enum class OverlapMode {
-  none,  // every collective and update after the whole backward (the baseline)
-  rs,    // reduce-scatters during the backward, updates + all-gathers after it, in reverse layer order
-  full,  // reduce-scatter, update and all-gather of each bucket as soon as its gradients are final
+enum class OverlapMode {  // --overlap none | rs | full
+  kNone,           // every collective and update after the whole backward (the baseline)
+  kReduceScatter,  // reduce-scatters during the backward, updates + all-gathers after it, in reverse layer order
+  kFull,           // reduce-scatter, update and all-gather of each bucket as soon as its gradients are final
 };
 OverlapMode parse_overlap_mode(const std::string& name);  // throws std::invalid_argument
-const char* overlap_mode_name(OverlapMode mode);
 
 struct OptimizerSettings {
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  // decoupled, on 2-D tensors only
-  float grad_clip = 0.0f;     // global-norm clipping threshold; 0 = off
-  OverlapMode overlap = OverlapMode::full;
+  AdamWSettings adamw;     // weight decay on 2-D tensors only
+  float grad_clip = 0.0f;  // global-norm clipping threshold; 0 = off
+  OverlapMode overlap = OverlapMode::kFull;
 };
 
-class ZeroOptimizer {
+class ZeroOptimizer : public BucketOptimizer {
  public:
-  ZeroOptimizer(GPT2& model, CommContext& comm, const OptimizerSettings& settings, Tracer* tracer = nullptr);
-  ~ZeroOptimizer();
+  ZeroOptimizer(TrainableModel& model, CommContext& comm, const OptimizerSettings& settings,
+                Tracer* tracer = nullptr);
+  ~ZeroOptimizer() override;
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
@@ -44,22 +43,15 @@ class ZeroOptimizer {
   // moments start at zero.
   void init_master(const std::vector<float>& host_params);
 
-  // Before the last micro-step's backward of optimizer step `step` (1-based) at learning rate `lr`.
-  void begin_step(int step, float lr);
-  // The model's hooks: forward waits for a bucket's pending all-gather; backward reports final buckets
-  // (pass on_bucket_ready only on the last micro-step).
-  BucketHook before_bucket_use();
-  BucketHook on_bucket_ready();
-  // After the last backward has been enqueued: does what the mode left for after the backward, and
-  // enqueues the gradient-norm computation. Returns at once unless clipping needs the norm on the host.
-  void finish_step();
-  // The global norm of the averaged gradients of the last finished step (waits for it).
-  float last_grad_norm();
-  // Make the compute stream wait for every pending all-gather (before reading all parameters).
-  void wait_for_all_params();
+  // The step (see BucketOptimizer). finish_step() returns at once unless clipping needs the norm on the host.
+  BucketHook before_bucket_use() override;
+  void begin_step(int step, float lr) override;
+  BucketHook on_bucket_ready() override;
+  void finish_step() override;
+  float last_grad_norm() override;
+  void wait_for_all_params() override;
 
   // This rank's shard state, concatenated over buckets (for checkpoints). Synchronous.
-  size_t shard_elements() const { return shard_elements_; }
   void download_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v);
   void upload_state(const std::vector<float>& master, const std::vector<float>& m, const std::vector<float>& v);
   // Bytes of optimizer state (master + m + v) held by this rank.
@@ -78,10 +70,10 @@ class ZeroOptimizer {
   void finish_grad_norm();                         // comm stream: sum over ranks, copy to host, norm_ready
   void enqueue_grad_norm();                        // both, over every bucket in ready order
   // Updates and all-gathers follow each reduce-scatter at once (full overlap, no clipping to wait for).
-  bool streamed() const { return settings_.overlap == OverlapMode::full && settings_.grad_clip <= 0.0f; }
+  bool streamed() const { return settings_.overlap == OverlapMode::kFull && settings_.grad_clip <= 0.0f; }
   size_t shard_begin(int bucket) const;  // element index in the full buffer where this rank's shard starts
 
-  GPT2& model_;
+  TrainableModel& model_;
   CommContext& comm_;
   OptimizerSettings settings_;
   Tracer* tracer_;

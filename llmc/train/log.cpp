@@ -1,10 +1,9 @@
-// Step-log formatting and the rank-0 log writer (see train_log.h).
+// Step-log formatting and the rank-0 log writer (see log.h).
 #include "llmc/train/log.h"
 
-#include <cerrno>
 #include <cstdarg>
-#include <cstring>
-#include <stdexcept>
+#include <cstdint>
+#include <cstdio>
 
 namespace llmc {
 
@@ -39,14 +38,36 @@ std::string format_val_line(int step, int total_steps, double val_loss, double t
                        train_time_ms, step_avg_ms);
 }
 
-TrainLog::TrainLog(const std::string& path, bool is_writer) : is_writer_(is_writer) {
-  if (!is_writer_ || path.empty()) return;
-  file_ = std::fopen(path.c_str(), "a");
-  if (!file_) throw std::runtime_error(path + ": cannot open log file for appending: " + std::strerror(errno));
+std::vector<std::string> format_log_header(const LogHeader& h) {
+  std::vector<std::string> lines;
+  lines.push_back("# train_gpt2 " + h.run.git_commit + " precision:" + h.precision + " ranks:" +
+                  std::to_string(h.world_size));
+  lines.push_back("# device: " + h.run.device_name + " driver:" + h.run.driver_version + " runtime:" +
+                  h.run.runtime_version);
+  lines.push_back("# model: " + h.model + " parameters:" + std::to_string(h.num_parameters) + " " + h.model_source);
+  for (size_t begin = 0, end; begin < h.options_text.size(); begin = end + 1) {
+    end = h.options_text.find('\n', begin);
+    if (end == std::string::npos) end = h.options_text.size();
+    if (end > begin) lines.push_back("# option " + h.options_text.substr(begin, end - begin));
+  }
+  const int64_t tokens_per_step = int64_t{h.batch_size} * h.seq_len * h.grad_accum * h.world_size;
+  lines.push_back("# batch: B=" + std::to_string(h.batch_size) + " T=" + std::to_string(h.seq_len) +
+                  " grad_accum=" + std::to_string(h.grad_accum) + " tokens/step=" + std::to_string(tokens_per_step) +
+                  " activations:" + std::to_string(h.activation_bytes >> 20) + "MiB optimizer_state/rank:" +
+                  std::to_string(h.optimizer_state_bytes) + "B overlap:" + h.overlap);
+  for (const std::string& note : h.notes) lines.push_back("# " + note);
+  return lines;
 }
 
-TrainLog::~TrainLog() {
-  if (file_) std::fclose(file_);
+TrainLog::TrainLog(const std::string& path, bool is_writer) : is_writer_(is_writer) {
+  if (!is_writer_ || path.empty()) return;
+  file_ = open_file(path, "a", "log file");
+}
+
+void TrainLog::record_failure(const std::string& why) {
+  if (!file_) return;
+  std::fprintf(file_.get(), "# stopped by an error: %s\n", why.c_str());
+  std::fflush(file_.get());
 }
 
 void TrainLog::line(const std::string& text) {
@@ -54,8 +75,8 @@ void TrainLog::line(const std::string& text) {
   std::fprintf(stdout, "%s\n", text.c_str());
   std::fflush(stdout);
   if (file_) {
-    std::fprintf(file_, "%s\n", text.c_str());
-    std::fflush(file_);
+    std::fprintf(file_.get(), "%s\n", text.c_str());
+    std::fflush(file_.get());
   }
 }
 

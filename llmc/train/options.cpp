@@ -1,10 +1,14 @@
-// CLI11 definitions and consistency checks of the trainer's options (see train_options.h).
+// CLI11 definitions and consistency checks of the trainer's options (see options.h).
 #include "llmc/train/options.h"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace llmc {
 
@@ -14,6 +18,57 @@ int TrainOptions::grad_accum_steps(int world_size) const {
   return int(total / tokens_per_micro_step);
 }
 
+namespace {
+
+// "1", "0.5", "1e-3": the shortest text of a limit.
+std::string number_text(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+// True when all of `text` is a number (CLI11 reports anything else as a conversion error).
+bool parse_number(const std::string& text, double& value) {
+  char* end = nullptr;
+  value = std::strtod(text.c_str(), &end);
+  return !text.empty() && *end == '\0';
+}
+
+// Validators whose failure names the allowed values in plain words; CLI11 puts the option in front:
+// "--steps: must be at least 1, got 0". Text that is not a number is left to CLI11's conversion error.
+CLI::Validator at_least(double minimum) {
+  return CLI::Validator(
+      [minimum](std::string& text) -> std::string {
+        double value = 0.0;
+        if (!parse_number(text, value) || value >= minimum) return "";
+        return "must be at least " + number_text(minimum) + ", got " + text;
+      },
+      ">=" + number_text(minimum));
+}
+
+CLI::Validator between(double low, double high) {
+  return CLI::Validator(
+      [low, high](std::string& text) -> std::string {
+        double value = 0.0;
+        if (!parse_number(text, value) || (value >= low && value <= high)) return "";
+        return "must be between " + number_text(low) + " and " + number_text(high) + ", got " + text;
+      },
+      number_text(low) + ".." + number_text(high));
+}
+
+CLI::Validator one_of(std::vector<std::string> choices) {
+  std::string listed;
+  for (const std::string& choice : choices) listed += (listed.empty() ? "" : ", ") + choice;
+  return CLI::Validator(
+      [choices, listed](std::string& text) -> std::string {
+        if (std::find(choices.begin(), choices.end(), text) != choices.end()) return "";
+        return "must be one of " + listed + ", got '" + text + "'";
+      },
+      "{" + listed + "}");
+}
+
+}  // namespace
+
 void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--train-data", o.train_data, "Glob of training token shards")->capture_default_str();
   app.add_option("--val-data", o.val_data, "Glob of validation token shards")->capture_default_str();
@@ -21,31 +76,30 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "dN (GPT-2 shape with N layers; d12 = 124M), a test preset (tiny, small), or an llm.c model file "
                  "to start from")->capture_default_str();
   app.add_option("--batch-size,-b", o.batch_size, "Micro-batch size B (sequences per rank per micro-step)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(at_least(1));
+  app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(at_least(1));
   app.add_option("--total-batch-tokens", o.total_batch_tokens,
                  "Tokens per optimizer step over all ranks; gradient accumulation makes up the difference "
                  "(-1 = B*T*ranks, no accumulation)")->capture_default_str();
-  app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(at_least(1));
+  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(at_least(0));
+  app.add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps")->capture_default_str()->check(at_least(0));
   app.add_option("--lr-schedule", o.lr_schedule, "Decay after warmup")->capture_default_str()
-      ->check(CLI::IsMember({"cosine", "linear", "constant"}));
+      ->check(one_of({"cosine", "linear", "constant"}));
   app.add_option("--final-lr-frac", o.final_lr_frac, "Learning rate at the last step, as a fraction of --lr")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+      ->capture_default_str()->check(between(0.0, 1.0));
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (2-D tensors only)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(at_least(0));
   app.add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm to this value (0 = off)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(at_least(0));
   app.add_option("--val-every", o.val_every, "Evaluate every N steps (0 = only after the last step)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(at_least(0));
   app.add_option("--val-tokens", o.val_tokens,
                  "Evaluate exactly the first N tokens of the val shards (a multiple of B*T*ranks; 0 = no validation)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(at_least(0));
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "Write a checkpoint every N steps (0 = only after the last step); needs --output-dir")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(at_least(0));
   app.add_option("--output-dir,-o", o.output_dir, "Directory for log.txt and checkpoints (empty = log to stdout only)");
   app.add_option("--resume", o.resume,
                  "Resume from a checkpoint: its path prefix (DIR/ckpt_000100) or 'latest' (newest in --output-dir)");
@@ -54,12 +108,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--overlap", o.overlap,
                  "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
                  "full (reduce-scatter, update and all-gather streamed during the backward)")
-      ->capture_default_str()->check(CLI::IsMember({"none", "rs", "full"}));
+      ->capture_default_str()->check(one_of({"none", "rs", "full"}));
   app.add_option("--trace", o.trace_dir, "Write a Chrome trace-event JSON per rank into this directory");
-  app.add_option("--dump", o.dump_dir,
-                 "Testing: after step 1's backward write its batch, loss and gradients into this directory");
-  app.add_option("--debug-nan-at-step", o.debug_nan_at_step, "Testing: treat the loss of this step as NaN")
-      ->group("");
 }
 
 void validate_train_options(const TrainOptions& o, int world_size) {

@@ -1,5 +1,6 @@
 // The trainer's command-line options: one struct holding every hyperparameter in one visible place,
-// their CLI11 definitions (so --help documents exactly what is parsed), and the cross-checks.
+// their CLI11 definitions (so --help documents exactly what is parsed), and the cross-checks. (Test
+// hooks are not options: llmc/train/debug_hooks.h.)
 #pragma once
 #include <cstdint>
 #include <string>
@@ -37,13 +38,12 @@ struct TrainOptions {
   // distributed
   std::string overlap = "full";        // none | rs | full
   std::string trace_dir;
-  // testing hooks
-  std::string dump_dir;                // after step 1's backward: write its batch, loss and gradients
-  int debug_nan_at_step = -1;          // pretend the loss of this step is NaN (tests the NaN stop)
 
   int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)
 };
 
+// Every option with its help text and its allowed values; a value outside them fails the parse with
+// "--steps: must be at least 1, got 0" (the option and the allowed range in plain words).
 void add_train_options(CLI::App& app, TrainOptions& options);
 
 // Throws std::invalid_argument with a message naming the options that contradict each other.

@@ -1,32 +1,28 @@
-// Reading and writing the per-rank optimizer/loop state of a checkpoint (see train_state.h).
+// Reading and writing the per-rank optimizer/loop state of a checkpoint (see state.h).
 #include "llmc/train/state.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <stdexcept>
 
 #include "llmc/atomic_file.h"
+#include "llmc/file_io.h"
 
 namespace llmc {
 
 namespace {
 constexpr int kHeaderWords = 32;
 
+// The words of the state file's header.
 enum HeaderField {
   kMagic, kVersion, kStep, kRank, kWorldSize, kMaxSeqLen, kVocab, kPaddedVocab, kLayers, kHeads, kChannels,
   kEpoch, kShardOrderIndex, kBatchInShard, kTrainTimeMicros, kShardElements,
 };
 
-bool file_exists(const std::string& path) {
-  struct stat info;
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
-}
 }  // namespace
 
 std::string checkpoint_model_path(const std::string& prefix) { return prefix + "_model.bin"; }
@@ -53,7 +49,7 @@ std::string latest_checkpoint_prefix(const std::string& dir) {
     if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
     const long long step = std::stoll(digits);
     const std::string prefix = dir + "/" + name.substr(0, name.size() - tail.size());
-    if (step > best_step && file_exists(checkpoint_state_path(prefix, 0))) best_step = step;
+    if (step > best_step && is_regular_file(checkpoint_state_path(prefix, 0))) best_step = step;
   }
   return best_step < 0 ? "" : checkpoint_prefix(dir, best_step);
 }
@@ -85,15 +81,38 @@ void write_train_state(const std::string& path, const TrainState& s) {
   out.commit();
 }
 
+std::string resume_prefix(const std::string& resume, const std::string& output_dir) {
+  return resume == "latest" ? latest_checkpoint_prefix(output_dir) : resume;
+}
+
+TrainState read_resume_state(const std::string& prefix, int rank, int world_size, const GPT2Config& config) {
+  const std::string path = checkpoint_state_path(prefix, rank);
+  // A checkpoint of another world size has more or fewer state files: say so on whichever rank notices
+  // first, rather than "cannot open" on one rank and a world-size mismatch on another.
+  const std::string ranks_hint = " than this run's " + std::to_string(world_size) +
+                                 " (resharding is not supported: resume with the same number of ranks)";
+  if (!is_regular_file(path)) throw FileError(path, "missing: the checkpoint was written by fewer ranks" + ranks_hint);
+  const std::string beyond = checkpoint_state_path(prefix, world_size);
+  if (is_regular_file(beyond)) throw FileError(beyond, "exists: the checkpoint was written by more ranks" + ranks_hint);
+  TrainState state = read_train_state(path);
+  if (state.world_size != world_size)
+    throw FileError(path, "checkpoint was written by " + std::to_string(state.world_size) + " ranks, this run has " +
+                              std::to_string(world_size) +
+                              " (resharding is not supported: resume with the same number of ranks)");
+  if (describe_config(state.config) != describe_config(config))
+    throw FileError(path, "optimizer state is for " + describe_config(state.config) + ", the model file is " +
+                              describe_config(config));
+  return state;
+}
+
 TrainState read_train_state(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!in) throw std::runtime_error(path + ": cannot open optimizer state: " + std::strerror(errno));
+  const FileHandle in = open_file(path, "rb", "optimizer state");
   int64_t header[kHeaderWords];
   if (std::fread(header, sizeof header, 1, in.get()) != 1)
-    throw std::runtime_error(path + ": file is shorter than the optimizer-state header");
-  if (header[kMagic] != kTrainStateMagic) throw std::runtime_error(path + ": not an optimizer-state file (wrong magic)");
+    throw FileError(path, "file is shorter than the optimizer-state header");
+  if (header[kMagic] != kTrainStateMagic) throw FileError(path, "not an optimizer-state file (wrong magic)");
   if (header[kVersion] != kTrainStateVersion)
-    throw std::runtime_error(path + ": unsupported optimizer-state version " + std::to_string(header[kVersion]));
+    throw FileError(path, "unsupported optimizer-state version " + std::to_string(header[kVersion]));
   TrainState s;
   s.step = header[kStep];
   s.rank = static_cast<int>(header[kRank]);
@@ -105,15 +124,15 @@ TrainState read_train_state(const std::string& path) {
   s.train_time_ms = header[kTrainTimeMicros] / 1000.0;
   const int64_t elements = header[kShardElements];
   struct stat info;
-  if (::fstat(fileno(in.get()), &info) != 0) throw std::runtime_error(path + ": cannot stat: " + std::strerror(errno));
+  if (::fstat(fileno(in.get()), &info) != 0) throw_errno_file_error(path, "cannot stat");
   const int64_t expected_bytes = int64_t(sizeof header) + 3 * elements * int64_t(sizeof(float));
   if (elements < 0 || info.st_size != expected_bytes)
-    throw std::runtime_error(path + ": file has " + std::to_string(info.st_size) + " bytes, the header promises " +
-                             std::to_string(expected_bytes) + " (truncated or corrupt)");
+    throw FileError(path, "file has " + std::to_string(info.st_size) + " bytes, the header promises " +
+                    std::to_string(expected_bytes) + " (truncated or corrupt)");
   for (std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v}) {
     array->resize(static_cast<size_t>(elements));
     if (elements > 0 && std::fread(array->data(), sizeof(float), array->size(), in.get()) != array->size())
-      throw std::runtime_error(path + ": read failed");
+      throw FileError(path, "read failed");
   }
   return s;
 }

@@ -35,8 +35,16 @@ std::string checkpoint_prefix(const std::string& dir, int64_t step);
 std::string latest_checkpoint_prefix(const std::string& dir);
 
 void write_train_state(const std::string& path, const TrainState& state);  // atomic (temp + rename)
-// Throws std::runtime_error("<path>: <problem>"): unreadable, wrong magic or version, truncated or
-// trailing bytes.
+// Throws FileError("<path>: <problem>"): unreadable, wrong magic or version, truncated or trailing bytes.
 TrainState read_train_state(const std::string& path);
+
+// The checkpoint prefix --resume names: `resume` itself, or for "latest" the newest complete
+// checkpoint in `output_dir` ("" when there is none: the run starts fresh).
+std::string resume_prefix(const std::string& resume, const std::string& output_dir);
+
+// This rank's state of checkpoint `prefix`, checked against the run that resumes from it: the checkpoint
+// must have been written by `world_size` ranks (a file for this rank, none for rank `world_size`) for
+// the model `config`. Throws FileError naming the file and the mismatch (resharding is not supported).
+TrainState read_resume_state(const std::string& prefix, int rank, int world_size, const GPT2Config& config);
 
 }  // namespace llmc

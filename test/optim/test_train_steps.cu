@@ -60,7 +60,7 @@ struct StepSettings {
   double lr = 3e-3;  // each step moves a 0.02-sized weight by up to lr: a smooth, comparable trajectory
   double weight_decay = 0.1;
   double grad_clip = 0.0;  // 0 = off
-  OverlapMode overlap = OverlapMode::full;
+  OverlapMode overlap = OverlapMode::kFull;
 };
 
 struct Trajectory {
@@ -103,7 +103,7 @@ class TrainSteps : public ::testing::Test {
  protected:
   // One communicator for the whole binary: MPI can be initialised only once per process.
   static void SetUpTestSuite() {
-    if (gpu_available()) comm_ = std::make_unique<CommContext>();
+    if (llmc::test::gpu_available()) comm_ = std::make_unique<CommContext>();
   }
   static void TearDownTestSuite() { comm_.reset(); }
   void SetUp() override {
@@ -122,7 +122,7 @@ class TrainSteps : public ::testing::Test {
     const std::vector<float> params = start_params(model.layout());
     model.upload_params(params);
     OptimizerSettings settings;
-    settings.weight_decay = float(s.weight_decay);
+    settings.adamw.weight_decay = float(s.weight_decay);
     settings.grad_clip = float(s.grad_clip);
     settings.overlap = s.overlap;
     ZeroOptimizer optimizer(model, *comm_, settings);
@@ -208,7 +208,7 @@ TEST_F(TrainSteps, TenStepsMatchReferenceWithClipping) {
 
 TEST_F(TrainSteps, TenStepsMatchReferenceWithUpdatesAfterTheBackward) {
   StepSettings settings;
-  settings.overlap = OverlapMode::none;
+  settings.overlap = OverlapMode::kNone;
   expect_same_trajectory(settings);
 }
 

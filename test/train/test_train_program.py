@@ -41,11 +41,11 @@ def write_shard(path, tokens):
         out.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
-def run(args, timeout=120, mpi_ranks=0):
+def run(args, timeout=120, mpi_ranks=0, extra_env=None):
     command = [SETTINGS["trainer"]] + [str(a) for a in args]
     if mpi_ranks:
         command = [SETTINGS["mpiexec"], "-np", str(mpi_ranks), "--oversubscribe", "--bind-to", "none"] + command
-    env = dict(os.environ, **MPI_ROOT_ENV)
+    env = dict(os.environ, **MPI_ROOT_ENV, **(extra_env or {}))
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -102,8 +102,8 @@ class TrainProgram(unittest.TestCase):
         with open(f"{out_dir}/log.txt", encoding="utf-8") as handle:
             return out_dir, handle.read()
 
-    def expect_failure(self, args, *needles, mpi_ranks=0):
-        result = run(args, mpi_ranks=mpi_ranks)
+    def expect_failure(self, args, *needles, mpi_ranks=0, extra_env=None):
+        result = run(args, mpi_ranks=mpi_ranks, extra_env=extra_env)
         output = result.stdout + result.stderr
         self.assertNotEqual(result.returncode, 0, f"expected a failure:\n{output}")
         for needle in needles:
@@ -154,9 +154,9 @@ class TrainProgram(unittest.TestCase):
 
     def test_nan_loss_stops_and_keeps_last_good_checkpoint(self):
         out_dir = f"{self.tmp}/nan"
-        output = self.expect_failure(self.tiny_args + ["--steps", 10, "--checkpoint-every", 3,
-                                                       "--debug-nan-at-step", 5, "-o", out_dir],
-                                     r"step 5\b", r"ckpt_000003")
+        # The NaN comes from the trainer's test hook (llmc/train/debug_hooks.h), not from an option.
+        output = self.expect_failure(self.tiny_args + ["--steps", 10, "--checkpoint-every", 3, "-o", out_dir],
+                                     r"step 5\b", r"ckpt_000003", extra_env={"LLMC_DEBUG_NAN_AT_STEP": "5"})
         files = sorted(os.listdir(out_dir))
         self.assertIn("ckpt_000003_model.bin", files, output)
         self.assertFalse([f for f in files if f.startswith("ckpt_") and not f.startswith("ckpt_000003")], files)
@@ -263,6 +263,46 @@ class TrainProgram(unittest.TestCase):
     def test_missing_train_shards(self):
         pattern = f"{self.tmp}/nothing_here_*.bin"
         self.expect_failure(["--train-data", pattern, "--model", "tiny", "-b", B, "-t", T, "--steps", 1], re.escape(pattern), r"no files")
+
+    def test_bad_option_names_the_option_and_the_range(self):
+        for args, words in (([ "--steps", 0], r"--steps: must be at least 1, got 0"),
+                            (["--final-lr-frac", 2], r"--final-lr-frac: must be between 0 and 1, got 2"),
+                            (["--lr-schedule", "step"], r"--lr-schedule: must be one of cosine, linear, constant")):
+            with self.subTest(args=args):
+                output = self.expect_failure(self.tiny_args + args, words)
+                self.assertNotIn("179769313", output)  # CLI11's own range message printed DBL_MAX
+                self.assertLessEqual(len(output.strip().splitlines()), 2, output)  # the cause and "--help"
+
+    def test_startup_error_of_one_process_is_one_line(self):
+        # Without mpirun: the cause only, no MPI_ABORT banner and no ORTE error line.
+        result = run(["--train-data", f"{self.tmp}/nothing_here_*.bin", "--model", "tiny", "-b", B, "-t", T,
+                      "--steps", 1])
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertRegex(lines[0], r"^error: .*nothing_here_\*\.bin: no files match")
+        self.assertNotIn("MPI_ABORT", result.stdout + result.stderr)
+        self.assertNotIn("ORTE", result.stdout + result.stderr)
+
+    def test_run_that_cannot_start_leaves_no_log(self):
+        out_dir = f"{self.tmp}/never_started"
+        path = self.broken_model_file("never_started_model", lambda d: d[:-100])
+        self.expect_failure(self.data_args + ["--steps", 1, "--model", path, "-o", out_dir], r"truncated")
+        self.assertFalse(os.path.exists(f"{out_dir}/log.txt"), os.listdir(out_dir))
+
+    def test_run_stopped_by_an_error_says_why_in_its_log(self):
+        # The second shard holds a token outside the vocabulary: steps 1-3 (the first shard) train, then
+        # the loader refuses the shard, and the log's last line gives that reason.
+        write_shard(f"{self.tmp}/bad_train_000001.bin", np.arange(3 * B * T + 1) % VOCAB)
+        write_shard(f"{self.tmp}/bad_train_000002.bin", np.full(3 * B * T + 1, VOCAB + 5))
+        out_dir = f"{self.tmp}/stopped"
+        self.expect_failure(["--train-data", f"{self.tmp}/bad_train_*.bin", "--model", "tiny", "-b", B, "-t", T,
+                             "--steps", 6, "-o", out_dir], r"bad_train_000002\.bin")
+        with open(f"{out_dir}/log.txt", encoding="utf-8") as handle:
+            log = handle.read()
+        self.assertEqual(sorted(losses(log)), [1, 2, 3])
+        last = log.strip().splitlines()[-1]
+        self.assertRegex(last, r"^# stopped by an error: .*bad_train_000002\.bin.*not below vocab_size")
 
     def test_resume_with_another_world_size(self):
         if not SETTINGS["mpiexec"]:

@@ -1,0 +1,50 @@
+// What the training loop and the optimizer need from a model family (GPT-2 today; the speedrun model
+// of ARCHITECTURE.md "Phase 2" next): parameters and gradients in one bucketed buffer each (ParamLayout),
+// and forward and backward passes that call a hook per bucket, so that the optimizer can start each
+// bucket's communication the moment its gradients are final and the next forward waits per bucket.
+// The loop in train_gpt2.cu sees only this; layers and kernels stay inside the family.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "llmc/model/param_layout.h"
+#include "llmc/precision.h"
+
+namespace llmc {
+
+// Called with a bucket index. Forward: before the first kernel that reads the bucket's parameters
+// (so the caller can make the compute stream wait for that bucket's all-gather). Backward: right
+// after the last kernel that writes the bucket's gradients or reads its parameters has been enqueued.
+using BucketHook = std::function<void(int bucket)>;
+
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+
+  // The buffers (layout order). The backward makes buckets final in decreasing index order.
+  virtual const ParamLayout& layout() const = 0;
+  virtual floatX* params() = 0;
+  virtual floatX* grads() = 0;
+  virtual cudaStream_t stream() const = 0;  // the compute stream every pass is enqueued on
+  // What the backward computes just before `bucket` is final ("layer 3"), for traces.
+  virtual std::string bucket_name(int bucket) const = 0;
+
+  // Forward over one micro-batch (host token arrays). With targets, the per-position losses go to loss
+  // slot `loss_slot`; with compute_dlogits the backward's starting gradient is prepared, scaled by dloss
+  // (1 / (tokens per step) for a mean). Asynchronous on stream().
+  virtual void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits,
+                       float dloss, const BucketHook& before_bucket_use = nullptr) = 0;
+  // Backward of the last forward. first_micro_step zeroes each bucket's gradients just before its first
+  // write; otherwise gradients accumulate. on_bucket_ready is called as each bucket becomes final.
+  virtual void backward(const int* inputs_host, bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) = 0;
+  // Mean of the losses in slots [0, num_slots) (waits for the stream).
+  virtual double mean_loss(int num_slots) const = 0;
+  // Host copies of the whole buffers (layout order, as float). Synchronous.
+  virtual std::vector<float> download_params() const = 0;
+  virtual std::vector<float> download_grads() const = 0;
+};
+
+}  // namespace llmc

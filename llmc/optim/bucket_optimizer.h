@@ -1,0 +1,34 @@
+// What the training loop needs from an optimizer (ZeRO-1 AdamW today; the optimizer groups of
+// ARCHITECTURE.md "Phase 2" next): hooks around the model's passes, per bucket, and a begin/finish pair
+// per step, so that an optimizer can start its communication as each bucket's gradients become final
+// and the next forward waits only for the buckets it is about to read. One step, as train_step() in
+// train_gpt2.cu runs it:
+//   for each micro-step: model.forward(..., before_bucket_use());
+//                        on the last one: begin_step(step, lr), then model.backward(..., on_bucket_ready());
+//                        on the others:   model.backward(...) (gradients accumulate, nothing is sent)
+//   finish_step(); last_grad_norm() for the log.
+#pragma once
+
+#include "llmc/model/trainable_model.h"
+
+namespace llmc {
+
+class BucketOptimizer {
+ public:
+  virtual ~BucketOptimizer() = default;
+
+  // Forward hook: makes the compute stream wait until the bucket's parameters of the last update are in place.
+  virtual BucketHook before_bucket_use() = 0;
+  // Before the last micro-step's backward of optimizer step `step` (1-based) at learning rate `lr`.
+  virtual void begin_step(int step, float lr) = 0;
+  // Backward hook of the last micro-step: the bucket's gradients are final.
+  virtual BucketHook on_bucket_ready() = 0;
+  // After the last backward has been enqueued: what the optimizer left for after the backward.
+  virtual void finish_step() = 0;
+  // The global norm of the step's averaged gradients (waits for it).
+  virtual float last_grad_norm() = 0;
+  // Makes the compute stream wait for every pending parameter update (before reading all parameters).
+  virtual void wait_for_all_params() = 0;
+};
+
+}  // namespace llmc
