@@ -175,6 +175,12 @@ def compare_times(new: Dict, baseline: Dict, confidence: float) -> Dict:
     }
 
 
+def format_p(p: float) -> str:
+    """A p-value for people: four decimals while they show a digit, below that (p < 0.00005, which would
+    print as "0.0000") scientific notation with two digits."""
+    return f"{p:.4f}" if p >= 5e-5 else f"{p:.1e}"
+
+
 def verdict(new: Dict, comparison: Optional[Dict], alpha: float) -> Tuple[str, str]:
     """(keyword, sentence): 'loss target missed', 'loss target met', 'record' or 'not significant'."""
     loss_p = new["loss_test"]["p"]
@@ -184,18 +190,18 @@ def verdict(new: Dict, comparison: Optional[Dict], alpha: float) -> Tuple[str, s
     if not loss_p < alpha:
         return ("loss target missed",
                 f"mean val_loss {new['val_loss']['mean']:.4f} is not below {target} with p < {alpha} "
-                f"(p={loss_p:.4f})")
+                f"(p={format_p(loss_p)})")
     if comparison is None:
         return ("loss target met",
-                f"mean val_loss below {target} (p={loss_p:.4f}); give --baseline to test the time")
+                f"mean val_loss below {target} (p={format_p(loss_p)}); give --baseline to test the time")
     if comparison["p"] < alpha:
         return ("record",
-                f"loss below {target} (p={loss_p:.4f}) and faster by "
-                f"{-comparison['mean_difference_s']:.4f} s (p={comparison['p']:.4f})")
+                f"loss below {target} (p={format_p(loss_p)}) and faster by "
+                f"{-comparison['mean_difference_s']:.4f} s (p={format_p(comparison['p'])})")
     return ("not significant",
-            f"loss below {target} (p={loss_p:.4f}) but the time difference "
+            f"loss below {target} (p={format_p(loss_p)}) but the time difference "
             f"{comparison['mean_difference_s']:+.4f} s is not significant at {alpha} "
-            f"(p={comparison['p']:.4f})")
+            f"(p={format_p(comparison['p'])})")
 
 
 def analyze(new_inputs: Sequence[str], baseline_inputs: Optional[Sequence[str]],
@@ -225,7 +231,7 @@ def format_report(report: Dict) -> str:
     for entry in report["sets"]:
         loss, time = entry["val_loss"], entry["train_time_s"]
         p_value = entry["loss_test"]["p"]
-        p_text = "n/a" if p_value is None else f"{p_value:.4f}"
+        p_text = "n/a" if p_value is None else format_p(p_value)
         lines.append(f"| {entry['label']} | {entry['n']} | {entry['steps']} | {loss['mean']:.4f} "
                      f"| {loss['std']:.4f} | {p_text} | {time['mean']:.4f} "
                      f"| {time['std']:.4f} |")
@@ -236,7 +242,7 @@ def format_report(report: Dict) -> str:
         lines.append(f"time new - baseline: {comparison['mean_difference_s']:+.4f} s, "
                      f"{comparison['confidence'] * 100:g}% CI [{low:+.4f}, {high:+.4f}] s; "
                      f"Welch t={comparison['t']:.3f}, df={comparison['df']:.2f}, "
-                     f"one-sided p={comparison['p']:.4f}")
+                     f"one-sided p={format_p(comparison['p'])}")
     lines.append("")
     lines.append(f"verdict: {report['verdict']}: {report['verdict_detail']}")
     return "\n".join(lines)

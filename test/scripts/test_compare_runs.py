@@ -217,6 +217,26 @@ class Verdicts(unittest.TestCase):
         report = self.verdict_of([3.2801, 3.2790, 3.2812, 3.2795], RECORD_TIMES[:4], BASELINE_TIMES)
         self.assertEqual(report["verdict"], "loss target missed")
 
+    def test_tiny_p_values_print_in_scientific_notation(self):
+        # Losses far below the target with little spread: the one-sided t-test gives p ~ 1e-9, which four
+        # decimals would print as "0.0000". The number printed must be the p-value, to two digits.
+        losses = [3.2001, 3.2003, 3.1998, 3.2002]
+        new = write_set(os.path.join(self.tmp.name, "tiny_p"), losses, RECORD_TIMES[:4], our_log)
+        report = json.loads(run_script(new, "--json").stdout)
+        p_value = report["sets"][0]["loss_test"]["p"]
+        self.assertLess(p_value, 1e-6)
+        result = run_script(new)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("0.0000 |", result.stdout)
+        self.assertNotIn("p=0.0000", result.stdout)
+        shown = f"{p_value:.1e}"
+        self.assertIn(f"| {shown} |", result.stdout)
+        self.assertIn(f"(p={shown})", result.stdout)
+        self.assertEqual(compare_runs.format_p(0.01234), "0.0123")
+        self.assertEqual(compare_runs.format_p(0.00008), "0.0001")
+        self.assertEqual(compare_runs.format_p(0.00004), "4.0e-05")
+        self.assertEqual(compare_runs.format_p(3.21e-7), "3.2e-07")
+
     def test_target_option(self):
         report = self.verdict_of([3.2801, 3.2790, 3.2812, 3.2795], RECORD_TIMES[:4], BASELINE_TIMES)
         result = run_script(*report["sets"][0]["files"], "--target", "3.29", "--json")
