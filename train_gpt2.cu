@@ -98,7 +98,8 @@ struct StepResult {
 StepResult train_step(StepParts& parts, int step, float lr, Batch& batch) {
   TrainableModel& model = parts.model;
   BucketOptimizer& optimizer = parts.optimizer;
-  const float dloss = 1.0f / float(int64_t(batch.inputs.size()) * parts.grad_accum);  // the loss is a mean
+  const float dloss =
+      1.0f / static_cast<float>(static_cast<int64_t>(batch.inputs.size()) * parts.grad_accum);  // the loss is a mean
   for (int micro = 0; micro < parts.grad_accum; micro++) {
     const bool last_micro = micro == parts.grad_accum - 1;
     parts.train_loader.next_batch(batch.inputs.data(), batch.targets.data());
@@ -126,7 +127,7 @@ double evaluate(TrainableModel& model, BucketOptimizer& optimizer, ValLoader& va
                   optimizer.before_bucket_use());
     loss_sum += model.mean_loss(1);
   }
-  return comm.all_reduce_mean(loss_sum / double(val_loader.num_steps()));
+  return comm.all_reduce_mean(loss_sum / static_cast<double>(val_loader.num_steps()));
 }
 
 // ---- set-up ----------------------------------------------------------------------------------------
@@ -162,8 +163,8 @@ cudaStream_t create_compute_stream() {
 
 OptimizerSettings optimizer_settings(const TrainOptions& opt) {
   OptimizerSettings settings;
-  settings.adamw.weight_decay = float(opt.weight_decay);
-  settings.grad_clip = float(opt.grad_clip);
+  settings.adamw.weight_decay = static_cast<float>(opt.weight_decay);
+  settings.grad_clip = static_cast<float>(opt.grad_clip);
   settings.overlap = parse_overlap_mode(opt.overlap);
   return settings;
 }
@@ -225,7 +226,7 @@ struct Run {
     const TrainState state = read_resume_state(resume_prefix, comm.rank(), comm.world_size(), start.config);
     optimizer.upload_state(state.master, state.adam_m, state.adam_v);
     train_loader.seek(state.train_position);
-    loop = LoopState{int(state.step), state.train_time_ms, resume_prefix};
+    loop = LoopState{static_cast<int>(state.step), state.train_time_ms, resume_prefix};
   }
 
   const TrainOptions& opt;
@@ -290,8 +291,9 @@ void save_checkpoint(const std::string& prefix, Run& run) {
 class ThroughputMeter {
  public:
   explicit ThroughputMeter(const Run& run)
-      : tokens_per_step_(double(run.opt.batch_size) * run.opt.seq_len * run.grad_accum * run.comm.world_size()),
-        flops_per_token_(training_flops_per_token(int64_t(run.model.layout().num_parameters),
+      : tokens_per_step_(static_cast<double>(run.opt.batch_size) * run.opt.seq_len * run.grad_accum *
+                         run.comm.world_size()),
+        flops_per_token_(training_flops_per_token(static_cast<int64_t>(run.model.layout().num_parameters),
                                                   run.start.config.num_layers, run.start.config.channels,
                                                   run.opt.seq_len)),
         world_size_(run.comm.world_size()) {
@@ -348,10 +350,10 @@ int train_loop(Run& run, TrainLog& log, const DebugHooks& debug) {
   const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
   const ThroughputMeter meter(run);
   StepParts parts{run.model, run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
-  Batch batch(size_t(opt.batch_size) * opt.seq_len);
+  Batch batch(static_cast<size_t>(opt.batch_size) * opt.seq_len);
   for (int step = run.loop.step + 1; step <= opt.steps; step++) {
     const Clock::time_point step_start = Clock::now();
-    const float lr = float(schedule.at(step - 1));
+    const float lr = static_cast<float>(schedule.at(step - 1));
     StepResult result = train_step(parts, step, lr, batch);
     const double step_ms = elapsed_ms(step_start);
     run.loop.step = step;

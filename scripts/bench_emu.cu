@@ -111,16 +111,16 @@ int main() {
     const double seconds = best_seconds(3, [&] {
       LLMC_LAUNCH(barrier_loop_kernel, 1, threads, 0, nullptr, repetitions, int_sink);
     });
-    std::printf("| __syncthreads | block of %d, %d barriers | %.1f ns per thread per barrier |\n",
-                threads, repetitions, seconds * 1e9 / (double(threads) * repetitions));
+    std::printf("| __syncthreads | block of %d, %d barriers | %.1f ns per thread per barrier |\n", threads, repetitions,
+                seconds * 1e9 / (static_cast<double>(threads) * repetitions));
   }
   {
     const int threads = 1024, repetitions = 200;
     const double seconds = best_seconds(3, [&] {
       LLMC_LAUNCH(shuffle_loop_kernel, 1, threads, 0, nullptr, repetitions, float_sink);
     });
-    std::printf("| __shfl_xor_sync | block of %d, %d shuffles | %.1f ns per thread per shuffle |\n",
-                threads, repetitions, seconds * 1e9 / (double(threads) * repetitions));
+    std::printf("| __shfl_xor_sync | block of %d, %d shuffles | %.1f ns per thread per shuffle |\n", threads,
+                repetitions, seconds * 1e9 / (static_cast<double>(threads) * repetitions));
   }
   {
     const int launches = 2000;
@@ -134,7 +134,7 @@ int main() {
     const int blocks = 256, threads = 256;
     const double seconds = best_seconds(3, [&] { LLMC_LAUNCH(empty_kernel, blocks, threads, 0, nullptr); });
     std::printf("| thread start | empty kernel, %d x %d threads | %.1f ns per thread |\n", blocks, threads,
-                seconds * 1e9 / (double(blocks) * threads));
+                seconds * 1e9 / (static_cast<double>(blocks) * threads));
   }
 
   const int rows = 256, channels = 768;

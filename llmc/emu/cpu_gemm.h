@@ -29,16 +29,17 @@ struct PackedGemmOperands {
 inline void pack_gemm_operands(const GemmArgs& g, int batch_index, PackedGemmOperands& packed) {
   const floatX* a = g.a + batch_index * g.stride_a;
   const floatX* b = g.b + batch_index * g.stride_b;
-  packed.a.resize((size_t)g.m * g.k);
+  packed.a.resize(static_cast<size_t>(g.m) * g.k);
   for (int i = 0; i < g.m; i++)
     for (int kk = 0; kk < g.k; kk++)
-      packed.a[(size_t)i * g.k + kk] = to_float(g.trans_a ? a[(size_t)kk * g.m + i] : a[(size_t)i * g.k + kk]);
+      packed.a[static_cast<size_t>(i) * g.k + kk] =
+          to_float(g.trans_a ? a[static_cast<size_t>(kk) * g.m + i] : a[static_cast<size_t>(i) * g.k + kk]);
   packed.panels = (g.n + kPanelColumns - 1) / kPanelColumns;
-  packed.b.assign((size_t)packed.panels * g.k * kPanelColumns, 0.0f);
+  packed.b.assign(static_cast<size_t>(packed.panels) * g.k * kPanelColumns, 0.0f);
   for (int kk = 0; kk < g.k; kk++)
     for (int j = 0; j < g.n; j++)
-      packed.b[((size_t)(j / kPanelColumns) * g.k + kk) * kPanelColumns + j % kPanelColumns] =
-          to_float(g.trans_b ? b[(size_t)j * g.k + kk] : b[(size_t)kk * g.n + j]);
+      packed.b[(static_cast<size_t>(j / kPanelColumns) * g.k + kk) * kPanelColumns + j % kPanelColumns] =
+          to_float(g.trans_b ? b[static_cast<size_t>(j) * g.k + kk] : b[static_cast<size_t>(kk) * g.n + j]);
 }
 
 // D block [row, row + kPanelRows) x [panel columns], accumulators in vector registers (GCC vector
@@ -53,9 +54,9 @@ inline void gemm_micro_kernel(const GemmArgs& g, const float* a_rows, const floa
   const int depth = g.k;
   for (int kk = 0; kk < depth; kk++) {
     CpuFloat4 b[kVectorsPerPanelRow];
-    std::memcpy(b, panel + (size_t)kk * kPanelColumns, sizeof(b));
+    std::memcpy(b, panel + static_cast<size_t>(kk) * kPanelColumns, sizeof(b));
     for (int r = 0; r < kPanelRows; r++) {
-      const float a_value = a_rows[(size_t)r * depth + kk];
+      const float a_value = a_rows[static_cast<size_t>(r) * depth + kk];
       const CpuFloat4 a_broadcast = {a_value, a_value, a_value, a_value};
       for (int v = 0; v < kVectorsPerPanelRow; v++) vector_accumulator[r][v] += a_broadcast * b[v];
     }
@@ -65,7 +66,7 @@ inline void gemm_micro_kernel(const GemmArgs& g, const float* a_rows, const floa
   const int valid_columns = g.n - column < kPanelColumns ? g.n - column : kPanelColumns;
   for (int r = 0; r < valid_rows; r++) {
     for (int j = 0; j < valid_columns; j++) {
-      const size_t index = (size_t)(row + r) * g.n + column + j;
+      const size_t index = static_cast<size_t>(row + r) * g.n + column + j;
       float value = g.alpha * accumulator[r][j];
       if (g.beta != 0.0f) value += g.beta * to_float(d[index]);
       if (g.bias != nullptr) value += to_float(g.bias[column + j]);
@@ -82,10 +83,10 @@ inline void gemm_micro_kernel(const GemmArgs& g, const float* a_rows, const floa
 inline void cpu_gemm_rows(const GemmArgs& g, const PackedGemmOperands& packed, int batch_index, int row_begin,
                           int row_end) {
   floatX* d = g.d + batch_index * g.stride_d;
-  constexpr size_t kChunkBytes = (size_t)192 << 10;  // the panels of one chunk stay in L2
-  int panels_per_chunk = (int)(kChunkBytes / ((size_t)g.k * kPanelColumns * sizeof(float)));
+  constexpr size_t kChunkBytes = static_cast<size_t>(192) << 10;  // the panels of one chunk stay in L2
+  int panels_per_chunk = static_cast<int>(kChunkBytes / (static_cast<size_t>(g.k) * kPanelColumns * sizeof(float)));
   if (panels_per_chunk < 1) panels_per_chunk = 1;
-  std::vector<float> a_rows((size_t)kPanelRows * g.k);
+  std::vector<float> a_rows(static_cast<size_t>(kPanelRows) * g.k);
   for (int first_panel = 0; first_panel < packed.panels; first_panel += panels_per_chunk) {
     const int last_panel = first_panel + panels_per_chunk < packed.panels ? first_panel + panels_per_chunk
                                                                           : packed.panels;
@@ -93,10 +94,11 @@ inline void cpu_gemm_rows(const GemmArgs& g, const PackedGemmOperands& packed, i
       const int valid_rows = row_end - row < kPanelRows ? row_end - row : kPanelRows;
       for (int r = 0; r < kPanelRows; r++)
         for (int kk = 0; kk < g.k; kk++)
-          a_rows[(size_t)r * g.k + kk] = r < valid_rows ? packed.a[(size_t)(row + r) * g.k + kk] : 0.0f;
+          a_rows[static_cast<size_t>(r) * g.k + kk] =
+              r < valid_rows ? packed.a[static_cast<size_t>(row + r) * g.k + kk] : 0.0f;
       for (int p = first_panel; p < last_panel; p++)
-        gemm_micro_kernel(g, a_rows.data(), packed.b.data() + (size_t)p * g.k * kPanelColumns, valid_rows, row,
-                          p * kPanelColumns, d);
+        gemm_micro_kernel(g, a_rows.data(), packed.b.data() + static_cast<size_t>(p) * g.k * kPanelColumns, valid_rows,
+                          row, p * kPanelColumns, d);
     }
   }
 }
@@ -105,7 +107,7 @@ inline void cpu_gemm(const GemmArgs& g, int threads) {
   PackedGemmOperands packed;
   const double flops_per_batch = 2.0 * g.m * g.n * g.k;
   constexpr double kFlopsPerThread = 4e6;  // below this a thread costs more than it saves
-  int workers = (int)(flops_per_batch / kFlopsPerThread);
+  int workers = static_cast<int>(flops_per_batch / kFlopsPerThread);
   if (workers > threads) workers = threads;
   if (workers > g.m / kPanelRows) workers = g.m / kPanelRows;
   if (workers < 1) workers = 1;

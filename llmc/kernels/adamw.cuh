@@ -18,8 +18,8 @@ template <typename Tx>
 __global__ void adamw_kernel(Tx* params, float* master, const Tx* grads, float* m, float* v, size_t n,
                              float learning_rate, float beta1, float beta2, float bias_correction1,
                              float bias_correction2, float eps, float weight_decay, float grad_scale) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float grad = to_float(grads[i]) * grad_scale;
     const float m_new = beta1 * m[i] + (1.0f - beta1) * grad;
     const float v_new = beta2 * v[i] + (1.0f - beta2) * grad * grad;
@@ -41,8 +41,8 @@ __global__ void adamw_kernel(Tx* params, float* master, const Tx* grads, float* 
 inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n, int step,
                          float learning_rate, const AdamWSettings& hp, float grad_scale, cudaStream_t stream) {
   // Corrections in double on the host: 1 - beta^step loses digits in fp32 for beta2 near 1.
-  const float bias_correction1 = (float)(1.0 - std::pow((double)hp.beta1, step));
-  const float bias_correction2 = (float)(1.0 - std::pow((double)hp.beta2, step));
+  const float bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), step));
+  const float bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), step));
   constexpr int kBlock = 256;
   LLMC_LAUNCH(adamw_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, params, master, grads,
               m, v, n, learning_rate, hp.beta1, hp.beta2, bias_correction1, bias_correction2, hp.eps,

@@ -21,20 +21,20 @@ namespace llmc {
 // (B,T,tensors_per_token,NH,hs): tensors_per_token is 3 for the packed qkv, 1 for (B,T,C). The offset of
 // the k (v) part of qkv is this plus C (2C).
 __device__ __forceinline__ size_t head_major_to_token_major(size_t i, int T, int NH, int hs, int tensors_per_token) {
-  const int d = (int)(i % hs);
-  const int t = (int)((i / hs) % T);
-  const int h = (int)((i / ((size_t)hs * T)) % NH);
-  const int b = (int)(i / ((size_t)hs * T * NH));
-  return (((size_t)b * T + t) * tensors_per_token * NH + h) * hs + d;
+  const int d = static_cast<int>(i % hs);
+  const int t = static_cast<int>((i / hs) % T);
+  const int h = static_cast<int>((i / (static_cast<size_t>(hs) * T)) % NH);
+  const int b = static_cast<int>(i / (static_cast<size_t>(hs) * T * NH));
+  return ((static_cast<size_t>(b) * T + t) * tensors_per_token * NH + h) * hs + d;
 }
 
 // qkv (B,T,3,NH,hs) -> q, k, v, each (B,NH,T,hs), stored one after the other in qkvr.
 template <typename Tx>
 __global__ void attention_permute_kernel(Tx* q, Tx* k, Tx* v, const Tx* qkv, int B, int T, int NH, int hs) {
-  const size_t total = (size_t)B * NH * T * hs;
-  const size_t C = (size_t)NH * hs;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+  const size_t total = static_cast<size_t>(B) * NH * T * hs;
+  const size_t C = static_cast<size_t>(NH) * hs;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const size_t source = head_major_to_token_major(i, T, NH, hs, 3);
     q[i] = qkv[source];
     k[i] = qkv[source + C];
@@ -46,10 +46,10 @@ __global__ void attention_permute_kernel(Tx* q, Tx* k, Tx* v, const Tx* qkv, int
 template <typename Tx>
 __global__ void attention_unpermute_qkv_kernel(Tx* dqkv, const Tx* dq, const Tx* dk, const Tx* dv, int B, int T,
                                                int NH, int hs) {
-  const size_t total = (size_t)B * NH * T * hs;
-  const size_t C = (size_t)NH * hs;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+  const size_t total = static_cast<size_t>(B) * NH * T * hs;
+  const size_t C = static_cast<size_t>(NH) * hs;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const size_t target = head_major_to_token_major(i, T, NH, hs, 3);
     dqkv[target] = dq[i];
     dqkv[target + C] = dk[i];
@@ -60,9 +60,9 @@ __global__ void attention_unpermute_qkv_kernel(Tx* dqkv, const Tx* dq, const Tx*
 // (B,NH,T,hs) <-> (B,T,NH,hs): to_heads = false gathers heads into (B,T,C), true splits (B,T,C) into heads.
 template <typename Tx>
 __global__ void attention_head_layout_kernel(Tx* out, const Tx* inp, int B, int T, int NH, int hs, bool to_heads) {
-  const size_t total = (size_t)B * NH * T * hs;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+  const size_t total = static_cast<size_t>(B) * NH * T * hs;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const size_t token_major = head_major_to_token_major(i, T, NH, hs, 1);
     if (to_heads)
       out[i] = inp[token_major];
@@ -79,7 +79,7 @@ __global__ void causal_softmax_kernel(Tx* att, int rows, int T) {
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // whole warps leave together
   const int t = row % T;
-  Tx* x = att + (size_t)row * T;
+  Tx* x = att + static_cast<size_t>(row) * T;
   float max_value = -FLT_MAX;
   for (int j = lane; j <= t; j += kWarpSize) max_value = fmaxf(max_value, to_float(x[j]));
   max_value = warp_reduce_max(max_value);
@@ -98,8 +98,8 @@ __global__ void causal_softmax_backward_kernel(Tx* datt, const Tx* att, int rows
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= rows) return;
   const int t = row % T;
-  Tx* dx = datt + (size_t)row * T;
-  const Tx* y = att + (size_t)row * T;
+  Tx* dx = datt + static_cast<size_t>(row) * T;
+  const Tx* y = att + static_cast<size_t>(row) * T;
   float dot = 0.0f;
   for (int j = lane; j <= t; j += kWarpSize) dot += to_float(y[j]) * to_float(dx[j]);
   dot = warp_reduce_sum(dot);
@@ -119,7 +119,7 @@ inline void attention_forward(MatmulContext& context, floatX* out, floatX* qkvr,
                               const floatX* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   check_attention_shape("attention_forward", C, NH);
   const int hs = C / NH;
-  const size_t head_elements = (size_t)B * T * C;
+  const size_t head_elements = static_cast<size_t>(B) * T * C;
   floatX* q = qkvr;
   floatX* k = qkvr + head_elements;
   floatX* v = qkvr + 2 * head_elements;
@@ -135,13 +135,14 @@ inline void attention_forward(MatmulContext& context, floatX* out, floatX* qkvr,
   scores.m = T;
   scores.n = T;
   scores.k = hs;
-  scores.alpha = 1.0f / std::sqrt((float)hs);
+  scores.alpha = 1.0f / std::sqrt(static_cast<float>(hs));
   scores.batch = B * NH;
-  scores.stride_a = scores.stride_b = (long long)T * hs;
-  scores.stride_d = (long long)T * T;
+  scores.stride_a = scores.stride_b = static_cast<long long>(T) * hs;
+  scores.stride_d = static_cast<long long>(T) * T;
   gemm(context, scores, stream);
 
-  LLMC_LAUNCH(causal_softmax_kernel<floatX>, dim3((unsigned)ceil_div((long long)B * NH * T, kBlock / kWarpSize)),
+  LLMC_LAUNCH(causal_softmax_kernel<floatX>,
+              dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(B) * NH * T, kBlock / kWarpSize))),
               dim3(kBlock), 0, stream, att, B * NH * T, T);
 
   GemmArgs values;  // scratch (B,NH,T,hs) = att @ v
@@ -152,8 +153,8 @@ inline void attention_forward(MatmulContext& context, floatX* out, floatX* qkvr,
   values.n = hs;
   values.k = T;
   values.batch = B * NH;
-  values.stride_a = (long long)T * T;
-  values.stride_b = values.stride_d = (long long)T * hs;
+  values.stride_a = static_cast<long long>(T) * T;
+  values.stride_b = values.stride_d = static_cast<long long>(T) * hs;
   gemm(context, values, stream);
 
   LLMC_LAUNCH(attention_head_layout_kernel<floatX>, dim3(elementwise_grid(head_elements, kBlock)), dim3(kBlock), 0,
@@ -167,15 +168,15 @@ inline void attention_backward(MatmulContext& context, floatX* dqkv, floatX* dqk
                                cudaStream_t stream) {
   check_attention_shape("attention_backward", C, NH);
   const int hs = C / NH;
-  const size_t head_elements = (size_t)B * T * C;
+  const size_t head_elements = static_cast<size_t>(B) * T * C;
   const floatX* q = qkvr;
   const floatX* k = qkvr + head_elements;
   const floatX* v = qkvr + 2 * head_elements;
   floatX* dq = dqkvr;
   floatX* dk = dqkvr + head_elements;
   floatX* dv = dqkvr + 2 * head_elements;
-  const long long head_stride = (long long)T * hs, att_stride = (long long)T * T;
-  const float scale = 1.0f / std::sqrt((float)hs);
+  const long long head_stride = static_cast<long long>(T) * hs, att_stride = static_cast<long long>(T) * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   constexpr int kBlock = 256;
   LLMC_LAUNCH(attention_head_layout_kernel<floatX>, dim3(elementwise_grid(head_elements, kBlock)), dim3(kBlock), 0,
               stream, dvalues, dout, B, T, NH, hs, /*to_heads=*/true);
@@ -207,8 +208,8 @@ inline void attention_backward(MatmulContext& context, floatX* dqkv, floatX* dqk
   gemm(context, g, stream);
 
   LLMC_LAUNCH(causal_softmax_backward_kernel<floatX>,
-              dim3((unsigned)ceil_div((long long)B * NH * T, kBlock / kWarpSize)), dim3(kBlock), 0, stream, datt, att,
-              B * NH * T, T);
+              dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(B) * NH * T, kBlock / kWarpSize))),
+              dim3(kBlock), 0, stream, datt, att, B * NH * T, T);
 
   g = GemmArgs{};  // dq = dpreatt @ k / sqrt(hs)
   g.batch = B * NH;

@@ -44,7 +44,7 @@ __global__ void fused_classifier_kernel(Tx* logits, float* losses, const int* ta
   const int row = blockIdx.x;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int num_warps = blockDim.x / kWarpSize;
-  Tx* row_logits = logits + (size_t)row * Vp;
+  Tx* row_logits = logits + static_cast<size_t>(row) * Vp;
   const int target = targets[row];
   const bool target_valid = target >= 0 && target < V;
   // Read the target's logit before any thread can overwrite the row (the barriers below order it).
@@ -90,8 +90,8 @@ __global__ void fused_classifier_kernel(Tx* logits, float* losses, const int* ta
 // (validation) and leaves the logits untouched.
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
-  LLMC_LAUNCH(fused_classifier_kernel<floatX>, dim3((unsigned)N), dim3(kClassifierBlock), 0, stream, logits, losses,
-              targets, dloss, V, Vp, write_dlogits);
+  LLMC_LAUNCH(fused_classifier_kernel<floatX>, dim3(static_cast<unsigned>(N)), dim3(kClassifierBlock), 0, stream,
+              logits, losses, targets, dloss, V, Vp, write_dlogits);
 }
 
 }  // namespace llmc

@@ -20,14 +20,15 @@ namespace llmc {
 template <typename Tx>
 __global__ void encoder_forward_kernel(Tx* out, const int* tokens, const Tx* wte, const Tx* wpe, int B, int T,
                                        int C) {
-  const size_t total = (size_t)B * T * C;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+  const size_t total = static_cast<size_t>(B) * T * C;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const size_t position = i / C;  // b * T + t
-    const int c = (int)(i % C);
-    const int t = (int)(position % T);
+    const int c = static_cast<int>(i % C);
+    const int t = static_cast<int>(position % T);
     const int token = tokens[position];
-    out[i] = from_float<Tx>(to_float(wte[(size_t)token * C + c]) + to_float(wpe[(size_t)t * C + c]));
+    out[i] = from_float<Tx>(to_float(wte[static_cast<size_t>(token) * C + c]) +
+                            to_float(wpe[static_cast<size_t>(t) * C + c]));
   }
 }
 
@@ -35,8 +36,8 @@ __global__ void encoder_forward_kernel(Tx* out, const int* tokens, const Tx* wte
 inline void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe, int B, int T, int C,
                             cudaStream_t stream) {
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(encoder_forward_kernel<floatX>, dim3(elementwise_grid((size_t)B * T * C, kBlock)), dim3(kBlock), 0,
-              stream, out, tokens, wte, wpe, B, T, C);
+  LLMC_LAUNCH(encoder_forward_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(B) * T * C, kBlock)),
+              dim3(kBlock), 0, stream, out, tokens, wte, wpe, B, T, C);
 }
 
 // Device and host buffers for encoder_backward, sized for up to max_positions = B*T tokens; create one
@@ -44,8 +45,8 @@ inline void encoder_forward(floatX* out, const int* tokens, const floatX* wte, c
 struct EncoderBackwardWorkspace {
   explicit EncoderBackwardWorkspace(int max_positions_) : max_positions(max_positions_) {
     if (max_positions <= 0) throw std::invalid_argument("EncoderBackwardWorkspace: max_positions must be positive");
-    host_table.resize((size_t)4 * max_positions);
-    sort_keys.resize((size_t)max_positions);
+    host_table.resize(static_cast<size_t>(4) * max_positions);
+    sort_keys.resize(static_cast<size_t>(max_positions));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_table), host_table.size() * sizeof(int)));
     CUDA_CHECK(cudaEventCreate(&upload_done));
   }
@@ -74,22 +75,22 @@ __global__ void encoder_backward_wte_kernel(Tx* dwte, const Tx* dout, const int*
                                             const int* buckets, int C) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const int* bucket = buckets + 3 * (size_t)blockIdx.x;
+  const int* bucket = buckets + 3 * static_cast<size_t>(blockIdx.x);
   const int token = bucket[0], first = bucket[1], count = bucket[2];
   float sum = 0.0f;
-  for (int i = first; i < first + count; i++) sum += to_float(dout[(size_t)sorted_positions[i] * C + c]);
-  Tx* target = dwte + (size_t)token * C + c;
+  for (int i = first; i < first + count; i++) sum += to_float(dout[static_cast<size_t>(sorted_positions[i]) * C + c]);
+  Tx* target = dwte + static_cast<size_t>(token) * C + c;
   *target = from_float<Tx>(to_float(*target) + sum);
 }
 
 // One thread per (t, c): sums dout over the batch in order b = 0..B-1.
 template <typename Tx>
 __global__ void encoder_backward_wpe_kernel(Tx* dwpe, const Tx* dout, int B, int T, int C) {
-  const size_t total = (size_t)T * C;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+  const size_t total = static_cast<size_t>(T) * C;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     float sum = 0.0f;
-    for (int b = 0; b < B; b++) sum += to_float(dout[(size_t)b * total + i]);
+    for (int b = 0; b < B; b++) sum += to_float(dout[static_cast<size_t>(b) * total + i]);
     dwpe[i] = from_float<Tx>(to_float(dwpe[i]) + sum);
   }
 }
@@ -110,15 +111,16 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
     if (tokens_host[i] < 0)
       throw std::invalid_argument("encoder_backward: negative token id " + std::to_string(tokens_host[i]) +
                                   " at position " + std::to_string(i));
-    workspace.sort_keys[i] = ((uint64_t)(uint32_t)tokens_host[i] << 32) | (uint32_t)i;
+    workspace.sort_keys[i] =
+        (static_cast<uint64_t>(static_cast<uint32_t>(tokens_host[i])) << 32) | static_cast<uint32_t>(i);
   }
   std::sort(workspace.sort_keys.begin(), workspace.sort_keys.begin() + positions);
   int* sorted_positions = workspace.host_table.data();
   int* buckets = sorted_positions + positions;
   int num_buckets = 0;
   for (int i = 0; i < positions; i++) {
-    const int token = (int)(workspace.sort_keys[i] >> 32);
-    sorted_positions[i] = (int)(workspace.sort_keys[i] & 0xffffffffu);
+    const int token = static_cast<int>(workspace.sort_keys[i] >> 32);
+    sorted_positions[i] = static_cast<int>(workspace.sort_keys[i] & 0xffffffffu);
     if (i == 0 || token != buckets[3 * (num_buckets - 1)]) {
       buckets[3 * num_buckets] = token;
       buckets[3 * num_buckets + 1] = i;
@@ -128,17 +130,18 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
     buckets[3 * (num_buckets - 1) + 2]++;
   }
   CUDA_CHECK(cudaMemcpyAsync(workspace.device_table, workspace.host_table.data(),
-                             ((size_t)positions + 3 * (size_t)num_buckets) * sizeof(int), cudaMemcpyHostToDevice,
-                             stream));
+                             (static_cast<size_t>(positions) + 3 * static_cast<size_t>(num_buckets)) * sizeof(int),
+                             cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaEventRecord(workspace.upload_done, stream));
   workspace.upload_pending = true;
 
   constexpr int kBlock = 128;
   if (num_buckets > 0)
-    LLMC_LAUNCH(encoder_backward_wte_kernel<floatX>, dim3((unsigned)num_buckets, (unsigned)ceil_div(C, kBlock)),
-                dim3(kBlock), 0, stream, dwte, dout, workspace.device_table, workspace.device_table + positions, C);
-  LLMC_LAUNCH(encoder_backward_wpe_kernel<floatX>, dim3(elementwise_grid((size_t)T * C, kBlock)), dim3(kBlock), 0,
-              stream, dwpe, dout, B, T, C);
+    LLMC_LAUNCH(encoder_backward_wte_kernel<floatX>,
+                dim3(static_cast<unsigned>(num_buckets), static_cast<unsigned>(ceil_div(C, kBlock))), dim3(kBlock), 0,
+                stream, dwte, dout, workspace.device_table, workspace.device_table + positions, C);
+  LLMC_LAUNCH(encoder_backward_wpe_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(T) * C, kBlock)),
+              dim3(kBlock), 0, stream, dwpe, dout, B, T, C);
 }
 
 }  // namespace llmc

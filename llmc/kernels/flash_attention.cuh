@@ -56,8 +56,8 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* source, int fi
   for (int index = threadIdx.x; index < kTile * kPacketsPerRow; index += kThreads) {
     const int row = index / kPacketsPerRow, packet = index % kPacketsPerRow;
     Packed128<bf16> value = Packed128<bf16>::zeros();
-    if (first_row + row < T) value = load128(source + (size_t)(first_row + row) * row_length + column0 + packet * 8);
-    store128(tile + (size_t)row * kStride + packet * 8, value);
+    if (first_row + row < T) value = load128(source + static_cast<size_t>(first_row + row) * row_length + column0 + packet * 8);
+    store128(tile + static_cast<size_t>(row) * kStride + packet * 8, value);
   }
 }
 
@@ -73,8 +73,8 @@ __global__ void forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, in
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int group = lane / 4, pair = lane % 4;
   const int row0 = warp * 16;
-  const bf16* batch_qkv = qkv + (size_t)b * T * 3 * C;
-  load_tile(q_tile, batch_qkv, q0, T, 3 * (size_t)C, (size_t)h * kHeadSize);
+  const bf16* batch_qkv = qkv + static_cast<size_t>(b) * T * 3 * C;
+  load_tile(q_tile, batch_qkv, q0, T, 3 * static_cast<size_t>(C), static_cast<size_t>(h) * kHeadSize);
 
   float o[kNTiles][4];
   zero(o);
@@ -82,8 +82,8 @@ __global__ void forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, in
   for (int key_tile = 0; key_tile <= query_tile; key_tile++) {
     const int k0 = key_tile * kTile;
     __syncthreads();  // the previous tiles are no longer read
-    load_tile(k_tile, batch_qkv, k0, T, 3 * (size_t)C, (size_t)C + h * kHeadSize);
-    load_tile(v_tile, batch_qkv, k0, T, 3 * (size_t)C, 2 * (size_t)C + h * kHeadSize);
+    load_tile(k_tile, batch_qkv, k0, T, 3 * static_cast<size_t>(C), static_cast<size_t>(C) + h * kHeadSize);
+    load_tile(v_tile, batch_qkv, k0, T, 3 * static_cast<size_t>(C), 2 * static_cast<size_t>(C) + h * kHeadSize);
     __syncthreads();
     float s[kNTiles][4];
     zero(s);
@@ -118,16 +118,16 @@ __global__ void forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, in
     }
     mma_fragments_by_rows(o, s, v_tile);
   }
-  bf16* batch_out = out + (size_t)b * T * C + (size_t)h * kHeadSize;
+  bf16* batch_out = out + static_cast<size_t>(b) * T * C + static_cast<size_t>(h) * kHeadSize;
   for (int r = 0; r < 2; r++) {
     const int query = q0 + row0 + group + 8 * r;
     if (query >= T) continue;
     const float inv_sum = 1.0f / row_sum[r];
     for (int nt = 0; nt < kNTiles; nt++) {
       const uint32_t packed = pack_bf16x2(o[nt][2 * r] * inv_sum, o[nt][2 * r + 1] * inv_sum);
-      memcpy(static_cast<void*>(batch_out + (size_t)query * C + nt * 8 + 2 * pair), &packed, 4);
+      memcpy(static_cast<void*>(batch_out + static_cast<size_t>(query) * C + nt * 8 + 2 * pair), &packed, 4);
     }
-    if (pair == 0) lse[(size_t)blockIdx.y * T + query] = row_max[r] + logf(row_sum[r]);
+    if (pair == 0) lse[static_cast<size_t>(blockIdx.y) * T + query] = row_max[r] + logf(row_sum[r]);
   }
 }
 
@@ -136,12 +136,12 @@ __global__ void forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, in
 template <typename Unused = void>
 __global__ void delta_kernel(float* delta, const bf16* dout, const bf16* out, int B, int T, int NH) {
   const int C = NH * kHeadSize;
-  const size_t total = (size_t)B * NH * T;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x; index < total; index += stride) {
-    const int t = (int)(index % T), bh = (int)(index / T);
+  const size_t total = static_cast<size_t>(B) * NH * T;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < total; index += stride) {
+    const int t = static_cast<int>(index % T), bh = static_cast<int>(index / T);
     const int b = bh / NH, h = bh % NH;
-    const size_t offset = ((size_t)b * T + t) * C + (size_t)h * kHeadSize;
+    const size_t offset = (static_cast<size_t>(b) * T + t) * C + static_cast<size_t>(h) * kHeadSize;
     float sum = 0.0f;
     for (int d = 0; d < kHeadSize; d++) sum += to_float(dout[offset + d]) * to_float(out[offset + d]);
     delta[index] = sum;
@@ -165,11 +165,11 @@ __global__ void backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* q
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int group = lane / 4, pair = lane % 4;
   const int row0 = warp * 16;
-  const int num_tiles = (int)ceil_div(T, kTile);
-  const bf16* batch_qkv = qkv + (size_t)b * T * 3 * C;
-  const bf16* batch_dout = dout + (size_t)b * T * C;
-  load_tile(k_tile, batch_qkv, k0, T, 3 * (size_t)C, (size_t)C + h * kHeadSize);
-  load_tile(v_tile, batch_qkv, k0, T, 3 * (size_t)C, 2 * (size_t)C + h * kHeadSize);
+  const int num_tiles = static_cast<int>(ceil_div(T, kTile));
+  const bf16* batch_qkv = qkv + static_cast<size_t>(b) * T * 3 * C;
+  const bf16* batch_dout = dout + static_cast<size_t>(b) * T * C;
+  load_tile(k_tile, batch_qkv, k0, T, 3 * static_cast<size_t>(C), static_cast<size_t>(C) + h * kHeadSize);
+  load_tile(v_tile, batch_qkv, k0, T, 3 * static_cast<size_t>(C), 2 * static_cast<size_t>(C) + h * kHeadSize);
 
   float dk[kNTiles][4], dv[kNTiles][4];
   zero(dk);
@@ -177,12 +177,12 @@ __global__ void backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* q
   for (int query_tile = key_tile; query_tile < num_tiles; query_tile++) {
     const int q0 = query_tile * kTile;
     __syncthreads();
-    load_tile(q_tile, batch_qkv, q0, T, 3 * (size_t)C, (size_t)h * kHeadSize);
-    load_tile(dout_tile, batch_dout, q0, T, (size_t)C, (size_t)h * kHeadSize);
+    load_tile(q_tile, batch_qkv, q0, T, 3 * static_cast<size_t>(C), static_cast<size_t>(h) * kHeadSize);
+    load_tile(dout_tile, batch_dout, q0, T, static_cast<size_t>(C), static_cast<size_t>(h) * kHeadSize);
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
       const bool valid = q0 + i < T;
-      tile_lse[i] = valid ? lse[(size_t)blockIdx.y * T + q0 + i] : 0.0f;
-      tile_delta[i] = valid ? delta[(size_t)blockIdx.y * T + q0 + i] : 0.0f;
+      tile_lse[i] = valid ? lse[static_cast<size_t>(blockIdx.y) * T + q0 + i] : 0.0f;
+      tile_delta[i] = valid ? delta[static_cast<size_t>(blockIdx.y) * T + q0 + i] : 0.0f;
     }
     __syncthreads();
     // P^T (16 keys x 64 queries) from S^T = K Q^T; element i: key row group + 8*(i/2), query column.
@@ -203,15 +203,15 @@ __global__ void backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const bf16* q
       for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] - tile_delta[nt * 8 + 2 * pair + i % 2]);
     mma_fragments_by_rows(dk, ds, q_tile);
   }
-  bf16* batch_dqkv = dqkv + (size_t)b * T * 3 * C + (size_t)h * kHeadSize;
+  bf16* batch_dqkv = dqkv + static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * kHeadSize;
   for (int r = 0; r < 2; r++) {
     const int key = k0 + row0 + group + 8 * r;
     if (key >= T) continue;
     for (int nt = 0; nt < kNTiles; nt++) {
       const uint32_t packed_dk = pack_bf16x2(dk[nt][2 * r] * scale, dk[nt][2 * r + 1] * scale);
       const uint32_t packed_dv = pack_bf16x2(dv[nt][2 * r], dv[nt][2 * r + 1]);
-      memcpy(static_cast<void*>(batch_dqkv + (size_t)key * 3 * C + C + nt * 8 + 2 * pair), &packed_dk, 4);
-      memcpy(static_cast<void*>(batch_dqkv + (size_t)key * 3 * C + 2 * C + nt * 8 + 2 * pair), &packed_dv, 4);
+      memcpy(static_cast<void*>(batch_dqkv + static_cast<size_t>(key) * 3 * C + C + nt * 8 + 2 * pair), &packed_dk, 4);
+      memcpy(static_cast<void*>(batch_dqkv + static_cast<size_t>(key) * 3 * C + 2 * C + nt * 8 + 2 * pair), &packed_dv, 4);
     }
   }
 }
@@ -231,14 +231,14 @@ __global__ void backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int group = lane / 4, pair = lane % 4;
   const int row0 = warp * 16;
-  const bf16* batch_qkv = qkv + (size_t)b * T * 3 * C;
-  load_tile(q_tile, batch_qkv, q0, T, 3 * (size_t)C, (size_t)h * kHeadSize);
-  load_tile(dout_tile, dout + (size_t)b * T * C, q0, T, (size_t)C, (size_t)h * kHeadSize);
+  const bf16* batch_qkv = qkv + static_cast<size_t>(b) * T * 3 * C;
+  load_tile(q_tile, batch_qkv, q0, T, 3 * static_cast<size_t>(C), static_cast<size_t>(h) * kHeadSize);
+  load_tile(dout_tile, dout + static_cast<size_t>(b) * T * C, q0, T, static_cast<size_t>(C), static_cast<size_t>(h) * kHeadSize);
   float row_lse[2], row_delta[2];
   for (int r = 0; r < 2; r++) {
     const int query = q0 + row0 + group + 8 * r;
-    row_lse[r] = query < T ? lse[(size_t)blockIdx.y * T + query] : 0.0f;
-    row_delta[r] = query < T ? delta[(size_t)blockIdx.y * T + query] : 0.0f;
+    row_lse[r] = query < T ? lse[static_cast<size_t>(blockIdx.y) * T + query] : 0.0f;
+    row_delta[r] = query < T ? delta[static_cast<size_t>(blockIdx.y) * T + query] : 0.0f;
   }
 
   float dq[kNTiles][4];
@@ -246,8 +246,8 @@ __global__ void backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv
   for (int key_tile = 0; key_tile <= query_tile; key_tile++) {
     const int k0 = key_tile * kTile;
     __syncthreads();
-    load_tile(k_tile, batch_qkv, k0, T, 3 * (size_t)C, (size_t)C + h * kHeadSize);
-    load_tile(v_tile, batch_qkv, k0, T, 3 * (size_t)C, 2 * (size_t)C + h * kHeadSize);
+    load_tile(k_tile, batch_qkv, k0, T, 3 * static_cast<size_t>(C), static_cast<size_t>(C) + h * kHeadSize);
+    load_tile(v_tile, batch_qkv, k0, T, 3 * static_cast<size_t>(C), 2 * static_cast<size_t>(C) + h * kHeadSize);
     __syncthreads();
     float p[kNTiles][4];
     zero(p);
@@ -264,13 +264,13 @@ __global__ void backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv
       for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] - row_delta[i / 2]);
     mma_fragments_by_rows(dq, ds, k_tile);
   }
-  bf16* batch_dqkv = dqkv + (size_t)b * T * 3 * C + (size_t)h * kHeadSize;
+  bf16* batch_dqkv = dqkv + static_cast<size_t>(b) * T * 3 * C + static_cast<size_t>(h) * kHeadSize;
   for (int r = 0; r < 2; r++) {
     const int query = q0 + row0 + group + 8 * r;
     if (query >= T) continue;
     for (int nt = 0; nt < kNTiles; nt++) {
       const uint32_t packed = pack_bf16x2(dq[nt][2 * r] * scale, dq[nt][2 * r + 1] * scale);
-      memcpy(static_cast<void*>(batch_dqkv + (size_t)query * 3 * C + nt * 8 + 2 * pair), &packed, 4);
+      memcpy(static_cast<void*>(batch_dqkv + static_cast<size_t>(query) * 3 * C + nt * 8 + 2 * pair), &packed, 4);
     }
   }
 }
@@ -288,8 +288,8 @@ inline void check_shape(const char* caller, int C, int NH) {
 inline void flash_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH,
                                     cudaStream_t stream) {
   flash::check_shape("flash_attention_forward", C, NH);
-  const float scale = 1.0f / std::sqrt((float)flash::kHeadSize);
-  LLMC_LAUNCH(flash::forward_kernel<>, dim3((unsigned)ceil_div(T, flash::kTile), (unsigned)(B * NH)),
+  const float scale = 1.0f / std::sqrt(static_cast<float>(flash::kHeadSize));
+  LLMC_LAUNCH(flash::forward_kernel<>, dim3(static_cast<unsigned>(ceil_div(T, flash::kTile)), static_cast<unsigned>(B * NH)),
               dim3(flash::kThreads), 0, stream, out, lse, qkv, T, NH, scale);
 }
 
@@ -298,11 +298,11 @@ inline void flash_attention_backward(floatX* dqkv, float* delta_scratch, const f
                                      const floatX* qkv, const float* lse, int B, int T, int C, int NH,
                                      cudaStream_t stream) {
   flash::check_shape("flash_attention_backward", C, NH);
-  const float scale = 1.0f / std::sqrt((float)flash::kHeadSize);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(flash::kHeadSize));
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(flash::delta_kernel<>, dim3(elementwise_grid((size_t)B * NH * T, kBlock)), dim3(kBlock), 0, stream,
+  LLMC_LAUNCH(flash::delta_kernel<>, dim3(elementwise_grid(static_cast<size_t>(B) * NH * T, kBlock)), dim3(kBlock), 0, stream,
               delta_scratch, dout, out, B, T, NH);
-  const dim3 grid((unsigned)ceil_div(T, flash::kTile), (unsigned)(B * NH));
+  const dim3 grid(static_cast<unsigned>(ceil_div(T, flash::kTile)), static_cast<unsigned>(B * NH));
   LLMC_LAUNCH(flash::backward_dkdv_kernel<>, grid, dim3(flash::kThreads), 0, stream, dqkv, dout, qkv, lse,
               static_cast<const float*>(delta_scratch), T, NH, scale);
   LLMC_LAUNCH(flash::backward_dq_kernel<>, grid, dim3(flash::kThreads), 0, stream, dqkv, dout, qkv, lse,

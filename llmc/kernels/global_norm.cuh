@@ -19,20 +19,20 @@ constexpr int kGlobalNormMaxBlocks = 512;
 
 // Number of partial sums for n elements: a fixed function of n, never of the device.
 inline int global_norm_num_blocks(size_t n) {
-  long long blocks = ceil_div((long long)n, kGlobalNormBlock);
+  long long blocks = ceil_div(static_cast<long long>(n), kGlobalNormBlock);
   if (blocks > kGlobalNormMaxBlocks) blocks = kGlobalNormMaxBlocks;
-  return blocks < 1 ? 1 : (int)blocks;
+  return blocks < 1 ? 1 : static_cast<int>(blocks);
 }
 
 // Floats of device scratch global_norm_squared needs (the block partials).
-inline size_t global_norm_scratch_floats(size_t n) { return (size_t)global_norm_num_blocks(n); }
+inline size_t global_norm_scratch_floats(size_t n) { return static_cast<size_t>(global_norm_num_blocks(n)); }
 
 template <typename Tx>
 __global__ void squared_sum_partials_kernel(float* partials, const Tx* data, size_t n) {
   __shared__ float warp_totals[32];
   float sum = 0.0f;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float x = to_float(data[i]);
     sum += x * x;
   }
@@ -57,8 +57,8 @@ inline void global_norm_squared(float* out_device, const floatX* data, size_t n,
                                 size_t scratch_floats, cudaStream_t stream) {
   require_scratch("global_norm_squared", scratch_floats, global_norm_scratch_floats(n));
   const int blocks = global_norm_num_blocks(n);
-  LLMC_LAUNCH(squared_sum_partials_kernel<floatX>, dim3((unsigned)blocks), dim3(kGlobalNormBlock), 0, stream, scratch,
-              data, n);
+  LLMC_LAUNCH(squared_sum_partials_kernel<floatX>, dim3(static_cast<unsigned>(blocks)), dim3(kGlobalNormBlock), 0,
+              stream, scratch, data, n);
   LLMC_LAUNCH(sum_partials_kernel<kGlobalNormBlock>, dim3(1), dim3(kGlobalNormBlock), 0, stream, out_device, scratch,
               blocks, accumulate);
 }

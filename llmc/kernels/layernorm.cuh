@@ -24,10 +24,10 @@ __global__ void layernorm_forward_kernel(Tx* out, float* mean, float* rstd, Tx* 
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= N) return;  // whole warps leave together; no block-wide barrier below
-  const Tx* x = residual_a + (size_t)row * C;
+  const Tx* x = residual_a + static_cast<size_t>(row) * C;
   if (residual_b != nullptr) {
-    const Tx* b = residual_b + (size_t)row * C;
-    Tx* r = residual_out + (size_t)row * C;
+    const Tx* b = residual_b + static_cast<size_t>(row) * C;
+    Tx* r = residual_out + static_cast<size_t>(row) * C;
     for (int c = lane; c < C; c += kWarpSize) r[c] = from_float<Tx>(to_float(x[c]) + to_float(b[c]));
     x = r;  // each lane re-reads only the elements it wrote itself
   }
@@ -40,7 +40,7 @@ __global__ void layernorm_forward_kernel(Tx* out, float* mean, float* rstd, Tx* 
     squares += centered * centered;
   }
   const float row_rstd = rsqrtf(warp_reduce_sum(squares) / C + kLayerNormEps);
-  Tx* y = out + (size_t)row * C;
+  Tx* y = out + static_cast<size_t>(row) * C;
   for (int c = lane; c < C; c += kWarpSize) {
     const float normalized = (to_float(x[c]) - row_mean) * row_rstd;
     y[c] = from_float<Tx>(normalized * to_float(weight[c]) + to_float(bias[c]));
@@ -55,9 +55,9 @@ __global__ void layernorm_forward_kernel(Tx* out, float* mean, float* rstd, Tx* 
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                               const floatX* bias, int N, int C, cudaStream_t stream) {
   const int rows_per_block = kLayerNormBlock / kWarpSize;
-  LLMC_LAUNCH(layernorm_forward_kernel<floatX>, dim3((unsigned)ceil_div(N, rows_per_block)), dim3(kLayerNormBlock),
-              0, stream, out, mean, rstd, static_cast<floatX*>(nullptr), inp, static_cast<const floatX*>(nullptr),
-              weight, bias, N, C);
+  LLMC_LAUNCH(layernorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+              dim3(kLayerNormBlock), 0, stream, out, mean, rstd, static_cast<floatX*>(nullptr), inp,
+              static_cast<const floatX*>(nullptr), weight, bias, N, C);
 }
 
 // residual (N,C) = inp1 + inp2, then out = LayerNorm(residual) * weight + bias in the same pass.
@@ -66,8 +66,8 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
                                              const floatX* inp1, const floatX* inp2, const floatX* weight,
                                              const floatX* bias, int N, int C, cudaStream_t stream) {
   const int rows_per_block = kLayerNormBlock / kWarpSize;
-  LLMC_LAUNCH(layernorm_forward_kernel<floatX>, dim3((unsigned)ceil_div(N, rows_per_block)), dim3(kLayerNormBlock),
-              0, stream, out, mean, rstd, residual, inp1, inp2, weight, bias, N, C);
+  LLMC_LAUNCH(layernorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+              dim3(kLayerNormBlock), 0, stream, out, mean, rstd, residual, inp1, inp2, weight, bias, N, C);
 }
 
 // dinp (+)= rstd * (w*dout - mean_c(w*dout) - xhat * mean_c(w*dout*xhat)), one warp per row.
@@ -77,8 +77,8 @@ __global__ void layernorm_backward_input_kernel(Tx* dinp, const Tx* dout, const 
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= N) return;
-  const Tx* dy = dout + (size_t)row * C;
-  const Tx* x = inp + (size_t)row * C;
+  const Tx* dy = dout + static_cast<size_t>(row) * C;
+  const Tx* x = inp + static_cast<size_t>(row) * C;
   const float row_mean = mean[row], row_rstd = rstd[row];
   float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
   for (int c = lane; c < C; c += kWarpSize) {
@@ -88,7 +88,7 @@ __global__ void layernorm_backward_input_kernel(Tx* dinp, const Tx* dout, const 
   }
   const float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
   const float dnorm_xhat_mean = warp_reduce_sum(dnorm_xhat_sum) / C;
-  Tx* dx = dinp + (size_t)row * C;
+  Tx* dx = dinp + static_cast<size_t>(row) * C;
   for (int c = lane; c < C; c += kWarpSize) {
     const float xhat = (to_float(x[c]) - row_mean) * row_rstd;
     const float dnorm = to_float(weight[c]) * to_float(dy[c]);
@@ -109,18 +109,18 @@ __global__ void layernorm_backward_param_partials_kernel(float* partials, const 
   const int row_end = chunk_end < N ? chunk_end : N;
   float dweight_sum = 0.0f, dbias_sum = 0.0f;
   for (int row = chunk * rows_per_chunk; row < row_end; row++) {
-    const float dy = to_float(dout[(size_t)row * C + c]);
-    const float xhat = (to_float(inp[(size_t)row * C + c]) - mean[row]) * rstd[row];
+    const float dy = to_float(dout[static_cast<size_t>(row) * C + c]);
+    const float xhat = (to_float(inp[static_cast<size_t>(row) * C + c]) - mean[row]) * rstd[row];
     dweight_sum += dy * xhat;
     dbias_sum += dy;
   }
-  partials[(size_t)chunk * C + c] = dweight_sum;
-  partials[((size_t)num_chunks + chunk) * C + c] = dbias_sum;
+  partials[static_cast<size_t>(chunk) * C + c] = dweight_sum;
+  partials[(static_cast<size_t>(num_chunks) + chunk) * C + c] = dbias_sum;
 }
 
 // Floats of scratch that layernorm_backward needs for N rows of C columns.
 inline size_t layernorm_backward_scratch_floats(int N, int C) {
-  return (size_t)2 * column_chunking(N).num_chunks * C;
+  return static_cast<size_t>(2) * column_chunking(N).num_chunks * C;
 }
 
 // Accumulates dinp (N,C) +=, dweight (C) +=, dbias (C) += (dinp accumulates because it is the gradient
@@ -131,15 +131,16 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, con
                                float* scratch, size_t scratch_floats, cudaStream_t stream) {
   require_scratch("layernorm_backward", scratch_floats, layernorm_backward_scratch_floats(N, C));
   const int rows_per_block = kLayerNormBlock / kWarpSize;
-  LLMC_LAUNCH(layernorm_backward_input_kernel<floatX>, dim3((unsigned)ceil_div(N, rows_per_block)),
+  LLMC_LAUNCH(layernorm_backward_input_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
               dim3(kLayerNormBlock), 0, stream, dinp, dout, inp, weight, mean, rstd, N, C);
   const ColumnChunking chunking = column_chunking(N);
   constexpr int kColumnBlock = 128;
   LLMC_LAUNCH(layernorm_backward_param_partials_kernel<floatX>,
-              dim3((unsigned)ceil_div(C, kColumnBlock), (unsigned)chunking.num_chunks), dim3(kColumnBlock), 0, stream,
-              scratch, dout, inp, mean, rstd, N, C, chunking.rows_per_chunk, chunking.num_chunks);
+              dim3(static_cast<unsigned>(ceil_div(C, kColumnBlock)), static_cast<unsigned>(chunking.num_chunks)),
+              dim3(kColumnBlock), 0, stream, scratch, dout, inp, mean, rstd, N, C, chunking.rows_per_chunk,
+              chunking.num_chunks);
   sum_column_partials(dweight, scratch, chunking.num_chunks, C, /*accumulate=*/true, stream);
-  sum_column_partials(dbias, scratch + (size_t)chunking.num_chunks * C, chunking.num_chunks, C,
+  sum_column_partials(dbias, scratch + static_cast<size_t>(chunking.num_chunks) * C, chunking.num_chunks, C,
                       /*accumulate=*/true, stream);
 }
 

@@ -34,13 +34,13 @@ namespace llmc {
 // CPU thread count (emulated build). Create one per device/stream set; not copyable.
 class MatmulContext {
  public:
-  static constexpr size_t kDefaultWorkspaceBytes = (size_t)32 << 20;  // cuBLAS' recommendation for Hopper
+  static constexpr size_t kDefaultWorkspaceBytes = static_cast<size_t>(32) << 20;  // cuBLAS' recommendation for Hopper
 
   explicit MatmulContext(size_t workspace_bytes = kDefaultWorkspaceBytes, int cpu_threads = 0) {
 #if defined(LLMC_EMULATION)
     (void)workspace_bytes;
     const unsigned hardware = std::thread::hardware_concurrency();
-    cpu_threads_ = cpu_threads > 0 ? cpu_threads : (hardware > 0 ? (int)hardware : 1);
+    cpu_threads_ = cpu_threads > 0 ? cpu_threads : (hardware > 0 ? static_cast<int>(hardware) : 1);
 #else
     (void)cpu_threads;
     CUBLAS_CHECK(cublasLtCreate(&handle_));
@@ -113,8 +113,8 @@ inline uint32_t pointer_alignment(const void* pointer) {
 inline uint32_t batch_alignment(const void* pointer, long long stride_elements) {
   uint32_t alignment = pointer_alignment(pointer);
   if (stride_elements != 0) {
-    const uint32_t stride_alignment =
-        pointer_alignment(reinterpret_cast<const void*>((uintptr_t)(stride_elements * (long long)sizeof(floatX))));
+    const uint32_t stride_alignment = pointer_alignment(reinterpret_cast<const void*>(
+        static_cast<uintptr_t>(stride_elements * static_cast<long long>(sizeof(floatX)))));
     if (stride_alignment < alignment) alignment = stride_alignment;
   }
   return alignment;
@@ -236,7 +236,7 @@ inline void gemm(MatmulContext& context, const GemmArgs& g, cudaStream_t stream)
     throw std::runtime_error("gemm: cuBLASLt found no algorithm for m=" + std::to_string(g.m) +
                              " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
                              " batch=" + std::to_string(g.batch));
-  if (g.pre_gelu != nullptr) gelu_forward(g.d, g.pre_gelu, (size_t)g.m * g.n, stream);
+  if (g.pre_gelu != nullptr) gelu_forward(g.d, g.pre_gelu, static_cast<size_t>(g.m) * g.n, stream);
 }
 #endif
 
@@ -290,7 +290,7 @@ inline void matmul_backward(MatmulContext& context, floatX* dinp, floatX* dweigh
     input_grad.n = C;
     input_grad.k = OC;
     gemm(context, input_grad, stream);
-    if (inp_pre_gelu != nullptr) gelu_backward(dinp, inp_pre_gelu, dinp, (size_t)N * C, stream);
+    if (inp_pre_gelu != nullptr) gelu_backward(dinp, inp_pre_gelu, dinp, static_cast<size_t>(N) * C, stream);
   }
 }
 

@@ -24,9 +24,9 @@ __host__ __device__ constexpr long long ceil_div(long long a, long long b) { ret
 // Grid-stride loops: the grid is capped so that huge tensors do not launch millions of blocks.
 inline unsigned elementwise_grid(size_t n, int block) {
   constexpr long long kMaxBlocks = 8192;
-  long long blocks = ceil_div((long long)n, block);
+  long long blocks = ceil_div(static_cast<long long>(n), block);
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;
-  return blocks < 1 ? 1u : (unsigned)blocks;
+  return blocks < 1 ? 1u : static_cast<unsigned>(blocks);
 }
 
 // 16-byte alignment, the precondition of the Packed128 loads and stores (llmc/cuda_common.h).
@@ -115,15 +115,15 @@ __global__ void sum_column_partials_kernel(Tx* out, const float* partials, int n
   if (c >= C) return;
   float sum = accumulate ? to_float(out[c]) : 0.0f;
   float chunk_total = 0.0f;
-  for (int g = 0; g < num_chunks; g++) chunk_total += partials[(size_t)g * C + c];
+  for (int g = 0; g < num_chunks; g++) chunk_total += partials[static_cast<size_t>(g) * C + c];
   out[c] = from_float<Tx>(sum + chunk_total);
 }
 
 inline void sum_column_partials(floatX* out, const float* partials, int num_chunks, int C, bool accumulate,
                                 cudaStream_t stream) {
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(sum_column_partials_kernel<floatX>, dim3((unsigned)ceil_div(C, kBlock)), dim3(kBlock), 0, stream, out,
-              partials, num_chunks, C, accumulate);
+  LLMC_LAUNCH(sum_column_partials_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(C, kBlock))), dim3(kBlock), 0,
+              stream, out, partials, num_chunks, C, accumulate);
 }
 
 }  // namespace llmc

@@ -15,8 +15,8 @@ namespace llmc {
 template <typename Tx>
 __global__ void residual_forward_kernel(Tx* out, const Tx* a, const Tx* b, size_t packets) {
   using Packet = Packed128<Tx>;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < packets; p += stride) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packets; p += stride) {
     const Packet x = load128cs(a + p * Packet::size);
     const Packet y = load128cs(b + p * Packet::size);
     Packet sum;
@@ -27,8 +27,8 @@ __global__ void residual_forward_kernel(Tx* out, const Tx* a, const Tx* b, size_
 
 template <typename Tx>
 __global__ void residual_forward_scalar_kernel(Tx* out, const Tx* a, const Tx* b, size_t n) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     out[i] = from_float<Tx>(to_float(a[i]) + to_float(b[i]));
 }
 

@@ -11,7 +11,7 @@ namespace {
 constexpr size_t kAlignment = 256;
 std::string gib(size_t bytes) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / (1024.0 * 1024.0 * 1024.0));
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return text;
 }
 }  // namespace

@@ -73,8 +73,8 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
                                 std::to_string(config.max_seq_len));
   const int B = batch_size, T = seq_len, C = config.channels, NH = config.num_heads, L = config.num_layers;
   const int Vp = config.padded_vocab_size;
-  const size_t N = size_t(B) * T;
-  acts_ = std::make_unique<Activations>(int(N));
+  const size_t N = static_cast<size_t>(B) * T;
+  acts_ = std::make_unique<Activations>(static_cast<int>(N));
   Activations& a = *acts_;
   a.flash = use_flash_attention(config);
   DeviceArena& arena = a.arena;
@@ -87,10 +87,10 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
     arena.request(&l.ln1_rstd, N);
     arena.request(&l.qkv, N * 3 * C);
     if (a.flash) {
-      arena.request(&l.lse, size_t(B) * NH * T);
+      arena.request(&l.lse, static_cast<size_t>(B) * NH * T);
     } else {
       arena.request(&l.qkvr, N * 3 * C);
-      arena.request(&l.att, size_t(B) * NH * T * T);
+      arena.request(&l.att, static_cast<size_t>(B) * NH * T * T);
     }
     arena.request(&l.atty, N * C);
     arena.request(&l.attproj, N * C);
@@ -108,22 +108,22 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
   arena.request(&a.lnf_mean, N);
   arena.request(&a.lnf_rstd, N);
   arena.request(&a.logits, N * Vp);
-  arena.request(&a.losses, N * size_t(loss_slots));
+  arena.request(&a.losses, N * static_cast<size_t>(loss_slots));
   arena.request(&a.inputs, N);
   arena.request(&a.targets, N);
   arena.request(&a.dresidual, N * C);
   arena.request(&a.dwide, N * 4 * C);
   arena.request(&a.dnarrow, N * C);
   if (a.flash) {
-    arena.request(&a.flash_delta, size_t(B) * NH * T);
+    arena.request(&a.flash_delta, static_cast<size_t>(B) * NH * T);
   } else {
     arena.request(&a.attention_scratch, N * C);
     arena.request(&a.dqkvr, N * 3 * C);
-    arena.request(&a.datt, size_t(B) * NH * T * T);
+    arena.request(&a.datt, static_cast<size_t>(B) * NH * T * T);
     arena.request(&a.dvalues, N * C);
   }
-  a.reduction_scratch_floats = std::max({matmul_backward_scratch_floats(int(N), std::max(4 * C, Vp)),
-                                         layernorm_backward_scratch_floats(int(N), C)});
+  a.reduction_scratch_floats = std::max({matmul_backward_scratch_floats(static_cast<int>(N), std::max(4 * C, Vp)),
+                                         layernorm_backward_scratch_floats(static_cast<int>(N), C)});
   arena.request(&a.reduction_scratch, a.reduction_scratch_floats);
   arena.allocate("the model (parameters, gradients, activations for B=" + std::to_string(B) +
                  " T=" + std::to_string(T) + ")");
@@ -239,7 +239,7 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
   matmul_forward(a.matmul, a.logits, nullptr, a.lnf, param(TensorKind::kWte), nullptr, N, C, cfg.padded_vocab_size,
                  stream_);
   if (targets_host != nullptr)
-    fused_classifier(a.logits, a.losses + size_t(loss_slot) * N, a.targets, dloss, N, cfg.vocab_size,
+    fused_classifier(a.logits, a.losses + static_cast<size_t>(loss_slot) * N, a.targets, dloss, N, cfg.vocab_size,
                      cfg.padded_vocab_size, compute_dlogits, stream_);
 }
 
@@ -262,7 +262,7 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
   // LM head: logits now hold dlogits. dwte += dlogits^T @ lnf, dlnf = dlogits @ wte.
   matmul_backward(a.matmul, a.dnarrow, grad(TensorKind::kWte), nullptr, a.logits, a.lnf, param(TensorKind::kWte),
                   nullptr, N, C, cfg.padded_vocab_size, true, scratch, scratch_floats, stream_);
-  CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, size_t(N) * C * sizeof(floatX), stream_));
+  CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, static_cast<size_t>(N) * C * sizeof(floatX), stream_));
   const Activations::Layer& last = a.layers[L - 1];
   layernorm_backward(a.dresidual, grad(TensorKind::kLnfw), grad(TensorKind::kLnfb), a.dnarrow, last.residual3,
                      param(TensorKind::kLnfw), a.lnf_mean, a.lnf_rstd, N, C, scratch, scratch_floats, stream_);
@@ -305,13 +305,13 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
 }
 
 double GPT2::mean_loss(int num_slots) const {
-  const size_t count = size_t(num_slots) * batch_size_ * seq_len_;
+  const size_t count = static_cast<size_t>(num_slots) * batch_size_ * seq_len_;
   std::vector<float> losses(count);
   CUDA_CHECK(cudaMemcpyAsync(losses.data(), acts_->losses, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   double sum = 0.0;
   for (float loss : losses) sum += loss;
-  return sum / double(count);
+  return sum / static_cast<double>(count);
 }
 
 }  // namespace llmc

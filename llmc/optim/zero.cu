@@ -116,7 +116,7 @@ ZeroOptimizer::~ZeroOptimizer() {
 
 size_t ZeroOptimizer::shard_begin(int bucket) const {
   const ParamBucket& b = model_.layout().buckets[bucket];
-  return b.offset + size_t(comm_.rank()) * b.shard_size;
+  return b.offset + static_cast<size_t>(comm_.rank()) * b.shard_size;
 }
 
 void ZeroOptimizer::init_master(const std::vector<float>& host_params) {
@@ -160,7 +160,7 @@ BucketHook ZeroOptimizer::on_bucket_ready() {
     // update and all-gather. It reads buckets whose param_ready is already recorded, yet the next
     // backward cannot zero them under it: the next forward's first kernel waits for param_ready of
     // the last bucket (the embeddings), recorded after the norm on this stream.
-    if (int(ready_order_.size()) == model_.layout().num_buckets()) enqueue_grad_norm();
+    if (static_cast<int>(ready_order_.size()) == model_.layout().num_buckets()) enqueue_grad_norm();
     update_bucket(bucket, 1.0f);
     all_gather_bucket(bucket);
     mark_params_ready(bucket);
@@ -173,8 +173,8 @@ void ZeroOptimizer::reduce_scatter_bucket(int bucket) {
   floatX* bucket_grads = model_.grads() + b.offset;
   traced(tracer_, comm_stream_, TraceTrack::kComm, "reduce_scatter",
          {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}}, [&] {
-           comm_.reduce_scatter_avg(bucket_grads, bucket_grads + size_t(comm_.rank()) * b.shard_size, b.shard_size,
-                                    comm_stream_);
+           comm_.reduce_scatter_avg(bucket_grads, bucket_grads + static_cast<size_t>(comm_.rank()) * b.shard_size,
+                                    b.shard_size, comm_stream_);
          });
 }
 
@@ -199,8 +199,8 @@ void ZeroOptimizer::all_gather_bucket(int bucket) {
     floatX* bucket_params = model_.params() + b.offset;
     traced(tracer_, comm_stream_, TraceTrack::kComm, "all_gather",
            {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}}, [&] {
-             comm_.all_gather(bucket_params + size_t(comm_.rank()) * b.shard_size, bucket_params, b.shard_size,
-                              comm_stream_);
+             comm_.all_gather(bucket_params + static_cast<size_t>(comm_.rank()) * b.shard_size, bucket_params,
+                              b.shard_size, comm_stream_);
            });
   }
 }
@@ -233,7 +233,7 @@ void ZeroOptimizer::enqueue_grad_norm() {
 
 void ZeroOptimizer::finish_step() {
   const int num_buckets = model_.layout().num_buckets();
-  if (int(ready_order_.size()) != num_buckets)
+  if (static_cast<int>(ready_order_.size()) != num_buckets)
     throw std::logic_error("finish_step: the backward reported " + std::to_string(ready_order_.size()) + " of " +
                            std::to_string(num_buckets) + " buckets");
   if (settings_.overlap == OverlapMode::kNone) {

@@ -20,7 +20,7 @@ std::string printf_string(const char* format, ...) {
 }  // namespace
 
 std::string format_duration(double seconds) {
-  const long long total = seconds > 0 ? (long long)(seconds + 0.5) : 0;
+  const long long total = seconds > 0 ? static_cast<long long>(seconds + 0.5) : 0;
   if (total >= 3600) return printf_string("%lldh%02lldm", total / 3600, total / 60 % 60);
   if (total >= 60) return printf_string("%lldm%02llds", total / 60, total % 60);
   return printf_string("%llds", total);

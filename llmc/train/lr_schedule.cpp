@@ -20,7 +20,7 @@ double LrSchedule::at(int step) const {
   const int decay_steps = total_steps - 1 - warmup_steps;
   if (decay == LrDecay::kConstant) return max_lr;
   if (decay_steps <= 0) return min_lr;
-  const double progress = std::min(1.0, double(step - warmup_steps) / decay_steps);
+  const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / decay_steps);
   const double weight = decay == LrDecay::kCosine ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
   return min_lr + weight * (max_lr - min_lr);
 }

@@ -6,7 +6,7 @@
 namespace llmc {
 
 double training_flops_per_token(int64_t num_params, int num_layers, int channels, int seq_len) {
-  return 6.0 * double(num_params) + 6.0 * double(num_layers) * channels * seq_len;
+  return 6.0 * static_cast<double>(num_params) + 6.0 * static_cast<double>(num_layers) * channels * seq_len;
 }
 
 std::optional<double> bf16_peak_flops(const std::string& device_name) {

@@ -13,9 +13,9 @@
 namespace llmc {
 
 int TrainOptions::grad_accum_steps(int world_size) const {
-  const int64_t tokens_per_micro_step = int64_t(batch_size) * seq_len * world_size;
+  const int64_t tokens_per_micro_step = static_cast<int64_t>(batch_size) * seq_len * world_size;
   const int64_t total = total_batch_tokens > 0 ? total_batch_tokens : tokens_per_micro_step;
-  return int(total / tokens_per_micro_step);
+  return static_cast<int>(total / tokens_per_micro_step);
 }
 
 namespace {
@@ -113,7 +113,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
 }
 
 void validate_train_options(const TrainOptions& o, int world_size) {
-  const int64_t tokens_per_micro_step = int64_t(o.batch_size) * o.seq_len * world_size;
+  const int64_t tokens_per_micro_step = static_cast<int64_t>(o.batch_size) * o.seq_len * world_size;
   if (o.total_batch_tokens > 0 && o.total_batch_tokens % tokens_per_micro_step != 0)
     throw std::invalid_argument("--total-batch-tokens " + std::to_string(o.total_batch_tokens) +
                                 " is not a multiple of --batch-size * --seq-len * ranks = " +

@@ -125,7 +125,8 @@ TrainState read_train_state(const std::string& path) {
   const int64_t elements = header[kShardElements];
   struct stat info;
   if (::fstat(fileno(in.get()), &info) != 0) throw_errno_file_error(path, "cannot stat");
-  const int64_t expected_bytes = int64_t(sizeof header) + 3 * elements * int64_t(sizeof(float));
+  const int64_t expected_bytes =
+      static_cast<int64_t>(sizeof header) + 3 * elements * static_cast<int64_t>(sizeof(float));
   if (elements < 0 || info.st_size != expected_bytes)
     throw FileError(path, "file has " + std::to_string(info.st_size) + " bytes, the header promises " +
                     std::to_string(expected_bytes) + " (truncated or corrupt)");

@@ -71,8 +71,8 @@ TEST(Block, ThreeDimensionalIndexing) {
           for (unsigned ty = 0; ty < 3; ++ty)
             for (unsigned tx = 0; tx < 4; ++tx) {
               const int index = (bx + 3 * (by + 2 * bz)) * 24 + (tx + 4 * (ty + 3 * tz));
-              EXPECT_EQ(out[index].x, int(tx + 100 * ty + 10000 * tz));
-              EXPECT_EQ(out[index].y, int(bx + 100 * by + 10000 * bz));
+              EXPECT_EQ(out[index].x, static_cast<int>(tx + 100 * ty + 10000 * tz));
+              EXPECT_EQ(out[index].y, static_cast<int>(bx + 100 * by + 10000 * bz));
               EXPECT_EQ(out[index].z, 4 + 300 + 20000);
               EXPECT_EQ(out[index].w, 3 + 200 + 20000);
             }

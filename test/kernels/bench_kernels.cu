@@ -28,13 +28,13 @@ using llmc::floatX;
 // Deterministic pseudo-random values in [-scale, scale): realistic bit patterns for the GEMMs.
 template <typename T>
 __global__ void fill_pattern_kernel(T* data, size_t n, float scale, unsigned seed) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    unsigned x = (unsigned)i * 2654435761u ^ seed;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    unsigned x = static_cast<unsigned>(i) * 2654435761u ^ seed;
     x ^= x >> 15;
     x *= 2246822519u;
     x ^= x >> 13;
-    data[i] = llmc::from_float<T>(scale * ((float)(x & 0xffffff) / 8388608.0f - 1.0f));
+    data[i] = llmc::from_float<T>(scale * (static_cast<float>(x & 0xffffff) / 8388608.0f - 1.0f));
   }
 }
 
@@ -50,7 +50,7 @@ class Arena {
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pointer), n * sizeof(T)));
     allocations_.push_back(pointer);
     LLMC_LAUNCH(fill_pattern_kernel<T>, dim3(llmc::elementwise_grid(n, 256)), dim3(256), 0, nullptr, pointer, n, scale,
-                (unsigned)allocations_.size());
+                static_cast<unsigned>(allocations_.size()));
     return pointer;
   }
 
@@ -98,7 +98,7 @@ struct Sizes {
   int B = 8, T = 1024, C = 768, NH = 12, V = 50257, repeats = 20;
   long long params = 124475904;
   int Vp() const { return (V + 127) / 128 * 128; }
-  size_t N() const { return size_t(B) * T; }
+  size_t N() const { return static_cast<size_t>(B) * T; }
 };
 
 // Every buffer the timed calls read or write.
@@ -115,15 +115,16 @@ struct Buffers {
 };
 
 Buffers allocate_buffers(Arena& arena, const Sizes& s) {
-  const size_t N = s.N(), C = size_t(s.C), Vp = size_t(s.Vp()), BNHTT = size_t(s.B) * s.NH * s.T * s.T;
+  const size_t N = s.N(), C = static_cast<size_t>(s.C), Vp = static_cast<size_t>(s.Vp()),
+               BNHTT = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
   Buffers b;
   b.tokens_host.resize(N);
-  for (size_t i = 0; i < N; i++) b.tokens_host[i] = int((i * 7919) % s.V);
+  for (size_t i = 0; i < N; i++) b.tokens_host[i] = static_cast<int>((i * 7919) % s.V);
   b.tokens = arena.upload(b.tokens_host);
   b.wte = arena.make<floatX>(Vp * C, 0.02f);
-  b.wpe = arena.make<floatX>(size_t(s.T) * C, 0.02f);
+  b.wpe = arena.make<floatX>(static_cast<size_t>(s.T) * C, 0.02f);
   b.dwte = arena.make<floatX>(Vp * C, 0.0f);
-  b.dwpe = arena.make<floatX>(size_t(s.T) * C, 0.0f);
+  b.dwpe = arena.make<floatX>(static_cast<size_t>(s.T) * C, 0.0f);
   for (floatX** narrow : {&b.act, &b.act2, &b.residual, &b.dact, &b.attention_scratch})
     *narrow = arena.make<floatX>(N * C);
   for (floatX** wide : {&b.wide, &b.wide_pre, &b.dwide}) *wide = arena.make<floatX>(N * 4 * C);
@@ -142,21 +143,21 @@ Buffers allocate_buffers(Arena& arena, const Sizes& s) {
   b.mean = arena.make<float>(N);
   b.rstd = arena.make<float>(N, 0.5f);
   b.losses = arena.make<float>(N);
-  b.scratch_floats = std::max({llmc::layernorm_backward_scratch_floats(int(N), s.C),
-                               llmc::matmul_backward_scratch_floats(int(N), std::max(s.Vp(), 4 * s.C)),
-                               llmc::global_norm_scratch_floats(size_t(s.params)) + 1});
+  b.scratch_floats = std::max({llmc::layernorm_backward_scratch_floats(static_cast<int>(N), s.C),
+                               llmc::matmul_backward_scratch_floats(static_cast<int>(N), std::max(s.Vp(), 4 * s.C)),
+                               llmc::global_norm_scratch_floats(static_cast<size_t>(s.params)) + 1});
   b.scratch = arena.make<float>(b.scratch_floats);
-  b.all_params = arena.make<floatX>(size_t(s.params), 0.02f);
-  b.all_grads = arena.make<floatX>(size_t(s.params), 0.01f);
-  b.master = arena.make<float>(size_t(s.params), 0.02f);
-  b.moment1 = arena.make<float>(size_t(s.params), 0.0f);
-  b.moment2 = arena.make<float>(size_t(s.params), 0.0f);
+  b.all_params = arena.make<floatX>(static_cast<size_t>(s.params), 0.02f);
+  b.all_grads = arena.make<floatX>(static_cast<size_t>(s.params), 0.01f);
+  b.master = arena.make<float>(static_cast<size_t>(s.params), 0.02f);
+  b.moment1 = arena.make<float>(static_cast<size_t>(s.params), 0.0f);
+  b.moment2 = arena.make<float>(static_cast<size_t>(s.params), 0.0f);
   return b;
 }
 
 void time_forward(const Timer& timer, const Sizes& s, Buffers& b, llmc::MatmulContext& matmul, cudaStream_t stream) {
-  const int B = s.B, T = s.T, C = s.C, NH = s.NH, Vp = s.Vp(), N = int(s.N());
-  const double x = sizeof(floatX), nc = double(N) * C;
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH, Vp = s.Vp(), N = static_cast<int>(s.N());
+  const double x = sizeof(floatX), nc = static_cast<double>(N) * C;
   timer.time("encoder_forward", 3 * nc * x, 0, [&] {
     llmc::encoder_forward(b.act, b.tokens, b.wte, b.wpe, B, T, C, stream);
   });
@@ -173,10 +174,9 @@ void time_forward(const Timer& timer, const Sizes& s, Buffers& b, llmc::MatmulCo
   timer.time("matmul_forward fc+gelu (C->4C)", 0, 2.0 * N * C * 4.0 * C, [&] {
     llmc::matmul_forward(matmul, b.wide, b.wide_pre, b.act2, b.fc_weight, b.fc_bias, N, C, 4 * C, stream);
   });
-  timer.time("gelu_forward (4C)", 8 * nc * x, 0, [&] {
-    llmc::gelu_forward(b.wide, b.wide_pre, size_t(N) * 4 * C, stream);
-  });
-  timer.time("attention_forward", 0, 4.0 * B * NH * double(T) * T * (C / NH), [&] {
+  timer.time("gelu_forward (4C)", 8 * nc * x, 0,
+             [&] { llmc::gelu_forward(b.wide, b.wide_pre, static_cast<size_t>(N) * 4 * C, stream); });
+  timer.time("attention_forward", 0, 4.0 * B * NH * static_cast<double>(T) * T * (C / NH), [&] {
     llmc::attention_forward(matmul, b.act, b.qkvr, b.att, b.attention_scratch, b.qkv, B, T, C, NH, stream);
   });
   timer.time("matmul_forward lm head (C->Vp)", 0, 2.0 * N * C * Vp, [&] {
@@ -188,8 +188,8 @@ void time_forward(const Timer& timer, const Sizes& s, Buffers& b, llmc::MatmulCo
 }
 
 void time_backward(const Timer& timer, const Sizes& s, Buffers& b, llmc::MatmulContext& matmul, cudaStream_t stream) {
-  const int B = s.B, T = s.T, C = s.C, NH = s.NH, Vp = s.Vp(), N = int(s.N());
-  const double x = sizeof(floatX), nc = double(N) * C;
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH, Vp = s.Vp(), N = static_cast<int>(s.N());
+  const double x = sizeof(floatX), nc = static_cast<double>(N) * C;
   timer.time("matmul_backward lm head", 0, 4.0 * N * C * Vp, [&] {
     llmc::matmul_backward(matmul, b.act, b.dwte, nullptr, b.logits, b.act2, b.wte, nullptr, N, C, Vp, true,
                           b.scratch, b.scratch_floats, stream);
@@ -198,10 +198,9 @@ void time_backward(const Timer& timer, const Sizes& s, Buffers& b, llmc::MatmulC
     llmc::matmul_backward(matmul, b.dact, b.dfc_weight, b.dfc_bias, b.dwide, b.act2, b.fc_weight, nullptr, N, C, 4 * C,
                           true, b.scratch, b.scratch_floats, stream);
   });
-  timer.time("gelu_backward (4C)", 12 * nc * x, 0, [&] {
-    llmc::gelu_backward(b.dwide, b.wide_pre, b.dwide, size_t(N) * 4 * C, stream);
-  });
-  timer.time("attention_backward", 0, 8.0 * B * NH * double(T) * T * (C / NH), [&] {
+  timer.time("gelu_backward (4C)", 12 * nc * x, 0,
+             [&] { llmc::gelu_backward(b.dwide, b.wide_pre, b.dwide, static_cast<size_t>(N) * 4 * C, stream); });
+  timer.time("attention_backward", 0, 8.0 * B * NH * static_cast<double>(T) * T * (C / NH), [&] {
     llmc::attention_backward(matmul, b.dqkv, b.dqkvr, b.datt, b.attention_scratch, b.dact, b.qkvr, b.att, B, T, C, NH,
                              stream);
   });
@@ -216,10 +215,10 @@ void time_flash_attention(const Timer& timer, const Sizes& s, Arena& arena, Buff
 #if !defined(LLMC_FP32)
   const int B = s.B, T = s.T, C = s.C, NH = s.NH;
   if (C / NH != llmc::flash::kHeadSize) return;
-  float* lse = arena.make<float>(size_t(B) * NH * T);
-  float* delta = arena.make<float>(size_t(B) * NH * T);
+  float* lse = arena.make<float>(static_cast<size_t>(B) * NH * T);
+  float* delta = arena.make<float>(static_cast<size_t>(B) * NH * T);
   // Causal: half of the T x T scores are computed (the diagonal tiles in full).
-  const double causal_flops = 2.0 * B * NH * double(T) * T * (C / NH);
+  const double causal_flops = 2.0 * B * NH * static_cast<double>(T) * T * (C / NH);
   timer.time("flash_attention_forward", 0, causal_flops, [&] {
     llmc::flash_attention_forward(b.act, lse, b.qkv, B, T, C, NH, stream);
   });
@@ -233,18 +232,18 @@ void time_flash_attention(const Timer& timer, const Sizes& s, Arena& arena, Buff
 
 // The encoder's backward (with its host-side sort) and the per-parameter kernels of the optimizer.
 void time_parameter_kernels(const Timer& timer, const Sizes& s, Buffers& b, cudaStream_t stream) {
-  const double x = sizeof(floatX), nc = double(s.N()) * s.C, params = double(s.params);
-  llmc::EncoderBackwardWorkspace encoder_workspace(int(s.N()));
+  const double x = sizeof(floatX), nc = static_cast<double>(s.N()) * s.C, params = static_cast<double>(s.params);
+  llmc::EncoderBackwardWorkspace encoder_workspace(static_cast<int>(s.N()));
   timer.time("encoder_backward (incl. host sort)", 3 * nc * x, 0, [&] {
     llmc::encoder_backward(b.dwte, b.dwpe, b.dact, b.tokens_host.data(), s.B, s.T, s.C, encoder_workspace, stream);
   });
   timer.time("global_norm_squared (all params)", params * x, 0, [&] {
-    llmc::global_norm_squared(b.scratch + b.scratch_floats - 1, b.all_grads, size_t(s.params), false, b.scratch,
-                              b.scratch_floats - 1, stream);
+    llmc::global_norm_squared(b.scratch + b.scratch_floats - 1, b.all_grads, static_cast<size_t>(s.params), false,
+                              b.scratch, b.scratch_floats - 1, stream);
   });
   timer.time("adamw_update (all params)", params * (2 * x + 6 * 4), 0, [&] {
-    llmc::adamw_update(b.all_params, b.master, b.all_grads, b.moment1, b.moment2, size_t(s.params), 1, 1e-4f,
-                       llmc::AdamWSettings(), 1.0f, stream);
+    llmc::adamw_update(b.all_params, b.master, b.all_grads, b.moment1, b.moment2, static_cast<size_t>(s.params), 1,
+                       1e-4f, llmc::AdamWSettings(), 1.0f, stream);
   });
   CUDA_CHECK(cudaStreamSynchronize(stream));  // the workspace's host buffers are read until then
 }

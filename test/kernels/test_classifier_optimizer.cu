@@ -21,7 +21,7 @@ using llmc::floatX;
 struct ClassifierData {
   static constexpr int N = 12, V = 250, Vp = 256;
   std::mt19937 rng{808};
-  std::vector<double> logits = random_values((size_t)N * Vp, rng, -4.0, 4.0);
+  std::vector<double> logits = random_values(static_cast<size_t>(N) * Vp, rng, -4.0, 4.0);
   std::vector<int> targets = std::vector<int>(N);
   ClassifierData() {
     std::uniform_int_distribution<int> target_distribution(0, V - 1);
@@ -51,7 +51,8 @@ TEST(ClassifierKernel, LossAndInPlaceGradientMatchReference) {
   llmc::fused_classifier(device.logits.get(), device.losses.get(), device.targets.get(), dloss, N, V, Vp,
                          /*write_dlogits=*/true, nullptr);
 
-  std::vector<double> losses(N), probs((size_t)N * Vp), dlogits((size_t)N * Vp, 0.0), dlosses(N, 1.0 / N);
+  std::vector<double> losses(N), probs(static_cast<size_t>(N) * Vp), dlogits(static_cast<size_t>(N) * Vp, 0.0),
+      dlosses(N, 1.0 / N);
   ref::softmax_crossentropy_forward(losses.data(), probs.data(), data.logits.data(), data.targets.data(), N, V, Vp);
   ref::crossentropy_softmax_backward(dlogits.data(), probs.data(), data.targets.data(), dlosses.data(), N, V, Vp);
   // Loss: fp32 log-sum-exp over V terms. dlogits: exp, a division and the product, one rounding.
@@ -60,7 +61,7 @@ TEST(ClassifierKernel, LossAndInPlaceGradientMatchReference) {
   EXPECT_TRUE(all_close(got, dlogits, tolerance(1, V)));
   for (int row = 0; row < N; row++)
     for (int column = V; column < Vp; column++)
-      EXPECT_EQ(got[(size_t)row * Vp + column], 0.0) << "padded column " << column << " of row " << row;
+      EXPECT_EQ(got[static_cast<size_t>(row) * Vp + column], 0.0) << "padded column " << column << " of row " << row;
 }
 
 TEST(ClassifierKernel, LossOnlyLeavesLogitsUntouched) {
@@ -72,7 +73,7 @@ TEST(ClassifierKernel, LossOnlyLeavesLogitsUntouched) {
   llmc::fused_classifier(device.logits.get(), device.losses.get(), device.targets.get(), 1.0f, N, V, Vp,
                          /*write_dlogits=*/false, nullptr);
   EXPECT_TRUE(bitwise_equal(before, device.logits.download_raw()));
-  std::vector<double> losses(N), probs((size_t)N * Vp);
+  std::vector<double> losses(N), probs(static_cast<size_t>(N) * Vp);
   ref::softmax_crossentropy_forward(losses.data(), probs.data(), data.logits.data(), data.targets.data(), N, V, Vp);
   EXPECT_TRUE(all_close(device.losses.download(), losses, tolerance(0, V)));
 }

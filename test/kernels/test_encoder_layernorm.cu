@@ -27,21 +27,22 @@ TEST(EncoderKernel, ForwardAndDeterministicBackwardMatchReference) {
   std::uniform_int_distribution<int> token_distribution(0, V - 1);
   std::vector<int> tokens(B * T);
   for (int& token : tokens) token = token_distribution(rng);
-  const std::vector<double> wte = random_values((size_t)V * C, rng), wpe = random_values((size_t)maxT * C, rng);
-  const std::vector<double> dout = random_values((size_t)B * T * C, rng);
-  const std::vector<double> dwte_initial = random_values((size_t)V * C, rng);
-  const std::vector<double> dwpe_initial = random_values((size_t)maxT * C, rng);
+  const std::vector<double> wte = random_values(static_cast<size_t>(V) * C, rng),
+                            wpe = random_values(static_cast<size_t>(maxT) * C, rng);
+  const std::vector<double> dout = random_values(static_cast<size_t>(B) * T * C, rng);
+  const std::vector<double> dwte_initial = random_values(static_cast<size_t>(V) * C, rng);
+  const std::vector<double> dwpe_initial = random_values(static_cast<size_t>(maxT) * C, rng);
 
   DeviceBuffer<int> d_tokens(B * T);
   d_tokens.upload(std::vector<double>(tokens.begin(), tokens.end()));
-  DeviceBuffer<floatX> d_wte(wte.size()), d_wpe(wpe.size()), d_out((size_t)B * T * C), d_dout(dout.size());
+  DeviceBuffer<floatX> d_wte(wte.size()), d_wpe(wpe.size()), d_out(static_cast<size_t>(B) * T * C), d_dout(dout.size());
   DeviceBuffer<floatX> d_dwte(wte.size()), d_dwpe(wpe.size());
   d_wte.upload(wte);
   d_wpe.upload(wpe);
   d_dout.upload(dout);
   llmc::encoder_forward(d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), B, T, C, nullptr);
 
-  std::vector<double> expected_out((size_t)B * T * C);
+  std::vector<double> expected_out(static_cast<size_t>(B) * T * C);
   ref::encoder_forward(expected_out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
   EXPECT_TRUE(all_close(d_out.download(), expected_out, tolerance(1, 2)));
 
@@ -84,7 +85,7 @@ TEST(EncoderKernel, BackwardRejectsNegativeToken) {
 struct LayerNormData {
   static constexpr int N = 40, C = 72;  // C not a multiple of 32: exercises the partial last warp stride
   std::mt19937 rng{202};
-  std::vector<double> inp = random_values((size_t)N * C, rng, -2.0, 2.0);
+  std::vector<double> inp = random_values(static_cast<size_t>(N) * C, rng, -2.0, 2.0);
   std::vector<double> weight = random_values(C, rng, 0.5, 1.5);
   std::vector<double> bias = random_values(C, rng);
 };
@@ -93,14 +94,14 @@ TEST(LayerNormKernel, ForwardMatchesReference) {
   LLMC_REQUIRE_GPU();
   LayerNormData data;
   const int N = data.N, C = data.C;
-  DeviceBuffer<floatX> d_inp((size_t)N * C), d_weight(C), d_bias(C), d_out((size_t)N * C);
+  DeviceBuffer<floatX> d_inp(static_cast<size_t>(N) * C), d_weight(C), d_bias(C), d_out(static_cast<size_t>(N) * C);
   DeviceBuffer<float> d_mean(N), d_rstd(N);
   d_inp.upload(data.inp);
   d_weight.upload(data.weight);
   d_bias.upload(data.bias);
   llmc::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_weight.get(), d_bias.get(), N, C,
                           nullptr);
-  std::vector<double> out((size_t)N * C), mean(N), rstd(N);
+  std::vector<double> out(static_cast<size_t>(N) * C), mean(N), rstd(N);
   ref::layernorm_forward(out.data(), mean.data(), rstd.data(), data.inp.data(), data.weight.data(),
                          data.bias.data(), N, C);
   // mean and rstd are fp32 sums of C terms; out adds one rounding to floatX.
@@ -113,9 +114,9 @@ TEST(LayerNormKernel, FusedResidualForwardMatchesReference) {
   LLMC_REQUIRE_GPU();
   LayerNormData data;
   const int N = data.N, C = data.C;
-  const std::vector<double> other = random_values((size_t)N * C, data.rng, -2.0, 2.0);
-  DeviceBuffer<floatX> d_a((size_t)N * C), d_b((size_t)N * C), d_weight(C), d_bias(C);
-  DeviceBuffer<floatX> d_residual((size_t)N * C), d_out((size_t)N * C);
+  const std::vector<double> other = random_values(static_cast<size_t>(N) * C, data.rng, -2.0, 2.0);
+  DeviceBuffer<floatX> d_a(static_cast<size_t>(N) * C), d_b(static_cast<size_t>(N) * C), d_weight(C), d_bias(C);
+  DeviceBuffer<floatX> d_residual(static_cast<size_t>(N) * C), d_out(static_cast<size_t>(N) * C);
   DeviceBuffer<float> d_mean(N), d_rstd(N);
   d_a.upload(data.inp);
   d_b.upload(other);
@@ -123,7 +124,7 @@ TEST(LayerNormKernel, FusedResidualForwardMatchesReference) {
   d_bias.upload(data.bias);
   llmc::fused_residual_layernorm_forward(d_residual.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_a.get(),
                                          d_b.get(), d_weight.get(), d_bias.get(), N, C, nullptr);
-  std::vector<double> residual((size_t)N * C), out((size_t)N * C), mean(N), rstd(N);
+  std::vector<double> residual(static_cast<size_t>(N) * C), out(static_cast<size_t>(N) * C), mean(N), rstd(N);
   ref::residual_forward(residual.data(), data.inp.data(), other.data(), residual.size());
   EXPECT_TRUE(all_close(d_residual.download(), residual, tolerance(1, 2)));
   // The kernel normalises the residual as stored (rounded to floatX); give the reference that input.
@@ -139,15 +140,16 @@ TEST(LayerNormKernel, BackwardMatchesReferenceAndIsDeterministic) {
   LLMC_REQUIRE_GPU();
   LayerNormData data;
   const int N = data.N, C = data.C;
-  const std::vector<double> dout = random_values((size_t)N * C, data.rng);
-  const std::vector<double> dinp_initial = random_values((size_t)N * C, data.rng);
+  const std::vector<double> dout = random_values(static_cast<size_t>(N) * C, data.rng);
+  const std::vector<double> dinp_initial = random_values(static_cast<size_t>(N) * C, data.rng);
   const std::vector<double> dweight_initial = random_values(C, data.rng), dbias_initial = random_values(C, data.rng);
-  std::vector<double> out((size_t)N * C), mean(N), rstd(N);
+  std::vector<double> out(static_cast<size_t>(N) * C), mean(N), rstd(N);
   ref::layernorm_forward(out.data(), mean.data(), rstd.data(), data.inp.data(), data.weight.data(),
                          data.bias.data(), N, C);
 
-  DeviceBuffer<floatX> d_inp((size_t)N * C), d_weight(C), d_bias(C), d_out((size_t)N * C), d_dout((size_t)N * C);
-  DeviceBuffer<floatX> d_dinp((size_t)N * C), d_dweight(C), d_dbias(C);
+  DeviceBuffer<floatX> d_inp(static_cast<size_t>(N) * C), d_weight(C), d_bias(C), d_out(static_cast<size_t>(N) * C),
+      d_dout(static_cast<size_t>(N) * C);
+  DeviceBuffer<floatX> d_dinp(static_cast<size_t>(N) * C), d_dweight(C), d_dbias(C);
   DeviceBuffer<float> d_mean(N), d_rstd(N);
   const size_t scratch_floats = llmc::layernorm_backward_scratch_floats(N, C);
   DeviceBuffer<float> d_scratch(scratch_floats);

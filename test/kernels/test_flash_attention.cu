@@ -22,8 +22,8 @@ struct FlashData {
   static constexpr int B = 2, C = 128, NH = 2;  // head size 64
   int T;
   std::mt19937 rng{1111};
-  std::vector<double> qkv = random_values((size_t)B * T * 3 * C, rng, -1.5, 1.5);
-  std::vector<double> dout = random_values((size_t)B * T * C, rng);
+  std::vector<double> qkv = random_values(static_cast<size_t>(B) * T * 3 * C, rng, -1.5, 1.5);
+  std::vector<double> dout = random_values(static_cast<size_t>(B) * T * C, rng);
 };
 
 // T = 100: one full and one partial 64-row tile; 64: exactly one; 17: one partial.
@@ -33,18 +33,19 @@ TEST_P(FlashAttentionTest, ForwardAndBackwardMatchReference) {
   LLMC_REQUIRE_GPU();
   FlashData data{GetParam()};
   const int B = data.B, T = data.T, C = data.C, NH = data.NH, hs = C / NH;
-  DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_out((size_t)B * T * C), d_dout(data.dout.size());
+  DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_out(static_cast<size_t>(B) * T * C), d_dout(data.dout.size());
   DeviceBuffer<floatX> d_dqkv(data.qkv.size());
-  DeviceBuffer<float> d_lse((size_t)B * NH * T), d_delta((size_t)B * NH * T);
+  DeviceBuffer<float> d_lse(static_cast<size_t>(B) * NH * T), d_delta(static_cast<size_t>(B) * NH * T);
   d_qkv.upload(data.qkv);
   d_dout.upload(data.dout);
   llmc::flash_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, nullptr);
 
-  std::vector<double> out((size_t)B * T * C), preatt((size_t)B * NH * T * T), att(preatt.size());
+  std::vector<double> out(static_cast<size_t>(B) * T * C), preatt(static_cast<size_t>(B) * NH * T * T),
+      att(preatt.size());
   ref::attention_forward(out.data(), preatt.data(), att.data(), data.qkv.data(), B, T, C, NH);
-  std::vector<double> lse((size_t)B * NH * T);
+  std::vector<double> lse(static_cast<size_t>(B) * NH * T);
   for (size_t row = 0; row < lse.size(); row++) {
-    const int t = (int)(row % T);
+    const int t = static_cast<int>(row % T);
     double max_score = -INFINITY, sum = 0.0;
     for (int key = 0; key <= t; key++) max_score = std::fmax(max_score, preatt[row * T + key]);
     for (int key = 0; key <= t; key++) sum += std::exp(preatt[row * T + key] - max_score);

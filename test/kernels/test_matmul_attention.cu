@@ -25,24 +25,29 @@ TEST_P(GemmTest, BatchedTransposedMatchesReference) {
   const int batch = 3, M = 24, N = 40, K = 16;
   const float alpha = 0.5f, beta = 1.0f;  // powers of two: exact in every precision
   std::mt19937 rng(500 + 2 * trans_a + trans_b);
-  const std::vector<double> a = random_values((size_t)batch * M * K, rng);
-  const std::vector<double> b = random_values((size_t)batch * K * N, rng);
-  const std::vector<double> d_initial = random_values((size_t)batch * M * N, rng);
+  const std::vector<double> a = random_values(static_cast<size_t>(batch) * M * K, rng);
+  const std::vector<double> b = random_values(static_cast<size_t>(batch) * K * N, rng);
+  const std::vector<double> d_initial = random_values(static_cast<size_t>(batch) * M * N, rng);
 
   std::vector<double> expected = d_initial;
   for (int p = 0; p < batch; p++) {
     // The reference computes inp (M,K) @ weight^T with weight (N,K): build op(A) and op(B)^T explicitly.
-    std::vector<double> op_a((size_t)M * K), op_b_transposed((size_t)N * K), product((size_t)M * N);
-    const double* a_p = a.data() + (size_t)p * M * K;
-    const double* b_p = b.data() + (size_t)p * K * N;
+    std::vector<double> op_a(static_cast<size_t>(M) * K), op_b_transposed(static_cast<size_t>(N) * K),
+        product(static_cast<size_t>(M) * N);
+    const double* a_p = a.data() + static_cast<size_t>(p) * M * K;
+    const double* b_p = b.data() + static_cast<size_t>(p) * K * N;
     for (int i = 0; i < M; i++)
-      for (int k = 0; k < K; k++) op_a[(size_t)i * K + k] = trans_a ? a_p[(size_t)k * M + i] : a_p[(size_t)i * K + k];
+      for (int k = 0; k < K; k++)
+        op_a[static_cast<size_t>(i) * K + k] =
+            trans_a ? a_p[static_cast<size_t>(k) * M + i] : a_p[static_cast<size_t>(i) * K + k];
     for (int j = 0; j < N; j++)
       for (int k = 0; k < K; k++)
-        op_b_transposed[(size_t)j * K + k] = trans_b ? b_p[(size_t)j * K + k] : b_p[(size_t)k * N + j];
+        op_b_transposed[static_cast<size_t>(j) * K + k] =
+            trans_b ? b_p[static_cast<size_t>(j) * K + k] : b_p[static_cast<size_t>(k) * N + j];
     ref::matmul_forward(product.data(), op_a.data(), op_b_transposed.data(), nullptr, M, K, N);
     for (size_t i = 0; i < product.size(); i++)
-      expected[(size_t)p * M * N + i] = alpha * product[i] + beta * expected[(size_t)p * M * N + i];
+      expected[static_cast<size_t>(p) * M * N + i] =
+          alpha * product[i] + beta * expected[static_cast<size_t>(p) * M * N + i];
   }
 
   DeviceBuffer<floatX> d_a(a.size()), d_b(b.size()), d_d(d_initial.size());
@@ -62,9 +67,9 @@ TEST_P(GemmTest, BatchedTransposedMatchesReference) {
   g.alpha = alpha;
   g.beta = beta;
   g.batch = batch;
-  g.stride_a = (long long)M * K;
-  g.stride_b = (long long)K * N;
-  g.stride_d = (long long)M * N;
+  g.stride_a = static_cast<long long>(M) * K;
+  g.stride_b = static_cast<long long>(K) * N;
+  g.stride_d = static_cast<long long>(M) * N;
   llmc::gemm(context, g, nullptr);
   EXPECT_TRUE(all_close(d_d.download(), expected, tolerance(1, K + 1)));
 }
@@ -84,15 +89,16 @@ TEST(MatmulKernel, LargerForwardMatchesReference) {
   LLMC_REQUIRE_GPU();
   const int N = 130, C = 192, OC = 256;
   std::mt19937 rng(616);
-  const std::vector<double> inp = random_values((size_t)N * C, rng), weight = random_values((size_t)OC * C, rng);
+  const std::vector<double> inp = random_values(static_cast<size_t>(N) * C, rng),
+                            weight = random_values(static_cast<size_t>(OC) * C, rng);
   const std::vector<double> bias = random_values(OC, rng);
-  DeviceBuffer<floatX> d_inp(inp.size()), d_weight(weight.size()), d_bias(OC), d_out((size_t)N * OC);
+  DeviceBuffer<floatX> d_inp(inp.size()), d_weight(weight.size()), d_bias(OC), d_out(static_cast<size_t>(N) * OC);
   d_inp.upload(inp);
   d_weight.upload(weight);
   d_bias.upload(bias);
   llmc::MatmulContext context(llmc::MatmulContext::kDefaultWorkspaceBytes, /*cpu_threads=*/4);
   llmc::matmul_forward(context, d_out.get(), nullptr, d_inp.get(), d_weight.get(), d_bias.get(), N, C, OC, nullptr);
-  std::vector<double> expected((size_t)N * OC);
+  std::vector<double> expected(static_cast<size_t>(N) * OC);
   ref::matmul_forward(expected.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
   EXPECT_TRUE(all_close(d_out.download(), expected, tolerance(1, C + 1)));
 }
@@ -100,8 +106,8 @@ TEST(MatmulKernel, LargerForwardMatchesReference) {
 struct LinearData {
   static constexpr int N = 48, C = 72, OC = 40;
   std::mt19937 rng{606};
-  std::vector<double> inp = random_values((size_t)N * C, rng);
-  std::vector<double> weight = random_values((size_t)OC * C, rng);
+  std::vector<double> inp = random_values(static_cast<size_t>(N) * C, rng);
+  std::vector<double> weight = random_values(static_cast<size_t>(OC) * C, rng);
   std::vector<double> bias = random_values(OC, rng);
 };
 
@@ -109,14 +115,14 @@ TEST(MatmulKernel, ForwardWithAndWithoutBiasAndGeluMatchesReference) {
   LLMC_REQUIRE_GPU();
   LinearData data;
   const int N = data.N, C = data.C, OC = data.OC;
-  DeviceBuffer<floatX> d_inp((size_t)N * C), d_weight((size_t)OC * C), d_bias(OC);
-  DeviceBuffer<floatX> d_out((size_t)N * OC), d_pre((size_t)N * OC);
+  DeviceBuffer<floatX> d_inp(static_cast<size_t>(N) * C), d_weight(static_cast<size_t>(OC) * C), d_bias(OC);
+  DeviceBuffer<floatX> d_out(static_cast<size_t>(N) * OC), d_pre(static_cast<size_t>(N) * OC);
   d_inp.upload(data.inp);
   d_weight.upload(data.weight);
   d_bias.upload(data.bias);
   llmc::MatmulContext context;
 
-  std::vector<double> expected((size_t)N * OC), expected_no_bias((size_t)N * OC);
+  std::vector<double> expected(static_cast<size_t>(N) * OC), expected_no_bias(static_cast<size_t>(N) * OC);
   ref::matmul_forward(expected.data(), data.inp.data(), data.weight.data(), data.bias.data(), N, C, OC);
   ref::matmul_forward(expected_no_bias.data(), data.inp.data(), data.weight.data(), nullptr, N, C, OC);
 
@@ -141,11 +147,12 @@ TEST(MatmulKernel, BackwardMatchesReferenceAndIsDeterministic) {
   LLMC_REQUIRE_GPU();
   LinearData data;
   const int N = data.N, C = data.C, OC = data.OC;
-  const std::vector<double> dout = random_values((size_t)N * OC, data.rng);
-  const std::vector<double> dweight_initial = random_values((size_t)OC * C, data.rng);
+  const std::vector<double> dout = random_values(static_cast<size_t>(N) * OC, data.rng);
+  const std::vector<double> dweight_initial = random_values(static_cast<size_t>(OC) * C, data.rng);
   const std::vector<double> dbias_initial = random_values(OC, data.rng);
-  DeviceBuffer<floatX> d_inp((size_t)N * C), d_weight((size_t)OC * C), d_dout((size_t)N * OC);
-  DeviceBuffer<floatX> d_dinp((size_t)N * C), d_dweight((size_t)OC * C), d_dbias(OC);
+  DeviceBuffer<floatX> d_inp(static_cast<size_t>(N) * C), d_weight(static_cast<size_t>(OC) * C),
+      d_dout(static_cast<size_t>(N) * OC);
+  DeviceBuffer<floatX> d_dinp(static_cast<size_t>(N) * C), d_dweight(static_cast<size_t>(OC) * C), d_dbias(OC);
   const size_t scratch_floats = llmc::matmul_backward_scratch_floats(N, OC);
   DeviceBuffer<float> d_scratch(scratch_floats);
   d_inp.upload(data.inp);
@@ -153,7 +160,7 @@ TEST(MatmulKernel, BackwardMatchesReferenceAndIsDeterministic) {
   d_dout.upload(dout);
   llmc::MatmulContext context;
 
-  std::vector<double> dinp((size_t)N * C, 0.0), dweight = dweight_initial, dbias = dbias_initial;
+  std::vector<double> dinp(static_cast<size_t>(N) * C, 0.0), dweight = dweight_initial, dbias = dbias_initial;
   ref::matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), data.inp.data(), data.weight.data(), N,
                        C, OC);
   std::vector<std::vector<floatX>> runs;
@@ -179,7 +186,8 @@ TEST(MatmulKernel, BackwardMatchesReferenceAndIsDeterministic) {
   d_dbias.fill_nan();
   llmc::matmul_backward(context, nullptr, d_dweight.get(), d_dbias.get(), d_dout.get(), d_inp.get(), d_weight.get(),
                         nullptr, N, C, OC, /*accumulate_param_grads=*/false, d_scratch.get(), scratch_floats, nullptr);
-  std::vector<double> dweight_fresh((size_t)OC * C, 0.0), dbias_fresh(OC, 0.0), unused((size_t)N * C, 0.0);
+  std::vector<double> dweight_fresh(static_cast<size_t>(OC) * C, 0.0), dbias_fresh(OC, 0.0),
+      unused(static_cast<size_t>(N) * C, 0.0);
   ref::matmul_backward(unused.data(), dweight_fresh.data(), dbias_fresh.data(), dout.data(), data.inp.data(),
                        data.weight.data(), N, C, OC);
   EXPECT_TRUE(all_close(d_dweight.download(), dweight_fresh, tolerance(1, N)));
@@ -191,10 +199,11 @@ TEST(MatmulKernel, BackwardThroughGeluMatchesReference) {
   // fcproj-like layer: its input was gelu(pre); dinp becomes the gradient w.r.t. pre.
   LinearData data;
   const int N = data.N, C = data.C, OC = data.OC;
-  const std::vector<double> pre = random_values((size_t)N * C, data.rng, -3.0, 3.0);
-  const std::vector<double> dout = random_values((size_t)N * OC, data.rng);
-  DeviceBuffer<floatX> d_pre((size_t)N * C), d_inp((size_t)N * C), d_weight((size_t)OC * C), d_dout((size_t)N * OC);
-  DeviceBuffer<floatX> d_dinp((size_t)N * C), d_dweight((size_t)OC * C);
+  const std::vector<double> pre = random_values(static_cast<size_t>(N) * C, data.rng, -3.0, 3.0);
+  const std::vector<double> dout = random_values(static_cast<size_t>(N) * OC, data.rng);
+  DeviceBuffer<floatX> d_pre(static_cast<size_t>(N) * C), d_inp(static_cast<size_t>(N) * C),
+      d_weight(static_cast<size_t>(OC) * C), d_dout(static_cast<size_t>(N) * OC);
+  DeviceBuffer<floatX> d_dinp(static_cast<size_t>(N) * C), d_dweight(static_cast<size_t>(OC) * C);
   const size_t scratch_floats = llmc::matmul_backward_scratch_floats(N, OC);
   DeviceBuffer<float> d_scratch(scratch_floats);
   d_pre.upload(pre);
@@ -205,7 +214,8 @@ TEST(MatmulKernel, BackwardThroughGeluMatchesReference) {
   llmc::matmul_backward(context, d_dinp.get(), d_dweight.get(), nullptr, d_dout.get(), d_inp.get(), d_weight.get(),
                         d_pre.get(), N, C, OC, /*accumulate_param_grads=*/false, d_scratch.get(), scratch_floats,
                         nullptr);
-  std::vector<double> dinp_after_matmul((size_t)N * C, 0.0), dweight((size_t)OC * C, 0.0), dpre((size_t)N * C, 0.0);
+  std::vector<double> dinp_after_matmul(static_cast<size_t>(N) * C, 0.0), dweight(static_cast<size_t>(OC) * C, 0.0),
+      dpre(static_cast<size_t>(N) * C, 0.0);
   ref::matmul_backward(dinp_after_matmul.data(), dweight.data(), nullptr, dout.data(), data.inp.data(),
                        data.weight.data(), N, C, OC);
   ref::gelu_backward(dpre.data(), pre.data(), dinp_after_matmul.data(), dpre.size());
@@ -215,15 +225,15 @@ TEST(MatmulKernel, BackwardThroughGeluMatchesReference) {
 struct AttentionData {
   static constexpr int B = 2, T = 24, C = 32, NH = 2;  // hs = 16
   std::mt19937 rng{707};
-  std::vector<double> qkv = random_values((size_t)B * T * 3 * C, rng, -1.5, 1.5);
+  std::vector<double> qkv = random_values(static_cast<size_t>(B) * T * 3 * C, rng, -1.5, 1.5);
 };
 
 TEST(AttentionKernel, ForwardMatchesReference) {
   LLMC_REQUIRE_GPU();
   AttentionData data;
   const int B = data.B, T = data.T, C = data.C, NH = data.NH;
-  DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_out((size_t)B * T * C), d_qkvr(data.qkv.size());
-  DeviceBuffer<floatX> d_att((size_t)B * NH * T * T), d_scratch((size_t)B * T * C);
+  DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_out(static_cast<size_t>(B) * T * C), d_qkvr(data.qkv.size());
+  DeviceBuffer<floatX> d_att(static_cast<size_t>(B) * NH * T * T), d_scratch(static_cast<size_t>(B) * T * C);
   d_qkv.upload(data.qkv);
   llmc::MatmulContext context;
   // On a created stream: the GEMMs (host functions in the emulated build) and the kernels between them
@@ -234,7 +244,8 @@ TEST(AttentionKernel, ForwardMatchesReference) {
                           stream);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   CUDA_CHECK(cudaStreamDestroy(stream));
-  std::vector<double> out((size_t)B * T * C), preatt((size_t)B * NH * T * T), att(preatt.size());
+  std::vector<double> out(static_cast<size_t>(B) * T * C), preatt(static_cast<size_t>(B) * NH * T * T),
+      att(preatt.size());
   ref::attention_forward(out.data(), preatt.data(), att.data(), data.qkv.data(), B, T, C, NH);
   const int hs = C / NH;
   // Rounded scores, rounded probabilities, rounded output: 3 roundings; sums of hs and T terms.
@@ -246,11 +257,12 @@ TEST(AttentionKernel, BackwardMatchesReferenceAndIsDeterministic) {
   LLMC_REQUIRE_GPU();
   AttentionData data;
   const int B = data.B, T = data.T, C = data.C, NH = data.NH;
-  const std::vector<double> dout = random_values((size_t)B * T * C, data.rng);
-  DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_out((size_t)B * T * C), d_qkvr(data.qkv.size());
-  DeviceBuffer<floatX> d_att((size_t)B * NH * T * T), d_scratch((size_t)B * T * C), d_dout(dout.size());
+  const std::vector<double> dout = random_values(static_cast<size_t>(B) * T * C, data.rng);
+  DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_out(static_cast<size_t>(B) * T * C), d_qkvr(data.qkv.size());
+  DeviceBuffer<floatX> d_att(static_cast<size_t>(B) * NH * T * T), d_scratch(static_cast<size_t>(B) * T * C),
+      d_dout(dout.size());
   DeviceBuffer<floatX> d_dqkv(data.qkv.size()), d_dqkvr(data.qkv.size()), d_datt(d_att.size());
-  DeviceBuffer<floatX> d_dvalues((size_t)B * T * C);
+  DeviceBuffer<floatX> d_dvalues(static_cast<size_t>(B) * T * C);
   d_qkv.upload(data.qkv);
   d_dout.upload(dout);
   llmc::MatmulContext context;
@@ -263,7 +275,8 @@ TEST(AttentionKernel, BackwardMatchesReferenceAndIsDeterministic) {
                              d_qkvr.get(), d_att.get(), B, T, C, NH, nullptr);
     runs.push_back(d_dqkv.download_raw());
   }
-  std::vector<double> out((size_t)B * T * C), preatt((size_t)B * NH * T * T), att(preatt.size());
+  std::vector<double> out(static_cast<size_t>(B) * T * C), preatt(static_cast<size_t>(B) * NH * T * T),
+      att(preatt.size());
   ref::attention_forward(out.data(), preatt.data(), att.data(), data.qkv.data(), B, T, C, NH);
   std::vector<double> dqkv(data.qkv.size(), 0.0), dpreatt(preatt.size()), datt(preatt.size());
   ref::attention_backward(dqkv.data(), dpreatt.data(), datt.data(), dout.data(), data.qkv.data(), att.data(), B, T,

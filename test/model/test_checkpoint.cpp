@@ -65,11 +65,22 @@ void write_llmc_file_by_hand(const std::string& file, const GPT2Config& c) {
     size_t per_layer_numel;
     bool stacked;
   };
-  const Entry entries[] = {{0, size_t(c.padded_vocab_size) * C, false}, {1, size_t(c.max_seq_len) * C, false},
-                           {2, C, true},         {3, C, true},         {4, 3 * C * C, true}, {5, 3 * C, true},
-                           {6, C * C, true},     {7, C, true},         {8, C, true},         {9, C, true},
-                           {10, 4 * C * C, true}, {11, 4 * C, true},   {12, 4 * C * C, true}, {13, C, true},
-                           {14, C, false},       {15, C, false}};
+  const Entry entries[] = {{0, static_cast<size_t>(c.padded_vocab_size) * C, false},
+                           {1, static_cast<size_t>(c.max_seq_len) * C, false},
+                           {2, C, true},
+                           {3, C, true},
+                           {4, 3 * C * C, true},
+                           {5, 3 * C, true},
+                           {6, C * C, true},
+                           {7, C, true},
+                           {8, C, true},
+                           {9, C, true},
+                           {10, 4 * C * C, true},
+                           {11, 4 * C, true},
+                           {12, 4 * C * C, true},
+                           {13, C, true},
+                           {14, C, false},
+                           {15, C, false}};
   std::vector<int32_t> header(256, 0);
   header[0] = 20240326;
   header[1] = 3;

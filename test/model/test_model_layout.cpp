@@ -183,9 +183,10 @@ TEST(ParamInit, NormalSamplerMatchesTheStandardNormal) {
   double max_gap = 0.0;
   for (int i = 0; i < n; i++) {
     const double cdf = 0.5 * std::erfc(-samples[i] / std::sqrt(2.0));
-    max_gap = std::max({max_gap, std::abs(cdf - double(i) / n), std::abs(cdf - double(i + 1) / n)});
+    max_gap =
+        std::max({max_gap, std::abs(cdf - static_cast<double>(i) / n), std::abs(cdf - static_cast<double>(i + 1) / n)});
   }
-  EXPECT_LT(max_gap, 1.95 / std::sqrt(double(n)));
+  EXPECT_LT(max_gap, 1.95 / std::sqrt(static_cast<double>(n)));
 }
 
 TEST(ParamInit, DeterministicIndependentOfWorldSizeAndPaddingZero) {
@@ -237,11 +238,11 @@ TEST(ParamInit, ValuesFollowGpt2Init) {
     double sum = 0.0, sum_sq = 0.0;
     for (size_t i = 0; i < n; i++) {
       sum += p[i];
-      sum_sq += double(p[i]) * p[i];
+      sum_sq += static_cast<double>(p[i]) * p[i];
     }
     const double mean = sum / n, std = std::sqrt(sum_sq / n - mean * mean);
     // 5-sigma bounds: the sample mean has std want_std/sqrt(n), the sample std has ~want_std/sqrt(2n).
-    EXPECT_LT(std::abs(mean), 5 * want_std / std::sqrt(double(n)));
+    EXPECT_LT(std::abs(mean), 5 * want_std / std::sqrt(static_cast<double>(n)));
     EXPECT_LT(std::abs(std - want_std), 5 * want_std / std::sqrt(2.0 * n));
   }
 }

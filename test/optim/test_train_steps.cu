@@ -93,7 +93,7 @@ Trajectory reference_steps(const ParamLayout& layout, const std::vector<float>& 
     adamw.lr = s.lr;
     adamw.weight_decay = s.weight_decay;
     adamw.grad_scale = s.grad_clip > 0.0 && norm > s.grad_clip ? s.grad_clip / norm : 1.0;
-    reference.adamw_step(int(step), adamw);
+    reference.adamw_step(static_cast<int>(step), adamw);
   }
   out.final_params = reference.params;
   return out;
@@ -122,17 +122,17 @@ class TrainSteps : public ::testing::Test {
     const std::vector<float> params = start_params(model.layout());
     model.upload_params(params);
     OptimizerSettings settings;
-    settings.adamw.weight_decay = float(s.weight_decay);
-    settings.grad_clip = float(s.grad_clip);
+    settings.adamw.weight_decay = static_cast<float>(s.weight_decay);
+    settings.grad_clip = static_cast<float>(s.grad_clip);
     settings.overlap = s.overlap;
     ZeroOptimizer optimizer(model, *comm_, settings);
     optimizer.init_master(params);
     Trajectory out;
     for (size_t step = 1; step <= batches.size(); step++) {
       const Batch& batch = batches[step - 1];
-      model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / float(B * T),
+      model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / static_cast<float>(B * T),
                     optimizer.before_bucket_use());
-      optimizer.begin_step(int(step), float(s.lr));
+      optimizer.begin_step(static_cast<int>(step), static_cast<float>(s.lr));
       model.backward(batch.inputs.data(), true, optimizer.on_bucket_ready());
       optimizer.finish_step();
       out.losses.push_back(model.mean_loss(1));
@@ -164,7 +164,7 @@ class TrainSteps : public ::testing::Test {
     double diff_squares = 0.0, movement_squares = 0.0;
     for (size_t i = 0; i < layout.total_size; i++) {
       diff_squares += std::pow(device.final_params[i] - want.final_params[i], 2);
-      movement_squares += std::pow(want.final_params[i] - double(start[i]), 2);
+      movement_squares += std::pow(want.final_params[i] - static_cast<double>(start[i]), 2);
     }
     ASSERT_GT(movement_squares, 0.0);
     // Observed errors next to their bounds, so a reader sees the headroom.
@@ -223,7 +223,8 @@ TEST_F(TrainSteps, SingleBatchOverfits) {
   settings.weight_decay = 0.0;
   const Trajectory device = device_steps(config, batches, B, T, settings);
   std::printf("single batch: loss %.4f -> %.4f after %d steps\n", device.losses.front(), device.losses.back(), steps);
-  EXPECT_NEAR(device.losses.front(), std::log(double(config.vocab_size)), 0.2) << "initial loss is not ~ln(V)";
+  EXPECT_NEAR(device.losses.front(), std::log(static_cast<double>(config.vocab_size)), 0.2)
+      << "initial loss is not ~ln(V)";
   EXPECT_LT(device.losses.back(), 0.3) << "the model did not memorise one batch in " << steps << " steps";
 }
 

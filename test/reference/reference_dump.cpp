@@ -60,13 +60,14 @@ int main(int argc, char** argv) {
     std::vector<float> params = llmc::init_gpt2_params(layout, seed);
     llmc::NormalSampler normal(seed + 1);
     for (const llmc::TensorView& view : layout.tensors) {
-      const size_t real = view.kind == llmc::TensorKind::kWte ? size_t(cfg.vocab_size) * cfg.channels : view.numel;
+      const size_t real =
+          view.kind == llmc::TensorKind::kWte ? static_cast<size_t>(cfg.vocab_size) * cfg.channels : view.numel;
       for (size_t i = 0; i < real; i++) params[view.offset + i] += static_cast<float>(0.2 * normal.next());
     }
     llmc::write_checkpoint(out_dir + "/model.bin", layout, params.data(), llmc::CheckpointDtype::kFp32);
 
     std::vector<int32_t> tokens_file = {B, T};
-    std::vector<int> tokens(size_t(B) * T), targets(size_t(B) * T);
+    std::vector<int> tokens(static_cast<size_t>(B) * T), targets(static_cast<size_t>(B) * T);
     uint64_t state = seed;
     for (size_t i = 0; i < tokens.size() * 2; i++) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;

@@ -9,9 +9,9 @@ namespace ref {
 void encoder_forward(double* out, const int* tokens, const double* wte, const double* wpe, int B, int T, int C) {
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
-      double* out_bt = out + ((size_t)b * T + t) * C;
-      const double* wte_row = wte + (size_t)tokens[b * T + t] * C;
-      const double* wpe_row = wpe + (size_t)t * C;
+      double* out_bt = out + (static_cast<size_t>(b) * T + t) * C;
+      const double* wte_row = wte + static_cast<size_t>(tokens[b * T + t]) * C;
+      const double* wpe_row = wpe + static_cast<size_t>(t) * C;
       for (int c = 0; c < C; c++) out_bt[c] = wte_row[c] + wpe_row[c];
     }
   }
@@ -20,9 +20,9 @@ void encoder_forward(double* out, const int* tokens, const double* wte, const do
 void encoder_backward(double* dwte, double* dwpe, const double* dout, const int* tokens, int B, int T, int C) {
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
-      const double* dout_bt = dout + ((size_t)b * T + t) * C;
-      double* dwte_row = dwte + (size_t)tokens[b * T + t] * C;
-      double* dwpe_row = dwpe + (size_t)t * C;
+      const double* dout_bt = dout + (static_cast<size_t>(b) * T + t) * C;
+      double* dwte_row = dwte + static_cast<size_t>(tokens[b * T + t]) * C;
+      double* dwpe_row = dwpe + static_cast<size_t>(t) * C;
       for (int c = 0; c < C; c++) {
         dwte_row[c] += dout_bt[c];
         dwpe_row[c] += dout_bt[c];
@@ -35,7 +35,7 @@ void layernorm_forward(double* out, double* mean, double* rstd, const double* in
              const double* bias, int N, int C) {
   const double eps = 1e-5;
   for (int n = 0; n < N; n++) {
-    const double* x = inp + (size_t)n * C;
+    const double* x = inp + static_cast<size_t>(n) * C;
     double m = 0.0;
     for (int c = 0; c < C; c++) m += x[c];
     m /= C;
@@ -43,7 +43,7 @@ void layernorm_forward(double* out, double* mean, double* rstd, const double* in
     for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
     var /= C;  // biased variance, as in PyTorch's LayerNorm
     const double s = 1.0 / std::sqrt(var + eps);
-    double* y = out + (size_t)n * C;
+    double* y = out + static_cast<size_t>(n) * C;
     for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
     mean[n] = m;
     rstd[n] = s;
@@ -53,9 +53,9 @@ void layernorm_forward(double* out, double* mean, double* rstd, const double* in
 void layernorm_backward(double* dinp, double* dweight, double* dbias, const double* dout, const double* inp,
             const double* weight, const double* mean, const double* rstd, int N, int C) {
   for (int n = 0; n < N; n++) {
-    const double* x = inp + (size_t)n * C;
-    const double* dy = dout + (size_t)n * C;
-    double* dx = dinp + (size_t)n * C;
+    const double* x = inp + static_cast<size_t>(n) * C;
+    const double* dy = dout + static_cast<size_t>(n) * C;
+    double* dx = dinp + static_cast<size_t>(n) * C;
     // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), with dxhat = dy * weight.
     double mean_dxhat = 0.0, mean_dxhat_xhat = 0.0;
     for (int c = 0; c < C; c++) {
@@ -78,12 +78,12 @@ void layernorm_backward(double* dinp, double* dweight, double* dbias, const doub
 
 void matmul_forward(double* out, const double* inp, const double* weight, const double* bias, int N, int C, int OC) {
   for (int n = 0; n < N; n++) {
-    const double* x = inp + (size_t)n * C;
+    const double* x = inp + static_cast<size_t>(n) * C;
     for (int o = 0; o < OC; o++) {
-      const double* w = weight + (size_t)o * C;
+      const double* w = weight + static_cast<size_t>(o) * C;
       double acc = bias != nullptr ? bias[o] : 0.0;
       for (int c = 0; c < C; c++) acc += x[c] * w[c];
-      out[(size_t)n * OC + o] = acc;
+      out[static_cast<size_t>(n) * OC + o] = acc;
     }
   }
 }
@@ -91,12 +91,12 @@ void matmul_forward(double* out, const double* inp, const double* weight, const 
 void matmul_backward(double* dinp, double* dweight, double* dbias, const double* dout, const double* inp,
            const double* weight, int N, int C, int OC) {
   for (int n = 0; n < N; n++) {
-    const double* x = inp + (size_t)n * C;
-    const double* dy = dout + (size_t)n * OC;
-    double* dx = dinp + (size_t)n * C;
+    const double* x = inp + static_cast<size_t>(n) * C;
+    const double* dy = dout + static_cast<size_t>(n) * OC;
+    double* dx = dinp + static_cast<size_t>(n) * C;
     for (int o = 0; o < OC; o++) {
-      const double* w = weight + (size_t)o * C;
-      double* dw = dweight + (size_t)o * C;
+      const double* w = weight + static_cast<size_t>(o) * C;
+      double* dw = dweight + static_cast<size_t>(o) * C;
       const double g = dy[o];
       for (int c = 0; c < C; c++) {
         dx[c] += g * w[c];
@@ -109,17 +109,17 @@ void matmul_backward(double* dinp, double* dweight, double* dbias, const double*
 
 void attention_forward(double* out, double* preatt, double* att, const double* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
-  const double scale = 1.0 / std::sqrt((double)hs);
-  const size_t C3 = (size_t)3 * C;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  const size_t C3 = static_cast<size_t>(3) * C;
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
       for (int t = 0; t < T; t++) {
-        const double* q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-        double* pre_row = preatt + (((size_t)b * NH + h) * T + t) * T;
-        double* att_row = att + (((size_t)b * NH + h) * T + t) * T;
+        const double* q = qkv + (static_cast<size_t>(b) * T + t) * C3 + static_cast<size_t>(h) * hs;
+        double* pre_row = preatt + ((static_cast<size_t>(b) * NH + h) * T + t) * T;
+        double* att_row = att + ((static_cast<size_t>(b) * NH + h) * T + t) * T;
         double maxval = -INFINITY;
         for (int t2 = 0; t2 <= t; t2++) {
-          const double* k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+          const double* k = qkv + (static_cast<size_t>(b) * T + t2) * C3 + C + static_cast<size_t>(h) * hs;
           double dot = 0.0;
           for (int i = 0; i < hs; i++) dot += q[i] * k[i];
           pre_row[t2] = dot * scale;
@@ -135,10 +135,11 @@ void attention_forward(double* out, double* preatt, double* att, const double* q
           pre_row[t2] = 0.0;
           att_row[t2] = 0.0;
         }
-        double* o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+        double* o = out + (static_cast<size_t>(b) * T + t) * C + static_cast<size_t>(h) * hs;
         for (int i = 0; i < hs; i++) o[i] = 0.0;
         for (int t2 = 0; t2 <= t; t2++) {
-          const double* v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+          const double* v =
+              qkv + (static_cast<size_t>(b) * T + t2) * C3 + 2 * static_cast<size_t>(C) + static_cast<size_t>(h) * hs;
           for (int i = 0; i < hs; i++) o[i] += att_row[t2] * v[i];
         }
       }
@@ -149,23 +150,25 @@ void attention_forward(double* out, double* preatt, double* att, const double* q
 void attention_backward(double* dqkv, double* dpreatt, double* datt, const double* dout, const double* qkv,
             const double* att, int B, int T, int C, int NH) {
   const int hs = C / NH;
-  const double scale = 1.0 / std::sqrt((double)hs);
-  const size_t C3 = (size_t)3 * C;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  const size_t C3 = static_cast<size_t>(3) * C;
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
       for (int t = 0; t < T; t++) {
-        const double* att_row = att + (((size_t)b * NH + h) * T + t) * T;
-        double* datt_row = datt + (((size_t)b * NH + h) * T + t) * T;
-        double* dpre_row = dpreatt + (((size_t)b * NH + h) * T + t) * T;
-        const double* dout_bth = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+        const double* att_row = att + ((static_cast<size_t>(b) * NH + h) * T + t) * T;
+        double* datt_row = datt + ((static_cast<size_t>(b) * NH + h) * T + t) * T;
+        double* dpre_row = dpreatt + ((static_cast<size_t>(b) * NH + h) * T + t) * T;
+        const double* dout_bth = dout + (static_cast<size_t>(b) * T + t) * C + static_cast<size_t>(h) * hs;
         for (int t2 = 0; t2 < T; t2++) {
           datt_row[t2] = 0.0;
           dpre_row[t2] = 0.0;
         }
         // out = sum_t2 att[t2] v[t2]
         for (int t2 = 0; t2 <= t; t2++) {
-          const double* v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
-          double* dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+          const double* v =
+              qkv + (static_cast<size_t>(b) * T + t2) * C3 + 2 * static_cast<size_t>(C) + static_cast<size_t>(h) * hs;
+          double* dv =
+              dqkv + (static_cast<size_t>(b) * T + t2) * C3 + 2 * static_cast<size_t>(C) + static_cast<size_t>(h) * hs;
           double dot = 0.0;
           for (int i = 0; i < hs; i++) {
             dot += dout_bth[i] * v[i];
@@ -178,11 +181,11 @@ void attention_backward(double* dqkv, double* dpreatt, double* datt, const doubl
         for (int t2 = 0; t2 <= t; t2++) weighted += att_row[t2] * datt_row[t2];
         for (int t2 = 0; t2 <= t; t2++) dpre_row[t2] = att_row[t2] * (datt_row[t2] - weighted);
         // pre = scale * q . k
-        const double* q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-        double* dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+        const double* q = qkv + (static_cast<size_t>(b) * T + t) * C3 + static_cast<size_t>(h) * hs;
+        double* dq = dqkv + (static_cast<size_t>(b) * T + t) * C3 + static_cast<size_t>(h) * hs;
         for (int t2 = 0; t2 <= t; t2++) {
-          const double* k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
-          double* dk = dqkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+          const double* k = qkv + (static_cast<size_t>(b) * T + t2) * C3 + C + static_cast<size_t>(h) * hs;
+          double* dk = dqkv + (static_cast<size_t>(b) * T + t2) * C3 + C + static_cast<size_t>(h) * hs;
           const double g = dpre_row[t2] * scale;
           for (int i = 0; i < hs; i++) {
             dq[i] += g * k[i];
@@ -223,8 +226,8 @@ void residual_forward(double* out, const double* a, const double* b, size_t N) {
 void softmax_crossentropy_forward(double* losses, double* probs, const double* logits, const int* targets,
                   int N, int V, int Vp) {
   for (int n = 0; n < N; n++) {
-    const double* z = logits + (size_t)n * Vp;
-    double* p = probs + (size_t)n * Vp;
+    const double* z = logits + static_cast<size_t>(n) * Vp;
+    double* p = probs + static_cast<size_t>(n) * Vp;
     double maxval = -INFINITY;
     for (int v = 0; v < V; v++)
       if (z[v] > maxval) maxval = z[v];
@@ -243,8 +246,8 @@ void softmax_crossentropy_forward(double* losses, double* probs, const double* l
 void crossentropy_softmax_backward(double* dlogits, const double* probs, const int* targets, const double* dlosses,
                    int N, int V, int Vp) {
   for (int n = 0; n < N; n++) {
-    const double* p = probs + (size_t)n * Vp;
-    double* dz = dlogits + (size_t)n * Vp;
+    const double* p = probs + static_cast<size_t>(n) * Vp;
+    double* dz = dlogits + static_cast<size_t>(n) * Vp;
     for (int v = 0; v < V; v++) {
       const double indicator = v == targets[n] ? 1.0 : 0.0;
       dz[v] += (p[v] - indicator) * dlosses[n];

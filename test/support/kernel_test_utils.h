@@ -46,13 +46,14 @@ inline double tolerance(int roundings, int sum_length) {
 inline std::vector<double> random_values(size_t n, std::mt19937& rng, double low = -1.0, double high = 1.0) {
   std::uniform_real_distribution<double> distribution(low, high);
   std::vector<double> values(n);
-  for (double& value : values) value = llmc::to_float(llmc::from_float<floatX>((float)distribution(rng)));
+  for (double& value : values) value = llmc::to_float(llmc::from_float<floatX>(static_cast<float>(distribution(rng))));
   return values;
 }
 
 inline std::vector<double> round_to_floatx(const std::vector<double>& values) {
   std::vector<double> rounded(values.size());
-  for (size_t i = 0; i < values.size(); i++) rounded[i] = llmc::to_float(llmc::from_float<floatX>((float)values[i]));
+  for (size_t i = 0; i < values.size(); i++)
+    rounded[i] = llmc::to_float(llmc::from_float<floatX>(static_cast<float>(values[i])));
   return rounded;
 }
 
