@@ -1,10 +1,15 @@
 # cmake/data.cmake: token shards (llmc_shards), the data loaders (llmc_data: GPT-2 windows, the speedrun's
-# BOS-aligned packing and validation chunks), and their tests.
-# The unit tests write their own tiny shards into a temporary directory (about a second); the Python check of
-# the BOS loader tokenizes the shared texts first (about ten seconds).
+# BOS-aligned packing and validation chunks), the shared file helpers below them (llmc_files), and their
+# tests, with the test of llmc/'s top-level helpers (test/base/). The unit tests write their own tiny files
+# into a temporary directory (about a second); the Python check of the BOS loader tokenizes the shared
+# texts first (about ten seconds).
 # The shared file helpers ("path: problem" errors, file handles, directories) and the atomic writer.
 add_library(llmc_files STATIC llmc/file_io.cpp llmc/atomic_file.cpp)
 target_link_libraries(llmc_files PUBLIC llmc_flags)
+
+add_executable(test_base_helpers test/base/test_base_helpers.cpp)
+target_link_libraries(test_base_helpers PRIVATE llmc_files Threads::Threads GTest::gtest_main)
+gtest_discover_tests(test_base_helpers PROPERTIES LABELS data)
 
 add_library(llmc_shards STATIC llmc/data/shards.cpp)
 target_link_libraries(llmc_shards PUBLIC llmc_files)
