@@ -27,6 +27,15 @@ bool mpi_is_running() {
   return initialized && !finalized;
 }
 
+// "rank R: why" on stderr, R from MPI when it runs, from the launcher's environment otherwise.
+void print_rank_error(const std::string& why) {
+  std::string rank = rank_label_without_mpi();
+  int world_rank = 0;
+  if (mpi_is_running() && MPI_Comm_rank(MPI_COMM_WORLD, &world_rank) == MPI_SUCCESS) rank = std::to_string(world_rank);
+  std::fprintf(stderr, "rank %s: %s\n", rank.c_str(), why.c_str());
+  std::fflush(stderr);
+}
+
 template <class Element>
 ncclDataType_t nccl_type();
 template <>
@@ -37,16 +46,9 @@ ncclDataType_t nccl_type<__nv_bfloat16>() { return ncclBfloat16; }
 }  // namespace
 
 void abort_all_ranks(const std::string& why) {
-  const bool running = mpi_is_running();
-  std::string rank = rank_label_without_mpi();
-  if (running) {
-    int world_rank = 0;
-    if (MPI_Comm_rank(MPI_COMM_WORLD, &world_rank) == MPI_SUCCESS) rank = std::to_string(world_rank);
-  }
-  std::fprintf(stderr, "rank %s: %s\n", rank.c_str(), why.c_str());
-  std::fflush(stderr);
+  print_rank_error(why);
   // MPI_Abort makes the launcher kill every rank of the job: none is left blocked in a collective.
-  if (running) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (mpi_is_running()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }
 
@@ -58,8 +60,7 @@ int stop_after_error(const std::string& why, const CommContext* comm) {
     world_size = 2;  // unknown: stop everything, to be safe
   }
   if (world_size > 1) abort_all_ranks(why);
-  std::fprintf(stderr, "error: %s\n", why.c_str());
-  std::fflush(stderr);
+  print_rank_error(why);
   // A CommContext that failed to construct leaves MPI initialised; one rank has no peer to wait for.
   if (comm == nullptr && mpi_is_running()) MPI_REPORT(MPI_Finalize());
   return 1;

@@ -24,8 +24,8 @@ namespace llmc {
 
 class CommContext;
 // A program's top-level error handler. With several ranks: abort_all_ranks(why). With one rank (or
-// without MPI) there is nobody to stop: it prints "error: why" and returns the exit status 1, and the
-// caller then destroys `comm` (if any) as usual, so MPI is finalized and no launcher banner follows.
+// without MPI) there is nobody to stop: it prints "rank 0: why" and returns the exit status 1, and the
+// caller then destroys `comm` (if any) as usual, so MPI is finalized and no MPI_Abort banner follows.
 // `comm` is null when the error came from the CommContext constructor.
 int stop_after_error(const std::string& why, const CommContext* comm);
 

@@ -280,7 +280,7 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
         lines = result.stderr.strip().splitlines()
         self.assertEqual(len(lines), 1, result.stderr)
-        self.assertRegex(lines[0], r"^error: .*nothing_here_\*\.bin: no files match")
+        self.assertRegex(lines[0], r"^rank 0: .*nothing_here_\*\.bin: no files match")
         self.assertNotIn("MPI_ABORT", result.stdout + result.stderr)
         self.assertNotIn("ORTE", result.stdout + result.stderr)
 
