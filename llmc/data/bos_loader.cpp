@@ -6,13 +6,10 @@
 #include <utility>
 
 #include "llmc/data/shards.h"
+#include "llmc/file_io.h"
 
 namespace llmc {
 namespace {
-
-[[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw std::runtime_error(where + ": " + what);
-}
 
 std::string position_text(const BosLoaderPosition& p) {
   return "(epoch " + std::to_string(p.epoch) + ", shard " + std::to_string(p.shard) + ", document " +
@@ -21,17 +18,20 @@ std::string position_text(const BosLoaderPosition& p) {
 
 void check_config(const BosLoaderConfig& c) {
   const std::string& where = c.pattern;
-  if (c.seq_len < 1 || c.seq_len >= INT32_MAX) fail(where, "sequence length T = " + std::to_string(c.seq_len) + " must be in 1..2^31-2");
-  if (c.max_document_tokens < 1) fail(where, "the document cut must be positive, got " + std::to_string(c.max_document_tokens));
-  if (c.world_size < 1) fail(where, "world_size must be positive, got " + std::to_string(c.world_size));
+  if (c.seq_len < 1 || c.seq_len >= INT32_MAX)
+    throw FileError(where, "sequence length T = " + std::to_string(c.seq_len) + " must be in 1..2^31-2");
+  if (c.max_document_tokens < 1)
+    throw FileError(where, "the document cut must be positive, got " + std::to_string(c.max_document_tokens));
+  if (c.world_size < 1) throw FileError(where, "world_size must be positive, got " + std::to_string(c.world_size));
   if (c.rank < 0 || c.rank >= c.world_size) {
-    fail(where, "rank " + std::to_string(c.rank) + " is outside 0.." + std::to_string(c.world_size - 1));
+    throw FileError(where, "rank " + std::to_string(c.rank) + " is outside 0.." + std::to_string(c.world_size - 1));
   }
-  if (c.grad_accum < 1) fail(where, "grad_accum must be positive, got " + std::to_string(c.grad_accum));
+  if (c.grad_accum < 1) throw FileError(where, "grad_accum must be positive, got " + std::to_string(c.grad_accum));
   if (c.cu_seqlens_length != 0 && c.cu_seqlens_length < 2) {
-    fail(where, "cu_seqlens length " + std::to_string(c.cu_seqlens_length) + " must be at least 2 (or 0: default)");
+    throw FileError(where,
+                    "cu_seqlens length " + std::to_string(c.cu_seqlens_length) + " must be at least 2 (or 0: default)");
   }
-  if (c.vocab_size <= 0) fail(where, "vocab_size must be positive, got " + std::to_string(c.vocab_size));
+  if (c.vocab_size <= 0) throw FileError(where, "vocab_size must be positive, got " + std::to_string(c.vocab_size));
 }
 
 }  // namespace
@@ -44,16 +44,18 @@ BosLoader::BosLoader(const BosLoaderConfig& config, const BosLoaderPosition& sta
   for (const std::string& path : glob_shards(config_.pattern)) {
     const ShardInfo info = read_shard_header(path);
     if (info.num_tokens < step_tokens) {
-      fail(path, "too small for one step: " + std::to_string(info.num_tokens) + " tokens, but world_size * grad_accum * (T+1) = " +
-                     std::to_string(step_tokens) + " are needed");
+      throw FileError(path, "too small for one step: " + std::to_string(info.num_tokens) +
+                                " tokens, but world_size * grad_accum * (T+1) = " + std::to_string(step_tokens) +
+                                " are needed");
     }
     paths_.push_back(path);
   }
   const auto shards = static_cast<int64_t>(paths_.size());
   if (start.epoch < 0 || start.shard < 0 || start.shard >= shards || start.document < 0 || start.micro_step < 0 ||
       start.micro_step >= config_.grad_accum) {
-    fail(config_.pattern, "cannot start at " + position_text(start) + ": there are " + std::to_string(shards) +
-                              " shards and " + std::to_string(config_.grad_accum) + " micro-steps per step");
+    throw FileError(config_.pattern, "cannot start at " + position_text(start) + ": there are " +
+                                         std::to_string(shards) + " shards and " + std::to_string(config_.grad_accum) +
+                                         " micro-steps per step");
   }
   shard_ = read_indexed_shard(paths_[static_cast<size_t>(start.shard)], config_.vocab_size);
   start_preload((start.shard + 1) % shards);
@@ -88,14 +90,15 @@ void BosLoader::deal_current_step() {
     return;
   }
   if (position_.micro_step != 0) {
-    fail(shard_.path, "position " + position_text(position_) + " is inside a step that does not fit this shard");
+    throw FileError(shard_.path,
+                    "position " + position_text(position_) + " is inside a step that does not fit this shard");
   }
   advance_to_next_shard();
   if (!deal_step(shard_, 0, config_.seq_len, config_.max_document_tokens, sequences, &step_)) {
-    fail(shard_.path, "too small for one step: its " + std::to_string(shard_.document_starts.size()) +
-                          " documents, each cut to " + std::to_string(config_.max_document_tokens) +
-                          " tokens, do not fill world_size * grad_accum = " + std::to_string(sequences) +
-                          " sequences of T+1 = " + std::to_string(config_.seq_len + 1) + " tokens");
+    throw FileError(shard_.path, "too small for one step: its " + std::to_string(shard_.document_starts.size()) +
+                                     " documents, each cut to " + std::to_string(config_.max_document_tokens) +
+                                     " tokens, do not fill world_size * grad_accum = " + std::to_string(sequences) +
+                                     " sequences of T+1 = " + std::to_string(config_.seq_len + 1) + " tokens");
   }
   step_dealt_ = true;
 }

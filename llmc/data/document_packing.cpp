@@ -6,19 +6,16 @@
 #include <stdexcept>
 
 #include "llmc/data/shards.h"
+#include "llmc/file_io.h"
 
 namespace llmc {
 namespace {
 
-[[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw std::runtime_error(where + ": " + what);
-}
-
 void check_capacity(size_t entries, int cu_seqlens_length, int64_t T, const std::string& where) {
   if (entries > static_cast<size_t>(cu_seqlens_length)) {
-    fail(where, "a sequence of " + std::to_string(T) + " tokens holds " + std::to_string(entries - 1) +
-                    " documents, more than cu_seqlens' " + std::to_string(cu_seqlens_length) +
-                    " entries allow (raise the cu_seqlens length)");
+    throw FileError(where, "a sequence of " + std::to_string(T) + " tokens holds " + std::to_string(entries - 1) +
+                               " documents, more than cu_seqlens' " + std::to_string(cu_seqlens_length) +
+                               " entries allow (raise the cu_seqlens length)");
   }
 }
 
@@ -31,15 +28,16 @@ IndexedShard read_indexed_shard(const std::string& path, int vocab_size) {
   for (size_t i = 0; i < shard.tokens.size(); ++i) {
     const uint16_t token = shard.tokens[i];
     if (token >= vocab_size) {
-      fail(path, "token at index " + std::to_string(i) + " has value " + std::to_string(token) +
-                     ", not below vocab_size " + std::to_string(vocab_size));
+      throw FileError(path, "token at index " + std::to_string(i) + " has value " + std::to_string(token) +
+                                ", not below vocab_size " + std::to_string(vocab_size));
     }
     if (token == kBosToken) shard.document_starts.push_back(static_cast<int64_t>(i));
   }
   if (shard.document_starts.empty()) {
-    fail(path, "no document start (token " + std::to_string(kBosToken) + ") in its " +
-                   std::to_string(shard.tokens.size()) + " tokens; the BOS-aligned loader needs documents that "
-                   "begin with <|endoftext|>");
+    throw FileError(path, "no document start (token " + std::to_string(kBosToken) + ") in its " +
+                              std::to_string(shard.tokens.size()) +
+                              " tokens; the BOS-aligned loader needs documents that "
+                              "begin with <|endoftext|>");
   }
   return shard;
 }
@@ -88,7 +86,7 @@ void pack_sequence(const IndexedShard& shard, const std::vector<TokenRange>& pie
     }
     out->cu_seqlens[p + 1] = static_cast<int32_t>(std::min(position, T));
   }
-  if (position != T + 1) fail(where, "dealt " + std::to_string(position) + " tokens, not T+1");
+  if (position != T + 1) throw FileError(where, "dealt " + std::to_string(position) + " tokens, not T+1");
   out->num_documents = static_cast<int>(pieces.size());
 }
 

@@ -22,7 +22,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float low, float high) {
   uint16_t low_bits, high_bits;
   memcpy(&low_bits, &low_bf16, 2);
   memcpy(&high_bits, &high_bf16, 2);
-  return (uint32_t)low_bits | ((uint32_t)high_bits << 16);
+  return static_cast<uint32_t>(low_bits) | (static_cast<uint32_t>(high_bits) << 16);
 }
 
 // A operand (16 x 16) from a row-major shared tile of row stride kStride elements: rows row0..+15,
@@ -30,7 +30,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float low, float high) {
 template <int kStride>
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int row0, int col0) {
   const int lane = threadIdx.x % kWarpSize;
-  ldmatrix_x4(a, tile + (size_t)(row0 + lane % 16) * kStride + col0 + (lane / 16) * 8);
+  ldmatrix_x4(a, tile + static_cast<size_t>(row0 + lane % 16) * kStride + col0 + (lane / 16) * 8);
 }
 
 // B operands of two n-tiles from a tile stored [k][n] (k = rows): b[0..1] for columns n0..n0+7,
@@ -38,7 +38,7 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int r
 template <int kStride>
 __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* tile, int k0, int n0) {
   const int lane = threadIdx.x % kWarpSize;
-  ldmatrix_x4_trans(b, tile + (size_t)(k0 + lane % 16) * kStride + n0 + (lane / 16) * 8);
+  ldmatrix_x4_trans(b, tile + static_cast<size_t>(k0 + lane % 16) * kStride + n0 + (lane / 16) * 8);
 }
 
 // B operands of two n-tiles from a tile stored [n][k] (B = tile^T, e.g. K for Q K^T): b[0..1] for
@@ -46,7 +46,7 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* tile, in
 template <int kStride>
 __device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
   const int lane = threadIdx.x % kWarpSize;
-  ldmatrix_x4(b, tile + (size_t)(n0 + lane % 8 + (lane / 16) * 8) * kStride + k0 + ((lane / 8) % 2) * 8);
+  ldmatrix_x4(b, tile + static_cast<size_t>(n0 + lane % 8 + (lane / 16) * 8) * kStride + k0 + ((lane / 8) % 2) * 8);
 }
 
 // acc (16 kMTiles x 8 kNTiles; fragment [m * kNTiles + n]) += A @ B^T, where A is rows a_row0.. of
@@ -56,7 +56,7 @@ template <int kStride, int kDepth, int kMTiles, int kNTiles>
 __device__ __forceinline__ void mma_rows_by_rows(float (&acc)[kMTiles * kNTiles][4], const bf16* a_tile, int a_row0,
                                                  const bf16* b_tile, int b_row0) {
   static_assert(kDepth % 16 == 0 && kNTiles % 2 == 0, "16-deep k-steps, n-tiles loaded in pairs");
-  const bf16* b_rows = b_tile + (size_t)b_row0 * kStride;
+  const bf16* b_rows = b_tile + static_cast<size_t>(b_row0) * kStride;
   for (int ks = 0; ks < kDepth / 16; ks++) {
     uint32_t a[kMTiles][4];
     for (int mt = 0; mt < kMTiles; mt++) load_a<kStride>(a[mt], a_tile, a_row0 + 16 * mt, ks * 16);
@@ -82,7 +82,7 @@ __device__ __forceinline__ void mma_fragments_by_rows(float (&acc)[kMTiles * kNT
                                                       const bf16* b_tile, int b_row0) {
   static_assert(kDepth % 16 == 0 && kNTiles % 2 == 0, "16-deep k-steps, n-tiles loaded in pairs");
   constexpr int kPTiles = kDepth / 8;
-  const bf16* b_rows = b_tile + (size_t)b_row0 * kStride;
+  const bf16* b_rows = b_tile + static_cast<size_t>(b_row0) * kStride;
   for (int ks = 0; ks < kDepth / 16; ks++) {
     uint32_t a[kMTiles][4];
     for (int mt = 0; mt < kMTiles; mt++) {

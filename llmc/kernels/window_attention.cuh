@@ -39,7 +39,9 @@ struct Problem {
 };
 
 // Ints of device memory the plan of a T-token sequence takes.
-inline size_t plan_ints(int T) { return (size_t)forward_tiles(T) + 2 * (size_t)backward_tiles(T); }
+inline size_t plan_ints(int T) {
+  return static_cast<size_t>(forward_tiles(T)) + 2 * static_cast<size_t>(backward_tiles(T));
+}
 
 namespace detail {
 
@@ -62,9 +64,9 @@ inline void check_slices(const char* caller, const void* const* pointers, int co
   for (int i = 0; i < count; i++)
     require(pointers[i] != nullptr && reinterpret_cast<uintptr_t>(pointers[i]) % 16 == 0, caller,
             "pointer " + std::to_string(i) + " is null or not 16-byte aligned");
-  require(row_stride % 8 == 0 && row_stride >= (int64_t)heads * kHeadDim, caller,
-          "row stride " + std::to_string(row_stride) + " must be a multiple of 8 and at least heads * 128 = " +
-              std::to_string(heads * kHeadDim));
+  require(row_stride % 8 == 0 && row_stride >= static_cast<int64_t>(heads) * kHeadDim, caller,
+          "row stride " + std::to_string(row_stride) +
+              " must be a multiple of 8 and at least heads * 128 = " + std::to_string(heads * kHeadDim));
 }
 
 inline Documents documents(const Problem& problem) {
@@ -94,8 +96,8 @@ inline void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const b
   const ForwardParams params{out, lse, q, k, v, qkv_row_stride, plan, detail::documents(problem), problem.heads,
                              problem.scale * kLog2e};
   CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)kForwardSharedBytes));
-  LLMC_LAUNCH(forward_kernel<>, dim3((unsigned)(forward_tiles(problem.T) * problem.heads)), dim3(kThreads),
+                                  static_cast<int>(kForwardSharedBytes)));
+  LLMC_LAUNCH(forward_kernel<>, dim3(static_cast<unsigned>(forward_tiles(problem.T) * problem.heads)), dim3(kThreads),
               kForwardSharedBytes, stream, params);
 }
 
@@ -113,16 +115,18 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
                   "lse, delta_scratch or plan is null");
   const int T = problem.T, heads = problem.heads;
   constexpr int kDeltaThreads = 256;  // 16 rows per block
-  LLMC_LAUNCH(delta_kernel<>, dim3((unsigned)ceil_div((int64_t)T * heads * 16, (int64_t)kDeltaThreads)),
-              dim3(kDeltaThreads), 0, stream, delta_scratch, dout, out, T, heads);
+  LLMC_LAUNCH(
+      delta_kernel<>,
+      dim3(static_cast<unsigned>(ceil_div(static_cast<int64_t>(T) * heads * 16, static_cast<int64_t>(kDeltaThreads)))),
+      dim3(kDeltaThreads), 0, stream, delta_scratch, dout, out, T, heads);
   BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, q, k, v, qkv_row_stride,
                         plan + forward_tiles(T) + backward_tiles(T), detail::documents(problem), heads,
                         problem.scale, problem.scale * kLog2e};
   CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)kBackwardSharedBytes));
+                                  static_cast<int>(kBackwardSharedBytes)));
   CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)kBackwardSharedBytes));
-  const dim3 grid((unsigned)(backward_tiles(T) * heads));
+                                  static_cast<int>(kBackwardSharedBytes)));
+  const dim3 grid(static_cast<unsigned>(backward_tiles(T) * heads));
   LLMC_LAUNCH(dkdv_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
   params.order = plan + forward_tiles(T);
   LLMC_LAUNCH(dq_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);

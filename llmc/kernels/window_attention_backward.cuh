@@ -44,14 +44,14 @@ constexpr int kRowTiles = kKeyTile / 8;   // 8 n-tiles across 64 keys or queries
 constexpr int kDimTiles = kHeadDim / 8;   // 16 n-tiles across the head dimension
 constexpr int kWarpRows = kBackwardRows / kWarps;  // 16
 constexpr size_t kBackwardSharedBytes =
-    (size_t)6 * kKeyTile * kStride * sizeof(bf16) + (size_t)4 * kBackwardRows * sizeof(float);
+    static_cast<size_t>(6) * kKeyTile * kStride * sizeof(bf16) + static_cast<size_t>(4) * kBackwardRows * sizeof(float);
 
 // delta[h, t] = sum_d dout[t, h, d] * out[t, h, d] in fp32. Half a warp per (t, h) row, 8 elements
 // per lane, summed by a fixed butterfly: deterministic.
 template <typename Unused = void>
 __global__ void delta_kernel(float* delta, const bf16* dout, const bf16* out, int T, int heads) {
-  const int64_t rows = (int64_t)T * heads;
-  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 16;
+  const int64_t rows = static_cast<int64_t>(T) * heads;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 16;
   const int part = threadIdx.x % 16;
   float sum = 0.0f;
   if (row < rows) {
@@ -110,9 +110,12 @@ __device__ __forceinline__ void issue_query_tile(AsyncCopies& copies, const Back
   const int T = p.docs.T;
   const int offset = buffer * kBackwardRows * kStride;
   issue_rows<kBackwardRows>(copies, q_tiles + offset, p.q + h * kHeadDim, p.qkv_row_stride, q0, T);
-  issue_rows<kBackwardRows>(copies, dout_tiles + offset, p.dout + h * kHeadDim, (int64_t)p.heads * kHeadDim, q0, T);
-  issue_row_values<kBackwardRows>(copies, lse_tiles + buffer * kBackwardRows, p.lse + (int64_t)h * T, q0, T);
-  issue_row_values<kBackwardRows>(copies, delta_tiles + buffer * kBackwardRows, p.delta + (int64_t)h * T, q0, T);
+  issue_rows<kBackwardRows>(copies, dout_tiles + offset, p.dout + h * kHeadDim,
+                            static_cast<int64_t>(p.heads) * kHeadDim, q0, T);
+  issue_row_values<kBackwardRows>(copies, lse_tiles + buffer * kBackwardRows, p.lse + static_cast<int64_t>(h) * T, q0,
+                                  T);
+  issue_row_values<kBackwardRows>(copies, delta_tiles + buffer * kBackwardRows, p.delta + static_cast<int64_t>(h) * T,
+                                  q0, T);
 }
 
 // Grid: backward_tiles(T) * heads blocks (block i: key tile order[i / heads], head i % heads),
@@ -210,8 +213,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardParams p) {
   for (int r = 0; r < 2; r++) {
     query[r] = min(row0 + lane / 4 + 8 * r, T - 1);
     first_key_of_query[r] = first_key(p.docs, query[r]);
-    lse_log2[r] = p.lse[(int64_t)h * T + query[r]] * kLog2e;
-    delta[r] = p.delta[(int64_t)h * T + query[r]];
+    lse_log2[r] = p.lse[static_cast<int64_t>(h) * T + query[r]] * kLog2e;
+    delta[r] = p.delta[static_cast<int64_t>(h) * T + query[r]];
   }
   const int first_tile = first_key(p.docs, q0) / kKeyTile;
   const int last_tile = min(q0 + kBackwardRows - 1, T - 1) / kKeyTile;
@@ -219,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardParams p) {
 
   AsyncCopies copies;
   issue_rows<kBackwardRows>(copies, q_tile, p.q + h * kHeadDim, p.qkv_row_stride, q0, T);
-  issue_rows<kBackwardRows>(copies, dout_tile, p.dout + h * kHeadDim, (int64_t)p.heads * kHeadDim, q0, T);
+  issue_rows<kBackwardRows>(copies, dout_tile, p.dout + h * kHeadDim, static_cast<int64_t>(p.heads) * kHeadDim, q0, T);
   issue_rows<kKeyTile>(copies, k_tiles, k_head, p.qkv_row_stride, last_tile * kKeyTile, T);
   issue_rows<kKeyTile>(copies, v_tiles, v_head, p.qkv_row_stride, last_tile * kKeyTile, T);
   copies.commit();

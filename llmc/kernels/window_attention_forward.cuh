@@ -36,7 +36,7 @@ struct ForwardParams {
 constexpr int kForwardMTiles = kForwardRows / kWarps / 16;  // 2
 constexpr int kOutTiles = kHeadDim / 8;                    // 16 n-tiles of the output row
 constexpr int kScoreTiles = kKeyTile / 8;                  // 8 n-tiles of a score row
-constexpr size_t kForwardSharedBytes = (size_t)(kForwardRows + 4 * kKeyTile) * kStride * sizeof(bf16);
+constexpr size_t kForwardSharedBytes = static_cast<size_t>(kForwardRows + 4 * kKeyTile) * kStride * sizeof(bf16);
 
 // Per thread: its four query rows (fragment row r = group + 8 * (r % 2) + 16 * (r / 2) of the warp)
 // and the state of their online softmax, in log2 units.
@@ -99,7 +99,7 @@ __device__ __forceinline__ void forward_store(const ForwardParams& p, int h,
                                               const float (&o)[kForwardMTiles * kOutTiles][4],
                                               const ForwardRows& rows, int row0) {
   const int lane = threadIdx.x % kWarpSize, group = lane / 4, pair = lane % 4;
-  const int64_t out_row_stride = (int64_t)p.heads * kHeadDim;
+  const int64_t out_row_stride = static_cast<int64_t>(p.heads) * kHeadDim;
   for (int r = 0; r < 4; r++) {
     const int query = row0 + group + 8 * (r % 2) + 16 * (r / 2);
     if (query >= p.docs.T) continue;
@@ -111,7 +111,7 @@ __device__ __forceinline__ void forward_store(const ForwardParams& p, int h,
                                                     fragment[2 * (r % 2) + 1] * inverse_sum);
       memcpy(static_cast<void*>(out_row + nt * 8 + 2 * pair), &packed, 4);
     }
-    if (pair == 0) p.lse[(int64_t)h * p.docs.T + query] = (rows.max[r] + log2f(rows.sum[r])) * kLn2;
+    if (pair == 0) p.lse[static_cast<int64_t>(h) * p.docs.T + query] = (rows.max[r] + log2f(rows.sum[r])) * kLn2;
   }
 }
 

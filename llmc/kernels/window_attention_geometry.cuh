@@ -173,10 +173,10 @@ __global__ void plan_kernel(int* plan, Documents docs) {
   uint16_t* dq_work = work + forward_count;
   uint16_t* dkdv_work = dq_work + backward_count;
   for (int i = threadIdx.x; i < forward_count; i += blockDim.x)
-    forward_work[i] = (uint16_t)forward_tile_work(docs, i, kForwardRows);
+    forward_work[i] = static_cast<uint16_t>(forward_tile_work(docs, i, kForwardRows));
   for (int i = threadIdx.x; i < backward_count; i += blockDim.x) {
-    dq_work[i] = (uint16_t)forward_tile_work(docs, i, kBackwardRows);
-    dkdv_work[i] = (uint16_t)key_tile_work(docs, i);
+    dq_work[i] = static_cast<uint16_t>(forward_tile_work(docs, i, kBackwardRows));
+    dkdv_work[i] = static_cast<uint16_t>(key_tile_work(docs, i));
   }
   __syncthreads();
   write_longest_first(plan, forward_work, forward_count);

@@ -27,7 +27,7 @@ using llmc::BosLoaderConfig;
 using llmc::BosLoaderPosition;
 using llmc::kBosToken;
 using llmc::PackedSequence;
-using llmc_test::expect_error;
+using llmc::test::expect_error;
 
 bool same(const PackedSequence& a, const PackedSequence& b) {
   return a.inputs == b.inputs && a.targets == b.targets && a.cu_seqlens == b.cu_seqlens &&
@@ -44,7 +44,7 @@ std::vector<uint16_t> documents_of(const std::vector<int>& lengths, int first_id
   return tokens;
 }
 
-class BosLoaderTest : public llmc_test::TempDirTest {
+class BosLoaderTest : public llmc::test::TempDirTest {
  protected:
   BosLoaderTest() : TempDirTest("llmc_test_bos") {}
 

@@ -78,7 +78,7 @@ TEST(CpAsync, FourByteCopiesAndZeroFill) {
   for (size_t i = 0; i < host.size(); ++i) host[i] = 0.5f * static_cast<float>(i);
   DeviceBuffer<float> in(host), out(kThreads);
   LLMC_LAUNCH(copy4_kernel, 1, kThreads, 0, nullptr, static_cast<const float*>(in.get()), out.get());
-  const std::vector<float> got = out.to_host();
+  const std::vector<float> got = out.download_raw();
   for (int t = 0; t < kThreads; ++t) {
     const int source = (t + 32) % kThreads;
     EXPECT_EQ(got[t], source % 2 == 0 ? host[1 + source] : 0.0f) << t;
@@ -95,7 +95,7 @@ TEST(CpAsync, PipelinedCopiesGiveExactSums) {
       for (int row = 0; row < kThreads; ++row) expected[t] += host[(tile * kThreads + row) * kChunkInts + t % kChunkInts];
   DeviceBuffer<int> in(host), out(kThreads);
   LLMC_LAUNCH(pipelined_sum_kernel, 1, kThreads, 0, nullptr, static_cast<const int*>(in.get()), kTiles, out.get());
-  EXPECT_EQ(out.to_host(), expected);
+  EXPECT_EQ(out.download_raw(), expected);
 }
 
 TEST(CpAsync, ZeroFillWritesZerosWithoutReading) {
@@ -103,7 +103,7 @@ TEST(CpAsync, ZeroFillWritesZerosWithoutReading) {
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<int>(i) + 1;
   DeviceBuffer<int> in(host), out(host.size());
   LLMC_LAUNCH(zero_fill_kernel, 1, kThreads, 0, nullptr, static_cast<const int*>(in.get()), out.get());
-  const std::vector<int> got = out.to_host();
+  const std::vector<int> got = out.download_raw();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], (i / kChunkInts) % 2 == 0 ? host[i] : 0) << i;
 }
 
@@ -144,7 +144,7 @@ TEST(CpAsyncEmulation, CopyIsPoisonUntilItsWaitGroup) {
   DeviceBuffer<int> in(host);
   DeviceBuffer<uint16_t> seen(kThreads * 6);
   LLMC_LAUNCH(observe_groups_kernel, 1, kThreads, 0, nullptr, static_cast<const int*>(in.get()), seen.get());
-  const std::vector<uint16_t> got = seen.to_host();
+  const std::vector<uint16_t> got = seen.download_raw();
   for (int t = 0; t < kThreads; ++t) {
     const uint16_t first = static_cast<uint16_t>(t * kChunkInts), second = static_cast<uint16_t>((kThreads + t) * kChunkInts);
     EXPECT_EQ(got[t * 6 + 0], kPoison) << "thread " << t << ": visible right after the issue";
@@ -177,10 +177,10 @@ TEST(CpAsyncEmulation, MissingBarrierAfterTheWaitIsSeen) {
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<int>(i) + 1;
   DeviceBuffer<int> in(host), out(kThreads);
   LLMC_LAUNCH(read_other_warp_kernel<true>, 1, kThreads, 0, nullptr, static_cast<const int*>(in.get()), out.get());
-  std::vector<int> got = out.to_host();
+  std::vector<int> got = out.download_raw();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(got[t], ((t + 32) % kThreads) * kChunkInts + 1);
   LLMC_LAUNCH(read_other_warp_kernel<false>, 1, kThreads, 0, nullptr, static_cast<const int*>(in.get()), out.get());
-  got = out.to_host();
+  got = out.download_raw();
   int wrong = 0;
   for (int t = 0; t < kThreads; ++t) wrong += got[t] != ((t + 32) % kThreads) * kChunkInts + 1;
   EXPECT_GT(wrong, 0) << "a read of another warp's copy without a barrier went unnoticed";

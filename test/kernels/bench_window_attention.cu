@@ -36,7 +36,7 @@ std::vector<int> synthetic_documents(int T) {
   std::vector<int> lengths;
   int total = 0;
   while (total < T) {
-    const int next = std::min({std::max(1, (int)length(rng)), 2048, T - total});
+    const int next = std::min({std::max(1, static_cast<int>(length(rng))), 2048, T - total});
     lengths.push_back(next);
     total += next;
   }
@@ -48,7 +48,7 @@ std::vector<int> shard_documents(const std::string& path, int T) {
   llmc::DealtStep step;
   if (!llmc::deal_step(shard, 0, T, 2048, 1, &step)) throw std::runtime_error(path + ": too small for one sequence");
   std::vector<int> lengths;
-  for (const llmc::TokenRange& piece : step.sequences[0]) lengths.push_back((int)(piece.end - piece.begin));
+  for (const llmc::TokenRange& piece : step.sequences[0]) lengths.push_back(static_cast<int>(piece.end - piece.begin));
   lengths.back() -= 1;  // the T+1-th token is a target only
   if (lengths.back() == 0) lengths.pop_back();
   return lengths;
@@ -107,7 +107,7 @@ Timing time_kernels(const std::vector<int>& lengths, int window, int heads, floa
   std::vector<int> cu{0};
   for (int length : lengths) cu.push_back(T += length);
   cu.resize(std::max<size_t>(cu.size(), 128), T);
-  const size_t elements = (size_t)T * heads * D;
+  const size_t elements = static_cast<size_t>(T) * heads * D;
   bf16 *qkv, *dqkv, *out, *dout;
   float *lse, *delta;
   int *d_cu, *plan;
@@ -115,17 +115,17 @@ Timing time_kernels(const std::vector<int>& lengths, int window, int heads, floa
   CUDA_CHECK(cudaMalloc(&dqkv, 3 * elements * sizeof(bf16)));
   CUDA_CHECK(cudaMalloc(&out, elements * sizeof(bf16)));
   CUDA_CHECK(cudaMalloc(&dout, elements * sizeof(bf16)));
-  CUDA_CHECK(cudaMalloc(&lse, (size_t)heads * T * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&delta, (size_t)heads * T * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&lse, static_cast<size_t>(heads) * T * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&delta, static_cast<size_t>(heads) * T * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&d_cu, cu.size() * sizeof(int)));
   CUDA_CHECK(cudaMalloc(&plan, wa::plan_ints(T) * sizeof(int)));
   std::vector<bf16> host(3 * elements);  // a cheap hash in [-1, 1): realistic bits, no RNG cost for 75M values
   for (size_t i = 0; i < host.size(); i++)
-    host[i] = __float2bfloat16((float)(((uint32_t)i * 2654435761u) >> 8) / 8388608.0f - 1.0f);
+    host[i] = __float2bfloat16(static_cast<float>((static_cast<uint32_t>(i) * 2654435761u) >> 8) / 8388608.0f - 1.0f);
   CUDA_CHECK(cudaMemcpy(qkv, host.data(), host.size() * sizeof(bf16), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(dout, host.data(), elements * sizeof(bf16), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_cu, cu.data(), cu.size() * sizeof(int), cudaMemcpyHostToDevice));
-  const wa::Problem problem{T, heads, d_cu, (int)cu.size() - 1, window, scale};
+  const wa::Problem problem{T, heads, d_cu, static_cast<int>(cu.size()) - 1, window, scale};
   const int64_t stride = 3LL * heads * D;
   const bf16 *q = qkv, *k = qkv + heads * D, *v = qkv + 2 * heads * D;
   auto forward = [&] { wa::forward(out, lse, q, k, v, stride, plan, problem, nullptr); };
@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
       const double backward_exec = (w.dq_tiles * 3 + w.dkdv_tiles * 4) * tile * heads;
       // HBM: each tensor once (q, k, v in, out and lse out; backward: q, k, v, out, dout, lse in, delta
       // written and read twice, dq, dk, dv out). Tile reads: what the blocks pull through L2.
-      const double tensor = (double)T * heads * D * 2, row_floats = (double)T * heads * 4;
+      const double tensor = static_cast<double>(T) * heads * D * 2, row_floats = static_cast<double>(T) * heads * 4;
       const double forward_bytes = 4 * tensor + row_floats, backward_bytes = 8 * tensor + 4 * row_floats;
       const double tile_bytes = 64.0 * D * 2;
       const double forward_tiles = w.forward_loads * tile_bytes * heads, backward_tiles = w.backward_loads * tile_bytes * heads;

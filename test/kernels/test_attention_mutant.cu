@@ -24,7 +24,7 @@ using namespace window_attention_test;
   const Problem problem({"mutant", 256, 1, random_documents(256, 200, rng), 100, 0.12f, true}, 99);
   const Result result = run_kernels(problem);
   const bool correct = matches_reference(problem, result, reference(problem)) &&
-                       kernel_test::bitwise_equal(result.raw_gradients[0], result.raw_gradients[1]);
+                       llmc::test::bitwise_equal(result.raw_gradients[0], result.raw_gradients[1]);
   std::fprintf(stderr, correct ? "mutant not caught: results match the reference\n"
                                : "mutant caught: results differ from the reference\n");
   std::_Exit(correct ? 0 : 3);

@@ -55,10 +55,10 @@ class WindowAttentionTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(WindowAttentionTest, MatchesReferenceAndBackwardIsBitwiseRepeatable) {
   LLMC_REQUIRE_GPU();
-  const Problem problem(GetParam(), 7000 + (uint32_t)(GetParam().T * 31 + GetParam().window));
+  const Problem problem(GetParam(), 7000 + static_cast<uint32_t>(GetParam().T * 31 + GetParam().window));
   const Result result = run_kernels(problem);
   EXPECT_TRUE(matches_reference(problem, result, reference(problem)));
-  EXPECT_TRUE(kernel_test::bitwise_equal(result.raw_gradients[0], result.raw_gradients[1]))
+  EXPECT_TRUE(llmc::test::bitwise_equal(result.raw_gradients[0], result.raw_gradients[1]))
       << problem.c.name << ": the backward is not bitwise repeatable";
   // The plan lists each tile of each kernel exactly once.
   const int forward = llmc::window_attention::forward_tiles(problem.c.T);
@@ -66,10 +66,11 @@ TEST_P(WindowAttentionTest, MatchesReferenceAndBackwardIsBitwiseRepeatable) {
   const int lengths[3] = {forward, backward, backward};
   size_t offset = 0;
   for (int length : lengths) {
-    std::vector<int> order(result.plan.begin() + (long)offset, result.plan.begin() + (long)offset + length);
+    std::vector<int> order(result.plan.begin() + static_cast<long>(offset),
+                           result.plan.begin() + static_cast<long>(offset) + length);
     std::sort(order.begin(), order.end());
     for (int i = 0; i < length; i++) EXPECT_EQ(order[i], i) << problem.c.name << ": plan list at " << offset;
-    offset += (size_t)length;
+    offset += static_cast<size_t>(length);
   }
 }
 

@@ -21,8 +21,8 @@
 #if !defined(LLMC_FP32)
 namespace window_attention_test {
 
-using kernel_test::DeviceBuffer;
 using llmc::floatX;
+using llmc::test::DeviceBuffer;
 constexpr int D = llmc::window_attention::kHeadDim;
 
 struct Case {
@@ -54,7 +54,7 @@ inline std::vector<int> random_documents(int T, int max_length, std::mt19937& rn
   if (T > 1 && std::find(lengths.begin(), lengths.end(), 1) == lengths.end()) {
     lengths.back() -= 1;  // make room for the one-token document
     if (lengths.back() == 0) lengths.pop_back();
-    lengths.insert(lengths.begin() + (long)(rng() % (lengths.size() + 1)), 1);
+    lengths.insert(lengths.begin() + static_cast<long>(rng() % (lengths.size() + 1)), 1);
   }
   return lengths;
 }
@@ -63,7 +63,7 @@ inline std::vector<int> random_documents(int T, int max_length, std::mt19937& rn
 inline std::vector<int> cu_seqlens_of(const std::vector<int>& lengths, int extra) {
   std::vector<int> cu{0};
   for (int length : lengths) cu.push_back(cu.back() + length);
-  cu.insert(cu.end(), (size_t)extra, cu.back());
+  cu.insert(cu.end(), static_cast<size_t>(extra), cu.back());
   return cu;
 }
 
@@ -75,13 +75,13 @@ struct Problem {
   std::vector<double> q, k, v, dout;
 
   explicit Problem(Case test_case, uint32_t seed) : c(std::move(test_case)), cu(cu_seqlens_of(c.documents, 3)) {
-    row_stride = c.fused ? 3LL * c.heads * D : (int64_t)c.heads * D + c.padding;
+    row_stride = c.fused ? 3LL * c.heads * D : static_cast<int64_t>(c.heads) * D + c.padding;
     std::mt19937 rng(seed);
-    const size_t n = (size_t)c.T * c.heads * D;
-    q = kernel_test::random_values(n, rng, -1.5, 1.5);
-    k = kernel_test::random_values(n, rng, -1.5, 1.5);
-    v = kernel_test::random_values(n, rng);
-    dout = kernel_test::random_values(n, rng);
+    const size_t n = static_cast<size_t>(c.T) * c.heads * D;
+    q = llmc::test::random_values(n, rng, -1.5, 1.5);
+    k = llmc::test::random_values(n, rng, -1.5, 1.5);
+    v = llmc::test::random_values(n, rng);
+    dout = llmc::test::random_values(n, rng);
   }
   ref::PackedDocuments documents() const { return ref::PackedDocuments{cu, c.window}; }
   // Most keys one query attends: the bound on the length of its softmax and P @ V sums.
@@ -90,22 +90,24 @@ struct Problem {
     return std::min(longest, c.window + 1);
   }
   llmc::window_attention::Problem device_problem(const int* d_cu) const {
-    return llmc::window_attention::Problem{c.T, c.heads, d_cu, (int)cu.size() - 1, c.window, c.scale};
+    return llmc::window_attention::Problem{c.T, c.heads, d_cu, static_cast<int>(cu.size()) - 1, c.window, c.scale};
   }
   // The case's layout: `slice` (0 = q, 1 = k, 2 = v) of a [T, heads, 128] tensor placed in `buffer`.
-  size_t slice_offset(int slice) const { return c.fused ? (size_t)slice * c.heads * D : 0; }
-  size_t layout_elements() const { return (size_t)c.T * row_stride; }
+  size_t slice_offset(int slice) const { return c.fused ? static_cast<size_t>(slice) * c.heads * D : 0; }
+  size_t layout_elements() const { return static_cast<size_t>(c.T) * row_stride; }
   std::vector<double> to_layout(const std::vector<double>& tensor, std::vector<double> buffer, int slice) const {
     for (int t = 0; t < c.T; t++)
       for (int i = 0; i < c.heads * D; i++)
-        buffer[(size_t)t * row_stride + slice_offset(slice) + i] = tensor[(size_t)t * c.heads * D + i];
+        buffer[static_cast<size_t>(t) * row_stride + slice_offset(slice) + i] =
+            tensor[static_cast<size_t>(t) * c.heads * D + i];
     return buffer;
   }
   std::vector<double> from_layout(const std::vector<double>& buffer, int slice) const {
-    std::vector<double> tensor((size_t)c.T * c.heads * D);
+    std::vector<double> tensor(static_cast<size_t>(c.T) * c.heads * D);
     for (int t = 0; t < c.T; t++)
       for (int i = 0; i < c.heads * D; i++)
-        tensor[(size_t)t * c.heads * D + i] = buffer[(size_t)t * row_stride + slice_offset(slice) + i];
+        tensor[static_cast<size_t>(t) * c.heads * D + i] =
+            buffer[static_cast<size_t>(t) * row_stride + slice_offset(slice) + i];
     return tensor;
   }
 };
@@ -121,7 +123,7 @@ struct Result {
 inline Result run_kernels(const Problem& p) {
   namespace wa = llmc::window_attention;
   const int T = p.c.T, H = p.c.heads;
-  const size_t tensor = (size_t)T * H * D;
+  const size_t tensor = static_cast<size_t>(T) * H * D;
   DeviceBuffer<int> d_cu(p.cu.size());
   d_cu.upload(std::vector<double>(p.cu.begin(), p.cu.end()));
   const wa::Problem problem = p.device_problem(d_cu.get());
@@ -144,7 +146,7 @@ inline Result run_kernels(const Problem& p) {
     return b[p.c.fused ? 0 : s]->get() + p.slice_offset(s);
   };
   DeviceBuffer<floatX> d_out(tensor), d_dout(tensor);
-  DeviceBuffer<float> d_lse((size_t)H * T), d_delta((size_t)H * T);
+  DeviceBuffer<float> d_lse(static_cast<size_t>(H) * T), d_delta(static_cast<size_t>(H) * T);
   DeviceBuffer<int> d_plan(wa::plan_ints(T));
   d_dout.upload(p.dout);
   wa::plan(d_plan.get(), problem, nullptr);
@@ -165,7 +167,7 @@ inline Result run_kernels(const Problem& p) {
   result.lse = d_lse.download();
   std::vector<double>* gradients[3] = {&result.dq, &result.dk, &result.dv};
   for (int s = 0; s < 3; s++) *gradients[s] = p.from_layout(dqkv[p.c.fused ? 0 : s]->download(), s);
-  for (double value : d_plan.download()) result.plan.push_back((int)value);
+  for (double value : d_plan.download()) result.plan.push_back(static_cast<int>(value));
   return result;
 }
 
@@ -175,8 +177,8 @@ struct Expected {
 
 inline Expected reference(const Problem& p) {
   const int T = p.c.T, H = p.c.heads;
-  const size_t tensor = (size_t)T * H * D;
-  Expected e{std::vector<double>(tensor), std::vector<double>((size_t)H * T), std::vector<double>(tensor),
+  const size_t tensor = static_cast<size_t>(T) * H * D;
+  Expected e{std::vector<double>(tensor), std::vector<double>(static_cast<size_t>(H) * T), std::vector<double>(tensor),
              std::vector<double>(tensor), std::vector<double>(tensor)};
   ref::window_attention_forward(e.out.data(), e.lse.data(), p.q.data(), p.k.data(), p.v.data(), T, H, D,
                                 p.documents(), p.c.scale);
@@ -185,32 +187,32 @@ inline Expected reference(const Problem& p) {
   return e;
 }
 
-// Tolerances (kernel_test::tolerance(roundings, sum_length): 2 * (roundings * u_bf16 + n * u_fp32)):
+// Tolerances (llmc::test::tolerance(roundings, sum_length): 2 * (roundings * u_bf16 + n * u_fp32)):
 // out: scores are fp32 sums of D products, P is rounded to bf16 for P @ V (a sum over at most
 // max_keys terms), the output is rounded: 2 roundings, D + max_keys terms. lse: no bf16 rounding of
 // its own, but exp2/log2 and the folded scale add a few fp32 ulps: twice the fp32 part. Gradients:
 // P and dS rounded to bf16 for their MMAs, the forward's rounded output enters delta, dP sums D
 // terms and dQ/dK/dV sum up to max_keys terms each, the result is rounded: 6 roundings, D + 2 max_keys.
-inline double out_tolerance(const Problem& p) { return kernel_test::tolerance(2, D + p.max_keys()); }
-inline double lse_tolerance(const Problem& p) { return 2 * kernel_test::tolerance(0, D + p.max_keys()); }
-inline double gradient_tolerance(const Problem& p) { return kernel_test::tolerance(6, D + 2 * p.max_keys()); }
+inline double out_tolerance(const Problem& p) { return llmc::test::tolerance(2, D + p.max_keys()); }
+inline double lse_tolerance(const Problem& p) { return 2 * llmc::test::tolerance(0, D + p.max_keys()); }
+inline double gradient_tolerance(const Problem& p) { return llmc::test::tolerance(6, D + 2 * p.max_keys()); }
 
 // dS = P (dP - delta) cancels exactly for a query with one key (and nearly so with few), so dq and
 // dk are ~0 in whole rows where the rms understates the size of the terms. delta is computed from
 // the bf16-rounded output: an error up to u_bf16 * |dO| |O| sqrt(D) (random signs) in dP - delta,
 // which reaches dq (dk) times scale * |k| (|q|). Allowed on top: twice that, with rms magnitudes.
 inline double cancellation_allowance(const Problem& p, const Expected& e, const std::vector<double>& other_operand) {
-  return 2 * kernel_test::kStorageRoundoff * p.c.scale * kernel_test::rms(p.dout) * kernel_test::rms(e.out) *
-         std::sqrt((double)D) * kernel_test::rms(other_operand);
+  return 2 * llmc::test::kStorageRoundoff * p.c.scale * llmc::test::rms(p.dout) * llmc::test::rms(e.out) *
+         std::sqrt(static_cast<double>(D)) * llmc::test::rms(other_operand);
 }
 
 inline ::testing::AssertionResult matches_reference(const Problem& p, const Result& r, const Expected& e) {
   const std::pair<const char*, ::testing::AssertionResult> checks[] = {
-      {"out", kernel_test::all_close(r.out, e.out, out_tolerance(p))},
-      {"lse", kernel_test::all_close(r.lse, e.lse, lse_tolerance(p))},
-      {"dq", kernel_test::all_close(r.dq, e.dq, gradient_tolerance(p), cancellation_allowance(p, e, p.k))},
-      {"dk", kernel_test::all_close(r.dk, e.dk, gradient_tolerance(p), cancellation_allowance(p, e, p.q))},
-      {"dv", kernel_test::all_close(r.dv, e.dv, gradient_tolerance(p))}};
+      {"out", llmc::test::all_close(r.out, e.out, out_tolerance(p))},
+      {"lse", llmc::test::all_close(r.lse, e.lse, lse_tolerance(p))},
+      {"dq", llmc::test::all_close(r.dq, e.dq, gradient_tolerance(p), cancellation_allowance(p, e, p.k))},
+      {"dk", llmc::test::all_close(r.dk, e.dk, gradient_tolerance(p), cancellation_allowance(p, e, p.q))},
+      {"dv", llmc::test::all_close(r.dv, e.dv, gradient_tolerance(p))}};
   for (const auto& [what, check] : checks)
     if (!check) return ::testing::AssertionFailure() << p.c.name << ": " << what << ": " << check.message();
   return ::testing::AssertionSuccess();

@@ -20,13 +20,13 @@ namespace {
 // Probabilities of query t of head h over all keys (0 where not attended), and the log-sum-exp.
 double softmax_row(std::vector<double>& probs, const double* q, const double* k, int T, int heads, int D, int h,
                    int t, const PackedDocuments& docs, double scale) {
-  const double* query = q + ((size_t)t * heads + h) * D;
+  const double* query = q + (static_cast<size_t>(t) * heads + h) * D;
   double max_score = -INFINITY;
   for (int key = 0; key < T; key++) {
     probs[key] = -INFINITY;
     if (!docs.attends(t, key)) continue;
     double dot = 0.0;
-    const double* key_row = k + ((size_t)key * heads + h) * D;
+    const double* key_row = k + (static_cast<size_t>(key) * heads + h) * D;
     for (int d = 0; d < D; d++) dot += query[d] * key_row[d];
     probs[key] = dot * scale;
     max_score = std::max(max_score, probs[key]);
@@ -47,12 +47,12 @@ void window_attention_forward(double* out, double* lse, const double* q, const d
   std::vector<double> probs(T);
   for (int h = 0; h < heads; h++)
     for (int t = 0; t < T; t++) {
-      lse[(size_t)h * T + t] = softmax_row(probs, q, k, T, heads, D, h, t, docs, scale);
-      double* row = out + ((size_t)t * heads + h) * D;
+      lse[static_cast<size_t>(h) * T + t] = softmax_row(probs, q, k, T, heads, D, h, t, docs, scale);
+      double* row = out + (static_cast<size_t>(t) * heads + h) * D;
       std::fill(row, row + D, 0.0);
       for (int key = 0; key < T; key++) {
         if (probs[key] == 0.0) continue;
-        const double* value = v + ((size_t)key * heads + h) * D;
+        const double* value = v + (static_cast<size_t>(key) * heads + h) * D;
         for (int d = 0; d < D; d++) row[d] += probs[key] * value[d];
       }
     }
@@ -61,7 +61,7 @@ void window_attention_forward(double* out, double* lse, const double* q, const d
 void window_attention_backward(double* dq, double* dk, double* dv, const double* dout, const double* q,
                                const double* k, const double* v, int T, int heads, int D,
                                const PackedDocuments& docs, double scale) {
-  const size_t size = (size_t)T * heads * D;
+  const size_t size = static_cast<size_t>(T) * heads * D;
   std::fill(dq, dq + size, 0.0);
   std::fill(dk, dk + size, 0.0);
   std::fill(dv, dv + size, 0.0);
@@ -69,19 +69,19 @@ void window_attention_backward(double* dq, double* dk, double* dv, const double*
   for (int h = 0; h < heads; h++)
     for (int t = 0; t < T; t++) {
       softmax_row(probs, q, k, T, heads, D, h, t, docs, scale);
-      const size_t row = ((size_t)t * heads + h) * D;
+      const size_t row = (static_cast<size_t>(t) * heads + h) * D;
       // dP_j = dout . v_j; dS_j = P_j (dP_j - sum_i P_i dP_i); scores = scale * q . k.
       double weighted = 0.0;
       for (int key = 0; key < T; key++) {
         dprobs[key] = 0.0;
         if (probs[key] == 0.0) continue;
-        const double* value = v + ((size_t)key * heads + h) * D;
+        const double* value = v + (static_cast<size_t>(key) * heads + h) * D;
         for (int d = 0; d < D; d++) dprobs[key] += dout[row + d] * value[d];
         weighted += probs[key] * dprobs[key];
       }
       for (int key = 0; key < T; key++) {
         if (probs[key] == 0.0) continue;
-        const size_t key_row = ((size_t)key * heads + h) * D;
+        const size_t key_row = (static_cast<size_t>(key) * heads + h) * D;
         const double dscore = probs[key] * (dprobs[key] - weighted) * scale;
         for (int d = 0; d < D; d++) {
           dq[row + d] += dscore * k[key_row + d];
