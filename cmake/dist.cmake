@@ -1,5 +1,5 @@
-# cmake/dist.cmake: multi-rank communication (llmc/comm.*, llmc/dist/nccl_check.h), NCCL served by MPI
-# for the emulated build (llmc/emu/nccl_emu.cpp), the Chrome-trace recorder (llmc/trace.*), and
+# cmake/dist.cmake: multi-rank communication (llmc/dist/comm.*, llmc/dist/nccl_check.h), NCCL served by MPI
+# for the emulated build (llmc/emu/nccl_emu.cpp), the Chrome-trace recorder (llmc/dist/trace.*), and
 # their tests. Libraries for train_gpt2 and friends:
 #   emulated target (g++ + llmc_emu):  llmc_comm_emu, llmc_trace_emu  (llmc_nccl_emu comes along)
 #   GPU target (nvcc, libnccl):        llmc_comm, llmc_trace           (when LLMC_HAVE_CUDA)

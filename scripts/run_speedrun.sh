@@ -11,7 +11,7 @@
 #   measure). This is llm.c's GPT-2 124M schedule, which is known to reach 3.28 at 10B tokens;
 #   a faster schedule becomes the official one only once recorded runs show it reaches the target.
 #
-# The trainer's option names are provisional (train_gpt2 is being written); this script uses:
+# The trainer options this script uses:
 #   --train-data GLOB --val-data GLOB --model d12 --batch-size B --seq-len T --total-batch-tokens N
 #   --steps N --lr X --warmup-steps N --lr-schedule cosine|linear --final-lr-frac F --weight-decay X
 #   --grad-clip X --val-every N --val-tokens N --checkpoint-every N --output-dir DIR --seed N

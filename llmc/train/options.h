@@ -11,8 +11,8 @@ namespace llmc {
 
 struct TrainOptions {
   // data
-  std::string train_data = "data/fineweb10B/fineweb_train_*.bin";
-  std::string val_data = "data/fineweb10B/fineweb_val_*.bin";
+  std::string train_data = "data/cache/fineweb10B/fineweb_train_*.bin";
+  std::string val_data = "data/cache/fineweb10B/fineweb_val_*.bin";
   // model: "dN" (d12 = GPT-2 124M), a preset ("tiny", "small") or an llm.c checkpoint file
   std::string model = "d12";
   // batch
