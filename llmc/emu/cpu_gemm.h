@@ -64,11 +64,12 @@ inline void gemm_micro_kernel(const GemmArgs& g, const float* a_rows, const floa
   float accumulator[kPanelRows][kPanelColumns];
   std::memcpy(accumulator, vector_accumulator, sizeof(accumulator));
   const int valid_columns = g.n - column < kPanelColumns ? g.n - column : kPanelColumns;
+  const floatX* addend = g.c != nullptr ? g.c + (d - g.d) : d;  // C of this batch matrix (D unless given)
   for (int r = 0; r < valid_rows; r++) {
     for (int j = 0; j < valid_columns; j++) {
       const size_t index = static_cast<size_t>(row + r) * g.n + column + j;
       float value = g.alpha * accumulator[r][j];
-      if (g.beta != 0.0f) value += g.beta * to_float(d[index]);
+      if (g.beta != 0.0f) value += g.beta * to_float(addend[index]);
       if (g.bias != nullptr) value += to_float(g.bias[column + j]);
       if (g.pre_gelu != nullptr) {
         g.pre_gelu[index] = from_float<floatX>(value);

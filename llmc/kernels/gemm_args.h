@@ -9,7 +9,9 @@
 
 namespace llmc {
 
-// One GEMM, row-major: D (M,N) = alpha * op(A) @ op(B) + beta * D [+ bias broadcast over rows].
+// One GEMM, row-major: D (M,N) = alpha * op(A) @ op(B) + beta * C [+ bias broadcast over rows], where C is
+// D itself unless `c` names another matrix of D's shape and strides (then C is only read: D = aX + BX
+// needs no copy of X).
 // op(A) is A (M,K) or, with trans_a, the transpose of A stored as (K,M); likewise op(B) is B (K,N) or,
 // with trans_b, B stored as (N,K). Matrices are dense (leading dimension = row length).
 // With pre_gelu non-null (batch 1 only): pre_gelu gets the value above and D gets gelu(pre_gelu).
@@ -20,7 +22,8 @@ struct GemmArgs {
   int m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   float alpha = 1.0f;
-  float beta = 0.0f;  // 1 accumulates into D
+  float beta = 0.0f;  // 1 accumulates into D (or adds C)
+  const floatX* c = nullptr;  // the addend of beta; null: D
   const floatX* bias = nullptr;  // (N) or null
   floatX* pre_gelu = nullptr;    // (M,N) or null
   int batch = 1;
@@ -34,6 +37,7 @@ inline void validate_gemm(const GemmArgs& g) {
                                 " batch=" + std::to_string(g.batch) + ")");
   if (g.d == nullptr || g.a == nullptr || g.b == nullptr) throw std::invalid_argument("gemm: null matrix pointer");
   if (g.pre_gelu != nullptr && g.batch != 1) throw std::invalid_argument("gemm: GELU epilogue needs batch == 1");
+  if (g.c != nullptr && g.pre_gelu != nullptr) throw std::invalid_argument("gemm: a separate C needs no GELU epilogue");
 }
 
 }  // namespace llmc

@@ -1,5 +1,6 @@
 // The one GEMM interface of the trainer. Row-major semantics throughout:
-//   D (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * D + bias (N)   [optionally then GELU]
+//   D (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C + bias (N)   [optionally then GELU]
+// (C = D unless GemmArgs::c names a separate addend)
 // batched over `batch` matrices with element strides. GPU build: cuBLASLt (bf16 in/out with fp32
 // compute; fp32 build: fp32, no TF32), GELU and bias as cuBLASLt epilogues. Emulated build
 // (LLMC_EMULATION): a blocked CPU GEMM with fp32 accumulation, enqueued with cudaLaunchHostFunc so it
@@ -200,13 +201,15 @@ inline bool try_cublaslt_gemm(MatmulContext& context, const GemmArgs& g, bool fu
                                                     &workspace_bytes, sizeof(workspace_bytes)));
   const uint32_t align_first = batch_alignment(g.b, g.stride_b);
   const uint32_t align_second = batch_alignment(g.a, g.stride_a);
+  const floatX* addend = g.c != nullptr ? g.c : g.d;  // C: same layout as D
   const uint32_t align_output = batch_alignment(g.d, g.stride_d);
+  const uint32_t align_addend = batch_alignment(addend, g.stride_d);
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                     &align_first, sizeof(align_first)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                     &align_second, sizeof(align_second)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                    &align_output, sizeof(align_output)));
+                                                    &align_addend, sizeof(align_addend)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                     &align_output, sizeof(align_output)));
 
@@ -220,7 +223,7 @@ inline bool try_cublaslt_gemm(MatmulContext& context, const GemmArgs& g, bool fu
   CUBLAS_CHECK(heuristic_status);
 
   CUBLAS_CHECK(cublasLtMatmul(context.handle(), desc.operation, &g.alpha, g.b, desc.first, g.a, desc.second, &g.beta,
-                              g.d, desc.output, g.d, desc.output, &heuristic.algo, context.workspace(),
+                              addend, desc.output, g.d, desc.output, &heuristic.algo, context.workspace(),
                               context.workspace_bytes(), stream));
   return true;
 }

@@ -76,6 +76,50 @@ TEST_P(GemmTest, BatchedTransposedMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllTransposes, GemmTest, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
+// D = alpha * A @ B + beta * C with C separate from D (batched): C must be read, not written, and D's
+// previous contents must not leak in (D starts as NaN).
+TEST(GemmWrapper, SeparateAddendIsReadNotWritten) {
+  LLMC_REQUIRE_GPU();
+  const int batch = 2, M = 12, N = 20, K = 8;
+  const float alpha = 1.0f, beta = 2.0f;  // exact in every precision
+  std::mt19937 rng(510);
+  const std::vector<double> a = random_values((size_t)batch * M * K, rng);
+  const std::vector<double> b = random_values((size_t)batch * K * N, rng);
+  const std::vector<double> c = random_values((size_t)batch * M * N, rng);
+  std::vector<double> expected((size_t)batch * M * N);
+  for (int p = 0; p < batch; p++)
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        double sum = 0.0;
+        for (int k = 0; k < K; k++) sum += a[((size_t)p * M + i) * K + k] * b[((size_t)p * K + k) * N + j];
+        const size_t index = ((size_t)p * M + i) * N + j;
+        expected[index] = alpha * sum + beta * c[index];
+      }
+  DeviceBuffer<floatX> d_a(a.size()), d_b(b.size()), d_c(c.size()), d_d(expected.size());  // d_d: NaN
+  d_a.upload(a);
+  d_b.upload(b);
+  d_c.upload(c);
+  llmc::MatmulContext context;
+  llmc::GemmArgs g;
+  g.d = d_d.get();
+  g.a = d_a.get();
+  g.b = d_b.get();
+  g.c = d_c.get();
+  g.m = M;
+  g.n = N;
+  g.k = K;
+  g.alpha = alpha;
+  g.beta = beta;
+  g.batch = batch;
+  g.stride_a = (long long)M * K;
+  g.stride_b = (long long)K * N;
+  g.stride_d = (long long)M * N;
+  llmc::gemm(context, g, nullptr);
+  // One rounding of the fp32 sum of K products and the addend.
+  EXPECT_TRUE(all_close(d_d.download(), expected, tolerance(1, K + 1)));
+  EXPECT_TRUE(bitwise_equal(d_c.download(), round_to_floatx(c))) << "the addend C was modified";
+}
+
 TEST(GemmWrapper, RejectsBadShapes) {
   LLMC_REQUIRE_GPU();
   llmc::MatmulContext context;
