@@ -1,7 +1,7 @@
-# cmake/train.cmake: the trainer's host-side utilities (options, lr schedule, MFU, step log and its header,
-# checkpoint state and resume checks, test hooks) and their tests.
-add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/mfu.cpp llmc/train/log.cpp
-  llmc/train/options.cpp llmc/train/state.cpp llmc/train/debug_hooks.cpp)
+# cmake/train.cmake: the trainer's host-side utilities (options, lr schedules incl. the speedrun's, MFU, step
+# log and its header, checkpoint state and resume checks, test hooks) and their tests.
+add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/speedrun_schedule.cpp llmc/train/mfu.cpp
+  llmc/train/log.cpp llmc/train/options.cpp llmc/train/state.cpp llmc/train/debug_hooks.cpp)
 target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model
                       PRIVATE nlohmann_json::nlohmann_json)
 
@@ -13,3 +13,6 @@ add_executable(test_train_state test/train/test_train_state.cpp)
 target_link_libraries(test_train_state PRIVATE llmc_train_utils GTest::gtest_main)
 gtest_discover_tests(test_train_state PROPERTIES LABELS train)
 
+add_executable(test_speedrun_schedule test/train/test_speedrun_schedule.cpp)
+target_link_libraries(test_speedrun_schedule PRIVATE llmc_train_utils GTest::gtest_main)
+gtest_discover_tests(test_speedrun_schedule PROPERTIES LABELS train)
