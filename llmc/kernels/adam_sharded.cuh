@@ -1,0 +1,81 @@
+// The speedrun's sharded Adam on one row shard [row_begin, row_end) of a [rows, cols] tensor: bias-corrected
+// moments, no weight decay, the parameter updated in place in its own type (bf16 tables and head have no
+// fp32 master; their m and v are bf16 too; the fp32 scalars keep fp32 m and v). The gradient is the shard's
+// averaged gradient (the reduce-scatter's output).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/reduction.cuh"
+#include "llmc/precision.h"
+
+namespace llmc {
+
+// Rows of a tensor that one rank updates: shards of ceil(rows / world) rows (the last ones shorter or
+// empty when world does not divide rows; the record's tensors divide evenly at 1, 2, 4 and 8 ranks).
+struct AdamRowShard {
+  int row_begin = 0, row_end = 0;
+  int rows() const { return row_end - row_begin; }
+};
+
+inline AdamRowShard adam_row_shard(int rows, int world, int rank) {
+  if (rows < 0 || world <= 0 || rank < 0 || rank >= world)
+    throw std::invalid_argument("adam_row_shard: rows=" + std::to_string(rows) + " world=" + std::to_string(world) +
+                                " rank=" + std::to_string(rank));
+  const int shard = (rows + world - 1) / world;
+  const int begin = rank * shard < rows ? rank * shard : rows;
+  const int end = begin + shard < rows ? begin + shard : rows;
+  return AdamRowShard{begin, end};
+}
+
+struct AdamShardedHyperparameters {
+  double lr = 0.008;  // base lr x the tensor's multiplier x the schedule
+  double beta1 = 0.65;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+};
+
+// lr * sqrt(1 - beta2^t) / (1 - beta1^t) for the t-th update (t >= 1), in double like the reference.
+inline double adam_step_size(const AdamShardedHyperparameters& hp, long long t) {
+  if (t < 1) throw std::invalid_argument("adam_step_size: update count " + std::to_string(t) + " < 1");
+  const double bias1 = 1.0 - std::pow(hp.beta1, (double)t), bias2 = 1.0 - std::pow(hp.beta2, (double)t);
+  return hp.lr * std::sqrt(bias2) / bias1;
+}
+
+// m = b1 m + (1-b1) g and v = b2 v + (1-b2) g^2 in fp32 (1-b computed in double, as Python does), stored in S; p -= step_size * m / (sqrt(v) + eps)
+// with the stored (rounded) m and v, p stored in P.
+template <typename P, typename S>
+__global__ void adam_sharded_kernel(P* params, const P* grads, S* m, S* v, size_t n, float beta1,
+                                    float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
+                                    float step_size) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = to_float(grads[i]);
+    const S m_new = from_float<S>(beta1 * to_float(m[i]) + one_minus_beta1 * g);
+    const S v_new = from_float<S>(beta2 * to_float(v[i]) + one_minus_beta2 * g * g);
+    m[i] = m_new;
+    v[i] = v_new;
+    const float update = to_float(m_new) / (sqrtf(to_float(v_new)) + eps) * step_size;
+    params[i] = from_float<P>(to_float(params[i]) - update);
+  }
+}
+
+// One Adam update (the t-th, t >= 1) of rows [shard.row_begin, shard.row_end) of `param` [rows, cols]:
+// grad_shard, m_shard and v_shard hold just those rows.
+template <typename P, typename S>
+void adam_sharded_update(P* param, const P* grad_shard, S* m_shard, S* v_shard, int cols, AdamRowShard shard,
+                         const AdamShardedHyperparameters& hp, long long t, cudaStream_t stream) {
+  const size_t n = (size_t)shard.rows() * cols;
+  if (n == 0) return;
+  constexpr int kBlock = 256;
+  LLMC_LAUNCH((adam_sharded_kernel<P, S>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
+              param + (size_t)shard.row_begin * cols, grad_shard, m_shard, v_shard, n, (float)hp.beta1,
+              (float)(1.0 - hp.beta1), (float)hp.beta2, (float)(1.0 - hp.beta2), (float)hp.eps,
+              (float)adam_step_size(hp, t));
+}
+
+}  // namespace llmc

@@ -1,0 +1,197 @@
+// NorMuon's kernels around Polar Express, for a batch of `count` matrices of one shape [rows, cols]:
+//   1. momentum: buf = lerp(buf, g, 1-mu); u = lerp(g, buf, mu) (Nesterov-style), u in floatX;
+//   2. variance: per column (or per row) mean of X^2, buf2 = lerp(buf2, mean, 1-beta2), step =
+//      rsqrt(max(buf2, 1e-10)) and the factor that restores X's Frobenius norm after the scaling;
+//   3. apply: X' = X * step * ratio; cautious weight decay X'' = X' + lr*wd * p where X' p >= 0;
+//      p -= lr_eff X''.
+// P is the parameter type: fp32 for the block matrices, floatX (bf16) for the gates, whose momentum and
+// variance buffers and effective rates are then bf16 too. All reductions are in a fixed order (no atomics).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/reduction.cuh"
+#include "llmc/precision.h"
+
+namespace llmc {
+
+// PyTorch's lerp (start + w (end - start), or end - (1 - w)(end - start) for w >= 0.5), so that the
+// buffers follow the reference's arithmetic.
+__host__ __device__ __forceinline__ float torch_lerp(float start, float end, float weight) {
+  const float difference = end - start;
+  return weight < 0.5f ? start + weight * difference : end - difference * (1.0f - weight);
+}
+
+// v rounded to T and back: how the reference's rates and buffers of a bf16 parameter lose precision.
+template <typename T>
+__host__ __device__ __forceinline__ float round_to(float v) {
+  return to_float(from_float<T>(v));
+}
+
+constexpr float kNorMuonVarianceFloor = 1e-10f;  // buf2 is clamped to this before the rsqrt
+constexpr float kNorMuonNormFloor = 1e-10f;      // the scaled norm is clamped to this before dividing
+
+// ---- 1. momentum ----------------------------------------------------------------------------------------
+// grads: device array of `count` pointers; momentum [count, elements]; u [count, elements]. Grid (blocks, count).
+template <typename P>
+__global__ void normuon_momentum_kernel(const P* const* grads, P* momentum, floatX* u, size_t elements, float mu,
+                                        float one_minus_mu) {
+  const P* grad = grads[blockIdx.y];
+  const size_t offset = (size_t)blockIdx.y * elements;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < elements; i += stride) {
+    const float g = to_float(grad[i]);
+    const float buffer = round_to<P>(torch_lerp(to_float(momentum[offset + i]), g, one_minus_mu));
+    momentum[offset + i] = from_float<P>(buffer);
+    u[offset + i] = from_float<floatX>(round_to<P>(torch_lerp(g, buffer, mu)));
+  }
+}
+
+template <typename P>
+void normuon_momentum(const P* const* grads, P* momentum, floatX* u, int count, size_t elements, double mu,
+                      cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
+  LLMC_LAUNCH(normuon_momentum_kernel<P>, dim3(blocks, (unsigned)count), dim3(kBlock), 0, stream, grads, momentum, u,
+              elements, (float)mu, (float)(1.0 - mu));
+}
+
+// ---- 2. variance ----------------------------------------------------------------------------------------
+// Statistics are per column (mean over the rows) or per row (mean over the columns): stat_len values per
+// matrix. Column sums go through fixed row chunks (partials [count, chunks, cols]); a row's sum is one
+// block's reduction (partials [count, 1, rows]).
+struct NorMuonStatistics {
+  int stat_len;     // values per matrix
+  int reduce_len;   // terms per value (the mean's divisor)
+  int chunks;       // partials per value
+  int rows_per_chunk;
+};
+
+inline NorMuonStatistics normuon_statistics(int rows, int cols, bool per_column) {
+  if (!per_column) return NorMuonStatistics{rows, cols, 1, rows};
+  const ColumnChunking chunking = column_chunking(rows);
+  return NorMuonStatistics{cols, rows, chunking.num_chunks, chunking.rows_per_chunk};
+}
+
+inline size_t normuon_partial_floats(int count, int rows, int cols, bool per_column) {
+  const NorMuonStatistics stats = normuon_statistics(rows, cols, per_column);
+  return (size_t)count * stats.chunks * stats.stat_len;
+}
+
+// Grid (ceil(cols / block), chunks, count): one thread per column and row chunk.
+template <typename Tx>
+__global__ void normuon_column_partials_kernel(const Tx* x, int rows, int cols, int rows_per_chunk, int chunks,
+                                               float* partials) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const Tx* matrix = x + (size_t)blockIdx.z * rows * cols;
+  const int begin = blockIdx.y * rows_per_chunk;
+  const int end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
+  float sum = 0.0f;
+  for (int r = begin; r < end; r++) {
+    const float value = to_float(matrix[(size_t)r * cols + c]);
+    sum += value * value;
+  }
+  partials[((size_t)blockIdx.z * chunks + blockIdx.y) * cols + c] = sum;
+}
+
+// Grid (rows, count): one block per row.
+template <typename Tx>
+__global__ void normuon_row_sums_kernel(const Tx* x, int rows, int cols, float* partials) {
+  __shared__ float warp_totals[kWarpSize];
+  const Tx* row = x + ((size_t)blockIdx.y * rows + blockIdx.x) * cols;
+  float sum = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float value = to_float(row[c]);
+    sum += value * value;
+  }
+  sum = block_reduce_sum(sum, warp_totals);
+  if (threadIdx.x == 0) partials[(size_t)blockIdx.y * rows + blockIdx.x] = sum;
+}
+
+// One block per matrix: updates the variance buffer, writes step[count, stat_len] = rsqrt(max(buf2, 1e-10))
+// and ratio[count] = ||X|| / max(||X * step||, 1e-10), where ||X * step||^2 = sum of sums * step^2 (the
+// norm of the scaled X before it is rounded).
+template <typename P>
+__global__ void normuon_variance_kernel(const float* partials, NorMuonStatistics stats, P* variance, float beta2_weight,
+                                        float* steps, float* ratios) {
+  __shared__ float warp_totals[kWarpSize];
+  const int b = blockIdx.x;
+  float norm_before = 0.0f, norm_after = 0.0f;
+  for (int s = threadIdx.x; s < stats.stat_len; s += blockDim.x) {
+    float total = 0.0f;
+    for (int g = 0; g < stats.chunks; g++) total += partials[((size_t)b * stats.chunks + g) * stats.stat_len + s];
+    const size_t index = (size_t)b * stats.stat_len + s;
+    const float buffer =
+        round_to<P>(torch_lerp(to_float(variance[index]), total / (float)stats.reduce_len, beta2_weight));
+    variance[index] = from_float<P>(buffer);
+    const float step = 1.0f / sqrtf(fmaxf(buffer, kNorMuonVarianceFloor));
+    steps[index] = step;
+    norm_before += total;
+    norm_after += total * step * step;
+  }
+  norm_before = block_reduce_sum(norm_before, warp_totals);
+  norm_after = block_reduce_sum(norm_after, warp_totals);
+  if (threadIdx.x == 0) ratios[b] = sqrtf(norm_before) / fmaxf(sqrtf(norm_after), kNorMuonNormFloor);
+}
+
+// x: [count, rows, cols] (Polar Express output); variance [count, stat_len]; steps [count, stat_len];
+// ratios [count]; partials: normuon_partial_floats.
+template <typename P>
+void normuon_variance(const floatX* x, P* variance, int count, int rows, int cols, bool per_column, double beta2,
+                      float* partials, size_t partial_floats, float* steps, float* ratios, cudaStream_t stream) {
+  require_scratch("normuon_variance", partial_floats, normuon_partial_floats(count, rows, cols, per_column));
+  const NorMuonStatistics stats = normuon_statistics(rows, cols, per_column);
+  constexpr int kBlock = 256;
+  if (per_column) {
+    LLMC_LAUNCH(normuon_column_partials_kernel<floatX>,
+                dim3((unsigned)ceil_div(cols, kBlock), (unsigned)stats.chunks, (unsigned)count), dim3(kBlock), 0,
+                stream, x, rows, cols, stats.rows_per_chunk, stats.chunks, partials);
+  } else {
+    LLMC_LAUNCH(normuon_row_sums_kernel<floatX>, dim3((unsigned)rows, (unsigned)count), dim3(kBlock), 0, stream, x,
+                rows, cols, partials);
+  }
+  LLMC_LAUNCH(normuon_variance_kernel<P>, dim3((unsigned)count), dim3(kBlock), 0, stream, (const float*)partials,
+              stats, variance, (float)(1.0 - beta2), steps, ratios);
+}
+
+// ---- 3. apply: scaling, cautious weight decay, update ------------------------------------------------------
+// Grid (blocks, count). The effective rates are rounded to P as the reference's are (bf16 for the gates:
+// lr 0.03 acts as 0.030029...): lr_eff = P(lr * P(shape_scale * lr_multiplier)), wd_eff = P(lr * wd).
+template <typename P>
+__global__ void normuon_apply_kernel(const floatX* x, const float* steps, const float* ratios, P* const* params,
+                                     const float* lr_multipliers, int rows, int cols, bool per_column, float lr,
+                                     float lr_times_wd, float shape_scale) {
+  const int b = blockIdx.y;
+  P* param = params[b];
+  const float ratio = ratios[b];
+  const float lr_eff = round_to<P>(lr * round_to<P>(shape_scale * lr_multipliers[b]));
+  const float wd_eff = round_to<P>(lr_times_wd);
+  const int stat_len = per_column ? cols : rows;
+  const size_t elements = (size_t)rows * cols;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < elements; i += stride) {
+    const size_t stat = per_column ? i % cols : i / cols;
+    const float scaled =
+        round_to<floatX>(to_float(x[(size_t)b * elements + i]) * steps[(size_t)b * stat_len + stat] * ratio);
+    const float p = to_float(param[i]);
+    const float decayed = scaled * p >= 0.0f ? round_to<floatX>(scaled + p * wd_eff) : scaled;
+    param[i] = from_float<P>(p - lr_eff * decayed);
+  }
+}
+
+template <typename P>
+void normuon_apply(const floatX* x, const float* steps, const float* ratios, P* const* params,
+                   const float* lr_multipliers, int count, int rows, int cols, bool per_column, double lr,
+                   double weight_decay, double shape_scale, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  const size_t elements = (size_t)rows * cols;
+  const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
+  LLMC_LAUNCH(normuon_apply_kernel<P>, dim3(blocks, (unsigned)count), dim3(kBlock), 0, stream, x, steps, ratios,
+              params, lr_multipliers, rows, cols, per_column, (float)lr, (float)(lr * weight_decay),
+              (float)shape_scale);
+}
+
+}  // namespace llmc

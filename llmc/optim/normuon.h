@@ -1,0 +1,67 @@
+// One NorMuon step for a batch of matrices of one shape that this rank owns: momentum, Polar Express,
+// variance normalisation, cautious weight decay and the update (llmc/kernels/normuon.cuh), with the
+// workspace planned once. Who owns which matrices is llmc/optim/muon_owners.h's business.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "llmc/kernels/matmul.cuh"
+#include "llmc/optim/polar_express.h"
+#include "llmc/precision.h"
+
+namespace llmc {
+
+// What the reference derives from a parameter's stored shape (for the attention tensor [C, 4C] read as
+// four [C, C] matrices, the stored shape, not the matrix's): the variance is per column when the
+// parameter has fewer rows than columns, else per row; the lr is scaled by max(1, rows/cols)^0.5.
+struct NorMuonShapeRules {
+  bool variance_per_column;
+  double lr_scale;
+};
+NorMuonShapeRules normuon_shape_rules(int param_rows, int param_cols);
+
+// The matrices of one step. P: float (block matrices) or floatX (gates; buffers in floatX too).
+template <typename P>
+struct NorMuonBatch {
+  int count = 0;
+  P* const* params = nullptr;            // device array [count]: each matrix's parameter, rows x cols
+  const P* const* grads = nullptr;       // device array [count]: each matrix's averaged gradient
+  P* momentum = nullptr;                 // [count, rows, cols], zero-initialised
+  P* variance = nullptr;                 // [count, cols] (per column) or [count, rows], zero-initialised
+  const float* lr_multipliers = nullptr; // device array [count]: 2 for W_fc, else 1
+};
+
+struct NorMuonHyperparameters {
+  double lr = 0.03;         // already multiplied by the schedule
+  double momentum = 0.95;   // mu, scheduled
+  double weight_decay = 1.2;
+  double beta2 = 0.95;
+};
+
+class NorMuonRunner {
+ public:
+  static size_t workspace_bytes(int rows, int cols, bool variance_per_column, int max_count);
+
+  NorMuonRunner(int rows, int cols, NorMuonShapeRules rules, int max_count, void* workspace, size_t workspace_bytes,
+                std::vector<PolarExpressStep> steps = polar_express_record_steps());
+
+  template <typename P>
+  void step(MatmulContext& context, const NorMuonBatch<P>& batch, const NorMuonHyperparameters& hp,
+            cudaStream_t stream) const;
+
+  int rows() const { return rows_; }
+  int cols() const { return cols_; }
+
+ private:
+  int rows_, cols_, max_count_;
+  NorMuonShapeRules rules_;
+  floatX* orthogonal_;  // [max_count, rows, cols]: u, then Polar Express's X in place
+  float* partials_;
+  size_t partial_floats_;
+  float* steps_;   // [max_count, stat_len]
+  float* ratios_;  // [max_count]
+  PolarExpress polar_;
+};
+
+}  // namespace llmc

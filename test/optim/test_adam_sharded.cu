@@ -1,0 +1,151 @@
+// The speedrun's sharded Adam (llmc/kernels/adam_sharded.cuh) against the float64 numpy oracle
+// test/optim/optim_reference.py: a bf16 table's row shard (bf16 m, v, parameter) and the fp32 scalars'
+// shard over the first two updates (bias correction at t = 1 and t = 2), rows outside the shard untouched;
+// the row shards, the step size, and repeatability.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "llmc/kernels/adam_sharded.cuh"
+#include "test/support/gpu_test.h"
+#include "test/support/kernel_test_utils.h"
+#include "test/support/python_oracle.h"
+
+namespace {
+
+using namespace kernel_test;  // random_values, DeviceBuffer, kStorageRoundoff
+using llmc::floatX;
+
+template <typename T>
+constexpr double roundoff() {
+  return std::is_same_v<T, float> ? kFp32Roundoff : kStorageRoundoff;
+}
+
+template <typename T>
+std::vector<double> round_to_t(std::vector<double> values) {
+  for (double& v : values) v = llmc::to_float(llmc::from_float<T>((float)v));
+  return values;
+}
+
+std::vector<double> rows_of(const std::vector<double>& values, int cols, llmc::AdamRowShard shard) {
+  return std::vector<double>(values.begin() + (size_t)shard.row_begin * cols, values.begin() + (size_t)shard.row_end * cols);
+}
+
+// Every element within the oracle's bound (see mode_adam there for the derivation).
+::testing::AssertionResult within_bound(const std::vector<double>& got, const std::vector<double>& want,
+                                        const std::vector<double>& bound, const char* what) {
+  for (size_t i = 0; i < got.size(); i++)
+    if (!(std::fabs(got[i] - want[i]) <= bound[i]))
+      return ::testing::AssertionFailure() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
+                                           << ", bound " << bound[i];
+  return ::testing::AssertionSuccess();
+}
+
+// Two updates of rows [shard) of a [rows, cols] tensor of P with state S; each checked against the oracle
+// given the device's state before it (so that the second checks t = 2 on its own).
+template <typename P, typename S>
+void check_two_updates(int rows, int cols, int world, int rank, double lr, unsigned seed) {
+  const llmc::AdamRowShard shard = llmc::adam_row_shard(rows, world, rank);
+  const size_t shard_n = (size_t)shard.rows() * cols;
+  std::mt19937 rng(seed);
+  std::vector<double> param = round_to_t<P>(random_values((size_t)rows * cols, rng, -1.0, 1.0));
+  DeviceBuffer<P> d_param(param.size()), d_grad(shard_n);
+  DeviceBuffer<S> d_m(shard_n), d_v(shard_n);
+  d_param.upload(param);
+  d_m.fill_zero();
+  d_v.fill_zero();
+  llmc::AdamShardedHyperparameters hp;
+  hp.lr = lr;
+  std::vector<double> m(shard_n, 0.0), v(shard_n, 0.0);
+  for (int t = 1; t <= 2; t++) {
+    const std::vector<double> grad = round_to_t<P>(random_values(shard_n, rng, -0.01, 0.01));
+    d_grad.upload(grad);
+    llmc::adam_sharded_update<P, S>(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), cols, shard, hp, t, nullptr);
+    llmc_test::PythonOracle oracle("test/optim/optim_reference.py");
+    oracle.put("grad", {shard_n}, grad);
+    oracle.put("param", {shard_n}, rows_of(param, cols, shard));
+    oracle.put("m", {shard_n}, m);
+    oracle.put("v", {shard_n}, v);
+    char json[512];
+    std::snprintf(json, sizeof json,
+                  "{\"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"lr\": %.17g, \"t\": %d, \"state_bf16\": %s, "
+                  "\"state_roundoff\": %.17g, \"param_roundoff\": %.17g}",
+                  hp.beta1, hp.beta2, hp.eps, hp.lr, t, std::is_same_v<S, float> ? "false" : "true", roundoff<S>(),
+                  roundoff<P>());
+    oracle.config(json);
+    oracle.run("adam");
+    const std::vector<double> got_param = d_param.download();
+    m = d_m.download();
+    v = d_v.download();
+    EXPECT_TRUE(within_bound(m, oracle.get("m_out"), oracle.get("m_bound"), "m")) << "t=" << t;
+    EXPECT_TRUE(within_bound(v, oracle.get("v_out"), oracle.get("v_bound"), "v")) << "t=" << t;
+    EXPECT_TRUE(within_bound(rows_of(got_param, cols, shard), oracle.get("param_out"), oracle.get("param_bound"), "p"))
+        << "t=" << t;
+    for (size_t i = 0; i < param.size(); i++) {
+      const size_t row = i / cols;
+      if (row < (size_t)shard.row_begin || row >= (size_t)shard.row_end) {
+        ASSERT_EQ(got_param[i], param[i]) << "row " << row << " outside the shard changed";
+      }
+    }
+    param = got_param;
+  }
+}
+
+TEST(AdamSharded, Bf16TableRowShardFirstTwoUpdates) {
+  LLMC_REQUIRE_GPU();
+  check_two_updates<floatX, floatX>(16, 24, 4, 2, 0.008 * 75, 900);  // embed's lr x75
+}
+
+TEST(AdamSharded, Fp32ScalarsShardFirstTwoUpdates) {
+  LLMC_REQUIRE_GPU();
+  check_two_updates<float, float>(64, 1, 8, 3, 0.008 * 5, 910);  // scalars' lr x5
+}
+
+TEST(AdamSharded, RowShardsCoverTheTensor) {
+  for (int rank = 0; rank < 8; rank++) {
+    const llmc::AdamRowShard shard = llmc::adam_row_shard(50304, 8, rank);
+    EXPECT_EQ(shard.row_begin, rank * 6288);
+    EXPECT_EQ(shard.rows(), 6288);
+    EXPECT_EQ(llmc::adam_row_shard(64, 8, rank).rows(), 8);
+  }
+  // 10 rows on 4 ranks: 3, 3, 3, 1; 2 rows on 4 ranks: 1, 1, 0, 0 (empty shards are legal).
+  const int expected_rows[4] = {3, 3, 3, 1};
+  for (int rank = 0; rank < 4; rank++) EXPECT_EQ(llmc::adam_row_shard(10, 4, rank).rows(), expected_rows[rank]);
+  EXPECT_EQ(llmc::adam_row_shard(2, 4, 3).rows(), 0);
+  EXPECT_EQ(llmc::adam_row_shard(2, 4, 3).row_begin, 2);
+  EXPECT_THROW(llmc::adam_row_shard(10, 4, 4), std::invalid_argument);
+}
+
+TEST(AdamSharded, StepSizeIsBiasCorrected) {
+  llmc::AdamShardedHyperparameters hp;
+  EXPECT_DOUBLE_EQ(llmc::adam_step_size(hp, 1), 0.008 * std::sqrt(1 - 0.95) / (1 - 0.65));
+  EXPECT_DOUBLE_EQ(llmc::adam_step_size(hp, 2), 0.008 * std::sqrt(1 - 0.95 * 0.95) / (1 - 0.65 * 0.65));
+  EXPECT_THROW(llmc::adam_step_size(hp, 0), std::invalid_argument);
+}
+
+TEST(AdamSharded, UpdateIsBitwiseRepeatable) {
+  LLMC_REQUIRE_GPU();
+  const int rows = 8, cols = 16;
+  const llmc::AdamRowShard shard = llmc::adam_row_shard(rows, 2, 1);
+  std::mt19937 rng(920);
+  const std::vector<double> param = random_values(rows * cols, rng), grad = random_values(shard.rows() * cols, rng);
+  std::vector<std::vector<floatX>> results;
+  for (int run = 0; run < 2; run++) {
+    DeviceBuffer<floatX> d_param(param.size()), d_grad(grad.size()), d_m(grad.size()), d_v(grad.size());
+    d_param.upload(param);
+    d_grad.upload(grad);
+    d_m.fill_zero();
+    d_v.fill_zero();
+    for (int t = 1; t <= 3; t++)
+      llmc::adam_sharded_update<floatX, floatX>(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), cols, shard,
+                                                llmc::AdamShardedHyperparameters(), t, nullptr);
+    results.push_back(d_param.download_raw());
+  }
+  EXPECT_TRUE(bitwise_equal(results[0], results[1]));
+}
+
+}  // namespace
