@@ -46,7 +46,8 @@ inline double adam_step_size(const AdamShardedHyperparameters& hp, long long t) 
   return hp.lr * std::sqrt(bias2) / bias1;
 }
 
-// m = b1 m + (1-b1) g and v = b2 v + (1-b2) g^2 in fp32 (1-b computed in double, as Python does), stored in S; p -= step_size * m / (sqrt(v) + eps)
+// m = b1 m + (1-b1) g and v = b2 v + (1-b2) g^2 in fp32 (1-b computed in double, as Python does), stored
+// in S; p -= step_size * m / (sqrt(v) + eps)
 // with the stored (rounded) m and v, p stored in P.
 template <typename P, typename S>
 __global__ void adam_sharded_kernel(P* params, const P* grads, S* m, S* v, size_t n, float beta1,

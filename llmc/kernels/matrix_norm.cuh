@@ -18,6 +18,7 @@ struct FrobeniusChunking {
 };
 
 inline FrobeniusChunking frobenius_chunking(size_t elements) {
+  if (elements == 0) return FrobeniusChunking{1, 1};  // one empty chunk: the sum is 0
   constexpr size_t kMinChunkElements = 4096;  // 16 per thread of a 256-thread block
   constexpr long long kMaxChunks = 64;        // the scaling kernel adds these serially
   long long chunks = ceil_div((long long)elements, (long long)kMinChunkElements);

@@ -58,7 +58,8 @@ NorMuonRunner::NorMuonRunner(int rows, int cols, NorMuonShapeRules rules, int ma
       max_count_(max_count),
       rules_(rules),
       polar_(rows, cols, max_count,
-             polar_workspace(workspace, workspace_bytes, runner_layout(rows, cols, rules.variance_per_column, max_count)),
+             polar_workspace(workspace, workspace_bytes,
+                             runner_layout(rows, cols, rules.variance_per_column, max_count)),
              PolarExpress::workspace_bytes(rows, cols, max_count), std::move(steps)) {
   const RunnerLayout layout = runner_layout(rows, cols, rules.variance_per_column, max_count);
   char* base = static_cast<char*>(workspace);

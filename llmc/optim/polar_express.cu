@@ -26,6 +26,9 @@ struct WorkspaceLayout {
 };
 
 WorkspaceLayout workspace_layout(int rows, int cols, int max_batch) {
+  if (rows <= 0 || cols <= 0 || max_batch <= 0)
+    throw std::invalid_argument("PolarExpress: shape and batch must be positive (rows=" + std::to_string(rows) +
+                                " cols=" + std::to_string(cols) + " max_batch=" + std::to_string(max_batch) + ")");
   const size_t small = rows < cols ? rows : cols;
   const size_t matrix = (size_t)rows * cols;
   WorkspaceLayout layout;
@@ -46,9 +49,6 @@ PolarExpress::PolarExpress(int rows, int cols, int max_batch, void* workspace, s
                            std::vector<PolarExpressStep> steps)
     : rows_(rows), cols_(cols), max_batch_(max_batch), small_(rows < cols ? rows : cols), tall_(rows > cols),
       steps_(std::move(steps)) {
-  if (rows <= 0 || cols <= 0 || max_batch <= 0)
-    throw std::invalid_argument("PolarExpress: shape and batch must be positive (rows=" + std::to_string(rows) +
-                                " cols=" + std::to_string(cols) + " max_batch=" + std::to_string(max_batch) + ")");
   if (steps_.empty()) throw std::invalid_argument("PolarExpress: needs at least one polynomial step");
   const WorkspaceLayout layout = workspace_layout(rows, cols, max_batch);
   if (workspace == nullptr || workspace_bytes < layout.total ||

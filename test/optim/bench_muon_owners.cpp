@@ -21,7 +21,8 @@ void print_shape_table(const llmc::DeviceCeilings& ceilings) {
                       {"MLP matrix", 768, 3072, 4, 22},
                       {"attention gate", 6, 12, 2, 10},
                       {"smear gate", 1, 12, 2, 1}};
-  std::printf("| matrix | shape | count | Polar Express GFLOP | PE MB | NorMuon elementwise MB | us at ceilings (each) |\n");
+  std::printf("| matrix | shape | count | Polar Express GFLOP | PE MB | NorMuon elementwise MB | "
+              "us at ceilings (each) |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|\n");
   llmc::MuonCost total;
   for (const Row& r : rows) {

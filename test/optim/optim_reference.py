@@ -12,8 +12,8 @@ Besides the exact (float64) results it returns the tolerances the tests use, der
     fp32 sum: every rounding as large as a rounding can be. Real roundings are at most u and on average
     about 0.4 u (uniform in absolute terms within a binade), so the model errs on the large side.
 
-Usage: optim_reference.py MODE DIR, MODE in polar_express | singular_values | normuon | adam. DIR holds the inputs as .npy
-files and config.json; the outputs are written to DIR as .npy files.
+Usage: optim_reference.py MODE DIR, MODE in polar_express | singular_values | normuon | adam. DIR holds the
+inputs as .npy files and config.json; the outputs are written to DIR as .npy files.
 """
 import json
 import os
@@ -210,12 +210,19 @@ def mode_adam(d, cfg):
     us, up = cfg["state_roundoff"], cfg["param_roundoff"]
     fp32_m = 3 * FP32_ROUNDOFF * (np.abs(b1 * m) + np.abs((1 - b1) * g))
     fp32_v = 3 * FP32_ROUNDOFF * (np.abs(b2 * v) + np.abs((1 - b2) * g * g))
-    save(d, "m_bound", 2 * us * np.abs(m_exact) + fp32_m)
-    save(d, "v_bound", 2 * us * np.abs(v_exact) + fp32_v)
-    # The update: m off by 2 us, sqrt(v) by us, the fp32 square root, sum, quotient and product by 5 u32;
-    # then the fp32 subtraction and p's rounding to P.
+    # The update from the device's moments, off by up to those bounds: step (dm / (sqrt(v) + eps) +
+    # |m| dsqrt(v) / (sqrt(v) + eps)^2) with dsqrt(v) <= min(dv / (2 sqrt(v)), sqrt(dv)); the fp32 square
+    # root, sum, quotient and products by 5 u32; then the fp32 subtraction and p's rounding to P.
+    m_bound, v_bound = 2 * us * np.abs(m_exact) + fp32_m, 2 * us * np.abs(v_exact) + fp32_v
+    root = np.sqrt(v_new)
+    with np.errstate(divide="ignore"):
+        root_bound = np.where(root > 0, np.minimum(v_bound / (2 * root), np.sqrt(v_bound)), np.sqrt(v_bound))
+    denominator = root + eps
+    update_bound = step_size * (m_bound / denominator + np.abs(m_new) * root_bound / denominator ** 2)
+    save(d, "m_bound", m_bound)
+    save(d, "v_bound", v_bound)
     save(d, "param_bound",
-         np.abs(update) * (3 * us + 5 * FP32_ROUNDOFF) + (up + FP32_ROUNDOFF) * np.abs(p_new))
+         update_bound + 5 * FP32_ROUNDOFF * np.abs(update) + (up + FP32_ROUNDOFF) * np.abs(p_new))
 
 
 def main():

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -32,7 +33,8 @@ std::vector<double> round_to_t(std::vector<double> values) {
 }
 
 std::vector<double> rows_of(const std::vector<double>& values, int cols, llmc::AdamRowShard shard) {
-  return std::vector<double>(values.begin() + (size_t)shard.row_begin * cols, values.begin() + (size_t)shard.row_end * cols);
+  return std::vector<double>(values.begin() + (size_t)shard.row_begin * cols,
+                             values.begin() + (size_t)shard.row_end * cols);
 }
 
 // Every element within the oracle's bound (see mode_adam there for the derivation).
@@ -95,9 +97,9 @@ void check_two_updates(int rows, int cols, int world, int rank, double lr, unsig
   }
 }
 
-TEST(AdamSharded, Bf16TableRowShardFirstTwoUpdates) {
+TEST(AdamSharded, TableRowShardInFloatXFirstTwoUpdates) {
   LLMC_REQUIRE_GPU();
-  check_two_updates<floatX, floatX>(16, 24, 4, 2, 0.008 * 75, 900);  // embed's lr x75
+  check_two_updates<floatX, floatX>(16, 24, 4, 2, 0.008 * 75, 900);  // bf16 in the record; embed lr x75
 }
 
 TEST(AdamSharded, Fp32ScalarsShardFirstTwoUpdates) {

@@ -4,7 +4,10 @@
 // computation, the rounding of the gates' effective rates, the shape rules and repeatability.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -73,14 +76,18 @@ NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& bef
   variance.upload(before.variance);
   std::vector<P*> param_pointers(c.count);
   std::vector<const P*> grad_pointers(c.count);
-  for (int b = 0; b < c.count; b++) param_pointers[b] = params.get() + b * matrix, grad_pointers[b] = grads.get() + b * matrix;
+  for (int b = 0; b < c.count; b++) {
+    param_pointers[b] = params.get() + b * matrix;
+    grad_pointers[b] = grads.get() + b * matrix;
+  }
   DeviceBuffer<P*> param_table(c.count);
   DeviceBuffer<const P*> grad_table(c.count);
   param_table.upload_raw(param_pointers);
   grad_table.upload_raw(grad_pointers);
   DeviceBuffer<float> lr_mul(c.count);
   lr_mul.upload(c.lr_mul);
-  DeviceBuffer<char> workspace(llmc::NorMuonRunner::workspace_bytes(c.rows, c.cols, rules.variance_per_column, c.count));
+  DeviceBuffer<char> workspace(
+      llmc::NorMuonRunner::workspace_bytes(c.rows, c.cols, rules.variance_per_column, c.count));
   llmc::NorMuonRunner runner(c.rows, c.cols, rules, c.count, workspace.get(), workspace.size());
   llmc::NorMuonBatch<P> batch;
   batch.count = c.count;
@@ -274,7 +281,8 @@ TEST(NorMuon, StepIsBitwiseRepeatable) {
   const NorMuonCase c{"mlp", 2, 16, 64, 16, 64, {2, 1}};
   const NorMuonState<float> before = random_state<float>(c, true, 850);
   const llmc::NorMuonHyperparameters hp;
-  const NorMuonState<float> first = run_device_step<float>(c, before, hp), second = run_device_step<float>(c, before, hp);
+  const NorMuonState<float> first = run_device_step<float>(c, before, hp);
+  const NorMuonState<float> second = run_device_step<float>(c, before, hp);
   EXPECT_TRUE(bitwise_equal(first.params, second.params));
   EXPECT_TRUE(bitwise_equal(first.momentum, second.momentum));
   EXPECT_TRUE(bitwise_equal(first.variance, second.variance));

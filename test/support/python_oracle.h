@@ -62,7 +62,10 @@ inline NpyArray read_npy(const std::string& path) {
   std::string dim;
   size_t count = 1;
   while (std::getline(dims, dim, ','))
-    if (dim.find_first_not_of(' ') != std::string::npos) array.shape.push_back(std::stoul(dim)), count *= array.shape.back();
+    if (dim.find_first_not_of(' ') != std::string::npos) {
+      array.shape.push_back(std::stoul(dim));
+      count *= array.shape.back();
+    }
   array.values.resize(count);
   if (!in.read(reinterpret_cast<char*>(array.values.data()), (std::streamsize)(count * sizeof(double))))
     throw std::runtime_error("read_npy: " + path + " is shorter than its shape says");

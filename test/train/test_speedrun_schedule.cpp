@@ -115,7 +115,8 @@ TEST(Yarn, FrequenciesFollowTheInterpolationFormula) {
     }
     old_window = new_window;
     const YarnState y = llmc::yarn_state_at(s, change);
-    for (int k = 0; k < 64; k++) ASSERT_NEAR(y.angular_frequency[k], w[k], 1.1e-6 * w[k]) << "step " << change << " k " << k;
+    for (int k = 0; k < 64; k++)
+      ASSERT_NEAR(y.angular_frequency[k], w[k], 1.1e-6 * w[k]) << "step " << change << " k " << k;
   }
   // The highest frequency turns many times over any window: unchanged. The lowest is scaled by 3/13.
   const YarnState last = llmc::yarn_state_at(s, 2205);
@@ -140,7 +141,8 @@ TEST(SpeedrunSchedule, ScaledScheduleCrossesEveryPhase) {
   for (int step = 0; step <= s.total_steps(); step++)
     if (s.validates_at(step)) validations.push_back(step);
   EXPECT_EQ(validations, (std::vector<int>{0, 6, 12, 14}));
-  EXPECT_NEAR(llmc::yarn_state_at(s, 13).attention_scale, llmc::yarn_state_at(SpeedrunSchedule::record(), 2205).attention_scale, 1e-15);
+  EXPECT_NEAR(llmc::yarn_state_at(s, 13).attention_scale,
+              llmc::yarn_state_at(SpeedrunSchedule::record(), 2205).attention_scale, 1e-15);
   EXPECT_THROW(SpeedrunSchedule::scaled(5), std::invalid_argument);
 }
 
