@@ -26,7 +26,9 @@ foreach(precision IN ITEMS bf16 fp32)
   if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR LLMC_CUDA_FP32_TESTS))
     add_library(llmc_optim_math_${precision}_cuda STATIC ${LLMC_OPTIM_MATH_SOURCES})
     target_link_libraries(llmc_optim_math_${precision}_cuda PUBLIC llmc_flags CUDA::cudart CUDA::cublasLt)
-    set_target_properties(llmc_optim_math_${precision}_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_ARCHITECTURES}")
+    # Only tests link it so far: the test architectures (one nvcc pass); a program linking it needs
+    # LLMC_CUDA_ARCHITECTURES, as the trainer's libraries in cmake/trainer.cmake have.
+    set_target_properties(llmc_optim_math_${precision}_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")
     list(APPEND math_targets llmc_optim_math_${precision}_cuda)
   endif()
   if(precision STREQUAL "fp32")
