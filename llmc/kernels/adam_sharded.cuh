@@ -32,29 +32,30 @@ inline AdamRowShard adam_row_shard(int rows, int world, int rank) {
   return AdamRowShard{begin, end};
 }
 
-struct AdamShardedHyperparameters {
-  double lr = 0.008;  // base lr x the tensor's multiplier x the schedule
+// The record's constants; the learning rate (0.008 x the tensor's multiplier x the schedule) changes per
+// call and is an argument.
+struct AdamShardedSettings {
   double beta1 = 0.65;
   double beta2 = 0.95;
   double eps = 1e-8;
 };
 
 // lr * sqrt(1 - beta2^t) / (1 - beta1^t) for the t-th update (t >= 1), in double like the reference.
-inline double adam_step_size(const AdamShardedHyperparameters& hp, long long t) {
+inline double adam_step_size(const AdamShardedSettings& settings, double lr, long long t) {
   if (t < 1) throw std::invalid_argument("adam_step_size: update count " + std::to_string(t) + " < 1");
-  const double bias1 = 1.0 - std::pow(hp.beta1, (double)t), bias2 = 1.0 - std::pow(hp.beta2, (double)t);
-  return hp.lr * std::sqrt(bias2) / bias1;
+  const double bias1 = 1.0 - std::pow(settings.beta1, static_cast<double>(t)),
+               bias2 = 1.0 - std::pow(settings.beta2, static_cast<double>(t));
+  return lr * std::sqrt(bias2) / bias1;
 }
 
 // m = b1 m + (1-b1) g and v = b2 v + (1-b2) g^2 in fp32 (1-b computed in double, as Python does), stored
 // in S; p -= step_size * m / (sqrt(v) + eps)
 // with the stored (rounded) m and v, p stored in P.
 template <typename P, typename S>
-__global__ void adam_sharded_kernel(P* params, const P* grads, S* m, S* v, size_t n, float beta1,
-                                    float one_minus_beta1, float beta2, float one_minus_beta2, float eps,
-                                    float step_size) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+__global__ void adam_sharded_kernel(P* params, const P* grads, S* m, S* v, size_t n, float beta1, float one_minus_beta1,
+                                    float beta2, float one_minus_beta2, float eps, float step_size) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float g = to_float(grads[i]);
     const S m_new = from_float<S>(beta1 * to_float(m[i]) + one_minus_beta1 * g);
     const S v_new = from_float<S>(beta2 * to_float(v[i]) + one_minus_beta2 * g * g);
@@ -69,14 +70,15 @@ __global__ void adam_sharded_kernel(P* params, const P* grads, S* m, S* v, size_
 // grad_shard, m_shard and v_shard hold just those rows.
 template <typename P, typename S>
 void adam_sharded_update(P* param, const P* grad_shard, S* m_shard, S* v_shard, int cols, AdamRowShard shard,
-                         const AdamShardedHyperparameters& hp, long long t, cudaStream_t stream) {
-  const size_t n = (size_t)shard.rows() * cols;
+                         const AdamShardedSettings& settings, double lr, long long t, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(shard.rows()) * cols;
   if (n == 0) return;
   constexpr int kBlock = 256;
   LLMC_LAUNCH((adam_sharded_kernel<P, S>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
-              param + (size_t)shard.row_begin * cols, grad_shard, m_shard, v_shard, n, (float)hp.beta1,
-              (float)(1.0 - hp.beta1), (float)hp.beta2, (float)(1.0 - hp.beta2), (float)hp.eps,
-              (float)adam_step_size(hp, t));
+              param + static_cast<size_t>(shard.row_begin) * cols, grad_shard, m_shard, v_shard, n,
+              static_cast<float>(settings.beta1), static_cast<float>(1.0 - settings.beta1),
+              static_cast<float>(settings.beta2), static_cast<float>(1.0 - settings.beta2),
+              static_cast<float>(settings.eps), static_cast<float>(adam_step_size(settings, lr, t)));
 }
 
 }  // namespace llmc

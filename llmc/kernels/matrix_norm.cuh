@@ -19,13 +19,15 @@ struct FrobeniusChunking {
 
 inline FrobeniusChunking frobenius_chunking(size_t elements) {
   if (elements == 0) return FrobeniusChunking{1, 1};  // one empty chunk: the sum is 0
-  constexpr size_t kMinChunkElements = 4096;  // 16 per thread of a 256-thread block
-  constexpr long long kMaxChunks = 64;        // the scaling kernel adds these serially
-  long long chunks = ceil_div((long long)elements, (long long)kMinChunkElements);
+  constexpr size_t kMinChunkElements = 4096;          // 16 per thread of a 256-thread block
+  constexpr long long kMaxChunks = 64;                // the scaling kernel adds these serially
+  long long chunks = ceil_div(static_cast<long long>(elements), static_cast<long long>(kMinChunkElements));
   if (chunks > kMaxChunks) chunks = kMaxChunks;
   if (chunks < 1) chunks = 1;
-  const size_t chunk_elements = (size_t)ceil_div((long long)elements, chunks);
-  return FrobeniusChunking{(int)ceil_div((long long)elements, (long long)chunk_elements), chunk_elements};
+  const size_t chunk_elements = static_cast<size_t>(ceil_div(static_cast<long long>(elements), chunks));
+  return FrobeniusChunking{
+      static_cast<int>(ceil_div(static_cast<long long>(elements), static_cast<long long>(chunk_elements))),
+      chunk_elements};
 }
 
 // partials[matrix * chunks + chunk] = sum of x^2 over the chunk. Grid (chunks, batch).
@@ -33,8 +35,8 @@ template <typename Tx>
 __global__ void frobenius_partials_kernel(const Tx* x, size_t elements, size_t chunk_elements, int chunks,
                                           float* partials) {
   __shared__ float warp_totals[kWarpSize];
-  const Tx* matrix = x + (size_t)blockIdx.y * elements;
-  const size_t begin = (size_t)blockIdx.x * chunk_elements;
+  const Tx* matrix = x + static_cast<size_t>(blockIdx.y) * elements;
+  const size_t begin = static_cast<size_t>(blockIdx.x) * chunk_elements;
   const size_t end = begin + chunk_elements < elements ? begin + chunk_elements : elements;
   float sum = 0.0f;
   for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -42,7 +44,7 @@ __global__ void frobenius_partials_kernel(const Tx* x, size_t elements, size_t c
     sum += value * value;
   }
   sum = block_reduce_sum(sum, warp_totals);
-  if (threadIdx.x == 0) partials[(size_t)blockIdx.y * chunks + blockIdx.x] = sum;
+  if (threadIdx.x == 0) partials[static_cast<size_t>(blockIdx.y) * chunks + blockIdx.x] = sum;
 }
 
 // out = in / (sqrt(sum of the matrix's partials) * scale + eps), rounded to Tx. Grid (blocks, batch).
@@ -53,19 +55,19 @@ __global__ void frobenius_scale_kernel(const Tx* in, Tx* out, size_t elements, i
   __shared__ float divisor;
   if (threadIdx.x == 0) {
     float total = 0.0f;
-    for (int g = 0; g < chunks; g++) total += partials[(size_t)blockIdx.y * chunks + g];
+    for (int g = 0; g < chunks; g++) total += partials[static_cast<size_t>(blockIdx.y) * chunks + g];
     divisor = sqrtf(total) * scale + eps;
   }
   __syncthreads();
-  const size_t offset = (size_t)blockIdx.y * elements;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < elements; i += stride)
+  const size_t offset = static_cast<size_t>(blockIdx.y) * elements;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < elements; i += stride)
     out[offset + i] = from_float<Tx>(to_float(in[offset + i]) / divisor);
 }
 
 // Floats of scratch frobenius_normalize needs for `batch` matrices of `elements` values.
 inline size_t frobenius_scratch_floats(size_t elements, int batch) {
-  return (size_t)frobenius_chunking(elements).chunks * batch;
+  return static_cast<size_t>(frobenius_chunking(elements).chunks) * batch;
 }
 
 // out[b] = in[b] / (||in[b]||_F * scale + eps) for `batch` contiguous matrices of `elements` values each.
@@ -74,11 +76,12 @@ inline void frobenius_normalize(const floatX* in, floatX* out, size_t elements, 
   require_scratch("frobenius_normalize", scratch_floats, frobenius_scratch_floats(elements, batch));
   const FrobeniusChunking chunking = frobenius_chunking(elements);
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(frobenius_partials_kernel<floatX>, dim3((unsigned)chunking.chunks, (unsigned)batch), dim3(kBlock), 0,
-              stream, in, elements, chunking.chunk_elements, chunking.chunks, scratch);
+  LLMC_LAUNCH(frobenius_partials_kernel<floatX>,
+              dim3(static_cast<unsigned>(chunking.chunks), static_cast<unsigned>(batch)), dim3(kBlock), 0, stream, in,
+              elements, chunking.chunk_elements, chunking.chunks, scratch);
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
-  LLMC_LAUNCH(frobenius_scale_kernel<floatX>, dim3(blocks, (unsigned)batch), dim3(kBlock), 0, stream, in, out,
-              elements, chunking.chunks, (const float*)scratch, scale, eps);
+  LLMC_LAUNCH(frobenius_scale_kernel<floatX>, dim3(blocks, static_cast<unsigned>(batch)), dim3(kBlock), 0, stream, in,
+              out, elements, chunking.chunks, static_cast<const float*>(scratch), scale, eps);
 }
 
 }  // namespace llmc

@@ -39,9 +39,9 @@ template <typename P>
 __global__ void normuon_momentum_kernel(const P* const* grads, P* momentum, floatX* u, size_t elements, float mu,
                                         float one_minus_mu) {
   const P* grad = grads[blockIdx.y];
-  const size_t offset = (size_t)blockIdx.y * elements;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < elements; i += stride) {
+  const size_t offset = static_cast<size_t>(blockIdx.y) * elements;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < elements; i += stride) {
     const float g = to_float(grad[i]);
     const float buffer = round_to<P>(torch_lerp(to_float(momentum[offset + i]), g, one_minus_mu));
     momentum[offset + i] = from_float<P>(buffer);
@@ -54,8 +54,8 @@ void normuon_momentum(const P* const* grads, P* momentum, floatX* u, int count, 
                       cudaStream_t stream) {
   constexpr int kBlock = 256;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
-  LLMC_LAUNCH(normuon_momentum_kernel<P>, dim3(blocks, (unsigned)count), dim3(kBlock), 0, stream, grads, momentum, u,
-              elements, (float)mu, (float)(1.0 - mu));
+  LLMC_LAUNCH(normuon_momentum_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream, grads,
+              momentum, u, elements, static_cast<float>(mu), static_cast<float>(1.0 - mu));
 }
 
 // ---- 2. variance ----------------------------------------------------------------------------------------
@@ -63,9 +63,9 @@ void normuon_momentum(const P* const* grads, P* momentum, floatX* u, int count, 
 // matrix. Column sums go through fixed row chunks (partials [count, chunks, cols]); a row's sum is one
 // block's reduction (partials [count, 1, rows]).
 struct NorMuonStatistics {
-  int stat_len;     // values per matrix
-  int reduce_len;   // terms per value (the mean's divisor)
-  int chunks;       // partials per value
+  int stat_len;    // values per matrix
+  int reduce_len;  // terms per value (the mean's divisor)
+  int chunks;      // partials per value
   int rows_per_chunk;
 };
 
@@ -77,7 +77,7 @@ inline NorMuonStatistics normuon_statistics(int rows, int cols, bool per_column)
 
 inline size_t normuon_partial_floats(int count, int rows, int cols, bool per_column) {
   const NorMuonStatistics stats = normuon_statistics(rows, cols, per_column);
-  return (size_t)count * stats.chunks * stats.stat_len;
+  return static_cast<size_t>(count) * stats.chunks * stats.stat_len;
 }
 
 // Grid (ceil(cols / block), chunks, count): one thread per column and row chunk.
@@ -86,29 +86,29 @@ __global__ void normuon_column_partials_kernel(const Tx* x, int rows, int cols, 
                                                float* partials) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cols) return;
-  const Tx* matrix = x + (size_t)blockIdx.z * rows * cols;
+  const Tx* matrix = x + static_cast<size_t>(blockIdx.z) * rows * cols;
   const int begin = blockIdx.y * rows_per_chunk;
   const int end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
   float sum = 0.0f;
   for (int r = begin; r < end; r++) {
-    const float value = to_float(matrix[(size_t)r * cols + c]);
+    const float value = to_float(matrix[static_cast<size_t>(r) * cols + c]);
     sum += value * value;
   }
-  partials[((size_t)blockIdx.z * chunks + blockIdx.y) * cols + c] = sum;
+  partials[(static_cast<size_t>(blockIdx.z) * chunks + blockIdx.y) * cols + c] = sum;
 }
 
 // Grid (rows, count): one block per row.
 template <typename Tx>
 __global__ void normuon_row_sums_kernel(const Tx* x, int rows, int cols, float* partials) {
   __shared__ float warp_totals[kWarpSize];
-  const Tx* row = x + ((size_t)blockIdx.y * rows + blockIdx.x) * cols;
+  const Tx* row = x + (static_cast<size_t>(blockIdx.y) * rows + blockIdx.x) * cols;
   float sum = 0.0f;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) {
     const float value = to_float(row[c]);
     sum += value * value;
   }
   sum = block_reduce_sum(sum, warp_totals);
-  if (threadIdx.x == 0) partials[(size_t)blockIdx.y * rows + blockIdx.x] = sum;
+  if (threadIdx.x == 0) partials[static_cast<size_t>(blockIdx.y) * rows + blockIdx.x] = sum;
 }
 
 // One block per matrix: updates the variance buffer, writes step[count, stat_len] = rsqrt(max(buf2, 1e-10))
@@ -122,10 +122,11 @@ __global__ void normuon_variance_kernel(const float* partials, NorMuonStatistics
   float norm_before = 0.0f, norm_after = 0.0f;
   for (int s = threadIdx.x; s < stats.stat_len; s += blockDim.x) {
     float total = 0.0f;
-    for (int g = 0; g < stats.chunks; g++) total += partials[((size_t)b * stats.chunks + g) * stats.stat_len + s];
-    const size_t index = (size_t)b * stats.stat_len + s;
+    for (int g = 0; g < stats.chunks; g++)
+      total += partials[(static_cast<size_t>(b) * stats.chunks + g) * stats.stat_len + s];
+    const size_t index = static_cast<size_t>(b) * stats.stat_len + s;
     const float buffer =
-        round_to<P>(torch_lerp(to_float(variance[index]), total / (float)stats.reduce_len, beta2_weight));
+        round_to<P>(torch_lerp(to_float(variance[index]), total / static_cast<float>(stats.reduce_len), beta2_weight));
     variance[index] = from_float<P>(buffer);
     const float step = 1.0f / sqrtf(fmaxf(buffer, kNorMuonVarianceFloor));
     steps[index] = step;
@@ -147,14 +148,15 @@ void normuon_variance(const floatX* x, P* variance, int count, int rows, int col
   constexpr int kBlock = 256;
   if (per_column) {
     LLMC_LAUNCH(normuon_column_partials_kernel<floatX>,
-                dim3((unsigned)ceil_div(cols, kBlock), (unsigned)stats.chunks, (unsigned)count), dim3(kBlock), 0,
-                stream, x, rows, cols, stats.rows_per_chunk, stats.chunks, partials);
+                dim3(static_cast<unsigned>(ceil_div(cols, kBlock)), static_cast<unsigned>(stats.chunks),
+                     static_cast<unsigned>(count)),
+                dim3(kBlock), 0, stream, x, rows, cols, stats.rows_per_chunk, stats.chunks, partials);
   } else {
-    LLMC_LAUNCH(normuon_row_sums_kernel<floatX>, dim3((unsigned)rows, (unsigned)count), dim3(kBlock), 0, stream, x,
-                rows, cols, partials);
+    LLMC_LAUNCH(normuon_row_sums_kernel<floatX>, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(count)),
+                dim3(kBlock), 0, stream, x, rows, cols, partials);
   }
-  LLMC_LAUNCH(normuon_variance_kernel<P>, dim3((unsigned)count), dim3(kBlock), 0, stream, (const float*)partials,
-              stats, variance, (float)(1.0 - beta2), steps, ratios);
+  LLMC_LAUNCH(normuon_variance_kernel<P>, dim3(static_cast<unsigned>(count)), dim3(kBlock), 0, stream,
+              static_cast<const float*>(partials), stats, variance, static_cast<float>(1.0 - beta2), steps, ratios);
 }
 
 // ---- 3. apply: scaling, cautious weight decay, update ------------------------------------------------------
@@ -170,12 +172,12 @@ __global__ void normuon_apply_kernel(const floatX* x, const float* steps, const 
   const float lr_eff = round_to<P>(lr * round_to<P>(shape_scale * lr_multipliers[b]));
   const float wd_eff = round_to<P>(lr_times_wd);
   const int stat_len = per_column ? cols : rows;
-  const size_t elements = (size_t)rows * cols;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < elements; i += stride) {
+  const size_t elements = static_cast<size_t>(rows) * cols;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < elements; i += stride) {
     const size_t stat = per_column ? i % cols : i / cols;
-    const float scaled =
-        round_to<floatX>(to_float(x[(size_t)b * elements + i]) * steps[(size_t)b * stat_len + stat] * ratio);
+    const float scaled = round_to<floatX>(to_float(x[static_cast<size_t>(b) * elements + i]) *
+                                          steps[static_cast<size_t>(b) * stat_len + stat] * ratio);
     const float p = to_float(param[i]);
     const float decayed = scaled * p >= 0.0f ? round_to<floatX>(scaled + p * wd_eff) : scaled;
     param[i] = from_float<P>(p - lr_eff * decayed);
@@ -187,11 +189,11 @@ void normuon_apply(const floatX* x, const float* steps, const float* ratios, P* 
                    const float* lr_multipliers, int count, int rows, int cols, bool per_column, double lr,
                    double weight_decay, double shape_scale, cudaStream_t stream) {
   constexpr int kBlock = 256;
-  const size_t elements = (size_t)rows * cols;
+  const size_t elements = static_cast<size_t>(rows) * cols;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
-  LLMC_LAUNCH(normuon_apply_kernel<P>, dim3(blocks, (unsigned)count), dim3(kBlock), 0, stream, x, steps, ratios,
-              params, lr_multipliers, rows, cols, per_column, (float)lr, (float)(lr * weight_decay),
-              (float)shape_scale);
+  LLMC_LAUNCH(normuon_apply_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream, x, steps,
+              ratios, params, lr_multipliers, rows, cols, per_column, static_cast<float>(lr),
+              static_cast<float>(lr * weight_decay), static_cast<float>(shape_scale));
 }
 
 }  // namespace llmc

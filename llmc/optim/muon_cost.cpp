@@ -33,9 +33,9 @@ MuonCost kernel(double flops, double bytes, const DeviceCeilings& ceilings) {
 }  // namespace
 
 MuonCost polar_express_cost(int rows, int cols, int steps, size_t element_bytes, const DeviceCeilings& ceilings) {
-  const double s = std::min(rows, cols), l = std::max(rows, cols), e = (double)element_bytes;
+  const double s = std::min(rows, cols), l = std::max(rows, cols), e = static_cast<double>(element_bytes);
   MuonCost total = kernel(0.0, s * l * e, ceilings);  // sum of squares: read G
-  total += kernel(0.0, 2.0 * s * l * e, ceilings);   // scale: read G, write X
+  total += kernel(0.0, 2.0 * s * l * e, ceilings);    // scale: read G, write X
   for (int i = 0; i < steps; i++) {
     total += kernel(2.0 * s * s * l, (s * l + s * s) * e, ceilings);        // A = X X^T: read X, write A
     total += kernel(2.0 * s * s * s, (s * s + s * s) * e, ceilings);        // B = c A A^T + b A: read A, write B
@@ -46,7 +46,8 @@ MuonCost polar_express_cost(int rows, int cols, int steps, size_t element_bytes,
 
 MuonCost normuon_elementwise_cost(int rows, int cols, size_t param_bytes, size_t element_bytes,
                                   const DeviceCeilings& ceilings) {
-  const double n = (double)rows * cols, p = (double)param_bytes, e = (double)element_bytes;
+  const double n = static_cast<double>(rows) * cols, p = static_cast<double>(param_bytes),
+               e = static_cast<double>(element_bytes);
   MuonCost total = kernel(3.0 * n, n * (3.0 * p + e), ceilings);  // momentum: read g, buffer; write buffer, u
   total += kernel(2.0 * n, n * e, ceilings);                      // variance statistics: read X
   total += kernel(0.0, 0.0, ceilings);                            // variance buffer update (tiny)

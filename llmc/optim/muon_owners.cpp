@@ -53,7 +53,7 @@ void validate(const std::vector<MuonTensor>& tensors, int world) {
 
 std::vector<MuonOwnerUnit> make_units(const std::vector<MuonTensor>& tensors, const MuonOwnerOptions& options) {
   std::vector<MuonOwnerUnit> units;
-  for (int i = 0; i < (int)tensors.size(); i++) {
+  for (int i = 0; i < static_cast<int>(tensors.size()); i++) {
     const MuonTensor& t = tensors[i];
     const MuonCost one = normuon_matrix_cost(t.rows, t.cols, t.param_bytes, 2, options.ceilings);
     const int per_unit = options.split_tensors ? 1 : t.matrices;
@@ -62,7 +62,7 @@ std::vector<MuonOwnerUnit> make_units(const std::vector<MuonTensor>& tensors, co
       unit.tensor = i;
       unit.first_matrix = first;
       unit.matrices = per_unit;
-      unit.cost = (double)per_unit * one;
+      unit.cost = static_cast<double>(per_unit) * one;
       unit.owner = unit.cost.seconds < options.replicate_below_seconds ? kAllRanks : kUnassigned;
       units.push_back(unit);
     }
@@ -76,7 +76,7 @@ bool same_shape(const MuonTensor& a, const MuonTensor& b) { return a.rows == b.r
 // shape (fewer batches), then the lowest rank.
 void deal(const std::vector<MuonTensor>& tensors, std::vector<MuonOwnerUnit>& units, std::vector<double>& load) {
   std::vector<int> order;
-  for (int u = 0; u < (int)units.size(); u++)
+  for (int u = 0; u < static_cast<int>(units.size()); u++)
     if (units[u].owner == kUnassigned) order.push_back(u);
   std::stable_sort(order.begin(), order.end(),
                    [&](int x, int y) { return units[x].cost.seconds > units[y].cost.seconds; });
@@ -87,7 +87,7 @@ void deal(const std::vector<MuonTensor>& tensors, std::vector<MuonOwnerUnit>& un
       return false;
     };
     int best = 0;
-    for (int rank = 1; rank < (int)load.size(); rank++) {
+    for (int rank = 1; rank < static_cast<int>(load.size()); rank++) {
       if (load[rank] < load[best] || (load[rank] == load[best] && has_shape(rank) && !has_shape(best))) best = rank;
     }
     units[u].owner = best;
@@ -98,18 +98,18 @@ void deal(const std::vector<MuonTensor>& tensors, std::vector<MuonOwnerUnit>& un
 // One move or swap that lowers the most loaded rank without raising any rank to its load; false when
 // none exists. The best candidate (lowest resulting pair maximum) wins; ties go to the first found.
 bool improve_once(std::vector<MuonOwnerUnit>& units, std::vector<double>& load) {
-  const int top = (int)(std::max_element(load.begin(), load.end()) - load.begin());
+  const int top = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
   const double limit = load[top] * (1.0 - 1e-12);
   double best_pair = limit;
   int best_unit = -1, best_rank = -1, best_swap = -1;
-  for (int u = 0; u < (int)units.size(); u++) {
+  for (int u = 0; u < static_cast<int>(units.size()); u++) {
     if (units[u].owner != top) continue;
     const double cu = units[u].cost.seconds;
-    for (int rank = 0; rank < (int)load.size(); rank++) {
+    for (int rank = 0; rank < static_cast<int>(load.size()); rank++) {
       if (rank == top) continue;
       const double moved = std::max(load[top] - cu, load[rank] + cu);
       if (moved < best_pair) best_pair = moved, best_unit = u, best_rank = rank, best_swap = -1;
-      for (int v = 0; v < (int)units.size(); v++) {
+      for (int v = 0; v < static_cast<int>(units.size()); v++) {
         if (units[v].owner != rank || units[v].cost.seconds >= cu) continue;
         const double cv = units[v].cost.seconds;
         const double swapped = std::max(load[top] - cu + cv, load[rank] - cv + cu);
@@ -138,7 +138,7 @@ void summarise(const std::vector<MuonTensor>& tensors, MuonOwnerPlan& plan) {
   plan.rank_cost.assign(plan.world, MuonCost());
   for (int rank = 0; rank < plan.world; rank++) {
     std::vector<int> mine;
-    for (int u = 0; u < (int)plan.units.size(); u++)
+    for (int u = 0; u < static_cast<int>(plan.units.size()); u++)
       if (plan.units[u].owner == rank || plan.units[u].owner == kAllRanks) mine.push_back(u);
     std::vector<int> grouped;
     std::vector<bool> taken(mine.size(), false);
@@ -184,8 +184,10 @@ std::string compact_names(const std::vector<std::string>& names) {
     const size_t dot = name.rfind('.');
     const std::string prefix = dot == std::string::npos ? name : name.substr(0, dot);
     const std::string number = dot == std::string::npos ? "" : name.substr(dot + 1);
-    if (!numbers.count(prefix)) prefixes.push_back(prefix), numbers[prefix] = number;
-    else numbers[prefix] += "," + number;
+    if (!numbers.count(prefix))
+      prefixes.push_back(prefix), numbers[prefix] = number;
+    else
+      numbers[prefix] += "," + number;
   }
   std::string result;
   for (const std::string& prefix : prefixes)
@@ -205,8 +207,7 @@ std::string format_muon_owner_table(const std::vector<MuonTensor>& tensors, cons
     for (int u : plan.owned[rank]) {
       const MuonOwnerUnit& unit = plan.units[u];
       const MuonTensor& t = tensors[unit.tensor];
-      names.push_back(unit.matrices == t.matrices ? t.name
-                                                  : t.name + "[" + std::to_string(unit.first_matrix) + "]");
+      names.push_back(unit.matrices == t.matrices ? t.name : t.name + "[" + std::to_string(unit.first_matrix) + "]");
       const std::string shape = std::to_string(t.rows) + "x" + std::to_string(t.cols);
       if (!shape_counts.count(shape)) shapes.push_back(shape);
       shape_counts[shape] += unit.matrices;

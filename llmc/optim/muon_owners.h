@@ -38,15 +38,15 @@ struct MuonOwnerUnit {
   int tensor = 0;        // index into the tensor list
   int first_matrix = 0;  // matrices [first_matrix, first_matrix + matrices) of that tensor
   int matrices = 0;
-  int owner = 0;         // rank, or kAllRanks
-  MuonCost cost;         // of all its matrices (launches: one batch)
+  int owner = 0;  // rank, or kAllRanks
+  MuonCost cost;  // of all its matrices (launches: one batch)
 };
 
 struct MuonOwnerPlan {
   int world = 1;
-  std::vector<MuonOwnerUnit> units;      // in tensor (backward) order
-  std::vector<std::vector<int>> owned;   // per rank: unit indices, grouped by matrix shape, backward order within
-  std::vector<MuonCost> rank_cost;       // per rank: owned units + replicated units, launches per shape batch
+  std::vector<MuonOwnerUnit> units;     // in tensor (backward) order
+  std::vector<std::vector<int>> owned;  // per rank: unit indices, grouped by matrix shape, backward order within
+  std::vector<MuonCost> rank_cost;      // per rank: owned units + replicated units, launches per shape batch
   double max_seconds() const;
   double mean_seconds() const;
 };

@@ -11,7 +11,7 @@
 namespace llmc {
 
 NorMuonShapeRules normuon_shape_rules(int param_rows, int param_cols) {
-  const double ratio = (double)param_rows / (double)param_cols;
+  const double ratio = static_cast<double>(param_rows) / static_cast<double>(param_cols);
   return NorMuonShapeRules{param_rows < param_cols, std::sqrt(ratio > 1.0 ? ratio : 1.0)};
 }
 
@@ -30,10 +30,10 @@ RunnerLayout runner_layout(int rows, int cols, bool per_column, int max_count) {
   RunnerLayout layout;
   const size_t stat_len = per_column ? cols : rows;
   layout.orthogonal = 0;
-  layout.partials = aligned((size_t)max_count * rows * cols * sizeof(floatX));
+  layout.partials = aligned(static_cast<size_t>(max_count) * rows * cols * sizeof(floatX));
   layout.steps = layout.partials + aligned(normuon_partial_floats(max_count, rows, cols, per_column) * sizeof(float));
-  layout.ratios = layout.steps + aligned((size_t)max_count * stat_len * sizeof(float));
-  layout.polar = layout.ratios + aligned((size_t)max_count * sizeof(float));
+  layout.ratios = layout.steps + aligned(static_cast<size_t>(max_count) * stat_len * sizeof(float));
+  layout.polar = layout.ratios + aligned(static_cast<size_t>(max_count) * sizeof(float));
   layout.total = layout.polar + PolarExpress::workspace_bytes(rows, cols, max_count);
   return layout;
 }
@@ -52,15 +52,16 @@ size_t NorMuonRunner::workspace_bytes(int rows, int cols, bool variance_per_colu
 }
 
 NorMuonRunner::NorMuonRunner(int rows, int cols, NorMuonShapeRules rules, int max_count, void* workspace,
-                             size_t workspace_bytes, std::vector<PolarExpressStep> steps)
+                             size_t workspace_bytes, NorMuonSettings settings, std::vector<PolarExpressStep> steps)
     : rows_(rows),
       cols_(cols),
       max_count_(max_count),
       rules_(rules),
-      polar_(rows, cols, max_count,
-             polar_workspace(workspace, workspace_bytes,
-                             runner_layout(rows, cols, rules.variance_per_column, max_count)),
-             PolarExpress::workspace_bytes(rows, cols, max_count), std::move(steps)) {
+      settings_(settings),
+      polar_(
+          rows, cols, max_count,
+          polar_workspace(workspace, workspace_bytes, runner_layout(rows, cols, rules.variance_per_column, max_count)),
+          PolarExpress::workspace_bytes(rows, cols, max_count), std::move(steps)) {
   const RunnerLayout layout = runner_layout(rows, cols, rules.variance_per_column, max_count);
   char* base = static_cast<char*>(workspace);
   orthogonal_ = reinterpret_cast<floatX*>(base + layout.orthogonal);
@@ -71,25 +72,25 @@ NorMuonRunner::NorMuonRunner(int rows, int cols, NorMuonShapeRules rules, int ma
 }
 
 template <typename P>
-void NorMuonRunner::step(MatmulContext& context, const NorMuonBatch<P>& batch, const NorMuonHyperparameters& hp,
+void NorMuonRunner::step(MatmulContext& context, const NorMuonBatch<P>& batch, double lr, double momentum,
                          cudaStream_t stream) const {
   if (batch.count <= 0 || batch.count > max_count_)
     throw std::invalid_argument("NorMuonRunner::step: count " + std::to_string(batch.count) + " outside [1, " +
                                 std::to_string(max_count_) + "]");
-  const size_t elements = (size_t)rows_ * cols_;
-  normuon_momentum(batch.grads, batch.momentum, orthogonal_, batch.count, elements, hp.momentum, stream);
+  const size_t elements = static_cast<size_t>(rows_) * cols_;
+  normuon_momentum(batch.grads, batch.momentum, orthogonal_, batch.count, elements, momentum, stream);
   polar_.run(context, orthogonal_, orthogonal_, batch.count, stream);
-  normuon_variance(orthogonal_, batch.variance, batch.count, rows_, cols_, rules_.variance_per_column, hp.beta2,
+  normuon_variance(orthogonal_, batch.variance, batch.count, rows_, cols_, rules_.variance_per_column, settings_.beta2,
                    partials_, partial_floats_, steps_, ratios_, stream);
   normuon_apply(orthogonal_, steps_, ratios_, batch.params, batch.lr_multipliers, batch.count, rows_, cols_,
-                rules_.variance_per_column, hp.lr, hp.weight_decay, rules_.lr_scale, stream);
+                rules_.variance_per_column, lr, settings_.weight_decay, rules_.lr_scale, stream);
 }
 
-template void NorMuonRunner::step<float>(MatmulContext&, const NorMuonBatch<float>&, const NorMuonHyperparameters&,
+template void NorMuonRunner::step<float>(MatmulContext&, const NorMuonBatch<float>&, double, double,
                                          cudaStream_t) const;
 #if !defined(LLMC_FP32)
-template void NorMuonRunner::step<floatX>(MatmulContext&, const NorMuonBatch<floatX>&,
-                                          const NorMuonHyperparameters&, cudaStream_t) const;
+template void NorMuonRunner::step<floatX>(MatmulContext&, const NorMuonBatch<floatX>&, double, double,
+                                          cudaStream_t) const;
 #endif
 
 }  // namespace llmc

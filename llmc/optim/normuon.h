@@ -25,18 +25,18 @@ NorMuonShapeRules normuon_shape_rules(int param_rows, int param_cols);
 template <typename P>
 struct NorMuonBatch {
   int count = 0;
-  P* const* params = nullptr;            // device array [count]: each matrix's parameter, rows x cols
-  const P* const* grads = nullptr;       // device array [count]: each matrix's averaged gradient
-  P* momentum = nullptr;                 // [count, rows, cols], zero-initialised
-  P* variance = nullptr;                 // [count, cols] (per column) or [count, rows], zero-initialised
-  const float* lr_multipliers = nullptr; // device array [count]: 2 for W_fc, else 1
+  P* const* params = nullptr;             // device array [count]: each matrix's parameter, rows x cols
+  const P* const* grads = nullptr;        // device array [count]: each matrix's averaged gradient
+  P* momentum = nullptr;                  // [count, rows, cols], zero-initialised
+  P* variance = nullptr;                  // [count, cols] (per column) or [count, rows], zero-initialised
+  const float* lr_multipliers = nullptr;  // device array [count]: 2 for W_fc, else 1
 };
 
-struct NorMuonHyperparameters {
-  double lr = 0.03;         // already multiplied by the schedule
-  double momentum = 0.95;   // mu, scheduled
-  double weight_decay = 1.2;
-  double beta2 = 0.95;
+// The record's constants; the learning rate (0.03 x the schedule) and the momentum (scheduled) change per
+// step and are arguments of step().
+struct NorMuonSettings {
+  double weight_decay = 1.2;  // cautious, scaled by the lr
+  double beta2 = 0.95;        // of the variance buffer
 };
 
 class NorMuonRunner {
@@ -44,10 +44,12 @@ class NorMuonRunner {
   static size_t workspace_bytes(int rows, int cols, bool variance_per_column, int max_count);
 
   NorMuonRunner(int rows, int cols, NorMuonShapeRules rules, int max_count, void* workspace, size_t workspace_bytes,
+                NorMuonSettings settings = NorMuonSettings(),
                 std::vector<PolarExpressStep> steps = polar_express_record_steps());
 
+  // One step of every matrix of `batch` with learning rate lr (0.03 x the schedule) and momentum mu.
   template <typename P>
-  void step(MatmulContext& context, const NorMuonBatch<P>& batch, const NorMuonHyperparameters& hp,
+  void step(MatmulContext& context, const NorMuonBatch<P>& batch, double lr, double momentum,
             cudaStream_t stream) const;
 
   int rows() const { return rows_; }
@@ -56,6 +58,7 @@ class NorMuonRunner {
  private:
   int rows_, cols_, max_count_;
   NorMuonShapeRules rules_;
+  NorMuonSettings settings_;
   floatX* orthogonal_;  // [max_count, rows, cols]: u, then Polar Express's X in place
   float* partials_;
   size_t partial_floats_;

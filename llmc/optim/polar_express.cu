@@ -30,7 +30,7 @@ WorkspaceLayout workspace_layout(int rows, int cols, int max_batch) {
     throw std::invalid_argument("PolarExpress: shape and batch must be positive (rows=" + std::to_string(rows) +
                                 " cols=" + std::to_string(cols) + " max_batch=" + std::to_string(max_batch) + ")");
   const size_t small = rows < cols ? rows : cols;
-  const size_t matrix = (size_t)rows * cols;
+  const size_t matrix = static_cast<size_t>(rows) * cols;
   WorkspaceLayout layout;
   layout.x = 0;
   layout.gram = layout.x + aligned(matrix * max_batch * sizeof(floatX));
@@ -47,7 +47,11 @@ size_t PolarExpress::workspace_bytes(int rows, int cols, int max_batch) {
 
 PolarExpress::PolarExpress(int rows, int cols, int max_batch, void* workspace, size_t workspace_bytes,
                            std::vector<PolarExpressStep> steps)
-    : rows_(rows), cols_(cols), max_batch_(max_batch), small_(rows < cols ? rows : cols), tall_(rows > cols),
+    : rows_(rows),
+      cols_(cols),
+      max_batch_(max_batch),
+      small_(rows < cols ? rows : cols),
+      tall_(rows > cols),
       steps_(std::move(steps)) {
   if (steps_.empty()) throw std::invalid_argument("PolarExpress: needs at least one polynomial step");
   const WorkspaceLayout layout = workspace_layout(rows, cols, max_batch);
@@ -61,14 +65,14 @@ PolarExpress::PolarExpress(int rows, int cols, int max_batch, void* workspace, s
   gram_ = reinterpret_cast<floatX*>(base + layout.gram);
   poly_ = reinterpret_cast<floatX*>(base + layout.poly);
   scratch_ = reinterpret_cast<float*>(base + layout.scratch);
-  scratch_floats_ = frobenius_scratch_floats((size_t)rows * cols, max_batch);
+  scratch_floats_ = frobenius_scratch_floats(static_cast<size_t>(rows) * cols, max_batch);
 }
 
 // next = a x + (b A + c A A^T) x with A = x x^T (wide) or, for tall x, next = a x + x (b A + c A A^T)^T with
 // A = x^T x. A is symmetric, so A A^T = A A; the transposes make each product exactly the reference's.
 void PolarExpress::step(MatmulContext& context, const PolarExpressStep& k, const floatX* x, floatX* next, int batch,
                         cudaStream_t stream) const {
-  const long long matrix = (long long)rows_ * cols_, square = (long long)small_ * small_;
+  const long long matrix = static_cast<long long>(rows_) * cols_, square = static_cast<long long>(small_) * small_;
   const int large = tall_ ? rows_ : cols_;
   GemmArgs gram;
   gram.d = gram_;
@@ -88,8 +92,8 @@ void PolarExpress::step(MatmulContext& context, const PolarExpressStep& k, const
   poly.a = poly.b = poly.c = gram_;
   poly.trans_b = true;
   poly.m = poly.n = poly.k = small_;
-  poly.alpha = (float)k.c;
-  poly.beta = (float)k.b;
+  poly.alpha = static_cast<float>(k.c);
+  poly.beta = static_cast<float>(k.b);
   poly.batch = batch;
   poly.stride_a = poly.stride_b = poly.stride_d = square;
   gemm(context, poly, stream);
@@ -104,7 +108,7 @@ void PolarExpress::step(MatmulContext& context, const PolarExpressStep& k, const
   update.n = cols_;
   update.k = small_;
   update.alpha = 1.0f;
-  update.beta = (float)k.a;
+  update.beta = static_cast<float>(k.a);
   update.batch = batch;
   update.stride_a = tall_ ? matrix : square;
   update.stride_b = tall_ ? square : matrix;
@@ -119,8 +123,8 @@ void PolarExpress::run(MatmulContext& context, const floatX* in, floatX* out, in
   // Ping-pong between the workspace and `out`, starting where an odd/even step count ends in `out`.
   floatX* current = steps_.size() % 2 == 1 ? x_work_ : out;
   floatX* other = current == out ? x_work_ : out;
-  frobenius_normalize(in, current, (size_t)rows_ * cols_, batch, kPolarExpressNormScale, kPolarExpressNormEps,
-                      scratch_, scratch_floats_, stream);
+  frobenius_normalize(in, current, static_cast<size_t>(rows_) * cols_, batch, kPolarExpressNormScale,
+                      kPolarExpressNormEps, scratch_, scratch_floats_, stream);
   for (const PolarExpressStep& coefficients : steps_) {
     step(context, coefficients, current, other, batch, stream);
     std::swap(current, other);

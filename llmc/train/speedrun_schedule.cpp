@@ -41,7 +41,7 @@ void SpeedrunSchedule::validate() const {
 }
 
 double SpeedrunSchedule::lr_multiplier(int step) const {
-  const double x = std::min(0.9999, (double)step / scheduled_steps);
+  const double x = std::min(0.9999, static_cast<double>(step) / scheduled_steps);
   if (x < 1.0 - cooldown_fraction) return 1.0;
   const double w = (1.0 - x) / cooldown_fraction;
   return w * 1.0 + (1.0 - w) * final_lr_multiplier;
@@ -50,11 +50,11 @@ double SpeedrunSchedule::lr_multiplier(int step) const {
 double SpeedrunSchedule::muon_momentum(int step) const {
   const int cooldown_start = total_steps() - muon_cooldown_steps;
   if (step < muon_warmup_steps) {
-    const double fraction = (double)step / muon_warmup_steps;
+    const double fraction = static_cast<double>(step) / muon_warmup_steps;
     return momentum_min + fraction * (momentum_max - momentum_min);
   }
   if (step > cooldown_start) {
-    const double fraction = (double)(step - cooldown_start) / muon_cooldown_steps;
+    const double fraction = static_cast<double>(step - cooldown_start) / muon_cooldown_steps;
     return momentum_max - fraction * (momentum_max - momentum_min);
   }
   return momentum_max;
@@ -69,8 +69,8 @@ AttentionWindows SpeedrunSchedule::windows(int step) const {
     return AttentionWindows{final_long_window / 2, long_blocks};
   }
   // int(len * x) with x = step / scheduled in double, as the reference: 735/2205*3 rounds to exactly 1.
-  const double x = (double)step / scheduled_steps;
-  const int index = (int)((double)long_windows.size() * x);
+  const double x = static_cast<double>(step) / scheduled_steps;
+  const int index = static_cast<int>(static_cast<double>(long_windows.size()) * x);
   return AttentionWindows{long_windows[index] / 2, long_windows[index]};
 }
 
@@ -92,10 +92,10 @@ YarnState YarnState::initial(int head_dim) {
   YarnState state;
   state.angular_frequency.assign(head_dim / 2, 0.0f);
   // torch.linspace(0, 1, n) in fp32 (from both ends), then (1/1024)^x; the power in double, rounded once.
-  const float step = 1.0f / (float)(n - 1);
+  const float step = 1.0f / static_cast<float>(n - 1);
   for (int k = 0; k < n; k++) {
-    const float x = k < n / 2 ? (float)k * step : 1.0f - (float)(n - 1 - k) * step;
-    state.angular_frequency[k] = (float)std::pow(2.0, -10.0 * (double)x);
+    const float x = k < n / 2 ? static_cast<float>(k) * step : 1.0f - static_cast<float>(n - 1 - k) * step;
+    state.angular_frequency[k] = static_cast<float>(std::pow(2.0, -10.0 * static_cast<double>(x)));
   }
   return state;
 }
@@ -106,15 +106,15 @@ void YarnState::apply(int old_window, int new_window, int block_size) {
   // PyTorch's CUDA kernels divide by a Python scalar as a multiplication by its fp32 reciprocal.
   constexpr double kPi = 3.141592653589793;  // math.pi
   constexpr float kAlpha = 1.0f, kBeta = 32.0f;
-  const float inverse_two_pi = 1.0f / (float)(2.0 * kPi);
+  const float inverse_two_pi = 1.0f / static_cast<float>(2.0 * kPi);
   const float inverse_span = 1.0f / (kBeta - kAlpha);
-  const double scaling = (double)old_window / new_window;
+  const double scaling = static_cast<double>(old_window) / new_window;
   for (float& w : angular_frequency) {
-    const float rotations = (float)(block_size * old_window) * w * inverse_two_pi;
+    const float rotations = static_cast<float>(block_size * old_window) * w * inverse_two_pi;
     const float weight = std::min(1.0f, std::max(0.0f, (rotations - kAlpha) * inverse_span));
-    w *= weight * (float)(1.0 - scaling) + (float)scaling;
+    w *= weight * static_cast<float>(1.0 - scaling) + static_cast<float>(scaling);
   }
-  attention_scale *= 0.2 * std::log((double)new_window / old_window) + 1.0;
+  attention_scale *= 0.2 * std::log(static_cast<double>(new_window) / old_window) + 1.0;
 }
 
 YarnState yarn_state_at(const SpeedrunSchedule& schedule, int step, int head_dim) {

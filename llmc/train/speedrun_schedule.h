@@ -13,18 +13,18 @@ struct AttentionWindows {
 };
 
 struct SpeedrunSchedule {
-  int scheduled_steps = 2205;            // lr and window schedules run over these
-  int extension_steps = 40;              // then this many more at the final lr and windows
-  double cooldown_fraction = 0.5;        // of scheduled_steps, the lr decays linearly ...
-  double final_lr_multiplier = 0.1;      // ... to this
+  int scheduled_steps = 2205;                  // lr and window schedules run over these
+  int extension_steps = 40;                    // then this many more at the final lr and windows
+  double cooldown_fraction = 0.5;              // of scheduled_steps, the lr decays linearly ...
+  double final_lr_multiplier = 0.1;            // ... to this
   std::vector<int> long_windows = {3, 7, 11};  // equal thirds of the scheduled steps; short = long / 2
-  int final_long_window = 13;            // the extension steps
-  int validation_long_window = 20;       // the final validation only (YaRN not re-applied)
-  int muon_warmup_steps = 300;           // momentum momentum_min -> momentum_max over [0, warmup)
-  int muon_cooldown_steps = 50;          // and back down over the last steps
+  int final_long_window = 13;                  // the extension steps
+  int validation_long_window = 20;             // the final validation only (YaRN not re-applied)
+  int muon_warmup_steps = 300;                 // momentum momentum_min -> momentum_max over [0, warmup)
+  int muon_cooldown_steps = 50;                // and back down over the last steps
   double momentum_min = 0.85, momentum_max = 0.95;
-  int validation_every = 250;            // and at the end
-  int block_size = 128;                  // tokens per window block
+  int validation_every = 250;  // and at the end
+  int block_size = 128;        // tokens per window block
 
   // The record's values.
   static SpeedrunSchedule record();

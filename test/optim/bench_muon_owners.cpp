@@ -21,8 +21,9 @@ void print_shape_table(const llmc::DeviceCeilings& ceilings) {
                       {"MLP matrix", 768, 3072, 4, 22},
                       {"attention gate", 6, 12, 2, 10},
                       {"smear gate", 1, 12, 2, 1}};
-  std::printf("| matrix | shape | count | Polar Express GFLOP | PE MB | NorMuon elementwise MB | "
-              "us at ceilings (each) |\n");
+  std::printf(
+      "| matrix | shape | count | Polar Express GFLOP | PE MB | NorMuon elementwise MB | "
+      "us at ceilings (each) |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|\n");
   llmc::MuonCost total;
   for (const Row& r : rows) {
@@ -32,7 +33,7 @@ void print_shape_table(const llmc::DeviceCeilings& ceilings) {
                 pe.bytes / 1e6, elementwise.bytes / 1e6, (pe.seconds + elementwise.seconds) * 1e6);
     llmc::MuonCost all = pe;
     all += elementwise;
-    total += (double)r.count * all;
+    total += static_cast<double>(r.count) * all;
   }
   std::printf("\nAll of them on one GPU: %.1f GFLOP, %.1f MB, %.1f us at the ceilings.\n\n", total.flops / 1e9,
               total.bytes / 1e6, total.seconds * 1e6);
@@ -51,9 +52,10 @@ int main(int argc, char** argv) {
   app.add_option("--bandwidth", ceilings.bytes_per_second, "memory bandwidth in B/s (H200: 4.3e12)");
   CLI11_PARSE(app, argc, argv);
 
-  std::printf("Ceilings: %.0f TFLOP/s, %.1f TB/s. Minimum DRAM traffic; times are max(FLOPs/peak, bytes/bw) per "
-              "kernel, summed.\n\n",
-              ceilings.flops_per_second / 1e12, ceilings.bytes_per_second / 1e12);
+  std::printf(
+      "Ceilings: %.0f TFLOP/s, %.1f TB/s. Minimum DRAM traffic; times are max(FLOPs/peak, bytes/bw) per "
+      "kernel, summed.\n\n",
+      ceilings.flops_per_second / 1e12, ceilings.bytes_per_second / 1e12);
   print_shape_table(ceilings);
   const std::vector<llmc::MuonTensor> tensors = llmc::speedrun_muon_tensors();
   llmc::MuonOwnerOptions options;

@@ -18,7 +18,7 @@
 
 namespace {
 
-using namespace kernel_test;  // random_values, DeviceBuffer, kStorageRoundoff
+using namespace llmc::test;  // random_values, DeviceBuffer, kStorageRoundoff
 using llmc::floatX;
 
 template <typename T>
@@ -28,46 +28,50 @@ constexpr double roundoff() {
 
 template <typename T>
 std::vector<double> round_to_t(std::vector<double> values) {
-  for (double& v : values) v = llmc::to_float(llmc::from_float<T>((float)v));
+  for (double& v : values) v = llmc::to_float(llmc::from_float<T>(static_cast<float>(v)));
   return values;
 }
 
 std::vector<double> rows_of(const std::vector<double>& values, int cols, llmc::AdamRowShard shard) {
-  return std::vector<double>(values.begin() + (size_t)shard.row_begin * cols,
-                             values.begin() + (size_t)shard.row_end * cols);
+  return std::vector<double>(values.begin() + static_cast<size_t>(shard.row_begin) * cols,
+                             values.begin() + static_cast<size_t>(shard.row_end) * cols);
 }
+
+// The suite's fixture: each test's own temporary directory for the oracle's files.
+class AdamSharded : public llmc::test::OracleTest {};
 
 // Every element within the oracle's bound (see mode_adam there for the derivation).
 ::testing::AssertionResult within_bound(const std::vector<double>& got, const std::vector<double>& want,
                                         const std::vector<double>& bound, const char* what) {
   for (size_t i = 0; i < got.size(); i++)
     if (!(std::fabs(got[i] - want[i]) <= bound[i]))
-      return ::testing::AssertionFailure() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
-                                           << ", bound " << bound[i];
+      return ::testing::AssertionFailure()
+             << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << ", bound " << bound[i];
   return ::testing::AssertionSuccess();
 }
 
 // Two updates of rows [shard) of a [rows, cols] tensor of P with state S; each checked against the oracle
 // given the device's state before it (so that the second checks t = 2 on its own).
 template <typename P, typename S>
-void check_two_updates(int rows, int cols, int world, int rank, double lr, unsigned seed) {
+void check_two_updates(const llmc::test::OracleTest& test, int rows, int cols, int world, int rank, double lr,
+                       unsigned seed) {
   const llmc::AdamRowShard shard = llmc::adam_row_shard(rows, world, rank);
-  const size_t shard_n = (size_t)shard.rows() * cols;
+  const size_t shard_n = static_cast<size_t>(shard.rows()) * cols;
   std::mt19937 rng(seed);
-  std::vector<double> param = round_to_t<P>(random_values((size_t)rows * cols, rng, -1.0, 1.0));
+  std::vector<double> param = round_to_t<P>(random_values(static_cast<size_t>(rows) * cols, rng, -1.0, 1.0));
   DeviceBuffer<P> d_param(param.size()), d_grad(shard_n);
   DeviceBuffer<S> d_m(shard_n), d_v(shard_n);
   d_param.upload(param);
   d_m.fill_zero();
   d_v.fill_zero();
-  llmc::AdamShardedHyperparameters hp;
-  hp.lr = lr;
+  const llmc::AdamShardedSettings settings;
   std::vector<double> m(shard_n, 0.0), v(shard_n, 0.0);
   for (int t = 1; t <= 2; t++) {
     const std::vector<double> grad = round_to_t<P>(random_values(shard_n, rng, -0.01, 0.01));
     d_grad.upload(grad);
-    llmc::adam_sharded_update<P, S>(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), cols, shard, hp, t, nullptr);
-    llmc_test::PythonOracle oracle("test/optim/optim_reference.py");
+    llmc::adam_sharded_update<P, S>(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), cols, shard, settings, lr, t,
+                                    nullptr);
+    const llmc::test::PythonOracle oracle = test.oracle();
     oracle.put("grad", {shard_n}, grad);
     oracle.put("param", {shard_n}, rows_of(param, cols, shard));
     oracle.put("m", {shard_n}, m);
@@ -76,8 +80,8 @@ void check_two_updates(int rows, int cols, int world, int rank, double lr, unsig
     std::snprintf(json, sizeof json,
                   "{\"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"lr\": %.17g, \"t\": %d, \"state_bf16\": %s, "
                   "\"state_roundoff\": %.17g, \"param_roundoff\": %.17g}",
-                  hp.beta1, hp.beta2, hp.eps, hp.lr, t, std::is_same_v<S, float> ? "false" : "true", roundoff<S>(),
-                  roundoff<P>());
+                  settings.beta1, settings.beta2, settings.eps, lr, t, std::is_same_v<S, float> ? "false" : "true",
+                  roundoff<S>(), roundoff<P>());
     oracle.config(json);
     oracle.run("adam");
     const std::vector<double> got_param = d_param.download();
@@ -89,7 +93,7 @@ void check_two_updates(int rows, int cols, int world, int rank, double lr, unsig
         << "t=" << t;
     for (size_t i = 0; i < param.size(); i++) {
       const size_t row = i / cols;
-      if (row < (size_t)shard.row_begin || row >= (size_t)shard.row_end) {
+      if (row < static_cast<size_t>(shard.row_begin) || row >= static_cast<size_t>(shard.row_end)) {
         ASSERT_EQ(got_param[i], param[i]) << "row " << row << " outside the shard changed";
       }
     }
@@ -97,17 +101,17 @@ void check_two_updates(int rows, int cols, int world, int rank, double lr, unsig
   }
 }
 
-TEST(AdamSharded, TableRowShardInFloatXFirstTwoUpdates) {
+TEST_F(AdamSharded, TableRowShardInFloatXFirstTwoUpdates) {
   LLMC_REQUIRE_GPU();
-  check_two_updates<floatX, floatX>(16, 24, 4, 2, 0.008 * 75, 900);  // bf16 in the record; embed lr x75
+  check_two_updates<floatX, floatX>(*this, 16, 24, 4, 2, 0.008 * 75, 900);  // bf16 in the record; embed lr x75
 }
 
-TEST(AdamSharded, Fp32ScalarsShardFirstTwoUpdates) {
+TEST_F(AdamSharded, Fp32ScalarsShardFirstTwoUpdates) {
   LLMC_REQUIRE_GPU();
-  check_two_updates<float, float>(64, 1, 8, 3, 0.008 * 5, 910);  // scalars' lr x5
+  check_two_updates<float, float>(*this, 64, 1, 8, 3, 0.008 * 5, 910);  // scalars' lr x5
 }
 
-TEST(AdamSharded, RowShardsCoverTheTensor) {
+TEST_F(AdamSharded, RowShardsCoverTheTensor) {
   for (int rank = 0; rank < 8; rank++) {
     const llmc::AdamRowShard shard = llmc::adam_row_shard(50304, 8, rank);
     EXPECT_EQ(shard.row_begin, rank * 6288);
@@ -122,14 +126,14 @@ TEST(AdamSharded, RowShardsCoverTheTensor) {
   EXPECT_THROW(llmc::adam_row_shard(10, 4, 4), std::invalid_argument);
 }
 
-TEST(AdamSharded, StepSizeIsBiasCorrected) {
-  llmc::AdamShardedHyperparameters hp;
-  EXPECT_DOUBLE_EQ(llmc::adam_step_size(hp, 1), 0.008 * std::sqrt(1 - 0.95) / (1 - 0.65));
-  EXPECT_DOUBLE_EQ(llmc::adam_step_size(hp, 2), 0.008 * std::sqrt(1 - 0.95 * 0.95) / (1 - 0.65 * 0.65));
-  EXPECT_THROW(llmc::adam_step_size(hp, 0), std::invalid_argument);
+TEST_F(AdamSharded, StepSizeIsBiasCorrected) {
+  const llmc::AdamShardedSettings settings;
+  EXPECT_DOUBLE_EQ(llmc::adam_step_size(settings, 0.008, 1), 0.008 * std::sqrt(1 - 0.95) / (1 - 0.65));
+  EXPECT_DOUBLE_EQ(llmc::adam_step_size(settings, 0.008, 2), 0.008 * std::sqrt(1 - 0.95 * 0.95) / (1 - 0.65 * 0.65));
+  EXPECT_THROW(llmc::adam_step_size(settings, 0.008, 0), std::invalid_argument);
 }
 
-TEST(AdamSharded, UpdateIsBitwiseRepeatable) {
+TEST_F(AdamSharded, UpdateIsBitwiseRepeatable) {
   LLMC_REQUIRE_GPU();
   const int rows = 8, cols = 16;
   const llmc::AdamRowShard shard = llmc::adam_row_shard(rows, 2, 1);
@@ -144,7 +148,7 @@ TEST(AdamSharded, UpdateIsBitwiseRepeatable) {
     d_v.fill_zero();
     for (int t = 1; t <= 3; t++)
       llmc::adam_sharded_update<floatX, floatX>(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), cols, shard,
-                                                llmc::AdamShardedHyperparameters(), t, nullptr);
+                                                llmc::AdamShardedSettings(), 0.008, t, nullptr);
     results.push_back(d_param.download_raw());
   }
   EXPECT_TRUE(bitwise_equal(results[0], results[1]));

@@ -21,7 +21,7 @@
 
 namespace {
 
-using namespace kernel_test;  // random_values, DeviceBuffer, kStorageRoundoff, all_close
+using namespace llmc::test;  // random_values, DeviceBuffer, kStorageRoundoff, all_close
 using llmc::floatX;
 
 template <typename P>
@@ -31,16 +31,16 @@ constexpr double roundoff() {
 
 template <typename P>
 std::vector<double> round_to_p(std::vector<double> values) {
-  for (double& v : values) v = llmc::to_float(llmc::from_float<P>((float)v));
+  for (double& v : values) v = llmc::to_float(llmc::from_float<P>(static_cast<float>(v)));
   return values;
 }
 
 // One batch of `count` matrices with every input the step reads, and what the device made of it.
 struct NorMuonCase {
   std::string name;
-  int count, rows, cols;           // matrices of the batch
-  int param_rows, param_cols;      // the stored parameter's shape (decides the shape rules)
-  std::vector<double> lr_mul;      // per matrix
+  int count, rows, cols;       // matrices of the batch
+  int param_rows, param_cols;  // the stored parameter's shape (decides the shape rules)
+  std::vector<double> lr_mul;  // per matrix
 };
 
 template <typename P>
@@ -51,7 +51,8 @@ struct NorMuonState {
 template <typename P>
 NorMuonState<P> random_state(const NorMuonCase& c, bool per_column, unsigned seed) {
   std::mt19937 rng(seed);
-  const size_t n = (size_t)c.count * c.rows * c.cols, stats = (size_t)c.count * (per_column ? c.cols : c.rows);
+  const size_t n = static_cast<size_t>(c.count) * c.rows * c.cols,
+               stats = static_cast<size_t>(c.count) * (per_column ? c.cols : c.rows);
   NorMuonState<P> s;
   s.grads = round_to_p<P>(random_values(n, rng));
   s.params = round_to_p<P>(random_values(n, rng, -0.1, 0.1));
@@ -64,10 +65,9 @@ NorMuonState<P> random_state(const NorMuonCase& c, bool per_column, unsigned see
 
 // Runs one NorMuonRunner step on the device; returns the state after it.
 template <typename P>
-NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& before,
-                                const llmc::NorMuonHyperparameters& hp) {
+NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& before, double lr, double mu) {
   const llmc::NorMuonShapeRules rules = llmc::normuon_shape_rules(c.param_rows, c.param_cols);
-  const size_t matrix = (size_t)c.rows * c.cols;
+  const size_t matrix = static_cast<size_t>(c.rows) * c.cols;
   DeviceBuffer<P> grads(before.grads.size()), params(before.params.size()), momentum(before.momentum.size()),
       variance(before.variance.size());
   grads.upload(before.grads);
@@ -97,7 +97,7 @@ NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& bef
   batch.variance = variance.get();
   batch.lr_multipliers = lr_mul.get();
   llmc::MatmulContext context;
-  runner.step(context, batch, hp, nullptr);
+  runner.step(context, batch, lr, mu, nullptr);
   NorMuonState<P> after;
   after.grads = before.grads;
   after.params = params.download();
@@ -105,6 +105,9 @@ NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& bef
   after.variance = variance.download();
   return after;
 }
+
+// The suite's fixture: each test's own temporary directory for the oracle's files.
+class NorMuon : public llmc::test::OracleTest {};
 
 double relative_error(const double* got, const double* want, size_t n) {
   double error = 0.0, norm = 0.0;
@@ -116,15 +119,13 @@ double relative_error(const double* got, const double* want, size_t n) {
 // each within the largest of the oracle's noisy replicas (every stored value perturbed by its roundoff
 // plus the fp32 operations and sums feeding it).
 template <typename P>
-void check_step_against_oracle(const NorMuonCase& c, unsigned seed) {
+void check_step_against_oracle(const llmc::test::PythonOracle& oracle, const NorMuonCase& c, unsigned seed) {
   const llmc::NorMuonShapeRules rules = llmc::normuon_shape_rules(c.param_rows, c.param_cols);
   const NorMuonState<P> before = random_state<P>(c, rules.variance_per_column, seed);
-  llmc::NorMuonHyperparameters hp;
-  hp.lr = 0.03 * 0.6755;  // the schedule at step 1500
-  hp.momentum = 0.9;
-  const NorMuonState<P> after = run_device_step<P>(c, before, hp);
+  const double lr = 0.03 * 0.6755, mu = 0.9;  // the lr schedule at step 1500, a momentum of the warm-up
+  const llmc::NorMuonSettings settings;
+  const NorMuonState<P> after = run_device_step<P>(c, before, lr, mu);
 
-  llmc_test::PythonOracle oracle("test/optim/optim_reference.py");
   const size_t count = c.count, rows = c.rows, cols = c.cols, stats = rules.variance_per_column ? cols : rows;
   oracle.put("grads", {count, rows, cols}, before.grads);
   oracle.put("params", {count, rows, cols}, before.params);
@@ -142,8 +143,8 @@ void check_step_against_oracle(const NorMuonCase& c, unsigned seed) {
                 "{\"storage_roundoff\": %.17g, \"param_roundoff\": %.17g, \"param_bf16\": %s, \"momentum\": %.17g, "
                 "\"lr\": %.17g, \"weight_decay\": %.17g, \"beta2\": %.17g, \"shape_scale\": %.17g, "
                 "\"per_column\": %s, \"steps\": %s]}",
-                kStorageRoundoff, roundoff<P>(), std::is_same_v<P, float> ? "false" : "true", hp.momentum, hp.lr,
-                hp.weight_decay, hp.beta2, rules.lr_scale, rules.variance_per_column ? "true" : "false",
+                kStorageRoundoff, roundoff<P>(), std::is_same_v<P, float> ? "false" : "true", mu, lr,
+                settings.weight_decay, settings.beta2, rules.lr_scale, rules.variance_per_column ? "true" : "false",
                 steps.c_str());
   oracle.config(json);
   oracle.run("normuon");
@@ -166,34 +167,34 @@ void check_step_against_oracle(const NorMuonCase& c, unsigned seed) {
     EXPECT_LE(momentum_error, momentum_tol[b]) << c.name << " matrix " << b << ": momentum";
     EXPECT_LE(variance_error, variance_tol[b]) << c.name << " matrix " << b << ": variance";
     if (std::getenv("LLMC_TEST_VERBOSE"))
-      std::printf("  %s[%d]: update %.3g (tol %.3g), momentum %.3g (%.3g), variance %.3g (%.3g)\n", c.name.c_str(),
-                  b, update_error, update_tol[b], momentum_error, momentum_tol[b], variance_error, variance_tol[b]);
+      std::printf("  %s[%d]: update %.3g (tol %.3g), momentum %.3g (%.3g), variance %.3g (%.3g)\n", c.name.c_str(), b,
+                  update_error, update_tol[b], momentum_error, momentum_tol[b], variance_error, variance_tol[b]);
   }
 }
 
-TEST(NorMuon, AttentionTensorAsFourMatricesMatchesFloat64) {
+TEST_F(NorMuon, AttentionTensorAsFourMatricesMatchesFloat64) {
   LLMC_REQUIRE_GPU();
-  check_step_against_oracle<float>({"attention", 4, 16, 16, 16, 64, {1, 1, 1, 1}}, 800);
+  check_step_against_oracle<float>(oracle(), {"attention", 4, 16, 16, 16, 64, {1, 1, 1, 1}}, 800);
 }
 
-TEST(NorMuon, MlpPairWithFcLrMultiplierMatchesFloat64) {
+TEST_F(NorMuon, MlpPairWithFcLrMultiplierMatchesFloat64) {
   LLMC_REQUIRE_GPU();
-  check_step_against_oracle<float>({"mlp", 2, 16, 64, 16, 64, {2, 1}}, 810);
+  check_step_against_oracle<float>(oracle(), {"mlp", 2, 16, 64, 16, 64, {2, 1}}, 810);
 }
 
-TEST(NorMuon, AttentionGatesInParameterPrecisionMatchFloat64) {
+TEST_F(NorMuon, AttentionGatesInParameterPrecisionMatchFloat64) {
   LLMC_REQUIRE_GPU();
-  check_step_against_oracle<floatX>({"gates", 10, 6, 12, 6, 12, std::vector<double>(10, 1.0)}, 820);
+  check_step_against_oracle<floatX>(oracle(), {"gates", 10, 6, 12, 6, 12, std::vector<double>(10, 1.0)}, 820);
 }
 
-TEST(NorMuon, TallParameterPerRowVarianceMatchesFloat64) {
+TEST_F(NorMuon, TallParameterPerRowVarianceMatchesFloat64) {
   LLMC_REQUIRE_GPU();
-  check_step_against_oracle<float>({"tall", 1, 48, 16, 48, 16, {1}}, 830);
+  check_step_against_oracle<float>(oracle(), {"tall", 1, 48, 16, 48, 16, {1}}, 830);
 }
 
 // The momentum kernel alone against double: buffer = lerp(buffer, g, 1 - mu), one rounding to P after
 // 3 fp32 operations; u = lerp(g, buffer, mu) rounded to P and then to floatX.
-TEST(NorMuon, MomentumKernelMatchesDouble) {
+TEST_F(NorMuon, MomentumKernelMatchesDouble) {
   LLMC_REQUIRE_GPU();
   const int count = 3;
   const size_t n = 40;
@@ -220,7 +221,7 @@ TEST(NorMuon, MomentumKernelMatchesDouble) {
 
 // The gates' effective lr is a P number: with lr = 1.0035 (bf16: 1.0), X = 3, p = 0, no decay, step and
 // ratio 1, the update is -P(P(lr) * 3): -3.0 in bf16, where an unrounded lr would give -3.015625.
-TEST(NorMuon, GateEffectiveRatesAreRoundedToTheParameterType) {
+TEST_F(NorMuon, GateEffectiveRatesAreRoundedToTheParameterType) {
   LLMC_REQUIRE_GPU();
   DeviceBuffer<floatX> x(1), param(1);
   DeviceBuffer<float> steps(1), ratios(1), lr_mul(1);
@@ -235,16 +236,17 @@ TEST(NorMuon, GateEffectiveRatesAreRoundedToTheParameterType) {
   const double lr = 1.0035;
   llmc::normuon_apply<floatX>(x.get(), steps.get(), ratios.get(), table.get(), lr_mul.get(), 1, 1, 1, true, lr, 0.0,
                               1.0, nullptr);
-  const double want = llmc::to_float(llmc::from_float<floatX>(-llmc::round_to<floatX>((float)lr) * 3.0f));
+  const double want = llmc::to_float(llmc::from_float<floatX>(-llmc::round_to<floatX>(static_cast<float>(lr)) * 3.0f));
   EXPECT_EQ(param.download()[0], want);
 #if !defined(LLMC_FP32)
   EXPECT_EQ(want, -3.0);
-  EXPECT_NE(want, llmc::to_float(llmc::from_float<floatX>((float)(-lr * 3.0)))) << "the case must discriminate";
+  EXPECT_NE(want, llmc::to_float(llmc::from_float<floatX>(static_cast<float>(-lr * 3.0))))
+      << "the case must discriminate";
 #endif
 }
 
 // Cautious weight decay: decay only where the update and the parameter agree in sign (or either is 0).
-TEST(NorMuon, CautiousWeightDecayOnlyWhereSignsAgree) {
+TEST_F(NorMuon, CautiousWeightDecayOnlyWhereSignsAgree) {
   LLMC_REQUIRE_GPU();
   const std::vector<double> x = {0.5, 0.5, -0.5, -0.5, 0.0, 0.5}, p = {0.25, -0.25, 0.25, -0.25, 0.25, 0.0};
   DeviceBuffer<floatX> dx(6);
@@ -258,14 +260,14 @@ TEST(NorMuon, CautiousWeightDecayOnlyWhereSignsAgree) {
   DeviceBuffer<float*> table(1);
   table.upload_raw(pointers);
   const double lr = 0.5, wd = 0.5;  // powers of two: every product below is exact
-  llmc::normuon_apply<float>(dx.get(), steps.get(), ratios.get(), table.get(), lr_mul.get(), 1, 1, 6, true, lr, wd,
-                             1.0, nullptr);
+  llmc::normuon_apply<float>(dx.get(), steps.get(), ratios.get(), table.get(), lr_mul.get(), 1, 1, 6, true, lr, wd, 1.0,
+                             nullptr);
   std::vector<double> want(6);
   for (int i = 0; i < 6; i++) want[i] = p[i] - lr * (x[i] * p[i] >= 0 ? x[i] + lr * wd * p[i] : x[i]);
   EXPECT_EQ(param.download(), want);
 }
 
-TEST(NorMuon, ShapeRulesFollowTheStoredParameter) {
+TEST_F(NorMuon, ShapeRulesFollowTheStoredParameter) {
   const llmc::NorMuonShapeRules wide = llmc::normuon_shape_rules(768, 3072);
   EXPECT_TRUE(wide.variance_per_column);
   EXPECT_EQ(wide.lr_scale, 1.0);
@@ -276,19 +278,18 @@ TEST(NorMuon, ShapeRulesFollowTheStoredParameter) {
   EXPECT_TRUE(llmc::normuon_shape_rules(6, 12).variance_per_column);
 }
 
-TEST(NorMuon, StepIsBitwiseRepeatable) {
+TEST_F(NorMuon, StepIsBitwiseRepeatable) {
   LLMC_REQUIRE_GPU();
   const NorMuonCase c{"mlp", 2, 16, 64, 16, 64, {2, 1}};
   const NorMuonState<float> before = random_state<float>(c, true, 850);
-  const llmc::NorMuonHyperparameters hp;
-  const NorMuonState<float> first = run_device_step<float>(c, before, hp);
-  const NorMuonState<float> second = run_device_step<float>(c, before, hp);
+  const NorMuonState<float> first = run_device_step<float>(c, before, 0.03, 0.95);
+  const NorMuonState<float> second = run_device_step<float>(c, before, 0.03, 0.95);
   EXPECT_TRUE(bitwise_equal(first.params, second.params));
   EXPECT_TRUE(bitwise_equal(first.momentum, second.momentum));
   EXPECT_TRUE(bitwise_equal(first.variance, second.variance));
 }
 
-TEST(NorMuon, RunnerRejectsBadWorkspaceAndCount) {
+TEST_F(NorMuon, RunnerRejectsBadWorkspaceAndCount) {
   LLMC_REQUIRE_GPU();
   const llmc::NorMuonShapeRules rules = llmc::normuon_shape_rules(8, 16);
   const size_t bytes = llmc::NorMuonRunner::workspace_bytes(8, 16, rules.variance_per_column, 2);
@@ -299,7 +300,7 @@ TEST(NorMuon, RunnerRejectsBadWorkspaceAndCount) {
   llmc::NorMuonBatch<float> batch;
   batch.count = 3;
   llmc::MatmulContext context;
-  EXPECT_THROW(runner.step(context, batch, llmc::NorMuonHyperparameters(), nullptr), std::invalid_argument);
+  EXPECT_THROW(runner.step(context, batch, 0.03, 0.95, nullptr), std::invalid_argument);
 }
 
 }  // namespace

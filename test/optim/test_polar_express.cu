@@ -17,7 +17,7 @@
 
 namespace {
 
-using namespace kernel_test;  // random_values, DeviceBuffer, kStorageRoundoff
+using namespace llmc::test;  // random_values, DeviceBuffer, kStorageRoundoff
 using llmc::floatX;
 
 struct Shape {
@@ -39,9 +39,12 @@ struct PolarExpressRun {
   std::vector<double> input, got, want, tolerance, bound, band;
 };
 
+// The suite's fixture: each test's own temporary directory for the oracle's files.
+class PolarExpress : public llmc::test::OracleTest {};
+
 std::vector<double> run_device(const Shape& s, const std::vector<double>& input,
                                const std::vector<llmc::PolarExpressStep>& steps) {
-  const size_t n = (size_t)s.batch * s.rows * s.cols;
+  const size_t n = static_cast<size_t>(s.batch) * s.rows * s.cols;
   DeviceBuffer<floatX> in(n), out(n);
   in.upload(input);
   DeviceBuffer<char> workspace(llmc::PolarExpress::workspace_bytes(s.rows, s.cols, s.batch));
@@ -51,13 +54,13 @@ std::vector<double> run_device(const Shape& s, const std::vector<double>& input,
   return out.download();
 }
 
-PolarExpressRun run_both(const Shape& s, const std::vector<llmc::PolarExpressStep>& steps, unsigned seed) {
+PolarExpressRun run_both(const llmc::test::PythonOracle& oracle, const Shape& s,
+                         const std::vector<llmc::PolarExpressStep>& steps, unsigned seed) {
   PolarExpressRun run;
   std::mt19937 rng(seed);
-  run.input = random_values((size_t)s.batch * s.rows * s.cols, rng);
+  run.input = random_values(static_cast<size_t>(s.batch) * s.rows * s.cols, rng);
   run.got = run_device(s, run.input, steps);
-  llmc_test::PythonOracle oracle("test/optim/optim_reference.py");
-  oracle.put("g", {(size_t)s.batch, (size_t)s.rows, (size_t)s.cols}, run.input);
+  oracle.put("g", {static_cast<size_t>(s.batch), static_cast<size_t>(s.rows), static_cast<size_t>(s.cols)}, run.input);
   oracle.put("steps", {steps.size(), 3}, steps_flat(steps));
   oracle.config("{\"storage_roundoff\": " + std::to_string(kStorageRoundoff) + "}");
   oracle.run("polar_express");
@@ -76,11 +79,11 @@ double frobenius(const double* x, size_t n) {
 
 // One step with the record's first (largest) coefficients: every element within the oracle's first-order
 // running error bound (absolute values of every product, the storage roundoff at each stored value).
-TEST(PolarExpress, OneStepWithinRunningErrorBound) {
+TEST_F(PolarExpress, OneStepWithinRunningErrorBound) {
   LLMC_REQUIRE_GPU();
   const std::vector<llmc::PolarExpressStep> first = {llmc::polar_express_record_steps()[0]};
   for (const Shape& s : {Shape{3, 24, 40}, Shape{2, 40, 24}, Shape{2, 32, 32}}) {
-    const PolarExpressRun run = run_both(s, first, 700 + s.rows);
+    const PolarExpressRun run = run_both(oracle(), s, first, 700 + s.rows);
     size_t bad = 0, worst = 0;
     double worst_ratio = 0.0;
     for (size_t i = 0; i < run.got.size(); i++) {
@@ -96,12 +99,12 @@ TEST(PolarExpress, OneStepWithinRunningErrorBound) {
 // Five record steps: per matrix, ||got - want||_F / ||want||_F within the largest of the oracle's noisy
 // replicas (every stored value perturbed by up to the storage roundoff). The shapes: an attention tensor's
 // four square matrices, an MLP pair (wide), a tall matrix (transposed path) and the ten [6,12] gates.
-TEST(PolarExpress, FiveStepsMatchFloat64WithinRoundingModel) {
+TEST_F(PolarExpress, FiveStepsMatchFloat64WithinRoundingModel) {
   LLMC_REQUIRE_GPU();
   const auto steps = llmc::polar_express_record_steps();
   for (const Shape& s : {Shape{4, 32, 32}, Shape{2, 32, 128}, Shape{1, 96, 24}, Shape{10, 6, 12}}) {
-    const PolarExpressRun run = run_both(s, steps, 710 + s.rows);
-    const size_t n = (size_t)s.rows * s.cols;
+    const PolarExpressRun run = run_both(oracle(), s, steps, 710 + s.rows);
+    const size_t n = static_cast<size_t>(s.rows) * s.cols;
     for (int b = 0; b < s.batch; b++) {
       std::vector<double> difference(n);
       for (size_t i = 0; i < n; i++) difference[i] = run.got[b * n + i] - run.want[b * n + i];
@@ -118,16 +121,16 @@ TEST(PolarExpress, FiveStepsMatchFloat64WithinRoundingModel) {
 // over the normalised input's singular values (Weyl: each moves by at most ||error||_2 <= ||error||_F, the
 // tolerance above times ||want||_F). For these well-conditioned (wide, tall) inputs the band is within
 // [0.8, 1.2]: what five steps reach.
-TEST(PolarExpress, SingularValuesInTheBandFiveStepsReach) {
+TEST_F(PolarExpress, SingularValuesInTheBandFiveStepsReach) {
   LLMC_REQUIRE_GPU();
   const auto steps = llmc::polar_express_record_steps();
   for (const Shape& s : {Shape{2, 24, 96}, Shape{1, 96, 24}, Shape{10, 6, 12}}) {
-    const PolarExpressRun run = run_both(s, steps, 720 + s.rows);
-    llmc_test::PythonOracle oracle("test/optim/optim_reference.py");
-    oracle.put("y", {(size_t)s.batch, (size_t)s.rows, (size_t)s.cols}, run.got);
-    oracle.run("singular_values");
-    const std::vector<double> sv = oracle.get("sv");
-    const size_t n = (size_t)s.rows * s.cols, k = sv.size() / s.batch;
+    const PolarExpressRun run = run_both(oracle(), s, steps, 720 + s.rows);
+    const llmc::test::PythonOracle svd = oracle();
+    svd.put("y", {static_cast<size_t>(s.batch), static_cast<size_t>(s.rows), static_cast<size_t>(s.cols)}, run.got);
+    svd.run("singular_values");
+    const std::vector<double> sv = svd.get("sv");
+    const size_t n = static_cast<size_t>(s.rows) * s.cols, k = sv.size() / s.batch;
     for (int b = 0; b < s.batch; b++) {
       const double low = run.band[2 * b], high = run.band[2 * b + 1];
       EXPECT_GE(low, 0.8) << shape_name(s);
@@ -147,10 +150,10 @@ TEST(PolarExpress, SingularValuesInTheBandFiveStepsReach) {
 // row by a scalar; 16 stores of relative error <= u turn it by at most 16 u), and a norm in the band
 // [0.85887, 1.14113] into which the five steps map every sigma in [1e-3, 1] (computed from the
 // coefficients), widened by the last stores' 4 u.
-TEST(PolarExpress, SingleRowKeepsDirectionAndReachesTheBand) {
+TEST_F(PolarExpress, SingleRowKeepsDirectionAndReachesTheBand) {
   LLMC_REQUIRE_GPU();
   const Shape s{1, 1, 12};
-  const PolarExpressRun run = run_both(s, llmc::polar_express_record_steps(), 730);
+  const PolarExpressRun run = run_both(oracle(), s, llmc::polar_express_record_steps(), 730);
   double dot = 0.0;
   for (size_t i = 0; i < run.got.size(); i++) {
     ASSERT_TRUE(std::isfinite(run.got[i]));
@@ -163,10 +166,10 @@ TEST(PolarExpress, SingleRowKeepsDirectionAndReachesTheBand) {
   EXPECT_LT(norm, 1.14113 * (1.0 + 4 * kStorageRoundoff));
 }
 
-TEST(PolarExpress, BitwiseRepeatableAndInPlace) {
+TEST_F(PolarExpress, BitwiseRepeatableAndInPlace) {
   LLMC_REQUIRE_GPU();
   const Shape s{2, 32, 64};
-  const size_t n = (size_t)s.batch * s.rows * s.cols;
+  const size_t n = static_cast<size_t>(s.batch) * s.rows * s.cols;
   std::mt19937 rng(740);
   const std::vector<double> input = random_values(n, rng);
   DeviceBuffer<floatX> in(n), out(n);
@@ -191,7 +194,7 @@ TEST(PolarExpress, BitwiseRepeatableAndInPlace) {
   EXPECT_TRUE(bitwise_equal(in.download_raw(), four_steps)) << "four steps: in place differs";
 }
 
-TEST(PolarExpress, RejectsBadWorkspaceAndBatch) {
+TEST_F(PolarExpress, RejectsBadWorkspaceAndBatch) {
   LLMC_REQUIRE_GPU();
   const size_t bytes = llmc::PolarExpress::workspace_bytes(8, 16, 2);
   DeviceBuffer<char> workspace(bytes);

@@ -49,9 +49,9 @@ TEST(SpeedrunSchedule, WindowsChangeAt735And1470And2205) {
   struct Expected {
     int step, short_blocks, long_blocks;
   };
-  for (const Expected& e : {Expected{0, 1, 3}, Expected{734, 1, 3}, Expected{735, 3, 7}, Expected{1469, 3, 7},
-                            Expected{1470, 5, 11}, Expected{2204, 5, 11}, Expected{2205, 6, 13},
-                            Expected{2244, 6, 13}, Expected{2245, 6, 20}}) {
+  for (const Expected& e :
+       {Expected{0, 1, 3}, Expected{734, 1, 3}, Expected{735, 3, 7}, Expected{1469, 3, 7}, Expected{1470, 5, 11},
+        Expected{2204, 5, 11}, Expected{2205, 6, 13}, Expected{2244, 6, 13}, Expected{2245, 6, 20}}) {
     EXPECT_EQ(s.windows(e.step).short_blocks, e.short_blocks) << e.step;
     EXPECT_EQ(s.windows(e.step).long_blocks, e.long_blocks) << e.step;
   }
@@ -92,8 +92,7 @@ TEST(Yarn, InitialFrequenciesAreHalfTruncated) {
   // plus two roundings of 2^-25: 9e-8, which moves (1/1024)^x by ln(1024) * 9e-8 = 6.3e-7 relative, plus
   // the final rounding 6e-8: 7e-7.
   for (int k = 0; k < 32; k++)
-    EXPECT_NEAR(y.angular_frequency[k], std::pow(1.0 / 1024.0, k / 31.0), 7e-7 * std::pow(1.0 / 1024.0, k / 31.0))
-        << k;
+    EXPECT_NEAR(y.angular_frequency[k], std::pow(1.0 / 1024.0, k / 31.0), 7e-7 * std::pow(1.0 / 1024.0, k / 31.0)) << k;
   for (int k = 32; k < 64; k++) EXPECT_EQ(y.angular_frequency[k], 0.0f);
   EXPECT_EQ(y.attention_scale, 0.1);
 }
@@ -111,7 +110,8 @@ TEST(Yarn, FrequenciesFollowTheInterpolationFormula) {
     for (double& frequency : w) {
       const double rotations = 128.0 * old_window * frequency / (2.0 * M_PI);
       const double g = std::clamp((rotations - 1.0) / 31.0, 0.0, 1.0);
-      frequency *= (double)old_window / new_window + g * (1.0 - (double)old_window / new_window);
+      frequency *=
+          static_cast<double>(old_window) / new_window + g * (1.0 - static_cast<double>(old_window) / new_window);
     }
     old_window = new_window;
     const YarnState y = llmc::yarn_state_at(s, change);
