@@ -7,7 +7,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure test test-asan run clean
+.PHONY: all deps configure test test-asan test-tsan test-fma run clean
 
 all: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -18,19 +18,45 @@ deps:
 configure: deps
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >/dev/null
 
-# The whole suite, then the emulation's own tests again under AddressSanitizer (the tests that prove
-# out-of-bounds accesses are caught run only there; they report "Skipped" in the first pass).
+# Sanitizer builds compile only the emulated test binaries they run (docs/emulation.md). make test runs
+# the emulation's own tests, the kernel tests and the kernel mutants under AddressSanitizer, and the
+# emulation's tests, the bf16 kernel tests and the mutants under ThreadSanitizer (the race detector);
+# make test-tsan runs every emulated kernel, model and train-step test under ThreadSanitizer.
+ASAN_TESTS := emu_tests kernels_bf16 kernels_fp32 kernel_mutants
+TSAN_TESTS := emu_tests kernels_bf16 kernel_mutants
+TSAN_ALL_TESTS := emu_tests kernels_bf16 kernels_fp32 kernel_mutants gpt2_bf16 gpt2_fp32 train_steps_bf16 train_steps_fp32
+FMA_TESTS := kernels_bf16 kernels_fp32 gpt2_bf16 gpt2_fp32 train_steps_bf16 train_steps_fp32
+empty :=
+space := $(empty) $(empty)
+# ctest -R pattern selecting the default-schedule tests of the given emulated binaries.
+tests_regex = '^($(subst $(space),|,$(strip $(1))))_emu[.]'
+# $(call sanitizer_run,build dir,cmake flags,test binaries)
+define sanitizer_run
+	@cmake -S . -B $(1) $(2) -DLLMC_CUDA=OFF >/dev/null
+	cmake --build $(1) -j $(JOBS) --target $(addsuffix _emu,$(3))
+	cd $(1) && ctest --output-on-failure -j $(JOBS) -R $(call tests_regex,$(3))
+endef
+
+# The whole suite, then the sanitizer runs above.
 test: all
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
-	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLLMC_ASAN=ON -DLLMC_CUDA=OFF >/dev/null
-	cmake --build build-asan -j $(JOBS) --target emu_tests_emu
-	cd build-asan && ctest --output-on-failure -j $(JOBS) -L emu
+	$(call sanitizer_run,build-asan,-DCMAKE_BUILD_TYPE=Debug -DLLMC_ASAN=ON,$(ASAN_TESTS))
+	$(call sanitizer_run,build-tsan,-DCMAKE_BUILD_TYPE=Release -DLLMC_TSAN=ON,$(TSAN_TESTS))
 
 # Everything emulated under AddressSanitizer, and the whole suite there (slower; not part of make test).
 test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLLMC_ASAN=ON -DLLMC_CUDA=OFF >/dev/null
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS)
+
+# Every emulated kernel, model and train-step test under ThreadSanitizer (slower; not part of make test).
+test-tsan: deps
+	$(call sanitizer_run,build-tsan,-DCMAKE_BUILD_TYPE=Release -DLLMC_TSAN=ON,$(TSAN_ALL_TESTS))
+
+# The kernel, model and train-step tests with FMA contraction as nvcc compiles (-mfma -ffp-contract=fast):
+# their tolerances must hold for either rounding.
+test-fma: deps
+	$(call sanitizer_run,build-fma,-DCMAKE_BUILD_TYPE=Release -DLLMC_EMU_FMA=ON,$(FMA_TESTS))
 
 # `make run`: the README's main job, into $(RUN_DIR) (emptied first). Builds only what it needs, makes
 # tiny-shakespeare token shards if they are missing, then trains. With a GPU (`nvidia-smi -L` works and
@@ -60,4 +86,4 @@ run: configure
 	echo "make run: log and final checkpoint in $(RUN_DIR)/"
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan
+	rm -rf $(BUILD_DIR) build-asan build-tsan build-fma

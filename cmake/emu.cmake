@@ -5,12 +5,30 @@
 add_library(llmc_emu STATIC
   llmc/emu/block_runner.cpp
   llmc/emu/emulated_device.cpp
+  llmc/emu/kernel_symbols.cpp
   llmc/emu/runtime_api.cpp
   llmc/emu/stream_worker.cpp)
 target_link_libraries(llmc_emu PUBLIC llmc_flags Boost::context Threads::Threads)
 target_compile_definitions(llmc_emu PUBLIC LLMC_EMULATION)
 # SYSTEM: the CUDA headers are not ours to keep warning-free.
 target_include_directories(llmc_emu SYSTEM PUBLIC ${LLMC_CUDA_INCLUDE_DIR})
+# Every emulated target (docs/emulation.md): a GPU faults on misaligned vector accesses, so every
+# misaligned typed access stops the program (UBSan's alignment check); uninitialised locals hold a
+# pattern (0xFE bytes), not the fresh stack's lucky zeros.
+target_compile_options(llmc_emu PUBLIC
+  $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=alignment -fno-sanitize-recover=alignment -ftrivial-auto-var-init=pattern>)
+target_link_options(llmc_emu PUBLIC -fsanitize=alignment)
+if(LLMC_EMU_FMA)
+  # Numerics as nvcc compiles them: a*b+c contracted into one fused multiply-add.
+  target_compile_options(llmc_emu PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-mfma -ffp-contract=fast>)
+endif()
+if(LLMC_TSAN)
+  # The scheduler and the stream queues are the emulation's own bookkeeping, not GPU memory: compiled
+  # without TSan instrumentation, they tell TSan what orders what through llmc/emu/tsan_hooks.h.
+  target_compile_definitions(llmc_emu PUBLIC LLMC_EMU_TSAN)
+  set_source_files_properties(llmc/emu/block_runner.cpp llmc/emu/stream_worker.cpp
+                              PROPERTIES COMPILE_OPTIONS -fno-sanitize=thread)
+endif()
 
 # Main for GoogleTest binaries of either target: on the nvcc target with no usable GPU every
 # test is skipped ("skipped: no GPU"), never silently passed.
@@ -43,28 +61,39 @@ function(llmc_emu_wrap_sources OUT_VAR TARGET_NAME)
 endfunction()
 
 # llmc_add_cu_test(NAME n SOURCES a.cu b.cpp ... [LIBS ...] [EMU_LIBS ...] [CUDA_LIBS ...]
-#                  [LABELS ...] [TIMEOUT seconds] [ALSO_REVERSE_THREAD_ORDER] [EMU_ONLY])
+#                  [LABELS ...] [TIMEOUT seconds] [ALSO_SCHEDULES reverse|drift ...] [EMU_ONLY])
 # Builds n_emu (g++ + llmc_emu) and, when nvcc is present and EMU_ONLY is not given, n_cuda
 # (LLMC_CUDA_TEST_ARCHITECTURES, cudart and cuBLASLt). Both are GoogleTest binaries registered with CTest under the given labels (the CUDA
 # one also gets label "cuda"); test names are prefixed "n_emu." and "n_cuda.".
-# ALSO_REVERSE_THREAD_ORDER registers n_emu a second time ("n_emu_reverse.") with the fibers of
-# each block run in reverse order: a kernel missing a barrier then gives a different result.
+# ALSO_SCHEDULES registers n_emu again for each schedule named ("n_emu_drift." ...), run with
+# LLMC_EMU_SCHEDULE set to it: a kernel missing a barrier then gives a different result (docs/emulation.md).
 function(llmc_add_cu_test)
-  cmake_parse_arguments(ARG "ALSO_REVERSE_THREAD_ORDER;EMU_ONLY" "NAME;TIMEOUT" "SOURCES;LIBS;EMU_LIBS;CUDA_LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "EMU_ONLY" "NAME;TIMEOUT" "SOURCES;LIBS;EMU_LIBS;CUDA_LIBS;LABELS;ALSO_SCHEDULES" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
+  endif()
+  if(LLMC_ASAN OR LLMC_TSAN)
+    # Sanitizer builds check accesses, not schedules (the plain build runs those), and run slower.
+    set(ARG_ALSO_SCHEDULES "")
+    math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * 4")
   endif()
   llmc_emu_wrap_sources(emu_sources ${ARG_NAME}_emu ${ARG_SOURCES})
   add_executable(${ARG_NAME}_emu ${emu_sources})
   target_link_libraries(${ARG_NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest
                         ${ARG_LIBS} ${ARG_EMU_LIBS})
-  gtest_discover_tests(${ARG_NAME}_emu TEST_PREFIX "${ARG_NAME}_emu." DISCOVERY_MODE PRE_TEST
-                       PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
-  if(ARG_ALSO_REVERSE_THREAD_ORDER)
-    gtest_discover_tests(${ARG_NAME}_emu TEST_PREFIX "${ARG_NAME}_emu_reverse." DISCOVERY_MODE PRE_TEST
-                         PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
-                                    ENVIRONMENT "LLMC_EMU_THREAD_ORDER=reverse")
-  endif()
+  foreach(schedule IN ITEMS default ${ARG_ALSO_SCHEDULES})
+    set(environment ${LLMC_SANITIZER_TEST_ENV})
+    set(prefix "${ARG_NAME}_emu.")
+    if(NOT schedule STREQUAL "default")
+      list(APPEND environment "LLMC_EMU_SCHEDULE=${schedule}")
+      set(prefix "${ARG_NAME}_emu_${schedule}.")
+    endif()
+    set(properties LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+    if(environment)
+      list(APPEND properties ENVIRONMENT "${environment}")
+    endif()
+    gtest_discover_tests(${ARG_NAME}_emu TEST_PREFIX "${prefix}" DISCOVERY_MODE PRE_TEST PROPERTIES ${properties})
+  endforeach()
   if(LLMC_HAVE_CUDA AND NOT ARG_EMU_ONLY)
     add_executable(${ARG_NAME}_cuda ${ARG_SOURCES})
     set_target_properties(${ARG_NAME}_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")
@@ -99,7 +128,12 @@ function(llmc_add_cu_executable)
 endfunction()
 
 # ---- the emulation's own tests and benchmark -------------------------------------------------
-llmc_add_cu_test(NAME emu_tests LABELS emu ALSO_REVERSE_THREAD_ORDER
+# A race report fails the test at once (and a death test that expects one sees it).
+set(LLMC_SANITIZER_TEST_ENV "")
+if(LLMC_TSAN)
+  set(LLMC_SANITIZER_TEST_ENV "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1")
+endif()
+llmc_add_cu_test(NAME emu_tests LABELS emu ALSO_SCHEDULES reverse drift
   SOURCES
     test/emu/test_block.cu
     test/emu/test_warp.cu
@@ -107,7 +141,10 @@ llmc_add_cu_test(NAME emu_tests LABELS emu ALSO_REVERSE_THREAD_ORDER
     test/emu/test_bf16.cu
     test/emu/test_mma.cu
     test/emu/test_cp_async.cu
-    test/emu/test_errors.cu)
+    test/emu/test_errors.cu
+    test/emu/test_faults.cu
+    test/emu/test_schedules.cu
+    test/emu/test_races.cu)
 
 # Benchmark of the emulation itself (emulated build only; speed on a GPU is measured elsewhere).
 llmc_emu_wrap_sources(bench_emu_sources bench_emu_emu scripts/bench_emu.cu)

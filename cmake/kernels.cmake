@@ -10,18 +10,26 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_flash_attention.cu
   test/kernels/test_window_attention.cu)
 
-llmc_add_cu_test(NAME kernels_bf16 LABELS kernels TIMEOUT 300 SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference)
+# Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).
+llmc_add_cu_test(NAME kernels_bf16 LABELS kernels TIMEOUT 300 ALSO_SCHEDULES drift
+                 SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference)
 if(LLMC_CUDA_FP32_TESTS)
-  llmc_add_cu_test(NAME kernels_fp32 LABELS kernels TIMEOUT 300 SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference)
+  llmc_add_cu_test(NAME kernels_fp32 LABELS kernels TIMEOUT 300 ALSO_SCHEDULES drift
+                   SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference)
 else()
-  llmc_add_cu_test(NAME kernels_fp32 LABELS kernels TIMEOUT 300 SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference
-                   EMU_ONLY)
+  llmc_add_cu_test(NAME kernels_fp32 LABELS kernels TIMEOUT 300 ALSO_SCHEDULES drift
+                   SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference EMU_ONLY)
 endif()
 foreach(target IN ITEMS kernels_fp32_emu kernels_fp32_cuda)
   if(TARGET ${target})
     target_compile_definitions(${target} PRIVATE LLMC_FP32)
   endif()
 endforeach()
+
+# Mutation tests (emulated only): copies of real kernels with one planted bug each must fail, the faithful
+# copies must pass (test/kernels/mutants/). In the TSan build the races among them fail as races.
+llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
+  SOURCES test/kernels/mutants/test_mutants.cu LIBS llmc_reference)
 
 # Per-kernel timing at a chosen model size (bench_kernels on a GPU, bench_kernels_emu on the CPU).
 # The emulated build is smoke-tested at a tiny size so that the benchmark cannot rot.

@@ -61,10 +61,10 @@ foreach(precision IN ITEMS bf16 fp32)
   if(precision STREQUAL "fp32" AND NOT LLMC_CUDA_FP32_TESTS)
     set(emu_only EMU_ONLY)
   endif()
-  llmc_add_cu_test(NAME gpt2_${precision} LABELS model TIMEOUT 300 ${emu_only}
+  llmc_add_cu_test(NAME gpt2_${precision} LABELS model TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
     SOURCES test/model/test_gpt2.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
-  llmc_add_cu_test(NAME train_steps_${precision} LABELS trainer TIMEOUT 300 ${emu_only}
+  llmc_add_cu_test(NAME train_steps_${precision} LABELS trainer TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
     SOURCES test/optim/test_train_steps.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_optimizer_${precision}_emu CUDA_LIBS llmc_optimizer_${precision}_cuda)
 endforeach()

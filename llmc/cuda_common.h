@@ -16,6 +16,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "llmc/cleanup_report.h"
 
@@ -113,9 +114,24 @@ void launch_kernel(void (*kernel)(KernelParams...), const char* kernel_name, con
   info.grid_dim = grid;
   info.block_dim = block;
   info.dynamic_shared_bytes = dynamic_shared_bytes;
+  // A GPU faults on pointer arguments into pageable host memory: the device rejects them at launch.
+  std::vector<const void*> pointer_arguments;
+  std::apply(
+      [&](const auto&... param) {
+        (
+            [&](const auto& value) {
+              using Param = std::decay_t<decltype(value)>;
+              if constexpr (std::is_pointer_v<Param> && std::is_object_v<std::remove_pointer_t<Param>>) {
+                using Pointee = std::remove_cv_t<std::remove_pointer_t<Param>>;
+                pointer_arguments.push_back(const_cast<const Pointee*>(value));
+              }
+            }(param),
+            ...);
+      },
+      *params);
   std::string detail;
   const cudaError_t code = emu::EmulatedDevice::instance().launch(
-      info, [kernel, params] { std::apply(kernel, *params); }, stream, &detail);
+      info, [kernel, params] { std::apply(kernel, *params); }, pointer_arguments, stream, &detail);
   if (code != cudaSuccess) {
     throw_cuda_error(code, (std::string("launch of kernel ") + kernel_name).c_str(), file, line, detail);
   }

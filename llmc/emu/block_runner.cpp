@@ -1,11 +1,14 @@
 // The thread-block engine of the CUDA-on-CPU emulation: every thread of a block is a Boost.Context
-// fiber on the calling OS thread; a small scheduler runs them round-robin up to their next
-// synchronisation point (barrier or warp operation), then releases whatever can complete.
+// fiber on the calling OS thread; a small scheduler runs them up to their next synchronisation point
+// (barrier, warp operation or atomic), in the order the schedule picks, then releases whatever can
+// complete. In the ThreadSanitizer build this file is compiled without instrumentation (the
+// scheduler's bookkeeping is not kernel memory) and tells TSan what orders what (tsan_hooks.h).
 #include "llmc/emu/block_runner.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/context/fiber.hpp>
 #include <boost/context/preallocated.hpp>
 #include <boost/context/stack_context.hpp>
@@ -14,7 +17,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <numeric>
+#include <random>
 #include <vector>
+
+#include "llmc/emu/kernel_symbols.h"
+#include "llmc/emu/tsan_hooks.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -27,6 +35,15 @@
 namespace llmc::emu {
 
 thread_local const ThreadBuiltins* current_thread_builtins = nullptr;
+
+const char* schedule_mode_name(ScheduleMode mode) {
+  switch (mode) {
+    case ScheduleMode::kForward: return "forward";
+    case ScheduleMode::kReverse: return "reverse";
+    case ScheduleMode::kDrift: return "drift";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -55,38 +72,31 @@ size_t fiber_stack_bytes(size_t page_bytes) {
   std::abort();
 }
 
-// Fixed-size fiber stacks with a PROT_NONE guard page below each, so a kernel that overflows its
-// stack faults instead of silently overwriting a neighbour. Stacks are reused, never unmapped
-// before the pool dies (mmap per block would dominate the cost of small blocks).
-class FiberStackPool {
+// One fiber slot: a fixed-size stack with a PROT_NONE guard page below it (a kernel that overflows
+// its stack faults instead of overwriting a neighbour) and, in the TSan build, the TSan fiber that
+// the emulated thread running in this slot is to ThreadSanitizer. Slots live as long as the runner:
+// mapping a stack per block would dominate the cost of small blocks, and a TSan fiber costs about a
+// millisecond to create.
+class FiberSlot {
  public:
-  FiberStackPool() {
-    const long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0) fail_system_call("sysconf(_SC_PAGESIZE)");
-    page_bytes_ = static_cast<size_t>(page);
-    stack_bytes_ = fiber_stack_bytes(page_bytes_);
+  FiberSlot(size_t page_bytes, size_t stack_bytes) : page_bytes_(page_bytes), stack_bytes_(stack_bytes) {
+    base_ = mmap(nullptr, page_bytes_ + stack_bytes_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base_ == MAP_FAILED) fail_system_call("mmap(fiber stack)");
+    if (mprotect(base_, page_bytes_, PROT_NONE) != 0) fail_system_call("mprotect(stack guard)");
+    tsan_fiber_ = tsan::create_fiber("emulated GPU thread");
   }
-  ~FiberStackPool() {
-    for (void* base : all_) munmap(base, page_bytes_ + stack_bytes_);
+  ~FiberSlot() {
+    if (tsan_fiber_ != nullptr) tsan::destroy_fiber(tsan_fiber_);
+    munmap(base_, page_bytes_ + stack_bytes_);
   }
-  FiberStackPool(const FiberStackPool&) = delete;
-  FiberStackPool& operator=(const FiberStackPool&) = delete;
+  FiberSlot(const FiberSlot&) = delete;
+  FiberSlot& operator=(const FiberSlot&) = delete;
 
-  ctx::stack_context allocate() {
-    void* base;
-    if (!free_.empty()) {
-      base = free_.back();
-      free_.pop_back();
-    } else {
-      base = mmap(nullptr, page_bytes_ + stack_bytes_, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (base == MAP_FAILED) fail_system_call("mmap(fiber stack)");
-      if (mprotect(base, page_bytes_, PROT_NONE) != 0) fail_system_call("mprotect(stack guard)");
-      all_.push_back(base);
-    }
-    char* bottom = static_cast<char*>(base) + page_bytes_;
+  ctx::stack_context stack() const {
+    char* bottom = static_cast<char*>(base_) + page_bytes_;
 #if LLMC_EMU_ASAN
-    // A reused stack may still carry poison from frames of a fiber that never returned normally.
+    // The stack may still carry poison from frames of a fiber that never returned normally.
     ASAN_UNPOISON_MEMORY_REGION(bottom, stack_bytes_);
 #endif
     ctx::stack_context stack;
@@ -94,22 +104,18 @@ class FiberStackPool {
     stack.sp = bottom + stack_bytes_;
     return stack;
   }
-  void release(const ctx::stack_context& stack) {
-    free_.push_back(static_cast<char*>(stack.sp) - stack.size - page_bytes_);
-  }
+  void* tsan_fiber() const { return tsan_fiber_; }
 
  private:
-  size_t page_bytes_ = 0;
-  size_t stack_bytes_ = 0;
-  std::vector<void*> free_;
-  std::vector<void*> all_;
+  size_t page_bytes_;
+  size_t stack_bytes_;
+  void* base_ = nullptr;
+  void* tsan_fiber_ = nullptr;
 };
 
-// Boost.Context hands the stack back through this when a fiber terminates.
-struct PooledStackAllocator {
-  FiberStackPool* pool;
-  ctx::stack_context allocate() { return pool->allocate(); }
-  void deallocate(ctx::stack_context& stack) noexcept { pool->release(stack); }
+// Boost.Context hands the stack back through this when a fiber terminates; the slot keeps it.
+struct SlotStackAllocator {
+  void deallocate(ctx::stack_context&) noexcept {}
 };
 
 enum class ThreadState { kRunnable, kAtBarrier, kAtWarpOperation, kFinished };
@@ -125,6 +131,7 @@ struct EmulatedThread {
   WarpResolver warp_resolver = nullptr;
   unsigned warp_mask = 0;
   WarpLanePost warp_post;
+  const FiberSlot* slot = nullptr;
   ctx::fiber fiber;      // this thread's continuation while it is suspended
   ctx::fiber scheduler;  // the scheduler's continuation while this thread runs
   void* stack_bottom = nullptr;
@@ -136,11 +143,17 @@ struct EmulatedThread {
 struct BlockRun {
   const KernelLaunchInfo* launch = nullptr;
   uint3 block_idx{};
+  ScheduleMode mode = ScheduleMode::kForward;
+  uint64_t seed = 0;
   void* dynamic_shared = nullptr;
   std::vector<EmulatedThread>* threads = nullptr;
   EmulatedThread* running = nullptr;
   unsigned finished_count = 0;
   unsigned barrier_count = 0;
+  void* scheduler_tsan_fiber = nullptr;
+  const void* barrier_sync = nullptr;      // TSan sync object of __syncthreads
+  const void* block_start_sync = nullptr;  // released by the scheduler once the block is set up
+  const void* launch_done_sync = nullptr;  // released by every thread as it exits
   const void* scheduler_stack_bottom = nullptr;
   size_t scheduler_stack_size = 0;
   void* scheduler_fake_stack = nullptr;
@@ -163,6 +176,7 @@ void suspend_running_thread(BlockRun& run) {
   __sanitizer_start_switch_fiber(&thread.asan_fake_stack, run.scheduler_stack_bottom,
                                  run.scheduler_stack_size);
 #endif
+  tsan::switch_to_fiber(run.scheduler_tsan_fiber);
   thread.scheduler = std::move(thread.scheduler).resume();
 #if LLMC_EMU_ASAN
   __sanitizer_finish_switch_fiber(thread.asan_fake_stack, &run.scheduler_stack_bottom,
@@ -176,12 +190,30 @@ void resume_thread(BlockRun& run, EmulatedThread& thread) {
 #if LLMC_EMU_ASAN
   __sanitizer_start_switch_fiber(&run.scheduler_fake_stack, thread.stack_bottom, thread.stack_size);
 #endif
+  tsan::switch_to_fiber(thread.slot->tsan_fiber());
   thread.fiber = std::move(thread.fiber).resume();
 #if LLMC_EMU_ASAN
   __sanitizer_finish_switch_fiber(run.scheduler_fake_stack, nullptr, nullptr);
 #endif
   run.running = nullptr;
   current_thread_builtins = nullptr;
+}
+
+// TSan: every participant's accesses so far happen before every participant's accesses from now on
+// (a barrier). Runs in each participant's TSan context while all of them are stopped, so that none
+// can add later accesses to the edge.
+void order_all_before_all(BlockRun& run, const std::vector<EmulatedThread*>& participants,
+                          const void* sync_object) {
+  if (!tsan::kEnabled) return;
+  for (EmulatedThread* thread : participants) {
+    tsan::switch_to_fiber(thread->slot->tsan_fiber());
+    tsan::release(sync_object);
+  }
+  for (EmulatedThread* thread : participants) {
+    tsan::switch_to_fiber(thread->slot->tsan_fiber());
+    tsan::acquire(sync_object);
+  }
+  tsan::switch_to_fiber(run.scheduler_tsan_fiber);
 }
 
 std::string format_dim(uint3 v) {
@@ -227,66 +259,109 @@ std::string describe_block_state(const std::vector<EmulatedThread>& threads) {
 
 [[noreturn]] void fail_block(const BlockRun& run, const std::string& message) {
   const KernelLaunchInfo& launch = *run.launch;
+  std::string schedule = schedule_mode_name(run.mode);
+  if (run.mode == ScheduleMode::kDrift) schedule += " (block seed " + std::to_string(run.seed) + ")";
   std::fprintf(stderr,
-               "llmc emu: error in kernel %s (launched at %s:%d, grid %s, block %s), block %s: %s\n",
+               "llmc emu: error in kernel %s (launched at %s:%d, grid %s, block %s), block %s, "
+               "schedule %s: %s\n",
                launch.kernel_name, launch.file, launch.line, format_dim(launch.grid_dim).c_str(),
                format_dim(launch.block_dim).c_str(), format_dim(run.block_idx).c_str(),
-               message.c_str());
+               schedule.c_str(), message.c_str());
   std::fflush(stderr);
   std::abort();
 }
 
-// Releases every warp operation whose lanes have all arrived. Returns whether any was released.
-bool resolve_warp_operations(BlockRun& run) {
+std::string describe_warp_wait(const EmulatedThread& thread) {
+  char text[512];
+  std::snprintf(text, sizeof text, "%s mask 0x%08x at %s:%d", thread.warp_operation_name, thread.warp_mask,
+                thread.wait_file, thread.wait_line);
+  return text;
+}
+
+// Whether every lane named in `waiter`'s mask waits at the very same operation (then it can complete).
+// Lanes that wait at a different operation, or have exited, are errors (a GPU's behaviour is undefined).
+bool warp_operation_complete(BlockRun& run, size_t warp_base, unsigned lanes_in_warp,
+                             const EmulatedThread& waiter) {
   std::vector<EmulatedThread>& threads = *run.threads;
-  const size_t thread_count = threads.size();
-  bool released = false;
-  for (size_t warp_base = 0; warp_base < thread_count; warp_base += 32) {
-    const unsigned lanes_in_warp = static_cast<unsigned>(std::min<size_t>(32, thread_count - warp_base));
-    for (unsigned lane = 0; lane < lanes_in_warp; ++lane) {
-      EmulatedThread& waiter = threads[warp_base + lane];
-      if (waiter.state != ThreadState::kAtWarpOperation) continue;
-      const unsigned mask = waiter.warp_mask;
-      bool complete = true;
-      for (unsigned other = 0; other < 32 && complete; ++other) {
-        if (!((mask >> other) & 1u)) continue;
-        if (other >= lanes_in_warp) {
-          run.running = &waiter;
-          fail_block(run, std::string(waiter.warp_operation_name) + " at " + waiter.wait_file +
-                              ":" + std::to_string(waiter.wait_line) + " names lane " +
-                              std::to_string(other) + " in its mask, but this warp has only " +
-                              std::to_string(lanes_in_warp) + " threads");
-        }
-        const EmulatedThread& peer = threads[warp_base + other];
-        if (peer.state == ThreadState::kFinished) {
-          fail_block(run, std::string(waiter.warp_operation_name) + " at " + waiter.wait_file +
-                              ":" + std::to_string(waiter.wait_line) + " (thread " +
-                              std::to_string(waiter.linear_id) + ") names lane " +
-                              std::to_string(other) + " (thread " +
-                              std::to_string(peer.linear_id) + ") in its mask, which has exited");
-        }
-        complete = peer.state == ThreadState::kAtWarpOperation &&
-                   peer.warp_resolver == waiter.warp_resolver && peer.warp_mask == mask;
-      }
-      if (!complete) continue;
-      WarpOperation operation;
-      operation.mask = mask;
-      operation.warp_index = static_cast<int>(warp_base / 32);
-      for (unsigned other = 0; other < 32; ++other) {
-        if ((mask >> other) & 1u) operation.lanes[other] = &threads[warp_base + other].warp_post;
-      }
-      // The resolver may report errors; attribute them to the first lane of the operation.
-      run.running = &waiter;
-      current_thread_builtins = &waiter.builtins;
-      waiter.warp_resolver(operation);
-      run.running = nullptr;
-      current_thread_builtins = nullptr;
-      for (unsigned other = 0; other < 32; ++other) {
-        if ((mask >> other) & 1u) threads[warp_base + other].state = ThreadState::kRunnable;
-      }
-      released = true;
+  const unsigned mask = waiter.warp_mask;
+  for (unsigned other = 0; other < 32; ++other) {
+    if (!((mask >> other) & 1u)) continue;
+    if (other >= lanes_in_warp) {
+      fail_block(run, describe_warp_wait(waiter) + " names lane " + std::to_string(other) +
+                          ", but this warp has only " + std::to_string(lanes_in_warp) + " threads");
+    }
+    const EmulatedThread& peer = threads[warp_base + other];
+    if (peer.state == ThreadState::kFinished) {
+      fail_block(run, describe_warp_wait(waiter) + " (thread " + std::to_string(waiter.linear_id) +
+                          ") names lane " + std::to_string(other) + " (thread " +
+                          std::to_string(peer.linear_id) + ") in its mask, which has exited");
+    }
+    if (peer.state != ThreadState::kAtWarpOperation) return false;
+  }
+  for (unsigned other = 0; other < 32; ++other) {
+    if (!((mask >> other) & 1u)) continue;
+    const EmulatedThread& peer = threads[warp_base + other];
+    if (peer.warp_resolver != waiter.warp_resolver || peer.warp_mask != mask ||
+        peer.warp_post.flags != waiter.warp_post.flags) {
+      fail_block(run, "lanes of warp " + std::to_string(warp_base / 32) +
+                          " wait at different warp operations (undefined on a GPU): thread " +
+                          std::to_string(waiter.linear_id) + " at " + describe_warp_wait(waiter) +
+                          ", thread " + std::to_string(peer.linear_id) + " at " + describe_warp_wait(peer));
     }
   }
+  return true;
+}
+
+// Completes `waiter`'s operation: the resolver computes every lane's result; __syncwarp orders memory.
+void complete_warp_operation(BlockRun& run, size_t warp_base, EmulatedThread& waiter) {
+  std::vector<EmulatedThread>& threads = *run.threads;
+  const unsigned mask = waiter.warp_mask;
+  WarpOperation operation;
+  operation.mask = mask;
+  operation.warp_index = static_cast<int>(warp_base / 32);
+  std::vector<EmulatedThread*> participants;
+  for (unsigned other = 0; other < 32; ++other) {
+    if (!((mask >> other) & 1u)) continue;
+    operation.lanes[other] = &threads[warp_base + other].warp_post;
+    participants.push_back(&threads[warp_base + other]);
+  }
+  // The resolver moves register values between lanes: not memory accesses of the kernel, so TSan must
+  // not see them. It may report errors; attribute them to the first lane of the operation.
+  run.running = &waiter;
+  current_thread_builtins = &waiter.builtins;
+  {
+    tsan::IgnoreAccesses ignore;
+    waiter.warp_resolver(operation);
+  }
+  run.running = nullptr;
+  current_thread_builtins = nullptr;
+  if (waiter.warp_post.flags & kWarpOperationOrdersMemory) {
+    const std::unique_ptr<char> sync_object(new char);  // fresh: orders exactly these lanes
+    order_all_before_all(run, participants, sync_object.get());
+  }
+  for (EmulatedThread* lane : participants) lane->state = ThreadState::kRunnable;
+}
+
+// Releases every warp operation of warp `warp` whose lanes have all arrived. Returns whether any was.
+bool resolve_warp_operations(BlockRun& run, size_t warp) {
+  std::vector<EmulatedThread>& threads = *run.threads;
+  const size_t warp_base = warp * 32;
+  const unsigned lanes_in_warp = static_cast<unsigned>(std::min<size_t>(32, threads.size() - warp_base));
+  bool released = false;
+  for (unsigned lane = 0; lane < lanes_in_warp; ++lane) {
+    EmulatedThread& waiter = threads[warp_base + lane];
+    if (waiter.state != ThreadState::kAtWarpOperation) continue;
+    if (!warp_operation_complete(run, warp_base, lanes_in_warp, waiter)) continue;
+    complete_warp_operation(run, warp_base, waiter);
+    released = true;
+  }
+  return released;
+}
+
+bool resolve_all_warp_operations(BlockRun& run) {
+  bool released = false;
+  const size_t warps = (run.threads->size() + 31) / 32;
+  for (size_t warp = 0; warp < warps; ++warp) released |= resolve_warp_operations(run, warp);
   return released;
 }
 
@@ -311,36 +386,192 @@ bool release_block_barrier(BlockRun& run) {
     fail_block(run, "__syncthreads not reached by all threads of the block (some exited):" +
                         describe_block_state(threads));
   }
+  std::vector<EmulatedThread*> participants;
+  for (EmulatedThread& thread : threads) participants.push_back(&thread);
+  order_all_before_all(run, participants, run.barrier_sync);
   for (EmulatedThread& thread : threads) thread.state = ThreadState::kRunnable;
   run.barrier_count = 0;
   return true;
 }
 
+// Resumes each listed thread that can run, once, in the given order. Returns whether any of them is
+// still runnable afterwards (it yielded at an atomic and wants another turn).
+bool run_pass(BlockRun& run, const std::vector<unsigned>& order) {
+  std::vector<EmulatedThread>& threads = *run.threads;
+  bool yielded = false;
+  for (unsigned index : order) {
+    EmulatedThread& thread = threads[index];
+    if (thread.state != ThreadState::kRunnable) continue;
+    resume_thread(run, thread);
+    yielded |= thread.state == ThreadState::kRunnable;
+  }
+  return yielded;
+}
+
+[[noreturn]] void fail_deadlock(const BlockRun& run) {
+  fail_block(run, "deadlock: no thread of the block can proceed:" + describe_block_state(*run.threads));
+}
+
+// Lockstep: every thread runs to its next synchronisation point, then whatever can complete does.
+void run_lockstep(BlockRun& run) {
+  const unsigned count = static_cast<unsigned>(run.threads->size());
+  std::vector<unsigned> order(count);
+  std::iota(order.begin(), order.end(), 0u);
+  if (run.mode == ScheduleMode::kReverse) std::reverse(order.begin(), order.end());
+  while (true) {
+    const bool yielded = run_pass(run, order);
+    if (run.finished_count == count) return;
+    if (yielded || resolve_all_warp_operations(run) || release_block_barrier(run)) continue;
+    fail_deadlock(run);
+  }
+}
+
+// Drift: one warp at a time runs until all its lanes wait at the block barrier (or exit), lanes in a
+// fresh random order each pass; warps in a fresh random order each phase between barriers.
+void run_drifting(BlockRun& run, std::mt19937_64& random) {
+  const unsigned count = static_cast<unsigned>(run.threads->size());
+  const unsigned warps = (count + 31) / 32;
+  std::vector<unsigned> warp_order(warps);
+  std::iota(warp_order.begin(), warp_order.end(), 0u);
+  while (true) {
+    std::shuffle(warp_order.begin(), warp_order.end(), random);
+    for (unsigned warp : warp_order) {
+      std::vector<unsigned> lanes(std::min(32u, count - warp * 32));
+      std::iota(lanes.begin(), lanes.end(), warp * 32);
+      while (true) {
+        std::shuffle(lanes.begin(), lanes.end(), random);
+        const bool yielded = run_pass(run, lanes);
+        if (!yielded && !resolve_warp_operations(run, warp)) break;
+      }
+    }
+    if (run.finished_count == count) return;
+    if (release_block_barrier(run)) continue;
+    fail_deadlock(run);
+  }
+}
+
+void poison(void* begin, size_t bytes) {
+  tsan::forget_accesses(begin, bytes);  // a GPU gives every block fresh shared memory
+  std::memset(begin, kUninitializedByte, bytes);
+}
+
 }  // namespace
 
+#if defined(LLMC_EMU_TSAN)
+void tsan::forget_accesses(void* begin, size_t bytes) {
+  // TSan's Java-heap interface needs a heap declared once; the emulation uses only its "this memory is
+  // fresh" call, on ranges it owns, rounded out to TSan's 8-byte granules.
+  static const bool java_heap_declared = [] {
+    alignas(8) static char dummy_heap[8];
+    __tsan_java_init(reinterpret_cast<unsigned long>(dummy_heap), sizeof dummy_heap);
+    return true;
+  }();
+  (void)java_heap_declared;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{7};
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + bytes + 7) & ~uintptr_t{7};
+  if (last == first) return;
+  __tsan_java_free(first, last - first);
+  __tsan_java_alloc(first, last - first);
+}
+#endif
+
 struct BlockRunner::Impl {
-  FiberStackPool stacks;
+  size_t page_bytes = 0;
+  size_t stack_bytes = 0;
+  // Two sets of slots, used by alternate blocks in the TSan build: a slot is one TSan thread, so a
+  // block that reused the previous block's slots would be ordered after everything that block did (its
+  // barriers spread each slot's history to all threads). Blocks two apart share slots and are ordered.
+  std::vector<std::unique_ptr<FiberSlot>> slots[2];
   std::vector<EmulatedThread> threads;
+  uint64_t blocks_run = 0;
+  // TSan sync objects (only their addresses matter).
+  char barrier_sync = 0;
+  char block_start_sync = 0;
+  char launch_done_sync = 0;
+
+  Impl() {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) fail_system_call("sysconf(_SC_PAGESIZE)");
+    page_bytes = static_cast<size_t>(page);
+    stack_bytes = fiber_stack_bytes(page_bytes);
+  }
+  const FiberSlot* slot(size_t set, size_t index) {
+    while (slots[set].size() <= index) slots[set].push_back(std::make_unique<FiberSlot>(page_bytes, stack_bytes));
+    return slots[set][index].get();
+  }
 };
 
 BlockRunner::BlockRunner() : impl_(std::make_unique<Impl>()) {}
 BlockRunner::~BlockRunner() = default;
 
+namespace {
+
+// Creates the fiber of `thread` (in `slot`): it waits for the block's set-up, runs the kernel, exits.
+void start_fiber(EmulatedThread& thread, BlockRun& run, const std::function<void()>& thread_body) {
+  const ctx::stack_context stack = thread.slot->stack();
+  thread.stack_bottom = static_cast<char*>(stack.sp) - stack.size;
+  thread.stack_size = stack.size;
+  thread.asan_fake_stack = nullptr;
+  EmulatedThread* self = &thread;
+  BlockRun* block = &run;
+  const std::function<void()>* body = &thread_body;
+  thread.fiber = ctx::fiber(
+      std::allocator_arg, ctx::preallocated(stack.sp, stack.size, stack), SlotStackAllocator{},
+      [self, block, body](ctx::fiber&& scheduler) {
+#if LLMC_EMU_ASAN
+        __sanitizer_finish_switch_fiber(nullptr, &block->scheduler_stack_bottom,
+                                        &block->scheduler_stack_size);
+#endif
+        self->scheduler = std::move(scheduler);
+        tsan::acquire(block->block_start_sync);
+        try {
+          (*body)();
+        } catch (const std::exception& error) {
+          fail_in_kernel(std::string("uncaught exception: ") + error.what());
+        }
+        tsan::release(block->launch_done_sync);
+        self->state = ThreadState::kFinished;
+        ++block->finished_count;
+#if LLMC_EMU_ASAN
+        __sanitizer_start_switch_fiber(nullptr, block->scheduler_stack_bottom,
+                                       block->scheduler_stack_size);
+#endif
+        tsan::switch_to_fiber(block->scheduler_tsan_fiber);
+        return std::move(self->scheduler);
+      });
+}
+
+}  // namespace
+
 void BlockRunner::run_block(const KernelLaunchInfo& launch, uint3 block_idx, void* dynamic_shared,
-                            const std::function<void()>& thread_body, ThreadOrder order) {
+                            const std::function<void()>& thread_body, ScheduleMode mode,
+                            uint64_t block_seed) {
   const dim3 block_dim = launch.block_dim;
   const size_t thread_count = static_cast<size_t>(block_dim.x) * block_dim.y * block_dim.z;
   std::vector<EmulatedThread>& threads = impl_->threads;
   if (threads.size() != thread_count) threads = std::vector<EmulatedThread>(thread_count);
 
+  // Fresh, poisoned shared memory: what a GPU leaves undefined reads as NaN.
+  if (launch.symbols != nullptr) {
+    for (const StaticSharedVariable& variable : launch.symbols->static_shared) poison(variable.address, variable.bytes);
+  }
+  if (launch.dynamic_shared_bytes > 0) poison(dynamic_shared, launch.dynamic_shared_bytes);
+
   BlockRun run;
   run.launch = &launch;
   run.block_idx = block_idx;
+  run.mode = mode;
+  run.seed = block_seed;
   run.dynamic_shared = dynamic_shared;
   run.threads = &threads;
+  run.scheduler_tsan_fiber = tsan::current_fiber();
+  run.barrier_sync = &impl_->barrier_sync;
+  run.block_start_sync = &impl_->block_start_sync;
+  run.launch_done_sync = &impl_->launch_done_sync;
   BlockRun* const outer_run = current_block_run;
   current_block_run = &run;
 
+  const size_t slot_set = tsan::kEnabled ? impl_->blocks_run++ % 2 : 0;
   for (size_t i = 0; i < thread_count; ++i) {
     EmulatedThread& thread = threads[i];
     const unsigned id = static_cast<unsigned>(i);
@@ -351,48 +582,21 @@ void BlockRunner::run_block(const KernelLaunchInfo& launch, uint3 block_idx, voi
     thread.builtins.block_dim = block_dim;
     thread.builtins.grid_dim = launch.grid_dim;
     thread.state = ThreadState::kRunnable;
-    ctx::stack_context stack = impl_->stacks.allocate();
-    thread.stack_bottom = static_cast<char*>(stack.sp) - stack.size;
-    thread.stack_size = stack.size;
-    thread.asan_fake_stack = nullptr;
-    EmulatedThread* self = &thread;
-    BlockRun* block = &run;
-    const std::function<void()>* body = &thread_body;
-    thread.fiber = ctx::fiber(
-        std::allocator_arg, ctx::preallocated(stack.sp, stack.size, stack),
-        PooledStackAllocator{&impl_->stacks}, [self, block, body](ctx::fiber&& scheduler) {
-#if LLMC_EMU_ASAN
-          __sanitizer_finish_switch_fiber(nullptr, &block->scheduler_stack_bottom,
-                                          &block->scheduler_stack_size);
-#endif
-          self->scheduler = std::move(scheduler);
-          try {
-            (*body)();
-          } catch (const std::exception& error) {
-            fail_in_kernel(std::string("uncaught exception: ") + error.what());
-          }
-          self->state = ThreadState::kFinished;
-          ++block->finished_count;
-#if LLMC_EMU_ASAN
-          __sanitizer_start_switch_fiber(nullptr, block->scheduler_stack_bottom,
-                                         block->scheduler_stack_size);
-#endif
-          return std::move(self->scheduler);
-        });
+    thread.slot = impl_->slot(slot_set, i);
+    start_fiber(thread, run, thread_body);
   }
+  tsan::release(run.block_start_sync);  // the set-up above happens before the threads run
 
-  while (true) {
-    for (size_t i = 0; i < thread_count; ++i) {
-      EmulatedThread& thread = threads[order == ThreadOrder::kForward ? i : thread_count - 1 - i];
-      if (thread.state == ThreadState::kRunnable) resume_thread(run, thread);
-    }
-    if (run.finished_count == thread_count) break;
-    if (resolve_warp_operations(run)) continue;
-    if (release_block_barrier(run)) continue;
-    fail_block(run, "deadlock: no thread of the block can proceed:" + describe_block_state(threads));
+  if (mode == ScheduleMode::kDrift) {
+    std::mt19937_64 random(block_seed);
+    run_drifting(run, random);
+  } else {
+    run_lockstep(run);
   }
   current_block_run = outer_run;
 }
+
+void BlockRunner::finish_launch() { tsan::acquire(&impl_->launch_done_sync); }
 
 void block_barrier(const char* file, int line) {
   BlockRun& run = require_block_run("__syncthreads");
@@ -402,6 +606,11 @@ void block_barrier(const char* file, int line) {
   thread.wait_line = line;
   ++run.barrier_count;
   suspend_running_thread(run);
+}
+
+void yield_thread() {
+  if (current_block_run == nullptr || current_block_run->running == nullptr) return;  // host code
+  suspend_running_thread(*current_block_run);
 }
 
 void warp_rendezvous(WarpResolver resolver, const char* operation_name, unsigned mask,
@@ -440,8 +649,29 @@ void fail_in_kernel(const std::string& message) {
   fail_block(run, where + message);
 }
 
+int current_lane() {
+  return static_cast<int>(require_block_run("lane query").running->linear_id % 32);
+}
+
 void* current_dynamic_shared_memory() {
   return require_block_run("LLMC_DYNAMIC_SHARED").dynamic_shared;
+}
+
+bool is_shared_memory(const void* address, size_t bytes) {
+  const BlockRun& run = require_block_run("shared-memory query");
+  const auto inside = [&](const void* begin, size_t size) {
+    const auto* first = static_cast<const char*>(begin);
+    const auto* probe = static_cast<const char*>(address);
+    return probe >= first && probe + bytes <= first + size;
+  };
+  if (run.launch->dynamic_shared_bytes > 0 && inside(run.dynamic_shared, run.launch->dynamic_shared_bytes)) {
+    return true;
+  }
+  if (run.launch->symbols == nullptr) return false;
+  for (const StaticSharedVariable& variable : run.launch->symbols->static_shared) {
+    if (inside(variable.address, variable.bytes)) return true;
+  }
+  return false;
 }
 
 }  // namespace llmc::emu

@@ -1,6 +1,8 @@
 // The thread-block engine of the CUDA-on-CPU emulation: runs the threads of one block as fibers on
 // the calling OS thread, so __syncthreads and warp-synchronous operations (shuffles, ballots, MMA)
-// keep their GPU meaning. Also reports barriers that can never complete, naming kernel and block.
+// keep their GPU meaning. The schedule decides which thread runs next (forward, reverse, or warps that
+// drift apart in a seeded random order); results must not depend on it. Also reports barriers that can
+// never complete, naming kernel and block, and (TSan build) tells ThreadSanitizer what orders what.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,8 @@
 
 namespace llmc::emu {
 
+struct KernelSymbolInfo;
+
 // What a kernel launch is, for running it and for error messages.
 struct KernelLaunchInfo {
   const char* kernel_name = "";  // the text the kernel was named by at the launch site
@@ -22,6 +26,7 @@ struct KernelLaunchInfo {
   dim3 grid_dim;
   dim3 block_dim;
   size_t dynamic_shared_bytes = 0;
+  const KernelSymbolInfo* symbols = nullptr;  // static shared memory, launch bounds (set at launch)
 };
 
 // The builtin variables of one emulated GPU thread (threadIdx and friends read these).
@@ -40,12 +45,18 @@ extern thread_local const ThreadBuiltins* current_thread_builtins;
 // ---- warp-synchronous operations -------------------------------------------------------------
 // A warp operation (shuffle, vote, MMA, ...) is a rendezvous: each lane posts its input and waits;
 // once every lane named in the mask has arrived at an operation with the same resolver and mask,
-// the resolver computes every lane's output at once.
+// the resolver computes every lane's output at once. Lanes named in each other's masks that wait at
+// different operations (another intrinsic, other qualifiers such as ldmatrix .trans, another mask)
+// are an error.
+enum WarpOperationFlags : unsigned {
+  kWarpOperationOrdersMemory = 1u,  // __syncwarp: memory ordering among the participating lanes
+};
 struct WarpLanePost {
   const void* input = nullptr;  // lane-local data (lives on the waiting fiber's stack)
   void* output = nullptr;
   int arg0 = 0;  // operation-specific (e.g. shuffle source lane / delta)
   int arg1 = 0;  // operation-specific (e.g. shuffle clamp/segment value)
+  unsigned flags = 0;  // WarpOperationFlags
 };
 struct WarpOperation {
   unsigned mask = 0;                 // the lanes taking part
@@ -58,18 +69,36 @@ using WarpResolver = void (*)(const WarpOperation& operation);
 void warp_rendezvous(WarpResolver resolver, const char* operation_name, unsigned mask,
                      const WarpLanePost& post, const char* file, int line);
 void block_barrier(const char* file, int line);
+// Lets the other threads of the block run before the calling thread continues (atomics call it, so
+// that read-modify-write loops really contend).
+void yield_thread();
 
 // Stops the process with a message naming the kernel, block and thread now running (for errors
 // inside kernels that a GPU would report as a fault, or hide).
 [[noreturn]] void fail_in_kernel(const std::string& message);
 
-// ---- running blocks --------------------------------------------------------------------------
-// Order in which the scheduler runs the fibers of a block between synchronisation points. Kernel
-// results must not depend on it; running a test in both orders exposes missing barriers.
-enum class ThreadOrder { kForward, kReverse };
+// Lane index (0..31) of the calling emulated thread.
+int current_lane();
 
-// Runs one block: every thread executes `thread_body` (the kernel with its arguments) as a fiber.
-// `dynamic_shared` is this block's dynamic shared memory (LLMC_DYNAMIC_SHARED reads it).
+// Whether [address, address + bytes) lies in the running block's shared memory (the kernel's static
+// __shared__ variables or its dynamic shared memory).
+bool is_shared_memory(const void* address, size_t bytes);
+
+// ---- running blocks --------------------------------------------------------------------------
+// Which thread runs next. Lockstep schedules (forward, reverse) run every thread of the block to its
+// next synchronisation point in turn, so warps stay together. kDrift runs one warp at a time up to
+// its next block barrier while the others wait (warps in a seeded random order each phase, lanes in
+// a seeded random order each pass), and the emulated device runs blocks in a seeded random order.
+enum class ScheduleMode { kForward, kReverse, kDrift };
+struct Schedule {
+  ScheduleMode mode = ScheduleMode::kForward;
+  uint64_t seed = 1;  // kDrift only
+};
+// "forward", "reverse", "drift" (for messages and LLMC_EMU_SCHEDULE).
+const char* schedule_mode_name(ScheduleMode mode);
+
+// Runs blocks: every thread executes `thread_body` (the kernel with its arguments) as a fiber. One
+// BlockRunner per OS thread that runs kernels (it owns that thread's fibers and their stacks).
 class BlockRunner {
  public:
   BlockRunner();
@@ -77,8 +106,14 @@ class BlockRunner {
   BlockRunner(const BlockRunner&) = delete;
   BlockRunner& operator=(const BlockRunner&) = delete;
 
+  // `dynamic_shared` is this block's dynamic shared memory (LLMC_DYNAMIC_SHARED reads it); it and the
+  // kernel's static __shared__ variables are poisoned (0xFF bytes: NaN) before the block starts.
+  // `block_seed` seeds the drift schedule's choices for this block.
   void run_block(const KernelLaunchInfo& launch, uint3 block_idx, void* dynamic_shared,
-                 const std::function<void()>& thread_body, ThreadOrder order);
+                 const std::function<void()>& thread_body, ScheduleMode mode, uint64_t block_seed);
+  // After the last block of a launch: what the kernel wrote is ordered before what the caller does
+  // next (for TSan; the blocks themselves are not ordered with each other).
+  void finish_launch();
 
  private:
   struct Impl;  // fiber stacks and thread records, reused across blocks and launches
@@ -87,5 +122,9 @@ class BlockRunner {
 
 // Dynamic shared memory of the block running on this OS thread (LLMC_DYNAMIC_SHARED).
 void* current_dynamic_shared_memory();
+
+// Fills kernel memory that a GPU leaves undefined (fresh device memory, shared memory) with 0xFF bytes,
+// which read as NaN in floating point.
+inline constexpr int kUninitializedByte = 0xFF;
 
 }  // namespace llmc::emu

@@ -22,12 +22,21 @@
 // ---- qualifiers ------------------------------------------------------------------------------
 // The CUDA headers define __global__/__device__/__host__ as nothing for a host compiler.
 // Shared memory: one block runs at a time in the whole process (the emulated device serialises
-// blocks), so a plain static is per-block storage, and AddressSanitizer puts redzones around it.
+// blocks), so a plain static is per-block storage, and AddressSanitizer puts redzones around it. The
+// device finds a kernel's __shared__ variables in the symbol table (kernel_symbols.h) and poisons them
+// before every block; declare them in the kernel's body (not in a __device__ helper) for that.
 #undef __shared__
 #define __shared__ static
 #undef __constant__
 #define __constant__
-#define __launch_bounds__(...)
+// __launch_bounds__(max_threads, ...) becomes an ABI tag of the kernel's mangled name, where the device
+// reads it at launch. So the first argument must be an integer literal or a macro expanding to one, and
+// a template kernel must be in a namespace (GCC drops ABI tags of global-namespace templates).
+#define LLMC_EMU_STRINGIFY_(x) #x
+#define LLMC_EMU_STRINGIFY(x) LLMC_EMU_STRINGIFY_(x)
+#define LLMC_EMU_LAUNCH_BOUNDS_(max_threads, ...) \
+  __attribute__((abi_tag("llmc_launch_bounds_" LLMC_EMU_STRINGIFY(max_threads))))
+#define __launch_bounds__(...) LLMC_EMU_LAUNCH_BOUNDS_(__VA_ARGS__, 0)
 #undef __grid_constant__
 #define __grid_constant__
 
@@ -53,8 +62,9 @@ inline constexpr int warpSize = 32;
 inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   ::llmc::emu::block_barrier(file, line);
 }
-// Memory fences: every emulated thread of a block runs on one OS thread and blocks are
-// serialised, so kernel memory is already ordered; only the compiler must not reorder.
+// Memory fences: every emulated thread of a block runs on one OS thread and blocks are serialised, so
+// kernel memory is already ordered; only the compiler must not reorder. (ThreadSanitizer sees no
+// ordering from a fence alone, as the CUDA memory model gives none without a matching atomic.)
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
@@ -195,84 +205,112 @@ inline int __any_sync(unsigned mask, int predicate, const char* file = __builtin
   return static_cast<int>(
       ::llmc::emu::vote<::llmc::emu::VoteMode::kAny>("__any_sync", mask, predicate, file, line));
 }
+// The one warp operation that orders memory (among the lanes in the mask), as in CUDA.
 inline void __syncwarp(unsigned mask = 0xffffffffu, const char* file = __builtin_FILE(),
                        int line = __builtin_LINE()) {
-  ::llmc::emu::warp_rendezvous(&::llmc::emu::resolve_syncwarp, "__syncwarp", mask,
-                               ::llmc::emu::WarpLanePost{}, file, line);
+  ::llmc::emu::WarpLanePost post;
+  post.flags = ::llmc::emu::kWarpOperationOrdersMemory;
+  ::llmc::emu::warp_rendezvous(&::llmc::emu::resolve_syncwarp, "__syncwarp", mask, post, file, line);
 }
 
 // ---- atomics ---------------------------------------------------------------------------------
-// Integer atomics use the compiler's atomic builtins. Floating-point ones are a plain
-// read-modify-write: kernel code never runs concurrently (fibers are cooperative and blocks are
-// serialised device-wide), and the add itself rounds to nearest even as on the GPU.
-inline int atomicAdd(int* address, int value) { return __atomic_fetch_add(address, value, __ATOMIC_RELAXED); }
-inline unsigned atomicAdd(unsigned* address, unsigned value) { return __atomic_fetch_add(address, value, __ATOMIC_RELAXED); }
-inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
+// Relaxed read-modify-writes, as on a GPU. Each first lets the block's other threads run, so that
+// compare-and-swap loops really contend (and retry); floating-point ones are such loops over the
+// value's bytes, rounding to nearest even as the GPU does.
+namespace llmc::emu {
+
+template <class T>
+T atomic_fetch_add(T* address, T value) {
+  yield_thread();
   return __atomic_fetch_add(address, value, __ATOMIC_RELAXED);
 }
-inline float atomicAdd(float* address, float value) {
-  const float old = *address;
-  *address = old + value;
+
+// Replaces *address by update(*address) atomically; returns the old value.
+template <class T, class Update>
+T atomic_update(T* address, Update update) {
+  yield_thread();
+  T old;
+  __atomic_load(address, &old, __ATOMIC_RELAXED);
+  T desired = update(old);
+  while (!__atomic_compare_exchange(address, &old, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    desired = update(old);
+  }
   return old;
 }
-inline double atomicAdd(double* address, double value) {
-  const double old = *address;
-  *address = old + value;
-  return old;
-}
-inline __nv_bfloat16 atomicAdd(__nv_bfloat16* address, __nv_bfloat16 value) {
-  const __nv_bfloat16 old = *address;
-  *address = __float2bfloat16(__bfloat162float(old) + __bfloat162float(value));
-  return old;
-}
-inline __nv_bfloat162 atomicAdd(__nv_bfloat162* address, __nv_bfloat162 value) {
-  const __nv_bfloat162 old = *address;
-  address->x = __float2bfloat16(__bfloat162float(old.x) + __bfloat162float(value.x));
-  address->y = __float2bfloat16(__bfloat162float(old.y) + __bfloat162float(value.y));
-  return old;
-}
-inline int atomicSub(int* address, int value) { return __atomic_fetch_sub(address, value, __ATOMIC_RELAXED); }
-inline unsigned atomicSub(unsigned* address, unsigned value) { return __atomic_fetch_sub(address, value, __ATOMIC_RELAXED); }
-inline int atomicExch(int* address, int value) { return __atomic_exchange_n(address, value, __ATOMIC_RELAXED); }
-inline unsigned atomicExch(unsigned* address, unsigned value) { return __atomic_exchange_n(address, value, __ATOMIC_RELAXED); }
-inline float atomicExch(float* address, float value) {
-  const float old = *address;
-  *address = value;
-  return old;
-}
+
 template <class T>
-inline T llmc_emu_atomic_cas(T* address, T compare, T value) {
+T atomic_exchange(T* address, T value) {
+  yield_thread();
+  T old;
+  __atomic_exchange(address, &value, &old, __ATOMIC_RELAXED);
+  return old;
+}
+
+template <class T>
+T atomic_compare_and_swap(T* address, T compare, T value) {
+  yield_thread();
   __atomic_compare_exchange_n(address, &compare, value, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   return compare;  // holds the old value whether or not the exchange happened
 }
-inline int atomicCAS(int* address, int compare, int value) { return llmc_emu_atomic_cas(address, compare, value); }
+
+}  // namespace llmc::emu
+
+inline int atomicAdd(int* address, int value) { return ::llmc::emu::atomic_fetch_add(address, value); }
+inline unsigned atomicAdd(unsigned* address, unsigned value) { return ::llmc::emu::atomic_fetch_add(address, value); }
+inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
+  return ::llmc::emu::atomic_fetch_add(address, value);
+}
+inline float atomicAdd(float* address, float value) {
+  return ::llmc::emu::atomic_update(address, [value](float old) { return old + value; });
+}
+inline double atomicAdd(double* address, double value) {
+  return ::llmc::emu::atomic_update(address, [value](double old) { return old + value; });
+}
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16* address, __nv_bfloat16 value) {
+  return ::llmc::emu::atomic_update(address, [value](__nv_bfloat16 old) {
+    return __float2bfloat16(__bfloat162float(old) + __bfloat162float(value));
+  });
+}
+inline __nv_bfloat162 atomicAdd(__nv_bfloat162* address, __nv_bfloat162 value) {
+  return ::llmc::emu::atomic_update(address, [value](__nv_bfloat162 old) {
+    __nv_bfloat162 sum;
+    sum.x = __float2bfloat16(__bfloat162float(old.x) + __bfloat162float(value.x));
+    sum.y = __float2bfloat16(__bfloat162float(old.y) + __bfloat162float(value.y));
+    return sum;
+  });
+}
+inline int atomicSub(int* address, int value) {  // wraps around, as on a GPU
+  return ::llmc::emu::atomic_update(
+      address, [value](int old) { return static_cast<int>(static_cast<unsigned>(old) - static_cast<unsigned>(value)); });
+}
+inline unsigned atomicSub(unsigned* address, unsigned value) {
+  return ::llmc::emu::atomic_update(address, [value](unsigned old) { return old - value; });
+}
+inline int atomicExch(int* address, int value) { return ::llmc::emu::atomic_exchange(address, value); }
+inline unsigned atomicExch(unsigned* address, unsigned value) { return ::llmc::emu::atomic_exchange(address, value); }
+inline float atomicExch(float* address, float value) { return ::llmc::emu::atomic_exchange(address, value); }
+inline int atomicCAS(int* address, int compare, int value) {
+  return ::llmc::emu::atomic_compare_and_swap(address, compare, value);
+}
 inline unsigned atomicCAS(unsigned* address, unsigned compare, unsigned value) {
-  return llmc_emu_atomic_cas(address, compare, value);
+  return ::llmc::emu::atomic_compare_and_swap(address, compare, value);
 }
 inline unsigned long long atomicCAS(unsigned long long* address, unsigned long long compare,
                                     unsigned long long value) {
-  return llmc_emu_atomic_cas(address, compare, value);
+  return ::llmc::emu::atomic_compare_and_swap(address, compare, value);
 }
-template <class T>
-inline T llmc_emu_atomic_max(T* address, T value) {
-  T old = __atomic_load_n(address, __ATOMIC_RELAXED);
-  while (old < value && !__atomic_compare_exchange_n(address, &old, value, true, __ATOMIC_RELAXED,
-                                                     __ATOMIC_RELAXED)) {
-  }
-  return old;
+inline int atomicMax(int* address, int value) {
+  return ::llmc::emu::atomic_update(address, [value](int old) { return old < value ? value : old; });
 }
-template <class T>
-inline T llmc_emu_atomic_min(T* address, T value) {
-  T old = __atomic_load_n(address, __ATOMIC_RELAXED);
-  while (value < old && !__atomic_compare_exchange_n(address, &old, value, true, __ATOMIC_RELAXED,
-                                                     __ATOMIC_RELAXED)) {
-  }
-  return old;
+inline unsigned atomicMax(unsigned* address, unsigned value) {
+  return ::llmc::emu::atomic_update(address, [value](unsigned old) { return old < value ? value : old; });
 }
-inline int atomicMax(int* address, int value) { return llmc_emu_atomic_max(address, value); }
-inline unsigned atomicMax(unsigned* address, unsigned value) { return llmc_emu_atomic_max(address, value); }
-inline int atomicMin(int* address, int value) { return llmc_emu_atomic_min(address, value); }
-inline unsigned atomicMin(unsigned* address, unsigned value) { return llmc_emu_atomic_min(address, value); }
+inline int atomicMin(int* address, int value) {
+  return ::llmc::emu::atomic_update(address, [value](int old) { return value < old ? value : old; });
+}
+inline unsigned atomicMin(unsigned* address, unsigned value) {
+  return ::llmc::emu::atomic_update(address, [value](unsigned old) { return value < old ? value : old; });
+}
 
 // ---- integer and float helpers of device code ------------------------------------------------
 inline int min(int a, int b) { return a < b ? a : b; }

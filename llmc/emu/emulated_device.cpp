@@ -4,19 +4,22 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
+#include <numeric>
+#include <random>
 #include <thread>
+
+#include "llmc/emu/kernel_symbols.h"
+#include "llmc/emu/tsan_hooks.h"
 
 namespace llmc::emu {
 
 namespace {
-
-// Freshly allocated device memory and dynamic shared memory are filled with this byte, so reads of
-// never-written memory give NaN (floats, bf16) instead of a lucky zero.
-constexpr int kUninitializedByte = 0xFF;
 
 bool is_legacy_handle(cudaStream_t stream) {
   return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
@@ -35,15 +38,32 @@ EmulatedDevice& EmulatedDevice::instance() {
   return *device;
 }
 
-EmulatedDevice::EmulatedDevice() {
-  if (const char* order = std::getenv("LLMC_EMU_THREAD_ORDER")) {
-    if (std::strcmp(order, "reverse") == 0) {
-      thread_order_ = ThreadOrder::kReverse;
-    } else if (std::strcmp(order, "forward") != 0) {
-      std::fprintf(stderr, "llmc emu: LLMC_EMU_THREAD_ORDER=%s: expected forward or reverse\n", order);
+// LLMC_EMU_SCHEDULE and LLMC_EMU_SEED (see emulated_device.h).
+static Schedule schedule_from_environment() {
+  Schedule schedule;
+  if (const char* mode = std::getenv("LLMC_EMU_SCHEDULE")) {
+    const ScheduleMode modes[] = {ScheduleMode::kForward, ScheduleMode::kReverse, ScheduleMode::kDrift};
+    const auto found = std::find_if(std::begin(modes), std::end(modes),
+                                    [&](ScheduleMode m) { return std::strcmp(mode, schedule_mode_name(m)) == 0; });
+    if (found == std::end(modes)) {
+      std::fprintf(stderr, "llmc emu: LLMC_EMU_SCHEDULE=%s: expected forward, reverse or drift\n", mode);
+      std::abort();
+    }
+    schedule.mode = *found;
+  }
+  if (const char* seed = std::getenv("LLMC_EMU_SEED")) {
+    char* end = nullptr;
+    schedule.seed = std::strtoull(seed, &end, 10);
+    if (end == seed || *end != '\0') {
+      std::fprintf(stderr, "llmc emu: LLMC_EMU_SEED=%s is not a non-negative integer\n", seed);
       std::abort();
     }
   }
+  return schedule;
+}
+
+EmulatedDevice::EmulatedDevice() {
+  schedule_ = schedule_from_environment();
   if (const char* drop = std::getenv("LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS")) {
     if (std::strcmp(drop, "1") != 0 && std::strcmp(drop, "0") != 0) {
       std::fprintf(stderr, "llmc emu: LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS=%s: expected 0 or 1\n", drop);
@@ -60,8 +80,8 @@ EmulatedDevice::EmulatedDevice() {
   cudaDeviceProp& p = properties_;
   std::strncpy(p.name, "Emulated CPU device", sizeof(p.name) - 1);
   p.totalGlobalMem = total_memory_bytes_;
-  p.sharedMemPerBlock = kDefaultDynamicSharedLimit;
-  p.sharedMemPerBlockOptin = kMaxDynamicSharedOptIn;
+  p.sharedMemPerBlock = kDefaultSharedLimit;
+  p.sharedMemPerBlockOptin = kMaxSharedOptIn;
   p.sharedMemPerMultiprocessor = 228 * 1024;
   p.reservedSharedMemPerBlock = 1024;
   p.regsPerBlock = 65536;
@@ -147,6 +167,15 @@ cudaError_t EmulatedDevice::classify(const void* pointer, size_t bytes, MemoryKi
   return cudaSuccess;
 }
 
+bool EmulatedDevice::is_pageable_host_memory(const void* pointer) const {
+  if (pointer == nullptr) return false;
+  MemoryKind kind;
+  if (classify(pointer, 0, &kind) != cudaSuccess || kind != MemoryKind::kPageableHost) return false;
+  // One past the end of an allocation (an empty range's pointer) is a device pointer too.
+  const char* before = static_cast<const char*>(pointer) - 1;
+  return classify(before, 1, &kind) != cudaSuccess || kind == MemoryKind::kPageableHost;
+}
+
 size_t EmulatedDevice::device_bytes_in_use() const {
   std::lock_guard<std::mutex> lock(memory_mutex_);
   return device_bytes_in_use_;
@@ -196,13 +225,19 @@ uint64_t EmulatedDevice::enqueue(cudaStream_t stream_handle, std::function<void(
     for (CUstream_st* other : streams_) {
       if (other->flags & cudaStreamNonBlocking) continue;
       const uint64_t tail = other->worker->last_enqueued();
-      if (!other->worker->is_complete(tail)) stream->worker->enqueue(wait_for(other->worker, tail));
+      if (!other->worker->is_complete(tail)) {
+        stream->worker->enqueue(wait_for(other->worker, tail));
+      } else {
+        other->worker->wait_until_complete(tail);  // returns at once; orders the work before the task (TSan)
+      }
     }
   } else if (!(stream->flags & cudaStreamNonBlocking)) {
     // Blocking stream: waits for all earlier work in the legacy default stream.
     const uint64_t tail = legacy_stream_.worker->last_enqueued();
     if (!legacy_stream_.worker->is_complete(tail)) {
       stream->worker->enqueue(wait_for(legacy_stream_.worker, tail));
+    } else {
+      legacy_stream_.worker->wait_until_complete(tail);
     }
   }
   return stream->worker->enqueue(std::move(task));
@@ -219,17 +254,29 @@ void EmulatedDevice::synchronize_all() {
   for (const auto& worker : workers) worker->wait_until_idle();
 }
 
-// ---- kernels -----------------------------------------------------------------------------------
+// ---- kernels ----------------------------------------------------------------------------------
+
+void EmulatedDevice::set_schedule(Schedule schedule) {
+  std::lock_guard<std::mutex> lock(schedule_mutex_);
+  schedule_ = schedule;
+}
+
+Schedule EmulatedDevice::schedule() const {
+  std::lock_guard<std::mutex> lock(schedule_mutex_);
+  return schedule_;
+}
 
 cudaError_t EmulatedDevice::set_max_dynamic_shared(const void* kernel_address, int bytes) {
-  if (bytes < 0 || static_cast<size_t>(bytes) > kMaxDynamicSharedOptIn) return cudaErrorInvalidValue;
+  const size_t static_bytes = kernel_symbol_info(kernel_address).static_shared_bytes;
+  if (bytes < 0 || static_bytes + static_cast<size_t>(bytes) > kMaxSharedOptIn) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(kernel_attribute_mutex_);
   dynamic_shared_limit_[kernel_address] = static_cast<size_t>(bytes);
   return cudaSuccess;
 }
 
-cudaError_t EmulatedDevice::launch(const KernelLaunchInfo& launch, std::function<void()> thread_body,
-                                   cudaStream_t stream, std::string* error_detail) {
+namespace {
+
+cudaError_t check_shape(const KernelLaunchInfo& launch, std::string* error_detail) {
   const dim3 block = launch.block_dim;
   const dim3 grid = launch.grid_dim;
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
@@ -244,43 +291,118 @@ cudaError_t EmulatedDevice::launch(const KernelLaunchInfo& launch, std::function
     *error_detail = "grid " + format_dim(grid) + " is not a valid grid shape";
     return cudaErrorInvalidConfiguration;
   }
-  size_t shared_limit = kDefaultDynamicSharedLimit;
+  const KernelSymbolInfo& symbols = *launch.symbols;
+  if (!symbols.unreadable_launch_bounds.empty()) {
+    *error_detail = "the emulation cannot read __launch_bounds__(" + symbols.unreadable_launch_bounds +
+                    ", ...): in the emulated build its first argument must be an integer literal or a "
+                    "macro expanding to one";
+    return cudaErrorInvalidDeviceFunction;
+  }
+  if (symbols.max_threads_per_block > 0 && threads > static_cast<unsigned long long>(symbols.max_threads_per_block)) {
+    *error_detail = "block " + format_dim(block) + " has " + std::to_string(threads) +
+                    " threads, more than the kernel's __launch_bounds__(" +
+                    std::to_string(symbols.max_threads_per_block) + ")";
+    return cudaErrorLaunchOutOfResources;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t EmulatedDevice::check_launch(const KernelLaunchInfo& launch,
+                                         const std::vector<const void*>& pointer_arguments,
+                                         std::string* error_detail) {
+  if (cudaError_t error = check_shape(launch, error_detail); error != cudaSuccess) return error;
+  const size_t static_bytes = launch.symbols->static_shared_bytes;
+  if (static_bytes > kDefaultSharedLimit) {
+    *error_detail = std::to_string(static_bytes) + " bytes of static __shared__ memory exceed the 48 KiB "
+                    "a kernel may declare (larger buffers must be dynamic shared memory)";
+    return cudaErrorInvalidValue;
+  }
+  std::optional<size_t> opted_in;
   {
     std::lock_guard<std::mutex> lock(kernel_attribute_mutex_);
     auto found = dynamic_shared_limit_.find(launch.kernel_address);
-    if (found != dynamic_shared_limit_.end()) shared_limit = std::max(shared_limit, found->second);
+    if (found != dynamic_shared_limit_.end()) opted_in = found->second;
   }
-  if (launch.dynamic_shared_bytes > shared_limit) {
-    *error_detail = std::to_string(launch.dynamic_shared_bytes) +
-                    " bytes of dynamic shared memory exceed the limit of " +
-                    std::to_string(shared_limit) +
-                    " (above 48 KiB needs cudaFuncSetAttribute("
-                    "cudaFuncAttributeMaxDynamicSharedMemorySize), at most 227 KiB)";
+  const size_t dynamic_bytes = launch.dynamic_shared_bytes;
+  // cudaFuncSetAttribute already checked that static + opted-in dynamic fits in 227 KiB.
+  const bool fits = opted_in ? dynamic_bytes <= *opted_in : static_bytes + dynamic_bytes <= kDefaultSharedLimit;
+  if (!fits) {
+    *error_detail = std::to_string(static_bytes) + " bytes of static and " + std::to_string(dynamic_bytes) +
+                    " bytes of dynamic shared memory exceed the kernel's limit (above 48 KiB in all needs "
+                    "cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize), at most 227 KiB)";
     return cudaErrorInvalidValue;
   }
-  enqueue(stream, [this, launch, body = std::move(thread_body), order = thread_order()] {
-    run_grid(launch, body, order);
+  for (size_t i = 0; i < pointer_arguments.size(); ++i) {
+    if (is_pageable_host_memory(pointer_arguments[i])) {
+      *error_detail = "a pointer argument (" + std::to_string(i + 1) + " of the pointer arguments) points "
+                      "to pageable host memory, which a GPU cannot access: use cudaMalloc or cudaMallocHost";
+      return cudaErrorInvalidValue;
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t EmulatedDevice::launch(KernelLaunchInfo launch, std::function<void()> thread_body,
+                                   const std::vector<const void*>& pointer_arguments, cudaStream_t stream,
+                                   std::string* error_detail) {
+  launch.symbols = &kernel_symbol_info(launch.kernel_address);
+  if (cudaError_t error = check_launch(launch, pointer_arguments, error_detail); error != cudaSuccess) {
+    return error;
+  }
+  Schedule schedule;
+  uint64_t launch_sequence;
+  {
+    std::lock_guard<std::mutex> lock(schedule_mutex_);
+    schedule = schedule_;
+    launch_sequence = ++launches_;
+  }
+  enqueue(stream, [this, launch, body = std::move(thread_body), schedule, launch_sequence] {
+    run_grid(launch, body, schedule, launch_sequence);
   });
   return cudaSuccess;
 }
 
+namespace {
+
+// The order blocks run in: x fastest (forward), the reverse, or a seeded random permutation (drift).
+std::vector<uint3> block_order(dim3 grid, Schedule schedule, std::mt19937_64& random) {
+  std::vector<uint3> blocks;
+  blocks.reserve(static_cast<size_t>(grid.x) * grid.y * grid.z);
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) blocks.push_back(uint3{x, y, z});
+  if (schedule.mode == ScheduleMode::kReverse) std::reverse(blocks.begin(), blocks.end());
+  if (schedule.mode == ScheduleMode::kDrift) std::shuffle(blocks.begin(), blocks.end(), random);
+  return blocks;
+}
+
+// The emulated SM of the calling stream worker: its fibers run only this worker's kernels.
+BlockRunner& this_workers_block_runner() {
+  thread_local BlockRunner runner;
+  return runner;
+}
+
+}  // namespace
+
 void EmulatedDevice::run_grid(const KernelLaunchInfo& launch, const std::function<void()>& thread_body,
-                              ThreadOrder order) {
+                              Schedule schedule, uint64_t launch_sequence) {
   // Exactly the requested size, so AddressSanitizer catches accesses past the end.
-  const size_t shared_bytes = launch.dynamic_shared_bytes;
-  std::unique_ptr<unsigned char[]> dynamic_shared(new unsigned char[shared_bytes]);
-  const dim3 grid = launch.grid_dim;
-  for (unsigned z = 0; z < grid.z; ++z) {
-    for (unsigned y = 0; y < grid.y; ++y) {
-      for (unsigned x = 0; x < grid.x; ++x) {
-        // Uninitialised on a GPU: make a read before write visible (NaN) instead of reading
-        // the previous block's data.
-        std::memset(dynamic_shared.get(), kUninitializedByte, shared_bytes);
-        std::lock_guard<std::mutex> lock(block_mutex_);
-        block_runner_.run_block(launch, uint3{x, y, z}, dynamic_shared.get(), thread_body, order);
-      }
-    }
+  std::unique_ptr<unsigned char[]> dynamic_shared(new unsigned char[launch.dynamic_shared_bytes]);
+  std::mt19937_64 random(schedule.seed * 0x9E3779B97F4A7C15ull + launch_sequence);
+  BlockRunner& runner = this_workers_block_runner();
+  for (const uint3 block : block_order(launch.grid_dim, schedule, random)) {
+    // The device-wide lock orders nothing for TSan: blocks of different streams are not ordered on a GPU.
+    tsan::ignore_sync_begin();
+    std::unique_lock<std::mutex> lock(block_mutex_);
+    tsan::ignore_sync_end();
+    runner.run_block(launch, block, dynamic_shared.get(), thread_body, schedule.mode, random());
+    tsan::ignore_sync_begin();
+    lock.unlock();
+    tsan::ignore_sync_end();
   }
+  runner.finish_launch();
 }
 
 }  // namespace llmc::emu

@@ -40,8 +40,10 @@ enum class MemoryKind { kDevice, kPinnedHost, kPageableHost };
 
 // Emulated hardware limits (those of an H100/H200, the GPUs this project targets).
 inline constexpr int kMaxThreadsPerBlock = 1024;
-inline constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024;
-inline constexpr size_t kMaxDynamicSharedOptIn = 227 * 1024;
+// Static + dynamic shared memory of a block without the opt-in (also the most static shared memory a
+// kernel may declare), and with cudaFuncAttributeMaxDynamicSharedMemorySize.
+inline constexpr size_t kDefaultSharedLimit = 48 * 1024;
+inline constexpr size_t kMaxSharedOptIn = 227 * 1024;
 inline constexpr int kLeastStreamPriority = 0;
 inline constexpr int kGreatestStreamPriority = -5;
 
@@ -55,6 +57,8 @@ class EmulatedDevice {
   // Kind of the memory at [pointer, pointer+bytes); device ranges past their allocation's end
   // are errors (a GPU faults on them).
   cudaError_t classify(const void* pointer, size_t bytes, MemoryKind* kind) const;
+  // A non-null pointer into no device or pinned allocation (nor one past the end of one).
+  bool is_pageable_host_memory(const void* pointer) const;
   size_t device_bytes_in_use() const;
   size_t total_memory_bytes() const { return total_memory_bytes_; }
 
@@ -68,13 +72,15 @@ class EmulatedDevice {
   void synchronize_all();
 
   // ---- kernels ----
-  cudaError_t launch(const KernelLaunchInfo& launch, std::function<void()> thread_body,
-                     cudaStream_t stream, std::string* error_detail);
+  // `pointer_arguments`: the kernel's pointer-typed arguments (a GPU faults on pageable host memory).
+  cudaError_t launch(KernelLaunchInfo launch, std::function<void()> thread_body,
+                     const std::vector<const void*>& pointer_arguments, cudaStream_t stream,
+                     std::string* error_detail);
   cudaError_t set_max_dynamic_shared(const void* kernel_address, int bytes);
-  // Fiber order within blocks, for launches enqueued from now on. Default: forward, or reverse
-  // when the environment variable LLMC_EMU_THREAD_ORDER=reverse is set.
-  void set_thread_order(ThreadOrder order) { thread_order_.store(order); }
-  ThreadOrder thread_order() const { return thread_order_.load(); }
+  // How blocks and their threads are scheduled, for launches enqueued from now on. Default from the
+  // environment: LLMC_EMU_SCHEDULE=forward|reverse|drift (forward) and LLMC_EMU_SEED=<n> (1).
+  void set_schedule(Schedule schedule);
+  Schedule schedule() const;
 
   const cudaDeviceProp& properties() const { return properties_; }
 
@@ -86,8 +92,10 @@ class EmulatedDevice {
 
  private:
   EmulatedDevice();
+  cudaError_t check_launch(const KernelLaunchInfo& launch, const std::vector<const void*>& pointer_arguments,
+                           std::string* error_detail);
   void run_grid(const KernelLaunchInfo& launch, const std::function<void()>& thread_body,
-                ThreadOrder order);
+                Schedule schedule, uint64_t launch_sequence);
 
   struct Allocation {
     size_t bytes;
@@ -106,11 +114,13 @@ class EmulatedDevice {
   std::mutex kernel_attribute_mutex_;
   std::unordered_map<const void*, size_t> dynamic_shared_limit_;  // per kernel, after opt-in
 
-  // Blocks run one at a time in the whole process: __shared__ variables are plain statics.
+  // Blocks run one at a time in the whole process: __shared__ variables are plain statics. (Each
+  // stream worker has its own BlockRunner, so that TSan sees its fibers only in its own kernels.)
   std::mutex block_mutex_;
-  BlockRunner block_runner_;
 
-  std::atomic<ThreadOrder> thread_order_{ThreadOrder::kForward};
+  mutable std::mutex schedule_mutex_;
+  Schedule schedule_;
+  uint64_t launches_ = 0;  // numbers launches, to seed each one's schedule
   bool drop_waits_on_priority_streams_ = false;
   cudaDeviceProp properties_{};
 };

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "llmc/emu/emulated_device.h"
 
@@ -37,36 +39,46 @@ cudaError_t classify_copy(void* dst, const void* src, size_t count, MemoryKind* 
   return error;
 }
 
-// A copy is synchronous for the caller when it touches pageable host memory (CUDA stages such
-// copies through a pinned buffer and returns only once the host side is done).
-bool copy_is_synchronous(MemoryKind dst_kind, MemoryKind src_kind) {
-  return dst_kind == MemoryKind::kPageableHost || src_kind == MemoryKind::kPageableHost;
-}
+// Whether the API call is cudaMemcpy (and friends) or cudaMemcpyAsync: CUDA's synchronisation rules
+// differ ("API synchronization behavior" in the CUDA runtime documentation).
+enum class CopyCall { kSynchronous, kAsynchronous };
 
-cudaError_t enqueue_copy(void* dst, const void* src, size_t count, cudaStream_t stream, bool force_sync) {
+cudaError_t enqueue_copy(void* dst, const void* src, size_t count, cudaStream_t stream, CopyCall call) {
   if (count == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return record(cudaErrorInvalidValue);
   MemoryKind dst_kind, src_kind;
   if (cudaError_t error = classify_copy(dst, src, count, &dst_kind, &src_kind); error != cudaSuccess) {
     return record(error);
   }
+  const bool pageable_dst = dst_kind == MemoryKind::kPageableHost;
+  const bool pageable_src = src_kind == MemoryKind::kPageableHost;
+  if (pageable_src && !pageable_dst) {
+    // Staged: the call returns once the pageable source is copied, the device write happens later in
+    // stream order (cudaMemcpy first waits for the stream's earlier work).
+    if (call == CopyCall::kSynchronous) device().synchronize_stream(stream);
+    auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                               static_cast<const unsigned char*>(src) + count);
+    device().enqueue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    return cudaSuccess;
+  }
   const uint64_t sequence = device().enqueue(stream, [dst, src, count] { std::memmove(dst, src, count); });
-  if (force_sync || copy_is_synchronous(dst_kind, src_kind)) {
+  // Into pageable memory: returns when done. cudaMemcpy returns when done unless device to device.
+  const bool device_to_device = dst_kind == MemoryKind::kDevice && src_kind == MemoryKind::kDevice;
+  if (pageable_dst || (call == CopyCall::kSynchronous && !device_to_device)) {
     device().resolve(stream)->worker->wait_until_complete(sequence);
   }
   return cudaSuccess;
 }
 
-cudaError_t enqueue_memset(void* pointer, int value, size_t count, cudaStream_t stream, bool sync) {
+// cudaMemset and cudaMemsetAsync on device memory are both asynchronous with respect to the host.
+cudaError_t enqueue_memset(void* pointer, int value, size_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   MemoryKind kind;
   if (pointer == nullptr || device().classify(pointer, count, &kind) != cudaSuccess ||
       kind != MemoryKind::kDevice) {
     return record(cudaErrorInvalidValue);
   }
-  const uint64_t sequence =
-      device().enqueue(stream, [pointer, value, count] { std::memset(pointer, value, count); });
-  if (sync) device().resolve(stream)->worker->wait_until_complete(sequence);
+  device().enqueue(stream, [pointer, value, count] { std::memset(pointer, value, count); });
   return cudaSuccess;
 }
 
@@ -229,17 +241,17 @@ cudaError_t cudaFreeHost(void* pointer) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  return enqueue_copy(dst, src, count, nullptr, /*force_sync=*/true);
+  return enqueue_copy(dst, src, count, nullptr, CopyCall::kSynchronous);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                             cudaStream_t stream) {
-  return enqueue_copy(dst, src, count, stream, /*force_sync=*/false);
+  return enqueue_copy(dst, src, count, stream, CopyCall::kAsynchronous);
 }
 cudaError_t cudaMemset(void* pointer, int value, size_t count) {
-  return enqueue_memset(pointer, value, count, nullptr, /*sync=*/true);
+  return enqueue_memset(pointer, value, count, nullptr);
 }
 cudaError_t cudaMemsetAsync(void* pointer, int value, size_t count, cudaStream_t stream) {
-  return enqueue_memset(pointer, value, count, stream, /*sync=*/false);
+  return enqueue_memset(pointer, value, count, stream);
 }
 
 // ---- streams -----------------------------------------------------------------------------------

@@ -1,17 +1,50 @@
-// The in-order executor behind each emulated CUDA stream (see stream_worker.h).
+// The in-order executor behind each emulated CUDA stream (see stream_worker.h). Compiled without TSan
+// instrumentation in the TSan build: its queue bookkeeping is not GPU memory, and the happens-before
+// edges it stands for are the explicit release/acquire calls below (its mutex orders nothing).
 #include "llmc/emu/stream_worker.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 
+#include "llmc/emu/tsan_hooks.h"
+
 namespace llmc::emu {
+
+namespace {
+
+// A lock on the worker's mutex that TSan sees as no ordering at all.
+class UnorderedLock {
+ public:
+  explicit UnorderedLock(std::mutex& mutex) : lock_(mutex, std::defer_lock) {
+    tsan::IgnoreSync ignore;
+    lock_.lock();
+  }
+  ~UnorderedLock() {
+    tsan::IgnoreSync ignore;
+    lock_.unlock();
+  }
+  UnorderedLock(const UnorderedLock&) = delete;
+  UnorderedLock& operator=(const UnorderedLock&) = delete;
+  template <class Predicate>
+  void wait(std::condition_variable& changed, Predicate ready) {
+    while (!ready()) {
+      tsan::IgnoreSync ignore;
+      changed.wait(lock_);
+    }
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
+}  // namespace
 
 StreamWorker::StreamWorker(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
 
 StreamWorker::~StreamWorker() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    UnorderedLock lock(mutex_);
     stopping_ = true;
   }
   changed_.notify_all();
@@ -24,10 +57,12 @@ StreamWorker::~StreamWorker() {
 }
 
 uint64_t StreamWorker::enqueue(std::function<void()> task) {
+  auto queued = std::make_unique<std::function<void()>>(std::move(task));
+  tsan::release(queued.get());  // what the enqueuer did so far happens before the task
   uint64_t sequence;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(task));
+    UnorderedLock lock(mutex_);
+    queue_.push_back(std::move(queued));
     sequence = ++enqueued_;
   }
   changed_.notify_all();
@@ -35,38 +70,49 @@ uint64_t StreamWorker::enqueue(std::function<void()> task) {
 }
 
 uint64_t StreamWorker::last_enqueued() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  UnorderedLock lock(mutex_);
   return enqueued_;
 }
 
 bool StreamWorker::is_complete(uint64_t sequence) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  UnorderedLock lock(mutex_);
   return completed_ >= sequence;
 }
 
 void StreamWorker::wait_until_complete(uint64_t sequence) const {
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return completed_ >= sequence; });
+  {
+    UnorderedLock lock(mutex_);
+    lock.wait(changed_, [&] { return completed_ >= sequence; });
+  }
+  if (sequence > 0) tsan::acquire(completion_sync(sequence));
 }
 
 void StreamWorker::run() {
-  std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping and drained
-    std::function<void()> task = std::move(queue_.front());
-    queue_.pop_front();
-    lock.unlock();
+    std::unique_ptr<std::function<void()>> task;
+    uint64_t sequence;
+    {
+      UnorderedLock lock(mutex_);
+      lock.wait(changed_, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      sequence = completed_ + 1;
+    }
+    tsan::acquire(task.get());
     try {
-      task();
-      task = nullptr;  // release what the task captured before reporting completion
+      (*task)();
+      task.reset();  // release what the task captured before reporting completion
     } catch (const std::exception& error) {
       // A GPU would turn this into a sticky asynchronous error; stopping loudly is clearer.
       std::fprintf(stderr, "llmc emu: stream %s: task failed: %s\n", name_.c_str(), error.what());
       std::abort();
     }
-    lock.lock();
-    ++completed_;
+    tsan::release(completion_sync(sequence));  // this task and every earlier one
+    {
+      UnorderedLock lock(mutex_);
+      completed_ = sequence;
+    }
     changed_.notify_all();
   }
 }

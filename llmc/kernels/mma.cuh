@@ -69,31 +69,48 @@ inline void resolve_mma_m16n8k16_bf16(const emu::WarpOperation& operation) {
   }
 }
 
-// arg0: 1 for .trans. input: the lane's row address; output: uint32_t[4].
-inline void resolve_ldmatrix_x4(const emu::WarpOperation& operation) {
-  for (int lane = 0; lane < 32; ++lane) {
-    const void* row = *static_cast<const void* const*>(operation.lanes[lane]->input);
-    if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
-      emu::fail_in_kernel("ldmatrix: row address of lane " + std::to_string(lane) +
-                          " is not 16-byte aligned");
-    }
-  }
+// One lane's row of an ldmatrix, read from shared memory when the lane executes the instruction.
+struct LdmatrixRow {
+  uint16_t elements[8];
+};
+
+// input: the lane's LdmatrixRow; output: uint32_t[4].
+template <bool Transpose>
+void resolve_ldmatrix_x4(const emu::WarpOperation& operation) {
   for (int lane = 0; lane < 32; ++lane) {
     uint32_t* out = static_cast<uint32_t*>(operation.lanes[lane]->output);
-    const bool transpose = operation.lanes[lane]->arg0 != 0;
     const int group = lane / 4, pair = lane % 4;
     for (int matrix = 0; matrix < 4; ++matrix) {
       uint16_t element[2];
       for (int half = 0; half < 2; ++half) {
-        // Element [r][c] of matrix m is column c of the row whose address lane 8*m + r gave.
-        const int r = transpose ? 2 * pair + half : group;
-        const int c = transpose ? group : 2 * pair + half;
-        const void* row = *static_cast<const void* const*>(operation.lanes[8 * matrix + r]->input);
-        std::memcpy(&element[half], static_cast<const unsigned char*>(row) + 2 * c, 2);
+        // Element [r][c] of matrix m is column c of the row lane 8*m + r read.
+        const int r = Transpose ? 2 * pair + half : group;
+        const int c = Transpose ? group : 2 * pair + half;
+        element[half] = static_cast<const LdmatrixRow*>(operation.lanes[8 * matrix + r]->input)->elements[c];
       }
       out[matrix] = static_cast<uint32_t>(element[0]) | (static_cast<uint32_t>(element[1]) << 16);
     }
   }
+}
+
+// The lane's part of ldmatrix: checks the address as the GPU would fault on it and reads the row now,
+// so that what another thread writes to it later is not seen (the exchange happens at the rendezvous).
+template <bool Transpose>
+void ldmatrix_x4(uint32_t (&r)[4], const void* row_address, const char* name) {
+  if (reinterpret_cast<uintptr_t>(row_address) % 16 != 0) {
+    emu::fail_in_kernel(std::string(name) + ": row address of lane " + std::to_string(emu::current_lane()) +
+                        " is not 16-byte aligned");
+  }
+  if (!emu::is_shared_memory(row_address, 16)) {
+    emu::fail_in_kernel(std::string(name) + ": row address of lane " + std::to_string(emu::current_lane()) +
+                        " is not in the block's shared memory (ldmatrix reads .shared only)");
+  }
+  LdmatrixRow row;
+  std::memcpy(&row, row_address, sizeof row);
+  emu::WarpLanePost post;
+  post.input = &row;
+  post.output = r;
+  emu::warp_rendezvous(&resolve_ldmatrix_x4<Transpose>, name, 0xffffffffu, post, __FILE__, __LINE__);
 }
 
 }  // namespace emu_mma
@@ -132,11 +149,7 @@ __device__ inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], 
 // in r[0], r[1] and of n-tile 1 in r[2], r[3].
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
 #if defined(LLMC_EMULATION)
-  emu::WarpLanePost post;
-  post.input = &row_address;
-  post.output = r;
-  post.arg0 = 0;
-  emu::warp_rendezvous(&emu_mma::resolve_ldmatrix_x4, "ldmatrix_x4", 0xffffffffu, post, __FILE__, __LINE__);
+  emu_mma::ldmatrix_x4<false>(r, row_address, "ldmatrix_x4");
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -149,12 +162,7 @@ __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
 
 __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
 #if defined(LLMC_EMULATION)
-  emu::WarpLanePost post;
-  post.input = &row_address;
-  post.output = r;
-  post.arg0 = 1;
-  emu::warp_rendezvous(&emu_mma::resolve_ldmatrix_x4, "ldmatrix_x4_trans", 0xffffffffu, post, __FILE__,
-                       __LINE__);
+  emu_mma::ldmatrix_x4<true>(r, row_address, "ldmatrix_x4_trans");
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"

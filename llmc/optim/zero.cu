@@ -89,6 +89,10 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
   CUDA_CHECK(cudaMalloc(&adam_v_, shard_elements_ * sizeof(float)));
   CUDA_CHECK(cudaMemset(adam_m_, 0, shard_elements_ * sizeof(float)));
   CUDA_CHECK(cudaMemset(adam_v_, 0, shard_elements_ * sizeof(float)));
+  // cudaMemset is asynchronous, and the comm stream (non-blocking) is not ordered after the legacy
+  // stream: without this wait the zeros would precede the first update there only through the compute
+  // stream's events (it is a blocking stream today).
+  CUDA_CHECK(cudaStreamSynchronize(nullptr));
   norm_scratch_floats_ = global_norm_scratch_floats(shard_elements_);
   CUDA_CHECK(cudaMalloc(&norm_squared_, sizeof(float)));
   CUDA_CHECK(cudaMalloc(&norm_scratch_, norm_scratch_floats_ * sizeof(float)));
@@ -276,6 +280,10 @@ void ZeroOptimizer::upload_state(const std::vector<float>& master, const std::ve
                                   "shards have " + std::to_string(shard_elements_));
     CUDA_CHECK(cudaMemcpy(device, host->data(), shard_elements_ * sizeof(float), cudaMemcpyHostToDevice));
   }
+  // From pageable memory cudaMemcpy returns once the data is staged, before the device copy is done, and
+  // the (non-blocking) comm stream is not ordered after the legacy stream: this wait orders the state
+  // before the updates, instead of the compute stream's events (it is a blocking stream today).
+  CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 }  // namespace llmc

@@ -144,8 +144,9 @@ __global__ void atomic_counters_kernel(int* int_counter, unsigned* unsigned_coun
   atomicAdd(unsigned_counter, 3u);
   atomicAdd(float_sum, 1.0f);  // integers below 2^24: exact in any order
   atomicMax(maximum, (global * 7919) % 100003);
-  // A CAS loop increment, the way generic atomics are built.
-  int observed = *cas_counter;
+  // A CAS loop increment, the way generic atomics are built. The first read is atomic too: a plain read
+  // racing with other threads' CAS is a data race in CUDA's memory model (the TSan build reports it).
+  int observed = atomicAdd(cas_counter, 0);
   while (true) {
     const int previous = atomicCAS(cas_counter, observed, observed + 2);
     if (previous == observed) break;

@@ -62,6 +62,8 @@ std::vector<int> run_producer_consumer(bool wait_for_event) {
   CUDA_CHECK(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming));
   DeviceBuffer<int> d_data(n), d_seen(n);
   CUDA_CHECK(cudaMemset(d_data.get(), 0, n * sizeof(int)));  // "stale" contents: zeros
+  // cudaMemset is asynchronous, and the non-blocking streams below are not ordered after it.
+  CUDA_CHECK(cudaDeviceSynchronize());
   int* seen = nullptr;
   CUDA_CHECK(cudaMallocHost(&seen, n * sizeof(int)));
 

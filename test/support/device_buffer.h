@@ -33,8 +33,11 @@ class DeviceBuffer {
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
 
-  void fill_nan() { CUDA_CHECK(cudaMemset(data_, 0xff, bytes())); }
-  void fill_zero() { CUDA_CHECK(cudaMemset(data_, 0, bytes())); }
+  // Fills and uploads are complete on return, for work in any stream: cudaMemset is asynchronous, and
+  // cudaMemcpy from pageable memory returns once the data is staged, before the device copy is done;
+  // work in non-blocking streams is not ordered after either.
+  void fill_nan() { fill(0xff); }
+  void fill_zero() { fill(0); }
 
   // Host values converted to T (floatX values must be representable, see random_values).
   void upload(const std::vector<double>& values) {
@@ -46,6 +49,7 @@ class DeviceBuffer {
   void upload_raw(const std::vector<T>& host) {
     EXPECT_EQ(host.size(), count_);
     CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
   // Waits for the whole device first, so that work in non-blocking streams is included.
   std::vector<T> download_raw() const {
@@ -62,6 +66,10 @@ class DeviceBuffer {
   }
 
  private:
+  void fill(int byte) {
+    CUDA_CHECK(cudaMemset(data_, byte, bytes()));
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  }
   static T from_double(double value) {
     if constexpr (std::is_integral_v<T>)
       return static_cast<T>(value);

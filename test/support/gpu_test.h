@@ -45,3 +45,12 @@ class RequireGpuEnvironment : public ::testing::Environment {
 #else
 #define LLMC_IS_EMULATION 0
 #endif
+
+// Tests that run a kernel with a deliberate race to show what the emulation's schedules make of it:
+// the ThreadSanitizer build reports the race itself (test/emu/test_races.cu), so they skip there.
+#if defined(__SANITIZE_THREAD__)
+#define LLMC_SKIP_PLANTED_RACE_UNDER_TSAN() \
+  GTEST_SKIP() << "runs a planted race, which this ThreadSanitizer build reports (see test_races.cu)"
+#else
+#define LLMC_SKIP_PLANTED_RACE_UNDER_TSAN() static_cast<void>(0)
+#endif
