@@ -30,8 +30,9 @@
 #undef __constant__
 #define __constant__
 // __launch_bounds__(max_threads, ...) becomes an ABI tag of the kernel's mangled name, where the device
-// reads it at launch. So the first argument must be an integer literal or a macro expanding to one, and
-// a template kernel must be in a namespace (GCC drops ABI tags of global-namespace templates).
+// reads it at launch (the one channel from an attribute of a template kernel to run time). The device
+// checks it when the first argument is an integer literal or a macro expanding to one, and the kernel
+// is not a template in the global namespace (GCC drops ABI tags there).
 #define LLMC_EMU_STRINGIFY_(x) #x
 #define LLMC_EMU_STRINGIFY(x) LLMC_EMU_STRINGIFY_(x)
 #define LLMC_EMU_LAUNCH_BOUNDS_(max_threads, ...) \

@@ -291,13 +291,9 @@ cudaError_t check_shape(const KernelLaunchInfo& launch, std::string* error_detai
     *error_detail = "grid " + format_dim(grid) + " is not a valid grid shape";
     return cudaErrorInvalidConfiguration;
   }
+  // Launch bounds given as an integer literal (or a macro) are checked; a named constant's value does
+  // not reach the symbol table, so those bounds cannot be (docs/emulation.md).
   const KernelSymbolInfo& symbols = *launch.symbols;
-  if (!symbols.unreadable_launch_bounds.empty()) {
-    *error_detail = "the emulation cannot read __launch_bounds__(" + symbols.unreadable_launch_bounds +
-                    ", ...): in the emulated build its first argument must be an integer literal or a "
-                    "macro expanding to one";
-    return cudaErrorInvalidDeviceFunction;
-  }
   if (symbols.max_threads_per_block > 0 && threads > static_cast<unsigned long long>(symbols.max_threads_per_block)) {
     *error_detail = "block " + format_dim(block) + " has " + std::to_string(threads) +
                     " threads, more than the kernel's __launch_bounds__(" +

@@ -23,8 +23,8 @@ struct KernelSymbolInfo {
   size_t static_shared_bytes = 0;
   // From __launch_bounds__(max, ...): max threads per block, 0 when the kernel declares none.
   int max_threads_per_block = 0;
-  // Set when the kernel has launch bounds whose first argument the emulation cannot read (it must be
-  // an integer literal or a macro expanding to one): the text found instead.
+  // Set when the kernel's launch bounds are not an integer literal (e.g. a named constant, whose value
+  // the symbol table does not hold): the argument's text. Such bounds are not checked.
   std::string unreadable_launch_bounds;
 };
 

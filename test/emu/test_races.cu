@@ -88,7 +88,7 @@ TEST(Races, NonAtomicSharedAccumulationIsReported) {
   SKIP_UNLESS_TSAN();
   DeviceBuffer<int> out(2);
   run_and_sync([&] { LLMC_LAUNCH(shared_counter_kernel, 2, 256, 0, nullptr, out.get(), true); });
-  EXPECT_EQ(out.to_host(), (std::vector<int>{256, 256}));
+  EXPECT_EQ(out.download_raw(), (std::vector<int>{256, 256}));
   EXPECT_DEATH(run_and_sync([&] { LLMC_LAUNCH(shared_counter_kernel, 2, 256, 0, nullptr, out.get(), false); }),
                kRace);
 }
@@ -97,7 +97,7 @@ TEST(Races, NonAtomicAccumulationAcrossBlocksIsReported) {
   SKIP_UNLESS_TSAN();
   DeviceBuffer<int> total(std::vector<int>{0});
   run_and_sync([&] { LLMC_LAUNCH(global_total_kernel, 16, 64, 0, nullptr, total.get(), true); });
-  EXPECT_EQ(total.to_host()[0], 120);
+  EXPECT_EQ(total.download_raw()[0], 120);
   EXPECT_DEATH(run_and_sync([&] { LLMC_LAUNCH(global_total_kernel, 16, 64, 0, nullptr, total.get(), false); }),
                kRace);
 }

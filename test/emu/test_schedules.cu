@@ -57,7 +57,7 @@ int wrong_rotations(bool with_barrier) {
   for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i);
   DeviceBuffer<float> in(input), out(input.size());
   LLMC_LAUNCH(rotate_through_shared_kernel, 4, 128, 0, nullptr, in.get(), out.get(), with_barrier);
-  const std::vector<float> result = out.to_host();
+  const std::vector<float> result = out.download_raw();
   int wrong = 0;
   for (int b = 0; b < 4; ++b)
     for (int t = 0; t < 128; ++t) wrong += result[b * 128 + t] != input[b * 128 + (t + 32) % 128];
@@ -93,7 +93,7 @@ TEST(Schedules, StaticSharedMemoryStartsPoisonedInEveryBlock) {
   SKIP_UNLESS_EMULATION();
   DeviceBuffer<float> out(3 * 32);
   LLMC_LAUNCH(read_before_write_kernel, 3, 32, 0, nullptr, out.get());
-  for (float value : out.to_host()) EXPECT_TRUE(std::isnan(value));
+  for (float value : out.download_raw()) EXPECT_TRUE(std::isnan(value));
 }
 
 // Block b writes out[b] and reads out[b - 1], written by another block of the same launch: only a
@@ -114,7 +114,7 @@ TEST(Schedules, DriftRunsBlocksInARandomOrder) {
     CUDA_CHECK(cudaMemset(out.get(), 0xff, 64 * sizeof(float)));
     LLMC_LAUNCH(read_previous_block_kernel, 64, 32, 0, nullptr, out.get());
     int count = 0;
-    for (float value : out.to_host()) count += std::isnan(value);
+    for (float value : out.download_raw()) count += std::isnan(value);
     return count;
   };
   with_schedule(ScheduleMode::kForward, [&] { EXPECT_EQ(nan_count(), 0); });
@@ -145,7 +145,7 @@ TEST(Schedules, LdmatrixReadsItsRowWhenTheLaneExecutesIt) {
   with_schedule(llmc::emu::ScheduleMode::kForward, [] {
     DeviceBuffer<uint32_t> out(32);
     LLMC_LAUNCH(ldmatrix_then_overwrite_kernel, 1, 64, 0, nullptr, out.get());
-    for (uint32_t value : out.to_host()) EXPECT_EQ(value, 0x00010001u);  // two bf16 bit patterns "1"
+    for (uint32_t value : out.download_raw()) EXPECT_EQ(value, 0x00010001u);  // two bf16 bit patterns "1"
   });
 #endif
 }
@@ -167,8 +167,8 @@ TEST(Schedules, AtomicsContendSoCompareAndSwapLoopsRetry) {
   SKIP_UNLESS_EMULATION();
   DeviceBuffer<unsigned> counter(std::vector<unsigned>{0}), retries(std::vector<unsigned>{0});
   LLMC_LAUNCH(cas_increment_kernel, 4, 256, 0, nullptr, counter.get(), retries.get());
-  EXPECT_EQ(counter.to_host()[0], 4u * 256u);
-  EXPECT_GT(retries.to_host()[0], 0u);  // threads of a block interleave between read and swap
+  EXPECT_EQ(counter.download_raw()[0], 4u * 256u);
+  EXPECT_GT(retries.download_raw()[0], 0u);  // threads of a block interleave between read and swap
 }
 
 __global__ void float_sum_kernel(float* total) { atomicAdd(total, 1.0f); }
@@ -177,7 +177,7 @@ TEST(Schedules, FloatAtomicAddIsExactForSmallIntegers) {
   SKIP_UNLESS_EMULATION();
   DeviceBuffer<float> total(std::vector<float>{0.0f});
   LLMC_LAUNCH(float_sum_kernel, 8, 512, 0, nullptr, total.get());
-  EXPECT_EQ(total.to_host()[0], 4096.0f);  // every partial sum is an integer below 2^24: exact
+  EXPECT_EQ(total.download_raw()[0], 4096.0f);  // every partial sum is an integer below 2^24: exact
 }
 
 // cudaMemcpyAsync from pageable memory returns once the source is staged: the caller may reuse its
@@ -195,7 +195,7 @@ TEST(Schedules, PageableAsyncCopyIsStagedAndRunsInStreamOrder) {
   EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
   gate.open();
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  EXPECT_EQ(device_copy.to_host(), std::vector<int>(16, 7));
+  EXPECT_EQ(device_copy.download_raw(), std::vector<int>(16, 7));
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
@@ -207,7 +207,7 @@ TEST(Schedules, MemsetIsAsynchronous) {
   CUDA_CHECK(cudaMemset(buffer.get(), 0, 16 * sizeof(int)));  // returns while the stream is held
   EXPECT_EQ(cudaStreamQuery(nullptr), cudaErrorNotReady);
   gate.open();
-  EXPECT_EQ(buffer.to_host(), std::vector<int>(16, 0));
+  EXPECT_EQ(buffer.download_raw(), std::vector<int>(16, 0));
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 namespace {
 
 using mutants::Mutation;
-using namespace kernel_test;  // DeviceBuffer, random_values, all_close, tolerance
+using namespace llmc::test;  // DeviceBuffer, random_values, all_close, tolerance
 
 #if defined(__SANITIZE_THREAD__)
 constexpr bool kRaceDetector = true;
