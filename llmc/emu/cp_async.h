@@ -94,11 +94,11 @@ class CpAsyncQueue {
       fail_in_kernel("cp.async: " + std::to_string(copy_bytes) + "-byte copy with an address that is not " +
                      std::to_string(copy_bytes) + "-byte aligned (misaligned on a GPU)");
     }
-    MemoryKind kind;
-    if (EmulatedDevice::instance().classify(destination, size, &kind) != cudaSuccess ||
-        kind != MemoryKind::kPageableHost) {
-      fail_in_kernel("cp.async: the destination is device or host memory, not shared memory");
+    if (!is_shared_memory(destination, size)) {
+      fail_in_kernel("cp.async: the destination is not shared memory (not in the block's __shared__ variables "
+                     "or dynamic shared memory)");
     }
+    MemoryKind kind;
     if (src_bytes > 0 && (EmulatedDevice::instance().classify(source, static_cast<size_t>(src_bytes), &kind) !=
                               cudaSuccess ||
                           kind != MemoryKind::kDevice)) {

@@ -173,6 +173,7 @@ __global__ void read_other_warp_kernel(const int* in, int* out) {
 
 TEST(CpAsyncEmulation, MissingBarrierAfterTheWaitIsSeen) {
   SKIP_UNLESS_EMULATION();
+  LLMC_SKIP_PLANTED_RACE_UNDER_TSAN();
   std::vector<int> host(kThreads * kChunkInts);
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<int>(i) + 1;
   DeviceBuffer<int> in(host), out(kThreads);
