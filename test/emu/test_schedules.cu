@@ -40,6 +40,7 @@ void with_schedule(llmc::emu::ScheduleMode mode, Body body) {
 }
 #endif
 
+#if defined(LLMC_EMULATION)  // launched only there: the schedule is an emulation setting
 // Each warp copies its own 32 values into a shared tile, then reads the values of the next warp:
 // without the barrier, a warp that runs ahead reads what the next warp has not written yet. The warp
 // collective in between keeps lockstep warps together (as ldmatrix/mma do in the tensor-core kernels),
@@ -63,6 +64,7 @@ int wrong_rotations(bool with_barrier) {
     for (int t = 0; t < 128; ++t) wrong += result[b * 128 + t] != input[b * 128 + (t + 32) % 128];
   return wrong;
 }
+#endif
 
 TEST(Schedules, DriftingWarpsExposeAMissingBarrierThatLockstepHides) {
   SKIP_UNLESS_EMULATION();
@@ -96,6 +98,7 @@ TEST(Schedules, StaticSharedMemoryStartsPoisonedInEveryBlock) {
   for (float value : out.download_raw()) EXPECT_TRUE(std::isnan(value));
 }
 
+#if defined(LLMC_EMULATION)  // launched only there: the schedule is an emulation setting
 // Block b writes out[b] and reads out[b - 1], written by another block of the same launch: only a
 // fixed block order makes that read "work".
 __global__ void read_previous_block_kernel(float* out) {
@@ -103,6 +106,7 @@ __global__ void read_previous_block_kernel(float* out) {
   out[blockIdx.x] = static_cast<float>(blockIdx.x);
   if (blockIdx.x > 0) out[blockIdx.x] += out[blockIdx.x - 1];
 }
+#endif
 
 TEST(Schedules, DriftRunsBlocksInARandomOrder) {
   SKIP_UNLESS_EMULATION();
@@ -122,6 +126,7 @@ TEST(Schedules, DriftRunsBlocksInARandomOrder) {
 #endif
 }
 
+#if defined(LLMC_EMULATION)  // launched only there: the schedule is an emulation setting
 // Warp 0 loads an 8x8 bf16 tile with ldmatrix while warp 1 (no barrier in between: a bug) overwrites
 // the tile. Under the forward schedule warp 0's lanes all execute ldmatrix before warp 1 runs, so they
 // must see the old values: each lane reads its row when it executes the instruction.
@@ -137,6 +142,7 @@ __global__ void ldmatrix_then_overwrite_kernel(uint32_t* out) {
     for (int i = threadIdx.x - 32; i < 256; i += 32) tile[i] = 2;
   }
 }
+#endif
 
 TEST(Schedules, LdmatrixReadsItsRowWhenTheLaneExecutesIt) {
   SKIP_UNLESS_EMULATION();
