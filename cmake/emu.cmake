@@ -7,7 +7,8 @@ add_library(llmc_emu STATIC
   llmc/emu/emulated_device.cpp
   llmc/emu/kernel_symbols.cpp
   llmc/emu/runtime_api.cpp
-  llmc/emu/stream_worker.cpp)
+  llmc/emu/stream_worker.cpp
+  llmc/emu/tsan_hooks.cpp)
 target_link_libraries(llmc_emu PUBLIC llmc_flags Boost::context Threads::Threads)
 target_compile_definitions(llmc_emu PUBLIC LLMC_EMULATION)
 # SYSTEM: the CUDA headers are not ours to keep warning-free.

@@ -319,11 +319,8 @@ void complete_warp_operation(BlockRun& run, size_t warp_base, EmulatedThread& wa
   WarpOperation operation;
   operation.mask = mask;
   operation.warp_index = static_cast<int>(warp_base / 32);
-  std::vector<EmulatedThread*> participants;
   for (unsigned other = 0; other < 32; ++other) {
-    if (!((mask >> other) & 1u)) continue;
-    operation.lanes[other] = &threads[warp_base + other].warp_post;
-    participants.push_back(&threads[warp_base + other]);
+    if ((mask >> other) & 1u) operation.lanes[other] = &threads[warp_base + other].warp_post;
   }
   // The resolver moves register values between lanes: not memory accesses of the kernel, so TSan must
   // not see them. It may report errors; attribute them to the first lane of the operation.
@@ -335,11 +332,17 @@ void complete_warp_operation(BlockRun& run, size_t warp_base, EmulatedThread& wa
   }
   run.running = nullptr;
   current_thread_builtins = nullptr;
-  if (waiter.warp_post.flags & kWarpOperationOrdersMemory) {
+  if (tsan::kEnabled && (waiter.warp_post.flags & kWarpOperationOrdersMemory)) {
+    std::vector<EmulatedThread*> participants;
+    for (unsigned other = 0; other < 32; ++other) {
+      if ((mask >> other) & 1u) participants.push_back(&threads[warp_base + other]);
+    }
     const std::unique_ptr<char> sync_object(new char);  // fresh: orders exactly these lanes
     order_all_before_all(run, participants, sync_object.get());
   }
-  for (EmulatedThread* lane : participants) lane->state = ThreadState::kRunnable;
+  for (unsigned other = 0; other < 32; ++other) {
+    if ((mask >> other) & 1u) threads[warp_base + other].state = ThreadState::kRunnable;
+  }
 }
 
 // Releases every warp operation of warp `warp` whose lanes have all arrived. Returns whether any was.
@@ -386,9 +389,11 @@ bool release_block_barrier(BlockRun& run) {
     fail_block(run, "__syncthreads not reached by all threads of the block (some exited):" +
                         describe_block_state(threads));
   }
-  std::vector<EmulatedThread*> participants;
-  for (EmulatedThread& thread : threads) participants.push_back(&thread);
-  order_all_before_all(run, participants, run.barrier_sync);
+  if (tsan::kEnabled) {
+    std::vector<EmulatedThread*> participants;
+    for (EmulatedThread& thread : threads) participants.push_back(&thread);
+    order_all_before_all(run, participants, run.barrier_sync);
+  }
   for (EmulatedThread& thread : threads) thread.state = ThreadState::kRunnable;
   run.barrier_count = 0;
   return true;
@@ -456,24 +461,6 @@ void poison(void* begin, size_t bytes) {
 }
 
 }  // namespace
-
-#if defined(LLMC_EMU_TSAN)
-void tsan::forget_accesses(void* begin, size_t bytes) {
-  // TSan's Java-heap interface needs a heap declared once; the emulation uses only its "this memory is
-  // fresh" call, on ranges it owns, rounded out to TSan's 8-byte granules.
-  static const bool java_heap_declared = [] {
-    alignas(8) static char dummy_heap[8];
-    __tsan_java_init(reinterpret_cast<unsigned long>(dummy_heap), sizeof dummy_heap);
-    return true;
-  }();
-  (void)java_heap_declared;
-  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{7};
-  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + bytes + 7) & ~uintptr_t{7};
-  if (last == first) return;
-  __tsan_java_free(first, last - first);
-  __tsan_java_alloc(first, last - first);
-}
-#endif
 
 struct BlockRunner::Impl {
   size_t page_bytes = 0;
