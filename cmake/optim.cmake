@@ -38,15 +38,16 @@ foreach(precision IN ITEMS bf16 fp32)
   endif()
 endforeach()
 
-# One test binary per precision (the fp32 GPU twin only with -DLLMC_CUDA_FP32_TESTS=ON). The reverse
-# thread order run catches a missing barrier in the reduction kernels.
+# One test binary per precision (the fp32 GPU twin only with -DLLMC_CUDA_FP32_TESTS=ON), run again in the
+# drift schedule like every kernel test (docs/emulation.md): it catches a missing barrier in the reduction
+# kernels.
 set(LLMC_OPTIM_TEST_SOURCES test/optim/test_polar_express.cu test/optim/test_normuon.cu test/optim/test_adam_sharded.cu)
 foreach(precision IN ITEMS bf16 fp32)
   set(emu_only "")
   if(precision STREQUAL "fp32" AND NOT LLMC_CUDA_FP32_TESTS)
     set(emu_only EMU_ONLY)
   endif()
-  llmc_add_cu_test(NAME optim_math_${precision} LABELS optim TIMEOUT 300 ALSO_REVERSE_THREAD_ORDER ${emu_only}
+  llmc_add_cu_test(NAME optim_math_${precision} LABELS optim TIMEOUT 300 ALSO_SCHEDULES drift ${emu_only}
     SOURCES ${LLMC_OPTIM_TEST_SOURCES}
     EMU_LIBS llmc_optim_math_${precision}_emu CUDA_LIBS llmc_optim_math_${precision}_cuda)
   foreach(target IN ITEMS optim_math_${precision}_emu optim_math_${precision}_cuda)
