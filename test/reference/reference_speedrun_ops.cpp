@@ -1,0 +1,308 @@
+// Double-precision CPU reference of the speedrun operations (see reference_speedrun_ops.h). Plain loops
+// in the order the math is written, for checking by eye rather than speed.
+#include "test/reference/reference_speedrun_ops.h"
+
+#include <cmath>
+#include <vector>
+
+namespace ref {
+
+namespace {
+constexpr int kGateWidth = 12;
+}  // namespace
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+void rmsnorm_forward(double* out, double* rstd, const double* inp, int N, int C, double eps) {
+  for (int n = 0; n < N; n++) {
+    const double* x = inp + (size_t)n * C;
+    double mean_square = 0.0;
+    for (int c = 0; c < C; c++) mean_square += x[c] * x[c];
+    mean_square /= C;
+    const double r = 1.0 / std::sqrt(mean_square + eps);
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = x[c] * r;
+    rstd[n] = r;
+  }
+}
+
+void rmsnorm_backward(double* dinp, const double* dout, const double* inp, const double* rstd, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    const double* x = inp + (size_t)n * C;
+    const double* dy = dout + (size_t)n * C;
+    const double r = rstd[n];
+    // y = x r with dr/dx_j = -r^3 x_j / C, so dx_j = r dy_j - r^3 x_j mean(dy x) = r (dy_j - n_j mean(dy n)).
+    double mean_dy_n = 0.0;
+    for (int c = 0; c < C; c++) mean_dy_n += dy[c] * x[c] * r;
+    mean_dy_n /= C;
+    for (int c = 0; c < C; c++) dinp[(size_t)n * C + c] += r * (dy[c] - x[c] * r * mean_dy_n);
+  }
+}
+
+void rope_tables(double* cos_table, double* sin_table, const double* freq, int T, int half) {
+  for (int t = 0; t < T; t++) {
+    for (int k = 0; k < half; k++) {
+      const double theta = t * freq[k];
+      cos_table[(size_t)t * half + k] = std::cos(theta);
+      sin_table[(size_t)t * half + k] = std::sin(theta);
+    }
+  }
+}
+
+void rope_forward(double* out, const double* inp, const double* cos_table, const double* sin_table, int T, int heads,
+                  int D) {
+  const int half = D / 2;
+  for (int t = 0; t < T; t++) {
+    for (int h = 0; h < heads; h++) {
+      const size_t row = ((size_t)t * heads + h) * D;
+      for (int k = 0; k < half; k++) {
+        const double c = cos_table[(size_t)t * half + k], s = sin_table[(size_t)t * half + k];
+        const double x1 = inp[row + k], x2 = inp[row + half + k];
+        out[row + k] = x1 * c + x2 * s;
+        out[row + half + k] = -x1 * s + x2 * c;
+      }
+    }
+  }
+}
+
+void rope_backward(double* dinp, const double* dout, const double* cos_table, const double* sin_table, int T,
+                   int heads, int D) {
+  const int half = D / 2;
+  for (int t = 0; t < T; t++) {
+    for (int h = 0; h < heads; h++) {
+      const size_t row = ((size_t)t * heads + h) * D;
+      for (int k = 0; k < half; k++) {
+        const double c = cos_table[(size_t)t * half + k], s = sin_table[(size_t)t * half + k];
+        const double dy1 = dout[row + k], dy2 = dout[row + half + k];
+        dinp[row + k] += dy1 * c - dy2 * s;
+        dinp[row + half + k] += dy1 * s + dy2 * c;
+      }
+    }
+  }
+}
+
+void relu_squared_forward(double* out, const double* inp, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0 ? inp[i] * inp[i] : 0.0;
+}
+
+void relu_squared_backward(double* dinp, const double* inp, const double* dout, size_t n) {
+  for (size_t i = 0; i < n; i++) dinp[i] += inp[i] > 0.0 ? 2.0 * inp[i] * dout[i] : 0.0;
+}
+
+namespace {
+
+// Soft-capped logits of one row and their log-sum-exp.
+double softcap_row(std::vector<double>& logits, const double* z, int V) {
+  logits.resize(V);
+  double max_logit = -INFINITY;
+  for (int v = 0; v < V; v++) {
+    logits[v] = kSoftcapScale * sigmoid(z[v] / kSoftcapDivisor);
+    max_logit = std::fmax(max_logit, logits[v]);
+  }
+  double sum = 0.0;
+  for (int v = 0; v < V; v++) sum += std::exp(logits[v] - max_logit);
+  return max_logit + std::log(sum);
+}
+
+}  // namespace
+
+void softcap_cross_entropy_forward(double* losses, const double* z, const int* targets, int N, int V) {
+  std::vector<double> logits;
+  for (int n = 0; n < N; n++) {
+    const double lse = softcap_row(logits, z + (size_t)n * V, V);
+    losses[n] = lse - logits[targets[n]];
+  }
+}
+
+void softcap_cross_entropy_backward(double* dz, const double* z, const int* targets, const double* dlosses, int N,
+                                    int V) {
+  std::vector<double> logits;
+  for (int n = 0; n < N; n++) {
+    const double* zr = z + (size_t)n * V;
+    const double lse = softcap_row(logits, zr, V);
+    for (int v = 0; v < V; v++) {
+      const double p = std::exp(logits[v] - lse);
+      const double s = sigmoid(zr[v] / kSoftcapDivisor);
+      const double dlogit_dz = kSoftcapScale / kSoftcapDivisor * s * (1.0 - s);
+      dz[(size_t)n * V + v] += dlosses[n] * (p - (v == targets[n] ? 1.0 : 0.0)) * dlogit_dz;
+    }
+  }
+}
+
+void smear_forward(double* out, const double* e, const double* w, double lambda, int T, int C) {
+  for (int c = 0; c < C; c++) out[c] = e[c];
+  for (int t = 1; t < T; t++) {
+    const double* et = e + (size_t)t * C;
+    double dot = 0.0;
+    for (int j = 0; j < kGateWidth; j++) dot += et[j] * w[j];
+    const double mix = lambda * sigmoid(dot);
+    for (int c = 0; c < C; c++) out[(size_t)t * C + c] = et[c] + mix * et[c - C];
+  }
+}
+
+void smear_backward(double* de, double* dw, double* dlambda, const double* dout, const double* e, const double* w,
+                    double lambda, int T, int C) {
+  for (int c = 0; c < C; c++) de[c] += dout[c];
+  for (int t = 1; t < T; t++) {
+    const double* et = e + (size_t)t * C;
+    const double* dy = dout + (size_t)t * C;
+    double dot = 0.0;
+    for (int j = 0; j < kGateWidth; j++) dot += et[j] * w[j];
+    const double g = sigmoid(dot);
+    double dy_dot_prev = 0.0;  // d out[t] / d (lambda g) contracted with dout[t]
+    for (int c = 0; c < C; c++) {
+      dy_dot_prev += dy[c] * et[c - C];
+      de[(size_t)t * C + c] += dy[c];
+      de[(size_t)(t - 1) * C + c] += lambda * g * dy[c];
+    }
+    *dlambda += g * dy_dot_prev;
+    const double dpre = lambda * g * (1.0 - g) * dy_dot_prev;
+    for (int j = 0; j < kGateWidth; j++) {
+      dw[j] += dpre * et[j];
+      de[(size_t)t * C + j] += dpre * w[j];
+    }
+  }
+}
+
+void attention_gate_forward(double* out, const double* y, const double* xn, const double* w, int T, int H, int D) {
+  const int C = H * D;
+  for (int t = 0; t < T; t++) {
+    for (int h = 0; h < H; h++) {
+      double dot = 0.0;
+      for (int j = 0; j < kGateWidth; j++) dot += xn[(size_t)t * C + j] * w[h * kGateWidth + j];
+      const double g = sigmoid(dot);
+      for (int d = 0; d < D; d++) out[(size_t)t * C + h * D + d] = y[(size_t)t * C + h * D + d] * g;
+    }
+  }
+}
+
+void attention_gate_backward(double* dy, double* dxn, double* dw, const double* dout, const double* y, const double* xn,
+                             const double* w, int T, int H, int D) {
+  const int C = H * D;
+  for (int t = 0; t < T; t++) {
+    for (int h = 0; h < H; h++) {
+      double dot = 0.0;
+      for (int j = 0; j < kGateWidth; j++) dot += xn[(size_t)t * C + j] * w[h * kGateWidth + j];
+      const double g = sigmoid(dot);
+      double dout_dot_y = 0.0;
+      for (int d = 0; d < D; d++) {
+        const size_t i = (size_t)t * C + h * D + d;
+        dy[i] += dout[i] * g;
+        dout_dot_y += dout[i] * y[i];
+      }
+      const double dpre = dout_dot_y * g * (1.0 - g);
+      for (int j = 0; j < kGateWidth; j++) {
+        dxn[(size_t)t * C + j] += dpre * w[h * kGateWidth + j];
+        dw[h * kGateWidth + j] += dpre * xn[(size_t)t * C + j];
+      }
+    }
+  }
+}
+
+namespace {
+
+// Document index of every position from the cu_seqlens boundaries.
+std::vector<int> document_of_positions(const int* cu_seqlens, int num_bounds, int T) {
+  std::vector<int> document(T, -1);
+  for (int d = 0; d + 1 < num_bounds; d++)
+    for (int t = cu_seqlens[d]; t < cu_seqlens[d + 1] && t < T; t++) document[t] = d;
+  return document;
+}
+
+// Softmax weights of query i over keys [first, i] (the visible ones), for one head.
+void attention_weights(std::vector<double>& weights, int first, int i, const double* q, const double* k, int H, int D,
+                       int h, double scale) {
+  weights.assign(i - first + 1, 0.0);
+  double max_score = -INFINITY;
+  for (int j = first; j <= i; j++) {
+    double dot = 0.0;
+    for (int d = 0; d < D; d++) dot += q[((size_t)i * H + h) * D + d] * k[((size_t)j * H + h) * D + d];
+    weights[j - first] = dot * scale;
+    max_score = std::fmax(max_score, weights[j - first]);
+  }
+  double sum = 0.0;
+  for (double& weight : weights) sum += (weight = std::exp(weight - max_score));
+  for (double& weight : weights) weight /= sum;
+}
+
+// First visible key of query i: same document, at most `window` positions back.
+int first_visible_key(const std::vector<int>& document, int i, int window) {
+  int first = i;
+  while (first > 0 && i - (first - 1) <= window && document[first - 1] == document[i]) first--;
+  return first;
+}
+
+}  // namespace
+
+void varlen_attention_forward(double* out, const double* q, const double* k, const double* v, const int* cu_seqlens,
+                              int num_bounds, int T, int H, int D, int window, double scale) {
+  const std::vector<int> document = document_of_positions(cu_seqlens, num_bounds, T);
+  std::vector<double> weights;
+  for (int h = 0; h < H; h++) {
+    for (int i = 0; i < T; i++) {
+      const int first = first_visible_key(document, i, window);
+      attention_weights(weights, first, i, q, k, H, D, h, scale);
+      double* o = out + ((size_t)i * H + h) * D;
+      for (int d = 0; d < D; d++) o[d] = 0.0;
+      for (int j = first; j <= i; j++)
+        for (int d = 0; d < D; d++) o[d] += weights[j - first] * v[((size_t)j * H + h) * D + d];
+    }
+  }
+}
+
+void varlen_attention_backward(double* dq, double* dk, double* dv, const double* dout, const double* q,
+                               const double* k, const double* v, const int* cu_seqlens, int num_bounds, int T, int H,
+                               int D, int window, double scale) {
+  const std::vector<int> document = document_of_positions(cu_seqlens, num_bounds, T);
+  std::vector<double> weights, dweights;
+  for (int h = 0; h < H; h++) {
+    for (int i = 0; i < T; i++) {
+      const int first = first_visible_key(document, i, window);
+      attention_weights(weights, first, i, q, k, H, D, h, scale);
+      const double* dy = dout + ((size_t)i * H + h) * D;
+      dweights.assign(weights.size(), 0.0);
+      double weighted = 0.0;  // sum_j p_j dp_j
+      for (int j = first; j <= i; j++) {
+        double dot = 0.0;
+        for (int d = 0; d < D; d++) {
+          dot += dy[d] * v[((size_t)j * H + h) * D + d];
+          dv[((size_t)j * H + h) * D + d] += weights[j - first] * dy[d];
+        }
+        dweights[j - first] = dot;
+        weighted += weights[j - first] * dot;
+      }
+      for (int j = first; j <= i; j++) {
+        const double dscore = weights[j - first] * (dweights[j - first] - weighted) * scale;
+        for (int d = 0; d < D; d++) {
+          dq[((size_t)i * H + h) * D + d] += dscore * k[((size_t)j * H + h) * D + d];
+          dk[((size_t)j * H + h) * D + d] += dscore * q[((size_t)i * H + h) * D + d];
+        }
+      }
+    }
+  }
+}
+
+void embedding_forward(double* out, const int* tokens, const double* table, int T, int C) {
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < C; c++) out[(size_t)t * C + c] = table[(size_t)tokens[t] * C + c];
+}
+
+void embedding_backward(double* dtable, const double* dout, const int* tokens, int T, int C) {
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < C; c++) dtable[(size_t)tokens[t] * C + c] += dout[(size_t)t * C + c];
+}
+
+void mix_forward(double* out, double a, const double* x, double b, const double* y, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = a * x[i] + (y != nullptr ? b * y[i] : 0.0);
+}
+
+void mix_backward(double* dx, double* dy, double* da, double* db, const double* dout, double a, const double* x,
+                  double b, const double* y, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    dx[i] += a * dout[i];
+    if (dy != nullptr) dy[i] += b * dout[i];
+    if (da != nullptr) *da += x[i] * dout[i];
+    if (db != nullptr && y != nullptr) *db += y[i] * dout[i];
+  }
+}
+
+}  // namespace ref
