@@ -3,12 +3,19 @@
 # (runs everywhere) and with nvcc (runs on a GPU, "skipped: no GPU" otherwise; the fp32 GPU twin only
 # with -DLLMC_CUDA_FP32_TESTS=ON).
 
+# The speedrun model's kernels (docs/speedrun_model.md); also built as the mutant binary below.
+set(LLMC_SPEEDRUN_KERNEL_TEST_SOURCES
+  test/kernels/test_rmsnorm_rope.cu
+  test/kernels/test_softcap_relu2.cu
+  test/kernels/test_gates_mixes.cu
+  test/kernels/test_embedding_kernels.cu)
 set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_encoder_layernorm.cu
   test/kernels/test_matmul_attention.cu
   test/kernels/test_classifier_optimizer.cu
   test/kernels/test_flash_attention.cu
-  test/kernels/test_window_attention.cu)
+  test/kernels/test_window_attention.cu
+  ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
 
 llmc_add_cu_test(NAME kernels_bf16 LABELS kernels TIMEOUT 300 SOURCES ${LLMC_KERNEL_TEST_SOURCES} LIBS llmc_reference)
 if(LLMC_CUDA_FP32_TESTS)
@@ -22,6 +29,18 @@ foreach(target IN ITEMS kernels_fp32_emu kernels_fp32_cuda)
     target_compile_definitions(${target} PRIVATE LLMC_FP32)
   endif()
 endforeach()
+
+# Mutation tests: the speedrun kernel tests once more, emulated in fp32 with LLMC_KERNEL_MUTANTS, so that
+# LLMC_MUTANT(...) sites in llmc/kernels can be switched to a plausible bug one at a time; the driver
+# expects the named tests to fail under each mutant and to pass without one.
+llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
+add_executable(kernel_mutants_fp32_emu ${llmc_kernel_mutant_sources})
+target_link_libraries(kernel_mutants_fp32_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
+target_compile_definitions(kernel_mutants_fp32_emu PRIVATE LLMC_FP32 LLMC_KERNEL_MUTANTS)
+add_test(NAME kernels_mutants_emu
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/kernels/run_kernel_mutants.py
+          --binary $<TARGET_FILE:kernel_mutants_fp32_emu> --kernels ${CMAKE_SOURCE_DIR}/llmc/kernels)
+set_tests_properties(kernels_mutants_emu PROPERTIES LABELS kernels TIMEOUT 300)
 
 # Per-kernel timing at a chosen model size (bench_kernels on a GPU, bench_kernels_emu on the CPU).
 # The emulated build is smoke-tested at a tiny size so that the benchmark cannot rot.
