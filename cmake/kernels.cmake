@@ -98,3 +98,15 @@ endif()
 add_test(NAME window_attention_bench_smoke_emu
   COMMAND bench_window_attention_emu --tokens 300 --heads 1 --windows 64,1000 --run --repeats 1)
 set_tests_properties(window_attention_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
+
+# The speedrun kernels' rows (bytes, FLOPs, time at the H200 ceilings) at the record shapes; measured times
+# on a GPU. Smoke-tested emulated at a tiny shape, plus the record-shape rows without running (--dry-run).
+llmc_add_cu_executable(NAME bench_speedrun_kernels SOURCES test/kernels/bench_speedrun_kernels.cu LIBS CLI11::CLI11)
+if(TARGET bench_speedrun_kernels)  # for the speedrun's GPUs: built like the GPU tests, not for every program arch
+  set_target_properties(bench_speedrun_kernels PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")
+endif()
+add_test(NAME kernels_speedrun_bench_smoke_emu
+  COMMAND bench_speedrun_kernels_emu --tokens 64 --channels 64 --heads 2 --vocab 256 --repeats 1)
+add_test(NAME kernels_speedrun_bench_rows_emu COMMAND bench_speedrun_kernels_emu --dry-run)
+set_tests_properties(kernels_speedrun_bench_smoke_emu kernels_speedrun_bench_rows_emu PROPERTIES LABELS kernels
+                     TIMEOUT 120)
