@@ -51,7 +51,8 @@ __global__ void embedding_forward_kernel(EmbeddingGather<Tx> args, const int* to
     const int table = (int)(i / ((size_t)T * per_row));
     const size_t within = i % ((size_t)T * per_row);
     const int t = (int)(within / per_row), p = (int)(within % per_row);
-    const Packet row = load128(args.tables[table] + (size_t)tokens[t] * C + p * Packet::size);
+    const int token = tokens[LLMC_MUTANT("embedding.previous_token", t, t > 0 ? t - 1 : 0)];
+    const Packet row = load128(args.tables[table] + (size_t)token * C + p * Packet::size);
     store128cs(args.outputs[table] + (size_t)t * C + p * Packet::size, row);
   }
 }

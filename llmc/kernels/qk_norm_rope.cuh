@@ -25,7 +25,8 @@ __global__ void rope_tables_kernel(Tx* cos_table, Tx* sin_table, const float* fr
   const size_t total = (size_t)T * half;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const float theta = (float)(int)(i / half) * freq[i % half];
+    const int t = LLMC_MUTANT("rope_tables.next_position", (int)(i / half), (int)(i / half) + 1);
+    const float theta = (float)t * freq[i % half];
     cos_table[i] = from_float<Tx>(cosf(theta));
     sin_table[i] = from_float<Tx>(sinf(theta));
   }

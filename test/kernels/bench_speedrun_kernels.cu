@@ -93,7 +93,7 @@ struct Workspace {
   std::vector<int> tokens_host;
   llmc::EmbeddingBackwardPlan plan;
   int* tokens;
-  Workspace(const Shape& s) : tokens_host(zipf_tokens(s.T, s.V)), plan(s.T, s.V, s.C) {
+  explicit Workspace(const Shape& s) : tokens_host(zipf_tokens(s.T, s.V)), plan(s.T, s.V, s.C) {
     tokens = arena.upload(tokens_host);
   }
 };

@@ -16,6 +16,7 @@ import sys
 MUTANTS = {
     "rmsnorm.eps": "RmsNormKernel.ForwardMatchesReference",           # eps 1e-5 instead of FLT_EPSILON
     "rmsnorm.no_projection": "RmsNormKernel.Backward*",               # dx without the -n mean(dy n) term
+    "rope_tables.next_position": "RopeTables.*",                       # tables one position ahead
     "qk_norm_rope.partial_group": "QkNormRopeKernel.ForwardAndBackward*",  # head norm over half the lanes
     "qk_norm_rope.forward_rotation": "QkNormRopeKernel.ForwardAndBackward*",  # backward not transposed
     "relu_squared.no_factor_two": "ReluSquaredKernel.*",               # d/dx relu(x)^2 = x
@@ -24,6 +25,7 @@ MUTANTS = {
     "smear.no_barrier": "SmearKernel.*",                               # per-warp partials read before written
     "attention_gate.drop_last_chunk": "AttentionGateKernel.*",         # dw misses the last row chunk
     "residual_mix.drop_first_partial": "MixKernel.*",                  # scalar grads miss block 0's partial
+    "embedding.previous_token": "EmbeddingKernel.FourGathers*",        # gathers the previous token's rows
     "embedding.drop_first_partial": "EmbeddingKernel.ScatterAdd*",     # a crossing run loses its first chunk
 }
 
