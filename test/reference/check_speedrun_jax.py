@@ -55,35 +55,30 @@ def spec_rope(D, window_block, old_blocks, new_blocks):
     return w, 0.1 * (1 + 0.2 * math.log(new_blocks / old_blocks))
 
 
-def make_loss(jax, jnp, cfg, T, cu_seqlens, window_short, window_long, cos, sin, attn_scale):
+def make_loss(jax, jnp, cfg, T):
+    """loss(params, tokens, targets, masks, cos, sin, attn_scale) for sequences of T tokens; masks
+    (2, T, T): the short and the long window's visibility."""
     H, D = cfg["H"], cfg["D"]
     C = H * D
     sigmoid = jax.nn.sigmoid
-    positions = np.arange(T)
-    doc = np.searchsorted(np.asarray(cu_seqlens), positions, side="right") - 1
 
     def norm(x):
         return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + FLT_EPSILON)
 
-    def mask(window):
-        i, j = positions[:, None], positions[None, :]
-        return jnp.asarray((doc[:, None] == doc[None, :]) & (j <= i) & (i - j <= window))
-
-    masks = {False: mask(window_short), True: mask(window_long)}
-
-    def rotary(x):  # x (T, H, D): halves x1, x2 rotated by (T, D/2) tables
+    def rotary(x, cos, sin):  # x (T, H, D): halves x1, x2 rotated by (T, D/2) tables
         x1, x2 = x[..., : D // 2], x[..., D // 2:]
         c, s = cos[:, None, :], sin[:, None, :]
         return jnp.concatenate([x1 * c + x2 * s, -x1 * s + x2 * c], axis=-1)
 
-    def attention(p, i, x, ve, sa):
+    def attention(p, i, x, ve, sa, rope):
         w = p[f"blocks.{i}.qkvo"].reshape(4, C, C)
         q, k, v = (x @ w[n].T for n in range(3))
         q, k, v = (a.reshape(T, H, D) for a in (q, k, v))
-        q, k = rotary(norm(q)), rotary(norm(k))
+        masks, cos, sin, attn_scale = rope
+        q, k = rotary(norm(q), cos, sin), rotary(norm(k), cos, sin)
         v = sa[0] * v + (sa[1] * ve.reshape(T, H, D) if ve is not None else 0.0)
         scores = jnp.einsum("ihd,jhd->hij", q, k) * attn_scale
-        scores = jnp.where(masks[i in LONG_WINDOW_BLOCKS][None], scores, -jnp.inf)
+        scores = jnp.where(masks[int(i in LONG_WINDOW_BLOCKS)][None], scores, -jnp.inf)
         y = jnp.einsum("hij,jhd->ihd", jax.nn.softmax(scores, axis=-1), v)
         gate = sigmoid(x[:, :12] @ p[f"blocks.{i}.attn_gate"].T)  # (T, H)
         y = (y * gate[:, :, None]).reshape(T, C)
@@ -93,8 +88,9 @@ def make_loss(jax, jnp, cfg, T, cu_seqlens, window_short, window_long, cos, sin,
         h = jnp.maximum(x @ p[f"blocks.{i}.fc"], 0.0) ** 2
         return h @ p[f"blocks.{i}.proj"].T
 
-    def loss(p, tokens, targets):
+    def loss(p, tokens, targets, masks, cos, sin, attn_scale):
         s = p["scalars"]
+        rope = (masks, cos, sin, attn_scale)
         L = cfg["L"]
         e = p["embed"][tokens]
         ve = [p[f"ve{n}"][tokens] for n in range(3)]
@@ -108,7 +104,7 @@ def make_loss(jax, jnp, cfg, T, cu_seqlens, window_short, window_long, cos, sin,
             x = s[L + 2 * i] * x + s[L + 2 * i + 1] * x0
             if i in ATTENTION_BLOCKS:
                 ve_i = ve[VALUE_EMBED_OF_BLOCK[i]] if i in VALUE_EMBED_OF_BLOCK else None
-                x = x + attention(p, i, norm(x), ve_i, (s[3 * L + 2 * i], s[3 * L + 2 * i + 1]))
+                x = x + attention(p, i, norm(x), ve_i, (s[3 * L + 2 * i], s[3 * L + 2 * i + 1]), rope)
             if i in MLP_BLOCKS:
                 x = x + mlp(p, i, norm(x))
             if i in SKIP_PUSH_BLOCKS:
@@ -121,6 +117,15 @@ def make_loss(jax, jnp, cfg, T, cu_seqlens, window_short, window_long, cos, sin,
         return -jnp.sum(jnp.take_along_axis(logp, targets[:, None], axis=-1))
 
     return loss
+
+
+def window_masks(T, cu_seqlens, window_short, window_long):
+    """(2, T, T) booleans: key j visible to query i (same document, j <= i, i - j <= window)."""
+    positions = np.arange(T)
+    doc = np.searchsorted(np.asarray(cu_seqlens), positions, side="right") - 1
+    i, j = positions[:, None], positions[None, :]
+    base = (doc[:, None] == doc[None, :]) & (j <= i)
+    return np.stack([base & (i - j <= window_short), base & (i - j <= window_long)])
 
 
 def compare(name, ours, theirs, rel):
@@ -147,7 +152,7 @@ def load_case(directory):
     return meta, flat["params"], flat["grads"]
 
 
-def check_case(jax, jnp, directory, fresh):
+def check_case(jax, jnp, loss_and_grad, directory, fresh):
     meta, params, ref_grads = load_case(directory)
     cfg, T = meta["config"], meta["T"]
     assert cfg["L"] == 12, "the JAX model spells out the record's 12-block structure"
@@ -160,11 +165,10 @@ def check_case(jax, jnp, directory, fresh):
     # The model then runs on the dumped fp32 frequencies, so that both sides use the very same tables.
     theta = np.arange(cfg["max_seq_len"])[:, None] * np.asarray(meta["frequencies"])[None, :]
     cos, sin = jnp.asarray(np.cos(theta[:T])), jnp.asarray(np.sin(theta[:T]))
-    loss_fn = make_loss(jax, jnp, cfg, T, meta["cu_seqlens"], meta["window_short"], meta["window_long"], cos, sin,
-                        meta["attn_scale"])
+    masks = jnp.asarray(window_masks(T, meta["cu_seqlens"], meta["window_short"], meta["window_long"]))
     tokens, targets = jnp.asarray(meta["tokens"]), jnp.asarray(meta["targets"])
     jparams = {k: jnp.asarray(v) for k, v in params.items()}
-    loss, grads = jax.jit(jax.value_and_grad(loss_fn))(jparams, tokens, targets)
+    loss, grads = loss_and_grad(jparams, tokens, targets, masks, cos, sin, meta["attn_scale"])
     grads = {k: np.asarray(v) for k, v in grads.items()}
     # Same arithmetic in another summation order: agreement to ~1e-13 relative is expected, 1e-9 allowed.
     ok &= compare("loss", np.array([meta["loss"]]), np.array([float(loss)]), 1e-11)
@@ -192,9 +196,12 @@ def main():
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([args.dump, tmp], check=True)
+        meta, _, _ = load_case(os.path.join(tmp, "random"))
+        # One compiled function for both cases (same shapes): JIT compilation is most of the run time.
+        loss_and_grad = jax.jit(jax.value_and_grad(make_loss(jax, jnp, meta["config"], meta["T"])))
         for case in ("random", "fresh"):
             print(f"--- {case}")
-            ok &= check_case(jax, jnp, os.path.join(tmp, case), fresh=case == "fresh")
+            ok &= check_case(jax, jnp, loss_and_grad, os.path.join(tmp, case), fresh=case == "fresh")
     return 0 if ok else 1
 
 
