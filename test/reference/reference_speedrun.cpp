@@ -11,6 +11,7 @@
 #include "llmc/model/yarn.h"
 #include "test/reference/reference_ops.h"
 #include "test/reference/reference_speedrun_ops.h"
+#include "test/reference/window_attention_reference.h"
 
 namespace ref {
 
@@ -317,8 +318,9 @@ void ReferenceSpeedrun::attention_forward(int i, SpeedrunBlockActivations& acts)
   mix_forward(acts.v_mixed.data(), params.scalars[scalar_.sa_lambda(i, 0)], acts.v.data(),
               params.scalars[scalar_.sa_lambda(i, 1)], table >= 0 ? ve_[table].data() : nullptr, TC);
   acts.y.resize(TC);
-  varlen_attention_forward(acts.y.data(), acts.qr.data(), acts.kr.data(), acts.v_mixed.data(), cu_seqlens_.data(),
-                           (int)cu_seqlens_.size(), T, H, D, window_of(i), attn_scale_);
+  std::vector<double> lse((size_t)H * T);
+  window_attention_forward(acts.y.data(), lse.data(), acts.qr.data(), acts.kr.data(), acts.v_mixed.data(), T, H, D,
+                           PackedDocuments{cu_seqlens_, window_of(i)}, attn_scale_);
   acts.y_gated.resize(TC);
   attention_gate_forward(acts.y_gated.data(), acts.y.data(), acts.xn_attn.data(), p.attn_gate.data(), T, H, D);
   std::vector<double> out(TC);
@@ -419,9 +421,8 @@ void ReferenceSpeedrun::attention_backward(int i, const SpeedrunBlockActivations
                           acts.xn_attn.data(), p.attn_gate.data(), T, H, D);
   // Attention.
   std::vector<double> dqr(TC, 0.0), dkr(TC, 0.0), dv_mixed(TC, 0.0);
-  varlen_attention_backward(dqr.data(), dkr.data(), dv_mixed.data(), dy.data(), acts.qr.data(), acts.kr.data(),
-                            acts.v_mixed.data(), cu_seqlens_.data(), (int)cu_seqlens_.size(), T, H, D, window_of(i),
-                            attn_scale_);
+  window_attention_backward(dqr.data(), dkr.data(), dv_mixed.data(), dy.data(), acts.qr.data(), acts.kr.data(),
+                            acts.v_mixed.data(), T, H, D, PackedDocuments{cu_seqlens_, window_of(i)}, attn_scale_);
   // v = sa_0 v + sa_1 ve.
   const int table = structure_.blocks[i].value_embed;
   std::vector<double> dq(TC, 0.0), dk(TC, 0.0), dv(TC, 0.0), dqn(TC, 0.0), dkn(TC, 0.0);

@@ -52,16 +52,8 @@ void attention_gate_forward(double* out, const double* y, const double* xn, cons
 void attention_gate_backward(double* dy, double* dxn, double* dw, const double* dout, const double* y, const double* xn,
                              const double* w, int T, int H, int D);
 
-// Causal attention over a packed sequence of documents: query i sees key j iff j <= i, i - j <= window and
-// both lie in the same document [cu_seqlens[d], cu_seqlens[d+1]). cu_seqlens: num_bounds entries,
-// starting at 0 and non-decreasing up to T (repeats of T as padding are allowed). q, k, v, out:
-// (T, H, D); scores are scaled by `scale`.
-void varlen_attention_forward(double* out, const double* q, const double* k, const double* v, const int* cu_seqlens,
-                              int num_bounds, int T, int H, int D, int window, double scale);
-// Accumulates dq, dk, dv.
-void varlen_attention_backward(double* dq, double* dk, double* dv, const double* dout, const double* q,
-                               const double* k, const double* v, const int* cu_seqlens, int num_bounds, int T, int H,
-                               int D, int window, double scale);
+// Attention over packed documents with a sliding window: test/reference/window_attention_reference.h (shared
+// with the window attention kernel's tests).
 
 // out (T, C) = table[tokens[t]]; backward accumulates dout rows into the token rows of dtable.
 void embedding_forward(double* out, const int* tokens, const double* table, int T, int C);

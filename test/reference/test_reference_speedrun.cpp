@@ -182,44 +182,6 @@ TEST(SpeedrunReferenceOps, AttentionGate) {
   expect_gradient_matches("dw", w, minus(dw, p_w), f, all_indices(w.size()));
 }
 
-TEST(SpeedrunReferenceOps, VarlenAttentionMasks) {
-  NormalSampler normal(17);
-  const int T = 9, H = 2, D = 4;
-  const std::vector<int> cu = {0, 3, 9, 9};  // documents [0,3) and [3,9), then padding
-  std::vector<double> q = random_vector(T * H * D, normal), k = random_vector(T * H * D, normal),
-                      v = random_vector(T * H * D, normal), out(T * H * D);
-  // Window 0: each query sees only itself.
-  ref::varlen_attention_forward(out.data(), q.data(), k.data(), v.data(), cu.data(), 4, T, H, D, 0, 0.3);
-  for (size_t i = 0; i < out.size(); i++) EXPECT_NEAR(out[i], v[i], 1e-15);
-  // q = 0: uniform weights over the visible keys: same document, at most `window` back.
-  const std::vector<double> zero_q(q.size(), 0.0);
-  ref::varlen_attention_forward(out.data(), zero_q.data(), k.data(), v.data(), cu.data(), 4, T, H, D, 2, 0.3);
-  for (int i = 0; i < T; i++) {
-    const int doc_start = i < 3 ? 0 : 3;
-    const int first = std::max(doc_start, i - 2);
-    for (int h = 0; h < H; h++)
-      for (int d = 0; d < D; d++) {
-        double mean = 0;
-        for (int j = first; j <= i; j++) mean += v[(j * H + h) * D + d] / (i - first + 1);
-        EXPECT_NEAR(out[(i * H + h) * D + d], mean, 1e-14) << "query " << i;
-      }
-  }
-  const std::vector<double> dout = random_vector(out.size(), normal);
-  const std::vector<double> p_q = random_vector(q.size(), normal), p_k = random_vector(k.size(), normal),
-                            p_v = random_vector(v.size(), normal);
-  std::vector<double> dq = p_q, dk = p_k, dv = p_v;
-  ref::varlen_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), cu.data(),
-                                 4, T, H, D, 3, 0.7);
-  auto f = [&] {
-    std::vector<double> o(out.size());
-    ref::varlen_attention_forward(o.data(), q.data(), k.data(), v.data(), cu.data(), 4, T, H, D, 3, 0.7);
-    return dot(o, dout);
-  };
-  expect_gradient_matches("dq", q, minus(dq, p_q), f, all_indices(q.size()));
-  expect_gradient_matches("dk", k, minus(dk, p_k), f, all_indices(k.size()));
-  expect_gradient_matches("dv", v, minus(dv, p_v), f, all_indices(v.size()));
-}
-
 TEST(SpeedrunReferenceOps, EmbeddingAndMix) {
   NormalSampler normal(18);
   const int T = 6, C = 3, V = 4;
