@@ -35,8 +35,8 @@ __global__ void attention_gate_forward_kernel(Tx* out, const Tx* y, const Tx* xn
   const int head_row = thread / group, lane = thread % group;
   if (head_row >= T * H) return;  // no shuffles in this kernel
   const int t = head_row / H, h = head_row % H;
-  const float g = attention_gate_value(xn + (size_t)t * xn_stride, w + h * kGateWidth);
-  const size_t base = (size_t)head_row * D;  // = t * (H D) + h D
+  const float g = attention_gate_value(xn + static_cast<size_t>(t) * xn_stride, w + h * kGateWidth);
+  const size_t base = static_cast<size_t>(head_row) * D;  // = t * (H D) + h D
   for (int p = lane; p < D / Packet::size; p += group) {
     const Packet v = load128(y + base + p * Packet::size);
     Packet result;
@@ -54,8 +54,8 @@ __global__ void attention_gate_backward_kernel(Tx* dy, float* gate_grad, const T
   const int head_row = thread / group, lane = thread % group;
   const bool valid = head_row < T * H;
   const int t = head_row / H, h = head_row % H;
-  const float g = valid ? attention_gate_value(xn + (size_t)t * xn_stride, w + h * kGateWidth) : 0.0f;
-  const size_t base = (size_t)head_row * D;
+  const float g = valid ? attention_gate_value(xn + static_cast<size_t>(t) * xn_stride, w + h * kGateWidth) : 0.0f;
+  const size_t base = static_cast<size_t>(head_row) * D;
   float dot = 0.0f;
   for (int p = lane; valid && p < D / Packet::size; p += group) {
     const Packet dv = load128(dout + base + p * Packet::size), yv = load128(y + base + p * Packet::size);
@@ -81,13 +81,15 @@ __global__ void attention_gate_input_grads_kernel(Tx* dxn, int dxn_stride, float
   const int last = first + rows_per_chunk < T ? first + rows_per_chunk : T;
   if (k >= H * kGateWidth) return;
   float acc = 0.0f;
-  for (int t = first; t < last; t++) acc += gate_grad[(size_t)t * H + h] * to_float(xn[(size_t)t * xn_stride + c]);
-  partials[(size_t)blockIdx.x * H * kGateWidth + k] = acc;
+  for (int t = first; t < last; t++)
+    acc += gate_grad[static_cast<size_t>(t) * H + h] * to_float(xn[static_cast<size_t>(t) * xn_stride + c]);
+  partials[static_cast<size_t>(blockIdx.x) * H * kGateWidth + k] = acc;
   if (h != 0) return;
   for (int t = first; t < last; t++) {
     float sum = 0.0f;
-    for (int head = 0; head < H; head++) sum += gate_grad[(size_t)t * H + head] * to_float(w[head * kGateWidth + c]);
-    Tx* target = dxn + (size_t)t * dxn_stride + c;
+    for (int head = 0; head < H; head++)
+      sum += gate_grad[static_cast<size_t>(t) * H + head] * to_float(w[head * kGateWidth + c]);
+    Tx* target = dxn + static_cast<size_t>(t) * dxn_stride + c;
     *target = from_float<Tx>(to_float(*target) + sum);
   }
 }
@@ -127,12 +129,13 @@ inline void attention_gate_forward(floatX* out, const floatX* y, const floatX* x
   detail::check_gate_shape("attention_gate_forward", H, xn_stride);
   require_aligned16("attention_gate_forward", {out, y});
   if (T <= 0) return;
-  LLMC_LAUNCH(attention_gate_forward_kernel<floatX>, dim3((unsigned)ceil_div((long long)T * H * group, kAttentionGateBlock)),
+  LLMC_LAUNCH(attention_gate_forward_kernel<floatX>,
+              dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(T) * H * group, kAttentionGateBlock))),
               dim3(kAttentionGateBlock), 0, stream, out, y, xn, xn_stride, w, T, H, D, group);
 }
 
 inline size_t attention_gate_backward_scratch_floats(int T, int H) {
-  return (size_t)T * H + (size_t)column_chunking(T).num_chunks * H * kGateWidth;
+  return static_cast<size_t>(T) * H + static_cast<size_t>(column_chunking(T).num_chunks) * H * kGateWidth;
 }
 
 // From dout (T, H*D), the gradient of the gated output: dy (T, H*D) written (may alias dout), dxn[:, 0:12]
@@ -148,17 +151,17 @@ inline void attention_gate_backward(floatX* dy, floatX* dxn, int dxn_stride, flo
   if (T <= 0) return;
   require_scratch("attention_gate_backward", scratch_floats, attention_gate_backward_scratch_floats(T, H));
   float* gate_grad = scratch;
-  float* partials = scratch + (size_t)T * H;
+  float* partials = scratch + static_cast<size_t>(T) * H;
   const ColumnChunking chunking = column_chunking(T);
   const int K = H * kGateWidth;
   LLMC_LAUNCH(attention_gate_backward_kernel<floatX>,
-              dim3((unsigned)ceil_div((long long)T * H * group, kAttentionGateBlock)), dim3(kAttentionGateBlock), 0,
-              stream, dy, gate_grad, dout, y, xn, xn_stride, w, T, H, D, group);
-  LLMC_LAUNCH(attention_gate_input_grads_kernel<floatX>, dim3((unsigned)chunking.num_chunks),
-              dim3((unsigned)ceil_div(K, kWarpSize) * kWarpSize), 0, stream, dxn, dxn_stride, partials,
+              dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(T) * H * group, kAttentionGateBlock))),
+              dim3(kAttentionGateBlock), 0, stream, dy, gate_grad, dout, y, xn, xn_stride, w, T, H, D, group);
+  LLMC_LAUNCH(attention_gate_input_grads_kernel<floatX>, dim3(static_cast<unsigned>(chunking.num_chunks)),
+              dim3(static_cast<unsigned>(ceil_div(K, kWarpSize)) * kWarpSize), 0, stream, dxn, dxn_stride, partials,
               static_cast<const float*>(gate_grad), xn, xn_stride, w, T, H, chunking.rows_per_chunk);
-  LLMC_LAUNCH(attention_gate_weight_grads_kernel<floatX>, dim3((unsigned)K), dim3(kWarpSize), 0, stream, dw,
-              static_cast<const float*>(partials), chunking.num_chunks, K);
+  LLMC_LAUNCH(attention_gate_weight_grads_kernel<floatX>, dim3(static_cast<unsigned>(K)), dim3(kWarpSize), 0, stream,
+              dw, static_cast<const float*>(partials), chunking.num_chunks, K);
 }
 
 }  // namespace llmc

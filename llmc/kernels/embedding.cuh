@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,23 +36,23 @@ struct EmbeddingGather {
 template <typename Tx>
 struct EmbeddingScatter {
   int count = 0;
-  Tx* table_grads[kEmbeddingMaxTables] = {};   // [V, C], accumulated
-  const Tx* douts[kEmbeddingMaxTables] = {};   // [T, C]
+  Tx* table_grads[kEmbeddingMaxTables] = {};  // [V, C], accumulated
+  const Tx* douts[kEmbeddingMaxTables] = {};  // [T, C]
 };
 
 template <typename Tx>
 __global__ void embedding_forward_kernel(EmbeddingGather<Tx> args, const int* tokens, int T, int C) {
   using Packet = Packed128<Tx>;
   const int per_row = C / Packet::size;
-  const size_t total = (size_t)args.count * T * per_row;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int table = (int)(i / ((size_t)T * per_row));
-    const size_t within = i % ((size_t)T * per_row);
-    const int t = (int)(within / per_row), p = (int)(within % per_row);
+  const size_t total = static_cast<size_t>(args.count) * T * per_row;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int table = static_cast<int>(i / (static_cast<size_t>(T) * per_row));
+    const size_t within = i % (static_cast<size_t>(T) * per_row);
+    const int t = static_cast<int>(within / per_row), p = static_cast<int>(within % per_row);
     const int token = tokens[LLMC_MUTANT("embedding.previous_token", t, t > 0 ? t - 1 : 0)];
-    const Packet row = load128(args.tables[table] + (size_t)token * C + p * Packet::size);
-    store128cs(args.outputs[table] + (size_t)t * C + p * Packet::size, row);
+    const Packet row = load128(args.tables[table] + static_cast<size_t>(token) * C + p * Packet::size);
+    store128(args.outputs[table] + static_cast<size_t>(t) * C + p * Packet::size, row);
   }
 }
 
@@ -71,17 +70,17 @@ class EmbeddingBackwardPlan {
   void prepare(const int* tokens_host, int T, cudaStream_t stream);
 
   int tokens() const { return tokens_; }
-  int chunks() const { return (int)ceil_div(tokens_, kEmbeddingChunk); }
+  int chunks() const { return static_cast<int>(ceil_div(tokens_, kEmbeddingChunk)); }
   int crossing_runs() const { return crossing_runs_; }
   int channels() const { return channels_; }
   const int* sorted_positions() const { return device_table_; }
   const int* sorted_tokens() const { return device_table_ + max_tokens_; }
-  const int* runs() const { return device_table_ + 2 * (size_t)max_tokens_; }  // (token, first, count) triples
+  const int* runs() const {
+    return device_table_ + 2 * static_cast<size_t>(max_tokens_);
+  }                                              // (token, first, count) triples
   float* partials() const { return partials_; }  // [table][2 * chunks][C] fp32
 
  private:
-  static void report(cudaError_t status, const char* call);
-
   int max_tokens_, vocab_size_, channels_;
   int tokens_ = 0, crossing_runs_ = 0;
   std::vector<int> counts_;      // [V] scratch of the counting sort
@@ -96,28 +95,22 @@ inline EmbeddingBackwardPlan::EmbeddingBackwardPlan(int max_tokens, int vocab_si
     : max_tokens_(max_tokens), vocab_size_(vocab_size), channels_(channels) {
   if (max_tokens <= 0 || vocab_size <= 0 || channels <= 0)
     throw std::invalid_argument("EmbeddingBackwardPlan: max_tokens, vocab_size and channels must be positive");
-  counts_.assign((size_t)vocab_size + 1, 0);
+  counts_.assign(static_cast<size_t>(vocab_size) + 1, 0);
   // A run crosses a chunk boundary only where one ends: at most one crossing run per chunk.
-  const size_t max_chunks = (size_t)ceil_div(max_tokens, kEmbeddingChunk);
-  host_table_.resize(2 * (size_t)max_tokens + 3 * max_chunks);
+  const size_t max_chunks = static_cast<size_t>(ceil_div(max_tokens, kEmbeddingChunk));
+  host_table_.resize(2 * static_cast<size_t>(max_tokens) + 3 * max_chunks);
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_table_), host_table_.size() * sizeof(int)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&partials_),
-                        (size_t)kEmbeddingMaxTables * 2 * max_chunks * channels * sizeof(float)));
+                        static_cast<size_t>(kEmbeddingMaxTables) * 2 * max_chunks * channels * sizeof(float)));
   CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
-}
-
-inline void EmbeddingBackwardPlan::report(cudaError_t status, const char* call) {
-  if (status != cudaSuccess)
-    std::fprintf(stderr, "%s failed in ~EmbeddingBackwardPlan (%s:%d): %s\n", call, __FILE__, __LINE__,
-                 cudaGetErrorString(status));
 }
 
 inline EmbeddingBackwardPlan::~EmbeddingBackwardPlan() {
   // A destructor must not throw: report a failure and carry on releasing.
-  if (upload_pending_) report(cudaEventSynchronize(upload_done_), "cudaEventSynchronize(upload_done)");
-  report(cudaEventDestroy(upload_done_), "cudaEventDestroy(upload_done)");
-  report(cudaFree(partials_), "cudaFree(partials)");
-  report(cudaFree(device_table_), "cudaFree(device_table)");
+  if (upload_pending_) CUDA_REPORT(cudaEventSynchronize(upload_done_));
+  CUDA_REPORT(cudaEventDestroy(upload_done_));
+  CUDA_REPORT(cudaFree(partials_));
+  CUDA_REPORT(cudaFree(device_table_));
 }
 
 inline void EmbeddingBackwardPlan::prepare(const int* tokens_host, int T, cudaStream_t stream) {
@@ -157,10 +150,11 @@ inline void EmbeddingBackwardPlan::prepare(const int* tokens_host, int T, cudaSt
     first = end;
   }
   // Sorted positions and tokens at their fixed offsets, then the runs.
-  CUDA_CHECK(cudaMemcpyAsync(device_table_, host_table_.data(), (size_t)T * sizeof(int), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(device_table_, host_table_.data(), static_cast<size_t>(T) * sizeof(int),
+                             cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemcpyAsync(device_table_ + max_tokens_, sorted_tokens,
-                             ((size_t)max_tokens_ + 3 * (size_t)crossing_runs_) * sizeof(int), cudaMemcpyHostToDevice,
-                             stream));
+                             (static_cast<size_t>(max_tokens_) + 3 * static_cast<size_t>(crossing_runs_)) * sizeof(int),
+                             cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaEventRecord(upload_done_, stream));
   upload_pending_ = true;
 }
@@ -189,16 +183,16 @@ __global__ void embedding_backward_chunks_kernel(EmbeddingScatter<Tx> args, floa
   int run_start = i0;
   for (int i = i0; i < i1; i++) {
     const int token = tokens[i];
-    const Packet g = load128(args.douts[table] + (size_t)positions[i] * C + p * S);
+    const Packet g = load128(args.douts[table] + static_cast<size_t>(positions[i]) * C + p * S);
     for (int j = 0; j < S; j++) sum[j] += to_float(g[j]);
     if (i + 1 < i1 && tokens[i + 1] == token) continue;
     const bool crosses_start = run_start == i0 && i0 > 0 && tokens[i0 - 1] == token;
     const bool crosses_end = i + 1 == i1 && i1 < T && tokens[i1] == token;
     if (!crosses_start && !crosses_end) {
-      add_to_row<Tx>(args.table_grads[table] + (size_t)token * C + p * S, sum);
+      add_to_row<Tx>(args.table_grads[table] + static_cast<size_t>(token) * C + p * S, sum);
     } else {  // slot 2c: the run that enters the chunk; 2c + 1: the one that starts in it and leaves
       const int slot = 2 * chunk + (crosses_start ? 0 : 1);
-      float* target = partials + ((size_t)table * 2 * num_chunks + slot) * C + p * S;
+      float* target = partials + (static_cast<size_t>(table) * 2 * num_chunks + slot) * C + p * S;
       for (int q = 0; q < S; q += f128::size) {
         f128 packet;
         for (int j = 0; j < f128::size; j++) packet[j] = sum[q + j];
@@ -222,17 +216,17 @@ __global__ void embedding_backward_runs_kernel(EmbeddingScatter<Tx> args, const 
   const int table = blockIdx.z;
   const int token = runs[3 * blockIdx.x], first = runs[3 * blockIdx.x + 1], count = runs[3 * blockIdx.x + 2];
   const int c0 = first / kEmbeddingChunk, c1 = (first + count - 1) / kEmbeddingChunk;
-  const float* base = partials + (size_t)table * 2 * num_chunks * C + p * S;
+  const float* base = partials + static_cast<size_t>(table) * 2 * num_chunks * C + p * S;
   float sum[S] = {};
   auto add_slot = [&](int slot) {
     for (int q = 0; q < S; q += f128::size) {
-      const f128 packet = load128(base + (size_t)slot * C + q);
+      const f128 packet = load128(base + static_cast<size_t>(slot) * C + q);
       for (int j = 0; j < f128::size; j++) sum[q + j] += packet[j];
     }
   };
   if (LLMC_MUTANT("embedding.drop_first_partial", true, false)) add_slot(2 * c0 + 1);
   for (int c = c0 + 1; c <= c1; c++) add_slot(2 * c);
-  add_to_row<Tx>(args.table_grads[table] + (size_t)token * C + p * S, sum);
+  add_to_row<Tx>(args.table_grads[table] + static_cast<size_t>(token) * C + p * S, sum);
 }
 
 namespace detail {
@@ -251,7 +245,7 @@ inline void embedding_forward(const EmbeddingGather<floatX>& args, const int* to
   detail::check_embedding_args<floatX>("embedding_forward", args.count, C, args.tables,
                                        reinterpret_cast<const void* const*>(args.outputs));
   if (T <= 0) return;
-  const size_t packets = (size_t)args.count * T * (C / Packed128<floatX>::size);
+  const size_t packets = static_cast<size_t>(args.count) * T * (C / Packed128<floatX>::size);
   LLMC_LAUNCH(embedding_forward_kernel<floatX>, dim3(elementwise_grid(packets, 256)), dim3(256), 0, stream, args,
               tokens, T, C);
 }
@@ -267,15 +261,17 @@ inline void embedding_backward(const EmbeddingScatter<floatX>& args, const Embed
                                 std::to_string(plan.channels()));
   if (plan.tokens() == 0) throw std::logic_error("embedding_backward: the plan was never prepared");
   const int packets = C / Packed128<floatX>::size;
-  const unsigned column_blocks = (unsigned)ceil_div(packets, kEmbeddingBlock);
-  const unsigned block = (unsigned)(packets < kEmbeddingBlock ? ceil_div(packets, kWarpSize) * kWarpSize : kEmbeddingBlock);
-  LLMC_LAUNCH(embedding_backward_chunks_kernel<floatX>, dim3((unsigned)plan.chunks(), column_blocks, (unsigned)args.count),
-              dim3(block), 0, stream, args, plan.partials(), plan.sorted_positions(), plan.sorted_tokens(),
-              plan.tokens(), C);
+  const unsigned column_blocks = static_cast<unsigned>(ceil_div(packets, kEmbeddingBlock));
+  const unsigned block =
+      static_cast<unsigned>(packets < kEmbeddingBlock ? ceil_div(packets, kWarpSize) * kWarpSize : kEmbeddingBlock);
+  LLMC_LAUNCH(embedding_backward_chunks_kernel<floatX>,
+              dim3(static_cast<unsigned>(plan.chunks()), column_blocks, static_cast<unsigned>(args.count)), dim3(block),
+              0, stream, args, plan.partials(), plan.sorted_positions(), plan.sorted_tokens(), plan.tokens(), C);
   if (plan.crossing_runs() > 0)
     LLMC_LAUNCH(embedding_backward_runs_kernel<floatX>,
-                dim3((unsigned)plan.crossing_runs(), column_blocks, (unsigned)args.count), dim3(block), 0, stream,
-                args, static_cast<const float*>(plan.partials()), plan.runs(), plan.chunks(), C);
+                dim3(static_cast<unsigned>(plan.crossing_runs()), column_blocks, static_cast<unsigned>(args.count)),
+                dim3(block), 0, stream, args, static_cast<const float*>(plan.partials()), plan.runs(), plan.chunks(),
+                C);
 }
 
 }  // namespace llmc

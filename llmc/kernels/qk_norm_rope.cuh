@@ -22,11 +22,11 @@ constexpr int kQkNormRopeBlock = 256;
 // then rounded to Tx (bf16 in the bf16 build).
 template <typename Tx>
 __global__ void rope_tables_kernel(Tx* cos_table, Tx* sin_table, const float* freq, int T, int half) {
-  const size_t total = (size_t)T * half;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int t = LLMC_MUTANT("rope_tables.next_position", (int)(i / half), (int)(i / half) + 1);
-    const float theta = (float)t * freq[i % half];
+  const size_t total = static_cast<size_t>(T) * half;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int t = LLMC_MUTANT("rope_tables.next_position", static_cast<int>(i / half), static_cast<int>(i / half) + 1);
+    const float theta = static_cast<float>(t) * freq[i % half];
     cos_table[i] = from_float<Tx>(cosf(theta));
     sin_table[i] = from_float<Tx>(sinf(theta));
   }
@@ -44,7 +44,7 @@ __global__ void qk_norm_rope_forward_kernel(Tx* out, int out_stride, const Tx* i
   const bool valid = head_row < T * heads;
   const int t = head_row / heads, h = head_row % heads;
   const int half = D / 2, packets = half / Packet::size;
-  const Tx* x = inp + (size_t)t * in_stride + (size_t)h * D;
+  const Tx* x = inp + static_cast<size_t>(t) * in_stride + static_cast<size_t>(h) * D;
   float sum_squares = 0.0f;
   for (int p = lane; valid && p < packets; p += group) {
     const Packet x1 = load128(x + p * Packet::size), x2 = load128(x + half + p * Packet::size);
@@ -54,11 +54,11 @@ __global__ void qk_norm_rope_forward_kernel(Tx* out, int out_stride, const Tx* i
   const int reduce_group = LLMC_MUTANT("qk_norm_rope.partial_group", group, group / 2 > 0 ? group / 2 : 1);
   const float r = rsqrtf(group_reduce_sum(sum_squares, reduce_group) / D + kRmsNormEps);
   if (!valid) return;
-  Tx* y = out + (size_t)t * out_stride + (size_t)h * D;
+  Tx* y = out + static_cast<size_t>(t) * out_stride + static_cast<size_t>(h) * D;
   for (int p = lane; p < packets; p += group) {
     const Packet x1 = load128(x + p * Packet::size), x2 = load128(x + half + p * Packet::size);
-    const Packet c = load128(cos_table + (size_t)t * half + p * Packet::size);
-    const Packet s = load128(sin_table + (size_t)t * half + p * Packet::size);
+    const Packet c = load128(cos_table + static_cast<size_t>(t) * half + p * Packet::size);
+    const Packet s = load128(sin_table + static_cast<size_t>(t) * half + p * Packet::size);
     Packet y1, y2;
     for (int j = 0; j < Packet::size; j++) {
       const float n1 = to_float(x1[j]) * r, n2 = to_float(x2[j]) * r;
@@ -96,19 +96,19 @@ struct RopeBackwardPacket {
 // dx = r (dn - n mean(dn n)) with n recomputed from the forward's input x. Pass 1 sums dn n over the
 // head, pass 2 writes dx; each lane reads and writes only its own packets, so dinp may alias dout.
 template <typename Tx>
-__global__ void qk_norm_rope_backward_kernel(Tx* dinp, int dinp_stride, const Tx* dout, int dout_stride,
-                                             const Tx* inp, int in_stride, const float* rstd, const Tx* cos_table,
-                                             const Tx* sin_table, int T, int heads, int D, int group) {
+__global__ void qk_norm_rope_backward_kernel(Tx* dinp, int dinp_stride, const Tx* dout, int dout_stride, const Tx* inp,
+                                             int in_stride, const float* rstd, const Tx* cos_table, const Tx* sin_table,
+                                             int T, int heads, int D, int group) {
   using Packet = Packed128<Tx>;
   const int thread = blockIdx.x * blockDim.x + threadIdx.x;
   const int head_row = thread / group, lane = thread % group;
   const bool valid = head_row < T * heads;
   const int t = head_row / heads, h = head_row % heads;
   const int half = D / 2, packets = half / Packet::size;
-  const Tx* x = inp + (size_t)t * in_stride + (size_t)h * D;
-  const Tx* dy = dout + (size_t)t * dout_stride + (size_t)h * D;
-  const Tx* cos_row = cos_table + (size_t)t * half;
-  const Tx* sin_row = sin_table + (size_t)t * half;
+  const Tx* x = inp + static_cast<size_t>(t) * in_stride + static_cast<size_t>(h) * D;
+  const Tx* dy = dout + static_cast<size_t>(t) * dout_stride + static_cast<size_t>(h) * D;
+  const Tx* cos_row = cos_table + static_cast<size_t>(t) * half;
+  const Tx* sin_row = sin_table + static_cast<size_t>(t) * half;
   const float r = valid ? rstd[head_row] : 0.0f;
   float dn_dot_n = 0.0f;
   for (int p = lane; valid && p < packets; p += group) {
@@ -117,7 +117,7 @@ __global__ void qk_norm_rope_backward_kernel(Tx* dinp, int dinp_stride, const Tx
   }
   const float coefficient = r * group_reduce_sum(dn_dot_n, group) / D;  // r mean(dn n)
   if (!valid) return;
-  Tx* dx = dinp + (size_t)t * dinp_stride + (size_t)h * D;
+  Tx* dx = dinp + static_cast<size_t>(t) * dinp_stride + static_cast<size_t>(h) * D;
   for (int p = lane; p < packets; p += group) {
     const RopeBackwardPacket<Tx> v(dy, x, cos_row, sin_row, half, p, r);
     Packet dx1, dx2;
@@ -153,8 +153,8 @@ inline void rope_tables_build(floatX* cos_table, floatX* sin_table, const float*
                               cudaStream_t stream) {
   if (T <= 0 || half <= 0) throw std::invalid_argument("rope_tables_build: T and half must be positive");
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(rope_tables_kernel<floatX>, dim3(elementwise_grid((size_t)T * half, kBlock)), dim3(kBlock), 0, stream,
-              cos_table, sin_table, freq, T, half);
+  LLMC_LAUNCH(rope_tables_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(T) * half, kBlock)), dim3(kBlock),
+              0, stream, cos_table, sin_table, freq, T, half);
 }
 
 // q and k of T rows: `heads` (= 2H) consecutive heads of D in each row of inp (row stride in_stride, e.g.
@@ -168,27 +168,27 @@ inline void qk_norm_rope_forward(floatX* out, int out_stride, const floatX* inp,
   require_packets<floatX>("qk_norm_rope_forward", "in_stride", in_stride);
   require_aligned16("qk_norm_rope_forward", {out, inp, cos_table, sin_table});
   if (T <= 0 || heads <= 0) return;
-  const long long threads = (long long)T * heads * group;
-  LLMC_LAUNCH(qk_norm_rope_forward_kernel<floatX>, dim3((unsigned)ceil_div(threads, kQkNormRopeBlock)),
-              dim3(kQkNormRopeBlock), 0, stream, out, out_stride, inp, in_stride, rstd, cos_table, sin_table, T,
-              heads, D, group);
+  const long long threads = static_cast<long long>(T) * heads * group;
+  LLMC_LAUNCH(qk_norm_rope_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kQkNormRopeBlock))),
+              dim3(kQkNormRopeBlock), 0, stream, out, out_stride, inp, in_stride, rstd, cos_table, sin_table, T, heads,
+              D, group);
 }
 
 // dinp (written) = gradient of the forward's input from dout (the gradient of its output); inp and rstd as
 // in the forward. dinp may alias dout when their strides match.
-inline void qk_norm_rope_backward(floatX* dinp, int dinp_stride, const floatX* dout, int dout_stride,
-                                  const floatX* inp, int in_stride, const float* rstd, const floatX* cos_table,
-                                  const floatX* sin_table, int T, int heads, int D, cudaStream_t stream) {
+inline void qk_norm_rope_backward(floatX* dinp, int dinp_stride, const floatX* dout, int dout_stride, const floatX* inp,
+                                  int in_stride, const float* rstd, const floatX* cos_table, const floatX* sin_table,
+                                  int T, int heads, int D, cudaStream_t stream) {
   const int group = detail::rope_lane_group<floatX>("qk_norm_rope_backward", D);
   require_packets<floatX>("qk_norm_rope_backward", "dinp_stride", dinp_stride);
   require_packets<floatX>("qk_norm_rope_backward", "dout_stride", dout_stride);
   require_packets<floatX>("qk_norm_rope_backward", "in_stride", in_stride);
   require_aligned16("qk_norm_rope_backward", {dinp, dout, inp, cos_table, sin_table});
   if (T <= 0 || heads <= 0) return;
-  const long long threads = (long long)T * heads * group;
-  LLMC_LAUNCH(qk_norm_rope_backward_kernel<floatX>, dim3((unsigned)ceil_div(threads, kQkNormRopeBlock)),
-              dim3(kQkNormRopeBlock), 0, stream, dinp, dinp_stride, dout, dout_stride, inp, in_stride, rstd,
-              cos_table, sin_table, T, heads, D, group);
+  const long long threads = static_cast<long long>(T) * heads * group;
+  LLMC_LAUNCH(qk_norm_rope_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kQkNormRopeBlock))),
+              dim3(kQkNormRopeBlock), 0, stream, dinp, dinp_stride, dout, dout_stride, inp, in_stride, rstd, cos_table,
+              sin_table, T, heads, D, group);
 }
 
 }  // namespace llmc

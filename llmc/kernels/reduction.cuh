@@ -108,7 +108,7 @@ __device__ __forceinline__ float block_reduce_sum(float value, float* warp_total
 __device__ __forceinline__ float warp_ordered_sum(const float* values, int count, size_t stride) {
   const int lane = threadIdx.x % kWarpSize;
   float sum = 0.0f;
-  for (int g = lane; g < count; g += kWarpSize) sum += values[(size_t)g * stride];
+  for (int g = lane; g < count; g += kWarpSize) sum += values[static_cast<size_t>(g) * stride];
   return warp_reduce_sum(sum);
 }
 

@@ -21,8 +21,8 @@ __host__ __device__ __forceinline__ float relu_squared_derivative(float x) {
 template <typename Tx>
 __global__ void relu_squared_forward_kernel(Tx* out, const Tx* inp, size_t packets) {
   using Packet = Packed128<Tx>;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < packets; p += stride) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packets; p += stride) {
     const Packet x = load128(inp + p * Packet::size);
     Packet y;
     for (int j = 0; j < Packet::size; j++) y[j] = from_float<Tx>(relu_squared(to_float(x[j])));
@@ -33,27 +33,28 @@ __global__ void relu_squared_forward_kernel(Tx* out, const Tx* inp, size_t packe
 template <typename Tx>
 __global__ void relu_squared_backward_kernel(Tx* dinp, const Tx* inp, const Tx* dout, size_t packets) {
   using Packet = Packed128<Tx>;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < packets; p += stride) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packets; p += stride) {
     const Packet x = load128cs(inp + p * Packet::size);
     const Packet dy = load128cs(dout + p * Packet::size);
     Packet dx;
-    for (int j = 0; j < Packet::size; j++) dx[j] = from_float<Tx>(relu_squared_derivative(to_float(x[j])) * to_float(dy[j]));
+    for (int j = 0; j < Packet::size; j++)
+      dx[j] = from_float<Tx>(relu_squared_derivative(to_float(x[j])) * to_float(dy[j]));
     store128(dinp + p * Packet::size, dx);
   }
 }
 
 template <typename Tx>
 __global__ void relu_squared_forward_scalar_kernel(Tx* out, const Tx* inp, size_t n) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     out[i] = from_float<Tx>(relu_squared(to_float(inp[i])));
 }
 
 template <typename Tx>
 __global__ void relu_squared_backward_scalar_kernel(Tx* dinp, const Tx* inp, const Tx* dout, size_t n) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     dinp[i] = from_float<Tx>(relu_squared_derivative(to_float(inp[i])) * to_float(dout[i]));
 }
 

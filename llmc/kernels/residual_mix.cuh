@@ -20,29 +20,36 @@ namespace llmc {
 constexpr int kMixBlock = 256;
 
 // How a coefficient comes from the scalar vector s: one (1, no scalar), s[index], -s[index], sigmoid(s[index]).
-enum class MixScalar { one, identity, negated, sigmoid };
+enum class MixScalar { kOne, kIdentity, kNegated, kSigmoid };
 struct MixCoefficient {
-  MixScalar kind = MixScalar::one;
+  MixScalar kind = MixScalar::kOne;
   int index = -1;
 };
 
 __device__ __forceinline__ float mix_coefficient(const float* scalars, MixCoefficient c) {
   switch (c.kind) {
-    case MixScalar::one: return 1.0f;
-    case MixScalar::identity: return scalars[c.index];
-    case MixScalar::negated: return -scalars[c.index];
-    case MixScalar::sigmoid: return 1.0f / (1.0f + expf(-scalars[c.index]));
+    case MixScalar::kOne:
+      return 1.0f;
+    case MixScalar::kIdentity:
+      return scalars[c.index];
+    case MixScalar::kNegated:
+      return -scalars[c.index];
+    case MixScalar::kSigmoid:
+      return 1.0f / (1.0f + expf(-scalars[c.index]));
   }
   return 0.0f;
 }
 
-// d coefficient / d scalars[index] (0 for `one`).
+// d coefficient / d scalars[index] (0 for kOne).
 __device__ __forceinline__ float mix_coefficient_derivative(const float* scalars, MixCoefficient c) {
   switch (c.kind) {
-    case MixScalar::one: return 0.0f;
-    case MixScalar::identity: return 1.0f;
-    case MixScalar::negated: return -1.0f;
-    case MixScalar::sigmoid: {
+    case MixScalar::kOne:
+      return 0.0f;
+    case MixScalar::kIdentity:
+      return 1.0f;
+    case MixScalar::kNegated:
+      return -1.0f;
+    case MixScalar::kSigmoid: {
       const float g = 1.0f / (1.0f + expf(-scalars[c.index]));
       return g * (1.0f - g);
     }
@@ -62,10 +69,10 @@ __global__ void mix_forward_kernel(MixRows<Tx> out, MixRows<const Tx> x, MixRows
                                    MixCoefficient ca, MixCoefficient cb, int rows, int C) {
   using Packet = Packed128<Tx>;
   const int per_row = C / Packet::size;
-  const size_t total = (size_t)rows * per_row;
+  const size_t total = static_cast<size_t>(rows) * per_row;
   const float a = mix_coefficient(scalars, ca), b = y.data != nullptr ? mix_coefficient(scalars, cb) : 0.0f;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const size_t r = i / per_row, offset = (i % per_row) * Packet::size;
     const Packet xv = load128(x.data + r * x.stride + offset);
     const Packet yv = y.data != nullptr ? load128(y.data + r * y.stride + offset) : Packet::zeros();
@@ -84,11 +91,11 @@ __global__ void mix_backward_kernel(MixRows<Tx> dx, bool accumulate_dx, MixRows<
   using Packet = Packed128<Tx>;
   __shared__ float warp_sums[kWarpSize];
   const int per_row = C / Packet::size;
-  const size_t total = (size_t)rows * per_row;
+  const size_t total = static_cast<size_t>(rows) * per_row;
   const float a = mix_coefficient(scalars, ca), b = y.data != nullptr ? mix_coefficient(scalars, cb) : 0.0f;
   float x_dot = 0.0f, y_dot = 0.0f;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const size_t r = i / per_row, offset = (i % per_row) * Packet::size;
     const Packet g = load128(dout.data + r * dout.stride + offset);
     const Packet xv = load128(x.data + r * x.stride + offset);
@@ -129,13 +136,13 @@ __global__ void mix_scalar_grads_kernel(T* dscalars, const T* partials, int num_
   const MixCoefficient c = k == 0 ? ca : cb;
   const int first = LLMC_MUTANT("residual_mix.drop_first_partial", 0, 1);
   const T total = warp_ordered_sum(partials + 2 * first + k, num_blocks - first, 2);
-  if (threadIdx.x % kWarpSize == 0 && c.kind != MixScalar::one)
+  if (threadIdx.x % kWarpSize == 0 && c.kind != MixScalar::kOne)
     dscalars[c.index] += mix_coefficient_derivative(scalars, c) * total;
 }
 
 namespace detail {
 inline unsigned mix_grid(int rows, int C) {
-  return elementwise_grid((size_t)rows * (C / Packed128<floatX>::size), kMixBlock);
+  return elementwise_grid(static_cast<size_t>(rows) * (C / Packed128<floatX>::size), kMixBlock);
 }
 template <typename T>
 void check_mix_rows(const char* launcher, const char* name, MixRows<T> rows) {
@@ -159,15 +166,17 @@ inline void mix_forward(MixRows<floatX> out, MixRows<const floatX> x, MixRows<co
 }
 
 // Floats of device scratch mix_backward needs.
-inline size_t mix_backward_scratch_floats(int rows, int C) { return 2 * (size_t)detail::mix_grid(rows, C); }
+inline size_t mix_backward_scratch_floats(int rows, int C) {
+  return 2 * static_cast<size_t>(detail::mix_grid(rows, C));
+}
 
 // Backward of mix_forward from dout: dx (+)= a dout and dy (+)= b dout (either may be null; dx may alias
-// dout), and dscalars[a.index] += a'(s) sum(x dout), dscalars[b.index] += b'(s) sum(y dout) (not for `one`,
+// dout), and dscalars[a.index] += a'(s) sum(x dout), dscalars[b.index] += b'(s) sum(y dout) (not for kOne,
 // nor for b without y). Deterministic for a given (rows, C).
 inline void mix_backward(MixRows<floatX> dx, bool accumulate_dx, MixRows<floatX> dy, bool accumulate_dy,
-                         float* dscalars, MixRows<const floatX> dout, MixRows<const floatX> x,
-                         MixRows<const floatX> y, const float* scalars, MixCoefficient a, MixCoefficient b, int rows,
-                         int C, float* scratch, size_t scratch_floats, cudaStream_t stream) {
+                         float* dscalars, MixRows<const floatX> dout, MixRows<const floatX> x, MixRows<const floatX> y,
+                         const float* scalars, MixCoefficient a, MixCoefficient b, int rows, int C, float* scratch,
+                         size_t scratch_floats, cudaStream_t stream) {
   require_packets<floatX>("mix_backward", "C", C);
   for (const auto& [name, view] : {std::pair{"dx", MixRows<const floatX>{dx.data, dx.stride}},
                                    std::pair{"dy", MixRows<const floatX>{dy.data, dy.stride}}, std::pair{"dout", dout},
@@ -176,11 +185,11 @@ inline void mix_backward(MixRows<floatX> dx, bool accumulate_dx, MixRows<floatX>
   if (y.data == nullptr) b = MixCoefficient{};  // no y: no b scalar to differentiate
   if (rows <= 0) return;
   const unsigned grid = detail::mix_grid(rows, C);
-  require_scratch("mix_backward", scratch_floats, 2 * (size_t)grid);
-  LLMC_LAUNCH(mix_backward_kernel<floatX>, dim3(grid), dim3(kMixBlock), 0, stream, dx, accumulate_dx, dy,
-              accumulate_dy, scratch, dout, x, y, scalars, a, b, rows, C);
+  require_scratch("mix_backward", scratch_floats, 2 * static_cast<size_t>(grid));
+  LLMC_LAUNCH(mix_backward_kernel<floatX>, dim3(grid), dim3(kMixBlock), 0, stream, dx, accumulate_dx, dy, accumulate_dy,
+              scratch, dout, x, y, scalars, a, b, rows, C);
   LLMC_LAUNCH(mix_scalar_grads_kernel<float>, dim3(1), dim3(2 * kWarpSize), 0, stream, dscalars,
-              static_cast<const float*>(scratch), (int)grid, scalars, a, b);
+              static_cast<const float*>(scratch), static_cast<int>(grid), scalars, a, b);
 }
 
 }  // namespace llmc

@@ -20,7 +20,7 @@ __global__ void rmsnorm_forward_kernel(Tx* out, float* rstd, const Tx* inp, int 
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= N) return;  // whole warps leave together; no block barrier below
-  const Tx* x = inp + (size_t)row * C;
+  const Tx* x = inp + static_cast<size_t>(row) * C;
   const int packets = C / Packet::size;
   float sum_squares = 0.0f;
   for (int p = lane; p < packets; p += kWarpSize) {
@@ -29,7 +29,7 @@ __global__ void rmsnorm_forward_kernel(Tx* out, float* rstd, const Tx* inp, int 
   }
   const float eps = LLMC_MUTANT("rmsnorm.eps", kRmsNormEps, 1e-5f);
   const float r = rsqrtf(warp_reduce_sum(sum_squares) / C + eps);
-  Tx* y = out + (size_t)row * C;
+  Tx* y = out + static_cast<size_t>(row) * C;
   for (int p = lane; p < packets; p += kWarpSize) {
     const Packet v = load128(x + p * Packet::size);
     Packet result;
@@ -48,9 +48,9 @@ __global__ void rmsnorm_backward_kernel(Tx* dinp, const Tx* dout, const Tx* inp,
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= N) return;
-  const Tx* x = inp + (size_t)row * C;
-  const Tx* dy = dout + (size_t)row * C;
-  Tx* dx = dinp + (size_t)row * C;
+  const Tx* x = inp + static_cast<size_t>(row) * C;
+  const Tx* dy = dout + static_cast<size_t>(row) * C;
+  Tx* dx = dinp + static_cast<size_t>(row) * C;
   const int packets = C / Packet::size;
   const float r = rstd[row];
   float dy_dot_x = 0.0f;
@@ -72,14 +72,13 @@ __global__ void rmsnorm_backward_kernel(Tx* dinp, const Tx* dout, const Tx* inp,
   }
 }
 
-
 // out (N,C) = inp / rms(inp) per row; rstd (N) saved for the backward (may be null). out may alias inp.
 inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, int N, int C, cudaStream_t stream) {
   require_packets<floatX>("rmsnorm_forward", "C", C);
   require_aligned16("rmsnorm_forward", {out, inp});
   const int rows_per_block = kRmsNormBlock / kWarpSize;
-  LLMC_LAUNCH(rmsnorm_forward_kernel<floatX>, dim3((unsigned)ceil_div(N, rows_per_block)), dim3(kRmsNormBlock), 0,
-              stream, out, rstd, inp, N, C);
+  LLMC_LAUNCH(rmsnorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+              dim3(kRmsNormBlock), 0, stream, out, rstd, inp, N, C);
 }
 
 // dinp (N,C) = (accumulate ? dinp : 0) + d rmsnorm(inp) / d inp applied to dout; inp is the forward's input and
@@ -89,8 +88,8 @@ inline void rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* inp
   require_packets<floatX>("rmsnorm_backward", "C", C);
   require_aligned16("rmsnorm_backward", {dinp, dout, inp});
   const int rows_per_block = kRmsNormBlock / kWarpSize;
-  LLMC_LAUNCH(rmsnorm_backward_kernel<floatX>, dim3((unsigned)ceil_div(N, rows_per_block)), dim3(kRmsNormBlock), 0,
-              stream, dinp, dout, inp, rstd, N, C, accumulate);
+  LLMC_LAUNCH(rmsnorm_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+              dim3(kRmsNormBlock), 0, stream, dinp, dout, inp, rstd, N, C, accumulate);
 }
 
 }  // namespace llmc

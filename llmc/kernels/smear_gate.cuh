@@ -16,9 +16,9 @@
 
 namespace llmc {
 
-constexpr int kSmearWidth = 12;            // gate input: e[t][0:12]
-constexpr int kSmearBlock = 256;           // 8 warps
-constexpr int kSmearRowsPerBlock = 32;     // backward: rows per block, hence per partial
+constexpr int kSmearWidth = 12;                  // gate input: e[t][0:12]
+constexpr int kSmearBlock = 256;                 // 8 warps
+constexpr int kSmearRowsPerBlock = 32;           // backward: rows per block, hence per partial
 constexpr int kSmearPartials = kSmearWidth + 1;  // dw[0..11], dlambda
 
 // sigmoid(e[t][0:12] . w), summed by the warp's butterfly (lanes >= 12 add 0); every lane gets it.
@@ -30,20 +30,20 @@ __device__ __forceinline__ float smear_gate_value(const Tx* e_row, const Tx* w, 
 
 // One warp per row.
 template <typename Tx>
-__global__ void smear_forward_kernel(Tx* out, const Tx* e, const Tx* w, const float* scalars, int lambda_index,
-                                     int T, int C) {
+__global__ void smear_forward_kernel(Tx* out, const Tx* e, const Tx* w, const float* scalars, int lambda_index, int T,
+                                     int C) {
   using Packet = Packed128<Tx>;
   const int lane = threadIdx.x % kWarpSize;
   const int t = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (t >= T) return;
-  const Tx* row = e + (size_t)t * C;
+  const Tx* row = e + static_cast<size_t>(t) * C;
   const float mix = t > 0 ? scalars[lambda_index] * smear_gate_value(row, w, lane) : 0.0f;
   const Tx* previous = t > 0 ? row - C : row;
   for (int p = lane; p < C / Packet::size; p += kWarpSize) {
     const Packet x = load128(row + p * Packet::size), prev = load128(previous + p * Packet::size);
     Packet result;
     for (int j = 0; j < Packet::size; j++) result[j] = from_float<Tx>(to_float(x[j]) + mix * to_float(prev[j]));
-    store128(out + (size_t)t * C + p * Packet::size, result);
+    store128(out + static_cast<size_t>(t) * C + p * Packet::size, result);
   }
 }
 
@@ -58,29 +58,32 @@ __global__ void smear_backward_kernel(Tx* de, float* partials, const Tx* dout, c
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
   const float lambda = scalars[lambda_index];
   float dw_acc = 0.0f, dlambda_acc = 0.0f;
-  const int first = blockIdx.x * kSmearRowsPerBlock, last = first + kSmearRowsPerBlock < T ? first + kSmearRowsPerBlock : T;
+  const int first = blockIdx.x * kSmearRowsPerBlock,
+            last = first + kSmearRowsPerBlock < T ? first + kSmearRowsPerBlock : T;
   for (int t = first + warp; t < last; t += warps) {
-    const Tx* row = e + (size_t)t * C;
+    const Tx* row = e + static_cast<size_t>(t) * C;
     const float g = t > 0 ? smear_gate_value(row, w, lane) : 0.0f;
     const float g_next = t + 1 < T ? smear_gate_value(row + C, w, lane) : 0.0f;
     float s_partial = 0.0f;
     for (int p = lane; t > 0 && p < C / Packet::size; p += kWarpSize) {
-      const Packet dy = load128(dout + (size_t)t * C + p * Packet::size), prev = load128(row - C + p * Packet::size);
+      const Packet dy = load128(dout + static_cast<size_t>(t) * C + p * Packet::size),
+                   prev = load128(row - C + p * Packet::size);
       for (int j = 0; j < Packet::size; j++) s_partial += to_float(dy[j]) * to_float(prev[j]);
     }
     const float s = warp_reduce_sum(s_partial);
     const float gate_grad = lambda * g * (1.0f - g) * s;  // d loss / d (e[t][0:12] . w)
     const float next_share = LLMC_MUTANT("smear.no_next_row", lambda * g_next, 0.0f);
     for (int p = lane; p < C / Packet::size; p += kWarpSize) {
-      const Packet dy = load128(dout + (size_t)t * C + p * Packet::size);
-      const Packet dy_next = t + 1 < T ? load128(dout + (size_t)(t + 1) * C + p * Packet::size) : Packet::zeros();
+      const Packet dy = load128(dout + static_cast<size_t>(t) * C + p * Packet::size);
+      const Packet dy_next =
+          t + 1 < T ? load128(dout + static_cast<size_t>(t + 1) * C + p * Packet::size) : Packet::zeros();
       Packet result;
       for (int j = 0; j < Packet::size; j++) {
         const int c = p * Packet::size + j;
         const float gate_term = c < kSmearWidth ? gate_grad * to_float(w[c]) : 0.0f;
         result[j] = from_float<Tx>(to_float(dy[j]) + next_share * to_float(dy_next[j]) + gate_term);
       }
-      store128(de + (size_t)t * C + p * Packet::size, result);
+      store128(de + static_cast<size_t>(t) * C + p * Packet::size, result);
     }
     if (lane < kSmearWidth) dw_acc += gate_grad * to_float(row[lane]);
     dlambda_acc += g * s;
@@ -91,7 +94,7 @@ __global__ void smear_backward_kernel(Tx* de, float* partials, const Tx* dout, c
   if (threadIdx.x < kSmearPartials) {
     float sum = 0.0f;
     for (int v = 0; v < warps; v++) sum += warp_partials[v][threadIdx.x];
-    partials[(size_t)blockIdx.x * kSmearPartials + threadIdx.x] = sum;
+    partials[static_cast<size_t>(blockIdx.x) * kSmearPartials + threadIdx.x] = sum;
   }
 }
 
@@ -111,7 +114,8 @@ __global__ void smear_param_grads_kernel(Tx* dw, float* dscalars, const float* p
 namespace detail {
 inline void check_smear_args(const char* launcher, int C, std::initializer_list<const void*> pointers) {
   require_packets<floatX>(launcher, "C", C);
-  if (C < kSmearWidth) throw std::invalid_argument(std::string(launcher) + ": C must be >= 12 (the gate reads x[0:12])");
+  if (C < kSmearWidth)
+    throw std::invalid_argument(std::string(launcher) + ": C must be >= 12 (the gate reads x[0:12])");
   require_aligned16(launcher, pointers);
 }
 }  // namespace detail
@@ -123,11 +127,13 @@ inline void smear_forward(floatX* out, const floatX* e, const floatX* w, const f
   detail::check_smear_args("smear_forward", C, {out, e});
   if (T <= 0) return;
   const int rows_per_block = kSmearBlock / kWarpSize;
-  LLMC_LAUNCH(smear_forward_kernel<floatX>, dim3((unsigned)ceil_div(T, rows_per_block)), dim3(kSmearBlock), 0, stream,
-              out, e, w, scalars, lambda_index, T, C);
+  LLMC_LAUNCH(smear_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(T, rows_per_block))), dim3(kSmearBlock),
+              0, stream, out, e, w, scalars, lambda_index, T, C);
 }
 
-inline size_t smear_backward_scratch_floats(int T) { return (size_t)ceil_div(T, kSmearRowsPerBlock) * kSmearPartials; }
+inline size_t smear_backward_scratch_floats(int T) {
+  return static_cast<size_t>(ceil_div(T, kSmearRowsPerBlock)) * kSmearPartials;
+}
 
 // de (T, C) written (the gradient of the embedding output); dw (12, floatX) and dscalars[lambda_index] (fp32)
 // accumulated. dout (T, C) is the gradient of the smear's output; de must alias neither dout nor e.
@@ -137,9 +143,9 @@ inline void smear_backward(floatX* de, floatX* dw, float* dscalars, const floatX
   detail::check_smear_args("smear_backward", C, {de, dout, e});
   if (T <= 0) return;
   require_scratch("smear_backward", scratch_floats, smear_backward_scratch_floats(T));
-  const int blocks = (int)ceil_div(T, kSmearRowsPerBlock);
-  LLMC_LAUNCH(smear_backward_kernel<floatX>, dim3((unsigned)blocks), dim3(kSmearBlock), 0, stream, de, scratch, dout,
-              e, w, scalars, lambda_index, T, C);
+  const int blocks = static_cast<int>(ceil_div(T, kSmearRowsPerBlock));
+  LLMC_LAUNCH(smear_backward_kernel<floatX>, dim3(static_cast<unsigned>(blocks)), dim3(kSmearBlock), 0, stream, de,
+              scratch, dout, e, w, scalars, lambda_index, T, C);
   LLMC_LAUNCH(smear_param_grads_kernel<floatX>, dim3(1), dim3(kSmearPartials * kWarpSize), 0, stream, dw, dscalars,
               static_cast<const float*>(scratch), blocks, lambda_index);
 }

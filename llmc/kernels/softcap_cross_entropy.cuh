@@ -40,7 +40,7 @@ __global__ void softcap_cross_entropy_kernel(Tx* z, float* losses, const int* ta
   using Packet = Packed128<Tx>;
   __shared__ float warp_sums[kWarpSize];
   const int row = blockIdx.x;
-  Tx* zr = z + (size_t)row * V;
+  Tx* zr = z + static_cast<size_t>(row) * V;
   const int target = targets[row];
   const bool target_valid = target >= 0 && target < V;
   // Read before any thread can overwrite the row (block_reduce_sum's barriers order it).
@@ -77,7 +77,7 @@ template <typename T>
 __global__ void sum_losses_kernel(T* out, const T* values, int n, T scale) {
   __shared__ float warp_sums[kWarpSize];
   float sum = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += (float)values[i];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<float>(values[i]);
   sum = block_reduce_sum(sum, warp_sums);
   if (threadIdx.x == 0) out[0] = sum * scale;
 }
@@ -97,8 +97,8 @@ inline void softcap_cross_entropy_backward(floatX* z, float* losses, const int* 
                                            cudaStream_t stream) {
   detail::check_softcap_args("softcap_cross_entropy_backward", z, N, V);
   if (N == 0) return;
-  LLMC_LAUNCH(softcap_cross_entropy_kernel<floatX>, dim3((unsigned)N), dim3(kSoftcapBlock), 0, stream, z, losses,
-              targets, dloss, V, true);
+  LLMC_LAUNCH(softcap_cross_entropy_kernel<floatX>, dim3(static_cast<unsigned>(N)), dim3(kSoftcapBlock), 0, stream, z,
+              losses, targets, dloss, V, true);
 }
 
 // Validation: per-row losses only, z left untouched (computed in fp32 from the floatX z, as the reference's
@@ -107,7 +107,7 @@ inline void softcap_cross_entropy_forward(float* losses, const floatX* z, const 
                                           cudaStream_t stream) {
   detail::check_softcap_args("softcap_cross_entropy_forward", z, N, V);
   if (N == 0) return;
-  LLMC_LAUNCH(softcap_cross_entropy_kernel<floatX>, dim3((unsigned)N), dim3(kSoftcapBlock), 0, stream,
+  LLMC_LAUNCH(softcap_cross_entropy_kernel<floatX>, dim3(static_cast<unsigned>(N)), dim3(kSoftcapBlock), 0, stream,
               const_cast<floatX*>(z), losses, targets, 0.0f, V, false);
 }
 

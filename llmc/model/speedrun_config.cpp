@@ -55,8 +55,10 @@ void validate_speedrun_config(const SpeedrunConfig& c) {
   const std::string where = "invalid speedrun model config (" + describe_speedrun_config(c) + "): ";
   if (c.vocab_size <= 0 || c.num_heads <= 0 || c.head_dim <= 0 || c.max_seq_len <= 0 || c.window_block <= 0)
     throw std::invalid_argument(where + "sizes must be positive");
-  if (c.num_blocks < 8 || c.num_blocks % 2 != 0) throw std::invalid_argument(where + "num_blocks must be even and >= 8");
-  if (c.head_dim % 4 != 0) throw std::invalid_argument(where + "head_dim must be a multiple of 4 (half-truncated RoPE)");
+  if (c.num_blocks < 8 || c.num_blocks % 2 != 0)
+    throw std::invalid_argument(where + "num_blocks must be even and >= 8");
+  if (c.head_dim % 4 != 0)
+    throw std::invalid_argument(where + "head_dim must be a multiple of 4 (half-truncated RoPE)");
   if (c.num_blocks > 1024 || c.num_heads > 1024 || c.head_dim > 1024 || c.max_seq_len > (1 << 24) ||
       c.vocab_size > (1 << 24) || c.window_block > (1 << 24))
     throw std::invalid_argument(where + "implausibly large (limits: L, H, D <= 1024; V, T <= 2^24)");

@@ -22,7 +22,7 @@ struct SpeedrunConfig {
   int window_block = 0;  // tokens per attention-window block (128 in the record)
 
   int channels() const { return num_heads * head_dim; }  // C
-  int hidden() const { return 4 * channels(); }           // MLP width
+  int hidden() const { return 4 * channels(); }          // MLP width
 };
 
 // What block i does (SPEEDRUN.md section 1; for L != 12 the same rules scaled, see speedrun_structure).
@@ -53,8 +53,8 @@ SpeedrunStructure speedrun_structure(int num_blocks);
 struct SpeedrunScalarIndex {
   int num_blocks;
   int skip_weight(int k) const { return k; }
-  int block_lambda(int block, int j) const { return num_blocks + 2 * block + j; }      // j: 0 x, 1 x0
-  int sa_lambda(int block, int j) const { return 3 * num_blocks + 2 * block + j; }     // j: 0 v, 1 ve
+  int block_lambda(int block, int j) const { return num_blocks + 2 * block + j; }   // j: 0 x, 1 x0
+  int sa_lambda(int block, int j) const { return 3 * num_blocks + 2 * block + j; }  // j: 0 v, 1 ve
   int smear_lambda() const { return 5 * num_blocks; }
   int backout_lambda() const { return 5 * num_blocks + 1; }
   // 5L + 2 rounded up to a multiple of 8: 64 for L = 12 on any number of GPUs.

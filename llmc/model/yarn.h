@@ -23,7 +23,6 @@ class Yarn {
 
   const std::vector<float>& frequencies() const { return frequencies_; }  // D/2 entries
   double attn_scale() const { return attn_scale_; }
-  int head_dim() const { return head_dim_; }
 
  private:
   int head_dim_;

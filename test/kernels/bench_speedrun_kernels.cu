@@ -4,7 +4,6 @@
 // the measured time. --dry-run prints the model rows only (what the emulated build reports for the record
 // shapes); the emulated smoke test runs the kernels at a tiny shape.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -99,49 +98,62 @@ struct Workspace {
 };
 
 void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStream_t stream) {
-  const size_t TC = (size_t)s.T * s.C;
+  const size_t TC = static_cast<size_t>(s.T) * s.C;
   const int T = s.T, C = s.C, H = s.H, D = s.D(), V = s.V;
   bench::Arena& a = w.arena;
   floatX *x = a.make<floatX>(TC), *y = a.make<floatX>(TC), *out = a.make<floatX>(TC), *dx = a.make<floatX>(TC);
   floatX *qkv = a.make<floatX>(3 * TC), *qkv_out = a.make<floatX>(3 * TC), *dqkv = a.make<floatX>(3 * TC);
   floatX *h = a.make<floatX>(4 * TC), *act = a.make<floatX>(4 * TC), *dh = a.make<floatX>(4 * TC);
-  floatX* z = a.make<floatX>((size_t)T * V, 8.0f);
-  floatX *cos_table = a.make<floatX>((size_t)T * D / 2), *sin_table = a.make<floatX>((size_t)T * D / 2);
-  floatX *gate_w = a.make<floatX>((size_t)H * 12, 0.5f), *dgate_w = a.make<floatX>((size_t)H * 12, 0.0f);
-  float *rstd = a.make<float>((size_t)2 * T * H, 0.5f), *losses = a.make<float>(T), *freq = a.make<float>(D / 2, 0.5f);
+  floatX* z = a.make<floatX>(static_cast<size_t>(T) * V, 8.0f);
+  floatX *cos_table = a.make<floatX>(static_cast<size_t>(T) * D / 2),
+         *sin_table = a.make<floatX>(static_cast<size_t>(T) * D / 2);
+  floatX *gate_w = a.make<floatX>(static_cast<size_t>(H) * 12, 0.5f),
+         *dgate_w = a.make<floatX>(static_cast<size_t>(H) * 12, 0.0f);
+  float *rstd = a.make<float>(static_cast<size_t>(2) * T * H, 0.5f), *losses = a.make<float>(T),
+        *freq = a.make<float>(D / 2, 0.5f);
   float *scalars = a.make<float>(64, 0.5f), *dscalars = a.make<float>(64, 0.0f);
-  const size_t scratch_floats = std::max({llmc::smear_backward_scratch_floats(T),
-                                          llmc::attention_gate_backward_scratch_floats(T, H),
-                                          llmc::mix_backward_scratch_floats(T, C)});
+  const size_t scratch_floats =
+      std::max({llmc::smear_backward_scratch_floats(T), llmc::attention_gate_backward_scratch_floats(T, H),
+                llmc::mix_backward_scratch_floats(T, C)});
   float* scratch = a.make<float>(scratch_floats);
   llmc::EmbeddingGather<floatX> gather;
   llmc::EmbeddingScatter<floatX> scatter;
   gather.count = scatter.count = 4;
   for (int k = 0; k < 4; k++) {
-    gather.tables[k] = a.make<floatX>((size_t)V * C);
+    gather.tables[k] = a.make<floatX>(static_cast<size_t>(V) * C);
     gather.outputs[k] = a.make<floatX>(TC);
-    scatter.table_grads[k] = a.make<floatX>((size_t)V * C, 0.0f);
+    scatter.table_grads[k] = a.make<floatX>(static_cast<size_t>(V) * C, 0.0f);
     scatter.douts[k] = gather.outputs[k];
   }
   int* targets = w.tokens;
-  const llmc::MixCoefficient l0{llmc::MixScalar::identity, 14}, l1{llmc::MixScalar::identity, 15};
+  const llmc::MixCoefficient l0{llmc::MixScalar::kIdentity, 14}, l1{llmc::MixScalar::kIdentity, 15};
   const std::vector<std::function<void()>> work = {
       [=] { llmc::rmsnorm_forward(out, rstd, x, T, C, stream); },
       [=] { llmc::rmsnorm_backward(dx, y, x, rstd, T, C, true, stream); },
       [=] { llmc::rope_tables_build(cos_table, sin_table, freq, T, D / 2, stream); },
       [=] { llmc::qk_norm_rope_forward(qkv_out, 3 * C, qkv, 3 * C, rstd, cos_table, sin_table, T, 2 * H, D, stream); },
-      [=] { llmc::qk_norm_rope_backward(dqkv, 3 * C, dqkv, 3 * C, qkv, 3 * C, rstd, cos_table, sin_table, T, 2 * H, D, stream); },
+      [=] {
+        llmc::qk_norm_rope_backward(dqkv, 3 * C, dqkv, 3 * C, qkv, 3 * C, rstd, cos_table, sin_table, T, 2 * H, D,
+                                    stream);
+      },
       [=] { llmc::relu_squared_forward(act, h, 4 * TC, stream); },
       [=] { llmc::relu_squared_backward(dh, h, act, 4 * TC, stream); },
       [=] { llmc::softcap_cross_entropy_backward(z, losses, targets, 1.0f, T, V, stream); },
       [=] { llmc::smear_forward(out, x, gate_w, scalars, 60, T, C, stream); },
-      [=] { llmc::smear_backward(dx, dgate_w, dscalars, y, x, gate_w, scalars, 60, T, C, scratch, scratch_floats, stream); },
-      [=] { llmc::attention_gate_forward(out, y, x, C, gate_w, T, H, D, stream); },
-      [=] { llmc::attention_gate_backward(dx, out, C, dgate_w, y, x, h, C, gate_w, T, H, D, scratch, scratch_floats, stream); },
-      [=] { llmc::mix_forward({out, C}, {x, C}, {y, C}, scalars, l0, l1, T, C, stream); },
       [=] {
-        llmc::mix_backward({dx, C}, false, {out, C}, true, dscalars, {y, C}, {x, C}, {y, C}, scalars, l0, l1, T, C, scratch,
-                           scratch_floats, stream);
+        llmc::smear_backward(dx, dgate_w, dscalars, y, x, gate_w, scalars, 60, T, C, scratch, scratch_floats, stream);
+      },
+      [=] { llmc::attention_gate_forward(out, y, x, C, gate_w, T, H, D, stream); },
+      [=] {
+        llmc::attention_gate_backward(dx, out, C, dgate_w, y, x, h, C, gate_w, T, H, D, scratch, scratch_floats,
+                                      stream);
+      },
+      [=] {
+        llmc::mix_forward({out, C}, {x, C}, {y, C}, scalars, l0, l1, T, C, stream);
+      },
+      [=] {
+        llmc::mix_backward({dx, C}, false, {out, C}, true, dscalars, {y, C}, {x, C}, {y, C}, scalars, l0, l1, T, C,
+                           scratch, scratch_floats, stream);
       },
       [=] { llmc::embedding_forward(gather, targets, T, C, stream); },
       [&w, scatter, C, stream] { llmc::embedding_backward(scatter, w.plan, C, stream); },
@@ -191,8 +203,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("bench_speedrun_kernels (%s%s): T=%d C=%d H=%d D=%d V=%d; ceilings %.1f TB/s, %.0f TFLOP/s\n",
-              llmc::kPrecisionName, kEmulated ? ", emulated" : "", shape.T, shape.C, shape.H, shape.D(),
-              shape.V, kHbmBytesPerSecond / 1e12, kBf16FlopsPerSecond / 1e12);
+              llmc::kPrecisionName, kEmulated ? ", emulated" : "", shape.T, shape.C, shape.H, shape.D(), shape.V,
+              kHbmBytesPerSecond / 1e12, kBf16FlopsPerSecond / 1e12);
   std::vector<Row> rows = model_rows(shape);
   if (dry_run) {
     print_rows(rows, {}, "measured us");
@@ -204,7 +216,8 @@ int main(int argc, char** argv) {
     Workspace workspace(shape);
     const auto start = std::chrono::steady_clock::now();
     workspace.plan.prepare(workspace.tokens_host.data(), shape.T, stream);
-    const double prepare_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double prepare_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     attach_work(rows, workspace, shape, stream);
     std::vector<double> measured_us;
     for (const Row& row : rows) measured_us.push_back(1e3 * bench::time_ms(stream, repeats, row.work));

@@ -17,7 +17,7 @@
 
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
+using namespace llmc::test;  // the shared helpers of test/support
 using llmc::floatX;
 
 // Token k with probability ~ 1 / (k + 1)^1.1 (text-like: the top token takes ~15% of the positions).
@@ -37,9 +37,9 @@ struct EmbeddingData {
   std::vector<std::vector<double>> tables, douts, prefills;
   EmbeddingData() {
     for (int k = 0; k < kTables; k++) {
-      tables.push_back(random_values((size_t)V * C, rng));
-      douts.push_back(random_values((size_t)T * C, rng));
-      prefills.push_back(random_values((size_t)V * C, rng));
+      tables.push_back(random_values(static_cast<size_t>(V) * C, rng));
+      douts.push_back(random_values(static_cast<size_t>(T) * C, rng));
+      prefills.push_back(random_values(static_cast<size_t>(V) * C, rng));
     }
   }
   int max_count() const {
@@ -60,14 +60,14 @@ TEST(EmbeddingKernel, FourGathersCopyTheTokenRows) {
   gather.count = data.kTables;
   for (int k = 0; k < data.kTables; k++) {
     tables.push_back(std::make_unique<DeviceBuffer<floatX>>(data.tables[k].size()));
-    outputs.push_back(std::make_unique<DeviceBuffer<floatX>>((size_t)T * C));
+    outputs.push_back(std::make_unique<DeviceBuffer<floatX>>(static_cast<size_t>(T) * C));
     tables[k]->upload(data.tables[k]);
     gather.tables[k] = tables[k]->get();
     gather.outputs[k] = outputs[k]->get();
   }
   llmc::embedding_forward(gather, d_tokens.get(), T, C, nullptr);
   for (int k = 0; k < data.kTables; k++) {
-    std::vector<double> expected((size_t)T * C);
+    std::vector<double> expected(static_cast<size_t>(T) * C);
     ref::embedding_forward(expected.data(), data.tokens.data(), data.tables[k].data(), T, C);
     EXPECT_TRUE(all_close(outputs[k]->download(), expected, 0.0)) << "table " << k;  // a copy: exact
   }
@@ -86,8 +86,8 @@ TEST(EmbeddingKernel, ScatterAddOnZipfTokensMatchesReferenceAndIsDeterministic) 
   llmc::EmbeddingScatter<floatX> scatter;
   scatter.count = data.kTables;
   for (int k = 0; k < data.kTables; k++) {
-    grads.push_back(std::make_unique<DeviceBuffer<floatX>>((size_t)V * C));
-    douts.push_back(std::make_unique<DeviceBuffer<floatX>>((size_t)T * C));
+    grads.push_back(std::make_unique<DeviceBuffer<floatX>>(static_cast<size_t>(V) * C));
+    douts.push_back(std::make_unique<DeviceBuffer<floatX>>(static_cast<size_t>(T) * C));
     douts[k]->upload(data.douts[k]);
     scatter.table_grads[k] = grads[k]->get();
     scatter.douts[k] = douts[k]->get();
@@ -121,18 +121,18 @@ TEST(EmbeddingKernel, ScatterAddIsExactOnIntegersAtChunkBoundaries) {
   const int V = 9, C = 16;
   std::vector<int> tokens;
   for (int count : {32, 64, 1, 31, 33, 7, 96}) {
-    const int token = (int)tokens.size() % V;
+    const int token = static_cast<int>(tokens.size()) % V;
     for (int i = 0; i < count; i++) tokens.push_back(token);
   }
   std::mt19937 rng(555);
   std::shuffle(tokens.begin(), tokens.end(), rng);
-  const int T = (int)tokens.size();
-  std::vector<double> dout((size_t)T * C);
+  const int T = static_cast<int>(tokens.size());
+  std::vector<double> dout(static_cast<size_t>(T) * C);
   // Values in {-1, 0, 1}: every sum has |sum| <= 160, exact in fp32 and (<= 256) in bf16.
-  for (size_t i = 0; i < dout.size(); i++) dout[i] = (double)((int)(i % 3) - 1);
+  for (size_t i = 0; i < dout.size(); i++) dout[i] = static_cast<double>(static_cast<int>(i % 3) - 1);
   llmc::EmbeddingBackwardPlan plan(T, V, C);
   plan.prepare(tokens.data(), T, nullptr);
-  DeviceBuffer<floatX> d_grad((size_t)V * C), d_dout(dout.size());
+  DeviceBuffer<floatX> d_grad(static_cast<size_t>(V) * C), d_dout(dout.size());
   d_grad.fill_zero();
   d_dout.upload(dout);
   llmc::EmbeddingScatter<floatX> scatter;
@@ -140,7 +140,7 @@ TEST(EmbeddingKernel, ScatterAddIsExactOnIntegersAtChunkBoundaries) {
   scatter.table_grads[0] = d_grad.get();
   scatter.douts[0] = d_dout.get();
   llmc::embedding_backward(scatter, plan, C, nullptr);
-  std::vector<double> expected((size_t)V * C, 0.0);
+  std::vector<double> expected(static_cast<size_t>(V) * C, 0.0);
   ref::embedding_backward(expected.data(), dout.data(), tokens.data(), T, C);
   const std::vector<double> got = d_grad.download();
   for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], expected[i]) << "element " << i;

@@ -17,7 +17,7 @@
 
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
+using namespace llmc::test;  // the shared helpers of test/support
 using llmc::floatX;
 
 struct RmsNormData {
@@ -25,7 +25,7 @@ struct RmsNormData {
   std::mt19937 rng{505};
   std::vector<double> inp;
   RmsNormData(int rows, int channels) : N(rows), C(channels) {
-    inp = random_values((size_t)N * C, rng, -2.0, 2.0);
+    inp = random_values(static_cast<size_t>(N) * C, rng, -2.0, 2.0);
     // A row of tiny values (mean square ~3e-9): FLT_EPSILON changes its scale by a factor ~6.
     for (int c = 0; c < C; c++) inp[c] = inp[c] * 5e-5;
     inp = round_to_floatx(inp);
@@ -53,10 +53,12 @@ TEST(RmsNormKernel, BackwardMatchesReferenceWrittenAndAccumulated) {
   LLMC_REQUIRE_GPU();
   RmsNormData data(37, 136);
   const int N = data.N, C = data.C;
-  const std::vector<double> dout = random_values((size_t)N * C, data.rng), prefill = random_values((size_t)N * C, data.rng);
-  std::vector<double> out((size_t)N * C), rstd(N);
+  const std::vector<double> dout = random_values(static_cast<size_t>(N) * C, data.rng),
+                            prefill = random_values(static_cast<size_t>(N) * C, data.rng);
+  std::vector<double> out(static_cast<size_t>(N) * C), rstd(N);
   ref::rmsnorm_forward(out.data(), rstd.data(), data.inp.data(), N, C);
-  DeviceBuffer<floatX> d_inp((size_t)N * C), d_dout((size_t)N * C), d_dinp((size_t)N * C), d_out((size_t)N * C);
+  DeviceBuffer<floatX> d_inp(static_cast<size_t>(N) * C), d_dout(static_cast<size_t>(N) * C),
+      d_dinp(static_cast<size_t>(N) * C), d_out(static_cast<size_t>(N) * C);
   DeviceBuffer<float> d_rstd(N);
   d_inp.upload(data.inp);
   d_dout.upload(dout);
@@ -65,11 +67,11 @@ TEST(RmsNormKernel, BackwardMatchesReferenceWrittenAndAccumulated) {
   const std::vector<double> kernel_rstd = d_rstd.download();
   for (const bool accumulate : {false, true}) {
     SCOPED_TRACE(accumulate ? "accumulate" : "write");
-    std::vector<double> expected = accumulate ? prefill : std::vector<double>((size_t)N * C, 0.0);
+    std::vector<double> expected = accumulate ? prefill : std::vector<double>(static_cast<size_t>(N) * C, 0.0);
     ref::rmsnorm_backward(expected.data(), dout.data(), data.inp.data(), kernel_rstd.data(), N, C);
     std::vector<std::vector<floatX>> runs;
     for (int run = 0; run < 2; run++) {
-      d_dinp.upload(accumulate ? prefill : std::vector<double>((size_t)N * C, NAN));
+      d_dinp.upload(accumulate ? prefill : std::vector<double>(static_cast<size_t>(N) * C, NAN));
       llmc::rmsnorm_backward(d_dinp.get(), d_dout.get(), d_inp.get(), d_rstd.get(), N, C, accumulate, nullptr);
       runs.push_back(d_dinp.download_raw());
     }
@@ -78,7 +80,7 @@ TEST(RmsNormKernel, BackwardMatchesReferenceWrittenAndAccumulated) {
     EXPECT_TRUE(bitwise_equal(runs[0], runs[1])) << "rmsnorm backward is not deterministic";
   }
   // In place over dout (written mode).
-  std::vector<double> expected((size_t)N * C, 0.0);
+  std::vector<double> expected(static_cast<size_t>(N) * C, 0.0);
   ref::rmsnorm_backward(expected.data(), dout.data(), data.inp.data(), kernel_rstd.data(), N, C);
   llmc::rmsnorm_backward(d_dout.get(), d_dout.get(), d_inp.get(), d_rstd.get(), N, C, false, nullptr);
   EXPECT_TRUE(all_close(d_dout.download(), expected, tolerance(1, 2 * C)));
@@ -96,19 +98,19 @@ TEST(RopeTables, BuiltFromFp32FrequenciesAndRebuiltAfterYarn) {
   const int T = 2048, D = 128, half = D / 2;
   llmc::Yarn yarn(D);
   DeviceBuffer<float> d_freq(half);
-  DeviceBuffer<floatX> d_cos((size_t)T * half), d_sin((size_t)T * half);
+  DeviceBuffer<floatX> d_cos(static_cast<size_t>(T) * half), d_sin(static_cast<size_t>(T) * half);
   for (int stage = 0; stage < 2; stage++) {
     SCOPED_TRACE(stage == 0 ? "reset" : "after YaRN 3 -> 7");
     if (stage == 1) yarn.apply(3, 7, 128);
     d_freq.upload(std::vector<double>(yarn.frequencies().begin(), yarn.frequencies().end()));
     llmc::rope_tables_build(d_cos.get(), d_sin.get(), d_freq.get(), T, half, nullptr);
     // theta = t * w in fp32 as the reference computes it; then a few-ulp cosf/sinf and one rounding.
-    std::vector<double> expected_cos((size_t)T * half), expected_sin((size_t)T * half);
+    std::vector<double> expected_cos(static_cast<size_t>(T) * half), expected_sin(static_cast<size_t>(T) * half);
     for (int t = 0; t < T; t++)
       for (int k = 0; k < half; k++) {
-        const double theta = (float)t * yarn.frequencies()[k];
-        expected_cos[(size_t)t * half + k] = std::cos(theta);
-        expected_sin[(size_t)t * half + k] = std::sin(theta);
+        const double theta = static_cast<float>(t) * yarn.frequencies()[k];
+        expected_cos[static_cast<size_t>(t) * half + k] = std::cos(theta);
+        expected_sin[static_cast<size_t>(t) * half + k] = std::sin(theta);
       }
     EXPECT_TRUE(all_close(d_cos.download(), expected_cos, tolerance(1, 4)));
     EXPECT_TRUE(all_close(d_sin.download(), expected_sin, tolerance(1, 4)));
@@ -116,8 +118,8 @@ TEST(RopeTables, BuiltFromFp32FrequenciesAndRebuiltAfterYarn) {
     const std::vector<double> cos_values = d_cos.download(), sin_values = d_sin.download();
     for (int t = 0; t < T; t += 97)
       for (int k = half / 2; k < half; k++) {
-        ASSERT_EQ(cos_values[(size_t)t * half + k], 1.0);
-        ASSERT_EQ(sin_values[(size_t)t * half + k], 0.0);
+        ASSERT_EQ(cos_values[static_cast<size_t>(t) * half + k], 1.0);
+        ASSERT_EQ(sin_values[static_cast<size_t>(t) * half + k], 0.0);
       }
   }
 }
@@ -128,11 +130,11 @@ struct QkvData {
   std::mt19937 rng{606};
   std::vector<double> qkv, cos_table, sin_table;
   QkvData(int tokens, int heads, int head_dim) : T(tokens), H(heads), D(head_dim), C(heads * head_dim) {
-    qkv = random_values((size_t)T * 3 * C, rng, -3.0, 3.0);
+    qkv = random_values(static_cast<size_t>(T) * 3 * C, rng, -3.0, 3.0);
     llmc::Yarn yarn(D);
     yarn.apply(1, 2, 8);
     std::vector<double> freq(yarn.frequencies().begin(), yarn.frequencies().end());
-    cos_table.resize((size_t)T * D / 2);
+    cos_table.resize(static_cast<size_t>(T) * D / 2);
     sin_table.resize(cos_table.size());
     ref::rope_tables(cos_table.data(), sin_table.data(), freq.data(), T, D / 2);
     cos_table = round_to_floatx(cos_table);  // the kernel reads floatX tables
@@ -140,19 +142,20 @@ struct QkvData {
   }
   // Columns [0, 2C) of qkv as (T, 2H, D).
   std::vector<double> qk() const {
-    std::vector<double> out((size_t)T * 2 * C);
+    std::vector<double> out(static_cast<size_t>(T) * 2 * C);
     for (int t = 0; t < T; t++)
-      for (int c = 0; c < 2 * C; c++) out[(size_t)t * 2 * C + c] = qkv[(size_t)t * 3 * C + c];
+      for (int c = 0; c < 2 * C; c++) out[static_cast<size_t>(t) * 2 * C + c] = qkv[static_cast<size_t>(t) * 3 * C + c];
     return out;
   }
 };
 
 // Compares the first 2C columns of each 3C-row with expected (T, 2C); the last C columns must keep their NaN.
 void expect_qk_columns(const std::vector<double>& got, const std::vector<double>& expected, int T, int C, double tol) {
-  std::vector<double> qk((size_t)T * 2 * C);
+  std::vector<double> qk(static_cast<size_t>(T) * 2 * C);
   for (int t = 0; t < T; t++) {
-    for (int c = 0; c < 2 * C; c++) qk[(size_t)t * 2 * C + c] = got[(size_t)t * 3 * C + c];
-    for (int c = 2 * C; c < 3 * C; c++) ASSERT_TRUE(std::isnan(got[(size_t)t * 3 * C + c])) << "v column written";
+    for (int c = 0; c < 2 * C; c++) qk[static_cast<size_t>(t) * 2 * C + c] = got[static_cast<size_t>(t) * 3 * C + c];
+    for (int c = 2 * C; c < 3 * C; c++)
+      ASSERT_TRUE(std::isnan(got[static_cast<size_t>(t) * 3 * C + c])) << "v column written";
   }
   EXPECT_TRUE(all_close(qk, expected, tol));
 }
@@ -165,14 +168,14 @@ TEST(QkNormRopeKernel, ForwardAndBackwardMatchReference) {
     const int T = data.T, C = data.C;
     DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_out(data.qkv.size()), d_cos(data.cos_table.size()),
         d_sin(data.sin_table.size());
-    DeviceBuffer<float> d_rstd((size_t)T * 2 * H);
+    DeviceBuffer<float> d_rstd(static_cast<size_t>(T) * 2 * H);
     d_qkv.upload(data.qkv);
     d_cos.upload(data.cos_table);
     d_sin.upload(data.sin_table);
-    llmc::qk_norm_rope_forward(d_out.get(), 3 * C, d_qkv.get(), 3 * C, d_rstd.get(), d_cos.get(), d_sin.get(), T,
-                               2 * H, D, nullptr);
+    llmc::qk_norm_rope_forward(d_out.get(), 3 * C, d_qkv.get(), 3 * C, d_rstd.get(), d_cos.get(), d_sin.get(), T, 2 * H,
+                               D, nullptr);
     const std::vector<double> qk = data.qk();
-    std::vector<double> normed(qk.size()), rstd((size_t)T * 2 * H), expected(qk.size());
+    std::vector<double> normed(qk.size()), rstd(static_cast<size_t>(T) * 2 * H), expected(qk.size());
     ref::rmsnorm_forward(normed.data(), rstd.data(), qk.data(), T * 2 * H, D);
     ref::rope_forward(expected.data(), normed.data(), data.cos_table.data(), data.sin_table.data(), T, 2 * H, D);
     // fp32 sum of D squares, rsqrt, the rotation (two products and a sum), one rounding.
@@ -181,9 +184,10 @@ TEST(QkNormRopeKernel, ForwardAndBackwardMatchReference) {
 
     // Backward, in place over the gradient buffer (stride 3C), twice for determinism.
     const std::vector<double> dout = random_values(data.qkv.size(), data.rng);
-    std::vector<double> dqk((size_t)T * 2 * C);
+    std::vector<double> dqk(static_cast<size_t>(T) * 2 * C);
     for (int t = 0; t < T; t++)
-      for (int c = 0; c < 2 * C; c++) dqk[(size_t)t * 2 * C + c] = dout[(size_t)t * 3 * C + c];
+      for (int c = 0; c < 2 * C; c++)
+        dqk[static_cast<size_t>(t) * 2 * C + c] = dout[static_cast<size_t>(t) * 3 * C + c];
     const std::vector<double> kernel_rstd = d_rstd.download();
     std::vector<double> dnormed(qk.size(), 0.0), dinp(qk.size(), 0.0);
     ref::rope_backward(dnormed.data(), dqk.data(), data.cos_table.data(), data.sin_table.data(), T, 2 * H, D);
@@ -193,7 +197,8 @@ TEST(QkNormRopeKernel, ForwardAndBackwardMatchReference) {
     for (int run = 0; run < 2; run++) {
       std::vector<double> upload = dout;
       for (int t = 0; t < T; t++)
-        for (int c = 2 * C; c < 3 * C; c++) upload[(size_t)t * 3 * C + c] = NAN;  // v's gradient is not ours
+        for (int c = 2 * C; c < 3 * C; c++)
+          upload[static_cast<size_t>(t) * 3 * C + c] = NAN;  // v's gradient is not ours
       d_grad.upload(upload);
       llmc::qk_norm_rope_backward(d_grad.get(), 3 * C, d_grad.get(), 3 * C, d_qkv.get(), 3 * C, d_rstd.get(),
                                   d_cos.get(), d_sin.get(), T, 2 * H, D, nullptr);

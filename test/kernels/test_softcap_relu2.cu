@@ -16,7 +16,7 @@
 
 namespace {
 
-using namespace kernel_test;  // the shared helpers of test/support/kernel_test_utils.h
+using namespace llmc::test;  // the shared helpers of test/support
 using llmc::floatX;
 
 // V = 136 columns, all in the softmax (the record's 47 padding columns are ordinary columns here), z wide
@@ -24,7 +24,7 @@ using llmc::floatX;
 struct SoftcapData {
   static constexpr int N = 12, V = 136;
   std::mt19937 rng{909};
-  std::vector<double> z = random_values((size_t)N * V, rng, -40.0, 40.0);
+  std::vector<double> z = random_values(static_cast<size_t>(N) * V, rng, -40.0, 40.0);
   std::vector<int> targets = std::vector<int>(N);
   SoftcapData() {
     std::uniform_int_distribution<int> target_distribution(0, V - 1);
@@ -63,15 +63,16 @@ TEST(SoftcapCrossEntropyKernel, LossAndInPlaceGradientMatchReference) {
 TEST(SoftcapCrossEntropyKernel, ZeroHeadGivesLnVAndUniformGradient) {
   LLMC_REQUIRE_GPU();
   const int N = 3, V = 136;
-  DeviceBuffer<floatX> d_z((size_t)N * V);
+  DeviceBuffer<floatX> d_z(static_cast<size_t>(N) * V);
   DeviceBuffer<float> d_losses(N);
   DeviceBuffer<int> d_targets(N);
   d_z.fill_zero();
   d_targets.upload({5, 0, 135});
   llmc::softcap_cross_entropy_backward(d_z.get(), d_losses.get(), d_targets.get(), 1.0f, N, V, nullptr);
   // Logits all 15: loss ln V; dlogits = 1/V - onehot, times dl/dz = 30/7.5 * 1/4 = 1.
-  EXPECT_TRUE(all_close(d_losses.download(), std::vector<double>(N, std::log((double)V)), tolerance(0, V)));
-  std::vector<double> expected((size_t)N * V, 1.0 / V);
+  EXPECT_TRUE(
+      all_close(d_losses.download(), std::vector<double>(N, std::log(static_cast<double>(V))), tolerance(0, V)));
+  std::vector<double> expected(static_cast<size_t>(N) * V, 1.0 / V);
   expected[5] -= 1.0, expected[V + 0] -= 1.0, expected[2 * V + 135] -= 1.0;
   EXPECT_TRUE(all_close(d_z.download(), expected, tolerance(1, V)));
 }
@@ -104,7 +105,7 @@ TEST(SoftcapCrossEntropyKernel, ValidationLeavesLogitsAndGivesTheMean) {
 TEST(SoftcapCrossEntropyKernel, TargetOutsideVocabularyGivesNaN) {
   LLMC_REQUIRE_GPU();
   const int N = 2, V = 16;
-  DeviceBuffer<floatX> d_z((size_t)N * V);
+  DeviceBuffer<floatX> d_z(static_cast<size_t>(N) * V);
   DeviceBuffer<float> d_losses(N);
   DeviceBuffer<int> d_targets(N);
   d_z.fill_zero();

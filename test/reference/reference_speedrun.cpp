@@ -26,13 +26,13 @@ std::vector<NamedTensor> named_tensors(SpeedrunParams& p, const llmc::SpeedrunCo
   tensors.push_back({"embed", {V, C}, true, &p.embed});
   for (int k = 0; k < kSpeedrunValueEmbeds; k++)
     tensors.push_back({"ve" + std::to_string(k), {V, C}, true, &p.value_embeds[k]});
-  tensors.push_back({"smear_gate", {1, (size_t)kSpeedrunGateWidth}, true, &p.smear_gate});
+  tensors.push_back({"smear_gate", {1, static_cast<size_t>(kSpeedrunGateWidth)}, true, &p.smear_gate});
   for (size_t i = 0; i < p.blocks.size(); i++) {
     SpeedrunBlockParams& block = p.blocks[i];
     const std::string prefix = "blocks." + std::to_string(i) + ".";
     if (!block.qkvo.empty()) {
       tensors.push_back({prefix + "qkvo", {C, 4 * C}, false, &block.qkvo});
-      tensors.push_back({prefix + "attn_gate", {H, (size_t)kSpeedrunGateWidth}, true, &block.attn_gate});
+      tensors.push_back({prefix + "attn_gate", {H, static_cast<size_t>(kSpeedrunGateWidth)}, true, &block.attn_gate});
     }
     if (!block.fc.empty()) {
       tensors.push_back({prefix + "fc", {C, 4 * C}, false, &block.fc});
@@ -40,7 +40,8 @@ std::vector<NamedTensor> named_tensors(SpeedrunParams& p, const llmc::SpeedrunCo
     }
   }
   tensors.push_back({"head", {V, C}, true, &p.head});
-  tensors.push_back({"scalars", {(size_t)llmc::SpeedrunScalarIndex{config.num_blocks}.count()}, false, &p.scalars});
+  const size_t num_scalars = llmc::SpeedrunScalarIndex{config.num_blocks}.count();
+  tensors.push_back({"scalars", {num_scalars}, false, &p.scalars});
   return tensors;
 }
 
@@ -70,7 +71,7 @@ SpeedrunParams zero_speedrun_params(const llmc::SpeedrunConfig& config) {
 
 namespace {
 
-double round_to_bf16(double x) { return llmc::bf16_bits_to_float(llmc::float_to_bf16_bits((float)x)); }
+double round_to_bf16(double x) { return llmc::bf16_bits_to_float(llmc::float_to_bf16_bits(static_cast<float>(x))); }
 
 }  // namespace
 
@@ -79,10 +80,10 @@ SpeedrunParams init_speedrun_params(const llmc::SpeedrunConfig& config, uint64_t
   const size_t C = config.channels();
   llmc::NormalSampler normal(seed);
   std::mt19937_64 uniform_bits(seed ^ 0x9e3779b97f4a7c15ull);
-  const double bound = std::sqrt(3.0) * 0.5 / std::sqrt((double)C);
+  const double bound = std::sqrt(3.0) * 0.5 / std::sqrt(static_cast<double>(C));
   auto uniform = [&] {  // U(-bound, bound) from 53 random bits, rounded to fp32 storage
-    const double unit = (double)(uniform_bits() >> 11) * (1.0 / 9007199254740992.0);
-    return (double)(float)((2.0 * unit - 1.0) * bound);
+    const double unit = static_cast<double>(uniform_bits() >> 11) * (1.0 / 9007199254740992.0);
+    return static_cast<double>(static_cast<float>((2.0 * unit - 1.0) * bound));
   };
   for (double& x : p.embed) x = round_to_bf16(normal.next());
   for (auto& table : p.value_embeds)
@@ -115,8 +116,8 @@ void matmul_in_out_forward(double* out, const double* inp, const double* w, int 
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OC; o++) {
       double acc = 0.0;
-      for (int c = 0; c < C; c++) acc += inp[(size_t)n * C + c] * w[(size_t)c * OC + o];
-      out[(size_t)n * OC + o] = acc;
+      for (int c = 0; c < C; c++) acc += inp[static_cast<size_t>(n) * C + c] * w[static_cast<size_t>(c) * OC + o];
+      out[static_cast<size_t>(n) * OC + o] = acc;
     }
 }
 
@@ -126,8 +127,10 @@ void matmul_in_out_backward(double* dinp, double* dw, const double* dout, const 
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++)
       for (int o = 0; o < OC; o++) {
-        dinp[(size_t)n * C + c] += dout[(size_t)n * OC + o] * w[(size_t)c * OC + o];
-        dw[(size_t)c * OC + o] += inp[(size_t)n * C + c] * dout[(size_t)n * OC + o];
+        dinp[static_cast<size_t>(n) * C + c] +=
+            dout[static_cast<size_t>(n) * OC + o] * w[static_cast<size_t>(c) * OC + o];
+        dw[static_cast<size_t>(c) * OC + o] +=
+            inp[static_cast<size_t>(n) * C + c] * dout[static_cast<size_t>(n) * OC + o];
       }
 }
 
@@ -144,23 +147,23 @@ void add_scaled(std::vector<double>& target, double scale, const std::vector<dou
 // Splits qkv (T, 3C) into q, k, v (T, C) each; joins them back for the backward.
 void split_qkv(const std::vector<double>& qkv, std::vector<double>& q, std::vector<double>& k, std::vector<double>& v,
                int T, int C) {
-  q.resize((size_t)T * C), k.resize((size_t)T * C), v.resize((size_t)T * C);
+  q.resize(static_cast<size_t>(T) * C), k.resize(static_cast<size_t>(T) * C), v.resize(static_cast<size_t>(T) * C);
   for (int t = 0; t < T; t++)
     for (int c = 0; c < C; c++) {
-      q[(size_t)t * C + c] = qkv[(size_t)t * 3 * C + c];
-      k[(size_t)t * C + c] = qkv[(size_t)t * 3 * C + C + c];
-      v[(size_t)t * C + c] = qkv[(size_t)t * 3 * C + 2 * C + c];
+      q[static_cast<size_t>(t) * C + c] = qkv[static_cast<size_t>(t) * 3 * C + c];
+      k[static_cast<size_t>(t) * C + c] = qkv[static_cast<size_t>(t) * 3 * C + C + c];
+      v[static_cast<size_t>(t) * C + c] = qkv[static_cast<size_t>(t) * 3 * C + 2 * C + c];
     }
 }
 
 std::vector<double> join_qkv(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                              int T, int C) {
-  std::vector<double> qkv((size_t)T * 3 * C);
+  std::vector<double> qkv(static_cast<size_t>(T) * 3 * C);
   for (int t = 0; t < T; t++)
     for (int c = 0; c < C; c++) {
-      qkv[(size_t)t * 3 * C + c] = q[(size_t)t * C + c];
-      qkv[(size_t)t * 3 * C + C + c] = k[(size_t)t * C + c];
-      qkv[(size_t)t * 3 * C + 2 * C + c] = v[(size_t)t * C + c];
+      qkv[static_cast<size_t>(t) * 3 * C + c] = q[static_cast<size_t>(t) * C + c];
+      qkv[static_cast<size_t>(t) * 3 * C + C + c] = k[static_cast<size_t>(t) * C + c];
+      qkv[static_cast<size_t>(t) * 3 * C + 2 * C + c] = v[static_cast<size_t>(t) * C + c];
     }
   return qkv;
 }
@@ -181,17 +184,17 @@ ReferenceSpeedrun::ReferenceSpeedrun(const llmc::SpeedrunConfig& config)
 
 void ReferenceSpeedrun::set_rope(const std::vector<double>& frequencies, double attn_scale) {
   const int half = config_.head_dim / 2;
-  if ((int)frequencies.size() != half)
-    throw std::invalid_argument("set_rope: " + std::to_string(frequencies.size()) + " frequencies, expected D/2 = " +
-                                std::to_string(half));
-  std::vector<double> cos_table((size_t)config_.max_seq_len * half), sin_table(cos_table.size());
+  if (static_cast<int>(frequencies.size()) != half)
+    throw std::invalid_argument("set_rope: " + std::to_string(frequencies.size()) +
+                                " frequencies, expected D/2 = " + std::to_string(half));
+  std::vector<double> cos_table(static_cast<size_t>(config_.max_seq_len) * half), sin_table(cos_table.size());
   rope_tables(cos_table.data(), sin_table.data(), frequencies.data(), config_.max_seq_len, half);
   set_rope_tables(cos_table, sin_table, attn_scale);
 }
 
 void ReferenceSpeedrun::set_rope_tables(const std::vector<double>& cos_table, const std::vector<double>& sin_table,
                                         double attn_scale) {
-  const size_t expected = (size_t)config_.max_seq_len * (config_.head_dim / 2);
+  const size_t expected = static_cast<size_t>(config_.max_seq_len) * (config_.head_dim / 2);
   if (cos_table.size() != expected || sin_table.size() != expected)
     throw std::invalid_argument("set_rope_tables: tables must hold max_seq_len x D/2 = " + std::to_string(expected) +
                                 " entries");
@@ -235,7 +238,7 @@ double ReferenceSpeedrun::forward(const int* tokens, const int* targets, const i
   cu_seqlens_.assign(cu_seqlens, cu_seqlens + num_bounds);
 
   // Embeddings, smear, x0 = norm(smeared).
-  const size_t TC = (size_t)T * C;
+  const size_t TC = static_cast<size_t>(T) * C;
   e_.resize(TC);
   embedding_forward(e_.data(), tokens, params.embed.data(), T, C);
   for (int k = 0; k < kSpeedrunValueEmbeds; k++) {
@@ -271,7 +274,7 @@ double ReferenceSpeedrun::forward(const int* tokens, const int* targets, const i
   xf_.resize(TC);
   rstd_f_.resize(T);
   rmsnorm_forward(xf_.data(), rstd_f_.data(), x_final_.data(), T, C);
-  z_.resize((size_t)T * V);
+  z_.resize(static_cast<size_t>(T) * V);
   matmul_forward(z_.data(), xf_.data(), params.head.data(), nullptr, T, C, V);
   logits_.resize(z_.size());
   for (size_t i = 0; i < z_.size(); i++) logits_[i] = kSoftcapScale * sigmoid(z_[i] / kSoftcapDivisor);
@@ -300,14 +303,15 @@ void ReferenceSpeedrun::block_forward(int i, std::vector<double>& x) {
 void ReferenceSpeedrun::attention_forward(int i, SpeedrunBlockActivations& acts) {
   const int T = T_, C = config_.channels(), H = config_.num_heads, D = config_.head_dim;
   const SpeedrunBlockParams& p = params.blocks[i];
-  const size_t TC = (size_t)T * C;
+  const size_t TC = static_cast<size_t>(T) * C;
   acts.xn_attn.resize(TC);
   acts.rstd_attn.resize(T);
   rmsnorm_forward(acts.xn_attn.data(), acts.rstd_attn.data(), acts.x_mix.data(), T, C);
-  std::vector<double> qkv((size_t)T * 3 * C);
+  std::vector<double> qkv(static_cast<size_t>(T) * 3 * C);
   matmul_forward(qkv.data(), acts.xn_attn.data(), p.qkvo.data(), nullptr, T, C, 3 * C);  // rows 0..3C-1: W_q, W_k, W_v
   split_qkv(qkv, acts.q, acts.k, acts.v, T, C);
-  acts.qn.resize(TC), acts.kn.resize(TC), acts.rstd_q.resize((size_t)T * H), acts.rstd_k.resize((size_t)T * H);
+  acts.qn.resize(TC), acts.kn.resize(TC), acts.rstd_q.resize(static_cast<size_t>(T) * H),
+      acts.rstd_k.resize(static_cast<size_t>(T) * H);
   rmsnorm_forward(acts.qn.data(), acts.rstd_q.data(), acts.q.data(), T * H, D);
   rmsnorm_forward(acts.kn.data(), acts.rstd_k.data(), acts.k.data(), T * H, D);
   acts.qr.resize(TC), acts.kr.resize(TC);
@@ -318,27 +322,28 @@ void ReferenceSpeedrun::attention_forward(int i, SpeedrunBlockActivations& acts)
   mix_forward(acts.v_mixed.data(), params.scalars[scalar_.sa_lambda(i, 0)], acts.v.data(),
               params.scalars[scalar_.sa_lambda(i, 1)], table >= 0 ? ve_[table].data() : nullptr, TC);
   acts.y.resize(TC);
-  std::vector<double> lse((size_t)H * T);
+  std::vector<double> lse(static_cast<size_t>(H) * T);
   window_attention_forward(acts.y.data(), lse.data(), acts.qr.data(), acts.kr.data(), acts.v_mixed.data(), T, H, D,
                            PackedDocuments{cu_seqlens_, window_of(i)}, attn_scale_);
   acts.y_gated.resize(TC);
   attention_gate_forward(acts.y_gated.data(), acts.y.data(), acts.xn_attn.data(), p.attn_gate.data(), T, H, D);
   std::vector<double> out(TC);
-  matmul_forward(out.data(), acts.y_gated.data(), p.qkvo.data() + (size_t)3 * C * C, nullptr, T, C, C);  // W_o
+  matmul_forward(out.data(), acts.y_gated.data(), p.qkvo.data() + static_cast<size_t>(3) * C * C, nullptr, T, C,
+                 C);  // W_o
   add_scaled(acts.x_attn, 1.0, out);
 }
 
 void ReferenceSpeedrun::mlp_forward(int i, SpeedrunBlockActivations& acts) {
   const int T = T_, C = config_.channels(), C4 = 4 * C;
   const SpeedrunBlockParams& p = params.blocks[i];
-  acts.xn_mlp.resize((size_t)T * C);
+  acts.xn_mlp.resize(static_cast<size_t>(T) * C);
   acts.rstd_mlp.resize(T);
   rmsnorm_forward(acts.xn_mlp.data(), acts.rstd_mlp.data(), acts.x_attn.data(), T, C);
-  acts.h.resize((size_t)T * C4);
+  acts.h.resize(static_cast<size_t>(T) * C4);
   matmul_in_out_forward(acts.h.data(), acts.xn_mlp.data(), p.fc.data(), T, C, C4);
   acts.a.resize(acts.h.size());
   relu_squared_forward(acts.a.data(), acts.h.data(), acts.h.size());
-  std::vector<double> out((size_t)T * C);
+  std::vector<double> out(static_cast<size_t>(T) * C);
   matmul_forward(out.data(), acts.a.data(), p.proj.data(), nullptr, T, C4, C);
   add_scaled(acts.x_out, 1.0, out);
 }
@@ -346,14 +351,14 @@ void ReferenceSpeedrun::mlp_forward(int i, SpeedrunBlockActivations& acts) {
 void ReferenceSpeedrun::backward(double dloss) {
   if (!have_targets_) throw std::logic_error("backward: the last forward had no targets");
   const int T = T_, C = config_.channels(), V = config_.vocab_size, L = config_.num_blocks;
-  const size_t TC = (size_t)T * C;
+  const size_t TC = static_cast<size_t>(T) * C;
   dblock_out_.assign(L, std::vector<double>());
   dx0_.assign(TC, 0.0);
   for (auto& d : dve_) d.assign(TC, 0.0);
 
   // Cross-entropy and soft cap, head, final norm.
   const std::vector<double> dlosses(T, dloss);
-  std::vector<double> dz((size_t)T * V, 0.0), dxf(TC, 0.0), dx(TC, 0.0);
+  std::vector<double> dz(static_cast<size_t>(T) * V, 0.0), dxf(TC, 0.0), dx(TC, 0.0);
   softcap_cross_entropy_backward(dz.data(), z_.data(), targets_.data(), dlosses.data(), T, V);
   matmul_backward(dxf.data(), grads.head.data(), nullptr, dz.data(), xf_.data(), params.head.data(), T, C, V);
   rmsnorm_backward(dx.data(), dxf.data(), x_final_.data(), rstd_f_.data(), T, C);
@@ -400,7 +405,8 @@ void ReferenceSpeedrun::mlp_backward(int i, const SpeedrunBlockActivations& acts
   const int T = T_, C = config_.channels(), C4 = 4 * C;
   const SpeedrunBlockParams& p = params.blocks[i];
   SpeedrunBlockParams& g = grads.blocks[i];
-  std::vector<double> da((size_t)T * C4, 0.0), dh((size_t)T * C4, 0.0), dxn((size_t)T * C, 0.0);
+  std::vector<double> da(static_cast<size_t>(T) * C4, 0.0), dh(static_cast<size_t>(T) * C4, 0.0),
+      dxn(static_cast<size_t>(T) * C, 0.0);
   matmul_backward(da.data(), g.proj.data(), nullptr, dx_out.data(), acts.a.data(), p.proj.data(), T, C4, C);
   relu_squared_backward(dh.data(), acts.h.data(), da.data(), dh.size());
   matmul_in_out_backward(dxn.data(), g.fc.data(), dh.data(), acts.xn_mlp.data(), p.fc.data(), T, C, C4);
@@ -410,13 +416,13 @@ void ReferenceSpeedrun::mlp_backward(int i, const SpeedrunBlockActivations& acts
 void ReferenceSpeedrun::attention_backward(int i, const SpeedrunBlockActivations& acts,
                                            const std::vector<double>& dx_attn, std::vector<double>& dx_mix) {
   const int T = T_, C = config_.channels(), H = config_.num_heads, D = config_.head_dim;
-  const size_t TC = (size_t)T * C;
+  const size_t TC = static_cast<size_t>(T) * C;
   const SpeedrunBlockParams& p = params.blocks[i];
   SpeedrunBlockParams& g = grads.blocks[i];
   // Output projection and gate.
   std::vector<double> dy_gated(TC, 0.0), dy(TC, 0.0), dxn(TC, 0.0);
-  matmul_backward(dy_gated.data(), g.qkvo.data() + (size_t)3 * C * C, nullptr, dx_attn.data(), acts.y_gated.data(),
-                  p.qkvo.data() + (size_t)3 * C * C, T, C, C);
+  matmul_backward(dy_gated.data(), g.qkvo.data() + static_cast<size_t>(3) * C * C, nullptr, dx_attn.data(),
+                  acts.y_gated.data(), p.qkvo.data() + static_cast<size_t>(3) * C * C, T, C, C);
   attention_gate_backward(dy.data(), dxn.data(), g.attn_gate.data(), dy_gated.data(), acts.y.data(),
                           acts.xn_attn.data(), p.attn_gate.data(), T, H, D);
   // Attention.
@@ -443,10 +449,10 @@ void ReferenceSpeedrun::attention_backward(int i, const SpeedrunBlockActivations
 
 void ReferenceSpeedrun::input_backward(const std::vector<double>& dx0) {
   const int T = T_, C = config_.channels();
-  std::vector<double> dsmeared((size_t)T * C, 0.0), de((size_t)T * C, 0.0);
+  std::vector<double> dsmeared(static_cast<size_t>(T) * C, 0.0), de(static_cast<size_t>(T) * C, 0.0);
   rmsnorm_backward(dsmeared.data(), dx0.data(), smeared_.data(), rstd0_.data(), T, C);
-  smear_backward(de.data(), grads.smear_gate.data(), &grads.scalars[scalar_.smear_lambda()], dsmeared.data(),
-                 e_.data(), params.smear_gate.data(), params.scalars[scalar_.smear_lambda()], T, C);
+  smear_backward(de.data(), grads.smear_gate.data(), &grads.scalars[scalar_.smear_lambda()], dsmeared.data(), e_.data(),
+                 params.smear_gate.data(), params.scalars[scalar_.smear_lambda()], T, C);
   embedding_backward(grads.embed.data(), de.data(), tokens_.data(), T, C);
   for (int k = 0; k < kSpeedrunValueEmbeds; k++)
     embedding_backward(grads.value_embeds[k].data(), dve_[k].data(), tokens_.data(), T, C);

@@ -21,12 +21,12 @@ struct SpeedrunBlockParams {
 };
 
 struct SpeedrunParams {
-  std::vector<double> embed;                                                     // [V, C]
-  std::array<std::vector<double>, llmc::kSpeedrunValueEmbeds> value_embeds;      // ve0..2, [V, C] each
-  std::vector<double> smear_gate;                                                // [12]
-  std::vector<SpeedrunBlockParams> blocks;                                       // L blocks
-  std::vector<double> head;                                                      // [V, C]
-  std::vector<double> scalars;                                                   // [SpeedrunScalarIndex::count()]
+  std::vector<double> embed;                                                 // [V, C]
+  std::array<std::vector<double>, llmc::kSpeedrunValueEmbeds> value_embeds;  // ve0..2, [V, C] each
+  std::vector<double> smear_gate;                                            // [12]
+  std::vector<SpeedrunBlockParams> blocks;                                   // L blocks
+  std::vector<double> head;                                                  // [V, C]
+  std::vector<double> scalars;                                               // [SpeedrunScalarIndex::count()]
 };
 
 // One tensor of a SpeedrunParams: its name ("embed", "ve1", "blocks.3.qkvo", "scalars", ...), shape, the
@@ -51,18 +51,18 @@ SpeedrunParams init_speedrun_params(const llmc::SpeedrunConfig& config, uint64_t
 
 // Activations of one block, kept for the backward. Rows are the T positions.
 struct SpeedrunBlockActivations {
-  std::vector<double> skip_in;        // (T,C) the popped skip value, if the block pops one
-  std::vector<double> x_in;           // (T,C) stream after the skip add, before the lambda mix
-  std::vector<double> x_mix;          // (T,C) lambda_0 x_in + lambda_1 x0
-  std::vector<double> xn_attn, rstd_attn;  // norm(x_mix)
-  std::vector<double> q, k, v;        // (T,H,D) from the QKV GEMM
+  std::vector<double> skip_in;                 // (T,C) the popped skip value, if the block pops one
+  std::vector<double> x_in;                    // (T,C) stream after the skip add, before the lambda mix
+  std::vector<double> x_mix;                   // (T,C) lambda_0 x_in + lambda_1 x0
+  std::vector<double> xn_attn, rstd_attn;      // norm(x_mix)
+  std::vector<double> q, k, v;                 // (T,H,D) from the QKV GEMM
   std::vector<double> qn, kn, rstd_q, rstd_k;  // per-head RMSNorm (T*H rows)
-  std::vector<double> qr, kr;         // after RoPE
-  std::vector<double> v_mixed;        // sa_0 v + sa_1 ve
-  std::vector<double> y, y_gated;     // attention output, times the output gate
-  std::vector<double> x_attn;         // (T,C) x_mix + y_gated W_o^T (x_mix without attention)
+  std::vector<double> qr, kr;                  // after RoPE
+  std::vector<double> v_mixed;                 // sa_0 v + sa_1 ve
+  std::vector<double> y, y_gated;              // attention output, times the output gate
+  std::vector<double> x_attn;                  // (T,C) x_mix + y_gated W_o^T (x_mix without attention)
   std::vector<double> xn_mlp, rstd_mlp, h, a;  // norm(x_attn), h = xn W_fc, a = relu(h)^2
-  std::vector<double> x_out;          // (T,C) block output
+  std::vector<double> x_out;                   // (T,C) block output
 };
 
 class ReferenceSpeedrun {

@@ -15,26 +15,26 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 void rmsnorm_forward(double* out, double* rstd, const double* inp, int N, int C, double eps) {
   for (int n = 0; n < N; n++) {
-    const double* x = inp + (size_t)n * C;
+    const double* x = inp + static_cast<size_t>(n) * C;
     double mean_square = 0.0;
     for (int c = 0; c < C; c++) mean_square += x[c] * x[c];
     mean_square /= C;
     const double r = 1.0 / std::sqrt(mean_square + eps);
-    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = x[c] * r;
+    for (int c = 0; c < C; c++) out[static_cast<size_t>(n) * C + c] = x[c] * r;
     rstd[n] = r;
   }
 }
 
 void rmsnorm_backward(double* dinp, const double* dout, const double* inp, const double* rstd, int N, int C) {
   for (int n = 0; n < N; n++) {
-    const double* x = inp + (size_t)n * C;
-    const double* dy = dout + (size_t)n * C;
+    const double* x = inp + static_cast<size_t>(n) * C;
+    const double* dy = dout + static_cast<size_t>(n) * C;
     const double r = rstd[n];
     // y = x r with dr/dx_j = -r^3 x_j / C, so dx_j = r dy_j - r^3 x_j mean(dy x) = r (dy_j - n_j mean(dy n)).
     double mean_dy_n = 0.0;
     for (int c = 0; c < C; c++) mean_dy_n += dy[c] * x[c] * r;
     mean_dy_n /= C;
-    for (int c = 0; c < C; c++) dinp[(size_t)n * C + c] += r * (dy[c] - x[c] * r * mean_dy_n);
+    for (int c = 0; c < C; c++) dinp[static_cast<size_t>(n) * C + c] += r * (dy[c] - x[c] * r * mean_dy_n);
   }
 }
 
@@ -42,8 +42,8 @@ void rope_tables(double* cos_table, double* sin_table, const double* freq, int T
   for (int t = 0; t < T; t++) {
     for (int k = 0; k < half; k++) {
       const double theta = t * freq[k];
-      cos_table[(size_t)t * half + k] = std::cos(theta);
-      sin_table[(size_t)t * half + k] = std::sin(theta);
+      cos_table[static_cast<size_t>(t) * half + k] = std::cos(theta);
+      sin_table[static_cast<size_t>(t) * half + k] = std::sin(theta);
     }
   }
 }
@@ -53,9 +53,9 @@ void rope_forward(double* out, const double* inp, const double* cos_table, const
   const int half = D / 2;
   for (int t = 0; t < T; t++) {
     for (int h = 0; h < heads; h++) {
-      const size_t row = ((size_t)t * heads + h) * D;
+      const size_t row = (static_cast<size_t>(t) * heads + h) * D;
       for (int k = 0; k < half; k++) {
-        const double c = cos_table[(size_t)t * half + k], s = sin_table[(size_t)t * half + k];
+        const double c = cos_table[static_cast<size_t>(t) * half + k], s = sin_table[static_cast<size_t>(t) * half + k];
         const double x1 = inp[row + k], x2 = inp[row + half + k];
         out[row + k] = x1 * c + x2 * s;
         out[row + half + k] = -x1 * s + x2 * c;
@@ -64,14 +64,14 @@ void rope_forward(double* out, const double* inp, const double* cos_table, const
   }
 }
 
-void rope_backward(double* dinp, const double* dout, const double* cos_table, const double* sin_table, int T,
-                   int heads, int D) {
+void rope_backward(double* dinp, const double* dout, const double* cos_table, const double* sin_table, int T, int heads,
+                   int D) {
   const int half = D / 2;
   for (int t = 0; t < T; t++) {
     for (int h = 0; h < heads; h++) {
-      const size_t row = ((size_t)t * heads + h) * D;
+      const size_t row = (static_cast<size_t>(t) * heads + h) * D;
       for (int k = 0; k < half; k++) {
-        const double c = cos_table[(size_t)t * half + k], s = sin_table[(size_t)t * half + k];
+        const double c = cos_table[static_cast<size_t>(t) * half + k], s = sin_table[static_cast<size_t>(t) * half + k];
         const double dy1 = dout[row + k], dy2 = dout[row + half + k];
         dinp[row + k] += dy1 * c - dy2 * s;
         dinp[row + half + k] += dy1 * s + dy2 * c;
@@ -108,7 +108,7 @@ double softcap_row(std::vector<double>& logits, const double* z, int V) {
 void softcap_cross_entropy_forward(double* losses, const double* z, const int* targets, int N, int V) {
   std::vector<double> logits;
   for (int n = 0; n < N; n++) {
-    const double lse = softcap_row(logits, z + (size_t)n * V, V);
+    const double lse = softcap_row(logits, z + static_cast<size_t>(n) * V, V);
     losses[n] = lse - logits[targets[n]];
   }
 }
@@ -117,13 +117,13 @@ void softcap_cross_entropy_backward(double* dz, const double* z, const int* targ
                                     int V) {
   std::vector<double> logits;
   for (int n = 0; n < N; n++) {
-    const double* zr = z + (size_t)n * V;
+    const double* zr = z + static_cast<size_t>(n) * V;
     const double lse = softcap_row(logits, zr, V);
     for (int v = 0; v < V; v++) {
       const double p = std::exp(logits[v] - lse);
       const double s = sigmoid(zr[v] / kSoftcapDivisor);
       const double dlogit_dz = kSoftcapScale / kSoftcapDivisor * s * (1.0 - s);
-      dz[(size_t)n * V + v] += dlosses[n] * (p - (v == targets[n] ? 1.0 : 0.0)) * dlogit_dz;
+      dz[static_cast<size_t>(n) * V + v] += dlosses[n] * (p - (v == targets[n] ? 1.0 : 0.0)) * dlogit_dz;
     }
   }
 }
@@ -131,11 +131,11 @@ void softcap_cross_entropy_backward(double* dz, const double* z, const int* targ
 void smear_forward(double* out, const double* e, const double* w, double lambda, int T, int C) {
   for (int c = 0; c < C; c++) out[c] = e[c];
   for (int t = 1; t < T; t++) {
-    const double* et = e + (size_t)t * C;
+    const double* et = e + static_cast<size_t>(t) * C;
     double dot = 0.0;
     for (int j = 0; j < kGateWidth; j++) dot += et[j] * w[j];
     const double mix = lambda * sigmoid(dot);
-    for (int c = 0; c < C; c++) out[(size_t)t * C + c] = et[c] + mix * et[c - C];
+    for (int c = 0; c < C; c++) out[static_cast<size_t>(t) * C + c] = et[c] + mix * et[c - C];
   }
 }
 
@@ -143,22 +143,22 @@ void smear_backward(double* de, double* dw, double* dlambda, const double* dout,
                     double lambda, int T, int C) {
   for (int c = 0; c < C; c++) de[c] += dout[c];
   for (int t = 1; t < T; t++) {
-    const double* et = e + (size_t)t * C;
-    const double* dy = dout + (size_t)t * C;
+    const double* et = e + static_cast<size_t>(t) * C;
+    const double* dy = dout + static_cast<size_t>(t) * C;
     double dot = 0.0;
     for (int j = 0; j < kGateWidth; j++) dot += et[j] * w[j];
     const double g = sigmoid(dot);
     double dy_dot_prev = 0.0;  // d out[t] / d (lambda g) contracted with dout[t]
     for (int c = 0; c < C; c++) {
       dy_dot_prev += dy[c] * et[c - C];
-      de[(size_t)t * C + c] += dy[c];
-      de[(size_t)(t - 1) * C + c] += lambda * g * dy[c];
+      de[static_cast<size_t>(t) * C + c] += dy[c];
+      de[static_cast<size_t>(t - 1) * C + c] += lambda * g * dy[c];
     }
     *dlambda += g * dy_dot_prev;
     const double dpre = lambda * g * (1.0 - g) * dy_dot_prev;
     for (int j = 0; j < kGateWidth; j++) {
       dw[j] += dpre * et[j];
-      de[(size_t)t * C + j] += dpre * w[j];
+      de[static_cast<size_t>(t) * C + j] += dpre * w[j];
     }
   }
 }
@@ -168,9 +168,10 @@ void attention_gate_forward(double* out, const double* y, const double* xn, cons
   for (int t = 0; t < T; t++) {
     for (int h = 0; h < H; h++) {
       double dot = 0.0;
-      for (int j = 0; j < kGateWidth; j++) dot += xn[(size_t)t * C + j] * w[h * kGateWidth + j];
+      for (int j = 0; j < kGateWidth; j++) dot += xn[static_cast<size_t>(t) * C + j] * w[h * kGateWidth + j];
       const double g = sigmoid(dot);
-      for (int d = 0; d < D; d++) out[(size_t)t * C + h * D + d] = y[(size_t)t * C + h * D + d] * g;
+      for (int d = 0; d < D; d++)
+        out[static_cast<size_t>(t) * C + h * D + d] = y[static_cast<size_t>(t) * C + h * D + d] * g;
     }
   }
 }
@@ -181,18 +182,18 @@ void attention_gate_backward(double* dy, double* dxn, double* dw, const double* 
   for (int t = 0; t < T; t++) {
     for (int h = 0; h < H; h++) {
       double dot = 0.0;
-      for (int j = 0; j < kGateWidth; j++) dot += xn[(size_t)t * C + j] * w[h * kGateWidth + j];
+      for (int j = 0; j < kGateWidth; j++) dot += xn[static_cast<size_t>(t) * C + j] * w[h * kGateWidth + j];
       const double g = sigmoid(dot);
       double dout_dot_y = 0.0;
       for (int d = 0; d < D; d++) {
-        const size_t i = (size_t)t * C + h * D + d;
+        const size_t i = static_cast<size_t>(t) * C + h * D + d;
         dy[i] += dout[i] * g;
         dout_dot_y += dout[i] * y[i];
       }
       const double dpre = dout_dot_y * g * (1.0 - g);
       for (int j = 0; j < kGateWidth; j++) {
-        dxn[(size_t)t * C + j] += dpre * w[h * kGateWidth + j];
-        dw[h * kGateWidth + j] += dpre * xn[(size_t)t * C + j];
+        dxn[static_cast<size_t>(t) * C + j] += dpre * w[h * kGateWidth + j];
+        dw[h * kGateWidth + j] += dpre * xn[static_cast<size_t>(t) * C + j];
       }
     }
   }
@@ -200,12 +201,12 @@ void attention_gate_backward(double* dy, double* dxn, double* dw, const double* 
 
 void embedding_forward(double* out, const int* tokens, const double* table, int T, int C) {
   for (int t = 0; t < T; t++)
-    for (int c = 0; c < C; c++) out[(size_t)t * C + c] = table[(size_t)tokens[t] * C + c];
+    for (int c = 0; c < C; c++) out[static_cast<size_t>(t) * C + c] = table[static_cast<size_t>(tokens[t]) * C + c];
 }
 
 void embedding_backward(double* dtable, const double* dout, const int* tokens, int T, int C) {
   for (int t = 0; t < T; t++)
-    for (int c = 0; c < C; c++) dtable[(size_t)tokens[t] * C + c] += dout[(size_t)t * C + c];
+    for (int c = 0; c < C; c++) dtable[static_cast<size_t>(tokens[t]) * C + c] += dout[static_cast<size_t>(t) * C + c];
 }
 
 void mix_forward(double* out, double a, const double* x, double b, const double* y, size_t n) {

@@ -25,8 +25,8 @@ void rope_tables(double* cos_table, double* sin_table, const double* freq, int T
 void rope_forward(double* out, const double* inp, const double* cos_table, const double* sin_table, int T, int heads,
                   int D);
 // Accumulates the transposed rotation of dout into dinp.
-void rope_backward(double* dinp, const double* dout, const double* cos_table, const double* sin_table, int T,
-                   int heads, int D);
+void rope_backward(double* dinp, const double* dout, const double* cos_table, const double* sin_table, int T, int heads,
+                   int D);
 
 // out = relu(x)^2; backward accumulates dinp += 2 relu(x) dout.
 void relu_squared_forward(double* out, const double* inp, size_t n);

@@ -4,15 +4,14 @@
 // grads.bin (float64, tensors in named_tensors order). Two cases: "random" (the record's init plus a
 // perturbation of every tensor) and "fresh" (the record's init).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "llmc/atomic_file.h"
+#include "llmc/file_io.h"
 #include "llmc/model/param_init.h"
 #include "llmc/model/speedrun_config.h"
 #include "llmc/model/yarn.h"
@@ -21,12 +20,9 @@
 namespace {
 
 void write_doubles(const std::string& path, const std::vector<ref::NamedTensor>& tensors) {
-  FILE* out = std::fopen(path.c_str(), "wb");
-  if (out == nullptr) throw std::runtime_error(path + ": cannot create");
-  bool ok = true;
-  for (const ref::NamedTensor& tensor : tensors)
-    ok = ok && std::fwrite(tensor.values->data(), sizeof(double), tensor.values->size(), out) == tensor.values->size();
-  if (std::fclose(out) != 0 || !ok) throw std::runtime_error(path + ": write failed");
+  llmc::AtomicFileWriter out(path);
+  for (const ref::NamedTensor& tensor : tensors) out.write(tensor.values->data(), tensor.values->size() * sizeof(double));
+  out.commit();
 }
 
 struct Batch {
@@ -58,12 +54,16 @@ void dump_case(const std::string& dir, const llmc::SpeedrunConfig& config, bool 
   const Batch batch(config.vocab_size, seed + 2);
   model.zero_grad();
   const double loss = model.forward(batch.tokens.data(), batch.targets.data(), batch.cu_seqlens.data(),
-                                    (int)batch.cu_seqlens.size(), batch.T, window_short, window_long);
+                                    static_cast<int>(batch.cu_seqlens.size()), batch.T, window_short, window_long);
   model.backward();
 
   nlohmann::json meta;
-  meta["config"] = {{"V", config.vocab_size}, {"L", config.num_blocks}, {"H", config.num_heads},
-                    {"D", config.head_dim}, {"max_seq_len", config.max_seq_len}, {"window_block", config.window_block}};
+  meta["config"] = {{"V", config.vocab_size},
+                    {"L", config.num_blocks},
+                    {"H", config.num_heads},
+                    {"D", config.head_dim},
+                    {"max_seq_len", config.max_seq_len},
+                    {"window_block", config.window_block}};
   meta["T"] = batch.T;
   meta["tokens"] = batch.tokens;
   meta["targets"] = batch.targets;
@@ -78,7 +78,9 @@ void dump_case(const std::string& dir, const llmc::SpeedrunConfig& config, bool 
   for (const ref::NamedTensor& tensor : ref::named_tensors(model.params, config))
     tensors.push_back({{"name", tensor.name}, {"shape", tensor.shape}});
   meta["tensors"] = tensors;
-  std::ofstream(dir + "/meta.json") << meta.dump(1);
+  llmc::AtomicFileWriter meta_file(dir + "/meta.json");
+  meta_file.write(meta.dump(1));
+  meta_file.commit();
   write_doubles(dir + "/params.bin", ref::named_tensors(model.params, config));
   write_doubles(dir + "/grads.bin", ref::named_tensors(model.grads, config));
   std::printf("%s: reference loss %.12f\n", dir.c_str(), loss);
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
     const llmc::SpeedrunConfig config = llmc::speedrun_config_from_name("speedrun-tiny");
     for (const char* name : {"random", "fresh"}) {
       const std::string dir = out_dir + "/" + name;
-      std::filesystem::create_directories(dir);
+      llmc::make_directories(dir, "dump directory");
       dump_case(dir, config, std::string(name) == "random", seed);
     }
   } catch (const std::exception& error) {

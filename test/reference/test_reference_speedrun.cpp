@@ -231,8 +231,8 @@ struct SpeedrunBatch {
     }
   }
   double forward(ref::ReferenceSpeedrun& model) const {
-    return model.forward(tokens.data(), targets.data(), cu_seqlens.data(), (int)cu_seqlens.size(), T, window_short,
-                         window_long);
+    return model.forward(tokens.data(), targets.data(), cu_seqlens.data(), static_cast<int>(cu_seqlens.size()), T,
+                         window_short, window_long);
   }
 };
 
@@ -256,8 +256,9 @@ TEST(SpeedrunReference, FreshModelLossIsLnVAndOnlyTheHeadHasGradient) {
   model.params = ref::init_speedrun_params(batch.config, 1);
   const double loss = batch.forward(model);
   // Zero head: z = 0, every logit is 15, each token's loss is ln V exactly (in double, to rounding).
-  EXPECT_NEAR(loss / batch.T, std::log((double)batch.config.vocab_size), 1e-14);
-  for (double token_loss : model.losses()) EXPECT_NEAR(token_loss, std::log((double)batch.config.vocab_size), 4e-15);
+  EXPECT_NEAR(loss / batch.T, std::log(static_cast<double>(batch.config.vocab_size)), 1e-14);
+  for (double token_loss : model.losses())
+    EXPECT_NEAR(token_loss, std::log(static_cast<double>(batch.config.vocab_size)), 4e-15);
   model.backward();
   for (ref::NamedTensor& tensor : ref::named_tensors(model.grads, batch.config)) {
     double max_abs = 0;
@@ -273,14 +274,14 @@ TEST(SpeedrunReference, InitialisationFollowsTheRecord) {
   const llmc::SpeedrunConfig config = llmc::speedrun_config_from_name("speedrun-tiny");
   ref::SpeedrunParams p = ref::init_speedrun_params(config, 7);
   const size_t C = config.channels();
-  const double bound = std::sqrt(3.0) * 0.5 / std::sqrt((double)C);
+  const double bound = std::sqrt(3.0) * 0.5 / std::sqrt(static_cast<double>(C));
   for (ref::NamedTensor& tensor : ref::named_tensors(p, config)) {
     const std::vector<double>& x = *tensor.values;
     double sum = 0, sum_squares = 0, max_abs = 0;
     for (double value : x) sum += value, sum_squares += value * value, max_abs = std::fmax(max_abs, std::abs(value));
     const std::string& name = tensor.name;
     if (name == "embed" || name[0] == 'v') {  // N(0, 1): mean and variance within a few standard errors
-      EXPECT_NEAR(sum / x.size(), 0.0, 5.0 / std::sqrt((double)x.size())) << name;
+      EXPECT_NEAR(sum / x.size(), 0.0, 5.0 / std::sqrt(static_cast<double>(x.size()))) << name;
       EXPECT_NEAR(sum_squares / x.size(), 1.0, 5.0 * std::sqrt(2.0 / x.size())) << name;
     } else if (name.find(".qkvo") != std::string::npos) {
       for (size_t i = 3 * C * C; i < x.size(); i++) ASSERT_EQ(x[i], 0.0) << name << ": W_o must start at zero";
@@ -293,8 +294,9 @@ TEST(SpeedrunReference, InitialisationFollowsTheRecord) {
       EXPECT_EQ(max_abs, 0.0) << name << " (projection, head and gates start at zero)";
     }
     for (double value : x) {  // exactly representable in the storage dtype
-      const float stored = tensor.bf16 ? llmc::bf16_bits_to_float(llmc::float_to_bf16_bits((float)value)) : (float)value;
-      ASSERT_EQ(value, (double)stored) << name;
+      const float stored = tensor.bf16 ? llmc::bf16_bits_to_float(llmc::float_to_bf16_bits(static_cast<float>(value)))
+                                       : static_cast<float>(value);
+      ASSERT_EQ(value, static_cast<double>(stored)) << name;
     }
   }
   const llmc::SpeedrunScalarIndex index{config.num_blocks};
@@ -335,11 +337,13 @@ TEST(SpeedrunReference, GradientOfEveryTensorMatchesFiniteDifferences) {
       indices.push_back((state >> 33) % analytic.size());
     }
     if (params[n].name == "scalars") {  // every used scalar, and some unused ones (gradient 0)
-      indices = {(size_t)index.skip_weight(0), (size_t)index.skip_weight(4), (size_t)index.skip_weight(5),
-                 (size_t)index.block_lambda(0, 0), (size_t)index.block_lambda(1, 0), (size_t)index.block_lambda(1, 1),
-                 (size_t)index.block_lambda(7, 1), (size_t)index.sa_lambda(3, 0), (size_t)index.sa_lambda(3, 1),
-                 (size_t)index.sa_lambda(7, 0), (size_t)index.sa_lambda(9, 1), (size_t)index.smear_lambda(),
-                 (size_t)index.backout_lambda(), 63};
+      indices = {static_cast<size_t>(index.skip_weight(0)),     static_cast<size_t>(index.skip_weight(4)),
+                 static_cast<size_t>(index.skip_weight(5)),     static_cast<size_t>(index.block_lambda(0, 0)),
+                 static_cast<size_t>(index.block_lambda(1, 0)), static_cast<size_t>(index.block_lambda(1, 1)),
+                 static_cast<size_t>(index.block_lambda(7, 1)), static_cast<size_t>(index.sa_lambda(3, 0)),
+                 static_cast<size_t>(index.sa_lambda(3, 1)),    static_cast<size_t>(index.sa_lambda(7, 0)),
+                 static_cast<size_t>(index.sa_lambda(9, 1)),    static_cast<size_t>(index.smear_lambda()),
+                 static_cast<size_t>(index.backout_lambda()),   63};
     }
     EXPECT_GT(std::abs(analytic[largest]), 1e-4) << params[n].name << " has no real gradient";
     expect_gradient_matches(params[n].name, *params[n].values, analytic, loss, indices, tol);
