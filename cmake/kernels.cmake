@@ -3,12 +3,19 @@
 # (runs everywhere) and with nvcc (runs on a GPU, "skipped: no GPU" otherwise; the fp32 GPU twin only
 # with -DLLMC_CUDA_FP32_TESTS=ON).
 
+# The speedrun model's kernels (docs/speedrun_model.md); also built as the mutant binary below.
+set(LLMC_SPEEDRUN_KERNEL_TEST_SOURCES
+  test/kernels/test_rmsnorm_rope.cu
+  test/kernels/test_softcap_relu2.cu
+  test/kernels/test_gates_mixes.cu
+  test/kernels/test_embedding_kernels.cu)
 set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_encoder_layernorm.cu
   test/kernels/test_matmul_attention.cu
   test/kernels/test_classifier_optimizer.cu
   test/kernels/test_flash_attention.cu
-  test/kernels/test_window_attention.cu)
+  test/kernels/test_window_attention.cu
+  ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
 
 # Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).
 llmc_add_cu_test(NAME kernels_bf16 LABELS kernels TIMEOUT 300 ALSO_SCHEDULES drift
@@ -30,6 +37,18 @@ endforeach()
 # copies must pass (test/kernels/mutants/). In the TSan build the races among them fail as races.
 llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
   SOURCES test/kernels/mutants/test_mutants.cu LIBS llmc_reference)
+
+# Mutation tests: the speedrun kernel tests once more, emulated in fp32 with LLMC_KERNEL_MUTANTS, so that
+# LLMC_MUTANT(...) sites in llmc/kernels can be switched to a plausible bug one at a time; the driver
+# expects the named tests to fail under each mutant and to pass without one.
+llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
+add_executable(kernel_mutants_fp32_emu ${llmc_kernel_mutant_sources})
+target_link_libraries(kernel_mutants_fp32_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
+target_compile_definitions(kernel_mutants_fp32_emu PRIVATE LLMC_FP32 LLMC_KERNEL_MUTANTS)
+add_test(NAME kernels_mutants_emu
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/kernels/run_kernel_mutants.py
+          --binary $<TARGET_FILE:kernel_mutants_fp32_emu> --kernels ${CMAKE_SOURCE_DIR}/llmc/kernels)
+set_tests_properties(kernels_mutants_emu PROPERTIES LABELS kernels TIMEOUT 300)
 
 # Per-kernel timing at a chosen model size (bench_kernels on a GPU, bench_kernels_emu on the CPU).
 # The emulated build is smoke-tested at a tiny size so that the benchmark cannot rot.
@@ -87,3 +106,15 @@ endif()
 add_test(NAME window_attention_bench_smoke_emu
   COMMAND bench_window_attention_emu --tokens 300 --heads 1 --windows 64,1000 --run --repeats 1)
 set_tests_properties(window_attention_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
+
+# The speedrun kernels' rows (bytes, FLOPs, time at the H200 ceilings) at the record shapes; measured times
+# on a GPU. Smoke-tested emulated at a tiny shape, plus the record-shape rows without running (--dry-run).
+llmc_add_cu_executable(NAME bench_speedrun_kernels SOURCES test/kernels/bench_speedrun_kernels.cu LIBS CLI11::CLI11)
+if(TARGET bench_speedrun_kernels)  # for the speedrun's GPUs: built like the GPU tests, not for every program arch
+  set_target_properties(bench_speedrun_kernels PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")
+endif()
+add_test(NAME kernels_speedrun_bench_smoke_emu
+  COMMAND bench_speedrun_kernels_emu --tokens 64 --channels 64 --heads 2 --vocab 256 --repeats 1)
+add_test(NAME kernels_speedrun_bench_rows_emu COMMAND bench_speedrun_kernels_emu --dry-run)
+set_tests_properties(kernels_speedrun_bench_smoke_emu kernels_speedrun_bench_rows_emu PROPERTIES LABELS kernels
+                     TIMEOUT 120)

@@ -1,22 +1,28 @@
-# cmake/model.cmake: GPT-2 configs, parameter buckets, initialization and checkpoint files (llmc_model,
-# plain C++) and the double-precision CPU reference GPT-2 used as the test oracle (llmc_reference).
+# cmake/model.cmake: GPT-2 configs, parameter buckets, initialization and checkpoint files, the speedrun
+# model's config/structure and RoPE/YaRN state (llmc_model, plain C++), and the double-precision CPU
+# references of GPT-2 and of the speedrun model used as test oracles (llmc_reference).
 
 add_library(llmc_model STATIC
   llmc/model/model_config.cpp
   llmc/model/param_layout.cpp
   llmc/model/param_init.cpp
-  llmc/model/checkpoint.cpp)
+  llmc/model/checkpoint.cpp
+  llmc/model/speedrun_config.cpp
+  llmc/model/yarn.cpp)
 target_link_libraries(llmc_model PUBLIC llmc_flags llmc_files)
 
 add_library(llmc_reference STATIC
   test/reference/reference_ops.cpp
   test/reference/reference_gpt2.cpp
-  test/reference/window_attention_reference.cpp)
+  test/reference/window_attention_reference.cpp
+  test/reference/reference_speedrun_ops.cpp
+  test/reference/reference_speedrun.cpp)
 target_link_libraries(llmc_reference PUBLIC llmc_model)
 
 # ---- tests -------------------------------------------------------------------------------------
 foreach(test_source IN ITEMS test/model/test_model_layout.cpp test/model/test_checkpoint.cpp
-                           test/reference/test_reference.cpp)
+                           test/model/test_speedrun_config.cpp test/reference/test_reference.cpp
+                           test/reference/test_reference_speedrun.cpp)
   get_filename_component(test_name ${test_source} NAME_WE)
   add_executable(${test_name} ${test_source})
   target_link_libraries(${test_name} PRIVATE llmc_reference GTest::gtest_main)
@@ -28,11 +34,13 @@ if(EXISTS "${LLMC_CUDA_INCLUDE_DIR}/cuda_bf16.h")
 endif()
 gtest_discover_tests(test_model_layout PROPERTIES LABELS model)
 gtest_discover_tests(test_checkpoint PROPERTIES LABELS model)
+gtest_discover_tests(test_speedrun_config PROPERTIES LABELS model)
 # gtest_discover_tests flattens a list-valued LABELS, so the second label is added by a CTest include
 # file that runs after discovery, over the discovered names (TEST_LIST).
 gtest_discover_tests(test_reference TEST_LIST llmc_reference_gtests)
+gtest_discover_tests(test_reference_speedrun TEST_LIST llmc_reference_speedrun_gtests)
 file(WRITE ${CMAKE_BINARY_DIR}/model_reference_labels.cmake
-  "foreach(name IN LISTS llmc_reference_gtests)\n"
+  "foreach(name IN LISTS llmc_reference_gtests llmc_reference_speedrun_gtests)\n"
   "  set_tests_properties(\"\${name}\" PROPERTIES LABELS \"model;reference\")\n"
   "endforeach()\n")
 set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_BINARY_DIR}/model_reference_labels.cmake)
@@ -44,3 +52,11 @@ add_test(NAME reference_vs_jax
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/reference/check_reference_jax.py
           --dump $<TARGET_FILE:reference_dump>)
 set_tests_properties(reference_vs_jax PROPERTIES LABELS "model;reference" SKIP_RETURN_CODE 77 TIMEOUT 120)
+
+# Cross-check of the reference speedrun model against an independent JAX model written from the spec.
+add_executable(speedrun_dump test/reference/speedrun_dump.cpp)
+target_link_libraries(speedrun_dump PRIVATE llmc_reference CLI11::CLI11 nlohmann_json::nlohmann_json)
+add_test(NAME speedrun_reference_vs_jax
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/reference/check_speedrun_jax.py
+          --dump $<TARGET_FILE:speedrun_dump>)
+set_tests_properties(speedrun_reference_vs_jax PROPERTIES LABELS "model;reference" SKIP_RETURN_CODE 77 TIMEOUT 300)

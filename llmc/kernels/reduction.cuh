@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +32,21 @@ inline unsigned elementwise_grid(size_t n, int block) {
 
 // 16-byte alignment, the precondition of the Packed128 loads and stores (llmc/cuda_common.h).
 inline bool is_aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+// Launcher preconditions of the packet-only kernels: `count` (a row length or stride) is a positive whole
+// number of 16-byte packets of Tx, and every non-null pointer is 16-byte aligned. Throw std::invalid_argument.
+template <typename Tx>
+void require_packets(const char* launcher, const char* what, long long count) {
+  constexpr int kPacket = Packed128<Tx>::size;
+  if (count <= 0 || count % kPacket != 0)
+    throw std::invalid_argument(std::string(launcher) + ": " + what + " = " + std::to_string(count) +
+                                " must be a positive multiple of " + std::to_string(kPacket) + " (16-byte packets)");
+}
+inline void require_aligned16(const char* launcher, std::initializer_list<const void*> pointers) {
+  for (const void* pointer : pointers)
+    if (pointer != nullptr && !is_aligned16(pointer))
+      throw std::invalid_argument(std::string(launcher) + ": every pointer must be 16-byte aligned");
+}
 
 // Launch plan for an elementwise kernel pair over n elements of Tx: the packed kernel (one 16-byte packet
 // per thread and grid-stride step, given the packet count) when n is a whole number of packets and every
@@ -58,6 +74,13 @@ __device__ __forceinline__ float warp_reduce_sum(float value) {
   return value;
 }
 
+// Sum over aligned groups of `group` lanes (a power of two <= 32), e.g. the lanes that share one attention
+// head; every lane of a group gets its group's total. All 32 lanes must call it.
+__device__ __forceinline__ float group_reduce_sum(float value, int group) {
+  for (int offset = group / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
 __device__ __forceinline__ float warp_reduce_max(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
@@ -77,6 +100,16 @@ __device__ __forceinline__ float block_reduce_sum(float value, float* warp_total
   __syncthreads();
   float total = lane < num_warps ? warp_totals[lane] : 0.0f;
   return warp_reduce_sum(total);
+}
+
+// Sum of values[g * stride] over g < count, in an order fixed by `count` alone: lane l adds g = l, l+32, ...
+// in increasing g, then the warp's butterfly combines the lanes. Every lane of the calling warp gets the
+// same bits. For the last step of the fixed-order scalar reductions (per-block partials -> one value).
+__device__ __forceinline__ float warp_ordered_sum(const float* values, int count, size_t stride) {
+  const int lane = threadIdx.x % kWarpSize;
+  float sum = 0.0f;
+  for (int g = lane; g < count; g += kWarpSize) sum += values[static_cast<size_t>(g) * stride];
+  return warp_reduce_sum(sum);
 }
 
 // ---- deterministic column sums: out[c] (+)= sum over rows of values(row, c) ----------------------

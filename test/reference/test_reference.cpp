@@ -11,61 +11,18 @@
 #include <vector>
 
 #include "llmc/model/param_init.h"
+#include "test/reference/gradient_check.h"
 #include "test/reference/reference_gpt2.h"
 #include "test/reference/reference_ops.h"
 
 using llmc::NormalSampler;
 using llmc::TensorKind;
 
-namespace {
-
-std::vector<double> random_vector(size_t n, NormalSampler& normal, double scale = 1.0) {
-  std::vector<double> v(n);
-  for (double& x : v) x = scale * normal.next();
-  return v;
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double sum = 0.0;
-  for (size_t i = 0; i < a.size(); i++) sum += a[i] * b[i];
-  return sum;
-}
-
-// Central differences with step h have error ~h^2 |f'''| / 6 (truncation) + ~eps |f| / h (rounding),
-// about 1e-10 for the O(1) functions below with h = 1e-5, so 1e-6 relative with a 1e-9 floor is ample
-// for a correct gradient and far tighter than any wrong term would be.
-constexpr double kStep = 1e-5;
-constexpr double kRelTol = 1e-6;
-constexpr double kAbsTol = 1e-9;
-
-void expect_gradient_matches(const std::string& name, std::vector<double>& x, const std::vector<double>& analytic,
-                             const std::function<double()>& f, const std::vector<size_t>& indices) {
-  for (size_t i : indices) {
-    const double saved = x[i];
-    x[i] = saved + kStep;
-    const double up = f();
-    x[i] = saved - kStep;
-    const double down = f();
-    x[i] = saved;
-    const double numeric = (up - down) / (2 * kStep);
-    EXPECT_NEAR(analytic[i], numeric, kRelTol * std::abs(numeric) + kAbsTol) << name << "[" << i << "]";
-  }
-}
-
-std::vector<size_t> all_indices(size_t n) {
-  std::vector<size_t> indices(n);
-  for (size_t i = 0; i < n; i++) indices[i] = i;
-  return indices;
-}
-
-// Backward functions accumulate: start every gradient at `prefill` and subtract it afterwards.
-std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> d(a.size());
-  for (size_t i = 0; i < a.size(); i++) d[i] = a[i] - b[i];
-  return d;
-}
-
-}  // namespace
+using gradient_check::all_indices;
+using gradient_check::dot;
+using gradient_check::expect_gradient_matches;
+using gradient_check::minus;
+using gradient_check::random_vector;
 
 // ------------------------------------------------------------------------------------------------
 // Per-op checks. Each backward is tested through f = sum(out * w) with random w (so dout = w).

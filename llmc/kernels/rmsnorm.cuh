@@ -1,0 +1,95 @@
+// Weightless RMSNorm of the speedrun model (residual stream, x0 and the final norm):
+// y = x / sqrt(mean(x^2) + FLT_EPSILON) over rows of C, computed in fp32, stored as floatX, with the
+// per-row 1/rms kept in fp32 for the backward. One warp per row, 16-byte packets.
+#pragma once
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
+#include "llmc/kernels/reduction.cuh"
+#include "llmc/precision.h"
+
+namespace llmc {
+
+constexpr float kRmsNormEps = 1.1920928955078125e-07f;  // FLT_EPSILON: PyTorch's rms_norm with eps=None
+constexpr int kRmsNormBlock = 256;                      // 8 warps = 8 rows per block
+
+// Row r of C elements starts at base + r * C; the launchers require C to be a whole number of packets.
+template <typename Tx>
+__global__ void rmsnorm_forward_kernel(Tx* out, float* rstd, const Tx* inp, int N, int C) {
+  using Packet = Packed128<Tx>;
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= N) return;  // whole warps leave together; no block barrier below
+  const Tx* x = inp + static_cast<size_t>(row) * C;
+  const int packets = C / Packet::size;
+  float sum_squares = 0.0f;
+  for (int p = lane; p < packets; p += kWarpSize) {
+    const Packet v = load128(x + p * Packet::size);
+    for (int j = 0; j < Packet::size; j++) sum_squares += to_float(v[j]) * to_float(v[j]);
+  }
+  const float eps = LLMC_MUTANT("rmsnorm.eps", kRmsNormEps, 1e-5f);
+  const float r = rsqrtf(warp_reduce_sum(sum_squares) / C + eps);
+  Tx* y = out + static_cast<size_t>(row) * C;
+  for (int p = lane; p < packets; p += kWarpSize) {
+    const Packet v = load128(x + p * Packet::size);
+    Packet result;
+    for (int j = 0; j < Packet::size; j++) result[j] = from_float<Tx>(to_float(v[j]) * r);
+    store128(y + p * Packet::size, result);
+  }
+  if (lane == 0 && rstd != nullptr) rstd[row] = r;
+}
+
+// dx = r (dy - n mean(dy n)) with n = x r; written, or added to dinp when accumulate. dinp may alias dout
+// (each lane reads its packets of dout before it writes them).
+template <typename Tx>
+__global__ void rmsnorm_backward_kernel(Tx* dinp, const Tx* dout, const Tx* inp, const float* rstd, int N, int C,
+                                        bool accumulate) {
+  using Packet = Packed128<Tx>;
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const Tx* x = inp + static_cast<size_t>(row) * C;
+  const Tx* dy = dout + static_cast<size_t>(row) * C;
+  Tx* dx = dinp + static_cast<size_t>(row) * C;
+  const int packets = C / Packet::size;
+  const float r = rstd[row];
+  float dy_dot_x = 0.0f;
+  for (int p = lane; p < packets; p += kWarpSize) {
+    const Packet xv = load128(x + p * Packet::size), dyv = load128(dy + p * Packet::size);
+    for (int j = 0; j < Packet::size; j++) dy_dot_x += to_float(dyv[j]) * to_float(xv[j]);
+  }
+  // mean(dy n) r = r^2 mean(dy x): the coefficient of x in dx.
+  const float x_coefficient = LLMC_MUTANT("rmsnorm.no_projection", r * r * warp_reduce_sum(dy_dot_x) / C, 0.0f);
+  for (int p = lane; p < packets; p += kWarpSize) {
+    const Packet xv = load128(x + p * Packet::size), dyv = load128(dy + p * Packet::size);
+    const Packet old = accumulate ? load128(dx + p * Packet::size) : Packet::zeros();
+    Packet result;
+    for (int j = 0; j < Packet::size; j++) {
+      const float grad = r * (to_float(dyv[j]) - to_float(xv[j]) * x_coefficient);
+      result[j] = from_float<Tx>(to_float(old[j]) + grad);
+    }
+    store128(dx + p * Packet::size, result);
+  }
+}
+
+// out (N,C) = inp / rms(inp) per row; rstd (N) saved for the backward (may be null). out may alias inp.
+inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, int N, int C, cudaStream_t stream) {
+  require_packets<floatX>("rmsnorm_forward", "C", C);
+  require_aligned16("rmsnorm_forward", {out, inp});
+  const int rows_per_block = kRmsNormBlock / kWarpSize;
+  LLMC_LAUNCH(rmsnorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+              dim3(kRmsNormBlock), 0, stream, out, rstd, inp, N, C);
+}
+
+// dinp (N,C) = (accumulate ? dinp : 0) + d rmsnorm(inp) / d inp applied to dout; inp is the forward's input and
+// rstd its saved 1/rms. accumulate adds into the residual stream's gradient; without it dinp may alias dout.
+inline void rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* inp, const float* rstd, int N, int C,
+                             bool accumulate, cudaStream_t stream) {
+  require_packets<floatX>("rmsnorm_backward", "C", C);
+  require_aligned16("rmsnorm_backward", {dinp, dout, inp});
+  const int rows_per_block = kRmsNormBlock / kWarpSize;
+  LLMC_LAUNCH(rmsnorm_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+              dim3(kRmsNormBlock), 0, stream, dinp, dout, inp, rstd, N, C, accumulate);
+}
+
+}  // namespace llmc

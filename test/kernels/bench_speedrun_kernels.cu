@@ -1,0 +1,234 @@
+// Benchmark rows of the speedrun model's kernels at the record's shapes (T = 32,768 tokens per rank,
+// C = 768, 6 heads x 128, V = 50,304): per call the bytes moved, the FLOPs, and the time they take at the
+// H200's ceilings (4.3 TB/s HBM, 790 TFLOP/s bf16 dense), with the calls per training step; on a GPU also
+// the measured time. --dry-run prints the model rows only (what the emulated build reports for the record
+// shapes); the emulated smoke test runs the kernels at a tiny shape.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/attention_gate.cuh"
+#include "llmc/kernels/embedding.cuh"
+#include "llmc/kernels/qk_norm_rope.cuh"
+#include "llmc/kernels/relu_squared.cuh"
+#include "llmc/kernels/residual_mix.cuh"
+#include "llmc/kernels/rmsnorm.cuh"
+#include "llmc/kernels/smear_gate.cuh"
+#include "llmc/kernels/softcap_cross_entropy.cuh"
+#include "llmc/precision.h"
+#include "test/kernels/bench_support.h"
+
+namespace {
+
+using llmc::floatX;
+
+#if defined(LLMC_EMULATION)
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+constexpr double kHbmBytesPerSecond = 4.3e12;
+constexpr double kBf16FlopsPerSecond = 790e12;
+
+struct Shape {
+  int T, C, H, V;
+  int D() const { return C / H; }
+};
+
+// One kernel launch (or launcher call): its traffic and arithmetic per call and how often a step runs it.
+struct Row {
+  std::string name;
+  double calls_per_step;
+  double bytes, flops;
+  std::function<void()> work;  // empty in a dry run
+  double ceiling_us() const { return 1e6 * std::max(bytes / kHbmBytesPerSecond, flops / kBf16FlopsPerSecond); }
+};
+
+// Minimum HBM traffic (each tensor read or written once) and fp32 operations (a transcendental counts as one)
+// of every kernel; calls per step of the record (10 attention layers, 11 MLPs, 23 RMSNorms, 27 mixes).
+std::vector<Row> model_rows(const Shape& s) {
+  const double x = sizeof(floatX), T = s.T, C = s.C, H = s.H, D = s.D(), V = s.V, TC = T * C;
+  return {
+      {"rmsnorm_forward", 23, 2 * TC * x + 4 * T, 3 * TC, {}},
+      {"rmsnorm_backward (accumulate)", 23, 4 * TC * x + 4 * T, 6 * TC, {}},
+      {"rope_tables_build (per YaRN change)", 0, T * D * x + 4 * D / 2, 3 * T * D / 2, {}},
+      {"qk_norm_rope_forward (q and k)", 10, 4 * TC * x + T * D * x + 8 * T * H, 2 * TC * 9, {}},
+      {"qk_norm_rope_backward (in place)", 10, 6 * TC * x + T * D * x + 8 * T * H, 2 * TC * 14, {}},
+      {"relu_squared_forward (4C)", 11, 2 * 4 * TC * x, 2 * 4 * TC, {}},
+      {"relu_squared_backward (4C)", 11, 3 * 4 * TC * x, 3 * 4 * TC, {}},
+      {"softcap_cross_entropy (fused fwd+bwd)", 1, 2 * T * V * x + 8 * T, 24 * T * V, {}},
+      {"smear_forward", 1, 2 * TC * x, 3 * TC + 30 * T, {}},
+      {"smear_backward (+ dw, dlambda)", 1, 3 * TC * x, 8 * TC + 60 * T, {}},
+      {"attention_gate_forward", 10, 2 * TC * x + 12 * T * x, TC + 30 * T * H, {}},
+      {"attention_gate_backward (+ dxn, dw)", 10, 3 * TC * x + 4 * 12 * T * x + 8 * T * H, 3 * TC + 90 * T * H, {}},
+      {"mix_forward (block lambdas)", 27, 3 * TC * x, 3 * TC, {}},
+      {"mix_backward (+ 2 scalar grads)", 27, 6 * TC * x, 6 * TC, {}},
+      {"embedding_forward (4 tables)", 1, 8 * TC * x + 4 * T, 0, {}},
+      {"embedding_backward (4 tables, bound)", 1, 12 * TC * x + 8 * T, 4 * TC, {}},
+  };
+}
+
+// Text-like token ids for the embedding backward: Zipf with exponent 1.1 over the vocabulary.
+std::vector<int> zipf_tokens(int T, int V) {
+  std::vector<double> weights(V);
+  for (int k = 0; k < V; k++) weights[k] = 1.0 / std::pow(k + 1.0, 1.1);
+  std::discrete_distribution<int> distribution(weights.begin(), weights.end());
+  std::mt19937 rng(1);
+  std::vector<int> tokens(T);
+  for (int& token : tokens) token = distribution(rng);
+  return tokens;
+}
+
+// Device buffers for every kernel at shape s, and each row's work on `stream`.
+struct Workspace {
+  bench::Arena arena;
+  std::vector<int> tokens_host;
+  llmc::EmbeddingBackwardPlan plan;
+  int* tokens;
+  explicit Workspace(const Shape& s) : tokens_host(zipf_tokens(s.T, s.V)), plan(s.T, s.V, s.C) {
+    tokens = arena.upload(tokens_host);
+  }
+};
+
+void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStream_t stream) {
+  const size_t TC = static_cast<size_t>(s.T) * s.C;
+  const int T = s.T, C = s.C, H = s.H, D = s.D(), V = s.V;
+  bench::Arena& a = w.arena;
+  floatX *x = a.make<floatX>(TC), *y = a.make<floatX>(TC), *out = a.make<floatX>(TC), *dx = a.make<floatX>(TC);
+  floatX *qkv = a.make<floatX>(3 * TC), *qkv_out = a.make<floatX>(3 * TC), *dqkv = a.make<floatX>(3 * TC);
+  floatX *h = a.make<floatX>(4 * TC), *act = a.make<floatX>(4 * TC), *dh = a.make<floatX>(4 * TC);
+  floatX* z = a.make<floatX>(static_cast<size_t>(T) * V, 8.0f);
+  floatX *cos_table = a.make<floatX>(static_cast<size_t>(T) * D / 2),
+         *sin_table = a.make<floatX>(static_cast<size_t>(T) * D / 2);
+  floatX *gate_w = a.make<floatX>(static_cast<size_t>(H) * 12, 0.5f),
+         *dgate_w = a.make<floatX>(static_cast<size_t>(H) * 12, 0.0f);
+  float *rstd = a.make<float>(static_cast<size_t>(2) * T * H, 0.5f), *losses = a.make<float>(T),
+        *freq = a.make<float>(D / 2, 0.5f);
+  float *scalars = a.make<float>(64, 0.5f), *dscalars = a.make<float>(64, 0.0f);
+  const size_t scratch_floats =
+      std::max({llmc::smear_backward_scratch_floats(T), llmc::attention_gate_backward_scratch_floats(T, H),
+                llmc::mix_backward_scratch_floats(T, C)});
+  float* scratch = a.make<float>(scratch_floats);
+  llmc::EmbeddingGather<floatX> gather;
+  llmc::EmbeddingScatter<floatX> scatter;
+  gather.count = scatter.count = 4;
+  for (int k = 0; k < 4; k++) {
+    gather.tables[k] = a.make<floatX>(static_cast<size_t>(V) * C);
+    gather.outputs[k] = a.make<floatX>(TC);
+    scatter.table_grads[k] = a.make<floatX>(static_cast<size_t>(V) * C, 0.0f);
+    scatter.douts[k] = gather.outputs[k];
+  }
+  int* targets = w.tokens;
+  const llmc::MixCoefficient l0{llmc::MixScalar::kIdentity, 14}, l1{llmc::MixScalar::kIdentity, 15};
+  const std::vector<std::function<void()>> work = {
+      [=] { llmc::rmsnorm_forward(out, rstd, x, T, C, stream); },
+      [=] { llmc::rmsnorm_backward(dx, y, x, rstd, T, C, true, stream); },
+      [=] { llmc::rope_tables_build(cos_table, sin_table, freq, T, D / 2, stream); },
+      [=] { llmc::qk_norm_rope_forward(qkv_out, 3 * C, qkv, 3 * C, rstd, cos_table, sin_table, T, 2 * H, D, stream); },
+      [=] {
+        llmc::qk_norm_rope_backward(dqkv, 3 * C, dqkv, 3 * C, qkv, 3 * C, rstd, cos_table, sin_table, T, 2 * H, D,
+                                    stream);
+      },
+      [=] { llmc::relu_squared_forward(act, h, 4 * TC, stream); },
+      [=] { llmc::relu_squared_backward(dh, h, act, 4 * TC, stream); },
+      [=] { llmc::softcap_cross_entropy_backward(z, losses, targets, 1.0f, T, V, stream); },
+      [=] { llmc::smear_forward(out, x, gate_w, scalars, 60, T, C, stream); },
+      [=] {
+        llmc::smear_backward(dx, dgate_w, dscalars, y, x, gate_w, scalars, 60, T, C, scratch, scratch_floats, stream);
+      },
+      [=] { llmc::attention_gate_forward(out, y, x, C, gate_w, T, H, D, stream); },
+      [=] {
+        llmc::attention_gate_backward(dx, out, C, dgate_w, y, x, h, C, gate_w, T, H, D, scratch, scratch_floats,
+                                      stream);
+      },
+      [=] {
+        llmc::mix_forward({out, C}, {x, C}, {y, C}, scalars, l0, l1, T, C, stream);
+      },
+      [=] {
+        llmc::mix_backward({dx, C}, false, {out, C}, true, dscalars, {y, C}, {x, C}, {y, C}, scalars, l0, l1, T, C,
+                           scratch, scratch_floats, stream);
+      },
+      [=] { llmc::embedding_forward(gather, targets, T, C, stream); },
+      [&w, scatter, C, stream] { llmc::embedding_backward(scatter, w.plan, C, stream); },
+  };
+  for (size_t i = 0; i < rows.size(); i++) rows[i].work = work[i];
+}
+
+void print_rows(const std::vector<Row>& rows, const std::vector<double>& measured_us, const char* measured_label) {
+  std::printf("%-38s %7s %10s %10s %12s %11s %12s\n", "kernel", "calls", "MB/call", "GFLOP/call", "ceiling us",
+              "us/step", measured_label);
+  double step_us = 0.0, measured_step_us = 0.0;
+  for (size_t i = 0; i < rows.size(); i++) {
+    const Row& row = rows[i];
+    step_us += row.calls_per_step * row.ceiling_us();
+    std::printf("%-38s %7.0f %10.1f %10.3f %12.1f %11.1f", row.name.c_str(), row.calls_per_step, row.bytes / 1e6,
+                row.flops / 1e9, row.ceiling_us(), row.calls_per_step * row.ceiling_us());
+    if (measured_us.empty()) {
+      std::printf(" %12s\n", "-");
+    } else {
+      measured_step_us += row.calls_per_step * measured_us[i];
+      std::printf(" %12.1f\n", measured_us[i]);
+    }
+  }
+  std::printf("%-38s %7s %10s %10s %12s %11.1f", "total per training step", "", "", "", "", step_us);
+  if (measured_us.empty())
+    std::printf(" %12s\n", "-");
+  else
+    std::printf(" %12.1f (per step)\n", measured_step_us);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Speedrun-model kernels: bytes, FLOPs and time at the H200 ceilings per call, measured on a GPU."};
+  Shape shape{32768, 768, 6, 50304};
+  int repeats = 20;
+  bool dry_run = false;
+  app.add_option("--tokens", shape.T, "tokens per rank T")->check(CLI::PositiveNumber);
+  app.add_option("--channels", shape.C, "model width C")->check(CLI::PositiveNumber);
+  app.add_option("--heads", shape.H, "attention heads (must divide C)")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", shape.V, "vocabulary V, padding included (multiple of 8)")->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "timed calls per kernel")->check(CLI::PositiveNumber);
+  app.add_flag("--dry-run", dry_run, "print the byte/FLOP rows and ceilings without running anything");
+  CLI11_PARSE(app, argc, argv);
+  if (shape.C % shape.H != 0) {
+    std::fprintf(stderr, "bench_speedrun_kernels: --channels %d is not divisible by --heads %d\n", shape.C, shape.H);
+    return 2;
+  }
+  std::printf("bench_speedrun_kernels (%s%s): T=%d C=%d H=%d D=%d V=%d; ceilings %.1f TB/s, %.0f TFLOP/s\n",
+              llmc::kPrecisionName, kEmulated ? ", emulated" : "", shape.T, shape.C, shape.H, shape.D(), shape.V,
+              kHbmBytesPerSecond / 1e12, kBf16FlopsPerSecond / 1e12);
+  std::vector<Row> rows = model_rows(shape);
+  if (dry_run) {
+    print_rows(rows, {}, "measured us");
+    return 0;
+  }
+  try {
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    Workspace workspace(shape);
+    const auto start = std::chrono::steady_clock::now();
+    workspace.plan.prepare(workspace.tokens_host.data(), shape.T, stream);
+    const double prepare_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    attach_work(rows, workspace, shape, stream);
+    std::vector<double> measured_us;
+    for (const Row& row : rows) measured_us.push_back(1e3 * bench::time_ms(stream, repeats, row.work));
+    print_rows(rows, measured_us, kEmulated ? "emulated us" : "measured us");
+    std::printf("embedding plan prepare (host counting sort + upload): %.3f ms, %d crossing runs\n", prepare_ms,
+                workspace.plan.crossing_runs());
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_speedrun_kernels: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

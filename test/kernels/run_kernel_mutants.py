@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Mutation tests of the speedrun kernels: runs the kernel-mutant test binary (the speedrun kernel tests
+built with LLMC_KERNEL_MUTANTS, emulated fp32) once with no mutant, where the tests must pass, and once per
+mutant (LLMC_KERNEL_MUTANT=name, one plausible bug switched on in llmc/kernels), where the tests that guard
+that kernel must fail. Also checks that every LLMC_MUTANT site in the kernel sources has an entry here.
+Exit 0 when every mutant is caught, 1 otherwise.
+"""
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+
+# mutant name -> the tests that must catch it (a gtest filter)
+MUTANTS = {
+    "rmsnorm.eps": "RmsNormKernel.ForwardMatchesReference",           # eps 1e-5 instead of FLT_EPSILON
+    "rmsnorm.no_projection": "RmsNormKernel.Backward*",               # dx without the -n mean(dy n) term
+    "rope_tables.next_position": "RopeTables.*",                       # tables one position ahead
+    "qk_norm_rope.partial_group": "QkNormRopeKernel.ForwardAndBackward*",  # head norm over half the lanes
+    "qk_norm_rope.forward_rotation": "QkNormRopeKernel.ForwardAndBackward*",  # backward not transposed
+    "relu_squared.no_factor_two": "ReluSquaredKernel.*",               # d/dx relu(x)^2 = x
+    "softcap.no_cap_derivative": "SoftcapCrossEntropyKernel.LossAndInPlace*",  # dz = dlogits
+    "smear.no_next_row": "SmearKernel.*",                              # de[t] misses lambda g[t+1] dout[t+1]
+    "smear.no_barrier": "SmearKernel.*",                               # per-warp partials read before written
+    "attention_gate.drop_last_chunk": "AttentionGateKernel.*",         # dw misses the last row chunk
+    "residual_mix.drop_first_partial": "MixKernel.*",                  # scalar grads miss block 0's partial
+    "embedding.previous_token": "EmbeddingKernel.FourGathers*",        # gathers the previous token's rows
+    "embedding.drop_first_partial": "EmbeddingKernel.ScatterAdd*",     # a crossing run loses its first chunk
+}
+
+
+def mutant_sites(kernels_dir):
+    names = set()
+    for path in glob.glob(os.path.join(kernels_dir, "*.cuh")):
+        with open(path) as f:
+            names.update(re.findall(r'LLMC_MUTANT\("([^"]+)"', f.read()))
+    return names
+
+
+def run(binary, gtest_filter, mutant):
+    env = dict(os.environ)
+    env.pop("LLMC_KERNEL_MUTANT", None)
+    if mutant:
+        env["LLMC_KERNEL_MUTANT"] = mutant
+    result = subprocess.run([binary, f"--gtest_filter={gtest_filter}"], env=env, capture_output=True, text=True,
+                            timeout=240)
+    return result.returncode, result.stdout + result.stderr
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--binary", required=True, help="the kernel-mutant test binary")
+    parser.add_argument("--kernels", required=True, help="llmc/kernels, to find every LLMC_MUTANT site")
+    args = parser.parse_args()
+    ok = True
+    sites = mutant_sites(args.kernels)
+    if sites != set(MUTANTS):
+        print(f"FAIL mutant sites in the sources {sorted(sites)} != the table here {sorted(MUTANTS)}")
+        ok = False
+    all_filters = ":".join(sorted(set(MUTANTS.values())))
+    code, output = run(args.binary, all_filters, None)
+    if code != 0:
+        print(f"FAIL the tests fail without any mutant:\n{output[-3000:]}")
+        return 1
+    print("ok   no mutant: the guarding tests pass")
+    for mutant, gtest_filter in MUTANTS.items():
+        code, output = run(args.binary, gtest_filter, mutant)
+        failed = sorted(set(re.findall(r"\[  FAILED  \] ([A-Za-z]\S*)", output)))
+        caught = code != 0 and (failed or "error" in output.lower())
+        print(f"{'ok  ' if caught else 'FAIL'} {mutant:34s} {'caught by ' + ', '.join(failed) if failed else 'exit ' + str(code)}")
+        ok &= bool(caught)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
