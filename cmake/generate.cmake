@@ -1,0 +1,18 @@
+# cmake/generate.cmake: text generation -- the host side (sampler, generation loop, --model resolution,
+# options: llmc_generate), ./generate_gpt2 (nvcc) and ./generate_gpt2_emu (emulated, bf16), an fp32
+# emulated build for the tight comparisons, and the tests (label "generate"). The KV-cache decoder itself
+# is part of the model core libraries (cmake/trainer.cmake); its kernels' tests are in cmake/kernels.cmake.
+
+add_library(llmc_generate STATIC llmc/generate/sampler.cpp llmc/generate/generation.cpp
+            llmc/generate/model_source.cpp llmc/generate/generate_options.cpp)
+target_link_libraries(llmc_generate PUBLIC llmc_flags llmc_model llmc_train_utils llmc_tokenizer CLI11::CLI11)
+
+set(LLMC_GENERATE_SOURCES generate_gpt2.cu llmc/generate/load_decoder.cu)
+set(LLMC_GENERATE_LIBS llmc_generate llmc_tokenizer nlohmann_json::nlohmann_json)
+llmc_add_cu_executable(NAME generate_gpt2 USER_BINARY SOURCES ${LLMC_GENERATE_SOURCES} LIBS ${LLMC_GENERATE_LIBS}
+  EMU_LIBS llmc_model_core_bf16_emu CUDA_LIBS llmc_model_core_bf16_cuda)
+
+# fp32 emulated generator (build tree only): the same code with floatX = float, for the oracle checks.
+llmc_emu_wrap_sources(generate_gpt2_fp32_emu_sources generate_gpt2_fp32_emu ${LLMC_GENERATE_SOURCES})
+add_executable(generate_gpt2_fp32_emu ${generate_gpt2_fp32_emu_sources})
+target_link_libraries(generate_gpt2_fp32_emu PRIVATE llmc_model_core_fp32_emu ${LLMC_GENERATE_LIBS})
