@@ -16,3 +16,21 @@ llmc_add_cu_executable(NAME generate_gpt2 USER_BINARY SOURCES ${LLMC_GENERATE_SO
 llmc_emu_wrap_sources(generate_gpt2_fp32_emu_sources generate_gpt2_fp32_emu ${LLMC_GENERATE_SOURCES})
 add_executable(generate_gpt2_fp32_emu ${generate_gpt2_fp32_emu_sources})
 target_link_libraries(generate_gpt2_fp32_emu PRIVATE llmc_model_core_fp32_emu ${LLMC_GENERATE_LIBS})
+
+# ---- tests (label "generate") --------------------------------------------------------------------
+# The decoder against the double reference recomputing every step (fp32: tight; bf16; and their GPU twins,
+# the fp32 one only with -DLLMC_CUDA_FP32_TESTS=ON).
+foreach(precision IN ITEMS bf16 fp32)
+  set(emu_only "")
+  if(precision STREQUAL "fp32" AND NOT LLMC_CUDA_FP32_TESTS)
+    set(emu_only EMU_ONLY)
+  endif()
+  llmc_add_cu_test(NAME gpt2_decoder_${precision} LABELS generate TIMEOUT 300 ${emu_only}
+    SOURCES test/generate/test_gpt2_decoder.cu LIBS llmc_reference llmc_model
+    EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
+endforeach()
+
+# The sampler (plain C++): greedy, seeds, and the drawn frequencies against the exact distributions.
+add_executable(test_sampler test/generate/test_sampler.cpp)
+target_link_libraries(test_sampler PRIVATE llmc_generate GTest::gtest_main)
+gtest_discover_tests(test_sampler PROPERTIES LABELS generate)
