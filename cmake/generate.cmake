@@ -34,3 +34,22 @@ endforeach()
 add_executable(test_sampler test/generate/test_sampler.cpp)
 target_link_libraries(test_sampler PRIVATE llmc_generate GTest::gtest_main)
 gtest_discover_tests(test_sampler PROPERTIES LABELS generate)
+
+# The Hugging Face oracle: transformers' GPT-2 (PyTorch when installed, else Flax on JAX; exit 77 =
+# skipped without transformers) against a model imported with scripts/import_hf.py and one of our trained
+# checkpoints exported with scripts/export_hf.py: logits and loss of both our forwards (forward_probe, fp32
+# emulated), and 20 greedy tokens of generate_gpt2 (fp32 emulated).
+llmc_emu_wrap_sources(forward_probe_sources forward_probe_fp32_emu test/generate/forward_probe.cu)
+add_executable(forward_probe_fp32_emu ${forward_probe_sources})
+target_link_libraries(forward_probe_fp32_emu PRIVATE llmc_model_core_fp32_emu CLI11::CLI11 nlohmann_json::nlohmann_json)
+add_test(NAME hf_transformers_oracle
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/generate/check_hf_transformers.py
+          --generator $<TARGET_FILE:generate_gpt2_fp32_emu> --probe $<TARGET_FILE:forward_probe_fp32_emu>
+          --trainer $<TARGET_FILE:train_gpt2_fp32_emu>)
+set_tests_properties(hf_transformers_oracle PROPERTIES LABELS "generate;reference" SKIP_RETURN_CODE 77 TIMEOUT 300
+                     ENVIRONMENT "LLMC_SHARED_DIR=${LLMC_SHARED_DIR}")
+
+# export_hf.py / import_hf.py without transformers: exact round trips, the folder's layout, every refusal.
+add_test(NAME hf_scripts COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/generate/test_hf_scripts.py)
+set_tests_properties(hf_scripts PROPERTIES LABELS generate SKIP_RETURN_CODE 77 TIMEOUT 120
+                     ENVIRONMENT "LLMC_SHARED_DIR=${LLMC_SHARED_DIR}")
