@@ -53,3 +53,19 @@ set_tests_properties(hf_transformers_oracle PROPERTIES LABELS "generate;referenc
 add_test(NAME hf_scripts COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/generate/test_hf_scripts.py)
 set_tests_properties(hf_scripts PROPERTIES LABELS generate SKIP_RETURN_CODE 77 TIMEOUT 120
                      ENVIRONMENT "LLMC_SHARED_DIR=${LLMC_SHARED_DIR}")
+
+# The program as a user runs it (small model files written by the test, seconds): seeds, greedy, stdin,
+# stopping, UTF-8 streaming against Python's decoder, --model forms, errors, --help against the README.
+add_test(NAME generate_program_emu
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/generate/test_generate_program.py
+          --generator $<TARGET_FILE:generate_gpt2_emu>)
+set_tests_properties(generate_program_emu PROPERTIES LABELS generate TIMEOUT 180
+                     ENVIRONMENT "LLMC_SHARED_DIR=${LLMC_SHARED_DIR}")
+if(LLMC_HAVE_CUDA)
+  # The same tests of the GPU build; "skipped: no GPU" (exit 77) without one.
+  add_test(NAME generate_program_cuda
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/generate/test_generate_program.py
+            --generator $<TARGET_FILE:generate_gpt2> --require-gpu)
+  set_tests_properties(generate_program_cuda PROPERTIES LABELS "generate;cuda" TIMEOUT 180 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "LLMC_SHARED_DIR=${LLMC_SHARED_DIR}")
+endif()
