@@ -94,7 +94,7 @@ int run(const GenerateOptions& options) {
     throw std::runtime_error("--model " + options.model + ": a vocabulary of " +
                              std::to_string(decoder->vocab_size()) + " tokens; the GPT-2 tokenizer has " +
                              std::to_string(tokenizer.vocab_size()));
-  if (int(prompt.size()) >= decoder->max_positions())
+  if (static_cast<int>(prompt.size()) >= decoder->max_positions())
     throw std::runtime_error((options.prompt ? "--prompt" : std::string("standard input")) + ": " +
                              std::to_string(prompt.size()) + " tokens; the model's context is " +
                              std::to_string(decoder->max_positions()) + " (at most " +

@@ -22,7 +22,7 @@ endif()
 set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2.cu llmc/model/device_arena.cu llmc/train/run_info.cu
     llmc/generate/gpt2_decoder.cu)
 set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu)
-set(LLMC_TRAINER_LIBS llmc_train_utils llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
+set(LLMC_TRAINER_LIBS llmc_train_utils llmc_train_samples llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
 foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(core_sources llmc_model_core_${precision}_emu ${LLMC_MODEL_CORE_SOURCES})
   add_library(llmc_model_core_${precision}_emu STATIC ${core_sources})

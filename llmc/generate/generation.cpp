@@ -15,24 +15,24 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 GenerationResult generate(CausalDecoder& decoder, const std::vector<int32_t>& prompt,
                           const GenerationSettings& settings, const std::function<void(int32_t)>& on_token) {
   const int context = decoder.max_positions();
-  if (prompt.empty() || int(prompt.size()) >= context)
+  if (prompt.empty() || static_cast<int>(prompt.size()) >= context)
     throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) + " tokens; the model takes 1 to " +
                                 std::to_string(context - 1) + " (its context is " + std::to_string(context) + ")");
   if (settings.max_new_tokens < 0)
     throw std::invalid_argument("--max-new-tokens " + std::to_string(settings.max_new_tokens) + ": must be >= 0");
   Sampler sampler(settings.sampling);
   GenerationResult result;
-  result.prompt_tokens = int(prompt.size());
+  result.prompt_tokens = static_cast<int>(prompt.size());
   decoder.reset();
   std::vector<float> logits;
   const Clock::time_point prefill_start = Clock::now();
-  decoder.forward(prompt.data(), int(prompt.size()), logits);
+  decoder.forward(prompt.data(), static_cast<int>(prompt.size()), logits);
   result.prefill_seconds = seconds_since(prefill_start);
 
   const Clock::time_point decode_start = Clock::now();
   const int budget = settings.max_new_tokens;
-  while (int(result.tokens.size()) < budget) {
-    if (result.prompt_tokens + int(result.tokens.size()) >= context) {  // the sequence fills the context
+  while (static_cast<int>(result.tokens.size()) < budget) {
+    if (result.prompt_tokens + static_cast<int>(result.tokens.size()) >= context) {  // the sequence fills the context
       result.context_full = true;
       break;
     }

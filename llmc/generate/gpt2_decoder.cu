@@ -3,7 +3,6 @@
 #include "llmc/generate/gpt2_decoder.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -35,11 +34,11 @@ GPT2Decoder::GPT2Decoder(const ParamLayout& layout, int max_chunk, cudaStream_t 
   if (max_chunk < 1 || max_chunk > cfg.max_seq_len)
     throw std::invalid_argument("GPT2Decoder: max_chunk " + std::to_string(max_chunk) + " outside [1, " +
                                 std::to_string(cfg.max_seq_len) + "]");
-  const size_t C = cfg.channels, rows = size_t(max_chunk);
+  const size_t C = cfg.channels, rows = static_cast<size_t>(max_chunk);
   Buffers& b = *buffers_;
   DeviceArena& arena = b.arena;
   if (own_params) arena.request(&b.owned_params, layout_.total_size);
-  arena.request(&b.cache, size_t(cfg.num_layers) * kv_cache_layer_elements(cfg.max_seq_len, cfg.channels));
+  arena.request(&b.cache, static_cast<size_t>(cfg.num_layers) * kv_cache_layer_elements(cfg.max_seq_len, cfg.channels));
   arena.request(&b.tokens, rows);
   for (floatX** narrow : {&b.residual, &b.residual2, &b.ln, &b.atty, &b.attproj, &b.fcproj})
     arena.request(narrow, rows * C);
@@ -71,10 +70,8 @@ GPT2Decoder::GPT2Decoder(const ParamLayout& layout, const floatX* device_params,
 }
 
 GPT2Decoder::~GPT2Decoder() {
-  // The arena frees the memory; work still queued on the stream must not outlive it. No throwing here.
-  const cudaError_t status = cudaStreamSynchronize(stream_);
-  if (status != cudaSuccess)
-    std::fprintf(stderr, "cudaStreamSynchronize in ~GPT2Decoder: %s\n", cudaGetErrorString(status));
+  // The arena frees the memory; work still queued on the stream must not outlive it.
+  CUDA_REPORT(cudaStreamSynchronize(stream_));
 }
 
 std::string GPT2Decoder::describe() const {
@@ -93,11 +90,11 @@ void GPT2Decoder::forward(const int32_t* tokens, int n, std::vector<float>& logi
     if (tokens[i] < 0 || tokens[i] >= V)
       throw std::out_of_range("forward: token " + std::to_string(tokens[i]) + " outside [0, " + std::to_string(V) +
                               ")");
-  logits.resize(size_t(all_positions ? n : 1) * V);
+  logits.resize(static_cast<size_t>(all_positions ? n : 1) * V);
   for (int done = 0; done < n;) {
     const int chunk = std::min(max_chunk_, n - done);
     const bool last_chunk = done + chunk == n;
-    float* out = all_positions ? logits.data() + size_t(done) * V : (last_chunk ? logits.data() : nullptr);
+    float* out = all_positions ? logits.data() + static_cast<size_t>(done) * V : (last_chunk ? logits.data() : nullptr);
     forward_chunk(tokens + done, chunk, all_positions, out);
     done += chunk;
   }
@@ -110,24 +107,25 @@ void GPT2Decoder::forward_chunk(const int32_t* tokens, int n, bool all_positions
   const GPT2Config& cfg = layout_.config;
   const int C = cfg.channels, Vp = cfg.padded_vocab_size;
   static_assert(sizeof(int32_t) == sizeof(int), "token ids are uploaded as int");
-  CUDA_CHECK(cudaMemcpyAsync(b.tokens, tokens, size_t(n) * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(b.tokens, tokens, static_cast<size_t>(n) * sizeof(int), cudaMemcpyHostToDevice, stream_));
   // Position embeddings of rows 0..n-1 are wpe[position_ + row]: the encoder indexes wpe by row.
-  encoder_forward(b.residual, b.tokens, param(TensorKind::wte), param(TensorKind::wpe) + size_t(position_) * C, 1, n,
-                  C, stream_);
+  const floatX* wpe_rows = param(TensorKind::kWpe) + static_cast<size_t>(position_) * C;
+  encoder_forward(b.residual, b.tokens, param(TensorKind::kWte), wpe_rows, 1, n, C, stream_);
   forward_layers(n);
   position_ += n;
   if (logits_out == nullptr) return;
   const int rows = all_positions ? n : 1;
-  const floatX* head_input = all_positions ? b.ln : b.ln + size_t(n - 1) * C;
+  const floatX* head_input = all_positions ? b.ln : b.ln + static_cast<size_t>(n - 1) * C;
   // Tied LM head over all Vp rows of wte, as in training; only the first V columns are returned.
-  matmul_forward(b.matmul, b.logits, nullptr, head_input, param(TensorKind::wte), nullptr, rows, C, Vp, stream_);
-  b.host_logits.resize(size_t(rows) * Vp);
+  matmul_forward(b.matmul, b.logits, nullptr, head_input, param(TensorKind::kWte), nullptr, rows, C, Vp, stream_);
+  b.host_logits.resize(static_cast<size_t>(rows) * Vp);
   CUDA_CHECK(cudaMemcpyAsync(b.host_logits.data(), b.logits, b.host_logits.size() * sizeof(floatX),
                              cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   const int V = cfg.vocab_size;
   for (int row = 0; row < rows; row++)
-    for (int v = 0; v < V; v++) logits_out[size_t(row) * V + v] = to_float(b.host_logits[size_t(row) * Vp + v]);
+    for (int v = 0; v < V; v++)
+      logits_out[static_cast<size_t>(row) * V + v] = to_float(b.host_logits[static_cast<size_t>(row) * Vp + v]);
 }
 
 // The transformer layers and the final LayerNorm over n new rows (b.residual holds their embeddings);
@@ -138,28 +136,28 @@ void GPT2Decoder::forward_layers(int n) {
   const GPT2Config& cfg = layout_.config;
   const int C = cfg.channels, NH = cfg.num_heads, maxT = cfg.max_seq_len;
   for (int l = 0; l < cfg.num_layers; l++) {
-    floatX* cache = b.cache + size_t(l) * kv_cache_layer_elements(maxT, C);
+    floatX* cache = b.cache + static_cast<size_t>(l) * kv_cache_layer_elements(maxT, C);
     if (l == 0)
-      layernorm_forward(b.ln, nullptr, nullptr, b.residual, param(TensorKind::ln1w, l), param(TensorKind::ln1b, l), n,
+      layernorm_forward(b.ln, nullptr, nullptr, b.residual, param(TensorKind::kLn1w, l), param(TensorKind::kLn1b, l), n,
                         C, stream_);
     else
       fused_residual_layernorm_forward(b.residual, b.ln, nullptr, nullptr, b.residual2, b.fcproj,
-                                       param(TensorKind::ln1w, l), param(TensorKind::ln1b, l), n, C, stream_);
-    matmul_forward(b.matmul, b.qkv, nullptr, b.ln, param(TensorKind::qkvw, l), param(TensorKind::qkvb, l), n, C, 3 * C,
+                                       param(TensorKind::kLn1w, l), param(TensorKind::kLn1b, l), n, C, stream_);
+    matmul_forward(b.matmul, b.qkv, nullptr, b.ln, param(TensorKind::kQkvw, l), param(TensorKind::kQkvb, l), n, C, 3 * C,
                    stream_);
     kv_cache_append(cache, b.qkv, n, position_, maxT, C, NH, stream_);
     cached_attention(b.atty, b.qkv, cache, n, position_, maxT, C, NH, stream_);
-    matmul_forward(b.matmul, b.attproj, nullptr, b.atty, param(TensorKind::attprojw, l), param(TensorKind::attprojb, l),
+    matmul_forward(b.matmul, b.attproj, nullptr, b.atty, param(TensorKind::kAttprojw, l), param(TensorKind::kAttprojb, l),
                    n, C, C, stream_);
     fused_residual_layernorm_forward(b.residual2, b.ln, nullptr, nullptr, b.residual, b.attproj,
-                                     param(TensorKind::ln2w, l), param(TensorKind::ln2b, l), n, C, stream_);
-    matmul_forward(b.matmul, b.fch_gelu, b.fch_pre, b.ln, param(TensorKind::fcw, l), param(TensorKind::fcb, l), n, C,
+                                     param(TensorKind::kLn2w, l), param(TensorKind::kLn2b, l), n, C, stream_);
+    matmul_forward(b.matmul, b.fch_gelu, b.fch_pre, b.ln, param(TensorKind::kFcw, l), param(TensorKind::kFcb, l), n, C,
                    4 * C, stream_);
-    matmul_forward(b.matmul, b.fcproj, nullptr, b.fch_gelu, param(TensorKind::fcprojw, l),
-                   param(TensorKind::fcprojb, l), n, 4 * C, C, stream_);
+    matmul_forward(b.matmul, b.fcproj, nullptr, b.fch_gelu, param(TensorKind::kFcprojw, l),
+                   param(TensorKind::kFcprojb, l), n, 4 * C, C, stream_);
   }
-  fused_residual_layernorm_forward(b.residual, b.ln, nullptr, nullptr, b.residual2, b.fcproj, param(TensorKind::lnfw),
-                                   param(TensorKind::lnfb), n, C, stream_);
+  fused_residual_layernorm_forward(b.residual, b.ln, nullptr, nullptr, b.residual2, b.fcproj, param(TensorKind::kLnfw),
+                                   param(TensorKind::kLnfb), n, C, stream_);
 }
 
 }  // namespace llmc

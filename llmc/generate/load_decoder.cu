@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/file_io.h"
 #include "llmc/generate/gpt2_decoder.h"
 #include "llmc/model/checkpoint.h"
 #include "llmc/model/param_init.h"
@@ -17,12 +18,9 @@ namespace {
 
 // The first int32 of a model file: each family's files start with their own magic number.
 int32_t read_magic(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) throw std::runtime_error(path + ": cannot open for reading");
+  const FileHandle file = open_file(path, "rb", "model file");
   int32_t magic = 0;
-  const size_t got = std::fread(&magic, sizeof magic, 1, file);
-  std::fclose(file);
-  if (got != 1) throw std::runtime_error(path + ": too short to be a model file");
+  if (std::fread(&magic, sizeof magic, 1, file.get()) != 1) throw FileError(path, "too short to be a model file");
   return magic;
 }
 
@@ -46,8 +44,8 @@ std::unique_ptr<CausalDecoder> load_decoder(const ModelSource& source, uint64_t 
     const std::vector<float> params = load_checkpoint(source.file, /*world_size=*/1, &layout);
     return make_gpt2(layout, params, max_chunk, stream);
   }
-  throw std::runtime_error(source.file + ": not a model file of a known family (GPT-2 llm.c files start with " +
-                           std::to_string(kCheckpointMagic) + ", this one with " + std::to_string(magic) + ")");
+  throw FileError(source.file, "not a model file of a known family (GPT-2 llm.c files start with " +
+                                    std::to_string(kCheckpointMagic) + ", this one with " + std::to_string(magic) + ")");
 }
 
 }  // namespace llmc

@@ -5,16 +5,13 @@
 
 #include <stdexcept>
 
+#include "llmc/file_io.h"
 #include "llmc/model/model_config.h"
 #include "llmc/train/state.h"
 
 namespace llmc {
 
 namespace {
-bool is_regular_file(const std::string& path) {
-  struct stat info;
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
-}
 bool is_directory(const std::string& path) {
   struct stat info;
   return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);

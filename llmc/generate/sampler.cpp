@@ -22,7 +22,7 @@ Sampler::Sampler(const SamplingSettings& settings) : settings_(settings), engine
   validate_sampling_settings(settings);
 }
 
-double Sampler::uniform() { return double(engine_() >> 11) * 0x1.0p-53; }
+double Sampler::uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::sample(const float* logits, int vocab_size) {
   if (vocab_size < 1) throw std::invalid_argument("sample: empty vocabulary");
@@ -36,7 +36,7 @@ int32_t Sampler::sample(const float* logits, int vocab_size) {
   const double max_logit = logits[best];
   weights_.resize(vocab_size);
   for (int32_t i = 0; i < vocab_size; i++)
-    weights_[i] = std::exp((double(logits[i]) - max_logit) / settings_.temperature);
+    weights_[i] = std::exp((static_cast<double>(logits[i]) - max_logit) / settings_.temperature);
   candidates_.resize(vocab_size);
   for (int32_t i = 0; i < vocab_size; i++) candidates_[i] = i;
   if (settings_.top_k > 0 && settings_.top_k < vocab_size) {

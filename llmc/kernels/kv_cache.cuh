@@ -19,7 +19,7 @@ namespace llmc {
 
 // Cache layout of one layer: keys (NH, max_T, hs), then values (NH, max_T, hs). A head's keys are one
 // contiguous run, so the attention reads them in order.
-inline size_t kv_cache_layer_elements(int max_T, int C) { return (size_t)2 * max_T * C; }
+inline size_t kv_cache_layer_elements(int max_T, int C) { return static_cast<size_t>(2) * max_T * C; }
 
 constexpr int kCachedAttentionBlock = 256;       // 8 warps per (query, head)
 constexpr int kCachedAttentionMaxHeadSize = 256;  // the output phase gives each of hs dims >= 1 thread
@@ -28,16 +28,16 @@ constexpr int kCachedAttentionMaxHeadSize = 256;  // the output phase gives each
 template <typename Tx>
 __global__ void kv_cache_append_kernel(Tx* cache, const Tx* qkv, int n, int pos0, int max_T, int NH, int hs) {
   const int C = NH * hs;
-  const size_t total = (size_t)n * C;
-  const size_t values_offset = (size_t)NH * max_T * hs;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int token = (int)(i / C);
-    const int channel = (int)(i % C);
+  const size_t total = static_cast<size_t>(n) * C;
+  const size_t values_offset = static_cast<size_t>(NH) * max_T * hs;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int token = static_cast<int>(i / C);
+    const int channel = static_cast<int>(i % C);
     const int h = channel / hs, d = channel % hs;
-    const size_t slot = ((size_t)h * max_T + pos0 + token) * hs + d;
-    cache[slot] = qkv[(size_t)token * 3 * C + C + channel];
-    cache[values_offset + slot] = qkv[(size_t)token * 3 * C + 2 * C + channel];
+    const size_t slot = (static_cast<size_t>(h) * max_T + pos0 + token) * hs + d;
+    cache[slot] = qkv[static_cast<size_t>(token) * 3 * C + C + channel];
+    cache[values_offset + slot] = qkv[static_cast<size_t>(token) * 3 * C + 2 * C + channel];
   }
 }
 
@@ -70,14 +70,15 @@ __global__ void cached_attention_kernel(Tx* out, const Tx* qkv, const Tx* cache,
   float* q = shared;
   float* scores = q + hs;
   float* partials = scores + pos0 + n;
-  const Tx* keys = cache + (size_t)h * max_T * hs;
-  const Tx* values = cache + (size_t)NH * max_T * hs + (size_t)h * max_T * hs;
+  const Tx* keys = cache + static_cast<size_t>(h) * max_T * hs;
+  const Tx* values = cache + static_cast<size_t>(NH) * max_T * hs + static_cast<size_t>(h) * max_T * hs;
 
-  for (int d = threadIdx.x; d < hs; d += blockDim.x) q[d] = to_float(qkv[(size_t)i * 3 * C + h * hs + d]) * scale;
+  const Tx* query = qkv + static_cast<size_t>(i) * 3 * C + h * hs;
+  for (int d = threadIdx.x; d < hs; d += blockDim.x) q[d] = to_float(query[d]) * scale;
   __syncthreads();  // q complete before any thread's dot products
   float local_max = -FLT_MAX;
   for (int t = threadIdx.x; t < num_keys; t += blockDim.x) {
-    const Tx* key = keys + (size_t)t * hs;
+    const Tx* key = keys + static_cast<size_t>(t) * hs;
     float dot = 0.0f;
     for (int d = 0; d < hs; d++) dot += q[d] * to_float(key[d]);
     scores[t] = dot;
@@ -95,14 +96,14 @@ __global__ void cached_attention_kernel(Tx* out, const Tx* qkv, const Tx* cache,
   const int group = threadIdx.x / hs, d = threadIdx.x % hs;
   if (group < groups) {
     float acc = 0.0f;
-    for (int t = group; t < num_keys; t += groups) acc += scores[t] * to_float(values[(size_t)t * hs + d]);
+    for (int t = group; t < num_keys; t += groups) acc += scores[t] * to_float(values[static_cast<size_t>(t) * hs + d]);
     partials[group * hs + d] = acc;
   }
   __syncthreads();  // every group's partial written before they are summed
-  if ((int)threadIdx.x < hs) {
+  if (static_cast<int>(threadIdx.x) < hs) {
     float total = 0.0f;
     for (int g = 0; g < groups; g++) total += partials[g * hs + threadIdx.x];
-    out[(size_t)i * C + h * hs + threadIdx.x] = from_float<Tx>(total / sum);
+    out[static_cast<size_t>(i) * C + h * hs + threadIdx.x] = from_float<Tx>(total / sum);
   }
 }
 
@@ -122,7 +123,7 @@ inline void check_cached_attention_shape(int n, int pos0, int max_T, int C, int 
 // Bytes of dynamic shared memory cached_attention needs for keys up to position pos0 + n.
 inline size_t cached_attention_shared_bytes(int n, int pos0, int hs) {
   const int groups = kCachedAttentionBlock / hs;
-  return sizeof(float) * ((size_t)hs + pos0 + n + (size_t)groups * hs);
+  return sizeof(float) * (static_cast<size_t>(hs) + pos0 + n + static_cast<size_t>(groups) * hs);
 }
 
 // cache: one layer's kv_cache_layer_elements(max_T, C). Writes the K, V of qkv's n rows at positions
@@ -131,8 +132,8 @@ inline void kv_cache_append(floatX* cache, const floatX* qkv, int n, int pos0, i
                             cudaStream_t stream) {
   check_cached_attention_shape(n, pos0, max_T, C, NH);
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(kv_cache_append_kernel<floatX>, dim3(elementwise_grid((size_t)n * C, kBlock)), dim3(kBlock), 0, stream,
-              cache, qkv, n, pos0, max_T, NH, C / NH);
+  LLMC_LAUNCH(kv_cache_append_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(n) * C, kBlock)),
+              dim3(kBlock), 0, stream, cache, qkv, n, pos0, max_T, NH, C / NH);
 }
 
 // out (n, C): causal softmax(q k^T / sqrt(hs)) v of the n new tokens (queries from qkv (n, 3C)) over
@@ -146,8 +147,9 @@ inline void cached_attention(floatX* out, const floatX* qkv, const floatX* cache
   if (shared_bytes > kDefaultSharedLimit)
     throw std::invalid_argument("cached_attention: " + std::to_string(pos0 + n) +
                                 " positions need more than 48 KiB of shared memory for the scores");
-  LLMC_LAUNCH(cached_attention_kernel<floatX>, dim3((unsigned)n, (unsigned)NH), dim3(kCachedAttentionBlock),
-              shared_bytes, stream, out, qkv, cache, n, pos0, max_T, NH, hs, 1.0f / sqrtf((float)hs));
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(NH));
+  LLMC_LAUNCH(cached_attention_kernel<floatX>, grid, dim3(kCachedAttentionBlock), shared_bytes, stream, out, qkv, cache,
+              n, pos0, max_T, NH, hs, 1.0f / sqrtf(static_cast<float>(hs)));
 }
 
 }  // namespace llmc

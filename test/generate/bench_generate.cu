@@ -38,7 +38,7 @@ TokenCost token_cost(const GPT2Config& c, size_t parameters, int t) {
   const double x = sizeof(floatX), L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
   TokenCost cost;
   // Every parameter is read once per token (the tied LM head reads all of wte), except wpe: one row.
-  cost.weight_bytes = x * (double(parameters) - double(c.max_seq_len) * C + C);
+  cost.weight_bytes = x * (static_cast<double>(parameters) - static_cast<double>(c.max_seq_len) * C + C);
   cost.cache_bytes = x * L * (2.0 * t * C + 2.0 * C);  // read t keys and values, append one of each
   // Activations between kernels (about 30 C-vectors a layer) and the logits (written, then copied out).
   cost.other_bytes = x * (L * 30.0 * C + 2.0 * Vp);
@@ -46,7 +46,7 @@ TokenCost token_cost(const GPT2Config& c, size_t parameters, int t) {
   cost.flops = 2.0 * matmul_params + L * 4.0 * t * C;       // + attention: q.k and p.v over t keys
   // Per layer: LayerNorm, qkv GEMM, cache append, attention, projection GEMM, residual+LayerNorm, fc GEMM
   // (GELU fused as its epilogue), fcproj GEMM; plus the embedding, the final LayerNorm and the LM head.
-  cost.launches = int(8 * L + 3);
+  cost.launches = static_cast<int>(8 * L + 3);
   cost.copies = 2;  // the token up, the logits down
   return cost;
 }

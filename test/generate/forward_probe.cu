@@ -43,7 +43,7 @@ int run(const std::string& model_file, const std::vector<int>& tokens, const std
   ParamLayout layout;
   const std::vector<float> params = load_checkpoint(model_file, 1, &layout);
   const GPT2Config& cfg = layout.config;
-  const int T = int(tokens.size()) - 1, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  const int T = static_cast<int>(tokens.size()) - 1, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreate(&stream));
 
@@ -52,9 +52,9 @@ int run(const std::string& model_file, const std::vector<int>& tokens, const std
   model.forward(tokens.data(), tokens.data() + 1, 0, /*compute_dlogits=*/false, 0.0f);
   const double loss = model.mean_loss(1);
   const std::vector<float> padded = model.download_logits();
-  std::vector<float> train_logits(size_t(T) * V);
+  std::vector<float> train_logits(static_cast<size_t>(T) * V);
   for (int t = 0; t < T; t++)
-    std::copy_n(padded.begin() + size_t(t) * Vp, V, train_logits.begin() + size_t(t) * V);
+    std::copy_n(padded.begin() + static_cast<size_t>(t) * Vp, V, train_logits.begin() + static_cast<size_t>(t) * V);
 
   GPT2Decoder decoder(layout, params, 7, stream);  // chunks of 7: the prefill crosses chunk boundaries
   std::vector<float> decoder_logits;

@@ -36,7 +36,7 @@ std::vector<float> test_params(const ParamLayout& layout, uint64_t seed) {
   std::vector<float> params = init_gpt2_params(layout, seed);
   for (const TensorView& view : layout.tensors) {
     const bool is_norm_weight =
-        view.kind == TensorKind::ln1w || view.kind == TensorKind::ln2w || view.kind == TensorKind::lnfw;
+        view.kind == TensorKind::kLn1w || view.kind == TensorKind::kLn2w || view.kind == TensorKind::kLnfw;
     for (size_t i = 0; i < view.numel; i++) {
       float& p = params[view.offset + i];
       p = is_norm_weight ? 1.0f + 5.0f * (p - 1.0f) : 5.0f * p;
@@ -65,10 +65,11 @@ class GPT2DecoderTest : public ::testing::Test {
   }
   // The reference's logits after the last token of `tokens` (V of them; the padded columns are dropped).
   std::vector<double> reference_last_logits(const std::vector<int>& tokens) {
-    const int T = int(tokens.size()), V = layout_.config.vocab_size, Vp = layout_.config.padded_vocab_size;
+    const int T = static_cast<int>(tokens.size()), V = layout_.config.vocab_size, Vp = layout_.config.padded_vocab_size;
     reference_->forward(tokens.data(), nullptr, 1, T);
     const std::vector<double>& logits = reference_->activations().logits;
-    return std::vector<double>(logits.begin() + size_t(T - 1) * Vp, logits.begin() + size_t(T - 1) * Vp + V);
+    const auto last_row = logits.begin() + static_cast<size_t>(T - 1) * Vp;
+    return std::vector<double>(last_row, last_row + V);
   }
   std::vector<int> random_tokens(int n, uint32_t seed) const {
     std::mt19937 rng(seed);
@@ -91,22 +92,22 @@ TEST_F(GPT2DecoderTest, CachedDecodingEqualsRecomputingTheWholeSequence) {
   GPT2Decoder decoder(layout_, params_, /*max_chunk=*/8, stream_);
   std::vector<int> sequence = random_tokens(5, 7);
   std::vector<float> logits;
-  decoder.forward(sequence.data(), int(sequence.size()), logits);
+  decoder.forward(sequence.data(), static_cast<int>(sequence.size()), logits);
   int checked_tokens = 0;
   while (true) {
     const std::vector<double> expected = reference_last_logits(sequence);
-    ASSERT_TRUE(kernel_test::all_close(widen(logits), expected, kLogitTolerance)) << "after " << sequence.size();
-    const int token = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    ASSERT_TRUE(llmc::test::all_close(widen(logits), expected, kLogitTolerance)) << "after " << sequence.size();
+    const int token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     std::vector<double> sorted = expected;
     std::sort(sorted.rbegin(), sorted.rend());
-    if (sorted[0] - sorted[1] > 2 * kLogitTolerance * (std::fabs(sorted[0]) + kernel_test::rms(expected))) {
+    if (sorted[0] - sorted[1] > 2 * kLogitTolerance * (std::fabs(sorted[0]) + llmc::test::rms(expected))) {
       EXPECT_EQ(expected[token], sorted[0]) << "greedy token after " << sequence.size() << " tokens";
       checked_tokens++;
     }
-    if (int(sequence.size()) == layout_.config.max_seq_len) break;
+    if (static_cast<int>(sequence.size()) == layout_.config.max_seq_len) break;
     sequence.push_back(token);
     decoder.forward(&sequence.back(), 1, logits);
-    ASSERT_EQ(decoder.position(), int(sequence.size()));
+    ASSERT_EQ(decoder.position(), static_cast<int>(sequence.size()));
   }
   // fp32: every step's margin is clear; bf16's tolerance is wide against V=100 logits (4 of 12 here).
   EXPECT_GE(checked_tokens, kFp32 ? 12 : 1) << "too few steps had a clear greedy token to compare";
@@ -121,20 +122,20 @@ TEST_F(GPT2DecoderTest, PrefillInOnePassInChunksOrTokenByTokenAgrees) {
   one_pass.forward(tokens.data(), 12, whole, /*all_positions=*/true);
   chunked.forward(tokens.data(), 12, in_chunks, /*all_positions=*/true);
   const int V = layout_.config.vocab_size;
-  ASSERT_EQ(whole.size(), size_t(12) * V);
-  EXPECT_TRUE(kernel_test::all_close(widen(in_chunks), widen(whole), kLogitTolerance));
+  ASSERT_EQ(whole.size(), static_cast<size_t>(12) * V);
+  EXPECT_TRUE(llmc::test::all_close(widen(in_chunks), widen(whole), kLogitTolerance));
   chunked.reset();
   std::vector<float> token_by_token;
   for (int t = 0; t < 12; t++) {
     chunked.forward(&tokens[t], 1, step);
     token_by_token.insert(token_by_token.end(), step.begin(), step.end());
   }
-  EXPECT_TRUE(kernel_test::all_close(widen(token_by_token), widen(whole), kLogitTolerance));
+  EXPECT_TRUE(llmc::test::all_close(widen(token_by_token), widen(whole), kLogitTolerance));
   chunked.reset();
   for (int t = 0; t < 12; t++) chunked.forward(&tokens[t], 1, step);
-  EXPECT_TRUE(kernel_test::bitwise_equal(step, std::vector<float>(token_by_token.end() - V, token_by_token.end())));
+  EXPECT_TRUE(llmc::test::bitwise_equal(step, std::vector<float>(token_by_token.end() - V, token_by_token.end())));
   const std::vector<double> expected = reference_last_logits(tokens);
-  EXPECT_TRUE(kernel_test::all_close(widen(std::vector<float>(whole.end() - V, whole.end())), expected,
+  EXPECT_TRUE(llmc::test::all_close(widen(std::vector<float>(whole.end() - V, whole.end())), expected,
                                      kLogitTolerance));
 }
 
@@ -155,7 +156,7 @@ TEST_F(GPT2DecoderTest, ReadsTheTrainersParameterBufferOfAnyWorldSize) {
   model.upload_params(padded);
   GPT2Decoder borrowed(model.layout(), model.params(), 16, stream_);
   borrowed.forward(tokens.data(), 9, borrowed_logits);
-  EXPECT_TRUE(kernel_test::bitwise_equal(own_logits, borrowed_logits));
+  EXPECT_TRUE(llmc::test::bitwise_equal(own_logits, borrowed_logits));
 }
 
 TEST_F(GPT2DecoderTest, RefusesTokensPastTheContextOrOutsideTheVocabulary) {

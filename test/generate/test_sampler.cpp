@@ -17,7 +17,7 @@ using llmc::SamplingSettings;
 
 std::vector<float> log_probs(const std::vector<double>& probs) {
   std::vector<float> logits;
-  for (double p : probs) logits.push_back(float(std::log(p)) + 3.0f);  // an offset changes nothing
+  for (double p : probs) logits.push_back(static_cast<float>(std::log(p)) + 3.0f);  // an offset changes nothing
   return logits;
 }
 
@@ -35,7 +35,7 @@ void expect_frequencies(const SamplingSettings& s, const std::vector<float>& log
                         const std::vector<double>& expected, int draws = 100000) {
   Sampler sampler(s);
   std::vector<int> counts(logits.size(), 0);
-  for (int i = 0; i < draws; i++) counts[sampler.sample(logits.data(), int(logits.size()))]++;
+  for (int i = 0; i < draws; i++) counts[sampler.sample(logits.data(), static_cast<int>(logits.size()))]++;
   for (size_t token = 0; token < logits.size(); token++) {
     const double mean = draws * expected[token];
     const double sigma = std::sqrt(draws * expected[token] * (1.0 - expected[token]));

@@ -24,18 +24,19 @@ TEST_P(KvCacheAttention, PrefillThenDecodeMatchesFullCausalAttention) {
   std::mt19937 rng(1000 + c.hs);
   const std::vector<double> qkv = random_qkv(c, rng);
   const Result result = run_kernels(c, qkv);
-  EXPECT_TRUE(kernel_test::all_close(result.out, reference_attention(c, qkv), output_tolerance(c)));
+  EXPECT_TRUE(llmc::test::all_close(result.out, reference_attention(c, qkv), output_tolerance(c)));
 
   // Keys and values are copied bit for bit into (NH, max_T, hs) each; slots past the sequence stay NaN.
   const int C = c.NH * c.hs, T = c.total();
-  const size_t values = (size_t)c.NH * c.max_T * c.hs;
+  const size_t values = static_cast<size_t>(c.NH) * c.max_T * c.hs;
   for (int h = 0; h < c.NH; h++)
     for (int t = 0; t < c.max_T; t++)
       for (int d = 0; d < c.hs; d++) {
-        const size_t slot = ((size_t)h * c.max_T + t) * c.hs + d;
+        const size_t slot = (static_cast<size_t>(h) * c.max_T + t) * c.hs + d;
         if (t < T) {
-          ASSERT_EQ(result.cache[slot], qkv[(size_t)t * 3 * C + C + h * c.hs + d]) << "key h" << h << " t" << t;
-          ASSERT_EQ(result.cache[values + slot], qkv[(size_t)t * 3 * C + 2 * C + h * c.hs + d]) << "value";
+          const size_t key = static_cast<size_t>(t) * 3 * C + C + h * c.hs + d;
+          ASSERT_EQ(result.cache[slot], qkv[key]) << "key h" << h << " t" << t;
+          ASSERT_EQ(result.cache[values + slot], qkv[key + C]) << "value h" << h << " t" << t;
         } else {
           ASSERT_TRUE(std::isnan(result.cache[slot]) && std::isnan(result.cache[values + slot])) << "slot " << t;
         }
@@ -51,7 +52,7 @@ TEST(KvCacheAttentionChunks, OutputDoesNotDependOnHowTheSequenceWasCut) {
   const Case pieces{24, 2, 64, {1, 1, 9, 1, 4, 1, 1, 1, 5}};
   std::mt19937 rng(77);
   const std::vector<double> qkv = random_qkv(whole, rng);
-  EXPECT_TRUE(kernel_test::bitwise_equal(run_kernels(whole, qkv).out, run_kernels(pieces, qkv).out));
+  EXPECT_TRUE(llmc::test::bitwise_equal(run_kernels(whole, qkv).out, run_kernels(pieces, qkv).out));
 }
 
 TEST(KvCacheAttentionShapes, RejectsTokensPastTheCacheAndHugeHeads) {

@@ -19,7 +19,7 @@ using namespace kv_cache_test;
   std::mt19937 rng(5);
   const std::vector<double> qkv = random_qkv(c, rng);
   const bool correct =
-      kernel_test::all_close(run_kernels(c, qkv).out, reference_attention(c, qkv), output_tolerance(c));
+      llmc::test::all_close(run_kernels(c, qkv).out, reference_attention(c, qkv), output_tolerance(c));
   std::fprintf(stderr, correct ? "mutant not caught: results match the reference\n"
                                : "mutant caught: results differ from the reference\n");
   std::_Exit(correct ? 0 : 3);
