@@ -4,6 +4,7 @@
 // per-bucket hooks (llmc/model/trainable_model.h, llmc/optim/bucket_optimizer.h). The rest lives in llmc/.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
 #include "llmc/file_io.h"
+#include "llmc/generate/gpt2_decoder.h"
 #include "llmc/model/checkpoint.h"
 #include "llmc/model/gpt2.h"
 #include "llmc/model/param_init.h"
@@ -28,6 +30,7 @@
 #include "llmc/train/mfu.h"
 #include "llmc/train/options.h"
 #include "llmc/train/run_info.h"
+#include "llmc/train/samples.h"
 #include "llmc/train/state.h"
 
 using namespace llmc;
@@ -265,6 +268,18 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
   return header;
 }
 
+// Rank 0's samples (--sample-every): a KV-cache decoder over the model's own parameter buffer, on its
+// stream, with activations for chunks of kSampleChunk tokens; none on other ranks or without the option.
+constexpr int kSampleChunk = 64;
+
+std::unique_ptr<TrainingSamples> make_samples(Run& run) {
+  if (run.opt.sample_every == 0 || !run.comm.is_main_rank()) return nullptr;
+  const int chunk = std::min(kSampleChunk, run.start.config.max_seq_len);
+  auto decoder = std::make_unique<GPT2Decoder>(run.model.layout(), run.model.params(), chunk, run.model.stream());
+  return std::make_unique<TrainingSamples>(std::move(decoder), run.opt.vocab_dir, run.opt.sample_prompt,
+                                           run.opt.sample_tokens, run.opt.seed);
+}
+
 // ---- the loop's bookkeeping --------------------------------------------------------------------------
 
 // The model file once (rank 0), then every rank's optimizer shard; a barrier so that no rank runs ahead
@@ -345,7 +360,7 @@ void write_trace(const TrainOptions& opt, const Tracer& tracer, const CommContex
 
 // The training loop: steps up to --steps, with validation, checkpoints and the stop on a non-finite loss.
 // Returns the exit status.
-int train_loop(Run& run, TrainLog& log, const DebugHooks& debug) {
+int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, TrainingSamples* samples) {
   const TrainOptions& opt = run.opt;
   const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
   const ThroughputMeter meter(run);
@@ -374,6 +389,10 @@ int train_loop(Run& run, TrainLog& log, const DebugHooks& debug) {
       const double val_loss = evaluate(run.model, run.optimizer, *run.val_loader, run.comm, batch);
       log.line(format_val_line(step, opt.steps, val_loss, run.loop.train_time_ms, run.loop.train_time_ms / step));
     }
+    if (samples != nullptr && step % opt.sample_every == 0) {
+      run.optimizer.wait_for_all_params();  // the decoder reads every parameter: all updates applied first
+      for (const std::string& line : samples->sample(step)) log.line(line);
+    }
     if (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last_step)) {
       run.loop.last_checkpoint = checkpoint_prefix(opt.output_dir, step);
       save_checkpoint(run.loop.last_checkpoint, run);
@@ -390,12 +409,13 @@ int train(const TrainOptions& opt, const std::string& options_text, CommContext&
   if (!opt.output_dir.empty() && comm.is_main_rank()) make_directories(opt.output_dir, "output directory");
   comm.barrier();
   Run run(opt, comm);
+  const std::unique_ptr<TrainingSamples> samples = make_samples(run);
   // Opened only now that the set-up has succeeded: a run that cannot start leaves no log.txt behind.
   TrainLog log(opt.output_dir.empty() ? "" : opt.output_dir + "/log.txt", comm.is_main_rank());
   for (const std::string& line : format_log_header(describe_run(run, options_text, debug))) log.line(line);
   try {
     if (debug.dumps() && comm.is_main_rank()) debug.dump_model(run.model.layout(), run.model.download_params());
-    return train_loop(run, log, debug);
+    return train_loop(run, log, debug, samples.get());
   } catch (const std::exception& error) {
     log.record_failure(error.what());
     throw;

@@ -6,7 +6,7 @@ add_test(NAME scripts_gpu_report
   COMMAND ${Python3_EXECUTABLE} -m unittest -v test_gpu_report
   WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/test/scripts)
 set_tests_properties(scripts_gpu_report PROPERTIES LABELS "scripts;gpukit" TIMEOUT 180
-  ENVIRONMENT "LLMC_TRAIN_GPT2_EMU=$<TARGET_FILE:train_gpt2_emu>;LLMC_BENCH_KERNELS_EMU=$<TARGET_FILE:bench_kernels_emu>")
+  ENVIRONMENT "LLMC_TRAIN_GPT2_EMU=$<TARGET_FILE:train_gpt2_emu>;LLMC_BENCH_KERNELS_EMU=$<TARGET_FILE:bench_kernels_emu>;LLMC_BENCH_GENERATE_EMU=$<TARGET_FILE:bench_generate_emu>")
 
 if(LLMC_HAVE_CUDA)
   # Exit 77 (skipped) where no private mount namespace can be made.

@@ -15,6 +15,7 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_classifier_optimizer.cu
   test/kernels/test_flash_attention.cu
   test/kernels/test_window_attention.cu
+  test/kernels/test_kv_cache.cu
   ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
 
 # Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).
@@ -64,12 +65,12 @@ add_test(NAME window_attention_vs_jax
           --binary $<TARGET_FILE:kernels_bf16_emu>)
 set_tests_properties(window_attention_vs_jax PROPERTIES LABELS "kernels;reference" SKIP_RETURN_CODE 77 TIMEOUT 300)
 
-# Mutants of the window attention that the emulated tests must catch: each is a copy of the
-# llmc/kernels/window_attention*.cuh headers with one line removed (the exact text must occur once),
-# placed first on the include path of its own small test binary (test_attention_mutant.cu).
-function(llmc_window_attention_mutant NAME FILE LINE)
+# Kernel mutants that the emulated tests must catch: each is a copy of the headers matching HEADERS (a
+# glob) with one line of FILE removed (the exact text must occur once), placed first on the include path
+# of its own small test binary NAME_emu built from TEST_SOURCE (which exits 3 when the results differ).
+function(llmc_kernel_mutant NAME TEST_SOURCE HEADERS FILE LINE)
   set(directory ${CMAKE_BINARY_DIR}/mutants/${NAME})
-  file(GLOB headers RELATIVE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/llmc/kernels/window_attention*.cuh)
+  file(GLOB headers RELATIVE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/${HEADERS})
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${headers})
   foreach(header IN LISTS headers)
     file(READ ${CMAKE_SOURCE_DIR}/${header} text)
@@ -84,18 +85,28 @@ function(llmc_window_attention_mutant NAME FILE LINE)
     file(WRITE ${directory}/staging/${header} "${text}")
     configure_file(${directory}/staging/${header} ${directory}/include/${header} COPYONLY)  # rewritten only on change
   endforeach()
-  llmc_emu_wrap_sources(sources attention_mutant_${NAME}_emu test/kernels/test_attention_mutant.cu)
-  add_executable(attention_mutant_${NAME}_emu ${sources})
-  target_include_directories(attention_mutant_${NAME}_emu BEFORE PRIVATE ${directory}/include)
-  target_link_libraries(attention_mutant_${NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
-  gtest_discover_tests(attention_mutant_${NAME}_emu TEST_PREFIX "attention_mutant_${NAME}." DISCOVERY_MODE PRE_TEST
+  llmc_emu_wrap_sources(sources ${NAME}_emu ${TEST_SOURCE})
+  add_executable(${NAME}_emu ${sources})
+  target_include_directories(${NAME}_emu BEFORE PRIVATE ${directory}/include)
+  target_link_libraries(${NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
+  gtest_discover_tests(${NAME}_emu TEST_PREFIX "${NAME}." DISCOVERY_MODE PRE_TEST
                        PROPERTIES LABELS kernels TIMEOUT 300)
+endfunction()
+
+# The window attention's mutants (test_attention_mutant.cu).
+function(llmc_window_attention_mutant NAME FILE LINE)
+  llmc_kernel_mutant(attention_mutant_${NAME} test/kernels/test_attention_mutant.cu "llmc/kernels/window_attention*.cuh"
+                     ${FILE} "${LINE}")
 endfunction()
 
 llmc_window_attention_mutant(forward_without_barrier llmc/kernels/window_attention_forward.cuh
   "__syncthreads();   // forward: every thread's copies landed; nobody reads the other buffer any more")
 llmc_window_attention_mutant(dkdv_without_wait llmc/kernels/window_attention_backward.cuh
   "copies.wait<0>();  // dkdv: this thread's copies of the query tile landed")
+
+# The KV-cache attention's output phase without the barrier before the groups' partials are summed.
+llmc_kernel_mutant(kv_cache_mutant_without_barrier test/kernels/test_kv_cache_mutant.cu "llmc/kernels/kv_cache.cuh"
+  llmc/kernels/kv_cache.cuh "__syncthreads();  // every group's partial written before they are summed")
 
 # Window attention benchmark rows (bench_window_attention on a GPU; the emulated build prints the shapes,
 # FLOPs and ceilings, and is smoke-tested running the kernels at a tiny size).

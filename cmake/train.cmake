@@ -1,9 +1,12 @@
 # cmake/train.cmake: the trainer's host-side utilities (options, lr schedules incl. the speedrun's, MFU, step
-# log and its header, checkpoint state and resume checks, test hooks) and their tests.
+# log and its header, checkpoint state and resume checks, test hooks, samples) and their tests.
 add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/speedrun_schedule.cpp llmc/train/mfu.cpp
   llmc/train/log.cpp llmc/train/options.cpp llmc/train/state.cpp llmc/train/debug_hooks.cpp)
-target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model
+target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model llmc_tokenizer
                       PRIVATE nlohmann_json::nlohmann_json)
+# The trainer's samples (--sample-every) run the generation loop of llmc_generate (cmake/generate.cmake).
+add_library(llmc_train_samples STATIC llmc/train/samples.cpp)
+target_link_libraries(llmc_train_samples PUBLIC llmc_flags llmc_generate llmc_tokenizer)
 
 add_executable(test_train_utils test/train/test_train_utils.cpp)
 target_link_libraries(test_train_utils PRIVATE llmc_train_utils GTest::gtest_main)

@@ -17,9 +17,12 @@ endif()
 # The device model (gpt2, device arena, run info) and the optimizer (zero) are compiled once per target
 # and precision, as static libraries shared by the programs and the tests: nvcc compiles for two
 # architectures and these sources include every kernel, so compiling them once each keeps the build short.
-set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2.cu llmc/model/device_arena.cu llmc/train/run_info.cu)
+# The KV-cache decoder (llmc/generate/) reads the same parameters, so it lives here too: the trainer's
+# samples and ./generate_gpt2 both use it.
+set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2.cu llmc/model/device_arena.cu llmc/train/run_info.cu
+    llmc/generate/gpt2_decoder.cu)
 set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu)
-set(LLMC_TRAINER_LIBS llmc_train_utils llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
+set(LLMC_TRAINER_LIBS llmc_train_utils llmc_train_samples llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
 foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(core_sources llmc_model_core_${precision}_emu ${LLMC_MODEL_CORE_SOURCES})
   add_library(llmc_model_core_${precision}_emu STATIC ${core_sources})

@@ -274,13 +274,6 @@ class ShardSink {
   std::vector<std::string> written_;
 };
 
-std::string default_vocab_dir() {
-  std::error_code error;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", error);
-  if (error) return "../shared/data/gpt2";
-  return (exe.parent_path() / ".." / "shared" / "data" / "gpt2").lexically_normal().string();
-}
-
 int print_ids(const llmc::Gpt2Tokenizer& tokenizer, const Options& options) {
   for (const std::string& path : options.files) {
     std::ifstream in(path, std::ios::binary);
@@ -386,7 +379,7 @@ int run(const Options& options) {
 
 int main(int argc, char** argv) {
   Options options;
-  options.vocab_dir = default_vocab_dir();
+  options.vocab_dir = llmc::default_vocab_dir();
   options.threads = std::max(1u, std::thread::hardware_concurrency());
   CLI::App app{"Tokenize text with GPT-2's BPE (r50k_base) into llm.c token shards.\n"
                "Each input file, or each JSONL line with --jsonl, is one document prefixed with "

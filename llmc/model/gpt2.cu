@@ -170,6 +170,9 @@ std::string GPT2::bucket_name(int bucket) const {
 
 std::vector<float> GPT2::download_params() const { return download(params_, layout_.total_size, stream_); }
 std::vector<float> GPT2::download_grads() const { return download(grads_, layout_.total_size, stream_); }
+std::vector<float> GPT2::download_logits() const {
+  return download(acts_->logits, size_t(batch_size_) * seq_len_ * layout_.config.padded_vocab_size, stream_);
+}
 
 void GPT2::zero_bucket_grads(int bucket) {
   const ParamBucket& b = layout_.buckets[bucket];

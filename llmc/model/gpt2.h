@@ -49,6 +49,10 @@ class GPT2 : public TrainableModel {
   void backward(const int* inputs_host, bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
   double mean_loss(int num_slots) const override;
 
+  // The logits of the last forward, (B*T, Vp) in layout order as float; meaningless after a forward that
+  // computed dlogits (they replace the logits). Synchronous.
+  std::vector<float> download_logits() const;
+
  private:
   struct Activations;
   floatX* param(TensorKind kind, int layer = -1) { return params_ + layout_.tensor(kind, layer).offset; }

@@ -267,4 +267,12 @@ BpeVocab load_bpe_vocab_dir(const std::string& dir) {
                                   " (data/download_gpt2_vocab.sh fetches them)");
 }
 
+std::string default_vocab_dir() {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", error);
+  if (error) return "../shared/data/gpt2";
+  return (exe.parent_path() / ".." / "shared" / "data" / "gpt2").lexically_normal().string();
+}
+
 }  // namespace llmc

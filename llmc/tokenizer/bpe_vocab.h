@@ -42,6 +42,10 @@ BpeVocab load_bpe_vocab_encoder_json(const std::string& encoder_json_path,
 // std::runtime_error naming the directory and the files looked for when neither is there.
 BpeVocab load_bpe_vocab_dir(const std::string& dir);
 
+// Where the programs look for the vocabulary by default (their --vocab): ../shared/data/gpt2 next to
+// the repository the running binary sits in (user binaries live in the repository root).
+std::string default_vocab_dir();
+
 // GPT-2's reversible byte <-> printable code point mapping (bytes that are not printable
 // characters get code points 256 and up), as used by encoder.json and vocab.bpe.
 std::array<uint32_t, 256> gpt2_byte_to_code_point();

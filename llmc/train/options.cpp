@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "llmc/tokenizer/bpe_vocab.h"
+
 namespace llmc {
 
 int TrainOptions::grad_accum_steps(int world_size) const {
@@ -110,6 +112,17 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "full (reduce-scatter, update and all-gather streamed during the backward)")
       ->capture_default_str()->check(one_of({"none", "rs", "full"}));
   app.add_option("--trace", o.trace_dir, "Write a Chrome trace-event JSON per rank into this directory");
+  app.add_option("--sample-every", o.sample_every,
+                 "Print a sample of the model every N steps, from rank 0, outside the timed part (0 = never)")
+      ->capture_default_str()
+      ->check(at_least(0));
+  app.add_option("--sample-tokens", o.sample_tokens, "Tokens per sample (fewer at <|endoftext|>)")
+      ->capture_default_str()
+      ->check(at_least(1));
+  app.add_option("--sample-prompt", o.sample_prompt, "Text the samples continue (empty: <|endoftext|>)");
+  o.vocab_dir = default_vocab_dir();
+  app.add_option("--vocab", o.vocab_dir, "GPT-2 BPE files of the samples (r50k_base.tiktoken, or encoder.json + "
+                 "vocab.bpe)")->capture_default_str();
 }
 
 void validate_train_options(const TrainOptions& o, int world_size) {

@@ -38,6 +38,11 @@ struct TrainOptions {
   // distributed
   std::string overlap = "full";        // none | rs | full
   std::string trace_dir;
+  // samples: rank 0 prints sample_tokens tokens continuing sample_prompt every sample_every steps
+  int sample_every = 0;                // 0 = never
+  int sample_tokens = 64;
+  std::string sample_prompt;           // "" = start from <|endoftext|>
+  std::string vocab_dir;               // the GPT-2 BPE files the samples are encoded and decoded with
 
   int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)
 };

@@ -8,7 +8,7 @@
 #   scripts/gpu/check.sh [--dry-run] [--pack DIR] [--budget SECONDS] [--stages KEY,...] [OUT_DIR]
 #
 # OUT_DIR defaults to $OUT (the device tool's result folder); --pack to gpukit/ (scripts/gpu/pack.sh);
-# --stages runs only the stages named (keys of STAGES below: tests,sanitizer,kernels,train,torch,ncu).
+# --stages runs only the stages named (keys of STAGES below: tests,sanitizer,kernels,train,torch,ncu,generate).
 # --dry-run is for a machine without a GPU (CI runs it under scripts/gpu/bare_env.sh): every command runs
 # as far as it goes without a GPU; one that stops at the missing GPU counts as passed, anything else
 # (a library or MPI plugin missing, a script error) as failed, and the GPU-only tools are not run.
@@ -29,11 +29,13 @@ STAGES=(
   "train|90|40|train.log|train_gpt2 d12, T=1024: B=16 and 32, --grad-clip 1.0 and 0"
   "torch|150|60|train.log|PyTorch peer (torch.compile, SDPA flash attention) on the same runs"
   "ncu|70|30|ncu.log|ncu on the attention kernels: occupancy, shared-memory throughput"
+  "generate|60|20|kernels.log|generation: d12 tokens/s at batch 1 (KV cache), generate_gpt2's program tests"
 )
 MAX_RESULT_FILES=8
 KILL_GRACE=10          # seconds between a time limit's TERM and its KILL
 TRAIN_STEPS=40         # 10 untimed + 30 timed steps (report.py times steps 11..40)
 RACECHECK_FILTER='LayerNorm*:Attention*:FlashAttention*:SequenceLengths/FlashAttention*:Classifier*:GlobalNorm*:Encoder*'
+RACECHECK_FILTER+=':*KvCache*'
 NCU_METRICS=gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__maximum_warps_per_active_cycle_pct
 NCU_METRICS+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed
 NCU_METRICS+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
@@ -386,6 +388,13 @@ stage_ncu() {
     run_cmd ncu_attention_sections -- env "${TOOL_ENV[@]}" "$tool" "${common[@]}" --section Occupancy \
       --section SpeedOfLight "$PACK/bin/bench_kernels" --batch 16 --seq 1024 --repeats 1
   fi
+}
+
+stage_generate() {
+  # d12 with random weights: 64 prompt tokens, then 256 decode steps through the real generation loop.
+  run_cmd bench_generate --cap 40 -- "$WRAP/bench_generate" --model d12 --prompt-tokens 64 --new-tokens 256
+  run_cmd generate_program --cap 60 -- env LLMC_SHARED_DIR="$PACK" python3 \
+    "$REPO/test/generate/test_generate_program.py" --generator "$WRAP/generate_gpt2" --require-gpu
 }
 
 # ---- the run ------------------------------------------------------------------------------------

@@ -14,10 +14,11 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 
-# The programs and GPU test binaries check.sh runs; train_gpt2 is a user binary in the repository root.
-PROGRAMS=(train_gpt2 bench_kernels bench_window_attention)
+# The programs and GPU test binaries check.sh runs; train_gpt2 and generate_gpt2 are user binaries in the
+# repository root.
+PROGRAMS=(train_gpt2 bench_kernels bench_window_attention generate_gpt2 bench_generate)
 TEST_BINARIES=(kernels_bf16_cuda gpt2_bf16_cuda train_steps_bf16_cuda emu_tests_cuda comm_collectives_cuda
-  comm_trace_cuda)
+  comm_trace_cuda gpt2_decoder_bf16_cuda)
 # On the GPU machine's image (glibc and libstdc++ newer than Debian 12's), or found there by check.sh
 # (the CUDA toolkit; NCCL in the nvidia-nccl-cu13 Python wheel; the driver): never packed.
 BASE_LIBRARIES=(linux-vdso.so.1 ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1
@@ -73,7 +74,10 @@ prepare_build() {
 }
 
 binary_path() {  # where the build puts a binary: user binaries in the repository root, the rest in the tree
-  if [[ $1 == train_gpt2 || $1 == tokenize_gpt2 ]]; then echo "$REPO/$1"; else echo "$BUILD_DIR/$1"; fi
+  case $1 in
+    train_gpt2 | tokenize_gpt2 | generate_gpt2) echo "$REPO/$1" ;;
+    *) echo "$BUILD_DIR/$1" ;;
+  esac
 }
 
 # Prints "soname path" for every library FILE loads (ldd: the whole closure; or LISTING, ldd's output for

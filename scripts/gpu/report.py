@@ -33,6 +33,10 @@ BENCH_LINE = re.compile(r"^(?P<name>\S.*?)\s+(?P<ms>\d+\.\d+) ms\s+(?P<rate>\d+\
 STEP_LINE = re.compile(r"^step:(\d+)/(\d+) train_loss:(\S+) train_time:(\d+)ms .*?tok/s:(\S+) mfu:(\S+)")
 MODEL_LINE = re.compile(r"^# model: L=(\d+) NH=\d+ C=(\d+) T=\d+ .*parameters:(\d+)")
 BATCH_LINE = re.compile(r"^# batch: B=(\d+) T=(\d+)")
+# bench_generate's measured line (test/generate/bench_generate.cu).
+GENERATE_LINE = re.compile(r"^generate (?P<model>.+?) batch:1 prompt:(?P<prompt>\d+) new:(?P<new>\d+) "
+                           r"prefill_ms=(?P<prefill_ms>\S+) .*?ms_per_token=(?P<ms_per_token>\S+) "
+                           r"decode_tokens_per_s=(?P<tokens_per_s>\S+) ceiling_tokens_per_s=(?P<ceiling>\S+)")
 
 
 class Command:
@@ -181,6 +185,16 @@ def train_figures(text):
     }
 
 
+def generate_rows(text):
+    """[{model, prompt, new, prefill_ms, ms_per_token, tokens_per_s, ceiling}] of bench_generate's output."""
+    rows = []
+    for match in map(GENERATE_LINE.match, text.splitlines()):
+        if match:
+            row = match.groupdict()
+            rows.append(dict(row, **{k: float(row[k]) for k in row if k != "model"}))
+    return rows
+
+
 def ncu_rows(text):
     """{kernel: {metric: (value, unit)}} from ncu's --csv output (the last launch of each kernel wins)."""
     lines = text.splitlines()
@@ -234,6 +248,11 @@ def stage_summary(row, commands, notes, context):
         parts.append(f"{sum(1 for c in own if context['runs'].get(c.label))} runs measured")
     elif key == "ncu":
         parts.append(f"{len(context['ncu'])} kernels profiled")
+    elif key == "generate" and own:
+        parts += [f"{row['tokens_per_s']:.0f} tokens/s at batch 1" for row in context["generate"]]
+        text, failed_names = counts_text(own)
+        parts.append(text)
+        problems += [f"{row['letter']}. failed: {n}" for n in failed_names]
     parts += notes
     return "; ".join(parts), problems
 
@@ -290,6 +309,18 @@ NCU_COLUMNS = [("gpu__time_duration.sum", "time"), ("sm__warps_active.avg.pct_of
                ("launch__registers_per_thread", "regs")]
 
 
+def generation_table(rows):
+    out = ["**Generation** (`bench_generate`: random weights, batch 1, bf16, host sampling included; ceiling = "
+           "every weight and the KV cache read once per token at 4.3 TB/s)", "",
+           "| model | prompt | new tokens | prefill ms | ms/token | tokens/s | ceiling tokens/s | % of ceiling |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        out.append(f"| {row['model']} | {row['prompt']:.0f} | {row['new']:.0f} | {row['prefill_ms']:.2f} | "
+                   f"{row['ms_per_token']:.3f} | {row['tokens_per_s']:.0f} | {row['ceiling']:.0f} | "
+                   f"{100 * row['tokens_per_s'] / row['ceiling']:.1f}% |")
+    return out + [""]
+
+
 def ncu_table(kernels):
     metrics = [(m, title) for m, title in NCU_COLUMNS if any(m in v for v in kernels.values())]
     if not metrics:  # the fallback run (sections): whatever metrics it printed
@@ -327,7 +358,8 @@ def build_report(work, out_dir):
     for label in ("ncu_attention", "ncu_attention_sections"):
         if label in commands:
             ncu.update(ncu_rows(commands[label].text()))
-    context = {"bench": bench, "runs": runs, "ncu": ncu}
+    generation = generate_rows(commands["bench_generate"].text()) if "bench_generate" in commands else []
+    context = {"bench": bench, "runs": runs, "ncu": ncu, "generate": generation}
 
     dry = facts.get("mode") == "dry"
     out = ["# GPU check report" + (" (DRY RUN: no GPU, nothing measured)" if dry else ""), "",
@@ -356,6 +388,8 @@ def build_report(work, out_dir):
         out += training_table(runs, ceilings, spec_peak(facts.get("gpu", "")))
     if ncu:
         out += ncu_table(ncu)
+    if generation:
+        out += generation_table(generation)
     if problems:
         out += ["**Problems** (first line of each; the logs have the rest)", ""] + [f"- {p}" for p in problems[:20]]
         out.append("")

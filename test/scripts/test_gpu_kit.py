@@ -22,7 +22,7 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 PACK_SH = os.path.join(REPO, "scripts", "gpu", "pack.sh")
 CHECK_SH = os.path.join(REPO, "scripts", "gpu", "check.sh")
 BARE_ENV = os.path.join(REPO, "scripts", "gpu", "bare_env.sh")
-STAGE_KEYS = ["tests", "sanitizer", "kernels", "train", "torch", "ncu"]
+STAGE_KEYS = ["tests", "sanitizer", "kernels", "train", "torch", "ncu", "generate"]
 MAX_RESULT_FILES = 8  # what the device tool brings back
 MAX_PACK_BYTES = 50 << 20
 SETTINGS = {}
@@ -81,7 +81,8 @@ class GpuKit(unittest.TestCase):
             self.assertRegex(manifest, rf"(?m)^commit: {commit}")
         listed = dict((path, int(size)) for size, path in re.findall(r"(?m)^(\d+) (\S+)$", manifest))
         for name in ("train_gpt2", "bench_kernels", "bench_window_attention", "kernels_bf16_cuda", "gpt2_bf16_cuda", "train_steps_bf16_cuda",
-                     "emu_tests_cuda", "comm_collectives_cuda", "comm_trace_cuda"):
+                     "emu_tests_cuda", "comm_collectives_cuda", "comm_trace_cuda", "generate_gpt2", "bench_generate",
+                     "gpt2_decoder_bf16_cuda"):
             self.assertTrue(os.access(os.path.join(self.pack, "bin", name), os.X_OK), name)
         for path in ("lib/libmpi.so.40", "lib/openmpi/mca_ess_singleton.so", "data/gpt2/encoder.json",
                      "data/gpt2/vocab.bpe", "data/tinyshakespeare/tinyshakespeare_train_000001.bin",
@@ -126,6 +127,10 @@ class GpuKit(unittest.TestCase):
             self.assertEqual(result, "ok (dry)", block)
             self.assertRegex(block, r"rank 0: .*cudaGetDeviceCount")
             self.assertNotRegex(block, r"terminate called|orte_init|MPI_INIT|mca_base_component_repository_open")
+        # The generation stage: the benchmark prints its accounting and times nothing; the program's tests
+        # reach the packed generate_gpt2, which stops at its first CUDA call.
+        self.assertRegex(files["kernels.log"], r"(?m)^# no GPU: nothing timed")
+        self.assertRegex(files["kernels.log"], r"(?m)^skipped: no GPU")
 
     def test_a_library_missing_from_the_pack_stops_the_check_at_once(self):
         pack = clone_pack(self.pack, os.path.join(self.tmp, "pack_without_libmpi"))

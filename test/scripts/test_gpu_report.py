@@ -1,7 +1,8 @@
 """Tests of scripts/gpu/report.py, the one-page report of the GPU check, without a GPU.
 
-The trainer's and the kernel benchmark's output come from the real programs (their emulated builds,
-paths in LLMC_TRAIN_GPT2_EMU and LLMC_BENCH_KERNELS_EMU), so a change of their printed format breaks
+The trainer's, the kernel benchmark's and the generation benchmark's output come from the real programs
+(their emulated builds, paths in LLMC_TRAIN_GPT2_EMU, LLMC_BENCH_KERNELS_EMU and LLMC_BENCH_GENERATE_EMU),
+so a change of their printed format breaks
 this test rather than the report of the one GPU run. Outputs only a GPU machine makes (GoogleTest and
 unittest summaries of failures, compute-sanitizer's summaries, ncu's CSV, the PyTorch peer's JSON) are
 written here in their documented forms. Each stage log is laid out as scripts/gpu/check.sh writes it.
@@ -20,7 +21,8 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 REPORT = os.path.join(REPO, "scripts", "gpu", "report.py")
 MPI_SINGLETON_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 STAGES = [("a", "tests", "tests.log"), ("b", "sanitizer", "sanitizer.log"), ("c", "kernels", "kernels.log"),
-          ("d", "train", "train.log"), ("e", "torch", "train.log"), ("f", "ncu", "ncu.log")]
+          ("d", "train", "train.log"), ("e", "torch", "train.log"), ("f", "ncu", "ncu.log"),
+          ("g", "generate", "kernels.log")]
 
 
 def write_shard(path, tokens):
@@ -63,6 +65,11 @@ class Check:
             return handle.read()
 
 
+def bench_rows_of(text):
+    """bench_kernels' timed lines (name, ms, rate): the kernel stage's count must not take generation's lines."""
+    return re.findall(r"^\S.*?\s+\d+\.\d+ ms\s+\d+\.\d+ (?:TFLOP/s|GB/s)$", text, re.M)
+
+
 def table_row(report, first_cell):
     """The cells of the markdown table row whose first cell is first_cell."""
     for line in report.splitlines():
@@ -90,6 +97,11 @@ class RealOutputs(unittest.TestCase):
                                capture_output=True, text=True, timeout=120)
         assert bench.returncode == 0, bench.stdout + bench.stderr
         cls.bench_log = bench.stdout
+        generation = subprocess.run([os.environ["LLMC_BENCH_GENERATE_EMU"], "--model", "d1", "--prompt-tokens", "5",
+                                     "--new-tokens", "3", "--contexts", "8", "--run"],
+                                    capture_output=True, text=True, timeout=120)
+        assert generation.returncode == 0, generation.stdout + generation.stderr
+        cls.generate_log = generation.stdout
 
     @classmethod
     def tearDownClass(cls):
@@ -137,6 +149,25 @@ class RealOutputs(unittest.TestCase):
         for name in names:
             self.assertEqual(len(table_row(report, name)), 4)
         self.assertIn("documented", report)  # no ceilings were measured in this run
+
+    def test_generation_figures_are_read_from_bench_generate(self):
+        check = Check(tempfile.mkdtemp(dir=self.tmp.name))
+        check.stage("c", "kernels", "kernels.log", [command_block("bench_kernels", self.bench_log)])
+        program = "Ran 9 tests in 20.0s\n\nOK\n"
+        check.stage("g", "generate", "kernels.log", [command_block("bench_generate", self.generate_log),
+                                                      command_block("generate_program", program)])
+        report = check.report()
+        line = re.search(r"^generate .*ms_per_token=(\S+) decode_tokens_per_s=(\S+) ceiling_tokens_per_s=(\S+)",
+                         self.generate_log, re.M)
+        row = table_row(report, "L=1 NH=1 C=64 T=1024 V=50257 Vp=50304")
+        self.assertEqual(row[1:3], ["5", "3"])
+        self.assertAlmostEqual(float(row[4]), float(line.group(1)), delta=0.001)
+        self.assertEqual(row[5], f"{float(line.group(2)):.0f}")
+        self.assertEqual(row[6], f"{float(line.group(3)):.0f}")
+        summary = table_row(report, "g. generate title")[4]
+        self.assertIn(f"{float(line.group(2)):.0f} tokens/s at batch 1", summary)
+        self.assertIn("9 tests passed, 0 failed, 0 skipped", summary)
+        self.assertIn(f"{len(bench_rows_of(self.bench_log))} kernels timed", table_row(report, "c. kernels title")[4])
 
     def test_percent_of_ceiling_uses_the_measured_ceilings(self):
         check = Check(tempfile.mkdtemp(dir=self.tmp.name))

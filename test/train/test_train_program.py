@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Tests of the train_gpt2 program as a user runs it: the loss falls, two runs are bitwise identical,
 a resumed run continues bit for bit, a NaN stops the run keeping the last good checkpoint, bad input
-gives a clear error and a non-zero exit, the log reads as modded-nanogpt's, and --help matches README.
+gives a clear error and a non-zero exit, the log reads as modded-nanogpt's, --help matches README, and
+--sample-every logs samples without changing the training.
 
 Usage: test_train_program.py --trainer PATH [--mpiexec PATH] [--require-gpu] [unittest args]
 (CTest passes the emulated build; with --require-gpu it exits 77, "skipped: no GPU", without one).
-Tiny token shards are written with numpy into a temp dir; every run is the "tiny" preset (30k params).
+Tiny token shards are written with numpy into a temp dir; every run is the "tiny" preset (30k params),
+but the samples' runs: d1, which has GPT-2's vocabulary.
 """
 import argparse
 import json
@@ -31,6 +33,7 @@ B, T, VOCAB = 4, 16, 100  # the "tiny" preset has T=16, V=100
 TRAIN_LINE = re.compile(r"^step:(\d+)/(\d+) train_loss:(\d+\.\d+) train_time:(\d+)ms step_avg:(\d+\.\d+)ms")
 VAL_LINE = re.compile(r"^step:(\d+)/(\d+) val_loss:(\d+\.\d+) train_time:(\d+)ms step_avg:(\d+\.\d+)ms")
 MPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+VOCAB_DIR = os.path.join(os.environ.get("LLMC_SHARED_DIR", os.path.join(REPO, "..", "shared")), "data", "gpt2")
 
 
 def write_shard(path, tokens):
@@ -303,6 +306,33 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(sorted(losses(log)), [1, 2, 3])
         last = log.strip().splitlines()[-1]
         self.assertRegex(last, r"^# stopped by an error: .*bad_train_000002\.bin.*not below vocab_size")
+
+    # ---- samples ---------------------------------------------------------------------------------------
+    def test_samples_are_logged_and_change_nothing(self):
+        # d1 has GPT-2's vocabulary (the toy shards' ids, below 100, are GPT-2 tokens too).
+        args = self.data_args + ["--model", "d1", "--steps", 4, "--lr", "1e-3"]
+        plain = run(args)
+        sampled = run(args + ["--sample-every", 2, "--sample-tokens", 6, "--sample-prompt", "Hello,\nworld",
+                              "--vocab", VOCAB_DIR])
+        self.assertEqual(plain.returncode, 0, plain.stdout + plain.stderr)
+        self.assertEqual(sampled.returncode, 0, sampled.stdout + sampled.stderr)
+        self.assertEqual(losses(sampled.stdout), losses(plain.stdout))  # bitwise: sampling touches nothing
+        heads = re.findall(r'(?m)^# sample step:(\d+): (\d+) tokens.* continuing "Hello,\\nworld"\n# \| ',
+                           sampled.stdout)
+        self.assertEqual([int(step) for step, _ in heads], [2, 4], sampled.stdout)
+        self.assertTrue(all(0 <= int(count) <= 6 for _, count in heads))
+        lines = sampled.stdout.splitlines()
+        self.assertLess(lines.index(next(l for l in lines if l.startswith("step:2/4"))),
+                        lines.index(next(l for l in lines if l.startswith("# sample step:2"))))
+
+    def test_samples_need_gpt2_vocabulary_and_a_prompt_that_fits(self):
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--sample-every", 1, "--vocab", VOCAB_DIR],
+                            r"rank 0: --sample-every: the model's vocabulary has 100 tokens; samples need GPT-2's")
+        self.expect_failure(self.data_args + ["--model", "d1", "--steps", 1, "--sample-every", 1, "--vocab",
+                                              f"{self.tmp}/novocab"], r"novocab: vocabulary directory does not exist")
+        self.expect_failure(self.data_args + ["--model", "d1", "--steps", 1, "--sample-every", 1, "--vocab", VOCAB_DIR,
+                                              "--sample-prompt", " word" * 1024],
+                            r"--sample-prompt: 1024 tokens leave no room in the model's context of 1024")
 
     def test_resume_with_another_world_size(self):
         if not SETTINGS["mpiexec"]:

@@ -1,0 +1,146 @@
+// Generation benchmark at batch 1 (default GPT-2 d12 with random weights): per new token, the bytes the
+// KV-cache decoder reads, its FLOPs and kernel launches at several context lengths, and the time at the
+// H200's ceilings (4.3 TB/s, 790 TFLOP/s); on a GPU (or with --run) it also times a prefill and the
+// decoding of --new-tokens tokens through the real generation loop (host sampling included).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "llmc/cuda_common.h"
+#include "llmc/generate/generation.h"
+#include "llmc/generate/gpt2_decoder.h"
+#include "llmc/model/model_config.h"
+#include "llmc/model/param_init.h"
+#include "llmc/precision.h"
+
+using namespace llmc;
+
+namespace {
+
+constexpr double kH200Bandwidth = 4.3e12;  // bytes/s, HBM3e
+constexpr double kH200Bf16Flops = 790e12;  // dense bf16 tensor-core FLOP/s
+
+// What one decode step at context length t (keys attended, itself included) moves and computes.
+struct TokenCost {
+  double weight_bytes, cache_bytes, other_bytes, flops;
+  int launches, copies;
+  double bytes() const { return weight_bytes + cache_bytes + other_bytes; }
+  double ceiling_seconds() const { return std::max(bytes() / kH200Bandwidth, flops / kH200Bf16Flops); }
+};
+
+TokenCost token_cost(const GPT2Config& c, size_t parameters, int t) {
+  const double x = sizeof(floatX), L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
+  TokenCost cost;
+  // Every parameter is read once per token (the tied LM head reads all of wte), except wpe: one row.
+  cost.weight_bytes = x * (static_cast<double>(parameters) - static_cast<double>(c.max_seq_len) * C + C);
+  cost.cache_bytes = x * L * (2.0 * t * C + 2.0 * C);  // read t keys and values, append one of each
+  // Activations between kernels (about 30 C-vectors a layer) and the logits (written, then copied out).
+  cost.other_bytes = x * (L * 30.0 * C + 2.0 * Vp);
+  const double matmul_params = L * 12.0 * C * C + Vp * C;  // qkv 3C^2, proj C^2, fc and fcproj 4C^2 each
+  cost.flops = 2.0 * matmul_params + L * 4.0 * t * C;       // + attention: q.k and p.v over t keys
+  // Per layer: LayerNorm, qkv GEMM, cache append, attention, projection GEMM, residual+LayerNorm, fc GEMM
+  // (GELU fused as its epilogue), fcproj GEMM; plus the embedding, the final LayerNorm and the LM head.
+  cost.launches = static_cast<int>(8 * L + 3);
+  cost.copies = 2;  // the token up, the logits down
+  return cost;
+}
+
+void print_accounting(const GPT2Config& config, size_t parameters, const std::vector<int>& contexts) {
+  std::printf("# per new token at batch 1, %s %s: weights read once per token, KV cache of t positions\n",
+              describe_config(config).c_str(), kPrecisionName);
+  std::printf("%8s %12s %12s %12s %12s %9s %12s %12s %14s\n", "context", "weights_MB", "kv_cache_MB", "total_MB",
+              "GFLOP", "launches", "us@4.3TB/s", "us@790TF/s", "ceiling_tok/s");
+  for (int t : contexts) {
+    const TokenCost cost = token_cost(config, parameters, t);
+    std::printf("%8d %12.2f %12.2f %12.2f %12.4f %9d %12.2f %12.3f %14.0f\n", t, cost.weight_bytes / 1e6,
+                cost.cache_bytes / 1e6, cost.bytes() / 1e6, cost.flops / 1e9, cost.launches + cost.copies,
+                1e6 * cost.bytes() / kH200Bandwidth, 1e6 * cost.flops / kH200Bf16Flops, 1.0 / cost.ceiling_seconds());
+  }
+}
+
+bool gpu_present() {
+#if defined(LLMC_EMULATION)
+  return false;  // the emulated device runs kernels but measures nothing a GPU would
+#else
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  (void)cudaGetLastError();
+  return status == cudaSuccess && count > 0;
+#endif
+}
+
+// Prefill of `prompt_tokens` random tokens, then `new_tokens` decode steps through llmc::generate.
+void run_generation(const GPT2Config& config, const std::vector<float>& params, int prompt_tokens, int new_tokens) {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  const ParamLayout layout = make_param_layout(config, 1);
+  GPT2Decoder decoder(layout, params, std::min(256, config.max_seq_len), stream);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> token(0, config.vocab_size - 1);
+  std::vector<int32_t> prompt(prompt_tokens);
+  for (int32_t& t : prompt) t = token(rng);
+  GenerationSettings settings;
+  settings.max_new_tokens = new_tokens;
+  settings.sampling.seed = 1;
+  generate(decoder, prompt, settings);  // warm-up: cuBLASLt heuristics, first-touch of every buffer
+  const GenerationResult result = generate(decoder, prompt, settings);
+  const double ms_per_token = 1e3 * result.decode_seconds / std::max(result.decode_steps, 1);
+  const TokenCost middle = token_cost(config, layout.num_parameters, prompt_tokens + new_tokens / 2);
+  std::printf("generate %s batch:1 prompt:%d new:%zu prefill_ms=%.3f prefill_tokens_per_s=%.1f decode_steps=%d "
+              "ms_per_token=%.4f decode_tokens_per_s=%.1f ceiling_tokens_per_s=%.0f device_MiB=%.1f\n",
+              describe_config(config).c_str(), prompt_tokens, result.tokens.size(), 1e3 * result.prefill_seconds,
+              prompt_tokens / result.prefill_seconds, result.decode_steps, ms_per_token, 1e3 / ms_per_token,
+              1.0 / middle.ceiling_seconds(), decoder.device_bytes() / 1048576.0);
+}
+
+std::vector<int> parse_list(const std::string& text) {
+  std::vector<int> values;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    values.push_back(std::stoi(text.substr(start, end - start)));
+    start = end + 1;
+  }
+  return values;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_generate: KV-cache generation at batch 1: per-token bytes, FLOPs, launches and ceilings; "
+               "tokens/s on a GPU"};
+  std::string model = "d12", contexts = "64,256,512,1024";
+  int prompt_tokens = 64, new_tokens = 256;
+  bool run = false;
+  app.add_option("--model", model, "preset shape (random weights)")->capture_default_str();
+  app.add_option("--prompt-tokens", prompt_tokens, "prefill length of the timed run")->capture_default_str();
+  app.add_option("--new-tokens", new_tokens, "decode steps of the timed run")->capture_default_str();
+  app.add_option("--contexts", contexts, "context lengths of the accounting rows")->capture_default_str();
+  app.add_flag("--run", run, "run the decoder even without a GPU (emulated: a smoke test, not a timing)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const GPT2Config config = config_from_name(model);
+    const ParamLayout layout = make_param_layout(config, 1);
+    print_accounting(config, layout.num_parameters, parse_list(contexts));
+    if (!gpu_present() && !run) {
+      std::printf("# no GPU: nothing timed (the rows above are counts and ceilings, not measurements)\n");
+      return 0;
+    }
+    if (prompt_tokens < 1 || prompt_tokens + new_tokens > config.max_seq_len)
+      throw std::invalid_argument("--prompt-tokens + --new-tokens must fit the context of " +
+                                  std::to_string(config.max_seq_len));
+    if (!gpu_present()) std::printf("# emulated run: the times below are the CPU emulation's, not a GPU's\n");
+    run_generation(config, init_gpt2_params(layout, 1337), prompt_tokens, new_tokens);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_generate: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}
