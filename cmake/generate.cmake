@@ -25,7 +25,7 @@ foreach(precision IN ITEMS bf16 fp32)
   if(precision STREQUAL "fp32" AND NOT LLMC_CUDA_FP32_TESTS)
     set(emu_only EMU_ONLY)
   endif()
-  llmc_add_cu_test(NAME gpt2_decoder_${precision} LABELS generate TIMEOUT 300 ${emu_only}
+  llmc_add_cu_test(NAME gpt2_decoder_${precision} LABELS generate TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
     SOURCES test/generate/test_gpt2_decoder.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
 endforeach()
