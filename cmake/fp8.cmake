@@ -1,0 +1,15 @@
+# cmake/fp8.cmake: the FP8 head's building blocks (SPEEDRUN.md section 1; docs/fp8.md) -- the FP8 formats
+# (llmc/fp8.h, the emulation's model llmc/emu/fp8.h), the FP8 GEMM (llmc/kernels/fp8_matmul.cuh, its CPU
+# emulation llmc/emu/cpu_fp8_gemm.h), the cast kernels and the head -- and their tests: the formats against
+# ml_dtypes (test/emu/fp8_reference.py), the GEMM and the head against double references.
+
+set(LLMC_FP8_TEST_SOURCES
+  test/emu/test_fp8_format.cu)
+
+llmc_add_cu_test(NAME fp8 LABELS "fp8;emu" TIMEOUT 300 ALSO_REVERSE_THREAD_ORDER SOURCES ${LLMC_FP8_TEST_SOURCES})
+foreach(target IN ITEMS fp8_emu fp8_cuda)
+  if(TARGET ${target})
+    target_compile_definitions(${target} PRIVATE LLMC_PYTHON_EXECUTABLE="${Python3_EXECUTABLE}"
+                                                 LLMC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  endif()
+endforeach()
