@@ -4,7 +4,8 @@
 # ml_dtypes (test/emu/fp8_reference.py), the GEMM and the head against double references.
 
 set(LLMC_FP8_TEST_SOURCES
-  test/emu/test_fp8_format.cu)
+  test/emu/test_fp8_format.cu
+  test/kernels/test_fp8_gemm.cu)
 
 llmc_add_cu_test(NAME fp8 LABELS "fp8;emu" TIMEOUT 300 ALSO_REVERSE_THREAD_ORDER SOURCES ${LLMC_FP8_TEST_SOURCES})
 foreach(target IN ITEMS fp8_emu fp8_cuda)

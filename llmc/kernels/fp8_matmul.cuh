@@ -1,0 +1,118 @@
+// fp8_gemm(): the FP8 GEMM of the FP8 head (Fp8GemmArgs, llmc/kernels/fp8_gemm_args.h). GPU build: cuBLASLt
+// with CUDA_R_8F_E4M3/E5M2 operands, per-tensor scales through A/B_SCALE_POINTER and the fast-accumulation
+// flag (sm_89 or newer). Emulated build: the CPU model of llmc/emu/cpu_fp8_gemm.h, enqueued with
+// cudaLaunchHostFunc so that it runs in stream order like a kernel.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/fp8_gemm_args.h"
+#include "llmc/kernels/matmul.cuh"
+
+#if defined(LLMC_EMULATION)
+#include "llmc/emu/cpu_fp8_gemm.h"
+#endif
+
+namespace llmc {
+
+inline size_t fp8_gemm_element_bytes(cudaDataType_t type) {
+  return type == CUDA_R_32F ? 4 : type == CUDA_R_16BF ? 2 : 1;
+}
+
+#if defined(LLMC_EMULATION)
+struct CpuFp8GemmJob {
+  Fp8GemmArgs args;
+  int threads;
+};
+
+inline void run_cpu_fp8_gemm_job(void* job_pointer) {
+  CpuFp8GemmJob* job = static_cast<CpuFp8GemmJob*>(job_pointer);
+  emu::cpu_fp8_gemm(job->args, job->threads);
+  delete job;
+}
+
+// A GPU kernel reading host memory or past an allocation faults: the emulation refuses such pointers.
+inline void require_device_range(const void* pointer, size_t bytes, const char* what) {
+  emu::MemoryKind kind;
+  const cudaError_t status = emu::EmulatedDevice::instance().classify(pointer, bytes, &kind);
+  if (status != cudaSuccess || kind != emu::MemoryKind::kDevice)
+    throw std::invalid_argument(std::string("fp8_gemm: ") + what +
+                                " is not (entirely) device memory (an illegal address on a GPU)");
+}
+
+inline void fp8_gemm(MatmulContext& context, const Fp8GemmArgs& g, cudaStream_t stream) {
+  validate_fp8_gemm(g);
+  require_device_range(g.a, static_cast<size_t>(g.m) * g.k, "A");
+  require_device_range(g.b, static_cast<size_t>(g.n) * g.k, "B");
+  require_device_range(g.d, static_cast<size_t>(g.m) * g.n * fp8_gemm_element_bytes(g.d_type), "D");
+  if (g.a_scale != nullptr) require_device_range(g.a_scale, sizeof(float), "the A scale");
+  if (g.b_scale != nullptr) require_device_range(g.b_scale, sizeof(float), "the B scale");
+  std::unique_ptr<CpuFp8GemmJob> job(new CpuFp8GemmJob{g, context.cpu_threads()});
+  CUDA_CHECK(cudaLaunchHostFunc(stream, run_cpu_fp8_gemm_job, job.get()));
+  job.release();  // enqueued: run_cpu_fp8_gemm_job owns it now
+}
+
+#else
+// Row-major D = A B^T is the column-major D^T (N,M) = B_cm^T A_cm where B_cm is our B read as a column-major
+// (K,N) matrix and A_cm our A as (K,M): cuBLASLt's first operand is our B with TRANSA = T, its second our A
+// with TRANSB = N -- the TN layout its FP8 kernels require. Its A scale is therefore our B's, and vice versa.
+inline void set_fp8_scale(cublasLtMatmulDesc_t operation, cublasLtMatmulDescAttributes_t attribute,
+                          const float* scale) {
+  if (scale == nullptr) return;
+  const void* pointer = scale;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(operation, attribute, &pointer, sizeof(pointer)));
+}
+
+inline void fp8_gemm(MatmulContext& context, const Fp8GemmArgs& g, cudaStream_t stream) {
+  validate_fp8_gemm(g);
+  CublasLtDescriptors desc;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t first_op = CUBLAS_OP_T, second_op = CUBLAS_OP_N;
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_TRANSA, &first_op, sizeof(first_op)));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_TRANSB, &second_op, sizeof(second_op)));
+  set_fp8_scale(desc.operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_scale);
+  set_fp8_scale(desc.operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_scale);
+  const int8_t fast_accumulation = g.fast_accumulation ? 1 : 0;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation,
+                                              sizeof(fast_accumulation)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.first, g.b_type, g.k, g.n, g.k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.second, g.a_type, g.k, g.m, g.k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.output, g.d_type, g.n, g.m, g.n));
+
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
+  const size_t workspace_bytes = context.workspace_bytes();
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_bytes, sizeof(workspace_bytes)));
+  const uint32_t alignments[] = {pointer_alignment(g.b), pointer_alignment(g.a), pointer_alignment(g.d),
+                                 pointer_alignment(g.d)};
+  const cublasLtMatmulPreferenceAttributes_t alignment_attributes[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; i++)
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, alignment_attributes[i], &alignments[i],
+                                                      sizeof(alignments[i])));
+
+  cublasLtMatmulHeuristicResult_t heuristic = {};
+  int found = 0;
+  const cublasStatus_t heuristic_status =
+      cublasLtMatmulAlgoGetHeuristic(context.handle(), desc.operation, desc.first, desc.second, desc.output,
+                                     desc.output, desc.preference, 1, &heuristic, &found);
+  if (heuristic_status == CUBLAS_STATUS_NOT_SUPPORTED || (heuristic_status == CUBLAS_STATUS_SUCCESS && found == 0))
+    throw std::runtime_error(std::string("fp8_gemm: cuBLASLt has no FP8 kernel for ") + fp8_gemm_type_name(g.a_type) +
+                             " x " + fp8_gemm_type_name(g.b_type) + " -> " + fp8_gemm_type_name(g.d_type) +
+                             " m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                             " (FP8 GEMMs need sm_89 or newer: use --fp8-head off)");
+  CUBLAS_CHECK(heuristic_status);
+  CUBLAS_CHECK(cublasLtMatmul(context.handle(), desc.operation, &g.alpha, g.b, desc.first, g.a, desc.second, &g.beta,
+                              g.d, desc.output, g.d, desc.output, &heuristic.algo, context.workspace(),
+                              context.workspace_bytes(), stream));
+}
+#endif
+
+}  // namespace llmc
