@@ -6,7 +6,8 @@
 set(LLMC_FP8_TEST_SOURCES
   test/emu/test_fp8_format.cu
   test/kernels/test_fp8_gemm.cu
-  test/kernels/test_fp8_cast.cu)
+  test/kernels/test_fp8_cast.cu
+  test/kernels/test_fp8_head.cu)
 
 llmc_add_cu_test(NAME fp8 LABELS "fp8;emu" TIMEOUT 300 ALSO_REVERSE_THREAD_ORDER SOURCES ${LLMC_FP8_TEST_SOURCES})
 foreach(target IN ITEMS fp8_emu fp8_cuda)

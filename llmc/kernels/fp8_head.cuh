@@ -1,0 +1,186 @@
+// The FP8 head of the speedrun model (SPEEDRUN.md section 1; docs/fp8.md), training forward and backward:
+//   z  = (x_s w_s) e4m3(x / x_s) e4m3(W / w_s)^T            fast accumulation, z in Tx (bf16)
+//   g8 = e5m2(dz / g_s)
+//   dx = (g_s w_s) g8 e4m3(W / w_s)                         no fast accumulation, dx in Tx
+//   dW = (x_s g_s) g8^T e4m3(x / x_s)                       no fast accumulation, fp32
+// with static scales. Every GEMM reads K-major operands, so the casts also write the transposed copies the
+// backward needs (fp8_cast_transpose). Validation uses the bf16 head, not this.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "llmc/cuda_common.h"
+#include "llmc/fp8.h"
+#include "llmc/kernels/fp8_cast.cuh"
+#include "llmc/kernels/fp8_cast_transpose.cuh"
+#include "llmc/kernels/fp8_matmul.cuh"
+
+namespace llmc {
+
+// x_s = sqrt(768) / 448, w_s = 2^-9, g_s = 1/448 in the record. x is the output of a weightless RMSNorm, so
+// |x_i| <= sqrt(C) and x / x_s never exceeds e4m3's 448: x_s is sqrt(C) / 448 for width C (the record's
+// constant at C = 768). W / w_s saturates where |W| > 448 * 2^-9 = 0.875, dz / g_s where |dz| > 128 (e5m2's
+// 57344 / 448). Each is computed in double and rounded to float once.
+struct Fp8HeadScales {
+  float x = 0.0f, weight = 0.0f, grad = 0.0f;
+  static Fp8HeadScales speedrun(int channels) {
+    Fp8HeadScales scales;
+    scales.x = static_cast<float>(std::sqrt(static_cast<double>(channels)) / 448.0);
+    scales.weight = static_cast<float>(std::ldexp(1.0, -9));
+    scales.grad = static_cast<float>(1.0 / 448.0);
+    return scales;
+  }
+};
+
+// Bytes of device memory a head of these sizes keeps: the six fp8 copies, 256-byte aligned, and the scales.
+inline size_t fp8_head_workspace_bytes(int max_tokens, int channels, int vocab) {
+  const auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t t = static_cast<size_t>(max_tokens), c = static_cast<size_t>(channels), v = static_cast<size_t>(vocab);
+  return 2 * aligned(t * c) + 2 * aligned(v * c) + 2 * aligned(t * v) + aligned(3 * sizeof(float));
+}
+
+// The device buffers of one FP8 head: e4m3 x and W with their transposes, e5m2 dz with its transpose, the
+// three scales (as cuBLASLt's scale pointers read them). Not copyable.
+class Fp8HeadWorkspace {
+ public:
+  Fp8HeadWorkspace(int max_tokens, int channels, int vocab, Fp8HeadScales scales)
+      : max_tokens_(max_tokens), channels_(channels), vocab_(vocab), scales_(scales) {
+    if (max_tokens <= 0 || channels <= 0 || vocab <= 0 || max_tokens % 16 != 0 || channels % 16 != 0 || vocab % 16 != 0)
+      throw std::invalid_argument(
+          "Fp8HeadWorkspace: tokens, channels and vocab must be positive multiples of 16 (got " +
+          std::to_string(max_tokens) + ", " + std::to_string(channels) + ", " + std::to_string(vocab) + ")");
+    CUDA_CHECK(cudaMalloc(&memory_, fp8_head_workspace_bytes(max_tokens, channels, vocab)));
+    char* next = static_cast<char*>(memory_);
+    const auto take = [&next](size_t bytes) {
+      char* region = next;
+      next += (bytes + 255) / 256 * 256;
+      return region;
+    };
+    const size_t t = static_cast<size_t>(max_tokens), c = static_cast<size_t>(channels), v = static_cast<size_t>(vocab);
+    x8_ = reinterpret_cast<fp8e4m3*>(take(t * c));
+    x8t_ = reinterpret_cast<fp8e4m3*>(take(t * c));
+    w8_ = reinterpret_cast<fp8e4m3*>(take(v * c));
+    w8t_ = reinterpret_cast<fp8e4m3*>(take(v * c));
+    g8_ = reinterpret_cast<fp8e5m2*>(take(t * v));
+    g8t_ = reinterpret_cast<fp8e5m2*>(take(t * v));
+    device_scales_ = reinterpret_cast<float*>(take(3 * sizeof(float)));
+    const float host_scales[3] = {scales.x, scales.weight, scales.grad};
+    CUDA_CHECK(cudaMemcpy(device_scales_, host_scales, sizeof(host_scales), cudaMemcpyHostToDevice));
+  }
+  ~Fp8HeadWorkspace() { CUDA_REPORT(cudaFree(memory_)); }
+  Fp8HeadWorkspace(const Fp8HeadWorkspace&) = delete;
+  Fp8HeadWorkspace& operator=(const Fp8HeadWorkspace&) = delete;
+
+  int max_tokens() const { return max_tokens_; }
+  int channels() const { return channels_; }
+  int vocab() const { return vocab_; }
+  const Fp8HeadScales& scales() const { return scales_; }
+  fp8e4m3* x8() const { return x8_; }    // (T, C)
+  fp8e4m3* x8t() const { return x8t_; }  // (C, T)
+  fp8e4m3* w8() const { return w8_; }    // (V, C)
+  fp8e4m3* w8t() const { return w8t_; }  // (C, V)
+  fp8e5m2* g8() const { return g8_; }    // (T, V)
+  fp8e5m2* g8t() const { return g8t_; }  // (V, T)
+  const float* x_scale() const { return device_scales_; }
+  const float* weight_scale() const { return device_scales_ + 1; }
+  const float* grad_scale() const { return device_scales_ + 2; }
+
+  // The tokens of the last forward that kept the transposed copies (0: none), checked by the backward.
+  int tokens_kept_for_backward = 0;
+
+ private:
+  int max_tokens_, channels_, vocab_;
+  Fp8HeadScales scales_;
+  void* memory_ = nullptr;
+  fp8e4m3 *x8_ = nullptr, *x8t_ = nullptr, *w8_ = nullptr, *w8t_ = nullptr;
+  fp8e5m2 *g8_ = nullptr, *g8t_ = nullptr;
+  float* device_scales_ = nullptr;
+};
+
+template <class Tx>
+constexpr cudaDataType_t fp8_head_output_type() {
+  static_assert(std::is_same_v<Tx, float> || std::is_same_v<Tx, __nv_bfloat16>, "the head's Tx is fp32 or bf16");
+  return std::is_same_v<Tx, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+inline void check_fp8_head_tokens(const Fp8HeadWorkspace& workspace, int tokens, const char* what) {
+  if (tokens <= 0 || tokens % 16 != 0 || tokens > workspace.max_tokens())
+    throw std::invalid_argument(std::string(what) + ": tokens must be a positive multiple of 16 up to " +
+                                std::to_string(workspace.max_tokens()) + " (got " + std::to_string(tokens) + ")");
+}
+
+// logits (T,V) = x (T,C) W (V,C)^T in FP8. With keep_for_backward the casts also write the transposed copies
+// of x and W that fp8_head_backward reads (one read of x and W either way).
+template <class Tx>
+void fp8_head_forward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* logits, const Tx* x, const Tx* weight,
+                      int tokens, bool keep_for_backward, cudaStream_t stream) {
+  check_fp8_head_tokens(workspace, tokens, "fp8_head_forward");
+  const int C = workspace.channels(), V = workspace.vocab();
+  const Fp8HeadScales& scales = workspace.scales();
+  if (keep_for_backward) {
+    fp8_cast_transpose(workspace.x8t(), workspace.x8(), x, tokens, C, scales.x, stream);
+    fp8_cast_transpose(workspace.w8t(), workspace.w8(), weight, V, C, scales.weight, stream);
+  } else {
+    fp8_cast(workspace.x8(), x, static_cast<size_t>(tokens) * C, scales.x, stream);
+    fp8_cast(workspace.w8(), weight, static_cast<size_t>(V) * C, scales.weight, stream);
+  }
+  workspace.tokens_kept_for_backward = keep_for_backward ? tokens : 0;
+  Fp8GemmArgs z;
+  z.d = logits;
+  z.d_type = fp8_head_output_type<Tx>();
+  z.a = workspace.x8();
+  z.b = workspace.w8();
+  z.m = tokens;
+  z.n = V;
+  z.k = C;
+  z.a_scale = workspace.x_scale();
+  z.b_scale = workspace.weight_scale();
+  z.fast_accumulation = true;
+  fp8_gemm(context, z, stream);
+}
+
+// dx (T,C) = dz (T,V) W (V,C) and dweight (V,C) (+)= dz^T x in fp32, from the copies the forward kept.
+// accumulate: dweight += (gradient accumulation), else overwritten. dx may be null (not needed).
+template <class Tx>
+void fp8_head_backward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, float* dweight, const Tx* dlogits,
+                       int tokens, bool accumulate, cudaStream_t stream) {
+  check_fp8_head_tokens(workspace, tokens, "fp8_head_backward");
+  if (workspace.tokens_kept_for_backward != tokens)
+    throw std::logic_error("fp8_head_backward: the forward of these " + std::to_string(tokens) +
+                           " tokens did not keep its fp8 copies (keep_for_backward)");
+  const int C = workspace.channels(), V = workspace.vocab();
+  fp8_cast_transpose(workspace.g8t(), workspace.g8(), dlogits, tokens, V, workspace.scales().grad, stream);
+  if (dx != nullptr) {
+    Fp8GemmArgs input_grad;
+    input_grad.d = dx;
+    input_grad.d_type = fp8_head_output_type<Tx>();
+    input_grad.a = workspace.g8();  // (T, V): K = V contiguous
+    input_grad.a_type = CUDA_R_8F_E5M2;
+    input_grad.b = workspace.w8t();  // (C, V)
+    input_grad.m = tokens;
+    input_grad.n = C;
+    input_grad.k = V;
+    input_grad.a_scale = workspace.grad_scale();
+    input_grad.b_scale = workspace.weight_scale();
+    fp8_gemm(context, input_grad, stream);
+  }
+  Fp8GemmArgs weight_grad;
+  weight_grad.d = dweight;
+  weight_grad.d_type = CUDA_R_32F;
+  weight_grad.a = workspace.g8t();  // (V, T): K = T contiguous
+  weight_grad.a_type = CUDA_R_8F_E5M2;
+  weight_grad.b = workspace.x8t();  // (C, T)
+  weight_grad.m = V;
+  weight_grad.n = C;
+  weight_grad.k = tokens;
+  weight_grad.a_scale = workspace.grad_scale();
+  weight_grad.b_scale = workspace.x_scale();
+  weight_grad.beta = accumulate ? 1.0f : 0.0f;
+  fp8_gemm(context, weight_grad, stream);
+}
+
+}  // namespace llmc
