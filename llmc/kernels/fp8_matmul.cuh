@@ -19,6 +19,15 @@
 
 namespace llmc {
 
+// Whether `device` has FP8 tensor cores (compute capability 8.9 or newer; the emulated device is 9.0): the
+// trainer's test for --fp8-head.
+inline bool fp8_gemm_supported(int device) {
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor >= 89;
+}
+
 inline size_t fp8_gemm_element_bytes(cudaDataType_t type) {
   return type == CUDA_R_32F ? 4 : type == CUDA_R_16BF ? 2 : 1;
 }

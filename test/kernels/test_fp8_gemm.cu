@@ -206,6 +206,12 @@ TEST(Fp8Gemm, RefusesWhatCublasLtRefuses) {
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// The emulated device is an sm_90 (the trainer's --fp8-head check asks this).
+TEST(Fp8Gemm, EmulatedDeviceHasFp8TensorCores) {
+  if (!LLMC_IS_EMULATION) GTEST_SKIP() << "depends on the GPU";
+  EXPECT_TRUE(llmc::fp8_gemm_supported(0));
+}
+
 // A GPU faults on host pointers; the emulation says so at the call.
 TEST(Fp8Gemm, EmulationRefusesHostMemory) {
   if (!LLMC_IS_EMULATION) GTEST_SKIP() << "a GPU faults instead";

@@ -1,0 +1,114 @@
+// Built once per mutant of the FP8 head (cmake/fp8.cmake: a copy of llmc/kernels/fp8*.cuh with one line
+// removed, found first on the include path): the emulated head at a small shape must be caught, its fp8
+// copies differing from the conversion model's or its products from the double products of those copies
+// beyond the accumulator bound (test/kernels/fp8_test_support.h). A mutant that passes fails this test. Built
+// once more from the faithful headers (LLMC_FP8_MUTANT_CONTROL) where the same check must pass, so that a
+// check that always fails cannot make every mutant look caught.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "llmc/emu/fp8.h"
+#include "llmc/kernels/fp8_head.cuh"
+#include "test/kernels/fp8_test_support.h"
+#include "test/support/device_buffer.h"
+
+namespace {
+
+using llmc::test::DeviceBuffer;
+constexpr int T = 80, C = 48, V = 144;
+
+// The values of the fp8 copy of `values` / scale (rows x cols) as the conversion model makes them.
+std::vector<double> model_copy(const std::vector<double>& values, float scale, llmc::emu::Fp8Format format) {
+  std::vector<double> copy(values.size());
+  for (size_t i = 0; i < values.size(); i++)
+    copy[i] = llmc::emu::fp8_decode(llmc::emu::fp8_encode(static_cast<float>(values[i]) / scale, format), format);
+  return copy;
+}
+
+template <class Fp8>
+bool copy_matches(const Fp8* device, const std::vector<double>& expected, int rows, int cols, bool transposed) {
+  std::vector<Fp8> codes(expected.size());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(codes.data(), device, codes.size(), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      if (llmc::emu::fp8_decode(
+              codes[transposed ? static_cast<size_t>(c) * rows + r : static_cast<size_t>(r) * cols + c].__x,
+              llmc::Fp8Traits<Fp8>::kFormat) != expected[static_cast<size_t>(r) * cols + c])
+        return false;
+  return true;
+}
+
+// got (rows x cols) = scale * sum_k a[i * sa + k * ka] b[j * sb + k * kb] within the accumulator bound.
+bool product_matches(const std::vector<double>& got, int rows, int cols, int k, const double* a, size_t sa, size_t ka,
+                     const double* b, size_t sb, size_t kb, double scale, bool fast, double output_roundoff) {
+  std::vector<double> row_a(k), row_b(k);
+  for (int i = 0; i < rows; i++) {
+    for (int j = 0; j < cols; j++) {
+      for (int kk = 0; kk < k; kk++) {
+        row_a[kk] = a[i * sa + kk * ka];
+        row_b[kk] = b[j * sb + kk * kb];
+      }
+      const llmc::test::DotWithBound dot = llmc::test::fp8_dot_with_bound(row_a.data(), row_b.data(), k, fast);
+      const double tolerance = llmc::test::fp8_gemm_tolerance(dot, scale, 0.0, output_roundoff);
+      if (!(std::fabs(got[static_cast<size_t>(i) * cols + j] - scale * dot.exact) <= tolerance)) return false;
+    }
+  }
+  return true;
+}
+
+[[noreturn]] void run_mutant_and_exit() {
+  std::mt19937 rng(4242);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> x(static_cast<size_t>(T) * C), w(static_cast<size_t>(V) * C), dz(static_cast<size_t>(T) * V);
+  for (double& value : x) value = llmc::to_float(llmc::from_float<__nv_bfloat16>(static_cast<float>(normal(rng))));
+  for (double& value : w)
+    value = llmc::to_float(llmc::from_float<__nv_bfloat16>(static_cast<float>(0.05 * normal(rng))));
+  for (double& value : dz)
+    value = llmc::to_float(llmc::from_float<__nv_bfloat16>(static_cast<float>(0.01 * normal(rng))));
+  DeviceBuffer<__nv_bfloat16> d_x(x.size()), d_w(w.size()), d_dz(dz.size()), d_z(dz.size()), d_dx(x.size());
+  DeviceBuffer<float> d_dw(w.size());
+  d_x.upload(x);
+  d_w.upload(w);
+  d_dz.upload(dz);
+  llmc::MatmulContext context;
+  const llmc::Fp8HeadScales s = llmc::Fp8HeadScales::speedrun(C);
+  llmc::Fp8HeadWorkspace head(T, C, V, s);
+  llmc::fp8_head_forward(context, head, d_z.get(), d_x.get(), d_w.get(), T, true, nullptr);
+  llmc::fp8_head_backward(context, head, d_dx.get(), d_dw.get(), d_dz.get(), T, false, nullptr);
+
+  using llmc::emu::Fp8Format;
+  const std::vector<double> x8 = model_copy(x, s.x, Fp8Format::kE4M3), w8 = model_copy(w, s.weight, Fp8Format::kE4M3),
+                            g8 = model_copy(dz, s.grad, Fp8Format::kE5M2);
+  const double bf16 = std::ldexp(1.0, -8);
+  const bool correct =
+      copy_matches(head.x8(), x8, T, C, false) && copy_matches(head.x8t(), x8, T, C, true) &&
+      copy_matches(head.w8(), w8, V, C, false) && copy_matches(head.w8t(), w8, V, C, true) &&
+      copy_matches(head.g8(), g8, T, V, false) && copy_matches(head.g8t(), g8, T, V, true) &&
+      product_matches(d_z.download(), T, V, C, x8.data(), C, 1, w8.data(), C, 1, double{s.x} * s.weight, true, bf16) &&
+      product_matches(d_dx.download(), T, C, V, g8.data(), V, 1, w8.data(), 1, C, double{s.grad} * s.weight, false,
+                      bf16) &&
+      product_matches(d_dw.download(), V, C, T, g8.data(), 1, V, x8.data(), 1, C, double{s.x} * s.grad, false, 0.0);
+  std::fprintf(stderr, correct ? "mutant not caught: the head matches the model\n"
+                               : "mutant caught: the head differs from the model\n");
+  std::_Exit(correct ? 0 : 3);
+}
+
+#if defined(LLMC_FP8_MUTANT_CONTROL)
+TEST(Fp8HeadMutant, FaithfulHeadPassesTheCheck) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(run_mutant_and_exit(), ::testing::ExitedWithCode(0), "mutant not caught");
+}
+#else
+TEST(Fp8HeadMutant, IsCaughtByTheEmulatedTest) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(run_mutant_and_exit(), ::testing::ExitedWithCode(3), "mutant caught");
+}
+#endif
+
+}  // namespace
