@@ -14,6 +14,7 @@
 #include "test/kernels/fp8_test_support.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
+#include "test/support/stream_gate.h"
 
 namespace {
 
@@ -204,6 +205,34 @@ TEST(Fp8Gemm, RefusesWhatCublasLtRefuses) {
   g.d = d_d.get() + 2;
   expect_refused(g, "D is not 16-byte aligned");
   CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// The scales are device memory read when the GEMM runs, not when it is enqueued (static scales may be
+// written by an earlier kernel of the stream): a scale changed while the stream is held is the one used.
+TEST(Fp8Gemm, ReadsScalesWhenItRuns) {
+  LLMC_REQUIRE_GPU();
+  std::vector<uint8_t> ones(16 * 16, 0x38);  // e4m3 1.0: every element of D is 16 * scale
+  DeviceBuffer<uint8_t> d_a(ones), d_b(ones);
+  DeviceBuffer<float> d_d(16 * 16), d_scale(std::vector<float>{1.0f});
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  llmc::test::Gate gate;
+  CUDA_CHECK(cudaLaunchHostFunc(stream, llmc::test::Gate::wait_callback, &gate));
+  llmc::Fp8GemmArgs g;
+  g.d = d_d.get();
+  g.d_type = CUDA_R_32F;
+  g.a = d_a.get();
+  g.b = d_b.get();
+  g.m = g.n = g.k = 16;
+  g.a_scale = d_scale.get();
+  llmc::MatmulContext context;
+  llmc::fp8_gemm(context, g, stream);
+  const float later_scale = 3.0f;
+  CUDA_CHECK(cudaMemcpy(d_scale.get(), &later_scale, sizeof later_scale, cudaMemcpyHostToDevice));
+  gate.open();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  EXPECT_EQ(d_d.download()[0], 48.0);
 }
 
 // The emulated device is an sm_90 (the trainer's --fp8-head check asks this).
