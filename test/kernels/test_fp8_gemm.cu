@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -158,6 +159,33 @@ TEST(Fp8Gemm, EmulationHonoursFastAccumulationFlag) {
     EXPECT_EQ(d_d.download()[0], expected) << (fast ? "fast" : "promoted");
   }
 }
+
+#if defined(LLMC_EMULATION)
+// The emulated GEMM sums 4 output columns at once (fp8_dot_lanes) when every operand is finite, one at a time
+// (fp8_dot) otherwise: both must be the same arithmetic, bit for bit, with and without fast accumulation,
+// over every pair of e4m3/e5m2 values' magnitudes (random codes, subnormals and the largest included).
+TEST(Fp8Gemm, EmulationVectorPathEqualsScalarModel) {
+  std::mt19937 rng(7300);
+  for (const int k : {16, 208, 512}) {
+    std::vector<float> a(k), panel(static_cast<size_t>(k) * llmc::emu::kFp8Lanes);
+    for (float& value : a)
+      value = llmc::emu::fp8_decode(static_cast<uint8_t>(rng() % 0x7f) | (rng() & 0x80), llmc::emu::Fp8Format::kE4M3);
+    for (float& value : panel)
+      value = llmc::emu::fp8_decode(static_cast<uint8_t>(rng() % 0x7c) | (rng() & 0x80), llmc::emu::Fp8Format::kE5M2);
+    for (int lane = 0; lane < llmc::emu::kFp8Lanes; lane++) panel[lane] = 0.0f;  // a lane starting with zeros
+    for (const bool fast : {true, false}) {
+      const llmc::emu::Fp8Lanes lanes = llmc::emu::fp8_dot_lanes(a.data(), panel.data(), k, fast);
+      for (int lane = 0; lane < llmc::emu::kFp8Lanes; lane++) {
+        const float scalar = llmc::emu::fp8_dot(a.data(), panel.data() + lane, llmc::emu::kFp8Lanes, k, fast);
+        float vector_value;
+        std::memcpy(&vector_value, reinterpret_cast<const float*>(&lanes) + lane, sizeof vector_value);
+        EXPECT_EQ(std::signbit(vector_value), std::signbit(scalar)) << "k=" << k << " lane " << lane;
+        EXPECT_EQ(vector_value, scalar) << "k=" << k << " lane " << lane << (fast ? " fast" : "");
+      }
+    }
+  }
+}
+#endif
 
 // Every call cuBLASLt's FP8 kernels refuse on Hopper is refused before anything runs, in both builds.
 TEST(Fp8Gemm, RefusesWhatCublasLtRefuses) {
