@@ -257,6 +257,8 @@ TEST(Fp8Gemm, ReadsScalesWhenItRuns) {
   llmc::fp8_gemm(context, g, stream);
   const float later_scale = 3.0f;
   CUDA_CHECK(cudaMemcpy(d_scale.get(), &later_scale, sizeof later_scale, cudaMemcpyHostToDevice));
+  // A pageable copy may return before it lands; the legacy stream it ran on does not wait for `stream`.
+  CUDA_CHECK(cudaStreamSynchronize(nullptr));
   gate.open();
   CUDA_CHECK(cudaStreamSynchronize(stream));
   CUDA_CHECK(cudaStreamDestroy(stream));
