@@ -9,7 +9,8 @@ set(LLMC_FP8_TEST_SOURCES
   test/kernels/test_fp8_cast.cu
   test/kernels/test_fp8_head.cu)
 
-llmc_add_cu_test(NAME fp8 LABELS "fp8;kernels" TIMEOUT 300 ALSO_REVERSE_THREAD_ORDER SOURCES ${LLMC_FP8_TEST_SOURCES})
+# Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).
+llmc_add_cu_test(NAME fp8 LABELS "fp8;kernels" TIMEOUT 300 ALSO_SCHEDULES drift SOURCES ${LLMC_FP8_TEST_SOURCES})
 foreach(target IN ITEMS fp8_emu fp8_cuda)
   if(TARGET ${target})
     target_compile_definitions(${target} PRIVATE LLMC_PYTHON_EXECUTABLE="${Python3_EXECUTABLE}"
@@ -17,44 +18,19 @@ foreach(target IN ITEMS fp8_emu fp8_cuda)
   endif()
 endforeach()
 
-# Mutants the emulated FP8 head check must catch (test/kernels/test_fp8_mutant.cu): each is a copy of the
-# llmc/kernels/fp8*.cuh headers with one line removed (the exact text must occur once), first on the include
-# path of its own binary; fp8_mutant_control builds the same check from the faithful headers, where it
-# must pass.
-function(llmc_fp8_mutant NAME FILE LINE)
-  set(directory ${CMAKE_BINARY_DIR}/mutants/${NAME})
-  file(GLOB headers RELATIVE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/llmc/kernels/fp8*.cuh)
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${headers})
-  foreach(header IN LISTS headers)
-    file(READ ${CMAKE_SOURCE_DIR}/${header} text)
-    if(header STREQUAL FILE)
-      string(FIND "${text}" "${LINE}" first)
-      string(FIND "${text}" "${LINE}" last REVERSE)
-      if(first EQUAL -1 OR NOT first EQUAL last)
-        message(FATAL_ERROR "mutant ${NAME}: '${LINE}' must occur exactly once in ${FILE}")
-      endif()
-      string(REPLACE "${LINE}" "// mutant ${NAME}: line removed" text "${text}")
-    endif()
-    file(WRITE ${directory}/staging/${header} "${text}")
-    configure_file(${directory}/staging/${header} ${directory}/include/${header} COPYONLY)  # rewritten only on change
-  endforeach()
-  llmc_emu_wrap_sources(sources ${NAME}_emu test/kernels/test_fp8_mutant.cu)
-  add_executable(${NAME}_emu ${sources})
-  target_include_directories(${NAME}_emu BEFORE PRIVATE ${directory}/include)
-  target_link_libraries(${NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest)
-  gtest_discover_tests(${NAME}_emu TEST_PREFIX "${NAME}." DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "fp8;kernels"
-                       TIMEOUT 120)
-endfunction()
+# Mutants the emulated FP8 head check must catch (test/kernels/test_fp8_mutant.cu, llmc_kernel_mutant of
+# cmake/kernels.cmake: a copy of the llmc/kernels/fp8*.cuh headers with one line removed): a missing barrier
+# (the transposed copies read codes not yet staged) and a wrong scale (dx without w_s). fp8_mutant_control
+# builds the same check from the faithful headers, where it must pass.
+llmc_kernel_mutant(fp8_mutant_transpose_without_barrier test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
+  llmc/kernels/fp8_cast_transpose.cuh
+  "__syncthreads();  // transpose: every thread's codes are staged before any thread reads a column")
+llmc_kernel_mutant(fp8_mutant_dx_without_weight_scale test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
+  llmc/kernels/fp8_head.cuh "input_grad.b_scale = workspace.weight_scale();")
 
 llmc_emu_wrap_sources(fp8_mutant_control_sources fp8_mutant_control_emu test/kernels/test_fp8_mutant.cu)
 add_executable(fp8_mutant_control_emu ${fp8_mutant_control_sources})
 target_compile_definitions(fp8_mutant_control_emu PRIVATE LLMC_FP8_MUTANT_CONTROL)
 target_link_libraries(fp8_mutant_control_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest)
 gtest_discover_tests(fp8_mutant_control_emu TEST_PREFIX "fp8_mutant_control." DISCOVERY_MODE PRE_TEST
-                     PROPERTIES LABELS "fp8;kernels" TIMEOUT 120)
-
-# A missing barrier (the transposed copies read codes not yet staged) and a wrong scale (dx without w_s).
-llmc_fp8_mutant(fp8_mutant_transpose_without_barrier llmc/kernels/fp8_cast_transpose.cuh
-  "__syncthreads();  // transpose: every thread's codes are staged before any thread reads a column")
-llmc_fp8_mutant(fp8_mutant_dx_without_weight_scale llmc/kernels/fp8_head.cuh
-  "input_grad.b_scale = workspace.weight_scale();")
+                     PROPERTIES LABELS "fp8;kernels" TIMEOUT 300)
