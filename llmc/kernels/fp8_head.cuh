@@ -113,6 +113,59 @@ inline void check_fp8_head_tokens(const Fp8HeadWorkspace& workspace, int tokens,
                                 std::to_string(workspace.max_tokens()) + " (got " + std::to_string(tokens) + ")");
 }
 
+// The head's three FP8 GEMMs over the workspace's copies (the benchmark times them one by one).
+// logits (T,V) = x8 (T,C) w8 (V,C)^T, e4m3 x e4m3, fast accumulation.
+template <class Tx>
+Fp8GemmArgs fp8_head_logits_gemm(const Fp8HeadWorkspace& workspace, Tx* logits, int tokens) {
+  Fp8GemmArgs z;
+  z.d = logits;
+  z.d_type = fp8_head_output_type<Tx>();
+  z.a = workspace.x8();
+  z.b = workspace.w8();
+  z.m = tokens;
+  z.n = workspace.vocab();
+  z.k = workspace.channels();
+  z.a_scale = workspace.x_scale();
+  z.b_scale = workspace.weight_scale();
+  z.fast_accumulation = true;
+  return z;
+}
+
+// dx (T,C) = g8 (T,V) w8t (C,V)^T, e5m2 x e4m3.
+template <class Tx>
+Fp8GemmArgs fp8_head_input_grad_gemm(const Fp8HeadWorkspace& workspace, Tx* dx, int tokens) {
+  Fp8GemmArgs input_grad;
+  input_grad.d = dx;
+  input_grad.d_type = fp8_head_output_type<Tx>();
+  input_grad.a = workspace.g8();  // (T, V): K = V contiguous
+  input_grad.a_type = CUDA_R_8F_E5M2;
+  input_grad.b = workspace.w8t();  // (C, V)
+  input_grad.m = tokens;
+  input_grad.n = workspace.channels();
+  input_grad.k = workspace.vocab();
+  input_grad.a_scale = workspace.grad_scale();
+  input_grad.b_scale = workspace.weight_scale();
+  return input_grad;
+}
+
+// dweight (V,C) (+)= g8t (V,T) x8t (C,T)^T in fp32, e5m2 x e4m3.
+inline Fp8GemmArgs fp8_head_weight_grad_gemm(const Fp8HeadWorkspace& workspace, float* dweight, int tokens,
+                                             bool accumulate) {
+  Fp8GemmArgs weight_grad;
+  weight_grad.d = dweight;
+  weight_grad.d_type = CUDA_R_32F;
+  weight_grad.a = workspace.g8t();  // (V, T): K = T contiguous
+  weight_grad.a_type = CUDA_R_8F_E5M2;
+  weight_grad.b = workspace.x8t();  // (C, T)
+  weight_grad.m = workspace.vocab();
+  weight_grad.n = workspace.channels();
+  weight_grad.k = tokens;
+  weight_grad.a_scale = workspace.grad_scale();
+  weight_grad.b_scale = workspace.x_scale();
+  weight_grad.beta = accumulate ? 1.0f : 0.0f;
+  return weight_grad;
+}
+
 // logits (T,V) = x (T,C) W (V,C)^T in FP8. With keep_for_backward the casts also write the transposed copies
 // of x and W that fp8_head_backward reads (one read of x and W either way).
 template <class Tx>
@@ -129,18 +182,7 @@ void fp8_head_forward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* l
     fp8_cast(workspace.w8(), weight, static_cast<size_t>(V) * C, scales.weight, stream);
   }
   workspace.tokens_kept_for_backward = keep_for_backward ? tokens : 0;
-  Fp8GemmArgs z;
-  z.d = logits;
-  z.d_type = fp8_head_output_type<Tx>();
-  z.a = workspace.x8();
-  z.b = workspace.w8();
-  z.m = tokens;
-  z.n = V;
-  z.k = C;
-  z.a_scale = workspace.x_scale();
-  z.b_scale = workspace.weight_scale();
-  z.fast_accumulation = true;
-  fp8_gemm(context, z, stream);
+  fp8_gemm(context, fp8_head_logits_gemm(workspace, logits, tokens), stream);
 }
 
 // dx (T,C) = dz (T,V) W (V,C) and dweight (V,C) (+)= dz^T x in fp32, from the copies the forward kept.
@@ -152,35 +194,10 @@ void fp8_head_backward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* 
   if (workspace.tokens_kept_for_backward != tokens)
     throw std::logic_error("fp8_head_backward: the forward of these " + std::to_string(tokens) +
                            " tokens did not keep its fp8 copies (keep_for_backward)");
-  const int C = workspace.channels(), V = workspace.vocab();
-  fp8_cast_transpose(workspace.g8t(), workspace.g8(), dlogits, tokens, V, workspace.scales().grad, stream);
-  if (dx != nullptr) {
-    Fp8GemmArgs input_grad;
-    input_grad.d = dx;
-    input_grad.d_type = fp8_head_output_type<Tx>();
-    input_grad.a = workspace.g8();  // (T, V): K = V contiguous
-    input_grad.a_type = CUDA_R_8F_E5M2;
-    input_grad.b = workspace.w8t();  // (C, V)
-    input_grad.m = tokens;
-    input_grad.n = C;
-    input_grad.k = V;
-    input_grad.a_scale = workspace.grad_scale();
-    input_grad.b_scale = workspace.weight_scale();
-    fp8_gemm(context, input_grad, stream);
-  }
-  Fp8GemmArgs weight_grad;
-  weight_grad.d = dweight;
-  weight_grad.d_type = CUDA_R_32F;
-  weight_grad.a = workspace.g8t();  // (V, T): K = T contiguous
-  weight_grad.a_type = CUDA_R_8F_E5M2;
-  weight_grad.b = workspace.x8t();  // (C, T)
-  weight_grad.m = V;
-  weight_grad.n = C;
-  weight_grad.k = tokens;
-  weight_grad.a_scale = workspace.grad_scale();
-  weight_grad.b_scale = workspace.x_scale();
-  weight_grad.beta = accumulate ? 1.0f : 0.0f;
-  fp8_gemm(context, weight_grad, stream);
+  fp8_cast_transpose(workspace.g8t(), workspace.g8(), dlogits, tokens, workspace.vocab(), workspace.scales().grad,
+                     stream);
+  if (dx != nullptr) fp8_gemm(context, fp8_head_input_grad_gemm(workspace, dx, tokens), stream);
+  fp8_gemm(context, fp8_head_weight_grad_gemm(workspace, dweight, tokens, accumulate), stream);
 }
 
 }  // namespace llmc
