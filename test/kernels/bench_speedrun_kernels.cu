@@ -1,6 +1,7 @@
 // Benchmark rows of the speedrun model's kernels at the record's shapes (T = 32,768 tokens per rank,
 // C = 768, 6 heads x 128, V = 50,304): per call the bytes moved, the FLOPs, and the time they take at the
-// H200's ceilings (4.3 TB/s HBM, 790 TFLOP/s bf16 dense), with the calls per training step; on a GPU also
+// H200's ceilings (4.3 TB/s HBM, 790 TFLOP/s bf16 dense, 1,979 TFLOP/s FP8 dense for the FP8 head's GEMMs),
+// with the calls per training step; on a GPU also
 // the measured time. --dry-run prints the model rows only (what the emulated build reports for the record
 // shapes); the emulated smoke test runs the kernels at a tiny shape.
 #include <CLI/CLI.hpp>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/attention_gate.cuh"
 #include "llmc/kernels/embedding.cuh"
+#include "llmc/kernels/fp8_head.cuh"
 #include "llmc/kernels/qk_norm_rope.cuh"
 #include "llmc/kernels/relu_squared.cuh"
 #include "llmc/kernels/residual_mix.cuh"
@@ -36,6 +39,7 @@ constexpr bool kEmulated = false;
 #endif
 constexpr double kHbmBytesPerSecond = 4.3e12;
 constexpr double kBf16FlopsPerSecond = 790e12;
+constexpr double kFp8FlopsPerSecond = 1979e12;
 
 struct Shape {
   int T, C, H, V;
@@ -47,8 +51,9 @@ struct Row {
   std::string name;
   double calls_per_step;
   double bytes, flops;
-  std::function<void()> work;  // empty in a dry run
-  double ceiling_us() const { return 1e6 * std::max(bytes / kHbmBytesPerSecond, flops / kBf16FlopsPerSecond); }
+  std::function<void()> work;                     // empty in a dry run
+  double flops_per_second = kBf16FlopsPerSecond;  // the tensor-core ceiling of its GEMMs
+  double ceiling_us() const { return 1e6 * std::max(bytes / kHbmBytesPerSecond, flops / flops_per_second); }
 };
 
 // Minimum HBM traffic (each tensor read or written once) and fp32 operations (a transcendental counts as one)
@@ -75,6 +80,34 @@ std::vector<Row> model_rows(const Shape& s) {
   };
 }
 
+// The FP8 head (docs/fp8.md; its sizes must be multiples of 16): the casts (a division and a conversion per
+// element, the transposed and straight fp8 copies written) and the three FP8 GEMMs, once per step; and for
+// comparison one bf16 head GEMM (three per step with --fp8-head off, not in the total).
+bool fp8_head_fits(const Shape& s) { return s.T % 16 == 0 && s.C % 16 == 0 && s.V % 16 == 0; }
+
+std::vector<Row> fp8_head_rows(const Shape& s) {
+  const double x = sizeof(floatX), T = s.T, C = s.C, V = s.V, gemm = 2 * T * V * C;
+  std::vector<Row> rows = {
+      {"fp8 head: cast x -> x8, x8t", 1, T * C * (x + 2), 2 * T * C, {}},
+      {"fp8 head: cast W -> w8, w8t", 1, V * C * (x + 2), 2 * V * C, {}},
+      {"fp8 head: z = x8 w8^T (e4m3, fast)", 1, T * C + V * C + T * V * x, gemm, {}, kFp8FlopsPerSecond},
+      {"fp8 head: cast dz -> g8, g8t", 1, T * V * (x + 2), 2 * T * V, {}},
+      {"fp8 head: dx = g8 w8 (e5m2 x e4m3)", 1, T * V + V * C + T * C * x, gemm, {}, kFp8FlopsPerSecond},
+      {"fp8 head: dW = g8^T x8 (fp32 out)", 1, T * V + T * C + 4 * V * C, gemm, {}, kFp8FlopsPerSecond},
+      {"bf16 head GEMM (x3 w/ --fp8-head off)", 0, (T * C + V * C + T * V) * x, gemm, {}},
+  };
+  return rows;
+}
+
+std::vector<Row> all_rows(const Shape& s) {
+  std::vector<Row> rows = model_rows(s);
+  if (fp8_head_fits(s)) {
+    const std::vector<Row> head = fp8_head_rows(s);
+    rows.insert(rows.end(), head.begin(), head.end());
+  }
+  return rows;
+}
+
 // Text-like token ids for the embedding backward: Zipf with exponent 1.1 over the vocabulary.
 std::vector<int> zipf_tokens(int T, int V) {
   std::vector<double> weights(V);
@@ -92,10 +125,35 @@ struct Workspace {
   std::vector<int> tokens_host;
   llmc::EmbeddingBackwardPlan plan;
   int* tokens;
+  llmc::MatmulContext matmul;
+  std::unique_ptr<llmc::Fp8HeadWorkspace> head;  // when the shape fits the FP8 GEMMs
   explicit Workspace(const Shape& s) : tokens_host(zipf_tokens(s.T, s.V)), plan(s.T, s.V, s.C) {
     tokens = arena.upload(tokens_host);
+    if (fp8_head_fits(s))
+      head = std::make_unique<llmc::Fp8HeadWorkspace>(s.T, s.C, s.V, llmc::Fp8HeadScales::speedrun(s.C));
   }
 };
+
+// The FP8 head's calls one by one over `x` (T,C), `z` (T,V, also read as dz) and `dx` (T,C), as
+// fp8_head_forward/backward make them; then one bf16 head GEMM.
+std::vector<std::function<void()>> fp8_head_work(Workspace& w, const Shape& s, floatX* x, floatX* z, floatX* dx,
+                                                 cudaStream_t stream) {
+  llmc::Fp8HeadWorkspace& head = *w.head;
+  llmc::MatmulContext& matmul = w.matmul;
+  const int T = s.T, C = s.C, V = s.V;
+  const llmc::Fp8HeadScales scales = head.scales();
+  floatX* weight = w.arena.make<floatX>(static_cast<size_t>(V) * C, 0.05f);
+  float* dweight = w.arena.make<float>(static_cast<size_t>(V) * C, 0.0f);
+  return {
+      [=, &head] { llmc::fp8_cast_transpose(head.x8t(), head.x8(), x, T, C, scales.x, stream); },
+      [=, &head] { llmc::fp8_cast_transpose(head.w8t(), head.w8(), weight, V, C, scales.weight, stream); },
+      [=, &head, &matmul] { llmc::fp8_gemm(matmul, llmc::fp8_head_logits_gemm(head, z, T), stream); },
+      [=, &head] { llmc::fp8_cast_transpose(head.g8t(), head.g8(), z, T, V, scales.grad, stream); },
+      [=, &head, &matmul] { llmc::fp8_gemm(matmul, llmc::fp8_head_input_grad_gemm(head, dx, T), stream); },
+      [=, &head, &matmul] { llmc::fp8_gemm(matmul, llmc::fp8_head_weight_grad_gemm(head, dweight, T, false), stream); },
+      [=, &matmul] { llmc::matmul_forward(matmul, z, nullptr, x, weight, nullptr, T, C, V, stream); },
+  };
+}
 
 void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStream_t stream) {
   const size_t TC = static_cast<size_t>(s.T) * s.C;
@@ -127,7 +185,7 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
   }
   int* targets = w.tokens;
   const llmc::MixCoefficient l0{llmc::MixScalar::kIdentity, 14}, l1{llmc::MixScalar::kIdentity, 15};
-  const std::vector<std::function<void()>> work = {
+  std::vector<std::function<void()>> work = {
       [=] { llmc::rmsnorm_forward(out, rstd, x, T, C, stream); },
       [=] { llmc::rmsnorm_backward(dx, y, x, rstd, T, C, true, stream); },
       [=] { llmc::rope_tables_build(cos_table, sin_table, freq, T, D / 2, stream); },
@@ -158,6 +216,10 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
       [=] { llmc::embedding_forward(gather, targets, T, C, stream); },
       [&w, scatter, C, stream] { llmc::embedding_backward(scatter, w.plan, C, stream); },
   };
+  if (w.head) {
+    const std::vector<std::function<void()>> head_work = fp8_head_work(w, s, x, z, dx, stream);
+    work.insert(work.end(), head_work.begin(), head_work.end());
+  }
   for (size_t i = 0; i < rows.size(); i++) rows[i].work = work[i];
 }
 
@@ -202,10 +264,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_speedrun_kernels: --channels %d is not divisible by --heads %d\n", shape.C, shape.H);
     return 2;
   }
-  std::printf("bench_speedrun_kernels (%s%s): T=%d C=%d H=%d D=%d V=%d; ceilings %.1f TB/s, %.0f TFLOP/s\n",
-              llmc::kPrecisionName, kEmulated ? ", emulated" : "", shape.T, shape.C, shape.H, shape.D(), shape.V,
-              kHbmBytesPerSecond / 1e12, kBf16FlopsPerSecond / 1e12);
-  std::vector<Row> rows = model_rows(shape);
+  std::printf(
+      "bench_speedrun_kernels (%s%s): T=%d C=%d H=%d D=%d V=%d; ceilings %.1f TB/s, %.0f TFLOP/s bf16, %.0f TFLOP/s "
+      "fp8%s\n",
+      llmc::kPrecisionName, kEmulated ? ", emulated" : "", shape.T, shape.C, shape.H, shape.D(), shape.V,
+      kHbmBytesPerSecond / 1e12, kBf16FlopsPerSecond / 1e12, kFp8FlopsPerSecond / 1e12,
+      fp8_head_fits(shape) ? "" : " (no FP8 head rows: T, C and V must be multiples of 16)");
+  std::vector<Row> rows = all_rows(shape);
   if (dry_run) {
     print_rows(rows, {}, "measured us");
     return 0;
