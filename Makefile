@@ -26,8 +26,8 @@ configure: deps
 # once more (docs/testing.md#budget).
 ASAN_TESTS := emu_tests kernels_bf16
 TSAN_TESTS := emu_tests kernel_mutants
-TSAN_ALL_TESTS := emu_tests kernels_bf16 kernels_fp32 kernel_mutants gpt2_bf16 gpt2_fp32 train_steps_bf16 train_steps_fp32
-FMA_TESTS := kernels_bf16 kernels_fp32 gpt2_bf16 gpt2_fp32 train_steps_bf16 train_steps_fp32
+TSAN_ALL_TESTS := emu_tests kernels_bf16 kernels_fp32 kernel_mutants gpt2_bf16 gpt2_fp32 train_steps_bf16 train_steps_fp32 fp8
+FMA_TESTS := kernels_bf16 kernels_fp32 gpt2_bf16 gpt2_fp32 train_steps_bf16 train_steps_fp32 fp8
 empty :=
 space := $(empty) $(empty)
 # ctest -R pattern selecting the default-schedule tests of the given emulated binaries.
