@@ -152,7 +152,7 @@ ModelStart locate_model(const TrainOptions& opt, const std::string& resume_prefi
     start.config = config_from_name(opt.model);
     return start;
   }
-  ParamLayout layout;
+  GPT2Layout layout;
   start.params = load_checkpoint(start.file, world_size, &layout);
   start.config = layout.config;
   return start;

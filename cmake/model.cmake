@@ -5,6 +5,7 @@
 add_library(llmc_model STATIC
   llmc/model/model_config.cpp
   llmc/model/param_layout.cpp
+  llmc/model/gpt2_layout.cpp
   llmc/model/param_init.cpp
   llmc/model/checkpoint.cpp
   llmc/model/speedrun_config.cpp

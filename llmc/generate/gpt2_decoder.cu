@@ -28,7 +28,7 @@ struct GPT2Decoder::Buffers {
   MatmulContext matmul;
 };
 
-GPT2Decoder::GPT2Decoder(const ParamLayout& layout, int max_chunk, cudaStream_t stream, bool own_params)
+GPT2Decoder::GPT2Decoder(const GPT2Layout& layout, int max_chunk, cudaStream_t stream, bool own_params)
     : layout_(layout), max_chunk_(max_chunk), stream_(stream), buffers_(std::make_unique<Buffers>()) {
   const GPT2Config& cfg = layout_.config;
   if (max_chunk < 1 || max_chunk > cfg.max_seq_len)
@@ -51,7 +51,7 @@ GPT2Decoder::GPT2Decoder(const ParamLayout& layout, int max_chunk, cudaStream_t 
   params_ = b.owned_params;
 }
 
-GPT2Decoder::GPT2Decoder(const ParamLayout& layout, const std::vector<float>& host_params, int max_chunk,
+GPT2Decoder::GPT2Decoder(const GPT2Layout& layout, const std::vector<float>& host_params, int max_chunk,
                          cudaStream_t stream)
     : GPT2Decoder(layout, max_chunk, stream, /*own_params=*/true) {
   if (host_params.size() != layout_.total_size)
@@ -64,7 +64,7 @@ GPT2Decoder::GPT2Decoder(const ParamLayout& layout, const std::vector<float>& ho
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-GPT2Decoder::GPT2Decoder(const ParamLayout& layout, const floatX* device_params, int max_chunk, cudaStream_t stream)
+GPT2Decoder::GPT2Decoder(const GPT2Layout& layout, const floatX* device_params, int max_chunk, cudaStream_t stream)
     : GPT2Decoder(layout, max_chunk, stream, /*own_params=*/false) {
   params_ = device_params;
 }

@@ -1,7 +1,7 @@
 // GPT-2 as a CausalDecoder: the forward pass over new tokens only, with each layer's keys and values
 // kept in a device KV cache (llmc/kernels/kv_cache.cuh), reusing the training kernels (encoder,
 // LayerNorm, cuBLASLt GEMMs with the GELU epilogue). Batch 1. Parameters are in the training layout
-// (llmc/model/param_layout.h), either a copy of its own or the trainer's live buffer.
+// (llmc/model/gpt2_layout.h), either a copy of its own or the trainer's live buffer.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "llmc/generate/decoder.h"
-#include "llmc/model/param_layout.h"
+#include "llmc/model/gpt2_layout.h"
 #include "llmc/precision.h"
 
 namespace llmc {
@@ -20,10 +20,10 @@ class GPT2Decoder final : public CausalDecoder {
   // Uploads host_params (layout.total_size floats in layout order) to a device buffer of its own.
   // max_chunk: the most tokens one pass processes (longer forwards are split), which sizes the
   // activations. Throws llmc::CudaError (with the bytes asked for) when the device is out of memory.
-  GPT2Decoder(const ParamLayout& layout, const std::vector<float>& host_params, int max_chunk, cudaStream_t stream);
+  GPT2Decoder(const GPT2Layout& layout, const std::vector<float>& host_params, int max_chunk, cudaStream_t stream);
   // Reads the parameters from device_params, laid out as `layout` (any world size): the trainer's model.
   // That buffer must outlive the decoder and hold the current weights when a forward is enqueued.
-  GPT2Decoder(const ParamLayout& layout, const floatX* device_params, int max_chunk, cudaStream_t stream);
+  GPT2Decoder(const GPT2Layout& layout, const floatX* device_params, int max_chunk, cudaStream_t stream);
   ~GPT2Decoder() override;
   GPT2Decoder(const GPT2Decoder&) = delete;
   GPT2Decoder& operator=(const GPT2Decoder&) = delete;
@@ -39,12 +39,12 @@ class GPT2Decoder final : public CausalDecoder {
 
  private:
   struct Buffers;
-  GPT2Decoder(const ParamLayout& layout, int max_chunk, cudaStream_t stream, bool own_params);
+  GPT2Decoder(const GPT2Layout& layout, int max_chunk, cudaStream_t stream, bool own_params);
   const floatX* param(TensorKind kind, int layer = -1) const { return params_ + layout_.tensor(kind, layer).offset; }
   void forward_chunk(const int32_t* tokens, int n, bool all_positions, float* logits_out);
   void forward_layers(int n);
 
-  ParamLayout layout_;
+  GPT2Layout layout_;
   int max_chunk_;
   cudaStream_t stream_;
   int position_ = 0;

@@ -24,7 +24,7 @@ int32_t read_magic(const std::string& path) {
   return magic;
 }
 
-std::unique_ptr<CausalDecoder> make_gpt2(const ParamLayout& layout, const std::vector<float>& params, int max_chunk,
+std::unique_ptr<CausalDecoder> make_gpt2(const GPT2Layout& layout, const std::vector<float>& params, int max_chunk,
                                          cudaStream_t stream) {
   const int chunk = std::min(max_chunk, layout.config.max_seq_len);
   return std::make_unique<GPT2Decoder>(layout, params, chunk, stream);
@@ -35,12 +35,12 @@ std::unique_ptr<CausalDecoder> make_gpt2(const ParamLayout& layout, const std::v
 std::unique_ptr<CausalDecoder> load_decoder(const ModelSource& source, uint64_t init_seed, int max_chunk,
                                             cudaStream_t stream) {
   if (source.file.empty()) {
-    const ParamLayout layout = make_param_layout(config_from_name(source.preset), /*world_size=*/1);
+    const GPT2Layout layout = make_param_layout(config_from_name(source.preset), /*world_size=*/1);
     return make_gpt2(layout, init_gpt2_params(layout, init_seed), max_chunk, stream);
   }
   const int32_t magic = read_magic(source.file);
   if (magic == kCheckpointMagic) {
-    ParamLayout layout;
+    GPT2Layout layout;
     const std::vector<float> params = load_checkpoint(source.file, /*world_size=*/1, &layout);
     return make_gpt2(layout, params, max_chunk, stream);
   }

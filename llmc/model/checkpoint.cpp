@@ -22,7 +22,7 @@ size_t element_bytes(CheckpointDtype dtype) { return dtype == CheckpointDtype::k
 // Calls visit(view) for every tensor instance in llm.c's file order: each kind in enum order (which
 // is llm.c's order), and per-layer kinds for layers 0..L-1, so the layer copies of a kind are adjacent.
 template <typename Visit>
-void for_each_in_file_order(const ParamLayout& layout, Visit visit) {
+void for_each_in_file_order(const GPT2Layout& layout, Visit visit) {
   for (int k = 0; k < kNumTensorKinds; k++) {
     const TensorKind kind = static_cast<TensorKind>(k);
     if (is_layer_tensor(kind)) {
@@ -98,7 +98,7 @@ CheckpointInfo read_checkpoint_header(const std::string& path) {
   return info;
 }
 
-void read_checkpoint(const std::string& path, const ParamLayout& layout, std::vector<float>& params) {
+void read_checkpoint(const std::string& path, const GPT2Layout& layout, std::vector<float>& params) {
   const CheckpointInfo info = read_checkpoint_header(path);
   const std::string mismatch = config_mismatch(info.config, layout.config);
   if (!mismatch.empty()) throw FileError(path, "checkpoint does not match the model: " + mismatch);
@@ -124,16 +124,16 @@ void read_checkpoint(const std::string& path, const ParamLayout& layout, std::ve
   params.swap(loaded);
 }
 
-std::vector<float> load_checkpoint(const std::string& path, int world_size, ParamLayout* layout_out) {
+std::vector<float> load_checkpoint(const std::string& path, int world_size, GPT2Layout* layout_out) {
   const CheckpointInfo info = read_checkpoint_header(path);
-  ParamLayout layout = make_param_layout(info.config, world_size);
+  GPT2Layout layout = make_param_layout(info.config, world_size);
   std::vector<float> params;
   read_checkpoint(path, layout, params);
   if (layout_out != nullptr) *layout_out = std::move(layout);
   return params;
 }
 
-void write_checkpoint(const std::string& path, const ParamLayout& layout, const float* params, CheckpointDtype dtype) {
+void write_checkpoint(const std::string& path, const GPT2Layout& layout, const float* params, CheckpointDtype dtype) {
   int32_t header[kCheckpointHeaderInts] = {};
   header[kMagic] = kCheckpointMagic;
   header[kVersion] = dtype == CheckpointDtype::kFp32 ? kCheckpointVersionFp32 : kCheckpointVersionBf16;

@@ -1,7 +1,7 @@
 // GPT-2 model checkpoint files in llm.c's format, so llm.c's tools can read ours and we can read its:
 // a 256 x int32 header (magic 20240326, version 3 = fp32 / 5 = bf16, maxT, V, L, NH, C, Vp) followed by
 // the parameters in llm.c's order (wte, wpe, then each per-layer tensor stacked over layers, lnfw, lnfb).
-// This file maps between that order and our bucketed ParamLayout. Writing is atomic (temp + rename).
+// This file maps between that order and our bucketed GPT2Layout. Writing is atomic (temp + rename).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "llmc/model/model_config.h"
-#include "llmc/model/param_layout.h"
+#include "llmc/model/gpt2_layout.h"
 
 namespace llmc {
 
@@ -37,14 +37,14 @@ CheckpointInfo read_checkpoint_header(const std::string& path);
 // Reads the file into `params` (resized to layout.total_size, in layout order, padding 0). The file's
 // config must equal layout.config, otherwise std::runtime_error names the file and the mismatched fields.
 // bf16 files are widened exactly to float.
-void read_checkpoint(const std::string& path, const ParamLayout& layout, std::vector<float>& params);
+void read_checkpoint(const std::string& path, const GPT2Layout& layout, std::vector<float>& params);
 
 // Convenience: reads the header, builds the layout for `world_size` and loads the parameters.
-std::vector<float> load_checkpoint(const std::string& path, int world_size, ParamLayout* layout_out);
+std::vector<float> load_checkpoint(const std::string& path, int world_size, GPT2Layout* layout_out);
 
 // Writes `params` (layout.total_size floats in layout order) to `path` in llm.c order; bf16 rounds to
 // nearest even. Writes `path + ".tmp"` then renames, so a failure leaves no half-written `path`.
 // Throws std::runtime_error naming the file on any failure.
-void write_checkpoint(const std::string& path, const ParamLayout& layout, const float* params, CheckpointDtype dtype);
+void write_checkpoint(const std::string& path, const GPT2Layout& layout, const float* params, CheckpointDtype dtype);
 
 }  // namespace llmc

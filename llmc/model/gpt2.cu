@@ -204,7 +204,7 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
   encoder_forward(a.encoded, a.inputs, param(TensorKind::kWte), param(TensorKind::kWpe), B, T, C, stream_);
   for (int l = 0; l < L; l++) {
     Activations::Layer& act = a.layers[l];
-    use_bucket(ParamLayout::layer_bucket(l));
+    use_bucket(GPT2Layout::layer_bucket(l));
     // ln1 normalises the residual stream: the embeddings, or the previous layer's residual3, which is
     // formed here from residual2 + fcproj in the same pass.
     if (l == 0) {
@@ -273,7 +273,7 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
 
   for (int l = L - 1; l >= 0; l--) {
     const Activations::Layer& act = a.layers[l];
-    start_bucket(ParamLayout::layer_bucket(l));
+    start_bucket(GPT2Layout::layer_bucket(l));
     // a.dresidual is d loss / d residual3 of this layer (= d residual2 too, as residual3 = residual2 + fcproj).
     floatX* dfch = a.dwide;
     matmul_backward(a.matmul, dfch, grad(TensorKind::kFcprojw, l), grad(TensorKind::kFcprojb, l), a.dresidual,
@@ -300,7 +300,7 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
     const floatX* residual_in = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     layernorm_backward(a.dresidual, grad(TensorKind::kLn1w, l), grad(TensorKind::kLn1b, l), dln1, residual_in,
                        param(TensorKind::kLn1w, l), act.ln1_mean, act.ln1_rstd, N, C, scratch, scratch_floats, stream_);
-    bucket_ready(ParamLayout::layer_bucket(l));
+    bucket_ready(GPT2Layout::layer_bucket(l));
   }
   encoder_backward(grad(TensorKind::kWte), grad(TensorKind::kWpe), a.dresidual, inputs_host, B, T, C,
                    a.encoder_workspace, stream_);

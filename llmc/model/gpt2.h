@@ -1,5 +1,5 @@
 // GPT-2 on the device, a TrainableModel (llmc/model/trainable_model.h): parameters and gradients in one
-// bucketed buffer each (llmc/model/param_layout.h), the activations of one micro-batch, and the forward
+// bucketed buffer each (llmc/model/gpt2_layout.h), the activations of one micro-batch, and the forward
 // and backward passes over the layers. The backward reports each bucket the moment its gradients are
 // final, so the optimizer can start communicating it while the layers below are still being differentiated.
 #pragma once
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/param_layout.h"
+#include "llmc/model/gpt2_layout.h"
 #include "llmc/model/trainable_model.h"
 #include "llmc/precision.h"
 
@@ -25,7 +25,7 @@ class GPT2 : public TrainableModel {
   GPT2(const GPT2&) = delete;
   GPT2& operator=(const GPT2&) = delete;
 
-  const ParamLayout& layout() const override { return layout_; }
+  const GPT2Layout& layout() const override { return layout_; }
   const GPT2Config& config() const { return layout_.config; }
   int batch_size() const { return batch_size_; }
   int seq_len() const { return seq_len_; }
@@ -59,7 +59,7 @@ class GPT2 : public TrainableModel {
   floatX* grad(TensorKind kind, int layer = -1) { return grads_ + layout_.tensor(kind, layer).offset; }
   void zero_bucket_grads(int bucket);
 
-  ParamLayout layout_;
+  GPT2Layout layout_;
   int batch_size_, seq_len_, loss_slots_;
   cudaStream_t stream_;
   floatX* params_ = nullptr;

@@ -24,13 +24,13 @@ double NormalSampler::next() {
   return radius * std::cos(angle);
 }
 
-std::vector<float> init_gpt2_params(const ParamLayout& layout, uint64_t seed) {
+std::vector<float> init_gpt2_params(const GPT2Layout& layout, uint64_t seed) {
   std::vector<float> params(layout.total_size, 0.0f);
   NormalSampler normal(seed);
   const double residual_std = kInitStd / std::sqrt(2.0 * layout.config.num_layers);
   for (const TensorView& view : layout.tensors) {
     float* out = params.data() + view.offset;
-    switch (view.kind) {
+    switch (gpt2_kind(view)) {
       case TensorKind::kLn1w:
       case TensorKind::kLn2w:
       case TensorKind::kLnfw:

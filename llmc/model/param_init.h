@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "llmc/model/param_layout.h"
+#include "llmc/model/gpt2_layout.h"
 
 namespace llmc {
 
@@ -30,6 +30,6 @@ constexpr double kInitStd = 0.02;
 // layout.total_size floats: initialized parameters, with padding and the padded vocabulary rows of wte
 // (rows V..Vp-1, never used as tokens) 0. Tensors are filled in layout order, so the values do not
 // depend on world_size.
-std::vector<float> init_gpt2_params(const ParamLayout& layout, uint64_t seed);
+std::vector<float> init_gpt2_params(const GPT2Layout& layout, uint64_t seed);
 
 }  // namespace llmc

@@ -1,7 +1,7 @@
-// Lays out all GPT-2 parameters in one buffer, bucket by bucket (see param_layout.h).
+// Places a family's tensors in one bucketed buffer (see param_layout.h).
 #include "llmc/model/param_layout.h"
 
-#include <iterator>
+#include <set>
 #include <stdexcept>
 
 namespace llmc {
@@ -10,103 +10,53 @@ namespace {
 
 size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-const TensorKind kLayerKinds[] = {TensorKind::kLn1w,     TensorKind::kLn1b,     TensorKind::kQkvw, TensorKind::kQkvb,
-                                  TensorKind::kAttprojw, TensorKind::kAttprojb, TensorKind::kLn2w, TensorKind::kLn2b,
-                                  TensorKind::kFcw,      TensorKind::kFcb,      TensorKind::kFcprojw,
-                                  TensorKind::kFcprojb};
-
-bool decays(TensorKind kind) {
-  return kind == TensorKind::kWte || kind == TensorKind::kWpe || kind == TensorKind::kQkvw ||
-         kind == TensorKind::kAttprojw || kind == TensorKind::kFcw || kind == TensorKind::kFcprojw;
-}
-
 }  // namespace
 
-const char* tensor_kind_name(TensorKind kind) {
-  switch (kind) {
-    case TensorKind::kWte: return "wte";
-    case TensorKind::kWpe: return "wpe";
-    case TensorKind::kLn1w: return "ln1w";
-    case TensorKind::kLn1b: return "ln1b";
-    case TensorKind::kQkvw: return "qkvw";
-    case TensorKind::kQkvb: return "qkvb";
-    case TensorKind::kAttprojw: return "attprojw";
-    case TensorKind::kAttprojb: return "attprojb";
-    case TensorKind::kLn2w: return "ln2w";
-    case TensorKind::kLn2b: return "ln2b";
-    case TensorKind::kFcw: return "fcw";
-    case TensorKind::kFcb: return "fcb";
-    case TensorKind::kFcprojw: return "fcprojw";
-    case TensorKind::kFcprojb: return "fcprojb";
-    case TensorKind::kLnfw: return "lnfw";
-    case TensorKind::kLnfb: return "lnfb";
-  }
-  return "?";
+const char* param_group_name(ParamGroup group) { return group == ParamGroup::kAdam ? "adam" : "muon"; }
+const char* param_dtype_name(ParamDtype dtype) { return dtype == ParamDtype::kFp32 ? "fp32" : "bf16"; }
+
+const TensorView& ParamLayout::find(const std::string& name) const {
+  for (const TensorView& view : tensors)
+    if (view.name == name) return view;
+  throw std::out_of_range("ParamLayout::find: no tensor named '" + name + "'");
 }
 
-bool is_layer_tensor(TensorKind kind) {
-  return kind != TensorKind::kWte && kind != TensorKind::kWpe && kind != TensorKind::kLnfw && kind != TensorKind::kLnfb;
+size_t ParamLayout::group_parameters(ParamGroup group) const {
+  size_t count = 0;
+  for (const TensorView& view : tensors)
+    if (view.group == group) count += view.numel;
+  return count;
 }
 
-std::vector<size_t> tensor_kind_shape(TensorKind kind, const GPT2Config& config) {
-  const size_t C = static_cast<size_t>(config.channels);
-  switch (kind) {
-    case TensorKind::kWte: return {static_cast<size_t>(config.padded_vocab_size), C};
-    case TensorKind::kWpe: return {static_cast<size_t>(config.max_seq_len), C};
-    case TensorKind::kQkvw: return {3 * C, C};
-    case TensorKind::kQkvb: return {3 * C};
-    case TensorKind::kAttprojw: return {C, C};
-    case TensorKind::kFcw: return {4 * C, C};
-    case TensorKind::kFcb: return {4 * C};
-    case TensorKind::kFcprojw: return {C, 4 * C};
-    default: return {C};  // LayerNorm weights and biases, attprojb, fcprojb
-  }
-}
-
-const TensorView& ParamLayout::tensor(TensorKind kind, int layer) const {
-  const int L = config.num_layers;
-  if (!is_layer_tensor(kind)) layer = -1;
-  else if (layer < 0 || layer >= L)
-    throw std::out_of_range(std::string("ParamLayout::tensor: ") + tensor_kind_name(kind) + " of layer " +
-                            std::to_string(layer) + " requested, model has " + std::to_string(L) + " layers");
-  const int index = tensor_index_.at(static_cast<size_t>(static_cast<int>(kind) * (L + 1) + layer + 1));
-  return tensors.at(static_cast<size_t>(index));
-}
-
-ParamLayout make_param_layout(const GPT2Config& config, int world_size) {
-  validate_config(config);
+ParamLayout place_param_layout(const std::vector<std::vector<TensorSpec>>& buckets, int world_size) {
   if (world_size < 1 || world_size > 4096)
-    throw std::invalid_argument("make_param_layout: world_size must be in 1..4096, got " + std::to_string(world_size));
+    throw std::invalid_argument("param layout: world_size must be in 1..4096, got " + std::to_string(world_size));
   ParamLayout layout;
-  layout.config = config;
   layout.world_size = world_size;
-  const int L = config.num_layers;
-  layout.tensor_index_.assign(static_cast<size_t>(kNumTensorKinds * (L + 1)), -1);
   const size_t bucket_multiple = static_cast<size_t>(world_size) * kBucketAlignElements;
-
+  std::set<std::string> names;
   size_t bucket_offset = 0;
-  auto add_bucket = [&](const std::vector<TensorKind>& kinds, int layer) {
+  for (const std::vector<TensorSpec>& specs : buckets) {
+    if (specs.empty())
+      throw std::invalid_argument("param layout: bucket " + std::to_string(layout.buckets.size()) + " is empty");
     ParamBucket bucket;
     bucket.offset = bucket_offset;
     bucket.first_tensor = static_cast<int>(layout.tensors.size());
-    bucket.num_tensors = static_cast<int>(kinds.size());
+    bucket.num_tensors = static_cast<int>(specs.size());
     size_t cursor = 0;  // within the bucket
-    for (TensorKind kind : kinds) {
+    for (const TensorSpec& spec : specs) {
+      if (spec.shape.empty()) throw std::invalid_argument("param layout: tensor '" + spec.name + "' has no shape");
+      if (!names.insert(spec.name).second)
+        throw std::invalid_argument("param layout: tensor name '" + spec.name + "' appears twice");
       TensorView view;
-      view.kind = kind;
-      view.layer = layer;
+      static_cast<TensorSpec&>(view) = spec;
       view.bucket = static_cast<int>(layout.buckets.size());
-      view.name = layer >= 0 ? "h" + std::to_string(layer) + "." + tensor_kind_name(kind) : tensor_kind_name(kind);
-      view.shape = tensor_kind_shape(kind, config);
       view.numel = 1;
       for (size_t dim : view.shape) view.numel *= dim;
-      view.weight_decay = decays(kind);
       cursor = round_up(cursor, kTensorAlignElements);
       view.offset = bucket_offset + cursor;
       cursor += view.numel;
       layout.num_parameters += view.numel;
-      layout.tensor_index_[static_cast<size_t>(static_cast<int>(kind) * (L + 1) + layer + 1)] =
-          static_cast<int>(layout.tensors.size());
       layout.tensors.push_back(std::move(view));
     }
     bucket.size = cursor;
@@ -114,12 +64,7 @@ ParamLayout make_param_layout(const GPT2Config& config, int world_size) {
     bucket.shard_size = bucket.padded_size / static_cast<size_t>(world_size);
     bucket_offset += bucket.padded_size;
     layout.buckets.push_back(bucket);
-  };
-
-  add_bucket({TensorKind::kWte, TensorKind::kWpe}, -1);
-  const std::vector<TensorKind> layer_kinds(std::begin(kLayerKinds), std::end(kLayerKinds));
-  for (int layer = 0; layer < L; layer++) add_bucket(layer_kinds, layer);
-  add_bucket({TensorKind::kLnfw, TensorKind::kLnfb}, -1);
+  }
   layout.total_size = bucket_offset;
   return layout;
 }

@@ -1,29 +1,15 @@
-// Where every GPT-2 parameter lives in the single flat parameter buffer. Tensors are grouped in
-// buckets (embeddings, one per transformer layer, final LayerNorm) so that gradient communication and
-// the sharded optimizer work per bucket; gradients, master weights and optimizer moments share it.
+// Where every parameter of a model lives in its single flat parameter buffer, for any model family
+// (GPT-2: llmc/model/gpt2_layout.h; the speedrun model: llmc/model/speedrun_layout.h). Tensors are
+// grouped in buckets so that gradient communication and the sharded optimizers work per bucket;
+// gradients, master weights and optimizer moments share the layout. Each tensor also says which
+// optimizer group owns it in the speedrun recipe and its storage dtype in the reference.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
-#include "llmc/model/model_config.h"
-
 namespace llmc {
-
-// The 16 kinds of parameter tensor, in llm.c's order (which is also the checkpoint file order).
-enum class TensorKind {
-  kWte, kWpe,                                         // bucket 0: embeddings
-  kLn1w, kLn1b, kQkvw, kQkvb, kAttprojw, kAttprojb,  // buckets 1..L: one transformer layer each
-  kLn2w, kLn2b, kFcw, kFcb, kFcprojw, kFcprojb,
-  kLnfw, kLnfb,                                       // bucket L+1: final LayerNorm
-};
-constexpr int kNumTensorKinds = 16;
-
-const char* tensor_kind_name(TensorKind kind);  // "wte", "qkvw", ...
-bool is_layer_tensor(TensorKind kind);          // true for ln1w..fcprojb (one instance per layer)
-// The (up to 2-D) shape of one instance of `kind`, e.g. qkvw -> {3C, C}, qkvb -> {3C}.
-std::vector<size_t> tensor_kind_shape(TensorKind kind, const GPT2Config& config);
 
 // Elements per bucket are padded to a multiple of world_size * kBucketAlignElements so that each rank
 // owns an equal, contiguous shard whose start stays 32-element aligned; each tensor starts at a
@@ -31,15 +17,30 @@ std::vector<size_t> tensor_kind_shape(TensorKind kind, const GPT2Config& config)
 constexpr size_t kBucketAlignElements = 32;
 constexpr size_t kTensorAlignElements = 8;
 
-struct TensorView {
-  std::string name;           // "wte", "h3.qkvw", "lnfw"
-  TensorKind kind;
-  int layer;                  // transformer layer, or -1 for wte, wpe, lnfw, lnfb
-  int bucket;                 // index into ParamLayout::buckets
-  size_t offset;              // element offset in the whole buffer
+// Which optimizer owns a tensor (SPEEDRUN.md section 2): Adam (embeddings, head, scalars) or Muon
+// (block matrices and gates). GPT-2 tensors are all kAdam (AdamW).
+enum class ParamGroup { kAdam, kMuon };
+// The storage dtype a tensor has in the reference implementation of its family (the device buffer is
+// floatX throughout; see docs/speedrun_model.md for what that changes).
+enum class ParamDtype { kFp32, kBf16 };
+const char* param_group_name(ParamGroup group);  // "adam", "muon"
+const char* param_dtype_name(ParamDtype dtype);  // "fp32", "bf16"
+
+// One tensor of a layout as a family describes it, before placement.
+struct TensorSpec {
+  std::string name;           // unique in the layout: "wte", "h3.qkvw", "blocks.3.qkvo"
+  int kind = 0;               // the family's tensor kind (GPT-2: TensorKind)
+  int layer = -1;             // layer / block the tensor belongs to, or -1
   std::vector<size_t> shape;  // rows, cols (matrices) or length (vectors)
-  size_t numel;
-  bool weight_decay;          // AdamW decays 2-D tensors (wte, wpe, qkvw, attprojw, fcw, fcprojw) as llm.c
+  bool weight_decay = false;  // AdamW decays it
+  ParamGroup group = ParamGroup::kAdam;
+  ParamDtype reference_dtype = ParamDtype::kFp32;
+};
+
+struct TensorView : TensorSpec {
+  int bucket = 0;     // index into ParamLayout::buckets
+  size_t offset = 0;  // element offset in the whole buffer
+  size_t numel = 0;
 };
 
 struct ParamBucket {
@@ -52,26 +53,21 @@ struct ParamBucket {
 };
 
 struct ParamLayout {
-  GPT2Config config;
   int world_size = 1;
-  std::vector<ParamBucket> buckets;  // 0: embeddings, 1..L: layers 0..L-1, L+1: final LayerNorm
+  std::vector<ParamBucket> buckets;  // in forward order; the backward makes them final from the last to 0
   std::vector<TensorView> tensors;   // in buffer order
   size_t total_size = 0;             // elements of the buffer, padding included
   size_t num_parameters = 0;         // real parameters (sum of numel), padding excluded
 
-  // The view of `kind` in transformer layer `layer` (layer ignored for non-layer kinds; pass -1).
-  // Throws std::out_of_range when the layer does not exist.
-  const TensorView& tensor(TensorKind kind, int layer = -1) const;
   int num_buckets() const { return static_cast<int>(buckets.size()); }
-  static int layer_bucket(int layer) { return layer + 1; }
-  int final_norm_bucket() const { return config.num_layers + 1; }
-
- private:
-  friend ParamLayout make_param_layout(const GPT2Config& config, int world_size);
-  std::vector<int> tensor_index_;  // [kind * (L+1) + (layer+1)] -> index into tensors, -1 if absent
+  // The tensor named `name`; throws std::out_of_range naming it when there is none.
+  const TensorView& find(const std::string& name) const;
+  // Elements of the tensors of `group` (padding excluded).
+  size_t group_parameters(ParamGroup group) const;
 };
 
-// Validates the config and world_size (1..4096), then lays out the buffer. Throws std::invalid_argument.
-ParamLayout make_param_layout(const GPT2Config& config, int world_size);
+// Places the tensors bucket by bucket (buckets[b] lists bucket b's tensors in buffer order). Validates
+// world_size (1..4096), empty buckets, empty shapes and duplicate names. Throws std::invalid_argument.
+ParamLayout place_param_layout(const std::vector<std::vector<TensorSpec>>& buckets, int world_size);
 
 }  // namespace llmc

@@ -46,7 +46,7 @@ std::string DebugHooks::describe() const {
   return text;
 }
 
-void DebugHooks::dump_model(const ParamLayout& layout, const std::vector<float>& params) const {
+void DebugHooks::dump_model(const GPT2Layout& layout, const std::vector<float>& params) const {
   if (dump_dir_.empty()) return;
   make_directories(dump_dir_, "dump directory");
   write_checkpoint(dump_dir_ + "/model.bin", layout, params.data(), CheckpointDtype::kFp32);

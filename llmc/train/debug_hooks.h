@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/param_layout.h"
+#include "llmc/model/gpt2_layout.h"
 
 namespace llmc {
 
@@ -26,7 +26,7 @@ class DebugHooks {
   bool dumps() const { return !dump_dir_.empty(); }
   bool wants_dump(int step) const { return step == 1 && dumps(); }
   // Before the first step: the parameters exactly as the model computes with them.
-  void dump_model(const ParamLayout& layout, const std::vector<float>& params) const;
+  void dump_model(const GPT2Layout& layout, const std::vector<float>& params) const;
   // After step 1 (single micro-step): its batch, mean loss and gradients (layout order), and the build's
   // precision ("bf16", "fp32").
   void dump_step(const std::vector<int>& inputs, const std::vector<int>& targets, double loss,

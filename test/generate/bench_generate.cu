@@ -79,7 +79,7 @@ bool gpu_present() {
 void run_generation(const GPT2Config& config, const std::vector<float>& params, int prompt_tokens, int new_tokens) {
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  const ParamLayout layout = make_param_layout(config, 1);
+  const GPT2Layout layout = make_param_layout(config, 1);
   GPT2Decoder decoder(layout, params, std::min(256, config.max_seq_len), stream);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> token(0, config.vocab_size - 1);
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const GPT2Config config = config_from_name(model);
-    const ParamLayout layout = make_param_layout(config, 1);
+    const GPT2Layout layout = make_param_layout(config, 1);
     print_accounting(config, layout.num_parameters, parse_list(contexts));
     if (!gpu_present() && !run) {
       std::printf("# no GPU: nothing timed (the rows above are counts and ceilings, not measurements)\n");

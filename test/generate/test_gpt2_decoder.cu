@@ -32,11 +32,11 @@ constexpr double kLogitTolerance = kFp32 ? 1e-4 : 6e-2;
 
 // The test config's parameters, larger than the 0.02 init so that attention patterns and GELU curvature
 // matter, and rounded to floatX so that the reference computes with exactly the decoder's weights.
-std::vector<float> test_params(const ParamLayout& layout, uint64_t seed) {
+std::vector<float> test_params(const GPT2Layout& layout, uint64_t seed) {
   std::vector<float> params = init_gpt2_params(layout, seed);
   for (const TensorView& view : layout.tensors) {
-    const bool is_norm_weight =
-        view.kind == TensorKind::kLn1w || view.kind == TensorKind::kLn2w || view.kind == TensorKind::kLnfw;
+    const TensorKind kind = gpt2_kind(view);
+    const bool is_norm_weight = kind == TensorKind::kLn1w || kind == TensorKind::kLn2w || kind == TensorKind::kLnfw;
     for (size_t i = 0; i < view.numel; i++) {
       float& p = params[view.offset + i];
       p = is_norm_weight ? 1.0f + 5.0f * (p - 1.0f) : 5.0f * p;
@@ -79,7 +79,7 @@ class GPT2DecoderTest : public ::testing::Test {
     return tokens;
   }
 
-  ParamLayout layout_;
+  GPT2Layout layout_;
   std::vector<float> params_;
   std::unique_ptr<ref::ReferenceGPT2> reference_;
   cudaStream_t stream_ = nullptr;
@@ -150,7 +150,7 @@ TEST_F(GPT2DecoderTest, ReadsTheTrainersParameterBufferOfAnyWorldSize) {
   ASSERT_NE(model.layout().total_size, layout_.total_size);
   std::vector<float> padded(model.layout().total_size, 0.0f);
   for (const TensorView& view : layout_.tensors) {
-    const TensorView& target = model.layout().tensor(view.kind, view.layer);
+    const TensorView& target = model.layout().tensor(gpt2_kind(view), view.layer);
     std::copy_n(params_.begin() + view.offset, view.numel, padded.begin() + target.offset);
   }
   model.upload_params(padded);

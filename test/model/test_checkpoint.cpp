@@ -104,7 +104,7 @@ void write_llmc_file_by_hand(const std::string& file, const GPT2Config& c) {
   ASSERT_EQ(std::fclose(out), 0);
 }
 
-void expect_error(const std::string& file, const ParamLayout* layout, const std::string& fragment) {
+void expect_error(const std::string& file, const GPT2Layout* layout, const std::string& fragment) {
   std::vector<float> params(3, 7.0f);
   try {
     if (layout != nullptr) read_checkpoint(file, *layout, params);
@@ -121,7 +121,7 @@ void expect_error(const std::string& file, const ParamLayout* layout, const std:
 }  // namespace
 
 TEST_F(Checkpoint, Fp32RoundTripIsExactAcrossWorldSizes) {
-  const ParamLayout layout4 = make_param_layout(odd_config(), 4);
+  const GPT2Layout layout4 = make_param_layout(odd_config(), 4);
   const std::vector<float> params = init_gpt2_params(layout4, 11);
   write_checkpoint(path("model.bin"), layout4, params.data(), CheckpointDtype::kFp32);
   const CheckpointInfo info = read_checkpoint_header(path("model.bin"));
@@ -132,7 +132,7 @@ TEST_F(Checkpoint, Fp32RoundTripIsExactAcrossWorldSizes) {
   read_checkpoint(path("model.bin"), layout4, same);
   EXPECT_EQ(same, params);  // includes the zero padding
   // Loading for another world size places each tensor at that layout's offsets.
-  ParamLayout layout1;
+  GPT2Layout layout1;
   const std::vector<float> other = load_checkpoint(path("model.bin"), 1, &layout1);
   ASSERT_EQ(layout1.world_size, 1);
   for (size_t t = 0; t < layout4.tensors.size(); t++)
@@ -142,7 +142,7 @@ TEST_F(Checkpoint, Fp32RoundTripIsExactAcrossWorldSizes) {
 }
 
 TEST_F(Checkpoint, Bf16RoundTripWithinRounding) {
-  const ParamLayout layout = make_param_layout(config_from_name("tiny"), 2);
+  const GPT2Layout layout = make_param_layout(config_from_name("tiny"), 2);
   std::vector<float> params = init_gpt2_params(layout, 5);
   write_checkpoint(path("model_bf16.bin"), layout, params.data(), CheckpointDtype::kBf16);
   EXPECT_EQ(read_bytes(path("model_bf16.bin")).size(), 1024 + 2 * layout.num_parameters);
@@ -190,7 +190,7 @@ TEST(Bf16Bits, RoundsToNearestEvenLikeCuda) {
 TEST_F(Checkpoint, ReadsLlmcOrderWrittenByHand) {
   const GPT2Config config = odd_config();
   write_llmc_file_by_hand(path("llmc.bin"), config);
-  const ParamLayout layout = make_param_layout(config, 3);
+  const GPT2Layout layout = make_param_layout(config, 3);
   std::vector<float> params;
   read_checkpoint(path("llmc.bin"), layout, params);
   ASSERT_EQ(params.size(), layout.total_size);
@@ -213,7 +213,7 @@ TEST_F(Checkpoint, ReadsLlmcOrderWrittenByHand) {
 
 TEST_F(Checkpoint, EachBadFileGivesAClearError) {
   const GPT2Config config = odd_config();
-  const ParamLayout layout = make_param_layout(config, 1);
+  const GPT2Layout layout = make_param_layout(config, 1);
   write_llmc_file_by_hand(path("good.bin"), config);
   const std::vector<char> good = read_bytes(path("good.bin"));
   auto variant = [&](const std::string& name, auto edit) {
@@ -238,14 +238,14 @@ TEST_F(Checkpoint, EachBadFileGivesAClearError) {
   // A valid file of a different model: named fields in the message.
   GPT2Config other = config;
   other.max_seq_len = 6;
-  const ParamLayout other_layout = make_param_layout(other, 1);
+  const GPT2Layout other_layout = make_param_layout(other, 1);
   expect_error(path("good.bin"), &other_layout, "maxT is 5 (expected 6)");
   // Header-only reads report the same problems.
   expect_error(path("magic.bin"), nullptr, "magic");
 }
 
 TEST_F(Checkpoint, FailedWriteLeavesNothingBehind) {
-  const ParamLayout layout = make_param_layout(odd_config(), 1);
+  const GPT2Layout layout = make_param_layout(odd_config(), 1);
   const std::vector<float> params(layout.total_size, 1.0f);
   const std::string target = path("no_such_dir/model.bin");
   try {

@@ -42,10 +42,10 @@ Batch random_batch(int B, int T, int V, uint32_t seed) {
 }
 
 // Larger weights than the 0.02 init so that every path (attention pattern, GELU curvature) matters.
-std::vector<float> test_params(const ParamLayout& layout, uint64_t seed) {
+std::vector<float> test_params(const GPT2Layout& layout, uint64_t seed) {
   std::vector<float> params = init_gpt2_params(layout, seed);
   for (const TensorView& view : layout.tensors) {
-    const bool is_norm_weight = view.kind == TensorKind::kLn1w || view.kind == TensorKind::kLn2w || view.kind == TensorKind::kLnfw;
+    const bool is_norm_weight = gpt2_kind(view) == TensorKind::kLn1w || gpt2_kind(view) == TensorKind::kLn2w || gpt2_kind(view) == TensorKind::kLnfw;
     for (size_t i = 0; i < view.numel; i++) {
       float& p = params[view.offset + i];
       p = is_norm_weight ? 1.0f + 5.0f * (p - 1.0f) : 5.0f * p;
@@ -56,7 +56,7 @@ std::vector<float> test_params(const ParamLayout& layout, uint64_t seed) {
   return params;
 }
 
-void expect_grads_close(const ParamLayout& layout, const std::vector<float>& got, const std::vector<double>& want) {
+void expect_grads_close(const GPT2Layout& layout, const std::vector<float>& got, const std::vector<double>& want) {
   for (const TensorView& view : layout.tensors) {
     double max_ref = 0.0, max_err = 0.0;
     for (size_t i = 0; i < view.numel; i++) {
@@ -148,7 +148,7 @@ TEST_F(GPT2Model, GradientsAccumulateOverMicroStepsAndBucketsReportInOrder) {
   // Final LayerNorm first, then layers L-1..0, then the embeddings: once per micro-step.
   const int L = config.num_layers;
   std::vector<int> expected_order = {L + 1};
-  for (int l = L - 1; l >= 0; l--) expected_order.push_back(ParamLayout::layer_bucket(l));
+  for (int l = L - 1; l >= 0; l--) expected_order.push_back(GPT2Layout::layer_bucket(l));
   expected_order.push_back(0);
   ASSERT_EQ(reported.size(), expected_order.size() * micro_steps);
   EXPECT_TRUE(std::equal(expected_order.begin(), expected_order.end(), reported.begin()));

@@ -10,7 +10,7 @@
 
 #include "llmc/model/model_config.h"
 #include "llmc/model/param_init.h"
-#include "llmc/model/param_layout.h"
+#include "llmc/model/gpt2_layout.h"
 
 using namespace llmc;
 
@@ -81,8 +81,8 @@ TEST(ModelConfig, RejectsUnknownNamesAndBadShapes) {
   EXPECT_THROW(make_param_layout(config_from_name("tiny"), 0), std::invalid_argument);
 }
 
-TEST(ParamLayout, D12CountMatchesLlmcPublishedFigure) {
-  const ParamLayout layout = make_param_layout(config_from_name("d12"), 1);
+TEST(GPT2Layout, D12CountMatchesLlmcPublishedFigure) {
+  const GPT2Layout layout = make_param_layout(config_from_name("d12"), 1);
   EXPECT_EQ(static_cast<long long>(layout.num_parameters), gpt2_parameter_formula(50304, 1024, 12, 768));
   EXPECT_EQ(layout.num_parameters, 124475904u);  // llm.c's printed num_parameters for GPT-2 124M, Vp = 50304
   // One transformer layer is 7,087,872 parameters (FACTS.md); all d12 sizes are multiples of 32,
@@ -92,12 +92,12 @@ TEST(ParamLayout, D12CountMatchesLlmcPublishedFigure) {
   EXPECT_EQ(layout.total_size, layout.num_parameters);
 }
 
-TEST(ParamLayout, InvariantsForWorldSizes1To8) {
+TEST(GPT2Layout, InvariantsForWorldSizes1To8) {
   for (const GPT2Config& config : {config_from_name("tiny"), config_from_name("small"), odd_config(),
                                    config_from_name("d12")}) {
     for (int world_size = 1; world_size <= 8; world_size++) {
       SCOPED_TRACE(describe_config(config) + " world_size=" + std::to_string(world_size));
-      const ParamLayout layout = make_param_layout(config, world_size);
+      const GPT2Layout layout = make_param_layout(config, world_size);
       const int L = config.num_layers;
       ASSERT_EQ(layout.num_buckets(), L + 2);
       ASSERT_EQ(layout.tensors.size(), static_cast<size_t>(4 + 12 * L));
@@ -134,9 +134,9 @@ TEST(ParamLayout, InvariantsForWorldSizes1To8) {
   }
 }
 
-TEST(ParamLayout, BucketContentsLookupShapesAndDecay) {
+TEST(GPT2Layout, BucketContentsLookupShapesAndDecay) {
   const GPT2Config config = odd_config();
-  const ParamLayout layout = make_param_layout(config, 3);
+  const GPT2Layout layout = make_param_layout(config, 3);
   const size_t C = 45;
   EXPECT_EQ(layout.tensor(TensorKind::kWte).bucket, 0);
   EXPECT_EQ(layout.tensor(TensorKind::kWpe).bucket, 0);
@@ -148,9 +148,9 @@ TEST(ParamLayout, BucketContentsLookupShapesAndDecay) {
       const TensorKind kind = static_cast<TensorKind>(k);
       if (!is_layer_tensor(kind)) continue;
       const TensorView& view = layout.tensor(kind, l);
-      EXPECT_EQ(view.kind, kind);
+      EXPECT_EQ(gpt2_kind(view), kind);
       EXPECT_EQ(view.layer, l);
-      EXPECT_EQ(view.bucket, ParamLayout::layer_bucket(l));
+      EXPECT_EQ(view.bucket, GPT2Layout::layer_bucket(l));
       EXPECT_EQ(view.name, "h" + std::to_string(l) + "." + tensor_kind_name(kind));
       names.insert(view.name);
     }
@@ -191,8 +191,8 @@ TEST(ParamInit, NormalSamplerMatchesTheStandardNormal) {
 
 TEST(ParamInit, DeterministicIndependentOfWorldSizeAndPaddingZero) {
   const GPT2Config config = odd_config();
-  const ParamLayout layout1 = make_param_layout(config, 1);
-  const ParamLayout layout5 = make_param_layout(config, 5);
+  const GPT2Layout layout1 = make_param_layout(config, 1);
+  const GPT2Layout layout5 = make_param_layout(config, 5);
   const std::vector<float> a = init_gpt2_params(layout1, 42);
   const std::vector<float> b = init_gpt2_params(layout1, 42);
   const std::vector<float> c = init_gpt2_params(layout1, 43);
@@ -216,25 +216,25 @@ TEST(ParamInit, DeterministicIndependentOfWorldSizeAndPaddingZero) {
 
 TEST(ParamInit, ValuesFollowGpt2Init) {
   const GPT2Config config = config_from_name("small");
-  const ParamLayout layout = make_param_layout(config, 2);
+  const GPT2Layout layout = make_param_layout(config, 2);
   const std::vector<float> params = init_gpt2_params(layout, 7);
   const double residual_std = 0.02 / std::sqrt(2.0 * config.num_layers);
   for (const TensorView& view : layout.tensors) {
     SCOPED_TRACE(view.name);
     const float* p = params.data() + view.offset;
     size_t n = view.numel;
-    if (view.kind == TensorKind::kWte) {
+    if (gpt2_kind(view) == TensorKind::kWte) {
       n = static_cast<size_t>(config.vocab_size) * view.shape[1];
       for (size_t i = n; i < view.numel; i++) ASSERT_EQ(p[i], 0.0f) << "padded vocab row element " << i;
     }
     if (view.shape.size() == 1) {
       const bool is_norm_weight =
-          view.kind == TensorKind::kLn1w || view.kind == TensorKind::kLn2w || view.kind == TensorKind::kLnfw;
+          gpt2_kind(view) == TensorKind::kLn1w || gpt2_kind(view) == TensorKind::kLn2w || gpt2_kind(view) == TensorKind::kLnfw;
       for (size_t i = 0; i < n; i++) ASSERT_EQ(p[i], is_norm_weight ? 1.0f : 0.0f);
       continue;
     }
     const double want_std =
-        (view.kind == TensorKind::kAttprojw || view.kind == TensorKind::kFcprojw) ? residual_std : 0.02;
+        (gpt2_kind(view) == TensorKind::kAttprojw || gpt2_kind(view) == TensorKind::kFcprojw) ? residual_std : 0.02;
     double sum = 0.0, sum_sq = 0.0;
     for (size_t i = 0; i < n; i++) {
       sum += p[i];

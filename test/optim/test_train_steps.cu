@@ -70,14 +70,14 @@ struct Trajectory {
 
 // The initial parameters both sides start from. In bf16 the device computes with bf16 parameters but
 // keeps fp32 masters: rounding the start to bf16 makes both representations equal at step 1.
-std::vector<float> start_params(const ParamLayout& layout) {
+std::vector<float> start_params(const GPT2Layout& layout) {
   std::vector<float> params = init_gpt2_params(layout, 42);
   if (!kFp32)
     for (float& p : params) p = __bfloat162float(__float2bfloat16(p));
   return params;
 }
 
-Trajectory reference_steps(const ParamLayout& layout, const std::vector<float>& params,
+Trajectory reference_steps(const GPT2Layout& layout, const std::vector<float>& params,
                            const std::vector<Batch>& batches, int B, int T, const StepSettings& s) {
   ref::ReferenceGPT2 reference(layout);
   reference.set_params(params);
@@ -150,7 +150,7 @@ class TrainSteps : public ::testing::Test {
     std::vector<Batch> batches;
     for (int step = 0; step < steps; step++) batches.push_back(random_batch(B, T, config.vocab_size, 1000 + step, true));
     const Trajectory device = device_steps(config, batches, B, T, settings);
-    const ParamLayout layout = make_param_layout(config, comm_->world_size());
+    const GPT2Layout layout = make_param_layout(config, comm_->world_size());
     const std::vector<float> start = start_params(layout);
     const Trajectory want = reference_steps(layout, start, batches, B, T, settings);
     double worst_loss = 0.0, worst_norm = 0.0;
@@ -197,7 +197,7 @@ TEST_F(TrainSteps, TenStepsMatchReferenceWithClipping) {
   const GPT2Config config = config_from_name("tiny");
   {
     // Check that premise on the reference, so this test cannot silently stop exercising the clip.
-    const ParamLayout layout = make_param_layout(config, 1);
+    const GPT2Layout layout = make_param_layout(config, 1);
     const Batch batch = random_batch(2, config.max_seq_len, config.vocab_size, 1000, true);
     const Trajectory first = reference_steps(layout, start_params(layout), {batch}, 2, config.max_seq_len, settings);
     std::printf("gradient norm at step 1: %.4f (clip at %.2f)\n", first.grad_norms[0], settings.grad_clip);

@@ -22,7 +22,7 @@ void write_file(const std::string& path, const void* data, size_t bytes) {
 }
 
 // The flat layout-ordered buffer rearranged into llm.c's checkpoint order (kind by kind, layers stacked).
-std::vector<double> in_llmc_order(const llmc::ParamLayout& layout, const std::vector<double>& flat) {
+std::vector<double> in_llmc_order(const llmc::GPT2Layout& layout, const std::vector<double>& flat) {
   std::vector<double> ordered;
   for (int k = 0; k < llmc::kNumTensorKinds; k++) {
     const auto kind = static_cast<llmc::TensorKind>(k);
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "random seed");
   CLI11_PARSE(app, argc, argv);
   try {
-    const llmc::ParamLayout layout = llmc::make_param_layout(llmc::config_from_name(preset), world_size);
+    const llmc::GPT2Layout layout = llmc::make_param_layout(llmc::config_from_name(preset), world_size);
     const llmc::GPT2Config& cfg = layout.config;
     if (T == 0) T = cfg.max_seq_len;
     // GPT-2 init plus a broad perturbation so every path carries signal; rounded to float so the
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     llmc::NormalSampler normal(seed + 1);
     for (const llmc::TensorView& view : layout.tensors) {
       const size_t real =
-          view.kind == llmc::TensorKind::kWte ? static_cast<size_t>(cfg.vocab_size) * cfg.channels : view.numel;
+          llmc::gpt2_kind(view) == llmc::TensorKind::kWte ? static_cast<size_t>(cfg.vocab_size) * cfg.channels : view.numel;
       for (size_t i = 0; i < real; i++) params[view.offset + i] += static_cast<float>(0.2 * normal.next());
     }
     llmc::write_checkpoint(out_dir + "/model.bin", layout, params.data(), llmc::CheckpointDtype::kFp32);

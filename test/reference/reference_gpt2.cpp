@@ -14,7 +14,7 @@ namespace ref {
 
 using llmc::TensorKind;
 
-ReferenceGPT2::ReferenceGPT2(const llmc::ParamLayout& layout)
+ReferenceGPT2::ReferenceGPT2(const llmc::GPT2Layout& layout)
     : params(layout.total_size, 0.0),
       grads(layout.total_size, 0.0),
       adam_m(layout.total_size, 0.0),

@@ -1,12 +1,12 @@
 // Double-precision CPU GPT-2 (forward, backward, AdamW): the oracle the CUDA model and its CPU
-// emulation are compared against. Parameters, gradients and AdamW moments use the SAME flat ParamLayout
+// emulation are compared against. Parameters, gradients and AdamW moments use the SAME flat GPT2Layout
 // as the real trainer (padding included, always 0), so results compare element by element.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "llmc/model/param_layout.h"
+#include "llmc/model/gpt2_layout.h"
 
 namespace ref {
 
@@ -44,9 +44,9 @@ struct AdamWSettings {
 
 class ReferenceGPT2 {
  public:
-  explicit ReferenceGPT2(const llmc::ParamLayout& layout);
+  explicit ReferenceGPT2(const llmc::GPT2Layout& layout);
 
-  const llmc::ParamLayout& layout() const { return layout_; }
+  const llmc::GPT2Layout& layout() const { return layout_; }
   // Widen float parameters (layout.total_size of them, e.g. from init_gpt2_params) to double.
   void set_params(const std::vector<float>& values);
 
@@ -71,7 +71,7 @@ class ReferenceGPT2 {
   double* param(llmc::TensorKind kind, int layer = -1) { return params.data() + layout_.tensor(kind, layer).offset; }
   double* grad(llmc::TensorKind kind, int layer = -1) { return grads.data() + layout_.tensor(kind, layer).offset; }
 
-  llmc::ParamLayout layout_;
+  llmc::GPT2Layout layout_;
   Activations acts_;
   std::vector<int> tokens_, targets_;
   bool have_targets_ = false;

@@ -249,7 +249,7 @@ TEST(ReferenceOps, AdamWMatchesClosedForm) {
 namespace {
 
 struct TinySetup {
-  llmc::ParamLayout layout = llmc::make_param_layout(llmc::config_from_name("tiny"), 2);
+  llmc::GPT2Layout layout = llmc::make_param_layout(llmc::config_from_name("tiny"), 2);
   std::vector<int> tokens, targets;
   int B = 2, T = 16;
   TinySetup() {
@@ -271,7 +271,7 @@ void randomize_params(ref::ReferenceGPT2& model, uint64_t seed) {
   const llmc::GPT2Config& cfg = model.layout().config;
   for (const llmc::TensorView& view : model.layout().tensors) {
     size_t n = view.numel;
-    if (view.kind == TensorKind::kWte) n = static_cast<size_t>(cfg.vocab_size) * cfg.channels;
+    if (gpt2_kind(view) == TensorKind::kWte) n = static_cast<size_t>(cfg.vocab_size) * cfg.channels;
     for (size_t i = 0; i < n; i++) model.params[view.offset + i] += 0.2 * normal.next();
   }
 }
@@ -319,7 +319,7 @@ TEST(ReferenceGPT2, GradientOfEveryTensorMatchesFiniteDifferences) {
   uint64_t state = 7;
   for (const llmc::TensorView& view : s.layout.tensors) {
     size_t real = view.numel;
-    if (view.kind == TensorKind::kWte) real = 100 * 32;
+    if (gpt2_kind(view) == TensorKind::kWte) real = 100 * 32;
     std::vector<size_t> indices;
     size_t largest = 0;
     for (size_t i = 0; i < real; i++)
@@ -329,7 +329,7 @@ TEST(ReferenceGPT2, GradientOfEveryTensorMatchesFiniteDifferences) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       indices.push_back(view.offset + (state >> 33) % real);
     }
-    if (view.kind == TensorKind::kWte)
+    if (gpt2_kind(view) == TensorKind::kWte)
       for (int k = 0; k < 3; k++) indices.push_back(view.offset + static_cast<size_t>(s.tokens[k]) * 32 + 5);
     EXPECT_GT(std::abs(analytic[view.offset + largest]), 1e-4) << view.name << " has no real gradient";
     expect_gradient_matches(view.name, model.params, analytic, loss, indices);
