@@ -27,6 +27,7 @@ MUTANTS = {
     "residual_mix.drop_first_partial": "MixKernel.*",                  # scalar grads miss block 0's partial
     "embedding.previous_token": "EmbeddingKernel.FourGathers*",        # gathers the previous token's rows
     "embedding.drop_first_partial": "EmbeddingKernel.ScatterAdd*",     # a crossing run loses its first chunk
+    "simple_attention.window_plus_one": "SimpleAttentionKernel.*",     # the window admits one key too many
 }
 
 

@@ -1,0 +1,198 @@
+// The simple, correct path of the speedrun model's attention (window_attention.cuh is the fast one, bf16
+// and head size 128 only): the same problem -- a packed sequence of documents given by cu_seqlens,
+// causal, a sliding window of W tokens, a softmax-scale argument -- for any head size up to 256 in
+// either precision, one thread per (query or key, head) walking its keys or queries in order with fp32
+// arithmetic. Deterministic, no atomics, nothing stored but out and lse; O(T * window * D) work, meant
+// for the fp32 build and the small test shapes (docs/speedrun_model.md).
+//
+// Layouts as the fast kernel: q, k, v (and dq, dk, dv) are [T, heads, D] slices whose token rows are
+// row_stride elements apart (e.g. views into a fused [T, 3, heads, D] buffer, stride 3 * heads * D);
+// out and dout contiguous [T, heads, D]; lse [heads, T] fp32 (natural log). Query i attends key j iff
+// both lie in one document of cu_seqlens (num_docs + 1 entries on the device, trailing repeats of T
+// allowed) and i - window <= j <= i.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
+#include "llmc/precision.h"
+
+namespace llmc {
+namespace simple_attention {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kThreads = 128;
+
+struct Problem {
+  int T = 0;
+  int heads = 0;
+  int head_dim = 0;                 // D, 1..kMaxHeadDim
+  const int* cu_seqlens = nullptr;  // device, num_docs + 1 entries
+  int num_docs = 0;
+  int window = 0;                   // W >= 0
+  float scale = 0.0f;               // softmax scale
+};
+
+// The document [begin, end) holding position t: the last cu_seqlens entry <= t and the first > t.
+struct DocumentSpan {
+  int begin, end;
+};
+__device__ __forceinline__ DocumentSpan document_of(const int* cu_seqlens, int num_docs, int t) {
+  int low = 0, high = num_docs;  // cu[low] <= t < cu[high] holds throughout (cu[0] = 0, cu[num_docs] = T)
+  while (high - low > 1) {
+    const int middle = (low + high) / 2;
+    if (cu_seqlens[middle] <= t) low = middle;
+    else high = middle;
+  }
+  return DocumentSpan{cu_seqlens[low], cu_seqlens[high]};
+}
+
+template <typename Tx>
+__device__ __forceinline__ float dot_row(const Tx* a, const Tx* b, int D) {
+  float sum = 0.0f;
+  for (int d = 0; d < D; d++) sum += to_float(a[d]) * to_float(b[d]);
+  return sum;
+}
+
+// Thread (t, h): online softmax over keys max(doc begin, t - W) .. t in increasing order.
+template <typename Tx>
+__global__ void forward_kernel(Tx* out, float* lse, const Tx* q, const Tx* k, const Tx* v, int64_t row_stride,
+                               Problem p) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= p.T * p.heads) return;
+  const int t = row / p.heads, h = row % p.heads, D = p.head_dim;
+  const DocumentSpan doc = document_of(p.cu_seqlens, p.num_docs, t);
+  const int window_start = LLMC_MUTANT("simple_attention.window_plus_one", t - p.window, t - p.window - 1);
+  const int first = window_start > doc.begin ? window_start : doc.begin;
+  const Tx* q_row = q + t * row_stride + static_cast<int64_t>(h) * D;
+  float acc[kMaxHeadDim];
+  for (int d = 0; d < D; d++) acc[d] = 0.0f;
+  float running_max = -INFINITY, sum = 0.0f;
+  for (int j = first; j <= t; j++) {
+    const int64_t key_offset = j * row_stride + static_cast<int64_t>(h) * D;
+    const float score = p.scale * dot_row(q_row, k + key_offset, D);
+    const float new_max = fmaxf(running_max, score);
+    const float correction = expf(running_max - new_max), weight = expf(score - new_max);
+    sum = sum * correction + weight;
+    for (int d = 0; d < D; d++) acc[d] = acc[d] * correction + weight * to_float(v[key_offset + d]);
+    running_max = new_max;
+  }
+  Tx* out_row = out + (static_cast<int64_t>(t) * p.heads + h) * D;
+  for (int d = 0; d < D; d++) out_row[d] = from_float<Tx>(acc[d] / sum);
+  lse[static_cast<int64_t>(h) * p.T + t] = running_max + logf(sum);
+}
+
+// delta[h][t] = sum_d dout * out (the softmax backward's row term).
+template <typename Tx>
+__global__ void delta_kernel(float* delta, const Tx* dout, const Tx* out, Problem p) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= p.T * p.heads) return;
+  const int t = row / p.heads, h = row % p.heads;
+  const int64_t offset = static_cast<int64_t>(row) * p.head_dim;
+  delta[static_cast<int64_t>(h) * p.T + t] = dot_row(dout + offset, out + offset, p.head_dim);
+}
+
+// Thread (t, h): dq = scale * sum_j P_tj (dP_tj - delta_t) k_j over the keys the query attends.
+template <typename Tx>
+__global__ void dq_kernel(Tx* dq, int64_t dq_stride, const float* delta, const Tx* dout, const float* lse,
+                          const Tx* q, const Tx* k, const Tx* v, int64_t row_stride, Problem p) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= p.T * p.heads) return;
+  const int t = row / p.heads, h = row % p.heads, D = p.head_dim;
+  const DocumentSpan doc = document_of(p.cu_seqlens, p.num_docs, t);
+  const int first = t - p.window > doc.begin ? t - p.window : doc.begin;
+  const Tx* q_row = q + t * row_stride + static_cast<int64_t>(h) * D;
+  const Tx* dout_row = dout + static_cast<int64_t>(row) * D;
+  const float row_lse = lse[static_cast<int64_t>(h) * p.T + t], row_delta = delta[static_cast<int64_t>(h) * p.T + t];
+  float acc[kMaxHeadDim];
+  for (int d = 0; d < D; d++) acc[d] = 0.0f;
+  for (int j = first; j <= t; j++) {
+    const int64_t key_offset = j * row_stride + static_cast<int64_t>(h) * D;
+    const float prob = expf(p.scale * dot_row(q_row, k + key_offset, D) - row_lse);
+    const float ds = prob * (dot_row(dout_row, v + key_offset, D) - row_delta);
+    for (int d = 0; d < D; d++) acc[d] += ds * to_float(k[key_offset + d]);
+  }
+  Tx* dq_row = dq + t * dq_stride + static_cast<int64_t>(h) * D;
+  for (int d = 0; d < D; d++) dq_row[d] = from_float<Tx>(p.scale * acc[d]);
+}
+
+// Thread (j, h): dv = sum_i P_ij dout_i and dk = scale * sum_i dS_ij q_i over the queries i that attend
+// key j (j .. min(doc end - 1, j + W)).
+template <typename Tx>
+__global__ void dkdv_kernel(Tx* dk, Tx* dv, int64_t dkv_stride, const float* delta, const Tx* dout, const float* lse,
+                            const Tx* q, const Tx* k, const Tx* v, int64_t row_stride, Problem p) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= p.T * p.heads) return;
+  const int j = row / p.heads, h = row % p.heads, D = p.head_dim;
+  const DocumentSpan doc = document_of(p.cu_seqlens, p.num_docs, j);
+  const int last = j + p.window < doc.end - 1 ? j + p.window : doc.end - 1;
+  const int64_t key_offset = j * row_stride + static_cast<int64_t>(h) * D;
+  float dk_acc[kMaxHeadDim], dv_acc[kMaxHeadDim];
+  for (int d = 0; d < D; d++) dk_acc[d] = dv_acc[d] = 0.0f;
+  for (int i = j; i <= last; i++) {
+    const Tx* q_row = q + i * row_stride + static_cast<int64_t>(h) * D;
+    const Tx* dout_row = dout + (static_cast<int64_t>(i) * p.heads + h) * D;
+    const float prob = expf(p.scale * dot_row(q_row, k + key_offset, D) - lse[static_cast<int64_t>(h) * p.T + i]);
+    const float ds = prob * (dot_row(dout_row, v + key_offset, D) - delta[static_cast<int64_t>(h) * p.T + i]);
+    for (int d = 0; d < D; d++) {
+      dv_acc[d] += prob * to_float(dout_row[d]);
+      dk_acc[d] += ds * to_float(q_row[d]);
+    }
+  }
+  for (int d = 0; d < D; d++) {
+    dk[j * dkv_stride + static_cast<int64_t>(h) * D + d] = from_float<Tx>(p.scale * dk_acc[d]);
+    dv[j * dkv_stride + static_cast<int64_t>(h) * D + d] = from_float<Tx>(dv_acc[d]);
+  }
+}
+
+namespace detail {
+
+inline void check(const char* caller, const Problem& p, int64_t row_stride, int64_t other_stride) {
+  auto require = [&](bool condition, const std::string& what) {
+    if (!condition) throw std::invalid_argument(std::string(caller) + ": " + what);
+  };
+  require(p.T >= 1 && p.heads >= 1, "T and heads must be positive (T " + std::to_string(p.T) + ", heads " +
+                                        std::to_string(p.heads) + ")");
+  require(p.head_dim >= 1 && p.head_dim <= kMaxHeadDim,
+          "head_dim " + std::to_string(p.head_dim) + " outside 1.." + std::to_string(kMaxHeadDim));
+  require(p.cu_seqlens != nullptr && p.num_docs >= 1, "needs cu_seqlens with num_docs >= 1");
+  require(p.window >= 0, "window " + std::to_string(p.window) + " must be >= 0");
+  require(std::isfinite(p.scale) && p.scale > 0.0f, "softmax scale must be positive and finite");
+  const int64_t row = static_cast<int64_t>(p.heads) * p.head_dim;
+  require(row_stride >= row && other_stride >= row, "row strides must be at least heads * head_dim");
+}
+
+inline unsigned grid(const Problem& p) {
+  return static_cast<unsigned>((static_cast<int64_t>(p.T) * p.heads + kThreads - 1) / kThreads);
+}
+
+}  // namespace detail
+
+// out [T, heads, D] and lse [heads, T] from q, k, v.
+inline void forward(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v, int64_t row_stride,
+                    const Problem& problem, cudaStream_t stream) {
+  detail::check("simple_attention::forward", problem, row_stride, row_stride);
+  LLMC_LAUNCH(forward_kernel<floatX>, dim3(detail::grid(problem)), dim3(kThreads), 0, stream, out, lse, q, k, v,
+              row_stride, problem);
+}
+
+// dq, dk, dv (overwritten; rows dqkv_stride apart) from dout and the forward's out and lse.
+// delta_scratch: heads * T floats.
+inline void backward(floatX* dq, floatX* dk, floatX* dv, int64_t dqkv_stride, float* delta_scratch,
+                     const floatX* dout, const floatX* out, const float* lse, const floatX* q, const floatX* k,
+                     const floatX* v, int64_t row_stride, const Problem& problem, cudaStream_t stream) {
+  detail::check("simple_attention::backward", problem, row_stride, dqkv_stride);
+  const dim3 grid(detail::grid(problem)), block(kThreads);
+  LLMC_LAUNCH(delta_kernel<floatX>, grid, block, 0, stream, delta_scratch, dout, out, problem);
+  LLMC_LAUNCH(dq_kernel<floatX>, grid, block, 0, stream, dq, dqkv_stride, static_cast<const float*>(delta_scratch),
+              dout, lse, q, k, v, row_stride, problem);
+  LLMC_LAUNCH(dkdv_kernel<floatX>, grid, block, 0, stream, dk, dv, dqkv_stride,
+              static_cast<const float*>(delta_scratch), dout, lse, q, k, v, row_stride, problem);
+}
+
+}  // namespace simple_attention
+}  // namespace llmc
