@@ -19,8 +19,8 @@ endif()
 # architectures and these sources include every kernel, so compiling them once each keeps the build short.
 # The KV-cache decoder (llmc/generate/) reads the same parameters, so it lives here too: the trainer's
 # samples and ./generate_gpt2 both use it.
-set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2.cu llmc/model/device_arena.cu llmc/train/run_info.cu
-    llmc/generate/gpt2_decoder.cu)
+set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2.cu llmc/model/speedrun_model.cu llmc/model/device_arena.cu
+    llmc/train/run_info.cu llmc/generate/gpt2_decoder.cu)
 set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu)
 set(LLMC_TRAINER_LIBS llmc_train_utils llmc_train_samples llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
 foreach(precision IN ITEMS bf16 fp32)
@@ -57,7 +57,8 @@ llmc_emu_wrap_sources(train_gpt2_fp32_emu_sources train_gpt2_fp32_emu train_gpt2
 add_executable(train_gpt2_fp32_emu ${train_gpt2_fp32_emu_sources})
 target_link_libraries(train_gpt2_fp32_emu PRIVATE llmc_optimizer_fp32_emu ${LLMC_TRAINER_LIBS})
 
-# The device model against the reference (loss and every gradient, accumulation, determinism).
+# The device models (GPT-2, speedrun) against their references (loss and every gradient, accumulation,
+# determinism).
 # (The fp32 GPU twins of this and the next test exist only with -DLLMC_CUDA_FP32_TESTS=ON.)
 foreach(precision IN ITEMS bf16 fp32)
   set(emu_only "")
@@ -66,6 +67,9 @@ foreach(precision IN ITEMS bf16 fp32)
   endif()
   llmc_add_cu_test(NAME gpt2_${precision} LABELS model TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
     SOURCES test/model/test_gpt2.cu LIBS llmc_reference llmc_model
+    EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
+  llmc_add_cu_test(NAME speedrun_model_${precision} LABELS model TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
+    SOURCES test/model/test_speedrun_model.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
   llmc_add_cu_test(NAME train_steps_${precision} LABELS trainer TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
     SOURCES test/optim/test_train_steps.cu LIBS llmc_reference llmc_model

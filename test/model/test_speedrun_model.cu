@@ -1,0 +1,290 @@
+// Whole-model tests of the device speedrun model (llmc/model/speedrun_model.cu) through the trainer's
+// TrainableModel interface, against the double-precision reference (test/reference/reference_speedrun.h):
+// the loss and every parameter gradient (simple attention path; in the bf16 build also the window
+// attention kernel at head size 128), after a YaRN window change, gradient accumulation with the bucket
+// hooks in backward order, bitwise determinism, and the record's facts at initialisation (loss ln V, no
+// gradient but the head's). Built for fp32 (tight) and bf16, emulated and on a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "llmc/bf16_bits.h"
+#include "llmc/cuda_common.h"
+#include "llmc/model/speedrun_init.h"
+#include "llmc/model/speedrun_model.h"
+#include "test/reference/reference_speedrun.h"
+#include "test/support/gpu_test.h"
+
+namespace {
+
+using namespace llmc;
+
+constexpr bool kFp32 = std::is_same<floatX, float>::value;
+constexpr int kBos = 3;  // the test vocabularies' document separator
+
+// Tolerances, relative to each tensor's largest reference gradient (and to the loss). fp32: every kernel
+// rounds once per stored value (u = 2^-24) and sums at most 4C = 128 (GEMMs), V = 96 (head) or T = 64
+// (weight gradients) terms in fp32, so one layer's result is good to ~128 u = 8e-6; the gradient of an
+// early block passes ~10 such steps per block through 11 blocks forward and back, ~200 in sequence,
+// which bounds the relative error by ~2e-3 if every error adds up; 2e-3 of the largest gradient is far
+// below an O(1) bug (measured: <= 0.2% of it). bf16: every stored activation and gradient is rounded to
+// 8 bits (u = 2^-9); a block rounds ~13 times forward (mixes, norms, GEMMs, RoPE, attention's P, gate,
+// ReLU^2) and ~27 backward, ~450 roundings in sequence through 11 blocks; with random signs they grow
+// like sqrt(450) u = 4.1%; twice that (measured: up to 70% of it, in the attention gates' gradients,
+// full reductions over T whose terms cancel).
+constexpr double kGradTolerance = kFp32 ? 2e-3 : 8e-2;
+constexpr double kLossTolerance = kFp32 ? 1e-5 : 1e-2;
+
+double round_to_floatx(double x) {
+  return kFp32 ? static_cast<double>(static_cast<float>(x))
+               : static_cast<double>(bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x))));
+}
+
+// The record's init with the zero-initialised tensors (W_o, W_proj, head, gates) and the scalars made
+// random, so every path carries gradient; every value rounded to what the device holds (floatX).
+ref::SpeedrunParams test_params(const SpeedrunConfig& config, uint64_t seed) {
+  ref::SpeedrunParams params = ref::init_speedrun_params(config, seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<double> small(-0.2, 0.2), scalar(-0.6, 0.6);
+  const size_t C = static_cast<size_t>(config.channels());
+  for (ref::NamedTensor& tensor : ref::named_tensors(params, config)) {
+    std::vector<double>& values = *tensor.values;
+    const bool qkvo = tensor.name.find("qkvo") != std::string::npos;
+    for (size_t i = 0; i < values.size(); i++) {
+      if (tensor.name == "scalars") values[i] += scalar(rng);
+      else if (tensor.name == "head" || tensor.name.find("gate") != std::string::npos ||
+               tensor.name.find("proj") != std::string::npos || (qkvo && i >= 3 * C * C))
+        values[i] = small(rng);
+      values[i] = round_to_floatx(values[i]);
+    }
+  }
+  return params;
+}
+
+std::vector<float> to_layout(const SpeedrunLayout& layout, ref::SpeedrunParams& params) {
+  std::vector<float> buffer(layout.total_size, 0.0f);
+  for (const ref::NamedTensor& tensor : ref::named_tensors(params, layout.config)) {
+    const TensorView& view = layout.find(tensor.name);
+    for (size_t i = 0; i < view.numel; i++) buffer[view.offset + i] = static_cast<float>((*tensor.values)[i]);
+  }
+  return buffer;
+}
+
+struct Batch {
+  std::vector<int> inputs, targets, cu_seqlens;
+};
+
+// Random tokens with a few document starts (kBos); cu_seqlens as the model derives them.
+Batch random_batch(int T, int V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> token(0, V - 1);
+  Batch batch;
+  for (int t = 0; t < T; t++) {
+    int input = token(rng);
+    if (input == kBos) input = kBos + 1;
+    if (t > 0 && rng() % 9 == 0) input = kBos;
+    batch.inputs.push_back(input);
+    batch.targets.push_back(token(rng));
+  }
+  batch.cu_seqlens.push_back(0);
+  for (int t = 1; t < T; t++)
+    if (batch.inputs[static_cast<size_t>(t)] == kBos) batch.cu_seqlens.push_back(t);
+  batch.cu_seqlens.push_back(T);
+  return batch;
+}
+
+// A reference with the device model's RoPE tables (widened) and attention scale.
+void use_model_rope(ref::ReferenceSpeedrun& reference, const SpeedrunModel& model) {
+  std::vector<float> cos_table, sin_table;
+  model.download_rope_tables(cos_table, sin_table);
+  reference.set_rope_tables(std::vector<double>(cos_table.begin(), cos_table.end()),
+                            std::vector<double>(sin_table.begin(), sin_table.end()), model.attn_scale());
+}
+
+double reference_forward(ref::ReferenceSpeedrun& reference, const SpeedrunModel& model, const Batch& batch) {
+  return reference.forward(batch.inputs.data(), batch.targets.data(), batch.cu_seqlens.data(),
+                           static_cast<int>(batch.cu_seqlens.size()), model.seq_len(), model.short_window_tokens(),
+                           model.long_window_tokens());
+}
+
+void expect_grads_close(const SpeedrunLayout& layout, const std::vector<float>& got, ref::SpeedrunParams& want,
+                        double scale) {
+  std::vector<bool> inside(layout.total_size, false);
+  for (const ref::NamedTensor& tensor : ref::named_tensors(want, layout.config)) {
+    const TensorView& view = layout.find(tensor.name);
+    double max_ref = 0.0, max_err = 0.0;
+    for (size_t i = 0; i < view.numel; i++) {
+      const double expected = scale * (*tensor.values)[i];
+      max_ref = std::max(max_ref, std::fabs(expected));
+      max_err = std::max(max_err, std::fabs(got[view.offset + i] - expected));
+      inside[view.offset + i] = true;
+    }
+    EXPECT_LE(max_err, kGradTolerance * max_ref + 1e-12) << view.name << " (largest reference gradient " << max_ref << ")";
+    // LLMC_TEST_VERBOSE=1 shows how close each tensor comes to its tolerance.
+    if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+      std::printf("  %-22s max error %.3g of largest gradient %.3g (%.2g%% of the tolerance)\n", view.name.c_str(),
+                  max_err, max_ref, max_ref > 0 ? 100.0 * max_err / (kGradTolerance * max_ref) : 0.0);
+  }
+  for (size_t i = 0; i < layout.total_size; i++)
+    if (!inside[i]) {
+      ASSERT_EQ(got[i], 0.0f) << "padding element " << i;
+    }
+}
+
+class SpeedrunModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LLMC_REQUIRE_GPU();
+    CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  void TearDown() override {
+    if (stream) CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+  cudaStream_t stream = nullptr;
+};
+
+// One forward + backward of the device model and of the reference on the same parameters and batch.
+void expect_model_matches_reference(const SpeedrunConfig& config, int short_blocks, int long_blocks, uint64_t seed,
+                                    cudaStream_t stream) {
+  SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
+  if (long_blocks != 3) model.set_attention_windows(short_blocks, long_blocks, /*apply_yarn=*/true);
+  ref::SpeedrunParams params = test_params(config, seed);
+  model.upload_params(to_layout(model.layout(), params));
+  const Batch batch = random_batch(model.seq_len(), config.vocab_size, static_cast<uint32_t>(seed) + 1);
+
+  ref::ReferenceSpeedrun reference(config);
+  reference.params = params;
+  use_model_rope(reference, model);
+  const double ref_loss = reference_forward(reference, model, batch);
+  reference.backward(1.0);
+
+  const float dloss = 1.0f / static_cast<float>(model.seq_len());  // a mean, as the trainer passes it
+  model.forward(batch.inputs.data(), batch.targets.data(), 0, true, dloss);
+  model.backward(batch.inputs.data(), true);
+  const double mean_ref_loss = ref_loss / model.seq_len();
+  EXPECT_NEAR(model.mean_loss(1), mean_ref_loss, kLossTolerance * mean_ref_loss);
+  expect_grads_close(model.layout(), model.download_grads(), reference.grads, dloss);
+}
+
+TEST_F(SpeedrunModelTest, LossAndEveryGradientMatchReference) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  expect_model_matches_reference(config, 1, 3, 7, stream);
+}
+
+// After the long window grows from 3 to 7 blocks: YaRN-adjusted tables and attention scale.
+TEST_F(SpeedrunModelTest, MatchesReferenceAfterAYarnWindowChange) {
+  SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  config.num_blocks = 8;  // the scaled structure
+  expect_model_matches_reference(config, 3, 7, 17, stream);
+}
+
+// Head size 128: the bf16 build runs the window attention kernel here (the fp32 build the simple path).
+TEST_F(SpeedrunModelTest, HeadSize128MatchesReference) {
+  SpeedrunConfig config;
+  config.vocab_size = 64;
+  config.num_blocks = 8;
+  config.num_heads = 1;
+  config.head_dim = 128;
+  config.max_seq_len = 80;  // more than one 64-key tile
+  config.window_block = 8;
+  SpeedrunModel probe(config, 1, config.max_seq_len, 1, stream, kBos);
+  EXPECT_EQ(probe.uses_window_attention_kernel(), !kFp32);
+  expect_model_matches_reference(config, 1, 3, 29, stream);
+}
+
+TEST_F(SpeedrunModelTest, GradientsAccumulateAndBucketsReportInBackwardOrder) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  const int micro_steps = 2;
+  SpeedrunModel model(config, 1, config.max_seq_len, micro_steps, stream, kBos);
+  ref::SpeedrunParams params = test_params(config, 3);
+  model.upload_params(to_layout(model.layout(), params));
+  ref::ReferenceSpeedrun reference(config);
+  reference.params = params;
+  use_model_rope(reference, model);
+  double ref_loss_sum = 0.0;
+  std::vector<int> reported;
+  const float dloss = 1.0f / static_cast<float>(model.seq_len() * micro_steps);
+  for (int micro = 0; micro < micro_steps; micro++) {
+    const Batch batch = random_batch(model.seq_len(), config.vocab_size, 100 + micro);
+    ref_loss_sum += reference_forward(reference, model, batch);
+    reference.backward(1.0);
+    model.forward(batch.inputs.data(), batch.targets.data(), micro, true, dloss);
+    model.backward(batch.inputs.data(), micro == 0, [&](int bucket) { reported.push_back(bucket); });
+  }
+  const double mean = ref_loss_sum / (model.seq_len() * micro_steps);
+  EXPECT_NEAR(model.mean_loss(micro_steps), mean, kLossTolerance * mean);
+  expect_grads_close(model.layout(), model.download_grads(), reference.grads, dloss);
+  // Head, blocks L-1..1, embeddings: once per micro-step.
+  std::vector<int> expected = {model.layout().head_bucket()};
+  for (int i = config.num_blocks - 1; i >= 1; i--) expected.push_back(model.layout().block_bucket(i));
+  expected.push_back(SpeedrunLayout::embeddings_bucket());
+  ASSERT_EQ(reported.size(), expected.size() * micro_steps);
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), reported.begin()));
+  EXPECT_EQ(static_cast<int>(expected.size()), model.layout().num_buckets());
+}
+
+TEST_F(SpeedrunModelTest, TwoRunsAreBitwiseIdenticalAndValidationGivesTheSameLoss) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  const Batch batch = random_batch(config.max_seq_len, config.vocab_size, 5);
+  std::vector<float> first_grads;
+  double first_loss = 0.0;
+  for (int run = 0; run < 2; run++) {
+    SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
+    ref::SpeedrunParams params = test_params(config, 9);
+    model.upload_params(to_layout(model.layout(), params));
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, false, 0.0f);
+    const double validation_loss = model.mean_loss(1);
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
+    EXPECT_EQ(model.mean_loss(1), validation_loss);
+    model.backward(batch.inputs.data(), true);
+    const std::vector<float> grads = model.download_grads();
+    if (run == 0) {
+      first_grads = grads;
+      first_loss = model.mean_loss(1);
+    } else {
+      EXPECT_EQ(model.mean_loss(1), first_loss);
+      EXPECT_TRUE(grads == first_grads) << "gradients differ between two identical runs";
+    }
+  }
+}
+
+// SPEEDRUN.md section 4: the zero head gives uniform logits of 15, so the loss is ln V per token, and
+// every gradient except the head's is exactly zero (dx = dz W_head = 0 upstream of the head).
+TEST_F(SpeedrunModelTest, FreshModelLossIsLnVAndOnlyTheHeadHasGradients) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
+  model.upload_params(init_speedrun_params(model.layout(), 1337));
+  const Batch batch = random_batch(model.seq_len(), config.vocab_size, 77);
+  model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
+  model.backward(batch.inputs.data(), true);
+  // Per token: log(sum of V equal terms) in fp32: V roundings of the sum plus the log's, ~(V + 2) u32 relative.
+  const double ln_v = std::log(static_cast<double>(config.vocab_size));
+  EXPECT_NEAR(model.mean_loss(1), ln_v, (config.vocab_size + 2) * 0x1p-24 * ln_v);
+  const std::vector<float> grads = model.download_grads();
+  for (const TensorView& view : model.layout().tensors) {
+    double largest = 0.0;
+    for (size_t i = 0; i < view.numel; i++) largest = std::max(largest, std::fabs(static_cast<double>(grads[view.offset + i])));
+    if (speedrun_kind(view) == SpeedrunTensor::kHead)
+      EXPECT_GT(largest, 0.0) << view.name;
+    else
+      EXPECT_EQ(largest, 0.0) << view.name;
+  }
+}
+
+TEST_F(SpeedrunModelTest, RejectsBadShapesAndTokens) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  EXPECT_THROW(SpeedrunModel(config, 1, config.max_seq_len + 1, 1, stream), std::invalid_argument);
+  SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
+  std::vector<int> tokens(static_cast<size_t>(model.seq_len()), 1);
+  tokens[5] = config.vocab_size;
+  EXPECT_THROW(model.forward(tokens.data(), tokens.data(), 0, true, 1.0f), std::invalid_argument);
+  EXPECT_THROW(model.set_attention_windows(0, 3, false), std::invalid_argument);
+}
+
+}  // namespace
