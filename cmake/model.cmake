@@ -11,6 +11,7 @@ add_library(llmc_model STATIC
   llmc/model/speedrun_config.cpp
   llmc/model/speedrun_layout.cpp
   llmc/model/speedrun_init.cpp
+  llmc/model/speedrun_model_file.cpp
   llmc/model/yarn.cpp)
 target_link_libraries(llmc_model PUBLIC llmc_flags llmc_files)
 
@@ -25,6 +26,7 @@ target_link_libraries(llmc_reference PUBLIC llmc_model)
 # ---- tests -------------------------------------------------------------------------------------
 foreach(test_source IN ITEMS test/model/test_model_layout.cpp test/model/test_checkpoint.cpp
                            test/model/test_speedrun_config.cpp test/model/test_speedrun_layout.cpp
+                           test/model/test_speedrun_model_file.cpp
                            test/reference/test_reference.cpp
                            test/reference/test_reference_speedrun.cpp)
   get_filename_component(test_name ${test_source} NAME_WE)
@@ -40,6 +42,7 @@ gtest_discover_tests(test_model_layout PROPERTIES LABELS model)
 gtest_discover_tests(test_checkpoint PROPERTIES LABELS model)
 gtest_discover_tests(test_speedrun_config PROPERTIES LABELS model)
 gtest_discover_tests(test_speedrun_layout PROPERTIES LABELS model)
+gtest_discover_tests(test_speedrun_model_file PROPERTIES LABELS model)
 # gtest_discover_tests flattens a list-valued LABELS, so the second label is added by a CTest include
 # file that runs after discovery, over the discovered names (TEST_LIST).
 gtest_discover_tests(test_reference TEST_LIST llmc_reference_gtests)
