@@ -19,15 +19,12 @@
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
 #include "llmc/file_io.h"
-#include "llmc/generate/gpt2_decoder.h"
-#include "llmc/model/checkpoint.h"
-#include "llmc/model/gpt2.h"
-#include "llmc/model/param_init.h"
 #include "llmc/optim/zero.h"
 #include "llmc/train/debug_hooks.h"
 #include "llmc/train/log.h"
 #include "llmc/train/lr_schedule.h"
 #include "llmc/train/mfu.h"
+#include "llmc/train/model_family.h"
 #include "llmc/train/options.h"
 #include "llmc/train/run_info.h"
 #include "llmc/train/samples.h"
@@ -42,8 +39,7 @@ double elapsed_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
 }
 
-constexpr CheckpointDtype kModelFileDtype =
-    std::is_same<floatX, float>::value ? CheckpointDtype::kFp32 : CheckpointDtype::kBf16;
+constexpr bool kFp32Build = std::is_same<floatX, float>::value;
 
 // ---- one optimizer step ------------------------------------------------------------------------
 
@@ -135,29 +131,6 @@ double evaluate(TrainableModel& model, BucketOptimizer& optimizer, ValLoader& va
 
 // ---- set-up ----------------------------------------------------------------------------------------
 
-// Where the model starts: a checkpoint being resumed, an llm.c model file (--model FILE), or a preset
-// shape initialised from the seed.
-struct ModelStart {
-  GPT2Config config;
-  std::string file;           // "" for a fresh initialisation
-  std::vector<float> params;  // layout order; empty until initialised
-};
-
-ModelStart locate_model(const TrainOptions& opt, const std::string& resume_prefix, int world_size) {
-  ModelStart start;
-  start.file = !resume_prefix.empty() ? checkpoint_model_path(resume_prefix)
-               : is_regular_file(opt.model) ? opt.model
-                                            : "";
-  if (start.file.empty()) {
-    start.config = config_from_name(opt.model);
-    return start;
-  }
-  GPT2Layout layout;
-  start.params = load_checkpoint(start.file, world_size, &layout);
-  start.config = layout.config;
-  return start;
-}
-
 cudaStream_t create_compute_stream() {
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreate(&stream));
@@ -215,18 +188,19 @@ struct Run {
       : opt(options),
         comm(communicator),
         resume_prefix(llmc::resume_prefix(opt.resume, opt.output_dir)),
-        start(locate_model(opt, resume_prefix, comm.world_size())),
+        start(locate_model(opt.model, resume_prefix.empty() ? "" : checkpoint_model_path(resume_prefix),
+                           comm.world_size())),
         grad_accum(opt.grad_accum_steps(comm.world_size())),
-        model(start.config, comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream()),
+        model(start.family->build(comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream())),
         tracer(!opt.trace_dir.empty(), comm.rank()),
-        optimizer(model, comm, optimizer_settings(opt), &tracer),
-        train_loader(train_loader_config(opt, comm, start.config.vocab_size)),
-        val_loader(make_val_loader(opt, comm, start.config.vocab_size)) {
-    if (start.params.empty()) start.params = init_gpt2_params(model.layout(), opt.seed);
-    model.upload_params(start.params);
+        optimizer(*model, comm, optimizer_settings(opt), &tracer),
+        train_loader(train_loader_config(opt, comm, start.family->vocab_size())),
+        val_loader(make_val_loader(opt, comm, start.family->vocab_size())) {
+    if (start.params.empty()) start.params = start.family->init_params(*model, opt.seed);
+    model->upload_params(start.params);
     optimizer.init_master(start.params);
     if (resume_prefix.empty()) return;
-    const TrainState state = read_resume_state(resume_prefix, comm.rank(), comm.world_size(), start.config);
+    const TrainState state = read_resume_state(resume_prefix, comm.rank(), comm.world_size(), start.family->describe());
     optimizer.upload_state(state.master, state.adam_m, state.adam_v);
     train_loader.seek(state.train_position);
     loop = LoopState{static_cast<int>(state.step), state.train_time_ms, resume_prefix};
@@ -237,7 +211,7 @@ struct Run {
   const std::string resume_prefix;  // "" when starting fresh
   ModelStart start;
   const int grad_accum;
-  GPT2 model;
+  std::unique_ptr<TrainableModel> model;
   Tracer tracer;
   ZeroOptimizer optimizer;
   DataLoader train_loader;
@@ -250,14 +224,14 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
   header.run = collect_run_info();
   header.precision = kPrecisionName;
   header.world_size = run.comm.world_size();
-  header.model = describe_config(run.start.config);
-  header.num_parameters = run.model.layout().num_parameters;
+  header.model = run.start.family->describe();
+  header.num_parameters = run.model->layout().num_parameters;
   header.model_source = run.start.file.empty() ? "init seed " + std::to_string(run.opt.seed) : "from " + run.start.file;
   header.options_text = options_text;
   header.batch_size = run.opt.batch_size;
   header.seq_len = run.opt.seq_len;
   header.grad_accum = run.grad_accum;
-  header.activation_bytes = run.model.activation_bytes();
+  header.activation_bytes = run.model->activation_bytes();
   header.optimizer_state_bytes = run.optimizer.state_bytes();
   header.overlap = run.opt.overlap;
   if (run.opt.resume == "latest" && run.resume_prefix.empty())
@@ -274,10 +248,8 @@ constexpr int kSampleChunk = 64;
 
 std::unique_ptr<TrainingSamples> make_samples(Run& run) {
   if (run.opt.sample_every == 0 || !run.comm.is_main_rank()) return nullptr;
-  const int chunk = std::min(kSampleChunk, run.start.config.max_seq_len);
-  auto decoder = std::make_unique<GPT2Decoder>(run.model.layout(), run.model.params(), chunk, run.model.stream());
-  return std::make_unique<TrainingSamples>(std::move(decoder), run.opt.vocab_dir, run.opt.sample_prompt,
-                                           run.opt.sample_tokens, run.opt.seed);
+  return std::make_unique<TrainingSamples>(run.start.family->make_decoder(*run.model, kSampleChunk), run.opt.vocab_dir,
+                                           run.opt.sample_prompt, run.opt.sample_tokens, run.opt.seed);
 }
 
 // ---- the loop's bookkeeping --------------------------------------------------------------------------
@@ -287,14 +259,14 @@ std::unique_ptr<TrainingSamples> make_samples(Run& run) {
 void save_checkpoint(const std::string& prefix, Run& run) {
   run.optimizer.wait_for_all_params();
   if (run.comm.is_main_rank()) {
-    const std::vector<float> params = run.model.download_params();
-    write_checkpoint(checkpoint_model_path(prefix), run.model.layout(), params.data(), kModelFileDtype);
+    const std::vector<float> params = run.model->download_params();
+    run.start.family->write_model_file(checkpoint_model_path(prefix), *run.model, params, /*fp32=*/false);
   }
   TrainState state;
   state.step = run.loop.step;
   state.rank = run.comm.rank();
   state.world_size = run.comm.world_size();
-  state.config = run.start.config;
+  run.start.family->describe_state(state);
   state.train_position = run.train_loader.position();
   state.train_time_ms = run.loop.train_time_ms;
   run.optimizer.download_state(state.master, state.adam_m, state.adam_v);
@@ -308,11 +280,9 @@ class ThroughputMeter {
   explicit ThroughputMeter(const Run& run)
       : tokens_per_step_(static_cast<double>(run.opt.batch_size) * run.opt.seq_len * run.grad_accum *
                          run.comm.world_size()),
-        flops_per_token_(training_flops_per_token(static_cast<int64_t>(run.model.layout().num_parameters),
-                                                  run.start.config.num_layers, run.start.config.channels,
-                                                  run.opt.seq_len)),
+        flops_per_token_(run.start.family->flops_per_token(*run.model, run.opt.seq_len)),
         world_size_(run.comm.world_size()) {
-    if (kModelFileDtype == CheckpointDtype::kBf16) peak_flops_ = bf16_peak_flops(collect_run_info().device_name);
+    if (!kFp32Build) peak_flops_ = bf16_peak_flops(collect_run_info().device_name);
   }
   double tokens_per_second(double step_ms) const { return tokens_per_step_ / (step_ms / 1000.0); }
   std::string mfu(double step_ms) const {
@@ -364,7 +334,7 @@ int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, TrainingSamples
   const TrainOptions& opt = run.opt;
   const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
   const ThroughputMeter meter(run);
-  StepParts parts{run.model, run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
+  StepParts parts{*run.model, run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
   Batch batch(static_cast<size_t>(opt.batch_size) * opt.seq_len);
   for (int step = run.loop.step + 1; step <= opt.steps; step++) {
     const Clock::time_point step_start = Clock::now();
@@ -381,12 +351,12 @@ int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, TrainingSamples
       return 1;
     }
     if (debug.wants_dump(step) && run.comm.is_main_rank())
-      debug.dump_step(batch.inputs, batch.targets, result.loss, run.model.download_grads(), opt.batch_size,
+      debug.dump_step(batch.inputs, batch.targets, result.loss, run.model->download_grads(), opt.batch_size,
                       opt.seq_len, kPrecisionName);
     log.line(step_line(run, step, result, lr, step_ms, meter, run.tracer));
     const bool last_step = step == opt.steps;
     if (run.val_loader && due(opt.val_every, step, last_step)) {
-      const double val_loss = evaluate(run.model, run.optimizer, *run.val_loader, run.comm, batch);
+      const double val_loss = evaluate(*run.model, run.optimizer, *run.val_loader, run.comm, batch);
       log.line(format_val_line(step, opt.steps, val_loss, run.loop.train_time_ms, run.loop.train_time_ms / step));
     }
     if (samples != nullptr && step % opt.sample_every == 0) {
@@ -414,7 +384,9 @@ int train(const TrainOptions& opt, const std::string& options_text, CommContext&
   TrainLog log(opt.output_dir.empty() ? "" : opt.output_dir + "/log.txt", comm.is_main_rank());
   for (const std::string& line : format_log_header(describe_run(run, options_text, debug))) log.line(line);
   try {
-    if (debug.dumps() && comm.is_main_rank()) debug.dump_model(run.model.layout(), run.model.download_params());
+    if (debug.dumps() && comm.is_main_rank())
+      run.start.family->write_model_file(debug.prepare_model_dump(), *run.model, run.model->download_params(),
+                                         /*fp32=*/true);
     return train_loop(run, log, debug, samples.get());
   } catch (const std::exception& error) {
     log.record_failure(error.what());

@@ -14,19 +14,20 @@ else()
   endif()
 endif()
 
-# The device model (gpt2, device arena, run info) and the optimizer (zero) are compiled once per target
-# and precision, as static libraries shared by the programs and the tests: nvcc compiles for two
-# architectures and these sources include every kernel, so compiling them once each keeps the build short.
+# The device models (gpt2, speedrun_model, device arena, run info, the trainer's model families) and the
+# optimizer (zero) are compiled once per target and precision, as static libraries shared by the programs
+# and the tests: nvcc compiles for two architectures and these sources include every kernel, so compiling
+# them once each keeps the build short.
 # The KV-cache decoder (llmc/generate/) reads the same parameters, so it lives here too: the trainer's
 # samples and ./generate_gpt2 both use it.
 set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2.cu llmc/model/speedrun_model.cu llmc/model/device_arena.cu
-    llmc/train/run_info.cu llmc/generate/gpt2_decoder.cu)
+    llmc/train/run_info.cu llmc/train/model_family.cu llmc/generate/gpt2_decoder.cu)
 set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu)
 set(LLMC_TRAINER_LIBS llmc_train_utils llmc_train_samples llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
 foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(core_sources llmc_model_core_${precision}_emu ${LLMC_MODEL_CORE_SOURCES})
   add_library(llmc_model_core_${precision}_emu STATIC ${core_sources})
-  target_link_libraries(llmc_model_core_${precision}_emu PUBLIC llmc_emu llmc_model)
+  target_link_libraries(llmc_model_core_${precision}_emu PUBLIC llmc_emu llmc_model llmc_train_utils)
   llmc_emu_wrap_sources(optimizer_sources llmc_optimizer_${precision}_emu ${LLMC_OPTIMIZER_SOURCES})
   add_library(llmc_optimizer_${precision}_emu STATIC ${optimizer_sources})
   target_link_libraries(llmc_optimizer_${precision}_emu PUBLIC llmc_model_core_${precision}_emu llmc_comm_emu
@@ -34,7 +35,8 @@ foreach(precision IN ITEMS bf16 fp32)
   set(core_targets llmc_model_core_${precision}_emu llmc_optimizer_${precision}_emu)
   if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR LLMC_CUDA_FP32_TESTS))
     add_library(llmc_model_core_${precision}_cuda STATIC ${LLMC_MODEL_CORE_SOURCES})
-    target_link_libraries(llmc_model_core_${precision}_cuda PUBLIC llmc_flags llmc_model CUDA::cudart CUDA::cublasLt)
+    target_link_libraries(llmc_model_core_${precision}_cuda PUBLIC llmc_flags llmc_model llmc_train_utils CUDA::cudart
+                          CUDA::cublasLt)
     add_library(llmc_optimizer_${precision}_cuda STATIC ${LLMC_OPTIMIZER_SOURCES})
     target_link_libraries(llmc_optimizer_${precision}_cuda PUBLIC llmc_model_core_${precision}_cuda llmc_comm llmc_trace)
     set_target_properties(llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda

@@ -32,12 +32,12 @@ class GPT2 : public TrainableModel {
   cudaStream_t stream() const override { return stream_; }
   floatX* params() override { return params_; }
   floatX* grads() override { return grads_; }
-  size_t activation_bytes() const { return activation_bytes_; }
+  size_t activation_bytes() const override { return activation_bytes_; }
   // "embeddings", "layer 3", "lm_head+final_norm".
   std::string bucket_name(int bucket) const override;
 
   // Host <-> device copies of the whole parameter / gradient buffer (layout order, as float). Synchronous.
-  void upload_params(const std::vector<float>& host_params);
+  void upload_params(const std::vector<float>& host_params) override;
   std::vector<float> download_params() const override;
   std::vector<float> download_grads() const override;
 

@@ -44,7 +44,7 @@ class SpeedrunModel : public TrainableModel {
   cudaStream_t stream() const override { return stream_; }
   floatX* params() override { return params_; }
   floatX* grads() override { return grads_; }
-  size_t activation_bytes() const { return activation_bytes_; }
+  size_t activation_bytes() const override { return activation_bytes_; }
   // "embeddings", "block 3", "head".
   std::string bucket_name(int bucket) const override;
   // True when attention runs the fast kernel (bf16 build, head size 128), false for the simple path.
@@ -63,7 +63,7 @@ class SpeedrunModel : public TrainableModel {
   void download_rope_tables(std::vector<float>& cos_table, std::vector<float>& sin_table) const;
 
   // Host <-> device copies of the whole parameter / gradient buffer (layout order, as float). Synchronous.
-  void upload_params(const std::vector<float>& host_params);
+  void upload_params(const std::vector<float>& host_params) override;
   std::vector<float> download_params() const override;
   std::vector<float> download_grads() const override;
 

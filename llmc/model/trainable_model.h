@@ -1,5 +1,5 @@
-// What the training loop and the optimizer need from a model family (GPT-2 today; the speedrun model
-// of ARCHITECTURE.md "Phase 2" next): parameters and gradients in one bucketed buffer each (ParamLayout),
+// What the training loop and the optimizer need from a model family (GPT-2: llmc/model/gpt2.h; the
+// speedrun model of ARCHITECTURE.md "Phase 2": llmc/model/speedrun_model.h): parameters and gradients in one bucketed buffer each (ParamLayout),
 // and forward and backward passes that call a hook per bucket, so that the optimizer can start each
 // bucket's communication the moment its gradients are final and the next forward waits per bucket.
 // The loop in train_gpt2.cu sees only this; layers and kernels stay inside the family.
@@ -31,6 +31,8 @@ class TrainableModel {
   virtual cudaStream_t stream() const = 0;  // the compute stream every pass is enqueued on
   // What the backward computes just before `bucket` is final ("layer 3"), for traces.
   virtual std::string bucket_name(int bucket) const = 0;
+  // Device bytes of everything but the parameter and gradient buffers (activations, workspaces).
+  virtual size_t activation_bytes() const = 0;
 
   // Forward over one micro-batch (host token arrays). With targets, the per-position losses go to loss
   // slot `loss_slot`; with compute_dlogits the backward's starting gradient is prepared, scaled by dloss
@@ -42,7 +44,8 @@ class TrainableModel {
   virtual void backward(const int* inputs_host, bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) = 0;
   // Mean of the losses in slots [0, num_slots) (waits for the stream).
   virtual double mean_loss(int num_slots) const = 0;
-  // Host copies of the whole buffers (layout order, as float). Synchronous.
+  // Host <-> device copies of the whole buffers (layout order, as float). Synchronous.
+  virtual void upload_params(const std::vector<float>& host_params) = 0;
   virtual std::vector<float> download_params() const = 0;
   virtual std::vector<float> download_grads() const = 0;
 };

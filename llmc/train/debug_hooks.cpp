@@ -10,7 +10,6 @@
 
 #include "llmc/atomic_file.h"
 #include "llmc/file_io.h"
-#include "llmc/model/checkpoint.h"
 
 namespace llmc {
 
@@ -46,10 +45,9 @@ std::string DebugHooks::describe() const {
   return text;
 }
 
-void DebugHooks::dump_model(const GPT2Layout& layout, const std::vector<float>& params) const {
-  if (dump_dir_.empty()) return;
+std::string DebugHooks::prepare_model_dump() const {
   make_directories(dump_dir_, "dump directory");
-  write_checkpoint(dump_dir_ + "/model.bin", layout, params.data(), CheckpointDtype::kFp32);
+  return dump_dir_ + "/model.bin";
 }
 
 void DebugHooks::dump_step(const std::vector<int>& inputs, const std::vector<int>& targets, double loss,

@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/gpt2_layout.h"
-
 namespace llmc {
 
 class DebugHooks {
@@ -25,8 +23,9 @@ class DebugHooks {
 
   bool dumps() const { return !dump_dir_.empty(); }
   bool wants_dump(int step) const { return step == 1 && dumps(); }
-  // Before the first step: the parameters exactly as the model computes with them.
-  void dump_model(const GPT2Layout& layout, const std::vector<float>& params) const;
+  // Before the first step: creates the dump directory and returns the path of the model file the trainer
+  // writes there, in fp32, with the parameters exactly as the model computes with them.
+  std::string prepare_model_dump() const;
   // After step 1 (single micro-step): its batch, mean loss and gradients (layout order), and the build's
   // precision ("bf16", "fp32").
   void dump_step(const std::vector<int>& inputs, const std::vector<int>& targets, double loss,

@@ -75,8 +75,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--train-data", o.train_data, "Glob of training token shards")->capture_default_str();
   app.add_option("--val-data", o.val_data, "Glob of validation token shards")->capture_default_str();
   app.add_option("--model", o.model,
-                 "dN (GPT-2 shape with N layers; d12 = 124M), a test preset (tiny, small), or an llm.c model file "
-                 "to start from")->capture_default_str();
+                 "dN (GPT-2 shape with N layers; d12 = 124M), a GPT-2 test preset (tiny, small), speedrun (the "
+                 "modded-nanogpt 2025-10-31 record's model; -b 1) or its test preset speedrun-tiny, or a model file "
+                 "(llm.c GPT-2 or speedrun) to start from")->capture_default_str();
   app.add_option("--batch-size,-b", o.batch_size, "Micro-batch size B (sequences per rank per micro-step)")
       ->capture_default_str()->check(at_least(1));
   app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(at_least(1));

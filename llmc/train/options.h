@@ -13,7 +13,7 @@ struct TrainOptions {
   // data
   std::string train_data = "data/cache/fineweb10B/fineweb_train_*.bin";
   std::string val_data = "data/cache/fineweb10B/fineweb_val_*.bin";
-  // model: "dN" (d12 = GPT-2 124M), a preset ("tiny", "small") or an llm.c checkpoint file
+  // model: "dN" (d12 = GPT-2 124M), a preset ("tiny", "small", "speedrun", "speedrun-tiny") or a model file
   std::string model = "d12";
   // batch
   int batch_size = 4;                  // B: sequences per micro-step per rank

@@ -21,6 +21,8 @@ constexpr int kHeaderWords = 32;
 enum HeaderField {
   kMagic, kVersion, kStep, kRank, kWorldSize, kMaxSeqLen, kVocab, kPaddedVocab, kLayers, kHeads, kChannels,
   kEpoch, kShardOrderIndex, kBatchInShard, kTrainTimeMicros, kShardElements,
+  // The speedrun family (all 0 for GPT-2 and in older files).
+  kFamily, kSpeedrunVocab, kSpeedrunBlocks, kSpeedrunHeads, kSpeedrunHeadDim, kSpeedrunMaxSeqLen, kSpeedrunWindowBlock,
 };
 
 }  // namespace
@@ -74,6 +76,13 @@ void write_train_state(const std::string& path, const TrainState& s) {
   header[kBatchInShard] = s.train_position.batch_in_shard;
   header[kTrainTimeMicros] = static_cast<int64_t>(s.train_time_ms * 1000.0);
   header[kShardElements] = static_cast<int64_t>(s.master.size());
+  header[kFamily] = static_cast<int64_t>(s.family);
+  header[kSpeedrunVocab] = s.speedrun.vocab_size;
+  header[kSpeedrunBlocks] = s.speedrun.num_blocks;
+  header[kSpeedrunHeads] = s.speedrun.num_heads;
+  header[kSpeedrunHeadDim] = s.speedrun.head_dim;
+  header[kSpeedrunMaxSeqLen] = s.speedrun.max_seq_len;
+  header[kSpeedrunWindowBlock] = s.speedrun.window_block;
   AtomicFileWriter out(path);
   out.write(header, sizeof header);
   for (const std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v})
@@ -85,7 +94,12 @@ std::string resume_prefix(const std::string& resume, const std::string& output_d
   return resume == "latest" ? latest_checkpoint_prefix(output_dir) : resume;
 }
 
-TrainState read_resume_state(const std::string& prefix, int rank, int world_size, const GPT2Config& config) {
+std::string describe_state_model(const TrainState& state) {
+  return state.family == ModelFamilyId::kSpeedrun ? "speedrun " + describe_speedrun_config(state.speedrun)
+                                                  : describe_config(state.config);
+}
+
+TrainState read_resume_state(const std::string& prefix, int rank, int world_size, const std::string& model) {
   const std::string path = checkpoint_state_path(prefix, rank);
   // A checkpoint of another world size has more or fewer state files: say so on whichever rank notices
   // first, rather than "cannot open" on one rank and a world-size mismatch on another.
@@ -99,9 +113,8 @@ TrainState read_resume_state(const std::string& prefix, int rank, int world_size
     throw FileError(path, "checkpoint was written by " + std::to_string(state.world_size) + " ranks, this run has " +
                               std::to_string(world_size) +
                               " (resharding is not supported: resume with the same number of ranks)");
-  if (describe_config(state.config) != describe_config(config))
-    throw FileError(path, "optimizer state is for " + describe_config(state.config) + ", the model file is " +
-                              describe_config(config));
+  if (describe_state_model(state) != model)
+    throw FileError(path, "optimizer state is for " + describe_state_model(state) + ", the model file is " + model);
   return state;
 }
 
@@ -120,6 +133,16 @@ TrainState read_train_state(const std::string& path) {
   s.config = GPT2Config{static_cast<int>(header[kMaxSeqLen]), static_cast<int>(header[kVocab]),
                         static_cast<int>(header[kPaddedVocab]), static_cast<int>(header[kLayers]),
                         static_cast<int>(header[kHeads]), static_cast<int>(header[kChannels])};
+  if (header[kFamily] != static_cast<int64_t>(ModelFamilyId::kGPT2) &&
+      header[kFamily] != static_cast<int64_t>(ModelFamilyId::kSpeedrun))
+    throw FileError(path, "unknown model family " + std::to_string(header[kFamily]) + " in the optimizer state");
+  s.family = static_cast<ModelFamilyId>(header[kFamily]);
+  s.speedrun.vocab_size = static_cast<int>(header[kSpeedrunVocab]);
+  s.speedrun.num_blocks = static_cast<int>(header[kSpeedrunBlocks]);
+  s.speedrun.num_heads = static_cast<int>(header[kSpeedrunHeads]);
+  s.speedrun.head_dim = static_cast<int>(header[kSpeedrunHeadDim]);
+  s.speedrun.max_seq_len = static_cast<int>(header[kSpeedrunMaxSeqLen]);
+  s.speedrun.window_block = static_cast<int>(header[kSpeedrunWindowBlock]);
   s.train_position = DataLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard]};
   s.train_time_ms = header[kTrainTimeMicros] / 1000.0;
   const int64_t elements = header[kShardElements];

@@ -8,17 +8,23 @@
 
 #include "llmc/data/dataloader.h"
 #include "llmc/model/model_config.h"
+#include "llmc/model/speedrun_config.h"
 
 namespace llmc {
 
 constexpr int64_t kTrainStateMagic = 0x31545341544d4c4cLL;  // "LLMSTAT1" little-endian
 constexpr int64_t kTrainStateVersion = 1;
 
+// Which model family a state belongs to (a header word; 0 in files written before the speedrun family).
+enum class ModelFamilyId : int64_t { kGPT2 = 0, kSpeedrun = 1 };
+
 struct TrainState {
   int64_t step = 0;  // optimizer steps completed
   int rank = 0;
   int world_size = 1;
-  GPT2Config config;
+  ModelFamilyId family = ModelFamilyId::kGPT2;
+  GPT2Config config;          // the model, for GPT-2
+  SpeedrunConfig speedrun;    // the model, for the speedrun family
   DataLoaderPosition train_position;  // where the next training batch comes from
   double train_time_ms = 0;           // cumulative, so the log's train_time continues
   std::vector<float> master;          // this rank's shards of every bucket, concatenated in bucket order
@@ -42,9 +48,14 @@ TrainState read_train_state(const std::string& path);
 // checkpoint in `output_dir` ("" when there is none: the run starts fresh).
 std::string resume_prefix(const std::string& resume, const std::string& output_dir);
 
+// The model of a state as the log names it: describe_config() for GPT-2, "speedrun " +
+// describe_speedrun_config() for the speedrun family.
+std::string describe_state_model(const TrainState& state);
+
 // This rank's state of checkpoint `prefix`, checked against the run that resumes from it: the checkpoint
 // must have been written by `world_size` ranks (a file for this rank, none for rank `world_size`) for
-// the model `config`. Throws FileError naming the file and the mismatch (resharding is not supported).
-TrainState read_resume_state(const std::string& prefix, int rank, int world_size, const GPT2Config& config);
+// the model `model` (describe_state_model's words). Throws FileError naming the file and the mismatch
+// (resharding is not supported).
+TrainState read_resume_state(const std::string& prefix, int rank, int world_size, const std::string& model);
 
 }  // namespace llmc

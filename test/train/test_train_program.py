@@ -124,6 +124,37 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(sorted(val), [5, 10])
         self.assertLess(float(val[10]), float(val[5]))
 
+    def test_speedrun_model_trains_resumes_and_starts_from_its_file(self):
+        # speedrun-tiny: V=96, T<=64, one packed sequence per micro-step (-b 1). The AdamW ZeRO path trains it
+        # until the speedrun optimizers are wired in.
+        rng = np.random.default_rng(1)
+        write_shard(f"{self.tmp}/sr_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        data = ["--train-data", f"{self.tmp}/sr_train_*.bin", "-b", 1, "-t", 64, "--lr", "3e-3"]
+        args = data + ["--model", "speedrun-tiny", "--steps", 6, "--checkpoint-every", 3]
+        out_dir, log = self.train_run("speedrun", args)
+        self.assertIn("# model: speedrun V=96 L=12 H=2 D=16", log)
+        train = losses(log)
+        self.assertEqual(sorted(train), list(range(1, 7)))
+        # The zero-initialised head gives uniform logits: ln(96) at the first step (SPEEDRUN.md section 4).
+        self.assertAlmostEqual(float(train[1]), np.log(96), delta=1e-3)
+        self.assertLess(float(train[6]), float(train[1]))
+        resumed = f"{self.tmp}/speedrun_resumed"
+        os.makedirs(resumed)
+        for name in ("ckpt_000003_model.bin", "ckpt_000003_state_rank0.bin"):
+            shutil.copy(f"{out_dir}/{name}", resumed)
+        _, resumed_log = self.train_run("speedrun_resumed", args + ["--resume", "latest"])
+        self.assertEqual(losses(resumed_log), {s: l for s, l in train.items() if s > 3})
+        self.assertEqual(read(f"{resumed}/ckpt_000006_model.bin"), read(f"{out_dir}/ckpt_000006_model.bin"))
+        model_file = f"{out_dir}/ckpt_000006_model.bin"
+        started = run(data + ["--steps", 1, "--model", model_file])
+        self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
+        self.assertIn(f"from {model_file}", started.stdout)
+        truncated = f"{self.tmp}/speedrun_truncated.bin"
+        with open(truncated, "wb") as handle:
+            handle.write(read(model_file)[:-10])
+        self.expect_failure(data + ["--steps", 1, "--model", truncated], re.escape(truncated), r"truncated model file")
+        self.expect_failure(data[:2] + ["--model", "speedrun-tiny", "-b", 2, "-t", 64, "--steps", 1], r"--batch-size 2")
+
     def test_output_directory_and_its_parents_are_created(self):
         out_dir = f"{self.tmp}/not/there/yet"
         result = run(self.tiny_args + ["--steps", 1, "-o", out_dir])

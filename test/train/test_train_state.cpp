@@ -51,6 +51,33 @@ TEST_F(StateFiles, RoundTripIsExact) {
   EXPECT_EQ(r.adam_v, s.adam_v);
 }
 
+TEST_F(StateFiles, SpeedrunFamilyRoundTripsAndResumeChecksTheModel) {
+  const std::string dir = this->dir();
+  TrainState s;
+  s.world_size = 1;
+  s.family = ModelFamilyId::kSpeedrun;
+  s.speedrun = speedrun_config_from_name("speedrun-tiny");
+  s.master.assign(4, 1.0f), s.adam_m.assign(4, 0.0f), s.adam_v.assign(4, 0.0f);
+  const std::string prefix = checkpoint_prefix(dir, 7);
+  write_train_state(checkpoint_state_path(prefix, 0), s);
+  const TrainState r = read_train_state(checkpoint_state_path(prefix, 0));
+  EXPECT_EQ(r.family, ModelFamilyId::kSpeedrun);
+  EXPECT_EQ(describe_state_model(r), "speedrun " + describe_speedrun_config(s.speedrun));
+  EXPECT_EQ(describe_state_model(r), describe_state_model(s));
+  EXPECT_NO_THROW(read_resume_state(prefix, 0, 1, describe_state_model(s)));
+  // A GPT-2 run cannot resume a speedrun state (and the other way round): the message names both models.
+  TrainState gpt2;
+  gpt2.config = config_from_name("tiny");
+  try {
+    read_resume_state(prefix, 0, 1, describe_state_model(gpt2));
+    FAIL() << "resumed a speedrun state as GPT-2";
+  } catch (const std::runtime_error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("optimizer state is for speedrun V=96"), std::string::npos) << message;
+    EXPECT_NE(message.find(describe_config(gpt2.config)), std::string::npos) << message;
+  }
+}
+
 TEST_F(StateFiles, BadFilesAreNamed) {
   const std::string dir = this->dir();
   auto expect_error = [](const std::string& path, const std::string& needle) {
