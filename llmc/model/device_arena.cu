@@ -20,9 +20,14 @@ DeviceArena::~DeviceArena() {
   if (base_ != nullptr) CUDA_REPORT(cudaFree(base_));
 }
 
+size_t DeviceArena::requested_bytes() const {
+  size_t total = 0;
+  for (const Request& r : requests_) total += (r.bytes + kAlignment - 1) / kAlignment * kAlignment;
+  return total;
+}
+
 void DeviceArena::allocate(const std::string& what) {
-  total_bytes_ = 0;
-  for (const Request& r : requests_) total_bytes_ += (r.bytes + kAlignment - 1) / kAlignment * kAlignment;
+  total_bytes_ = requested_bytes();
   const cudaError_t status = cudaMalloc(&base_, total_bytes_);
   if (status != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free allocation error before asking for the free memory

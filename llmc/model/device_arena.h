@@ -25,6 +25,8 @@ class DeviceArena {
   // bytes free when the device has too little memory.
   void allocate(const std::string& what);
   size_t bytes() const { return total_bytes_; }
+  // What allocate() will ask for (alignment included), without allocating: for memory plans.
+  size_t requested_bytes() const;
 
  private:
   struct Request {

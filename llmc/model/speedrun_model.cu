@@ -46,8 +46,9 @@ MixCoefficient identity(int index) { return MixCoefficient{MixScalar::kIdentity,
 
 }  // namespace
 
-// Everything the passes keep for one sequence of T tokens, plus the backward's workspaces.
-struct SpeedrunModel::Activations {
+// The device buffers of one sequence of T tokens (the forward's activations, the backward's workspaces),
+// all carved from one arena.
+struct SpeedrunModel::Buffers {
   struct Block {
     floatX* x_in = nullptr;   // the stream entering the lambda mix (own buffer after a skip add, else an alias)
     floatX* x_mix = nullptr;  // lambda_0 x_in + lambda_1 x0
@@ -56,55 +57,52 @@ struct SpeedrunModel::Activations {
     floatX* x_attn = nullptr;  // x_mix + attention output (an alias of x_mix without attention)
     floatX *xn_mlp = nullptr, *h = nullptr, *act = nullptr;
     float* rstd_mlp = nullptr;
-    floatX* x_out = nullptr;  // the block's output (an alias of x_attn without MLP)
+    floatX* x_out = nullptr;   // the block's output (an alias of x_attn without MLP)
     floatX* dextra = nullptr;  // gradient of x_out from its later readers (skip pop, backout), if any
   };
-  Activations(int T, const SpeedrunConfig& config) : embedding_plan(T, config.vocab_size, config.channels()) {}
-
-  DeviceArena arena;
   std::vector<Block> blocks;
   std::vector<int> popped_from;  // [block]: the block whose output it pops from the U-net stack, or -1
   floatX *embed_out, *ve[kSpeedrunValueEmbeds], *smeared, *x0, *x_final, *xf, *z;
   float *rstd0, *rstd_f, *losses;
   int *inputs, *targets, *cu_seqlens;
   floatX *rope_cos, *rope_sin;
-  float* rope_freq;              // D/2 fp32
-  float *scalars, *dscalars;     // fp32 copies of the scalar vector and its gradient
+  float* rope_freq;                    // D/2 fp32
+  float *scalars, *dscalars;           // fp32 copies of the scalar vector and its gradient
   int* plans[2] = {nullptr, nullptr};  // window attention plans: short, long window
-  // Pinned staging of the host arrays (inputs, targets, cu_seqlens), refilled only after its last upload.
-  int* staging = nullptr;
-  cudaEvent_t staging_free = nullptr;
   // Backward: the stream gradient dx, (T, 4C) and (T, 3C) scratch, two (T, C) scratch, dx0, dve.
   floatX *dx, *dwide, *dqkv, *dnarrow, *dnarrow2, *dx0, *dve[kSpeedrunValueEmbeds];
   float *reduction_scratch, *attention_delta;
   size_t reduction_scratch_floats = 0;
+
+  // Registers every buffer (and the parameter and gradient buffers) with `arena`; the pointers are set by
+  // arena.allocate(). Aliases are set by set_aliases() after the allocation.
+  void request(DeviceArena& arena, floatX** params, floatX** grads, const SpeedrunLayout& layout, int T,
+               int loss_slots);
+  void set_aliases(const SpeedrunLayout& layout);
+};
+
+// Buffers plus what else a pass needs: the pinned staging of the host arrays (refilled only after its
+// last upload), the GEMM context and the embedding backward's plan.
+struct SpeedrunModel::Activations : Buffers {
+  Activations(int T, const SpeedrunConfig& config) : embedding_plan(T, config.vocab_size, config.channels()) {}
+  DeviceArena arena;
+  int* staging = nullptr;
+  cudaEvent_t staging_free = nullptr;
   MatmulContext matmul;
   EmbeddingBackwardPlan embedding_plan;
 };
 
-SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int seq_len, int loss_slots,
-                             cudaStream_t stream, int bos_token)
-    : layout_(make_speedrun_layout(config, world_size)),
-      seq_len_(seq_len),
-      loss_slots_(loss_slots),
-      bos_token_(bos_token),
-      stream_(stream),
-      yarn_(config.head_dim) {
-  if (seq_len < 1 || seq_len > config.max_seq_len)
-    throw std::invalid_argument("speedrun model: sequence length " + std::to_string(seq_len) + " outside [1, " +
-                                std::to_string(config.max_seq_len) + "] (the model's maximum)");
-  if (loss_slots < 1) throw std::invalid_argument("speedrun model: loss_slots must be positive");
+void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX** grads, const SpeedrunLayout& layout,
+                                     int seq_len, int loss_slots) {
+  const SpeedrunConfig& config = layout.config;
   const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
                V = static_cast<size_t>(config.vocab_size), H = static_cast<size_t>(config.num_heads);
-  acts_ = std::make_unique<Activations>(seq_len, config);
-  Activations& a = *acts_;
-  DeviceArena& arena = a.arena;
-  arena.request(&params_, layout_.total_size);
-  arena.request(&grads_, layout_.total_size);
-  a.blocks.resize(static_cast<size_t>(config.num_blocks));
+  arena.request(params, layout.total_size);
+  arena.request(grads, layout.total_size);
+  blocks.assign(static_cast<size_t>(config.num_blocks), Block{});
   for (int i = 1; i < config.num_blocks; i++) {
-    const SpeedrunBlock& role = layout_.structure.blocks[static_cast<size_t>(i)];
-    Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+    const SpeedrunBlock& role = layout.structure.blocks[static_cast<size_t>(i)];
+    Block& b = blocks[static_cast<size_t>(i)];
     if (role.pop_skip >= 0) arena.request(&b.x_in, T * C);
     arena.request(&b.x_mix, T * C);
     if (role.attention) {
@@ -122,61 +120,100 @@ SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int s
       arena.request(&b.act, 4 * T * C);
       arena.request(&b.x_out, T * C);
     }
-    if (role.push_skip || i == layout_.structure.backout_block) arena.request(&b.dextra, T * C);
+    if (role.push_skip || i == layout.structure.backout_block) arena.request(&b.dextra, T * C);
   }
-  for (floatX** buffer : {&a.embed_out, &a.smeared, &a.x0, &a.x_final, &a.xf}) arena.request(buffer, T * C);
-  for (floatX*& table : a.ve) arena.request(&table, T * C);
-  arena.request(&a.z, T * V);
-  arena.request(&a.rstd0, T);
-  arena.request(&a.rstd_f, T);
-  arena.request(&a.losses, T * static_cast<size_t>(loss_slots));
-  arena.request(&a.inputs, T);
-  arena.request(&a.targets, T);
-  arena.request(&a.cu_seqlens, T + 1);
-  arena.request(&a.rope_cos, T * config.head_dim / 2);
-  arena.request(&a.rope_sin, T * config.head_dim / 2);
-  arena.request(&a.rope_freq, static_cast<size_t>(config.head_dim / 2));
-  const size_t num_scalars = layout_.tensor(SpeedrunTensor::kScalars).numel;
-  arena.request(&a.scalars, num_scalars);
-  arena.request(&a.dscalars, num_scalars);
+  for (floatX** buffer : {&embed_out, &smeared, &x0, &x_final, &xf}) arena.request(buffer, T * C);
+  for (floatX*& table : ve) arena.request(&table, T * C);
+  arena.request(&z, T * V);
+  arena.request(&rstd0, T);
+  arena.request(&rstd_f, T);
+  arena.request(&losses, T * static_cast<size_t>(loss_slots));
+  arena.request(&inputs, T);
+  arena.request(&targets, T);
+  arena.request(&cu_seqlens, T + 1);
+  arena.request(&rope_cos, T * config.head_dim / 2);
+  arena.request(&rope_sin, T * config.head_dim / 2);
+  arena.request(&rope_freq, static_cast<size_t>(config.head_dim / 2));
+  const size_t num_scalars = layout.tensor(SpeedrunTensor::kScalars).numel;
+  arena.request(&scalars, num_scalars);
+  arena.request(&dscalars, num_scalars);
 #if !defined(LLMC_FP32)
   if (window_attention_kernel_fits(config))
-    for (int*& plan : a.plans) arena.request(&plan, window_attention::plan_ints(seq_len));
+    for (int*& plan : plans) arena.request(&plan, window_attention::plan_ints(seq_len));
 #endif
-  for (floatX** buffer : {&a.dx, &a.dnarrow, &a.dnarrow2, &a.dx0}) arena.request(buffer, T * C);
-  for (floatX*& table : a.dve) arena.request(&table, T * C);
-  arena.request(&a.dwide, 4 * T * C);
-  arena.request(&a.dqkv, 3 * T * C);
-  a.reduction_scratch_floats = std::max({mix_backward_scratch_floats(seq_len, config.channels()),
-                                         smear_backward_scratch_floats(seq_len),
-                                         attention_gate_backward_scratch_floats(seq_len, config.num_heads)});
-  arena.request(&a.reduction_scratch, a.reduction_scratch_floats);
-  arena.request(&a.attention_delta, H * T);
-  arena.allocate("the speedrun model (parameters, gradients, activations for T=" + std::to_string(seq_len) + ")");
-  // The embedding backward's sorted positions and per-chunk partials live outside the arena.
-  const size_t chunks = (T + kEmbeddingChunk - 1) / kEmbeddingChunk;
-  activation_bytes_ = arena.bytes() - 2 * layout_.total_size * sizeof(floatX) +
-                      (2 * T + 3 * chunks) * sizeof(int) + kEmbeddingMaxTables * 2 * chunks * C * sizeof(float);
+  for (floatX** buffer : {&dx, &dnarrow, &dnarrow2, &dx0}) arena.request(buffer, T * C);
+  for (floatX*& table : dve) arena.request(&table, T * C);
+  arena.request(&dwide, 4 * T * C);
+  arena.request(&dqkv, 3 * T * C);
+  reduction_scratch_floats = std::max({mix_backward_scratch_floats(seq_len, config.channels()),
+                                       smear_backward_scratch_floats(seq_len),
+                                       attention_gate_backward_scratch_floats(seq_len, config.num_heads)});
+  arena.request(&reduction_scratch, reduction_scratch_floats);
+  arena.request(&attention_delta, H * T);
+}
 
-  // Aliases: a block without a skip add mixes the previous output (x0 for block 1); without attention
-  // the MLP reads x_mix; without an MLP the output is x_attn. The U-net stack pairs pops with pushes.
-  floatX* previous = a.x0;
+// A block without a skip add mixes the previous output (x0 for block 1); without attention the MLP reads
+// x_mix; without an MLP the output is x_attn. The U-net stack pairs pops with pushes.
+void SpeedrunModel::Buffers::set_aliases(const SpeedrunLayout& layout) {
+  floatX* previous = x0;
   std::vector<int> stack;
-  a.popped_from.assign(static_cast<size_t>(config.num_blocks), -1);
-  for (int i = 1; i < config.num_blocks; i++) {
-    const SpeedrunBlock& role = layout_.structure.blocks[static_cast<size_t>(i)];
-    Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+  popped_from.assign(layout.structure.blocks.size(), -1);
+  for (size_t i = 1; i < layout.structure.blocks.size(); i++) {
+    const SpeedrunBlock& role = layout.structure.blocks[i];
+    Block& b = blocks[i];
     if (role.pop_skip >= 0) {
-      a.popped_from[static_cast<size_t>(i)] = stack.back();
+      popped_from[i] = stack.back();
       stack.pop_back();
     }
-    if (role.push_skip) stack.push_back(i);
+    if (role.push_skip) stack.push_back(static_cast<int>(i));
     if (role.pop_skip < 0) b.x_in = previous;
     if (!role.attention) b.x_attn = b.x_mix;
     if (!role.mlp) b.x_out = b.x_attn;
     previous = b.x_out;
   }
-  CUDA_CHECK(cudaMallocHost(&a.staging, (3 * T + 1) * sizeof(int)));
+}
+
+namespace {
+
+// Device bytes outside the arena: the embedding backward's sorted positions and per-chunk partials.
+size_t embedding_plan_bytes(int seq_len, int channels) {
+  const size_t chunks = (static_cast<size_t>(seq_len) + kEmbeddingChunk - 1) / kEmbeddingChunk;
+  return (2 * static_cast<size_t>(seq_len) + 3 * chunks) * sizeof(int) +
+         kEmbeddingMaxTables * 2 * chunks * static_cast<size_t>(channels) * sizeof(float);
+}
+
+}  // namespace
+
+size_t SpeedrunModel::planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots) {
+  const SpeedrunLayout layout = make_speedrun_layout(config, 1);
+  DeviceArena arena;
+  Buffers buffers;
+  floatX *params = nullptr, *grads = nullptr;
+  buffers.request(arena, &params, &grads, layout, seq_len, loss_slots);
+  return arena.requested_bytes() - 2 * layout.total_size * sizeof(floatX) +
+         embedding_plan_bytes(seq_len, config.channels());
+}
+
+SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int seq_len, int loss_slots,
+                             cudaStream_t stream, int bos_token)
+    : layout_(make_speedrun_layout(config, world_size)),
+      seq_len_(seq_len),
+      loss_slots_(loss_slots),
+      bos_token_(bos_token),
+      stream_(stream),
+      yarn_(config.head_dim) {
+  if (seq_len < 1 || seq_len > config.max_seq_len)
+    throw std::invalid_argument("speedrun model: sequence length " + std::to_string(seq_len) + " outside [1, " +
+                                std::to_string(config.max_seq_len) + "] (the model's maximum)");
+  if (loss_slots < 1) throw std::invalid_argument("speedrun model: loss_slots must be positive");
+  acts_ = std::make_unique<Activations>(seq_len, config);
+  Activations& a = *acts_;
+  a.request(a.arena, &params_, &grads_, layout_, seq_len, loss_slots);
+  a.arena.allocate("the speedrun model (parameters, gradients, activations for T=" + std::to_string(seq_len) + ")");
+  activation_bytes_ = a.arena.bytes() - 2 * layout_.total_size * sizeof(floatX) +
+                      embedding_plan_bytes(seq_len, config.channels());
+  a.set_aliases(layout_);
+  CUDA_CHECK(cudaMallocHost(&a.staging, (3 * static_cast<size_t>(seq_len) + 1) * sizeof(int)));
   CUDA_CHECK(cudaEventCreateWithFlags(&a.staging_free, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
@@ -342,7 +379,7 @@ void SpeedrunModel::forward(const int* inputs_host, const int* targets_host, int
 
 void SpeedrunModel::block_forward(int i) {
   Activations& a = *acts_;
-  Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+  Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const SpeedrunBlock& role = layout_.structure.blocks[static_cast<size_t>(i)];
   const SpeedrunScalarIndex index{layout_.config.num_blocks};
   const int T = seq_len_, C = layout_.config.channels();
@@ -360,7 +397,7 @@ void SpeedrunModel::block_forward(int i) {
 
 void SpeedrunModel::attention_forward(int i) {
   Activations& a = *acts_;
-  Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+  Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const SpeedrunConfig& cfg = layout_.config;
   const SpeedrunScalarIndex index{cfg.num_blocks};
   const int T = seq_len_, C = cfg.channels(), H = cfg.num_heads, D = cfg.head_dim;
@@ -384,7 +421,7 @@ void SpeedrunModel::attention_forward(int i) {
 
 void SpeedrunModel::attention_kernel_forward(int i) {
   Activations& a = *acts_;
-  Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+  Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const SpeedrunConfig& cfg = layout_.config;
   const int C = cfg.channels();
   const bool long_window = layout_.structure.blocks[static_cast<size_t>(i)].long_window;
@@ -404,7 +441,7 @@ void SpeedrunModel::attention_kernel_forward(int i) {
 
 void SpeedrunModel::mlp_forward(int i) {
   Activations& a = *acts_;
-  Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+  Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const int T = seq_len_, C = layout_.config.channels();
   rmsnorm_forward(b.xn_mlp, b.rstd_mlp, b.x_attn, T, C, stream_);
   GemmArgs fc;  // h (T, 4C) = xn W_fc, W_fc stored (in, out)
@@ -453,7 +490,7 @@ void SpeedrunModel::backward(const int* inputs_host, bool first_micro_step, cons
   CUDA_CHECK(cudaMemsetAsync(a.dscalars, 0, layout_.tensor(SpeedrunTensor::kScalars).numel * sizeof(float), stream_));
   CUDA_CHECK(cudaMemsetAsync(a.dx0, 0, TC * sizeof(floatX), stream_));
   for (floatX* table : a.dve) CUDA_CHECK(cudaMemsetAsync(table, 0, TC * sizeof(floatX), stream_));
-  for (const Activations::Block& b : a.blocks)
+  for (const Buffers::Block& b : a.blocks)
     if (b.dextra != nullptr) CUDA_CHECK(cudaMemsetAsync(b.dextra, 0, TC * sizeof(floatX), stream_));
   a.embedding_plan.prepare(inputs_host, seq_len_, stream_);
 
@@ -487,7 +524,7 @@ void SpeedrunModel::head_backward() {
   rmsnorm_backward(a.dx, a.dnarrow, a.x_final, a.rstd_f, T, C, /*accumulate=*/false, stream_);
   // x_final = x_out[L-1] - backout * x_out[backout block]: dx stays for the last block.
   const floatX* last = a.blocks[static_cast<size_t>(cfg.num_blocks - 1)].x_out;
-  Activations::Block& kept = a.blocks[static_cast<size_t>(layout_.structure.backout_block)];
+  Buffers::Block& kept = a.blocks[static_cast<size_t>(layout_.structure.backout_block)];
   mix_backward(Rows{nullptr, C}, false, Rows{kept.dextra, C}, true, a.dscalars, ConstRows{a.dx, C}, ConstRows{last, C},
                ConstRows{kept.x_out, C}, a.scalars, one(), MixCoefficient{MixScalar::kNegated, index.backout_lambda()},
                T, C, a.reduction_scratch, a.reduction_scratch_floats, stream_);
@@ -496,7 +533,7 @@ void SpeedrunModel::head_backward() {
 // a.dx holds the gradient of block i's output from the blocks after it; leaves that of its input stream.
 void SpeedrunModel::block_backward(int i) {
   Activations& a = *acts_;
-  Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+  Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const SpeedrunBlock& role = layout_.structure.blocks[static_cast<size_t>(i)];
   const SpeedrunScalarIndex index{layout_.config.num_blocks};
   const int T = seq_len_, C = layout_.config.channels();
@@ -510,7 +547,7 @@ void SpeedrunModel::block_backward(int i) {
                C, a.reduction_scratch, a.reduction_scratch_floats, stream_);
   if (role.pop_skip >= 0) {  // x_in = previous + sigmoid(skip_w) * x_out[paired block]
     const floatX* previous = i == 1 ? a.x0 : a.blocks[static_cast<size_t>(i - 1)].x_out;
-    Activations::Block& source = a.blocks[static_cast<size_t>(a.popped_from[static_cast<size_t>(i)])];
+    Buffers::Block& source = a.blocks[static_cast<size_t>(a.popped_from[static_cast<size_t>(i)])];
     mix_backward(Rows{nullptr, C}, false, Rows{source.dextra, C}, true, a.dscalars, ConstRows{a.dx, C},
                  ConstRows{previous, C}, ConstRows{source.x_out, C}, a.scalars, one(),
                  MixCoefficient{MixScalar::kSigmoid, index.skip_weight(role.pop_skip)}, T, C, a.reduction_scratch,
@@ -520,7 +557,7 @@ void SpeedrunModel::block_backward(int i) {
 
 void SpeedrunModel::mlp_backward(int i) {
   Activations& a = *acts_;
-  Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+  Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const int T = seq_len_, C = layout_.config.channels();
   GemmArgs dact;  // d relu(h)^2 (T, 4C) = dx W_proj
   dact.d = a.dwide, dact.a = a.dx, dact.b = param(SpeedrunTensor::kProj, i), dact.m = T, dact.n = 4 * C, dact.k = C;
@@ -543,7 +580,7 @@ void SpeedrunModel::mlp_backward(int i) {
 
 void SpeedrunModel::attention_backward(int i) {
   Activations& a = *acts_;
-  Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+  Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const SpeedrunConfig& cfg = layout_.config;
   const SpeedrunScalarIndex index{cfg.num_blocks};
   const int T = seq_len_, C = cfg.channels(), H = cfg.num_heads, D = cfg.head_dim;
@@ -583,7 +620,7 @@ void SpeedrunModel::attention_backward(int i) {
 // dy (in a.dnarrow) -> dq, dk, dv into a.dqkv (stride 3C).
 void SpeedrunModel::attention_kernel_backward(int i) {
   Activations& a = *acts_;
-  Activations::Block& b = a.blocks[static_cast<size_t>(i)];
+  Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const SpeedrunConfig& cfg = layout_.config;
   const int C = cfg.channels();
   const bool long_window = layout_.structure.blocks[static_cast<size_t>(i)].long_window;

@@ -45,6 +45,8 @@ class SpeedrunModel : public TrainableModel {
   floatX* params() override { return params_; }
   floatX* grads() override { return grads_; }
   size_t activation_bytes() const override { return activation_bytes_; }
+  // What activation_bytes() will be for a model of this shape, without allocating anything.
+  static size_t planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots);
   // "embeddings", "block 3", "head".
   std::string bucket_name(int bucket) const override;
   // True when attention runs the fast kernel (bf16 build, head size 128), false for the simple path.
@@ -76,6 +78,7 @@ class SpeedrunModel : public TrainableModel {
   double mean_loss(int num_slots) const override;
 
  private:
+  struct Buffers;
   struct Activations;
   floatX* param(SpeedrunTensor kind, int block = -1) { return params_ + layout_.tensor(kind, block).offset; }
   floatX* grad(SpeedrunTensor kind, int block = -1) { return grads_ + layout_.tensor(kind, block).offset; }

@@ -277,6 +277,24 @@ TEST_F(SpeedrunModelTest, FreshModelLossIsLnVAndOnlyTheHeadHasGradients) {
   }
 }
 
+// The plan is what the constructor allocates; at the record's shapes (T = 32,768 tokens per rank, the
+// number the log header prints for --model speedrun -t 32768) it must leave an 80 GiB H100 room to spare
+// for parameters, gradients and optimizer state (the reference needs ~29 GiB in all): at most half of it.
+TEST_F(SpeedrunModelTest, PlannedActivationBytesAreWhatTheModelAllocates) {
+  for (const SpeedrunConfig& config : {speedrun_config_from_name("speedrun-tiny"), [] {
+         SpeedrunConfig c = speedrun_config_from_name("speedrun-tiny");
+         c.num_blocks = 8, c.num_heads = 1, c.head_dim = 128;
+         return c;
+       }()}) {
+    SpeedrunModel model(config, 1, 48, 3, stream);
+    EXPECT_EQ(model.activation_bytes(), SpeedrunModel::planned_activation_bytes(config, 48, 3));
+  }
+  const size_t record = SpeedrunModel::planned_activation_bytes(speedrun_config_from_name("speedrun"), 32768, 1);
+  std::printf("  activation memory of --model speedrun at T=32768 (%s): %.2f GiB\n", kFp32 ? "fp32" : "bf16",
+              static_cast<double>(record) / (1 << 30));
+  EXPECT_LT(static_cast<double>(record), 40.0 * (1 << 30));
+}
+
 TEST_F(SpeedrunModelTest, RejectsBadShapesAndTokens) {
   const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
   EXPECT_THROW(SpeedrunModel(config, 1, config.max_seq_len + 1, 1, stream), std::invalid_argument);
