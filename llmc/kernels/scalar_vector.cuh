@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/precision.h"
 
 namespace llmc {
@@ -21,7 +22,7 @@ __global__ void scalars_to_fp32_kernel(float* out, const Tx* in, int n) {
 template <typename Tx>
 __global__ void add_fp32_grads_kernel(Tx* grads, const float* addend, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) grads[i] = from_float<Tx>(to_float(grads[i]) + addend[i]);
+  if (i < n) grads[i] = from_float<Tx>(LLMC_MUTANT("scalar_vector.overwrite", to_float(grads[i]), 0.0f) + addend[i]);
 }
 
 // out[i] = float(in[i]) for i < n.

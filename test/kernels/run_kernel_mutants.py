@@ -28,6 +28,7 @@ MUTANTS = {
     "embedding.previous_token": "EmbeddingKernel.FourGathers*",        # gathers the previous token's rows
     "embedding.drop_first_partial": "EmbeddingKernel.ScatterAdd*",     # a crossing run loses its first chunk
     "simple_attention.window_plus_one": "SimpleAttentionKernel.*",     # the window admits one key too many
+    "scalar_vector.overwrite": "ScalarVectorKernel.*",                 # gradients overwritten, not added
 }
 
 

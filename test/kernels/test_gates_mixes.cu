@@ -1,6 +1,7 @@
 // Speedrun kernel tests against the double-precision reference: the smear gate, the attention output gate
 // and the scalar-weighted mixes (block lambdas, value-embedding lambdas, skips, backout), forward and
-// backward, with their scalar and gate-weight gradients reduced deterministically. Built for fp32 and bf16,
+// backward, with their scalar and gate-weight gradients reduced deterministically; the scalar vector's
+// fp32 copy and gradient add. Built for fp32 and bf16,
 // emulated and on a GPU.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 
 #include "llmc/kernels/attention_gate.cuh"
 #include "llmc/kernels/residual_mix.cuh"
+#include "llmc/kernels/scalar_vector.cuh"
 #include "llmc/kernels/smear_gate.cuh"
 #include "test/reference/reference_speedrun_ops.h"
 #include "test/support/gpu_test.h"
@@ -260,6 +262,30 @@ TEST(MixKernel, EveryModelMixMatchesReference) {
     }
     EXPECT_TRUE(bitwise_equal(scalar_runs[0], scalar_runs[1])) << "mix scalar gradients are not deterministic";
   }
+}
+
+// The scalar vector: widened exactly to fp32; fp32 gradients added into the floatX buffer with one rounding.
+TEST(ScalarVectorKernel, WidensExactlyAndAddsGradientsWithOneRounding) {
+  LLMC_REQUIRE_GPU();
+  std::mt19937 rng(515);
+  const int n = 70;  // not a multiple of the block
+  const std::vector<double> values = random_values(static_cast<size_t>(n), rng, -3.0, 3.0),
+                            grads = random_values(static_cast<size_t>(n), rng);
+  std::vector<double> addend(static_cast<size_t>(n));
+  std::uniform_real_distribution<double> distribution(-1.0, 1.0);
+  for (double& a : addend) a = static_cast<float>(distribution(rng));
+  DeviceBuffer<floatX> d_values(static_cast<size_t>(n)), d_grads(static_cast<size_t>(n));
+  DeviceBuffer<float> d_fp32(static_cast<size_t>(n)), d_addend(static_cast<size_t>(n));
+  d_values.upload(values);
+  d_grads.upload(grads);
+  d_addend.upload(addend);
+  llmc::scalars_to_fp32(d_fp32.get(), d_values.get(), n, nullptr);
+  llmc::add_fp32_grads(d_grads.get(), d_addend.get(), n, nullptr);
+  EXPECT_EQ(d_fp32.download(), values);
+  std::vector<double> expected(static_cast<size_t>(n));
+  for (int i = 0; i < n; i++)  // the fp32 sum of two fp32-exact values, then one rounding to floatX
+    expected[i] = llmc::to_float(llmc::from_float<floatX>(static_cast<float>(grads[i]) + static_cast<float>(addend[i])));
+  EXPECT_EQ(d_grads.download(), expected);
 }
 
 }  // namespace
