@@ -65,6 +65,16 @@ def read_model_params(path):
     return np.frombuffer(raw[1024:], dtype=np.float32)
 
 
+def read_speedrun_params(path):
+    """The parameters of an fp32 speedrun model file (llmc/model/speedrun_model_file.h, dtype 0), flat."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    header = np.frombuffer(raw[:1024], dtype=np.int32)
+    if header[0] != 20251031 or header[3] != 0:
+        raise ValueError(f"{path}: not an fp32 speedrun model file (header {header[:4]})")
+    return np.frombuffer(raw[1024:], dtype=np.float32)
+
+
 def read_state(path):
     """(header int64 words, master, m, v) of one rank's optimizer-state file."""
     with open(path, "rb") as f:
@@ -108,7 +118,10 @@ class Run:
         return os.path.join(self.output_dir, f"ckpt_{step:06d}")
 
     def final_params(self, step):
-        return read_model_params(self.checkpoint(step) + "_model.bin")
+        path = self.checkpoint(step) + "_model.bin"
+        with open(path, "rb") as f:
+            speedrun = np.frombuffer(f.read(4), dtype=np.int32)[0] == 20251031
+        return read_speedrun_params(path) if speedrun else read_model_params(path)
 
     def losses(self):
         return [float(self.steps[s][0]) for s in sorted(self.steps)]
