@@ -23,6 +23,7 @@
 #include "llmc/kernels/relu_squared.cuh"
 #include "llmc/kernels/residual_mix.cuh"
 #include "llmc/kernels/rmsnorm.cuh"
+#include "llmc/kernels/scalar_vector.cuh"
 #include "llmc/kernels/smear_gate.cuh"
 #include "llmc/kernels/softcap_cross_entropy.cuh"
 #include "llmc/precision.h"
@@ -77,6 +78,8 @@ std::vector<Row> model_rows(const Shape& s) {
       {"mix_backward (+ 2 scalar grads)", 27, 6 * TC * x, 6 * TC, {}},
       {"embedding_forward (4 tables)", 1, 8 * TC * x + 4 * T, 0, {}},
       {"embedding_backward (4 tables, bound)", 1, 12 * TC * x + 8 * T, 4 * TC, {}},
+      {"scalars_to_fp32 (64 scalars)", 1, 64 * (x + 4), 0, {}},
+      {"add_fp32_grads (64 scalars)", 1, 64 * (2 * x + 4), 64, {}},
   };
 }
 
@@ -170,6 +173,7 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
   float *rstd = a.make<float>(static_cast<size_t>(2) * T * H, 0.5f), *losses = a.make<float>(T),
         *freq = a.make<float>(D / 2, 0.5f);
   float *scalars = a.make<float>(64, 0.5f), *dscalars = a.make<float>(64, 0.0f);
+  floatX *scalar_params = a.make<floatX>(64, 0.5f), *scalar_grads = a.make<floatX>(64, 0.0f);
   const size_t scratch_floats =
       std::max({llmc::smear_backward_scratch_floats(T), llmc::attention_gate_backward_scratch_floats(T, H),
                 llmc::mix_backward_scratch_floats(T, C)});
@@ -215,6 +219,8 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
       },
       [=] { llmc::embedding_forward(gather, targets, T, C, stream); },
       [&w, scatter, C, stream] { llmc::embedding_backward(scatter, w.plan, C, stream); },
+      [=] { llmc::scalars_to_fp32(scalars, scalar_params, 64, stream); },
+      [=] { llmc::add_fp32_grads(scalar_grads, dscalars, 64, stream); },
   };
   if (w.head) {
     const std::vector<std::function<void()>> head_work = fp8_head_work(w, s, x, z, dx, stream);
