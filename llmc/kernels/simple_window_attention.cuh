@@ -33,8 +33,8 @@ struct Problem {
   int head_dim = 0;                 // D, 1..kMaxHeadDim
   const int* cu_seqlens = nullptr;  // device, num_docs + 1 entries
   int num_docs = 0;
-  int window = 0;                   // W >= 0
-  float scale = 0.0f;               // softmax scale
+  int window = 0;      // W >= 0
+  float scale = 0.0f;  // softmax scale
 };
 
 // The document [begin, end) holding position t: the last cu_seqlens entry <= t and the first > t.
@@ -45,8 +45,10 @@ __device__ __forceinline__ DocumentSpan document_of(const int* cu_seqlens, int n
   int low = 0, high = num_docs;  // cu[low] <= t < cu[high] holds throughout (cu[0] = 0, cu[num_docs] = T)
   while (high - low > 1) {
     const int middle = (low + high) / 2;
-    if (cu_seqlens[middle] <= t) low = middle;
-    else high = middle;
+    if (cu_seqlens[middle] <= t)
+      low = middle;
+    else
+      high = middle;
   }
   return DocumentSpan{cu_seqlens[low], cu_seqlens[high]};
 }
@@ -98,8 +100,8 @@ __global__ void delta_kernel(float* delta, const Tx* dout, const Tx* out, Proble
 
 // Thread (t, h): dq = scale * sum_j P_tj (dP_tj - delta_t) k_j over the keys the query attends.
 template <typename Tx>
-__global__ void dq_kernel(Tx* dq, int64_t dq_stride, const float* delta, const Tx* dout, const float* lse,
-                          const Tx* q, const Tx* k, const Tx* v, int64_t row_stride, Problem p) {
+__global__ void dq_kernel(Tx* dq, int64_t dq_stride, const float* delta, const Tx* dout, const float* lse, const Tx* q,
+                          const Tx* k, const Tx* v, int64_t row_stride, Problem p) {
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= p.T * p.heads) return;
   const int t = row / p.heads, h = row % p.heads, D = p.head_dim;
@@ -155,8 +157,8 @@ inline void check(const char* caller, const Problem& p, int64_t row_stride, int6
   auto require = [&](bool condition, const std::string& what) {
     if (!condition) throw std::invalid_argument(std::string(caller) + ": " + what);
   };
-  require(p.T >= 1 && p.heads >= 1, "T and heads must be positive (T " + std::to_string(p.T) + ", heads " +
-                                        std::to_string(p.heads) + ")");
+  require(p.T >= 1 && p.heads >= 1,
+          "T and heads must be positive (T " + std::to_string(p.T) + ", heads " + std::to_string(p.heads) + ")");
   require(p.head_dim >= 1 && p.head_dim <= kMaxHeadDim,
           "head_dim " + std::to_string(p.head_dim) + " outside 1.." + std::to_string(kMaxHeadDim));
   require(p.cu_seqlens != nullptr && p.num_docs >= 1, "needs cu_seqlens with num_docs >= 1");
@@ -182,9 +184,9 @@ inline void forward(floatX* out, float* lse, const floatX* q, const floatX* k, c
 
 // dq, dk, dv (overwritten; rows dqkv_stride apart) from dout and the forward's out and lse.
 // delta_scratch: heads * T floats.
-inline void backward(floatX* dq, floatX* dk, floatX* dv, int64_t dqkv_stride, float* delta_scratch,
-                     const floatX* dout, const floatX* out, const float* lse, const floatX* q, const floatX* k,
-                     const floatX* v, int64_t row_stride, const Problem& problem, cudaStream_t stream) {
+inline void backward(floatX* dq, floatX* dk, floatX* dv, int64_t dqkv_stride, float* delta_scratch, const floatX* dout,
+                     const floatX* out, const float* lse, const floatX* q, const floatX* k, const floatX* v,
+                     int64_t row_stride, const Problem& problem, cudaStream_t stream) {
   detail::check("simple_attention::backward", problem, row_stride, dqkv_stride);
   const dim3 grid(detail::grid(problem)), block(kThreads);
   LLMC_LAUNCH(delta_kernel<floatX>, grid, block, 0, stream, delta_scratch, dout, out, problem);

@@ -7,15 +7,24 @@ namespace llmc {
 
 const char* speedrun_tensor_name(SpeedrunTensor kind) {
   switch (kind) {
-    case SpeedrunTensor::kEmbed: return "embed";
-    case SpeedrunTensor::kValueEmbed: return "ve";
-    case SpeedrunTensor::kSmearGate: return "smear_gate";
-    case SpeedrunTensor::kScalars: return "scalars";
-    case SpeedrunTensor::kQkvo: return "qkvo";
-    case SpeedrunTensor::kAttnGate: return "attn_gate";
-    case SpeedrunTensor::kFc: return "fc";
-    case SpeedrunTensor::kProj: return "proj";
-    case SpeedrunTensor::kHead: return "head";
+    case SpeedrunTensor::kEmbed:
+      return "embed";
+    case SpeedrunTensor::kValueEmbed:
+      return "ve";
+    case SpeedrunTensor::kSmearGate:
+      return "smear_gate";
+    case SpeedrunTensor::kScalars:
+      return "scalars";
+    case SpeedrunTensor::kQkvo:
+      return "qkvo";
+    case SpeedrunTensor::kAttnGate:
+      return "attn_gate";
+    case SpeedrunTensor::kFc:
+      return "fc";
+    case SpeedrunTensor::kProj:
+      return "proj";
+    case SpeedrunTensor::kHead:
+      return "head";
   }
   return "?";
 }
@@ -38,13 +47,21 @@ TensorSpec speedrun_spec(SpeedrunTensor kind, int layer, const SpeedrunConfig& c
   switch (kind) {
     case SpeedrunTensor::kEmbed:
     case SpeedrunTensor::kValueEmbed:
-    case SpeedrunTensor::kHead: spec.shape = {V, C}; break;
-    case SpeedrunTensor::kSmearGate: spec.shape = {1, gate}; break;
+    case SpeedrunTensor::kHead:
+      spec.shape = {V, C};
+      break;
+    case SpeedrunTensor::kSmearGate:
+      spec.shape = {1, gate};
+      break;
     case SpeedrunTensor::kScalars:
       spec.shape = {static_cast<size_t>(SpeedrunScalarIndex{config.num_blocks}.count())};
       break;
-    case SpeedrunTensor::kAttnGate: spec.shape = {static_cast<size_t>(config.num_heads), gate}; break;
-    default: spec.shape = {C, 4 * C}; break;  // qkvo, fc, proj
+    case SpeedrunTensor::kAttnGate:
+      spec.shape = {static_cast<size_t>(config.num_heads), gate};
+      break;
+    default:
+      spec.shape = {C, 4 * C};
+      break;  // qkvo, fc, proj
   }
   const bool adam = kind == SpeedrunTensor::kEmbed || kind == SpeedrunTensor::kValueEmbed ||
                     kind == SpeedrunTensor::kHead || kind == SpeedrunTensor::kScalars;
@@ -61,11 +78,12 @@ TensorSpec speedrun_spec(SpeedrunTensor kind, int layer, const SpeedrunConfig& c
 
 const TensorView& SpeedrunLayout::tensor(SpeedrunTensor kind, int block) const {
   const int L = config.num_blocks;
-  const bool indexed = kind == SpeedrunTensor::kQkvo || kind == SpeedrunTensor::kAttnGate || kind == SpeedrunTensor::kFc ||
-                       kind == SpeedrunTensor::kProj || kind == SpeedrunTensor::kValueEmbed;
+  const bool indexed = kind == SpeedrunTensor::kQkvo || kind == SpeedrunTensor::kAttnGate ||
+                       kind == SpeedrunTensor::kFc || kind == SpeedrunTensor::kProj ||
+                       kind == SpeedrunTensor::kValueEmbed;
   if (!indexed) block = -1;
-  const int index = block >= -1 && block < L ? tensor_index_[static_cast<size_t>(static_cast<int>(kind) * (L + 1) + block + 1)]
-                                             : -1;
+  const int index =
+      block >= -1 && block < L ? tensor_index_[static_cast<size_t>(static_cast<int>(kind) * (L + 1) + block + 1)] : -1;
   if (index < 0)
     throw std::out_of_range(std::string("SpeedrunLayout::tensor: no ") + speedrun_tensor_name(kind) + " for block " +
                             std::to_string(block) + " in a model of " + std::to_string(L) + " blocks");
@@ -85,7 +103,8 @@ SpeedrunLayout make_speedrun_layout(const SpeedrunConfig& config, int world_size
   const int L = config.num_blocks;
   std::vector<std::vector<TensorSpec>> buckets(1);
   buckets[0].push_back(speedrun_spec(SpeedrunTensor::kEmbed, -1, config));
-  for (int k = 0; k < kSpeedrunValueEmbeds; k++) buckets[0].push_back(speedrun_spec(SpeedrunTensor::kValueEmbed, k, config));
+  for (int k = 0; k < kSpeedrunValueEmbeds; k++)
+    buckets[0].push_back(speedrun_spec(SpeedrunTensor::kValueEmbed, k, config));
   buckets[0].push_back(speedrun_spec(SpeedrunTensor::kSmearGate, -1, config));
   buckets[0].push_back(speedrun_spec(SpeedrunTensor::kScalars, -1, config));
   std::vector<int> block_bucket(static_cast<size_t>(L), -1);

@@ -15,15 +15,15 @@ namespace llmc {
 
 // The kinds of speedrun tensor (TensorView::kind), with shapes (C = H * D, V the vocabulary):
 enum class SpeedrunTensor {
-  kEmbed,        // [V, C] bf16, Adam
-  kValueEmbed,   // [V, C] bf16, Adam: ve0, ve1, ve2 (TensorView::layer = table index)
-  kSmearGate,    // [1, 12] bf16, Muon
-  kScalars,      // [SpeedrunScalarIndex::count()] fp32, Adam
-  kQkvo,         // [C, 4C] fp32, Muon: read as W_q, W_k, W_v, W_o, four stacked [C, C] (out, in)
-  kAttnGate,     // [H, 12] bf16, Muon
-  kFc,           // [C, 4C] fp32, Muon: (in, out)
-  kProj,         // [C, 4C] fp32, Muon: (out, in)
-  kHead,         // [V, C] bf16, Adam
+  kEmbed,       // [V, C] bf16, Adam
+  kValueEmbed,  // [V, C] bf16, Adam: ve0, ve1, ve2 (TensorView::layer = table index)
+  kSmearGate,   // [1, 12] bf16, Muon
+  kScalars,     // [SpeedrunScalarIndex::count()] fp32, Adam
+  kQkvo,        // [C, 4C] fp32, Muon: read as W_q, W_k, W_v, W_o, four stacked [C, C] (out, in)
+  kAttnGate,    // [H, 12] bf16, Muon
+  kFc,          // [C, 4C] fp32, Muon: (in, out)
+  kProj,        // [C, 4C] fp32, Muon: (out, in)
+  kHead,        // [V, C] bf16, Adam
 };
 const char* speedrun_tensor_name(SpeedrunTensor kind);  // "embed", "ve", "smear_gate", "qkvo", ...
 

@@ -1,8 +1,6 @@
 // The speedrun model's forward and backward on the device (see speedrun_model.h): the order of kernels
 // is SPEEDRUN.md section 1 read top to bottom (and bottom to top for the backward); kernels live in
 // llmc/kernels/, the double-precision oracle in test/reference/reference_speedrun.cpp.
-#include "llmc/model/speedrun_model.h"
-
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -19,6 +17,7 @@
 #include "llmc/kernels/simple_window_attention.cuh"
 #include "llmc/kernels/smear_gate.cuh"
 #include "llmc/kernels/softcap_cross_entropy.cuh"
+#include "llmc/model/speedrun_model.h"
 #if !defined(LLMC_FP32)
 #include "llmc/kernels/window_attention.cuh"
 #endif
@@ -145,9 +144,9 @@ void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX
   for (floatX*& table : dve) arena.request(&table, T * C);
   arena.request(&dwide, 4 * T * C);
   arena.request(&dqkv, 3 * T * C);
-  reduction_scratch_floats = std::max({mix_backward_scratch_floats(seq_len, config.channels()),
-                                       smear_backward_scratch_floats(seq_len),
-                                       attention_gate_backward_scratch_floats(seq_len, config.num_heads)});
+  reduction_scratch_floats =
+      std::max({mix_backward_scratch_floats(seq_len, config.channels()), smear_backward_scratch_floats(seq_len),
+                attention_gate_backward_scratch_floats(seq_len, config.num_heads)});
   arena.request(&reduction_scratch, reduction_scratch_floats);
   arena.request(&attention_delta, H * T);
 }
@@ -210,8 +209,8 @@ SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int s
   Activations& a = *acts_;
   a.request(a.arena, &params_, &grads_, layout_, seq_len, loss_slots);
   a.arena.allocate("the speedrun model (parameters, gradients, activations for T=" + std::to_string(seq_len) + ")");
-  activation_bytes_ = a.arena.bytes() - 2 * layout_.total_size * sizeof(floatX) +
-                      embedding_plan_bytes(seq_len, config.channels());
+  activation_bytes_ =
+      a.arena.bytes() - 2 * layout_.total_size * sizeof(floatX) + embedding_plan_bytes(seq_len, config.channels());
   a.set_aliases(layout_);
   CUDA_CHECK(cudaMallocHost(&a.staging, (3 * static_cast<size_t>(seq_len) + 1) * sizeof(int)));
   CUDA_CHECK(cudaEventCreateWithFlags(&a.staging_free, cudaEventDisableTiming));
@@ -246,8 +245,8 @@ void SpeedrunModel::upload_params(const std::vector<float>& host_params) {
                                 std::to_string(layout_.total_size));
   std::vector<floatX> converted(host_params.size());
   for (size_t i = 0; i < host_params.size(); i++) converted[i] = from_float<floatX>(host_params[i]);
-  CUDA_CHECK(cudaMemcpyAsync(params_, converted.data(), converted.size() * sizeof(floatX), cudaMemcpyHostToDevice,
-                             stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(params_, converted.data(), converted.size() * sizeof(floatX), cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -267,7 +266,9 @@ std::vector<float> download_as_float(const floatX* device, size_t count, cudaStr
 std::vector<float> SpeedrunModel::download_params() const {
   return download_as_float(params_, layout_.total_size, stream_);
 }
-std::vector<float> SpeedrunModel::download_grads() const { return download_as_float(grads_, layout_.total_size, stream_); }
+std::vector<float> SpeedrunModel::download_grads() const {
+  return download_as_float(grads_, layout_.total_size, stream_);
+}
 
 void SpeedrunModel::set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) {
   if (short_blocks < 1 || long_blocks < 1)
@@ -309,9 +310,10 @@ void SpeedrunModel::upload_batch(const int* inputs_host, const int* targets_host
   Activations& a = *acts_;
   const int T = seq_len_, V = layout_.config.vocab_size;
   for (int t = 0; t < T; t++)
-    if (inputs_host[t] < 0 || inputs_host[t] >= V || (targets_host != nullptr && (targets_host[t] < 0 || targets_host[t] >= V)))
-      throw std::invalid_argument("speedrun model: token or target at position " + std::to_string(t) +
-                                  " outside [0, " + std::to_string(V) + ")");
+    if (inputs_host[t] < 0 || inputs_host[t] >= V ||
+        (targets_host != nullptr && (targets_host[t] < 0 || targets_host[t] >= V)))
+      throw std::invalid_argument("speedrun model: token or target at position " + std::to_string(t) + " outside [0, " +
+                                  std::to_string(V) + ")");
   CUDA_CHECK(cudaEventSynchronize(a.staging_free));
   int* cu_seqlens = a.staging + 2 * T;
   int bounds = 0;
@@ -435,7 +437,8 @@ void SpeedrunModel::attention_kernel_forward(int i) {
     return;
   }
 #endif
-  const simple_attention::Problem problem{seq_len_, cfg.num_heads, cfg.head_dim, a.cu_seqlens, num_docs_, window, scale};
+  const simple_attention::Problem problem{seq_len_,  cfg.num_heads, cfg.head_dim, a.cu_seqlens,
+                                          num_docs_, window,        scale};
   simple_attention::forward(b.y, b.lse, b.qkv_rot, b.qkv_rot + C, b.qkv_rot + 2 * C, 3 * C, problem, stream_);
 }
 
@@ -597,8 +600,8 @@ void SpeedrunModel::attention_backward(int i) {
   // The gate adds into dxn[:, 0:12] first; the QKV GEMM below accumulates on top (beta = 1).
   CUDA_CHECK(cudaMemsetAsync(a.dnarrow2, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_));
   attention_gate_backward(a.dnarrow, a.dnarrow2, C, grad(SpeedrunTensor::kAttnGate, i), a.dnarrow, b.y, b.xn_attn, C,
-                          param(SpeedrunTensor::kAttnGate, i), T, H, D, a.reduction_scratch,
-                          a.reduction_scratch_floats, stream_);
+                          param(SpeedrunTensor::kAttnGate, i), T, H, D, a.reduction_scratch, a.reduction_scratch_floats,
+                          stream_);
   attention_kernel_backward(i);
   const int table = layout_.structure.blocks[static_cast<size_t>(i)].value_embed;
   mix_backward(Rows{a.dqkv + 2 * C, 3 * C}, false, Rows{table >= 0 ? a.dve[table] : nullptr, C}, true, a.dscalars,
@@ -635,7 +638,8 @@ void SpeedrunModel::attention_kernel_backward(int i) {
     return;
   }
 #endif
-  const simple_attention::Problem problem{seq_len_, cfg.num_heads, cfg.head_dim, a.cu_seqlens, num_docs_, window, scale};
+  const simple_attention::Problem problem{seq_len_,  cfg.num_heads, cfg.head_dim, a.cu_seqlens,
+                                          num_docs_, window,        scale};
   simple_attention::backward(a.dqkv, a.dqkv + C, a.dqkv + 2 * C, 3 * C, a.attention_delta, a.dnarrow, b.y, b.lse,
                              b.qkv_rot, b.qkv_rot + C, b.qkv_rot + 2 * C, 3 * C, problem, stream_);
 }

@@ -17,8 +17,18 @@ namespace {
 constexpr int kHeaderInts = 256;
 // The words of the header that are used (the rest are zero).
 enum HeaderField {
-  kMagic, kVersion, kArchitecture, kDtype, kVocab, kBlocks, kHeads, kHeadDim, kMaxSeqLen, kWindowBlock,
-  kNumScalars, kNumTensors,
+  kMagic,
+  kVersion,
+  kArchitecture,
+  kDtype,
+  kVocab,
+  kBlocks,
+  kHeads,
+  kHeadDim,
+  kMaxSeqLen,
+  kWindowBlock,
+  kNumScalars,
+  kNumTensors,
 };
 
 bool stored_as_bf16(const TensorView& view, SpeedrunFileDtype dtype) {
@@ -66,7 +76,8 @@ SpeedrunModelFileInfo read_speedrun_model_header(const std::string& path) {
                               " (supported: 1 = the 2025-10-31 record's structure)");
   if (header[kDtype] != static_cast<int32_t>(SpeedrunFileDtype::kFp32) &&
       header[kDtype] != static_cast<int32_t>(SpeedrunFileDtype::kReference))
-    throw FileError(path, "unknown dtype field " + std::to_string(header[kDtype]) + " (0 = fp32, 1 = reference dtypes)");
+    throw FileError(path,
+                    "unknown dtype field " + std::to_string(header[kDtype]) + " (0 = fp32, 1 = reference dtypes)");
   SpeedrunModelFileInfo info;
   info.dtype = static_cast<SpeedrunFileDtype>(header[kDtype]);
   info.config.vocab_size = header[kVocab];
@@ -106,7 +117,8 @@ void read_speedrun_model(const std::string& path, const SpeedrunLayout& layout, 
   const std::string mismatch = config_mismatch(info.config, layout.config);
   if (!mismatch.empty()) throw FileError(path, "model file does not match the model: " + mismatch);
   const FileHandle in = open_file(path, "rb", "model file");
-  if (std::fseek(in.get(), long{kHeaderInts} * 4, SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek past the header");
+  if (std::fseek(in.get(), long{kHeaderInts} * 4, SEEK_SET) != 0)
+    throw_errno_file_error(path, "cannot seek past the header");
   std::vector<float> loaded(layout.total_size, 0.0f);
   std::vector<uint16_t> staging;
   for (int index : speedrun_file_order(layout)) {

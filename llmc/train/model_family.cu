@@ -1,6 +1,4 @@
 // The two model families as the trainer sees them (see model_family.h).
-#include "llmc/train/model_family.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -16,6 +14,7 @@
 #include "llmc/model/speedrun_model_file.h"
 #include "llmc/precision.h"
 #include "llmc/train/mfu.h"
+#include "llmc/train/model_family.h"
 
 namespace llmc {
 
@@ -99,8 +98,9 @@ class SpeedrunFamily : public ModelFamily {
   }
   std::unique_ptr<CausalDecoder> make_decoder(TrainableModel& model, int max_chunk) const override {
     (void)model, (void)max_chunk;
-    throw std::invalid_argument("--sample-every: the speedrun model has no KV-cache decoder yet (samples need a GPT-2 "
-                                "model)");
+    throw std::invalid_argument(
+        "--sample-every: the speedrun model has no KV-cache decoder yet (samples need a GPT-2 "
+        "model)");
   }
   void describe_state(TrainState& state) const override {
     state.family = ModelFamilyId::kSpeedrun;

@@ -54,7 +54,8 @@ double max_column_mass(const std::vector<double>& q, const std::vector<double>& 
         if (!docs.attends(i, j)) continue;
         double score = 0.0;
         for (int d = 0; d < c.D; d++)
-          score += q[(static_cast<size_t>(i) * c.heads + h) * c.D + d] * k[(static_cast<size_t>(j) * c.heads + h) * c.D + d];
+          score +=
+              q[(static_cast<size_t>(i) * c.heads + h) * c.D + d] * k[(static_cast<size_t>(j) * c.heads + h) * c.D + d];
         mass += std::exp(c.scale * score - lse[static_cast<size_t>(h) * c.T + i]);
       }
       worst = std::max(worst, mass);
@@ -68,8 +69,9 @@ void check_case(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const std::vector<int> cu = cu_seqlens_for(c.T, c.max_document, rng);
   const size_t n = static_cast<size_t>(c.T) * c.heads * c.D;
-  const std::vector<double> q = llmc::test::random_values(n, rng, -1.5, 1.5), k = llmc::test::random_values(n, rng, -1.5, 1.5),
-                            v = llmc::test::random_values(n, rng), dout = llmc::test::random_values(n, rng);
+  const std::vector<double> q = llmc::test::random_values(n, rng, -1.5, 1.5),
+                            k = llmc::test::random_values(n, rng, -1.5, 1.5), v = llmc::test::random_values(n, rng),
+                            dout = llmc::test::random_values(n, rng);
   const ref::PackedDocuments docs{cu, c.window};
   Outputs want{std::vector<double>(n), std::vector<double>(static_cast<size_t>(c.heads) * c.T), std::vector<double>(n),
                std::vector<double>(n), std::vector<double>(n)};
@@ -114,15 +116,17 @@ void check_case(const Case& c, uint32_t seed) {
   std::vector<floatX> first_bits;
   for (int run = 0; run < 2; run++) {
     for (auto& buffer : d_grad) buffer->fill_nan();
-    sa::backward(slice(d_grad, 0), slice(d_grad, 1), slice(d_grad, 2), stride, d_delta.get(), d_dout.get(),
-                 d_out.get(), d_lse.get(), slice(d_in, 0), slice(d_in, 1), slice(d_in, 2), stride, problem, nullptr);
+    sa::backward(slice(d_grad, 0), slice(d_grad, 1), slice(d_grad, 2), stride, d_delta.get(), d_dout.get(), d_out.get(),
+                 d_lse.get(), slice(d_in, 0), slice(d_in, 1), slice(d_in, 2), stride, problem, nullptr);
     std::vector<floatX> bits;
     for (auto& buffer : d_grad) {
       const std::vector<floatX> raw = buffer->download_raw();
       bits.insert(bits.end(), raw.begin(), raw.end());
     }
-    if (run == 0) first_bits = bits;
-    else EXPECT_TRUE(llmc::test::bitwise_equal(bits, first_bits)) << "the backward is not bitwise repeatable";
+    if (run == 0)
+      first_bits = bits;
+    else
+      EXPECT_TRUE(llmc::test::bitwise_equal(bits, first_bits)) << "the backward is not bitwise repeatable";
   }
   Outputs got;
   got.out = d_out.download();
@@ -147,9 +151,10 @@ void check_case(const Case& c, uint32_t seed) {
   // absolute error of dP - delta (delta from the rounded output: u_storage |dO| |O| sqrt(D); each fp32
   // dot of D terms: D u32 sum |terms|), times scale |k| for dq (sum_j P = 1) and scale |q| times the
   // largest column mass sum_i P_ij for dk.
-  const double dp_error = llmc::test::kStorageRoundoff * llmc::test::rms(dout) * llmc::test::rms(want.out) * std::sqrt(c.D) +
-                          2 * c.D * llmc::test::kFp32Roundoff * c.D * llmc::test::rms(dout) *
-                              (llmc::test::rms(v) + llmc::test::rms(want.out));
+  const double dp_error =
+      llmc::test::kStorageRoundoff * llmc::test::rms(dout) * llmc::test::rms(want.out) * std::sqrt(c.D) +
+      2 * c.D * llmc::test::kFp32Roundoff * c.D * llmc::test::rms(dout) *
+          (llmc::test::rms(v) + llmc::test::rms(want.out));
   const double dq_allowance = 2 * c.scale * 1.5 * dp_error;
   const double dk_allowance = dq_allowance * max_column_mass(q, k, want.lse, c, docs);
   EXPECT_TRUE(llmc::test::all_close(got.out, want.out, out_tol)) << "out";
@@ -162,9 +167,8 @@ void check_case(const Case& c, uint32_t seed) {
 TEST(SimpleAttentionKernel, MatchesReferenceOverWindowsAndLayouts) {
   LLMC_REQUIRE_GPU();
   const Case cases[] = {
-      {37, 2, 16, 0, 0.3f, true, 12},     // window 0: each query attends itself only
-      {37, 2, 16, 1, 0.3f, false, 12},
-      {48, 3, 8, 5, 0.5f, true, 20},
+      {37, 2, 16, 0, 0.3f, true, 12},  // window 0: each query attends itself only
+      {37, 2, 16, 1, 0.3f, false, 12},   {48, 3, 8, 5, 0.5f, true, 20},
       {64, 2, 32, 200, 0.1f, false, 64},  // no window: causal within documents
       {40, 1, 128, 7, 0.12f, true, 16},   // the record's head size
   };

@@ -19,8 +19,8 @@ using namespace llmc;
 TEST(SpeedrunLayout, RecordCountsMatchTheSpec) {
   const SpeedrunLayout layout = make_speedrun_layout(speedrun_config_from_name("speedrun"), 8);
   const size_t V = 50304, C = 768, H = 6;
-  const size_t tables = 5 * V * C;                                  // embed, ve0..2, head: 193.2M
-  const size_t matrices = 10 * 4 * C * C + 11 * 2 * C * 4 * C;      // qkvo x10, fc + proj x11: 75.5M
+  const size_t tables = 5 * V * C;                              // embed, ve0..2, head: 193.2M
+  const size_t matrices = 10 * 4 * C * C + 11 * 2 * C * 4 * C;  // qkvo x10, fc + proj x11: 75.5M
   const size_t gates = 10 * H * 12 + 12, scalars = 64;
   EXPECT_EQ(layout.num_parameters, tables + matrices + gates + scalars);
   EXPECT_EQ(layout.num_parameters, 268665628u);  // SPEEDRUN.md: ~268.7M

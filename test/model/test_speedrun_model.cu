@@ -57,7 +57,8 @@ ref::SpeedrunParams test_params(const SpeedrunConfig& config, uint64_t seed) {
     std::vector<double>& values = *tensor.values;
     const bool qkvo = tensor.name.find("qkvo") != std::string::npos;
     for (size_t i = 0; i < values.size(); i++) {
-      if (tensor.name == "scalars") values[i] += scalar(rng);
+      if (tensor.name == "scalars")
+        values[i] += scalar(rng);
       else if (tensor.name == "head" || tensor.name.find("gate") != std::string::npos ||
                tensor.name.find("proj") != std::string::npos || (qkvo && i >= 3 * C * C))
         values[i] = small(rng);
@@ -125,7 +126,8 @@ void expect_grads_close(const SpeedrunLayout& layout, const std::vector<float>& 
       max_err = std::max(max_err, std::fabs(got[view.offset + i] - expected));
       inside[view.offset + i] = true;
     }
-    EXPECT_LE(max_err, kGradTolerance * max_ref + 1e-12) << view.name << " (largest reference gradient " << max_ref << ")";
+    EXPECT_LE(max_err, kGradTolerance * max_ref + 1e-12)
+        << view.name << " (largest reference gradient " << max_ref << ")";
     // LLMC_TEST_VERBOSE=1 shows how close each tensor comes to its tolerance.
     if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
       std::printf("  %-22s max error %.3g of largest gradient %.3g (%.2g%% of the tolerance)\n", view.name.c_str(),
@@ -269,7 +271,8 @@ TEST_F(SpeedrunModelTest, FreshModelLossIsLnVAndOnlyTheHeadHasGradients) {
   const std::vector<float> grads = model.download_grads();
   for (const TensorView& view : model.layout().tensors) {
     double largest = 0.0;
-    for (size_t i = 0; i < view.numel; i++) largest = std::max(largest, std::fabs(static_cast<double>(grads[view.offset + i])));
+    for (size_t i = 0; i < view.numel; i++)
+      largest = std::max(largest, std::fabs(static_cast<double>(grads[view.offset + i])));
     if (speedrun_kind(view) == SpeedrunTensor::kHead)
       EXPECT_GT(largest, 0.0) << view.name;
     else
@@ -282,10 +285,10 @@ TEST_F(SpeedrunModelTest, FreshModelLossIsLnVAndOnlyTheHeadHasGradients) {
 // for parameters, gradients and optimizer state (the reference needs ~29 GiB in all): at most half of it.
 TEST_F(SpeedrunModelTest, PlannedActivationBytesAreWhatTheModelAllocates) {
   for (const SpeedrunConfig& config : {speedrun_config_from_name("speedrun-tiny"), [] {
-         SpeedrunConfig c = speedrun_config_from_name("speedrun-tiny");
-         c.num_blocks = 8, c.num_heads = 1, c.head_dim = 128;
-         return c;
-       }()}) {
+                                         SpeedrunConfig c = speedrun_config_from_name("speedrun-tiny");
+                                         c.num_blocks = 8, c.num_heads = 1, c.head_dim = 128;
+                                         return c;
+                                       }()}) {
     SpeedrunModel model(config, 1, 48, 3, stream);
     EXPECT_EQ(model.activation_bytes(), SpeedrunModel::planned_activation_bytes(config, 48, 3));
   }

@@ -102,8 +102,18 @@ TEST_F(SpeedrunModelFile, ReadsTheDocumentedOrderWrittenByHand) {
   ref::SpeedrunParams params = ref::zero_speedrun_params(config);
   std::vector<ref::NamedTensor> tensors = ref::named_tensors(params, config);
   std::vector<int32_t> header(256, 0);
-  const int32_t words[] = {20251031, 1, 1, 1, config.vocab_size, config.num_blocks, config.num_heads, config.head_dim,
-                           config.max_seq_len, config.window_block, 48, static_cast<int32_t>(tensors.size())};  // 5L + 2 = 42 scalars, padded to 48
+  const int32_t words[] = {20251031,
+                           1,
+                           1,
+                           1,
+                           config.vocab_size,
+                           config.num_blocks,
+                           config.num_heads,
+                           config.head_dim,
+                           config.max_seq_len,
+                           config.window_block,
+                           48,
+                           static_cast<int32_t>(tensors.size())};  // 5L + 2 = 42 scalars, padded to 48
   std::copy(std::begin(words), std::end(words), header.begin());
   std::vector<char> bytes(reinterpret_cast<const char*>(header.data()),
                           reinterpret_cast<const char*>(header.data()) + 1024);
@@ -146,7 +156,8 @@ TEST_F(SpeedrunModelFile, BadFilesGiveOneLineErrorsNamingTheFile) {
   };
   expect_error(path("missing.bin"), layout, "does not exist");
   expect_error(variant("magic.bin", [&](auto& b) { set_word(b, 0, 20240326); }), layout, "not a speedrun model file");
-  expect_error(variant("version.bin", [&](auto& b) { set_word(b, 1, 7); }), layout, "unsupported speedrun model file version 7");
+  expect_error(variant("version.bin", [&](auto& b) { set_word(b, 1, 7); }), layout,
+               "unsupported speedrun model file version 7");
   expect_error(variant("arch.bin", [&](auto& b) { set_word(b, 2, 2); }), layout, "unknown speedrun architecture 2");
   expect_error(variant("dtype.bin", [&](auto& b) { set_word(b, 3, 5); }), layout, "unknown dtype field 5");
   expect_error(variant("config.bin", [&](auto& b) { set_word(b, 5, 9); }), layout, "num_blocks must be even");
