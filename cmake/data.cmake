@@ -3,8 +3,11 @@
 # tests, with the test of llmc/'s top-level helpers (test/base/). The unit tests write their own tiny files
 # into a temporary directory (about a second); the Python check of the BOS loader tokenizes the shared
 # texts first (about ten seconds).
-# The shared file helpers ("path: problem" errors, file handles, directories) and the atomic writer.
-add_library(llmc_files STATIC llmc/file_io.cpp llmc/atomic_file.cpp)
+# The shared file helpers ("path: problem" errors, file handles, directories), checksums and the atomic writer.
+# XXH3 checksums come from libxxhash's header (inlined: nothing to link).
+find_path(LLMC_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+add_library(llmc_files STATIC llmc/file_io.cpp llmc/atomic_file.cpp llmc/checksum.cpp)
+target_include_directories(llmc_files SYSTEM PRIVATE ${LLMC_XXHASH_INCLUDE_DIR})
 target_link_libraries(llmc_files PUBLIC llmc_flags)
 
 add_executable(test_base_helpers test/base/test_base_helpers.cpp)

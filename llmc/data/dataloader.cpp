@@ -210,6 +210,28 @@ void DataLoader::seek(const DataLoaderPosition& position) {
   if (config_.prefetch) start_prefetch(position);
 }
 
+DataLoaderPosition DataLoader::position_at_tokens(int64_t epoch, int64_t shard_order_index,
+                                                 int64_t tokens_into_shard) const {
+  const int64_t num_shards = static_cast<int64_t>(shards_.size());
+  DataLoaderPosition position{epoch, shard_order_index, 0};
+  if (epoch < 0 || shard_order_index < 0 || shard_order_index >= num_shards || tokens_into_shard < 0) {
+    throw FileError(config_.pattern, "cannot continue at token " + std::to_string(tokens_into_shard) + " of " +
+                                         position_text(position) + ": there are " + std::to_string(num_shards) +
+                                         " shards");
+  }
+  const int64_t tokens_per_batch = int64_t{config_.world_size} * config_.batch_size * config_.seq_len;
+  // Rounded up, so that no window is seen twice.
+  position.batch_in_shard = tokens_into_shard / tokens_per_batch + (tokens_into_shard % tokens_per_batch != 0);
+  if (position.batch_in_shard >= batches_in_shard(shard_file_at(epoch, shard_order_index))) {
+    position.batch_in_shard = 0;
+    if (++position.shard_order_index == num_shards) {
+      position.shard_order_index = 0;
+      ++position.epoch;
+    }
+  }
+  return position;
+}
+
 void DataLoader::start_prefetch(const DataLoaderPosition& from) {
   cursor_.position = from;
   slot_ = std::make_unique<PrefetchSlot>();

@@ -67,6 +67,10 @@ class DataLoader {
   DataLoaderPosition position() const;          // position of the batch next_batch() returns next
   void seek(const DataLoaderPosition& position);  // throws std::runtime_error for a position that does not exist
   void reset() { seek(DataLoaderPosition{}); }
+  // The first of this loader's batches in shard `shard_order_index` of epoch `epoch` that starts at or
+  // after token `tokens_into_shard` of it, or the start of the next shard when none does (a position
+  // saved by a loader with another world_size*B*T, mapped onto this one). Throws like seek().
+  DataLoaderPosition position_at_tokens(int64_t epoch, int64_t shard_order_index, int64_t tokens_into_shard) const;
 
   int64_t epoch() const { return position().epoch; }
   const std::vector<ShardInfo>& shards() const { return shards_; }  // in glob order

@@ -3,11 +3,13 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
 #include "llmc/atomic_file.h"
 #include "llmc/bf16_bits.h"
+#include "llmc/checksum.h"
 #include "llmc/file_io.h"
 
 namespace llmc {
@@ -16,6 +18,15 @@ namespace {
 
 // The words of llm.c's header that are used (the rest are zero).
 enum HeaderField { kMagic, kVersion, kMaxSeqLen, kVocab, kLayers, kHeads, kChannels, kPaddedVocab };
+constexpr int kChecksumLowWord = kCheckpointChecksumTagWord + 1, kChecksumHighWord = kCheckpointChecksumTagWord + 2;
+
+// The header as the checksum covers it: the checksum's own two words zero.
+void hash_header(Checksum& checksum, const int32_t* header) {
+  int32_t copy[kCheckpointHeaderInts];
+  std::copy(header, header + kCheckpointHeaderInts, copy);
+  copy[kChecksumLowWord] = copy[kChecksumHighWord] = 0;
+  checksum.update(copy, sizeof copy);
+}
 
 size_t element_bytes(CheckpointDtype dtype) { return dtype == CheckpointDtype::kFp32 ? 4 : 2; }
 
@@ -83,6 +94,14 @@ CheckpointInfo read_checkpoint_header(const std::string& path) {
     throw FileError(path, error.what());
   }
   info.num_parameters = count_parameters(info.config);
+  if (header[kCheckpointChecksumTagWord] == kCheckpointChecksumTag) {
+    info.has_checksum = true;
+    info.checksum = static_cast<uint64_t>(static_cast<uint32_t>(header[kChecksumLowWord])) |
+                    static_cast<uint64_t>(static_cast<uint32_t>(header[kChecksumHighWord])) << 32;
+  } else if (header[kCheckpointChecksumTagWord] != 0) {
+    throw FileError(path, "corrupt checkpoint header: word " + std::to_string(kCheckpointChecksumTagWord) + " is " +
+                              std::to_string(header[kCheckpointChecksumTagWord]) + ", neither 0 nor the checksum tag");
+  }
 
   struct stat file_stat;
   if (::stat(path.c_str(), &file_stat) != 0) throw_errno_file_error(path, "cannot stat checkpoint");
@@ -104,8 +123,10 @@ void read_checkpoint(const std::string& path, const GPT2Layout& layout, std::vec
   if (!mismatch.empty()) throw FileError(path, "checkpoint does not match the model: " + mismatch);
 
   const FileHandle in = open_file(path, "rb", "checkpoint");
-  if (std::fseek(in.get(), long{kCheckpointHeaderInts} * 4, SEEK_SET) != 0)
-    throw_errno_file_error(path, "cannot seek past the header");
+  int32_t header[kCheckpointHeaderInts];
+  if (std::fread(header, sizeof header, 1, in.get()) != 1) throw FileError(path, "read failed in the header");
+  Checksum checksum;
+  hash_header(checksum, header);
   // Read into a fresh buffer so a failure part-way leaves the caller's params untouched.
   std::vector<float> loaded(layout.total_size, 0.0f);
   std::vector<uint16_t> staging;
@@ -114,13 +135,18 @@ void read_checkpoint(const std::string& path, const GPT2Layout& layout, std::vec
     size_t got;
     if (info.dtype == CheckpointDtype::kFp32) {
       got = std::fread(dst, sizeof(float), view.numel, in.get());
+      checksum.update(dst, got * sizeof(float));
     } else {
       staging.resize(view.numel);
       got = std::fread(staging.data(), sizeof(uint16_t), view.numel, in.get());
+      checksum.update(staging.data(), got * sizeof(uint16_t));
       for (size_t i = 0; i < got; i++) dst[i] = bf16_bits_to_float(staging[i]);
     }
     if (got != view.numel) throw FileError(path, "read failed in tensor " + view.name + " (file changed or I/O error)");
   });
+  if (info.has_checksum && checksum.digest() != info.checksum)
+    throw FileError(path, "checksum mismatch: the file is corrupt (header says " + checksum_hex(info.checksum) +
+                              ", the contents hash to " + checksum_hex(checksum.digest()) + ")");
   params.swap(loaded);
 }
 
@@ -133,7 +159,8 @@ std::vector<float> load_checkpoint(const std::string& path, int world_size, GPT2
   return params;
 }
 
-void write_checkpoint(const std::string& path, const GPT2Layout& layout, const float* params, CheckpointDtype dtype) {
+WrittenFile write_checkpoint(const std::string& path, const GPT2Layout& layout, const float* params,
+                             CheckpointDtype dtype) {
   int32_t header[kCheckpointHeaderInts] = {};
   header[kMagic] = kCheckpointMagic;
   header[kVersion] = dtype == CheckpointDtype::kFp32 ? kCheckpointVersionFp32 : kCheckpointVersionBf16;
@@ -143,6 +170,7 @@ void write_checkpoint(const std::string& path, const GPT2Layout& layout, const f
   header[kHeads] = layout.config.num_heads;
   header[kChannels] = layout.config.channels;
   header[kPaddedVocab] = layout.config.padded_vocab_size;
+  header[kCheckpointChecksumTagWord] = kCheckpointChecksumTag;  // the checksum words stay 0 until the end
   AtomicFileWriter out(path);
   out.write(header, sizeof header);
   std::vector<uint16_t> staging;
@@ -156,7 +184,11 @@ void write_checkpoint(const std::string& path, const GPT2Layout& layout, const f
       out.write(staging.data(), view.numel * sizeof(uint16_t));
     }
   });
-  out.commit();
+  const uint64_t checksum = out.checksum();
+  const int32_t checksum_words[2] = {static_cast<int32_t>(static_cast<uint32_t>(checksum)),
+                                     static_cast<int32_t>(static_cast<uint32_t>(checksum >> 32))};
+  out.patch(kChecksumLowWord * sizeof(int32_t), checksum_words, sizeof checksum_words);
+  return out.commit();
 }
 
 }  // namespace llmc

@@ -59,7 +59,7 @@ std::vector<std::string> format_log_header(const LogHeader& h) {
   return lines;
 }
 
-TrainLog::TrainLog(const std::string& path, bool is_writer) : is_writer_(is_writer) {
+TrainLog::TrainLog(const std::string& path, bool is_writer) : is_writer_(is_writer), path_(path) {
   if (!is_writer_ || path.empty()) return;
   file_ = open_file(path, "a", "log file");
 }
@@ -74,10 +74,8 @@ void TrainLog::line(const std::string& text) {
   if (!is_writer_) return;
   std::fprintf(stdout, "%s\n", text.c_str());
   std::fflush(stdout);
-  if (file_) {
-    std::fprintf(file_.get(), "%s\n", text.c_str());
-    std::fflush(file_.get());
-  }
+  if (file_ && (std::fprintf(file_.get(), "%s\n", text.c_str()) < 0 || std::fflush(file_.get()) != 0))
+    throw_errno_file_error(path_, "write failed");
 }
 
 }  // namespace llmc

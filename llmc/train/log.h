@@ -53,7 +53,8 @@ struct LogHeader {
 std::vector<std::string> format_log_header(const LogHeader& header);
 
 // Only the writer (rank 0) prints or writes. The file is opened for appending so that a resumed run
-// continues the same log; every line is flushed so a crash loses nothing already reported.
+// continues the same log; every line is flushed so a crash loses nothing already reported, and a line
+// that cannot be written (disk full) throws FileError naming the file and the cause.
 class TrainLog {
  public:
   TrainLog(const std::string& path, bool is_writer);  // throws FileError when the file cannot be opened
@@ -62,11 +63,12 @@ class TrainLog {
 
   void line(const std::string& text);
   // The last line of a run stopped by an error, "# stopped by an error: <why>", in the file only (the
-  // error itself goes to stderr).
+  // error itself goes to stderr); best effort, never throws (it runs while an error is handled).
   void record_failure(const std::string& why);
 
  private:
   bool is_writer_;
+  std::string path_;
   FileHandle file_;
 };
 

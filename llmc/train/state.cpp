@@ -1,65 +1,34 @@
 // Reading and writing the per-rank optimizer/loop state of a checkpoint (see state.h).
 #include "llmc/train/state.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <memory>
 #include <stdexcept>
 
-#include "llmc/atomic_file.h"
+#include "llmc/checksum.h"
 #include "llmc/file_io.h"
 
 namespace llmc {
 
 namespace {
-constexpr int kHeaderWords = 32;
 
-// The words of the state file's header.
+// The words of the state file's header (the rest are zero).
 enum HeaderField {
   kMagic, kVersion, kStep, kRank, kWorldSize, kMaxSeqLen, kVocab, kPaddedVocab, kLayers, kHeads, kChannels,
   kEpoch, kShardOrderIndex, kBatchInShard, kTrainTimeMicros, kShardElements,
-  // The speedrun family (all 0 for GPT-2 and in older files).
+  // The model family; the speedrun family's shape (zero for GPT-2, whose shape is in words 5..10, zero for
+  // the speedrun family).
   kFamily, kSpeedrunVocab, kSpeedrunBlocks, kSpeedrunHeads, kSpeedrunHeadDim, kSpeedrunMaxSeqLen, kSpeedrunWindowBlock,
+  kBatchSize, kSeqLen,
+  kChecksum = kTrainStateHeaderWords - 1,
 };
+constexpr int64_t kHeaderBytes = kTrainStateHeaderWords * static_cast<int64_t>(sizeof(int64_t));
+constexpr size_t kChunkBytes = size_t{1} << 20;
 
-}  // namespace
-
-std::string checkpoint_model_path(const std::string& prefix) { return prefix + "_model.bin"; }
-std::string checkpoint_state_path(const std::string& prefix, int rank) {
-  return prefix + "_state_rank" + std::to_string(rank) + ".bin";
-}
-std::string checkpoint_prefix(const std::string& dir, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "ckpt_%06lld", static_cast<long long>(step));
-  return dir + "/" + name;
-}
-
-std::string latest_checkpoint_prefix(const std::string& dir) {
-  std::unique_ptr<DIR, int (*)(DIR*)> listing(::opendir(dir.c_str()), ::closedir);
-  if (!listing) return "";
-  const std::string head = "ckpt_", tail = "_model.bin";
-  long long best_step = -1;
-  while (const dirent* entry = ::readdir(listing.get())) {
-    const std::string name = entry->d_name;
-    if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
-        name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
-      continue;
-    const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
-    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    const long long step = std::stoll(digits);
-    const std::string prefix = dir + "/" + name.substr(0, name.size() - tail.size());
-    if (step > best_step && is_regular_file(checkpoint_state_path(prefix, 0))) best_step = step;
-  }
-  return best_step < 0 ? "" : checkpoint_prefix(dir, best_step);
-}
-
-void write_train_state(const std::string& path, const TrainState& s) {
-  if (s.adam_m.size() != s.master.size() || s.adam_v.size() != s.master.size())
-    throw std::invalid_argument(path + ": optimizer state arrays differ in size");
-  int64_t header[kHeaderWords] = {0};
+void encode_header(const TrainStateHeader& s, int64_t* header) {
+  std::fill(header, header + kTrainStateHeaderWords, 0);
   header[kMagic] = kTrainStateMagic;
   header[kVersion] = kTrainStateVersion;
   header[kStep] = s.step;
@@ -75,7 +44,7 @@ void write_train_state(const std::string& path, const TrainState& s) {
   header[kShardOrderIndex] = s.train_position.shard_order_index;
   header[kBatchInShard] = s.train_position.batch_in_shard;
   header[kTrainTimeMicros] = static_cast<int64_t>(s.train_time_ms * 1000.0);
-  header[kShardElements] = static_cast<int64_t>(s.master.size());
+  header[kShardElements] = s.shard_elements;
   header[kFamily] = static_cast<int64_t>(s.family);
   header[kSpeedrunVocab] = s.speedrun.vocab_size;
   header[kSpeedrunBlocks] = s.speedrun.num_blocks;
@@ -83,82 +52,179 @@ void write_train_state(const std::string& path, const TrainState& s) {
   header[kSpeedrunHeadDim] = s.speedrun.head_dim;
   header[kSpeedrunMaxSeqLen] = s.speedrun.max_seq_len;
   header[kSpeedrunWindowBlock] = s.speedrun.window_block;
-  AtomicFileWriter out(path);
-  out.write(header, sizeof header);
-  for (const std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v})
-    out.write(array->data(), array->size() * sizeof(float));
-  out.commit();
+  header[kBatchSize] = s.batch_size;
+  header[kSeqLen] = s.seq_len;
 }
 
-std::string resume_prefix(const std::string& resume, const std::string& output_dir) {
-  return resume == "latest" ? latest_checkpoint_prefix(output_dir) : resume;
+// Checks every field a reader relies on; the values come from a file, so nothing is trusted.
+void check_header(const std::string& path, const int64_t* header, int64_t file_bytes) {
+  auto require = [&](bool holds, const std::string& problem) {
+    if (!holds) throw FileError(path, "corrupt optimizer-state header: " + problem);
+  };
+  require(header[kWorldSize] >= 1 && header[kWorldSize] <= 4096, "world size " + std::to_string(header[kWorldSize]));
+  require(header[kRank] >= 0 && header[kRank] < header[kWorldSize], "rank " + std::to_string(header[kRank]));
+  require(header[kStep] >= 0, "step " + std::to_string(header[kStep]));
+  for (int word : {kEpoch, kShardOrderIndex, kBatchInShard, kTrainTimeMicros})
+    require(header[word] >= 0, "word " + std::to_string(word) + " is negative");
+  require(header[kFamily] == static_cast<int64_t>(ModelFamilyId::kGPT2) ||
+              header[kFamily] == static_cast<int64_t>(ModelFamilyId::kSpeedrun),
+          "unknown model family " + std::to_string(header[kFamily]));
+  // The family's shape words are plausible sizes, the other family's are zero.
+  const bool gpt2 = header[kFamily] == static_cast<int64_t>(ModelFamilyId::kGPT2);
+  for (int word : {kMaxSeqLen, kVocab, kPaddedVocab, kLayers, kHeads, kChannels, kSpeedrunVocab, kSpeedrunBlocks,
+                   kSpeedrunHeads, kSpeedrunHeadDim, kSpeedrunMaxSeqLen, kSpeedrunWindowBlock}) {
+    const bool used = (word < kEpoch) == gpt2;
+    require(used ? header[word] > 0 && header[word] <= (int64_t{1} << 24) : header[word] == 0,
+            "model shape word " + std::to_string(word));
+  }
+  require(header[kBatchSize] > 0 && header[kBatchSize] <= (int64_t{1} << 24), "batch size");
+  require(header[kSeqLen] > 0 && header[kSeqLen] <= (int64_t{1} << 24), "sequence length");
+  const int64_t elements = header[kShardElements];
+  const int64_t element_bytes = 3 * static_cast<int64_t>(sizeof(float));
+  if (elements < 0 || elements > (file_bytes - kHeaderBytes) / element_bytes + 1 ||
+      kHeaderBytes + elements * element_bytes != file_bytes) {
+    throw FileError(path, "file has " + std::to_string(file_bytes) + " bytes, the header promises 3 x " +
+                              std::to_string(elements) + " floats after its " + std::to_string(kHeaderBytes) +
+                              " (truncated or corrupt)");
+  }
 }
 
-std::string describe_state_model(const TrainState& state) {
+TrainStateHeader decode_header(const std::string& path, const int64_t* header) {
+  TrainStateHeader s;
+  s.step = header[kStep];
+  s.rank = static_cast<int>(header[kRank]);
+  s.world_size = static_cast<int>(header[kWorldSize]);
+  s.family = static_cast<ModelFamilyId>(header[kFamily]);
+  try {
+    if (s.family == ModelFamilyId::kGPT2) {
+      s.config = GPT2Config{static_cast<int>(header[kMaxSeqLen]), static_cast<int>(header[kVocab]),
+                            static_cast<int>(header[kPaddedVocab]), static_cast<int>(header[kLayers]),
+                            static_cast<int>(header[kHeads]), static_cast<int>(header[kChannels])};
+      validate_config(s.config);
+    } else {
+      s.speedrun = SpeedrunConfig{static_cast<int>(header[kSpeedrunVocab]), static_cast<int>(header[kSpeedrunBlocks]),
+                                  static_cast<int>(header[kSpeedrunHeads]), static_cast<int>(header[kSpeedrunHeadDim]),
+                                  static_cast<int>(header[kSpeedrunMaxSeqLen]),
+                                  static_cast<int>(header[kSpeedrunWindowBlock])};
+      validate_speedrun_config(s.speedrun);
+    }
+  } catch (const std::invalid_argument& error) {
+    throw FileError(path, std::string("corrupt optimizer-state header: ") + error.what());
+  }
+  s.train_position = DataLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard]};
+  s.batch_size = header[kBatchSize];
+  s.seq_len = header[kSeqLen];
+  s.train_time_ms = static_cast<double>(header[kTrainTimeMicros]) / 1000.0;
+  s.shard_elements = header[kShardElements];
+  s.checksum = static_cast<uint64_t>(header[kChecksum]);
+  return s;
+}
+
+// Opens `path` and reads its header words; the file is left positioned after the header.
+FileHandle open_state(const std::string& path, int64_t* header, int64_t* file_bytes) {
+  FileHandle in = open_file(path, "rb", "optimizer state");
+  struct stat info;
+  if (::fstat(fileno(in.get()), &info) != 0) throw_errno_file_error(path, "cannot stat");
+  *file_bytes = static_cast<int64_t>(info.st_size);
+  if (std::fread(header, sizeof(int64_t), kTrainStateHeaderWords, in.get()) != kTrainStateHeaderWords)
+    throw FileError(path, "file is shorter than the optimizer-state header");
+  if (header[kMagic] != kTrainStateMagic) throw FileError(path, "not an optimizer-state file (wrong magic)");
+  if (header[kVersion] != kTrainStateVersion)
+    throw FileError(path, "unsupported optimizer-state version " + std::to_string(header[kVersion]) +
+                              " (this build reads version " + std::to_string(kTrainStateVersion) + ")");
+  check_header(path, header, *file_bytes);
+  return in;
+}
+
+// Hashes the header as the checksum covers it (its own word zero).
+void hash_header(Checksum& checksum, const int64_t* header) {
+  int64_t copy[kTrainStateHeaderWords];
+  std::copy(header, header + kTrainStateHeaderWords, copy);
+  copy[kChecksum] = 0;
+  checksum.update(copy, sizeof copy);
+}
+
+void check_checksum(const std::string& path, const Checksum& checksum, uint64_t stored) {
+  if (checksum.digest() != stored)
+    throw FileError(path, "checksum mismatch: the file is corrupt (header says " + checksum_hex(stored) +
+                              ", the contents hash to " + checksum_hex(checksum.digest()) + ")");
+}
+
+}  // namespace
+
+std::string describe_state_model(const TrainStateHeader& state) {
   return state.family == ModelFamilyId::kSpeedrun ? "speedrun " + describe_speedrun_config(state.speedrun)
                                                   : describe_config(state.config);
 }
 
-TrainState read_resume_state(const std::string& prefix, int rank, int world_size, const std::string& model) {
-  const std::string path = checkpoint_state_path(prefix, rank);
-  // A checkpoint of another world size has more or fewer state files: say so on whichever rank notices
-  // first, rather than "cannot open" on one rank and a world-size mismatch on another.
-  const std::string ranks_hint = " than this run's " + std::to_string(world_size) +
-                                 " (resharding is not supported: resume with the same number of ranks)";
-  if (!is_regular_file(path)) throw FileError(path, "missing: the checkpoint was written by fewer ranks" + ranks_hint);
-  const std::string beyond = checkpoint_state_path(prefix, world_size);
-  if (is_regular_file(beyond)) throw FileError(beyond, "exists: the checkpoint was written by more ranks" + ranks_hint);
-  TrainState state = read_train_state(path);
-  if (state.world_size != world_size)
-    throw FileError(path, "checkpoint was written by " + std::to_string(state.world_size) + " ranks, this run has " +
-                              std::to_string(world_size) +
-                              " (resharding is not supported: resume with the same number of ranks)");
-  if (describe_state_model(state) != model)
-    throw FileError(path, "optimizer state is for " + describe_state_model(state) + ", the model file is " + model);
-  return state;
+WrittenFile write_train_state(const std::string& path, const TrainState& s) {
+  if (s.adam_m.size() != s.master.size() || s.adam_v.size() != s.master.size())
+    throw std::invalid_argument(path + ": optimizer state arrays differ in size");
+  TrainStateHeader fields = s;
+  fields.shard_elements = static_cast<int64_t>(s.master.size());
+  int64_t header[kTrainStateHeaderWords];
+  encode_header(fields, header);
+  AtomicFileWriter out(path);
+  out.write(header, sizeof header);
+  for (const std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v})
+    out.write(array->data(), array->size() * sizeof(float));
+  const int64_t checksum = static_cast<int64_t>(out.checksum());
+  out.patch(kChecksum * sizeof(int64_t), &checksum, sizeof checksum);
+  return out.commit();
+}
+
+TrainStateHeader read_train_state_header(const std::string& path) {
+  int64_t header[kTrainStateHeaderWords];
+  int64_t file_bytes = 0;
+  open_state(path, header, &file_bytes);
+  return decode_header(path, header);
 }
 
 TrainState read_train_state(const std::string& path) {
-  const FileHandle in = open_file(path, "rb", "optimizer state");
-  int64_t header[kHeaderWords];
-  if (std::fread(header, sizeof header, 1, in.get()) != 1)
-    throw FileError(path, "file is shorter than the optimizer-state header");
-  if (header[kMagic] != kTrainStateMagic) throw FileError(path, "not an optimizer-state file (wrong magic)");
-  if (header[kVersion] != kTrainStateVersion)
-    throw FileError(path, "unsupported optimizer-state version " + std::to_string(header[kVersion]));
+  int64_t header[kTrainStateHeaderWords];
+  int64_t file_bytes = 0;
+  const FileHandle in = open_state(path, header, &file_bytes);
   TrainState s;
-  s.step = header[kStep];
-  s.rank = static_cast<int>(header[kRank]);
-  s.world_size = static_cast<int>(header[kWorldSize]);
-  s.config = GPT2Config{static_cast<int>(header[kMaxSeqLen]), static_cast<int>(header[kVocab]),
-                        static_cast<int>(header[kPaddedVocab]), static_cast<int>(header[kLayers]),
-                        static_cast<int>(header[kHeads]), static_cast<int>(header[kChannels])};
-  if (header[kFamily] != static_cast<int64_t>(ModelFamilyId::kGPT2) &&
-      header[kFamily] != static_cast<int64_t>(ModelFamilyId::kSpeedrun))
-    throw FileError(path, "unknown model family " + std::to_string(header[kFamily]) + " in the optimizer state");
-  s.family = static_cast<ModelFamilyId>(header[kFamily]);
-  s.speedrun.vocab_size = static_cast<int>(header[kSpeedrunVocab]);
-  s.speedrun.num_blocks = static_cast<int>(header[kSpeedrunBlocks]);
-  s.speedrun.num_heads = static_cast<int>(header[kSpeedrunHeads]);
-  s.speedrun.head_dim = static_cast<int>(header[kSpeedrunHeadDim]);
-  s.speedrun.max_seq_len = static_cast<int>(header[kSpeedrunMaxSeqLen]);
-  s.speedrun.window_block = static_cast<int>(header[kSpeedrunWindowBlock]);
-  s.train_position = DataLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard]};
-  s.train_time_ms = header[kTrainTimeMicros] / 1000.0;
-  const int64_t elements = header[kShardElements];
-  struct stat info;
-  if (::fstat(fileno(in.get()), &info) != 0) throw_errno_file_error(path, "cannot stat");
-  const int64_t expected_bytes =
-      static_cast<int64_t>(sizeof header) + 3 * elements * static_cast<int64_t>(sizeof(float));
-  if (elements < 0 || info.st_size != expected_bytes)
-    throw FileError(path, "file has " + std::to_string(info.st_size) + " bytes, the header promises " +
-                    std::to_string(expected_bytes) + " (truncated or corrupt)");
+  static_cast<TrainStateHeader&>(s) = decode_header(path, header);
+  Checksum checksum;
+  hash_header(checksum, header);
   for (std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v}) {
-    array->resize(static_cast<size_t>(elements));
-    if (elements > 0 && std::fread(array->data(), sizeof(float), array->size(), in.get()) != array->size())
-      throw FileError(path, "read failed");
+    array->resize(static_cast<size_t>(s.shard_elements));
+    if (std::fread(array->data(), sizeof(float), array->size(), in.get()) != array->size())
+      throw FileError(path, "read failed (file changed or I/O error)");
+    checksum.update(array->data(), array->size() * sizeof(float));
   }
+  check_checksum(path, checksum, s.checksum);
   return s;
+}
+
+void verify_train_state(const std::string& path) {
+  int64_t header[kTrainStateHeaderWords];
+  int64_t file_bytes = 0;
+  const FileHandle in = open_state(path, header, &file_bytes);
+  Checksum checksum;
+  hash_header(checksum, header);
+  std::vector<char> chunk(kChunkBytes);
+  for (int64_t left = file_bytes - kHeaderBytes; left > 0;) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(chunk.size())));
+    if (std::fread(chunk.data(), 1, want, in.get()) != want) throw FileError(path, "read failed (file changed or I/O error)");
+    checksum.update(chunk.data(), want);
+    left -= static_cast<int64_t>(want);
+  }
+  check_checksum(path, checksum, static_cast<uint64_t>(header[kChecksum]));
+}
+
+void read_train_state_range(const std::string& path, const TrainStateHeader& header, StateArray array, int64_t first,
+                            int64_t count, float* out) {
+  if (first < 0 || count < 0 || first + count > header.shard_elements)
+    throw std::out_of_range(path + ": elements " + std::to_string(first) + ".." + std::to_string(first + count) +
+                            " outside the shard's " + std::to_string(header.shard_elements));
+  const FileHandle in = open_file(path, "rb", "optimizer state");
+  const int64_t offset =
+      kHeaderBytes + (static_cast<int64_t>(array) * header.shard_elements + first) * static_cast<int64_t>(sizeof(float));
+  if (std::fseek(in.get(), static_cast<long>(offset), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
+  if (std::fread(out, sizeof(float), static_cast<size_t>(count), in.get()) != static_cast<size_t>(count))
+    throw FileError(path, "read failed (file changed or I/O error)");
 }
 
 }  // namespace llmc

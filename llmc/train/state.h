@@ -1,11 +1,20 @@
 // The part of a checkpoint that is not the model: the step, the data loader's position and this rank's
 // optimizer shard (fp32 master weights and AdamW moments), one file per rank, so that a resumed run
-// continues bit for bit. The model itself goes to an llm.c model file beside it (llmc/model/checkpoint.h).
+// continues bit for bit. The model itself goes to a model file beside it (llm.c's format for GPT-2,
+// llmc/model/checkpoint.h; llmc/model/speedrun_model_file.h for the speedrun family); names and
+// completeness: llmc/train/checkpoint_dir.h.
+//
+// Format (version 2): 32 little-endian int64 header words (see HeaderField in state.cpp: magic "LLMSTAT1",
+// version, step, rank, world size, the GPT-2 shape, the loader position, train time in microseconds, the
+// shard's element count, the model family and the speedrun shape, the writer's B and T, and in word 31 the
+// XXH3-64 checksum of the whole file taken with word 31 zero), then the master weights, m and v, each
+// `shard elements` fp32 values.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "llmc/atomic_file.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/model/model_config.h"
 #include "llmc/model/speedrun_config.h"
@@ -13,12 +22,14 @@
 namespace llmc {
 
 constexpr int64_t kTrainStateMagic = 0x31545341544d4c4cLL;  // "LLMSTAT1" little-endian
-constexpr int64_t kTrainStateVersion = 1;
+constexpr int64_t kTrainStateVersion = 2;
+constexpr int kTrainStateHeaderWords = 32;
 
-// Which model family a state belongs to (a header word; 0 in files written before the speedrun family).
+// Which model family a state belongs to (a header word).
 enum class ModelFamilyId : int64_t { kGPT2 = 0, kSpeedrun = 1 };
 
-struct TrainState {
+// Everything in a state file except the three arrays.
+struct TrainStateHeader {
   int64_t step = 0;  // optimizer steps completed
   int rank = 0;
   int world_size = 1;
@@ -26,36 +37,38 @@ struct TrainState {
   GPT2Config config;          // the model, for GPT-2
   SpeedrunConfig speedrun;    // the model, for the speedrun family
   DataLoaderPosition train_position;  // where the next training batch comes from
+  int64_t batch_size = 0;             // the writer's B and T: the position counts batches of world_size*B*T tokens
+  int64_t seq_len = 0;
   double train_time_ms = 0;           // cumulative, so the log's train_time continues
-  std::vector<float> master;          // this rank's shards of every bucket, concatenated in bucket order
+  int64_t shard_elements = 0;         // length of each of master, m, v
+  uint64_t checksum = 0;              // as stored (read_* only)
+};
+
+struct TrainState : TrainStateHeader {
+  std::vector<float> master;  // this rank's shards of every bucket, concatenated in bucket order
   std::vector<float> adam_m;
   std::vector<float> adam_v;
 };
 
-// Names of a checkpoint's files: PREFIX_model.bin and PREFIX_state_rankR.bin.
-std::string checkpoint_model_path(const std::string& prefix);
-std::string checkpoint_state_path(const std::string& prefix, int rank);
-// PREFIX for step `step` in `dir`: DIR/ckpt_000100.
-std::string checkpoint_prefix(const std::string& dir, int64_t step);
-// The newest complete checkpoint prefix in `dir` (its model file and rank-0 state exist), or "" if none.
-std::string latest_checkpoint_prefix(const std::string& dir);
+// The three arrays, in file order.
+enum class StateArray { kMaster = 0, kAdamM = 1, kAdamV = 2 };
 
-void write_train_state(const std::string& path, const TrainState& state);  // atomic (temp + rename)
-// Throws FileError("<path>: <problem>"): unreadable, wrong magic or version, truncated or trailing bytes.
+// Atomic (temp + rename); the header's shard_elements and checksum are filled in here.
+WrittenFile write_train_state(const std::string& path, const TrainState& state);
+
+// Reads and checks the header against the file's size. Throws FileError("<path>: <problem>"): unreadable,
+// shorter than the header, wrong magic or version, an implausible field, a size that does not match.
+TrainStateHeader read_train_state_header(const std::string& path);
+// The whole file, its checksum verified ("<path>: checksum mismatch ...").
 TrainState read_train_state(const std::string& path);
-
-// The checkpoint prefix --resume names: `resume` itself, or for "latest" the newest complete
-// checkpoint in `output_dir` ("" when there is none: the run starts fresh).
-std::string resume_prefix(const std::string& resume, const std::string& output_dir);
+// Reads the whole file only to verify its checksum (a file whose arrays are read in pieces).
+void verify_train_state(const std::string& path);
+// `count` elements of `array` from element `first` on (header already read and checked).
+void read_train_state_range(const std::string& path, const TrainStateHeader& header, StateArray array, int64_t first,
+                            int64_t count, float* out);
 
 // The model of a state as the log names it: describe_config() for GPT-2, "speedrun " +
 // describe_speedrun_config() for the speedrun family.
-std::string describe_state_model(const TrainState& state);
-
-// This rank's state of checkpoint `prefix`, checked against the run that resumes from it: the checkpoint
-// must have been written by `world_size` ranks (a file for this rank, none for rank `world_size`) for
-// the model `model` (describe_state_model's words). Throws FileError naming the file and the mismatch
-// (resharding is not supported).
-TrainState read_resume_state(const std::string& prefix, int rank, int world_size, const std::string& model);
+std::string describe_state_model(const TrainStateHeader& state);
 
 }  // namespace llmc

@@ -1,6 +1,7 @@
 // Tests of llm.c-format checkpoint files: fp32 round trip exact, bf16 within rounding (and bit-exact
 // against CUDA's own __float2bfloat16 where its header exists), llm.c tensor order checked against a
-// file written by hand in this test, and a clear error for every kind of bad file.
+// file written by hand in this test, the checksum in the header's free words (against libxxhash called
+// here directly) and a clear error for every kind of bad file, flipped bits included.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,9 @@
 #ifdef LLMC_TEST_HAVE_CUDA_BF16
 #include <cuda_bf16.h>
 #endif
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 using namespace llmc;
 
@@ -206,9 +210,46 @@ TEST_F(Checkpoint, ReadsLlmcOrderWrittenByHand) {
       ASSERT_EQ(params[i], 0.0f) << "padding " << i;
     }
   }
-  // Writing our buffer back gives the hand-written file byte for byte.
+  // Writing our buffer back gives the hand-written file byte for byte, but for the checksum words
+  // 253..255 (zero in llm.c's files): the tag "XXH3" and the XXH3-64 of the file with words 254, 255 zero.
   write_checkpoint(path("ours.bin"), layout, params.data(), CheckpointDtype::kFp32);
-  EXPECT_EQ(read_bytes(path("ours.bin")), read_bytes(path("llmc.bin")));
+  std::vector<char> ours = read_bytes(path("ours.bin")), theirs = read_bytes(path("llmc.bin"));
+  ASSERT_EQ(ours.size(), theirs.size());
+  int32_t tag = 0;
+  uint64_t stored = 0;
+  std::memcpy(&tag, &ours[4 * 253], 4);
+  std::memcpy(&stored, &ours[4 * 254], 8);
+  EXPECT_EQ(tag, 0x33485858);
+  std::memset(&ours[4 * 254], 0, 8);
+  EXPECT_EQ(stored, XXH3_64bits(ours.data(), ours.size()));
+  std::memset(&ours[4 * 253], 0, 4);
+  EXPECT_EQ(ours, theirs);
+}
+
+TEST_F(Checkpoint, FlippedBitsAreCaughtByTheChecksum) {
+  const GPT2Layout layout = make_param_layout(odd_config(), 2);
+  std::vector<float> params(layout.total_size, 0.0f);
+  for (const TensorView& view : layout.tensors)
+    for (size_t i = 0; i < view.numel; i++) params[view.offset + i] = 0.001f * static_cast<float>(i % 977) - 0.4f;
+  for (CheckpointDtype dtype : {CheckpointDtype::kFp32, CheckpointDtype::kBf16}) {
+    write_checkpoint(path("good.bin"), layout, params.data(), dtype);
+    const std::vector<char> good = read_bytes(path("good.bin"));
+    std::vector<float> loaded;
+    read_checkpoint(path("good.bin"), layout, loaded);  // the intact file verifies
+    // One bit anywhere the size checks cannot see: a parameter, the last byte, the checksum itself,
+    // an unused header word.
+    for (size_t byte : {size_t{1024 + 5}, good.size() / 2, good.size() - 1, size_t{4 * 254 + 3}, size_t{4 * 100}}) {
+      std::vector<char> bad = good;
+      bad[byte] ^= 0x10;
+      write_bytes(path("flipped.bin"), bad);
+      expect_error(path("flipped.bin"), &layout, "checksum mismatch");
+    }
+  }
+  // A damaged tag is refused rather than read as "no checksum".
+  std::vector<char> bad = read_bytes(path("good.bin"));
+  bad[4 * 253] ^= 0x01;
+  write_bytes(path("bad_tag.bin"), bad);
+  expect_error(path("bad_tag.bin"), nullptr, "neither 0 nor the checksum tag");
 }
 
 TEST_F(Checkpoint, EachBadFileGivesAClearError) {
@@ -245,6 +286,7 @@ TEST_F(Checkpoint, EachBadFileGivesAClearError) {
 }
 
 TEST_F(Checkpoint, FailedWriteLeavesNothingBehind) {
+  // (A write that fails part-way, disk full: test/train/test_train_state.cpp and the program tests.)
   const GPT2Layout layout = make_param_layout(odd_config(), 1);
   const std::vector<float> params(layout.total_size, 1.0f);
   const std::string target = path("no_such_dir/model.bin");

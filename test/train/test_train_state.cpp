@@ -1,43 +1,89 @@
-// Tests of the per-rank optimizer/loop state file of a checkpoint, and of the atomic writer under it.
+// Tests of the files of a checkpoint below the trainer: the per-rank state file (round trip, checksum,
+// every bad file named), the atomic writer under it when a write fails part-way (an injected
+// RLIMIT_FSIZE failure: no temp left, the file and the cause named), the log on a full device
+// (/dev/full), the manifest, and the checkpoint directory (completeness, latest, pruning).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "llmc/atomic_file.h"
+#include "llmc/train/checkpoint_dir.h"
+#include "llmc/train/log.h"
+#include "llmc/train/manifest.h"
 #include "llmc/train/state.h"
 #include "test/support/test_helpers.h"
 
 using namespace llmc;
+using llmc::test::expect_error;
 
 namespace {
 bool exists(const std::string& path) { struct stat s; return ::stat(path.c_str(), &s) == 0; }
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_all(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
 
 class StateFiles : public llmc::test::TempDirTest {
  protected:
   StateFiles() : TempDirTest("llmc_test_train_state") {}
 };
-}  // namespace
 
-TEST_F(StateFiles, RoundTripIsExact) {
-  const std::string dir = this->dir();
+TrainState sample_state(size_t elements) {
   TrainState s;
   s.step = 1234; s.rank = 3; s.world_size = 4;
   s.config = GPT2Config{64, 300, 384, 2, 4, 64};
   s.train_position = DataLoaderPosition{2, 5, 77};
+  s.batch_size = 8; s.seq_len = 64;
   s.train_time_ms = 98765.432;
-  for (int i = 0; i < 1000; i++) {
-    s.master.push_back(0.001f * i - 0.3f);
-    s.adam_m.push_back(1e-7f * i);
-    s.adam_v.push_back(1e-9f * i * i);
+  for (size_t i = 0; i < elements; i++) {
+    s.master.push_back(0.001f * static_cast<float>(i) - 0.3f);
+    s.adam_m.push_back(1e-7f * static_cast<float>(i));
+    s.adam_v.push_back(1e-9f * static_cast<float>(i * i));
   }
-  const std::string path = checkpoint_state_path(checkpoint_prefix(dir, 1234), 3);
-  EXPECT_EQ(path, dir + "/ckpt_001234_state_rank3.bin");
-  write_train_state(path, s);
+  return s;
+}
+
+// Sets the soft file-size limit for the scope (writes beyond it fail with EFBIG instead of SIGXFSZ).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_;
+  sighandler_t old_handler_;
+};
+}  // namespace
+
+TEST_F(StateFiles, RoundTripIsExact) {
+  const TrainState s = sample_state(1000);
+  const std::string path = checkpoint_state_path(checkpoint_prefix(dir(), 1234), 3);
+  EXPECT_EQ(path, dir() + "/ckpt_001234_state_rank3.bin");
+  const WrittenFile written = write_train_state(path, s);
   EXPECT_FALSE(exists(path + ".tmp"));
+  EXPECT_EQ(written.bytes, 32 * 8 + 3 * 4 * 1000u);
   const TrainState r = read_train_state(path);
   EXPECT_EQ(r.step, 1234);
   EXPECT_EQ(r.rank, 3);
@@ -45,10 +91,20 @@ TEST_F(StateFiles, RoundTripIsExact) {
   EXPECT_EQ(r.config.padded_vocab_size, 384);
   EXPECT_EQ(r.config.channels, 64);
   EXPECT_EQ(r.train_position, s.train_position);
+  EXPECT_EQ(r.batch_size, 8);
+  EXPECT_EQ(r.seq_len, 64);
   EXPECT_NEAR(r.train_time_ms, s.train_time_ms, 1e-3);
+  EXPECT_EQ(r.shard_elements, 1000);
+  EXPECT_EQ(r.checksum, written.checksum);
   EXPECT_EQ(r.master, s.master);
   EXPECT_EQ(r.adam_m, s.adam_m);
   EXPECT_EQ(r.adam_v, s.adam_v);
+  const TrainStateHeader header = read_train_state_header(path);
+  EXPECT_EQ(header.checksum, written.checksum);
+  verify_train_state(path);
+  std::vector<float> piece(3);
+  read_train_state_range(path, header, StateArray::kAdamV, 10, 3, piece.data());
+  EXPECT_EQ(piece, std::vector<float>(s.adam_v.begin() + 10, s.adam_v.begin() + 13));
 }
 
 TEST_F(StateFiles, SpeedrunFamilyRoundTripsAndResumeChecksTheModel) {
@@ -79,54 +135,163 @@ TEST_F(StateFiles, SpeedrunFamilyRoundTripsAndResumeChecksTheModel) {
 }
 
 TEST_F(StateFiles, BadFilesAreNamed) {
-  const std::string dir = this->dir();
-  auto expect_error = [](const std::string& path, const std::string& needle) {
-    try { read_train_state(path); FAIL() << "no error for " << path; } catch (const std::runtime_error& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find(path), std::string::npos) << message;
-      EXPECT_NE(message.find(needle), std::string::npos) << message;
-    }
+  auto expect_read_error = [](const std::string& path, const std::string& needle) {
+    expect_error([&] { read_train_state(path); }, {path + ": ", needle});
   };
-  expect_error(dir + "/missing.bin", "cannot open");
-  { std::ofstream(dir + "/short.bin") << "abc"; }
-  expect_error(dir + "/short.bin", "shorter");
-  { std::ofstream out(dir + "/magic.bin", std::ios::binary); std::string zeros(256, '\0'); out << zeros; }
-  expect_error(dir + "/magic.bin", "wrong magic");
-  TrainState s;
-  s.master.assign(10, 1.0f); s.adam_m.assign(10, 0.0f); s.adam_v.assign(10, 0.0f);
-  write_train_state(dir + "/good.bin", s);
-  std::string bytes;
-  { std::ifstream in(dir + "/good.bin", std::ios::binary); bytes.assign(std::istreambuf_iterator<char>(in), {}); }
-  { std::ofstream out(dir + "/truncated.bin", std::ios::binary); out << bytes.substr(0, bytes.size() - 4); }
-  expect_error(dir + "/truncated.bin", "truncated");
-  s.adam_v.resize(9);
-  EXPECT_THROW(write_train_state(dir + "/mismatch.bin", s), std::invalid_argument);
-  EXPECT_FALSE(exists(dir + "/mismatch.bin"));
+  expect_read_error(path("missing.bin"), "cannot open");
+  write_all(path("short.bin"), "abc");
+  expect_read_error(path("short.bin"), "shorter");
+  write_all(path("magic.bin"), std::string(256, '\0'));
+  expect_read_error(path("magic.bin"), "wrong magic");
+  write_train_state(path("good.bin"), sample_state(10));
+  const std::string good = read_all(path("good.bin"));
+  write_all(path("truncated.bin"), good.substr(0, good.size() - 4));
+  expect_read_error(path("truncated.bin"), "truncated");
+  std::string version1 = good;
+  version1[8] = 1;
+  write_all(path("version1.bin"), version1);
+  expect_read_error(path("version1.bin"), "unsupported optimizer-state version 1");
+  std::string bad_rank = good;
+  bad_rank[3 * 8] = 9;  // rank 9 of 4
+  write_all(path("bad_rank.bin"), bad_rank);
+  expect_read_error(path("bad_rank.bin"), "corrupt optimizer-state header: rank 9");
+  TrainState mismatched = sample_state(10);
+  mismatched.adam_v.resize(9);
+  EXPECT_THROW(write_train_state(path("mismatch.bin"), mismatched), std::invalid_argument);
+  EXPECT_FALSE(exists(path("mismatch.bin")));
 }
 
-TEST_F(StateFiles, LatestCheckpointNeedsModelAndState) {
-  const std::string dir = this->dir();
-  EXPECT_EQ(latest_checkpoint_prefix(dir), "");
-  EXPECT_EQ(latest_checkpoint_prefix(dir + "/does-not-exist"), "");
-  for (int step : {100, 200, 300}) std::ofstream(checkpoint_model_path(checkpoint_prefix(dir, step))) << "m";
-  for (int step : {100, 200}) std::ofstream(checkpoint_state_path(checkpoint_prefix(dir, step), 0)) << "s";
-  std::ofstream(dir + "/ckpt_junk_model.bin") << "x";
-  EXPECT_EQ(latest_checkpoint_prefix(dir), checkpoint_prefix(dir, 200));  // 300 has no state file
+TEST_F(StateFiles, FlippedBitsAreCaughtByTheChecksum) {
+  write_train_state(path("good.bin"), sample_state(100));
+  const std::string good = read_all(path("good.bin"));
+  // A moment, the train time, the checksum word itself: nothing the size checks can see.
+  for (size_t byte : {good.size() - 1, size_t{14 * 8 + 2}, size_t{31 * 8 + 7}, size_t{32 * 8 + 400}}) {
+    std::string bad = good;
+    bad[byte] = static_cast<char>(bad[byte] ^ 0x04);
+    write_all(path("flipped.bin"), bad);
+    expect_error([&] { read_train_state(path("flipped.bin")); }, {path("flipped.bin") + ": checksum mismatch"});
+    expect_error([&] { verify_train_state(path("flipped.bin")); }, {path("flipped.bin") + ": checksum mismatch"});
+  }
 }
 
 TEST_F(StateFiles, UncommittedAtomicWriterLeavesNothing) {
-  const std::string dir = this->dir();
-  const std::string path = dir + "/out.bin";
+  const std::string target = path("out.bin");
   {
-    AtomicFileWriter writer(path);
+    AtomicFileWriter writer(target);
     writer.write("abc", 3);
-    EXPECT_TRUE(exists(path + ".tmp"));
+    EXPECT_TRUE(exists(target + ".tmp"));
   }
-  EXPECT_FALSE(exists(path));
-  EXPECT_FALSE(exists(path + ".tmp"));
-  AtomicFileWriter writer(path);
+  EXPECT_FALSE(exists(target));
+  EXPECT_FALSE(exists(target + ".tmp"));
+  AtomicFileWriter writer(target);
   writer.write("abc", 3);
-  writer.commit();
-  EXPECT_TRUE(exists(path));
-  EXPECT_THROW(AtomicFileWriter(dir + "/no/such/dir/file"), std::runtime_error);
+  writer.patch(1, "X", 1);
+  EXPECT_THROW(writer.patch(2, "XY", 2), std::runtime_error);  // beyond what was written
+  const WrittenFile done = writer.commit();
+  EXPECT_EQ(read_all(target), "aXc");
+  EXPECT_EQ(done.bytes, 3u);
+  Checksum of_written;
+  of_written.update("abc", 3);  // the checksum is of what write() got, the patch excluded
+  EXPECT_EQ(done.checksum, of_written.digest());
+  EXPECT_THROW(AtomicFileWriter(dir() + "/no/such/dir/file"), std::runtime_error);
+}
+
+TEST_F(StateFiles, FailedWriteNamesTheFileAndLeavesNoTemp) {
+  // The file system refuses bytes past 64 KiB (as a full disk refuses them, with another errno).
+  write_train_state(path("previous.bin"), sample_state(1000));
+  const std::string previous = read_all(path("previous.bin"));
+  const std::string target = path("big.bin");
+  {
+    FileSizeLimit limit(64 << 10);
+    expect_error([&] { write_train_state(target, sample_state(20000)); }, {target + ": write failed", "too large"});
+  }
+  EXPECT_FALSE(exists(target));
+  EXPECT_FALSE(exists(target + ".tmp"));
+  EXPECT_EQ(read_all(path("previous.bin")), previous);
+}
+
+TEST_F(StateFiles, LogLineOnAFullDeviceNamesTheFile) {
+  TrainLog log("/dev/full", /*is_writer=*/true);
+  expect_error([&] { log.line("step:1/1 train_loss:1.0"); }, {"/dev/full: write failed: No space left on device"});
+  log.record_failure("disk full");  // best effort: does not throw
+}
+
+TEST_F(StateFiles, ManifestRoundTripAndBadManifests) {
+  CheckpointManifest manifest;
+  manifest.step = 40;
+  manifest.world_size = 2;
+  manifest.files = {{"ckpt_000040_model.bin", 1234, 0x0123456789abcdefull},
+                    {"ckpt_000040_state_rank0.bin", 99, 7},
+                    {"ckpt_000040_state_rank1.bin", 99, 0xffffffffffffffffull}};
+  write_manifest(path("m.json"), manifest);
+  const CheckpointManifest back = read_manifest(path("m.json"));
+  EXPECT_EQ(back.step, 40);
+  EXPECT_EQ(back.world_size, 2);
+  ASSERT_EQ(back.files.size(), 3u);
+  EXPECT_EQ(back.files[2].checksum, 0xffffffffffffffffull);
+  EXPECT_EQ(manifest_entry(back, path("m.json"), "ckpt_000040_state_rank0.bin").bytes, 99u);
+  expect_error([&] { manifest_entry(back, path("m.json"), "ckpt_000040_state_rank2.bin"); },
+               {path("m.json") + ": does not list ckpt_000040_state_rank2.bin"});
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{", "not a JSON object"},
+      {"[1]", "not a JSON object"},
+      {R"({"format":"other","version":1})", "format"},
+      {R"({"format":"llmc-checkpoint","version":2})", "version 2"},
+      {R"({"format":"llmc-checkpoint","version":1,"step":-1,"world_size":1,"files":[]})", "\"step\""},
+      {R"({"format":"llmc-checkpoint","version":1,"step":1,"world_size":1e9,"files":[]})", "\"world_size\""},
+      {R"({"format":"llmc-checkpoint","version":1,"step":1,"world_size":5000,"files":[]})", "outside 1..4096"},
+      {R"({"format":"llmc-checkpoint","version":1,"step":1,"world_size":1,"files":{}})", "not a list"},
+      {R"({"format":"llmc-checkpoint","version":1,"step":1,"world_size":1,"files":[{"name":"../x","bytes":1,"xxh3":"0000000000000000"}]})",
+       "not a plain file name"},
+      {R"({"format":"llmc-checkpoint","version":1,"step":1,"world_size":1,"files":[{"name":"x","bytes":1,"xxh3":"00"}]})",
+       "16 hex digits"},
+  };
+  for (const auto& [text, needle] : bad) {
+    write_all(path("bad.json"), text);
+    expect_error([&] { read_manifest(path("bad.json")); }, {path("bad.json") + ": ", needle});
+  }
+}
+
+TEST_F(StateFiles, CompleteMeansTheManifestExists) {
+  EXPECT_EQ(latest_checkpoint_prefix(dir()), "");
+  EXPECT_EQ(latest_checkpoint_prefix(dir() + "/does-not-exist"), "");
+  for (int step : {100, 200, 300}) write_all(checkpoint_model_path(checkpoint_prefix(dir(), step)), "m");
+  for (int step : {100, 200, 300}) write_all(checkpoint_state_path(checkpoint_prefix(dir(), step), 0), "s");
+  for (int step : {100, 200}) write_all(checkpoint_manifest_path(checkpoint_prefix(dir(), step)), "{}");
+  write_all(dir() + "/ckpt_junk_model.bin", "x");
+  write_all(dir() + "/ckpt_000300_state_rank1.bin.tmp", "x");
+  EXPECT_EQ(latest_checkpoint_prefix(dir()), checkpoint_prefix(dir(), 200));  // 300 has no manifest
+  EXPECT_EQ(resume_prefix("latest", dir()), checkpoint_prefix(dir(), 200));
+  EXPECT_EQ(resume_prefix("/some/ckpt_000007", dir()), "/some/ckpt_000007");
+  const std::vector<CheckpointEntry> entries = list_checkpoints(dir());
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_TRUE(entries[0].complete);
+  EXPECT_FALSE(entries[2].complete);
+}
+
+TEST_F(StateFiles, PruningKeepsTheNewestCompleteOnes) {
+  auto make = [&](int step, bool complete) {
+    const std::string prefix = checkpoint_prefix(dir(), step);
+    write_all(checkpoint_model_path(prefix), "m");
+    write_all(checkpoint_state_path(prefix, 0), "s");
+    write_all(checkpoint_state_path(prefix, 1), "s");
+    if (complete) write_all(checkpoint_manifest_path(prefix), "{}");
+  };
+  make(10, true);
+  make(20, false);  // a run stopped while writing it
+  make(30, true);
+  make(40, true);
+  make(50, false);  // being written now: newer than every kept one, so never touched
+  write_all(dir() + "/log.txt", "log");
+  EXPECT_TRUE(prune_checkpoints(dir(), 0).empty());  // 0 keeps everything
+  EXPECT_EQ(list_checkpoints(dir()).size(), 5u);
+  EXPECT_TRUE(prune_checkpoints(dir(), 5).empty());  // fewer complete ones than asked: nothing goes
+  EXPECT_EQ(list_checkpoints(dir()).size(), 5u);
+  EXPECT_TRUE(prune_checkpoints(dir(), 2).empty());
+  std::vector<int64_t> left;
+  for (const CheckpointEntry& entry : list_checkpoints(dir())) left.push_back(entry.step);
+  EXPECT_EQ(left, (std::vector<int64_t>{30, 40, 50}));
+  EXPECT_FALSE(exists(checkpoint_state_path(checkpoint_prefix(dir(), 20), 1)));
+  EXPECT_TRUE(exists(dir() + "/log.txt"));
+  EXPECT_TRUE(exists(checkpoint_manifest_path(checkpoint_prefix(dir(), 30))));
 }

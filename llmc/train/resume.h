@@ -1,0 +1,35 @@
+// What a resumed run starts from: the checkpoint's manifest (its files complete, their sizes and
+// checksums as written), this rank's optimizer shards -- from its own state file when the checkpoint was
+// written by as many ranks as this run has, re-sharded from the files of all ranks otherwise
+// (llmc/train/reshard.h) -- and where the data loader continues.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "llmc/data/dataloader.h"
+#include "llmc/model/param_layout.h"
+#include "llmc/train/state.h"
+
+namespace llmc {
+
+struct ResumePoint {
+  TrainStateHeader written;  // the state as the writing rank saw it (step, train time, its B, T, ranks, position)
+  std::vector<float> master, adam_m, adam_v;  // this rank's shards under this run's layout
+};
+
+// Reads checkpoint `prefix` for rank `rank` of a run laid out as `layout` (its world size and model).
+// Every file is checked against the manifest (size and checksum) and its own checksum; with another
+// number of ranks each old state file is read whole by one rank (old rank r by rank r % M) to verify
+// it, and in pieces by the ranks that need its elements. Throws FileError naming the file and the
+// problem: no manifest (incomplete checkpoint), a missing, truncated, corrupt or swapped file, a model
+// or state for another model.
+ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLayout& layout);
+
+// Where `loader` continues after the checkpoint: the same place in the data in tokens. The checkpoint's
+// position counts batches of (its ranks x its B x its T) tokens into a shard; the resumed run starts at
+// its first batch that begins at or after that token (the next shard if none is left in this one). With
+// the same global batch this is exactly where the writer stopped; otherwise less than one of this
+// run's batches is skipped, and nothing is seen twice.
+DataLoaderPosition resumed_position(const TrainStateHeader& written, const DataLoader& loader);
+
+}  // namespace llmc
