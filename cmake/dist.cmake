@@ -9,7 +9,7 @@
 add_library(llmc_nccl_emu STATIC llmc/emu/nccl_emu.cpp)
 target_link_libraries(llmc_nccl_emu PUBLIC llmc_emu MPI::MPI_CXX)
 
-add_library(llmc_comm_emu STATIC llmc/dist/comm.cpp)
+add_library(llmc_comm_emu STATIC llmc/dist/comm.cpp llmc/dist/collective_watch.cpp)
 target_link_libraries(llmc_comm_emu PUBLIC llmc_emu llmc_nccl_emu MPI::MPI_CXX)
 
 add_library(llmc_trace_emu STATIC llmc/dist/trace.cpp)
@@ -20,7 +20,7 @@ if(LLMC_HAVE_CUDA)
   find_path(LLMC_NCCL_INCLUDE_DIR nccl.h HINTS ${LLMC_CUDA_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
   # Host code only (CUDA runtime + NCCL calls, no kernels): compiled by the C++ compiler, linked
   # into the nvcc-built programs.
-  add_library(llmc_comm STATIC llmc/dist/comm.cpp)
+  add_library(llmc_comm STATIC llmc/dist/comm.cpp llmc/dist/collective_watch.cpp)
   target_include_directories(llmc_comm SYSTEM PUBLIC ${LLMC_NCCL_INCLUDE_DIR})
   target_link_libraries(llmc_comm PUBLIC llmc_flags CUDA::cudart ${LLMC_NCCL_LIBRARY} MPI::MPI_CXX)
 

@@ -1,10 +1,10 @@
 # cmake/train.cmake: the trainer's host-side utilities (options, lr schedules incl. the speedrun's, MFU, step
 # log and its header, checkpoints: state files, manifests, the all-or-nothing writer, resume and
-# re-sharding, pruning; test hooks, samples) and their tests.
+# re-sharding, pruning; stop signals, the watchdog; test hooks, samples) and their tests.
 add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/speedrun_schedule.cpp llmc/train/mfu.cpp
   llmc/train/log.cpp llmc/train/options.cpp llmc/train/state.cpp llmc/train/debug_hooks.cpp
   llmc/train/checkpoint_dir.cpp llmc/train/manifest.cpp llmc/train/reshard.cpp llmc/train/resume.cpp
-  llmc/train/checkpoint_writer.cpp)
+  llmc/train/checkpoint_writer.cpp llmc/train/stop_signals.cpp llmc/train/watchdog.cpp)
 target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model llmc_tokenizer
                       PRIVATE nlohmann_json::nlohmann_json)
 # The trainer's samples (--sample-every) run the generation loop of llmc_generate (cmake/generate.cmake).
@@ -26,3 +26,7 @@ gtest_discover_tests(test_speedrun_schedule PROPERTIES LABELS train)
 add_executable(test_checkpoint_set test/train/test_checkpoint_set.cpp)
 target_link_libraries(test_checkpoint_set PRIVATE llmc_train_utils GTest::gtest_main)
 gtest_discover_tests(test_checkpoint_set PROPERTIES LABELS train)
+
+add_executable(test_stop_watchdog test/train/test_stop_watchdog.cpp)
+target_link_libraries(test_stop_watchdog PRIVATE llmc_train_utils GTest::gtest_main)
+gtest_discover_tests(test_stop_watchdog PROPERTIES LABELS train)

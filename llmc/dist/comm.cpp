@@ -2,6 +2,7 @@
 // comm stream, host-side reductions, collective wrappers and the stop-every-rank path.
 #include "llmc/dist/comm.h"
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -45,11 +46,11 @@ ncclDataType_t nccl_type<__nv_bfloat16>() { return ncclBfloat16; }
 
 }  // namespace
 
-void abort_all_ranks(const std::string& why) {
+void abort_all_ranks(const std::string& why, int exit_code) {
   print_rank_error(why);
   // MPI_Abort makes the launcher kill every rank of the job: none is left blocked in a collective.
-  if (mpi_is_running()) MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);
+  if (mpi_is_running()) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
 }
 
 int stop_after_error(const std::string& why, const CommContext* comm) {
@@ -66,6 +67,21 @@ int stop_after_error(const std::string& why, const CommContext* comm) {
   return 1;
 }
 
+int stop_after_agreed_error(const AgreedError& error, const CommContext& comm) {
+  if (comm.is_main_rank()) {
+    std::fprintf(stderr, "rank %d: %s\n", error.failing_rank(), error.what());
+    std::fflush(stderr);
+  }
+  return 1;
+}
+
+void CommContext::abort_job(const std::string& why, int exit_code) const {
+  print_rank_error(why);
+  if (nccl_comm_ != nullptr) NCCL_REPORT(ncclCommAbort(nccl_comm_));
+  if (mpi_is_running()) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
 CommContext::CommContext() {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
@@ -77,12 +93,9 @@ CommContext::CommContext() {
   } else {
     MPI_CHECK(MPI_Query_thread(&thread_level));
   }
-#if defined(LLMC_EMULATION)
-  // Emulated NCCL calls MPI from stream worker threads while the main thread may call it too.
+  // The emulated NCCL calls MPI from stream worker threads, and the watchdog thread calls MPI_Abort,
+  // while the main thread may be inside an MPI call.
   const int needed_level = MPI_THREAD_MULTIPLE;
-#else
-  const int needed_level = MPI_THREAD_FUNNELED;
-#endif
   if (thread_level < needed_level) {
     throw CommError("MPI provides thread level " + std::to_string(thread_level) + ", this program needs " +
                     std::to_string(needed_level) + " (MPI_THREAD_MULTIPLE = " +
@@ -163,6 +176,12 @@ bool CommContext::any_rank(bool flag) const {
 }
 
 void CommContext::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+void CommContext::all_gather_bytes(const void* mine, size_t bytes, void* all) const {
+  if (bytes > static_cast<size_t>(INT_MAX)) throw CommError("all_gather_bytes: " + std::to_string(bytes) + " bytes");
+  const int count = static_cast<int>(bytes);
+  MPI_CHECK(MPI_Allgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, MPI_COMM_WORLD));
+}
 
 // ---- stream-ordered collectives ----------------------------------------------------------------
 

@@ -14,13 +14,14 @@
 #include <string>
 
 #include "llmc/dist/nccl_check.h"
+#include "llmc/dist/rank_group.h"
 
 namespace llmc {
 
-// Prints "rank R: why" to stderr and stops every rank of the job (MPI_Abort), so that no rank
-// waits forever in a collective for one that failed. Usable before or without a CommContext
-// (without MPI it exits this process with status 1). Never returns.
-[[noreturn]] void abort_all_ranks(const std::string& why);
+// Prints "rank R: why" to stderr and stops every rank of the job (MPI_Abort with `exit_code`), so that
+// no rank waits forever in a collective for one that failed. Usable before or without a CommContext
+// (without MPI it exits this process with `exit_code`). Never returns.
+[[noreturn]] void abort_all_ranks(const std::string& why, int exit_code = 1);
 
 class CommContext;
 // A program's top-level error handler. With several ranks: abort_all_ranks(why). With one rank (or
@@ -28,10 +29,14 @@ class CommContext;
 // caller then destroys `comm` (if any) as usual, so MPI is finalized and no MPI_Abort banner follows.
 // `comm` is null when the error came from the CommContext constructor.
 int stop_after_error(const std::string& why, const CommContext* comm);
+// The handler of an AgreedError (rank_group.h): every rank knows it, so none is aborted. Rank 0 prints
+// "rank R: why" (R the failing rank); every rank returns the exit status 1 and finalizes normally.
+int stop_after_agreed_error(const AgreedError& error, const CommContext& comm);
 
-class CommContext {
+class CommContext : public RankGroup {
  public:
-  // Initializes MPI when needed (MPI_THREAD_MULTIPLE), finds the node-local rank with
+  // Initializes MPI when needed (MPI_THREAD_MULTIPLE: the emulated NCCL's stream threads and the
+  // watchdog's abort call MPI beside the main thread), finds the node-local rank with
   // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), selects GPU local_rank, creates the comm stream
   // (greatest priority, non-blocking) and the NCCL communicator (unique id from rank 0, broadcast
   // with MPI). Without mpirun this is rank 0 of 1 (MPI singleton). Throws CommError / CudaError.
@@ -39,12 +44,12 @@ class CommContext {
   // Waits for the comm stream, destroys the communicator, finalizes MPI if it began it. When
   // destroyed by a propagating exception it does none of that (it could hang on the other
   // ranks): catch the exception and call abort_all_ranks.
-  ~CommContext();
+  ~CommContext() override;
   CommContext(const CommContext&) = delete;
   CommContext& operator=(const CommContext&) = delete;
 
-  int rank() const { return rank_; }
-  int world_size() const { return world_size_; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   bool is_main_rank() const { return rank_ == 0; }
@@ -58,7 +63,13 @@ class CommContext {
   double all_reduce_max(double value) const;
   void all_reduce_sum(double* values, int count) const;  // in place
   bool any_rank(bool flag) const;                        // logical or over ranks
-  void barrier() const;
+  void barrier() const override;
+  void all_gather_bytes(const void* mine, size_t bytes, void* all) const override;  // bytes < 2^31
+
+  // For a watchdog thread while other threads may be blocked in NCCL or MPI: prints "rank R: why",
+  // aborts the NCCL communicator (so no kernel keeps waiting for a peer) and ends every rank of the job
+  // with `exit_code` (MPI_Abort). Never returns.
+  [[noreturn]] void abort_job(const std::string& why, int exit_code) const;
 
   // ---- stream-ordered collectives on device buffers (NCCL; all ranks, same order) ----
   // recv[i] = mean over ranks of send[rank * recv_count + i]; send holds world_size * recv_count

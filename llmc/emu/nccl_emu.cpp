@@ -421,18 +421,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-// Without waiting: pending collectives may be blocked on ranks that are gone, so the
-// communicator is leaked when anything is still pending (the process is about to stop anyway).
-ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  if (comm == nullptr) return ncclSuccess;
-  {
-    std::lock_guard<std::mutex> lock(comm->mutex);
-    if (comm->pending > 0) return ncclSuccess;
-  }
-  MPI_Comm_free(&comm->mpi_comm);
-  delete comm;
-  return ncclSuccess;
-}
+// Without waiting and without MPI calls: pending collectives may be blocked on ranks that are gone,
+// and the caller is typically a watchdog thread about to end the job with MPI_Abort, while another
+// thread may be blocked inside MPI. So the communicator is leaked (the process is about to stop).
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclSuccess; }
 
 // Asynchronous failures stop the process in the emulation, so none is ever pending here.
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {

@@ -52,13 +52,17 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
       settings_(settings),
       tracer_(tracer),
       compute_stream_(model.stream()),
-      comm_stream_(comm.comm_stream()) {
+      comm_stream_(comm.comm_stream()),
+      // A reduce-scatter and an all-gather per bucket and the norm's all-reduce per step, four steps' worth.
+      watch_(comm.device(), 4 * (2 * model.layout().buckets.size() + 1)) {
   const ParamLayout& layout = model.layout();
   if (layout.world_size != comm.world_size())
     throw std::invalid_argument("ZeroOptimizer: the model's layout is for " + std::to_string(layout.world_size) +
                                 " ranks, the communicator has " + std::to_string(comm.world_size()));
   const int num_buckets = layout.num_buckets();
   segments_.resize(num_buckets);
+  for (int b = 0; b < num_buckets; b++)
+    bucket_labels_.push_back("bucket " + std::to_string(b) + " (" + model.bucket_name(b) + ")");
   for (int b = 0; b < num_buckets; b++) {
     const ParamBucket& bucket = layout.buckets[b];
     state_offset_.push_back(shard_elements_);
@@ -180,6 +184,7 @@ void ZeroOptimizer::reduce_scatter_bucket(int bucket) {
            comm_.reduce_scatter_avg(bucket_grads, bucket_grads + static_cast<size_t>(comm_.rank()) * b.shard_size,
                                     b.shard_size, comm_stream_);
          });
+  watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
 }
 
 void ZeroOptimizer::update_bucket(int bucket, float grad_scale) {
@@ -206,6 +211,7 @@ void ZeroOptimizer::all_gather_bucket(int bucket) {
              comm_.all_gather(bucket_params + static_cast<size_t>(comm_.rank()) * b.shard_size, bucket_params,
                               b.shard_size, comm_stream_);
            });
+    watch_.enqueued("all_gather", &bucket_labels_[bucket], step_, comm_stream_);
   }
 }
 
@@ -225,7 +231,10 @@ void ZeroOptimizer::add_to_grad_norm(int bucket, bool first) {
 }
 
 void ZeroOptimizer::finish_grad_norm() {
-  if (comm_.world_size() > 1) comm_.all_reduce_sum_float(norm_squared_, 1, comm_stream_);
+  if (comm_.world_size() > 1) {
+    comm_.all_reduce_sum_float(norm_squared_, 1, comm_stream_);
+    watch_.enqueued("all_reduce", &norm_label_, step_, comm_stream_);
+  }
   CUDA_CHECK(cudaMemcpyAsync(norm_host_, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_));
   CUDA_CHECK(cudaEventRecord(norm_ready_, comm_stream_));
 }

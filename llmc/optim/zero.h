@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/dist/collective_watch.h"
 #include "llmc/model/trainable_model.h"
 #include "llmc/optim/adamw_settings.h"
 #include "llmc/optim/bucket_optimizer.h"
@@ -56,6 +57,9 @@ class ZeroOptimizer : public BucketOptimizer {
   void upload_state(const std::vector<float>& master, const std::vector<float>& m, const std::vector<float>& v);
   // Bytes of optimizer state (master + m + v) held by this rank.
   size_t state_bytes() const { return 3 * shard_elements_ * sizeof(float); }
+  // For the watchdog, from any thread: the oldest collective of this rank that has not completed
+  // ("reduce_scatter of bucket 3 (layer 2) in step 7, enqueued 2.9 s ago"), or "" (collective_watch.h).
+  std::string unfinished_collective() const { return watch_.first_unfinished(); }
 
  private:
   struct Segment {  // a run of one bucket's shard with one weight-decay setting
@@ -91,6 +95,9 @@ class ZeroOptimizer : public BucketOptimizer {
   std::vector<bool> param_pending_;
   std::vector<int> ready_order_;      // buckets in the order the backward reported them this step
   cudaEvent_t backward_done_ = nullptr, norm_ready_ = nullptr;
+  std::vector<std::string> bucket_labels_;  // "bucket 3 (layer 2)", for the watch
+  const std::string norm_label_ = "the gradient norm";
+  CollectiveWatch watch_;
   int step_ = 0;
   float lr_ = 0.0f;
 };
