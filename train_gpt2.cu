@@ -20,15 +20,20 @@
 #include "llmc/dist/trace.h"
 #include "llmc/file_io.h"
 #include "llmc/optim/zero.h"
+#include "llmc/train/checkpoint_dir.h"
+#include "llmc/train/checkpoint_writer.h"
 #include "llmc/train/debug_hooks.h"
 #include "llmc/train/log.h"
 #include "llmc/train/lr_schedule.h"
 #include "llmc/train/mfu.h"
 #include "llmc/train/model_family.h"
 #include "llmc/train/options.h"
+#include "llmc/train/resume.h"
 #include "llmc/train/run_info.h"
 #include "llmc/train/samples.h"
 #include "llmc/train/state.h"
+#include "llmc/train/stop_signals.h"
+#include "llmc/train/watchdog.h"
 
 using namespace llmc;
 
@@ -200,10 +205,12 @@ struct Run {
     model->upload_params(start.params);
     optimizer.init_master(start.params);
     if (resume_prefix.empty()) return;
-    const TrainState state = read_resume_state(resume_prefix, comm.rank(), comm.world_size(), start.family->describe());
-    optimizer.upload_state(state.master, state.adam_m, state.adam_v);
-    train_loader.seek(state.train_position);
-    loop = LoopState{static_cast<int>(state.step), state.train_time_ms, resume_prefix};
+    // Written by this many ranks or another: llmc/train/resume.h re-shards, and maps the data position.
+    const ResumePoint point = read_resume_point(resume_prefix, comm.rank(), model->layout(), start.family->describe());
+    optimizer.upload_state(point.master, point.adam_m, point.adam_v);
+    train_loader.seek(resumed_position(point.written, train_loader));
+    loop = LoopState{static_cast<int>(point.written.step), point.written.train_time_ms, resume_prefix};
+    resumed_from = point.written;
   }
 
   const TrainOptions& opt;
@@ -217,6 +224,7 @@ struct Run {
   DataLoader train_loader;
   std::unique_ptr<ValLoader> val_loader;
   LoopState loop;
+  TrainStateHeader resumed_from;  // what the checkpoint's writer saw (when resuming)
 };
 
 LogHeader describe_run(const Run& run, const std::string& options_text, const DebugHooks& debug) {
@@ -237,7 +245,11 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
   if (run.opt.resume == "latest" && run.resume_prefix.empty())
     header.notes.push_back("--resume latest: no checkpoint in " + run.opt.output_dir + ", starting fresh");
   if (!run.resume_prefix.empty())
-    header.notes.push_back("resumed from " + run.resume_prefix + " at step " + std::to_string(run.loop.step));
+    header.notes.push_back("resumed from " + run.resume_prefix + " at step " + std::to_string(run.loop.step) +
+                           (run.resumed_from.world_size == run.comm.world_size()
+                                ? ""
+                                : " (written by " + std::to_string(run.resumed_from.world_size) +
+                                      " ranks, optimizer state re-sharded)"));
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
   return header;
 }
@@ -254,24 +266,30 @@ std::unique_ptr<TrainingSamples> make_samples(Run& run) {
 
 // ---- the loop's bookkeeping --------------------------------------------------------------------------
 
-// The model file once (rank 0), then every rank's optimizer shard; a barrier so that no rank runs ahead
-// of a checkpoint that is not complete yet.
-void save_checkpoint(const std::string& prefix, Run& run) {
+// The model file once (rank 0) and every rank's optimizer shard, complete on every rank or not at all
+// (llmc/train/checkpoint_writer.h); then, with --keep-checkpoints, the oldest ones go.
+void save_checkpoint(const std::string& prefix, Run& run, TrainLog& log) {
   run.optimizer.wait_for_all_params();
-  if (run.comm.is_main_rank()) {
-    const std::vector<float> params = run.model->download_params();
-    run.start.family->write_model_file(checkpoint_model_path(prefix), *run.model, params, /*fp32=*/false);
-  }
+  const std::vector<float> params = run.comm.is_main_rank() ? run.model->download_params() : std::vector<float>();
   TrainState state;
   state.step = run.loop.step;
   state.rank = run.comm.rank();
   state.world_size = run.comm.world_size();
   run.start.family->describe_state(state);
   state.train_position = run.train_loader.position();
+  state.batch_size = run.opt.batch_size;
+  state.seq_len = run.opt.seq_len;
   state.train_time_ms = run.loop.train_time_ms;
   run.optimizer.download_state(state.master, state.adam_m, state.adam_v);
-  write_train_state(checkpoint_state_path(prefix, run.comm.rank()), state);
-  run.comm.barrier();
+  const ModelFileWriter write_model = [&run, &params](const std::string& path) {
+    return run.start.family->write_model_file(path, *run.model, params, /*fp32=*/false);
+  };
+  write_checkpoint_files(prefix, run.comm, CheckpointContents{write_model, state});
+  run.loop.last_checkpoint = prefix;
+  log.line("# checkpoint " + prefix);
+  if (!run.comm.is_main_rank()) return;
+  for (const std::string& problem : prune_checkpoints(run.opt.output_dir, run.opt.keep_checkpoints))
+    log.line("# warning: --keep-checkpoints could not delete " + problem);
 }
 
 // Throughput figures of the step line, from the step's duration.
@@ -328,19 +346,46 @@ void write_trace(const TrainOptions& opt, const Tracer& tracer, const CommContex
 
 // ---- the run -----------------------------------------------------------------------------------------
 
-// The training loop: steps up to --steps, with validation, checkpoints and the stop on a non-finite loss.
-// Returns the exit status.
-int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, TrainingSamples* samples) {
+// What watches the loop: the watchdog (a hung step, collective or file system ends the job) and the stop
+// signals (a signal ends it cleanly at a step boundary).
+struct Guards {
+  Watchdog& watchdog;
+  const StopSignals& signals;
+};
+
+// The stop signal some rank received (the same answer on every rank), 0 if none. One host all-reduce of
+// a scalar per step: microseconds, beside the step's own all-reduce of the loss (docs/robustness.md).
+int agreed_stop_signal(const CommContext& comm, const StopSignals& signals) {
+  return static_cast<int>(comm.all_reduce_max(static_cast<double>(signals.received())));
+}
+
+// Every rank stops after the same step with a complete checkpoint (unless this step's is written already).
+int stop_by_signal(Run& run, TrainLog& log, Guards& guards, int signal, int step, bool checkpointed) {
+  std::string how = "no checkpoint written (no --output-dir)";
+  if (!run.opt.output_dir.empty()) {
+    guards.watchdog.begin(Watchdog::Activity::kCheckpoint, step);
+    if (!checkpointed) save_checkpoint(checkpoint_prefix(run.opt.output_dir, step), run, log);
+    how = "resume with --resume " + run.loop.last_checkpoint;
+  }
+  log.line("# stopped by signal " + signal_name(signal) + " at step " + std::to_string(step) + "; " + how);
+  return kExitStoppedBySignal;
+}
+
+// The training loop: steps up to --steps, with validation, samples, checkpoints, the stop on a non-finite
+// loss and on a stop signal. Returns the exit status.
+int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, Guards& guards, TrainingSamples* samples) {
   const TrainOptions& opt = run.opt;
   const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
   const ThroughputMeter meter(run);
   StepParts parts{*run.model, run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
   Batch batch(static_cast<size_t>(opt.batch_size) * opt.seq_len);
   for (int step = run.loop.step + 1; step <= opt.steps; step++) {
+    guards.watchdog.begin(Watchdog::Activity::kStep, step);
     const Clock::time_point step_start = Clock::now();
     const float lr = static_cast<float>(schedule.at(step - 1));
     StepResult result = train_step(parts, step, lr, batch);
     const double step_ms = elapsed_ms(step_start);
+    guards.watchdog.step_finished(step_ms / 1000.0);
     run.loop.step = step;
     run.loop.train_time_ms += step_ms;
     result.loss = debug.loss_seen(step, result.loss);
@@ -356,26 +401,31 @@ int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, TrainingSamples
     log.line(step_line(run, step, result, lr, step_ms, meter, run.tracer));
     const bool last_step = step == opt.steps;
     if (run.val_loader && due(opt.val_every, step, last_step)) {
+      guards.watchdog.begin(Watchdog::Activity::kValidation, step);
       const double val_loss = evaluate(*run.model, run.optimizer, *run.val_loader, run.comm, batch);
       log.line(format_val_line(step, opt.steps, val_loss, run.loop.train_time_ms, run.loop.train_time_ms / step));
     }
     if (samples != nullptr && step % opt.sample_every == 0) {
+      guards.watchdog.begin(Watchdog::Activity::kSamples, step);
       run.optimizer.wait_for_all_params();  // the decoder reads every parameter: all updates applied first
       for (const std::string& line : samples->sample(step)) log.line(line);
     }
-    if (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last_step)) {
-      run.loop.last_checkpoint = checkpoint_prefix(opt.output_dir, step);
-      save_checkpoint(run.loop.last_checkpoint, run);
-      log.line("# checkpoint " + run.loop.last_checkpoint);
+    const bool checkpoint = !opt.output_dir.empty() && due(opt.checkpoint_every, step, last_step);
+    if (checkpoint) {
+      guards.watchdog.begin(Watchdog::Activity::kCheckpoint, step);
+      save_checkpoint(checkpoint_prefix(opt.output_dir, step), run, log);
     }
+    if (last_step) break;
+    if (const int signal = agreed_stop_signal(run.comm, guards.signals))
+      return stop_by_signal(run, log, guards, signal, step, checkpoint);
   }
-  write_trace(opt, run.tracer, run.comm);
   return 0;
 }
 
 int train(const TrainOptions& opt, const std::string& options_text, CommContext& comm) {
   validate_train_options(opt, comm.world_size());
   const DebugHooks debug = DebugHooks::from_environment();
+  const StopSignals signals(parse_stop_signals(opt.stop_signals));
   if (!opt.output_dir.empty() && comm.is_main_rank()) make_directories(opt.output_dir, "output directory");
   comm.barrier();
   Run run(opt, comm);
@@ -387,7 +437,14 @@ int train(const TrainOptions& opt, const std::string& options_text, CommContext&
     if (debug.dumps() && comm.is_main_rank())
       run.start.family->write_model_file(debug.prepare_model_dump(), *run.model, run.model->download_params(),
                                          /*fp32=*/true);
-    return train_loop(run, log, debug, samples.get());
+    Watchdog watchdog(
+        opt.timeout, [&run] { return run.optimizer.unfinished_collective(); },
+        [&comm](const std::string& why) { comm.abort_job(why, kExitWatchdog); });
+    Guards guards{watchdog, signals};
+    const int status = train_loop(run, log, debug, guards, samples.get());
+    watchdog.idle();
+    write_trace(opt, run.tracer, run.comm);
+    return status;
   } catch (const std::exception& error) {
     log.record_failure(error.what());
     throw;
@@ -406,6 +463,8 @@ int main(int argc, char** argv) {
   try {
     comm = std::make_unique<CommContext>();
     return train(options, app.config_to_str(/*default_also=*/true, /*write_description=*/false), *comm);
+  } catch (const AgreedError& error) {  // every rank knows it: all stop normally
+    return stop_after_agreed_error(error, *comm);
   } catch (const std::exception& error) {
     return stop_after_error(error.what(), comm.get());
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "llmc/tokenizer/bpe_vocab.h"
+#include "llmc/train/stop_signals.h"
 
 namespace llmc {
 
@@ -106,6 +107,16 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--output-dir,-o", o.output_dir, "Directory for log.txt and checkpoints (empty = log to stdout only)");
   app.add_option("--resume", o.resume,
                  "Resume from a checkpoint: its path prefix (DIR/ckpt_000100) or 'latest' (newest in --output-dir)");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints,
+                 "Keep the newest N complete checkpoints, deleting older ones once a new one is complete (0 = keep all)")
+      ->capture_default_str()->check(at_least(0));
+  app.add_option("--timeout", o.timeout,
+                 "Seconds a step, validation or checkpoint may take before the watchdog ends every rank "
+                 "(0 = automatic: 20x the measured step time, at least 60 s; 10 min for validation, checkpoints "
+                 "and the first steps)")->capture_default_str()->check(at_least(0));
+  app.add_option("--stop-signals", o.stop_signals,
+                 "Signals that make every rank stop after the current step with a checkpoint (exit status 75): "
+                 "comma-separated TERM, INT, HUP, USR1, USR2, or none")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the initialisation and the data shuffle")->capture_default_str();
   app.add_flag("--shuffle", o.shuffle, "Shuffle shard and window order each epoch (deterministic from --seed)");
   app.add_option("--overlap", o.overlap,
@@ -147,6 +158,9 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     throw std::invalid_argument("--checkpoint-every needs --output-dir (where to write the checkpoints)");
   if (o.resume == "latest" && o.output_dir.empty())
     throw std::invalid_argument("--resume latest needs --output-dir (where to look for checkpoints)");
+  if (o.keep_checkpoints > 0 && o.output_dir.empty())
+    throw std::invalid_argument("--keep-checkpoints needs --output-dir (where the checkpoints are)");
+  parse_stop_signals(o.stop_signals);  // throws naming an unknown signal
 }
 
 }  // namespace llmc

@@ -33,6 +33,10 @@ struct TrainOptions {
   int checkpoint_every = 0;            // 0 = only at the end (if --output-dir is given)
   std::string output_dir;              // log.txt, checkpoints, traces; empty = stdout only
   std::string resume;                  // a checkpoint prefix written by --checkpoint-every, or "latest"
+  int keep_checkpoints = 0;            // keep the newest N complete checkpoints; 0 = all
+  // robustness (docs/robustness.md)
+  double timeout = 0;                  // seconds a step, validation or checkpoint may take; 0 = automatic
+  std::string stop_signals = "TERM,INT,USR1";  // checkpoint and stop at the next step boundary
   uint64_t seed = 1337;
   bool shuffle = false;
   // distributed

@@ -17,6 +17,7 @@ const char* activity_name(Watchdog::Activity activity) {
   switch (activity) {
     case Watchdog::Activity::kStep: return "step";
     case Watchdog::Activity::kValidation: return "validation after step";
+    case Watchdog::Activity::kSamples: return "samples after step";
     case Watchdog::Activity::kCheckpoint: return "checkpoint after step";
   }
   return "?";

@@ -1,12 +1,12 @@
-// A watchdog thread per rank: when a step, a validation or a checkpoint has not finished within its
-// limit (a rank hung in a collective, a stalled peer, a stuck file system), it prints which step and
+// A watchdog thread per rank: when a step, a validation, samples or a checkpoint has not finished within
+// its limit (a rank hung in a collective, a stalled peer, a stuck file system), it prints which step and
 // activity the host is in and which collective (and bucket) the device waits for, and ends every rank
 // of the job -- NCCL communicator aborted, MPI_Abort -- instead of letting all of them wait forever.
 //
-// The limit (--timeout SECONDS, 0 = automatic): an explicit value applies to every step, validation and
-// checkpoint. Automatic: 10 minutes (kColdLimitSeconds) until the step time is known; from the 7th step
-// of the process on, steps get max(60 s, 20 x the slowest of steps 2..6) (step 1 carries the start-up),
-// while validation and checkpoints keep 10 minutes.
+// The limit (--timeout SECONDS, 0 = automatic): an explicit value applies to every step, validation,
+// sampling and checkpoint. Automatic: 10 minutes (kColdLimitSeconds) until the step time is known; from
+// the 7th step of the process on, steps get max(60 s, 20 x the slowest of steps 2..6) (step 1 carries the
+// start-up), while validation, samples and checkpoints keep 10 minutes.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -31,7 +31,7 @@ class TimeoutPolicy {
   // Feeds the duration of the n-th step this process ran (1-based).
   void step_finished(int nth_step, double seconds);
   double step_limit() const;
-  double other_limit() const;  // validation and checkpoints
+  double other_limit() const;  // validation, samples and checkpoints
   // "--timeout 3s", "automatic: 60s = max(60s, 20 x 0.012s)", "automatic: 600s until step 7".
   std::string describe_step_limit() const;
 
@@ -43,7 +43,7 @@ class TimeoutPolicy {
 
 class Watchdog {
  public:
-  enum class Activity { kStep, kValidation, kCheckpoint };
+  enum class Activity { kStep, kValidation, kSamples, kCheckpoint };
   using DescribeDevice = std::function<std::string()>;     // what the device waits for ("" if nothing)
   using Abort = std::function<void(const std::string&)>;   // ends the job with this message; never returns
 
