@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import numpy as np
 
@@ -141,6 +142,73 @@ def run_trainer(mpiexec, ranks, binary, args, output_dir, timeout=120, extra_env
     command = command or mpi_command(mpiexec, ranks, binary, list(args) + ["-o", output_dir])
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     return Run(command, completed, output_dir)
+
+
+class RunningTrainer:
+    """A train_gpt2 job still running: its launcher process (mpirun, or the trainer itself for one rank),
+    stdout and stderr merged, read line by line."""
+
+    def __init__(self, command, output_dir, extra_env=None):
+        env = dict(os.environ, **ROOT_ENV)
+        env.update(extra_env or {})
+        self.command = command
+        self.output_dir = output_dir
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines = []
+
+    def read_until(self, prefix):
+        """Reads output up to and including the first line that starts with `prefix`."""
+        for line in self.process.stdout:
+            self.lines.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"the run ended before printing '{prefix}':\n{self.output()}")
+
+    def finish(self, timeout):
+        """Waits for the end (raises subprocess.TimeoutExpired after `timeout` s); returns the exit status."""
+        rest, _ = self.process.communicate(timeout=timeout)
+        self.lines.append(rest)
+        return self.process.returncode
+
+    def output(self):
+        return "".join(self.lines)
+
+    def describe(self):
+        return f"command: {' '.join(self.command)}\nexit status {self.process.returncode}\n{self.output()[-4000:]}"
+
+    def rank_pid(self, rank, timeout=30.0):
+        """The process id of rank `rank` (a child of mpirun whose environment says so)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for child in _children(self.process.pid):
+                try:
+                    with open(f"/proc/{child}/environ", "rb") as f:
+                        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
+                            return child
+                except OSError:
+                    continue
+            time.sleep(0.1)
+        raise AssertionError(f"no process of rank {rank} under {self.process.pid}")
+
+
+def _children(pid):
+    children = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            children += [int(child) for child in f.read().split()]
+    return children
+
+
+def start_trainer(mpiexec, ranks, binary, args, output_dir, extra_env=None, mpi_options=()):
+    """Starts train_gpt2 under mpirun (writing into output_dir) without waiting for it."""
+    command = ([mpiexec, "-np", str(ranks), "--oversubscribe", "--bind-to", "none"] + list(mpi_options) +
+               [binary] + list(args) + ["-o", output_dir])
+    return RunningTrainer(command, output_dir, extra_env)
+
+
+def read_manifest(prefix):
+    with open(prefix + "_manifest.json") as f:
+        return json.load(f)
 
 
 def load_trace(path):

@@ -1,14 +1,18 @@
 """Data-parallel training with ZeRO-1 AdamW, tested end to end: train_gpt2 (fp32 emulated build) under
 mpirun with 1, 2 and 4 emulated ranks on the same global batch, the three overlap modes, clipping,
 gradient accumulation, the per-rank Chrome traces, a mutant run missing one cross-stream wait (the
-emulation's fault injection), a failing rank, and resume from a multi-rank checkpoint.
+emulation's fault injection), a failing rank, resume from a multi-rank checkpoint on the same and on
+another number of ranks, stop signals sent to mpirun and to one rank, and the watchdog ending a job
+whose rank is stopped (SIGSTOP).
 
 Binaries come from the environment (set by cmake/multirank.cmake): LLMC_MPIEXEC, LLMC_TRAIN_FP32_EMU.
 Run: ctest --test-dir build -L multirank
 """
 import glob
 import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -114,6 +118,16 @@ class MultiRankCase(unittest.TestCase):
             other = path.replace(run.output_dir, reference.output_dir)
             for array, ref_array in zip(mr.read_state(path)[1:], mr.read_state(other)[1:]):
                 self.assertTrue(np.array_equal(array, ref_array), f"{what}: {os.path.basename(path)} differs")
+
+    def assert_same_checkpoints(self, prefix, reference):
+        with open(prefix + "_model.bin", "rb") as a, open(reference + "_model.bin", "rb") as b:
+            self.assertTrue(a.read() == b.read(), f"{prefix}: model files differ")
+        states = sorted(glob.glob(reference + "_state_rank*.bin"))
+        self.assertEqual(len(states), len(glob.glob(prefix + "_state_rank*.bin")))
+        for path in states:
+            ours = mr.read_state(prefix + path[len(reference):])
+            for array, other in zip(ours[1:], mr.read_state(path)[1:]):
+                self.assertTrue(np.array_equal(array, other), f"{os.path.basename(path)}: optimizer state differs")
 
 
 class Equivalence(MultiRankCase):
@@ -381,8 +395,8 @@ class SpeedrunModel(MultiRankCase):
 
 
 class Resume(MultiRankCase):
-    """Checkpoints hold the model once and each rank's optimizer shard; a 2-rank resume continues
-    bitwise; another world size stops with a clear error."""
+    """Checkpoints hold the model once, each rank's optimizer shard and a manifest; a 2-rank resume
+    continues bitwise."""
 
     def test_resume_with_two_ranks_is_bitwise(self):
         args = COMMON + ["--grad-clip", "1.0", "-b", "2", "--overlap", "full"]
@@ -390,7 +404,12 @@ class Resume(MultiRankCase):
         self.assert_ok(whole)
         middle = whole.checkpoint(2)
         self.assertEqual(sorted(os.path.basename(p) for p in glob.glob(middle + "_*")),
-                         ["ckpt_000002_model.bin", "ckpt_000002_state_rank0.bin", "ckpt_000002_state_rank1.bin"])
+                         ["ckpt_000002_manifest.json", "ckpt_000002_model.bin", "ckpt_000002_state_rank0.bin",
+                          "ckpt_000002_state_rank1.bin"])
+        manifest = mr.read_manifest(middle)
+        self.assertEqual((manifest["step"], manifest["world_size"]), (2, 2))
+        self.assertEqual({f["name"]: f["bytes"] for f in manifest["files"]},
+                         {os.path.basename(p): os.path.getsize(p) for p in glob.glob(middle + "_*.bin")})
         # The model once: the whole parameter vector in one llm.c file, not one per rank.
         num_params = mr.read_model_params(middle + "_model.bin").size
         self.assertEqual(os.path.getsize(middle + "_model.bin"), 1024 + 4 * num_params)
@@ -400,25 +419,135 @@ class Resume(MultiRankCase):
         self.assertEqual(sorted(resumed.steps), [3, 4], resumed.describe())
         for step in (3, 4):
             self.assertEqual(resumed.steps[step][:2], whole.steps[step][:2], f"step {step}")
-        with open(whole.checkpoint(4) + "_model.bin", "rb") as a, open(resumed.checkpoint(4) + "_model.bin", "rb") as b:
-            self.assertTrue(a.read() == b.read(), "final model files differ")
-        for rank in (0, 1):
-            ours = mr.read_state(resumed.checkpoint(4) + f"_state_rank{rank}.bin")
-            theirs = mr.read_state(whole.checkpoint(4) + f"_state_rank{rank}.bin")
-            for array, other in zip(ours[1:], theirs[1:]):
-                self.assertTrue(np.array_equal(array, other), f"rank {rank} optimizer state differs")
+        self.assert_same_checkpoints(resumed.checkpoint(4), whole.checkpoint(4))
 
-        for ranks in (1, 4):
-            with self.subTest(ranks=ranks):
-                other = self.train(f"resumed_np{ranks}", ranks,
-                                   COMMON + ["-b", str(GLOBAL_WINDOWS // ranks), "--resume", middle], timeout=60)
-                self.assertNotEqual(other.returncode, 0, other.describe())
-                output = other.stdout + other.stderr
-                self.assertNotIn("step:3/", other.stdout)
-                # Each rank names its state file and the mismatch (whichever rank stops first).
-                self.assertRegex(output, r"ckpt_000002_state_rank\d\.bin.*written by (2|more|fewer) ranks",
-                                 other.describe())
-                self.assertIn("resharding is not supported", output, other.describe())
+
+class Reshard(MultiRankCase):
+    """A checkpoint written by N ranks resumes on M (2->1, 1->4, 4->2): the optimizer state is
+    re-sharded, and the resumed run agrees with an uninterrupted run on M ranks with the same global
+    batch within the tolerances of Equivalence (the two differ only in the fp32 reduction order of
+    steps 1..2)."""
+    MOVES = ((2, 1), (1, 4), (4, 2))
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        args = COMMON + ["--grad-clip", "0"]
+        for ranks in (1, 2, 4):
+            cls.train(f"whole_np{ranks}", ranks, args + ["-b", str(GLOBAL_WINDOWS // ranks), "--checkpoint-every", "2"])
+        for old, new in cls.MOVES:
+            cls.train(f"np{old}_to_np{new}", new, args + ["-b", str(GLOBAL_WINDOWS // new),
+                                                          "--resume", cls.runs[f"whole_np{old}"].checkpoint(2)])
+
+    def test_resumed_runs_match_an_uninterrupted_run_on_the_new_ranks(self):
+        for old, new in self.MOVES:
+            with self.subTest(old=old, new=new):
+                run, reference = self.runs[f"np{old}_to_np{new}"], self.runs[f"whole_np{new}"]
+                self.assertEqual(run.returncode, 0, run.describe())
+                self.assertIn(f"(written by {old} ranks, optimizer state re-sharded)", run.stdout)
+                self.assertEqual(sorted(run.steps), [3, 4], run.describe())
+                for step in (3, 4):
+                    (loss, norm, line), (ref_loss, ref_norm, ref_line) = run.steps[step], reference.steps[step]
+                    self.assertLessEqual(abs(float(loss) - float(ref_loss)), PRINTED_TOL, f"{line} vs {ref_line}")
+                    self.assertLessEqual(abs(float(norm) - float(ref_norm)), PRINTED_TOL, f"{line} vs {ref_line}")
+                worst = float(np.max(np.abs(run.final_params(STEPS) - reference.final_params(STEPS))))
+                self.assertLessEqual(worst, PARAM_TOL, f"final parameters differ by up to {worst:.3g}")
+                # The re-sharded moments are those of the new layout: each rank's file as large as the
+                # uninterrupted run's, and Adam's second moments agree as the parameters do.
+                for rank in range(new):
+                    ours = mr.read_state(run.checkpoint(STEPS) + f"_state_rank{rank}.bin")
+                    theirs = mr.read_state(reference.checkpoint(STEPS) + f"_state_rank{rank}.bin")
+                    self.assertEqual(ours[1].shape, theirs[1].shape)
+                    self.assertLessEqual(float(np.max(np.abs(ours[1] - theirs[1]))), PARAM_TOL)
+
+    def test_losing_the_optimizer_state_would_be_caught(self):
+        # The negative control: two steps from the step-2 model without its optimizer state and data
+        # position (what a resume that lost them would do) end far more than the tolerance away.
+        args = [a if a != "tiny" else self.runs["whole_np1"].checkpoint(2) + "_model.bin" for a in common_args(2)]
+        fresh = self.train("fresh_np1", 1, args + ["--grad-clip", "0", "-b", "4"])
+        self.assertEqual(fresh.returncode, 0, fresh.describe())
+        worst = float(np.max(np.abs(fresh.final_params(2) - self.runs["whole_np1"].final_params(STEPS))))
+        self.assertGreater(worst, 10 * PARAM_TOL)
+
+
+class StopSignals(MultiRankCase):
+    """A stop signal sent to mpirun or to one rank stops every rank after the same step with a complete
+    checkpoint, from which the run continues bit for bit."""
+    LONG = 100  # steps (~0.1 s each): far more than run before the signal arrives, even through mpirun
+
+    def long_args(self):
+        return ["--train-data", self.train_data] + common_args(self.LONG) + ["-b", "2"]
+
+    def stop(self, name, signal_number, target, mpi_options=()):
+        """Starts a 2-rank run, sends the signal to `target` ('mpirun' or a rank) once step 2 is logged;
+        returns the run, its exit status and the step it stopped after."""
+        run = mr.start_trainer(MPIEXEC, 2, TRAINER, self.long_args(), os.path.join(self.directory, name),
+                               mpi_options=mpi_options)
+        run.read_until("step:2/")
+        pid = run.process.pid if target == "mpirun" else run.rank_pid(target)
+        os.kill(pid, signal_number)
+        status = run.finish(timeout=120)
+        match = re.search(r"(?m)^# stopped by signal (SIG\w+) at step (\d+); resume with --resume (\S+)$",
+                          run.output())
+        self.assertIsNotNone(match, run.describe())
+        self.assertEqual(match.group(1), signal.Signals(signal_number).name)
+        step = int(match.group(2))
+        self.assertLess(step, self.LONG, run.describe())
+        prefix = os.path.join(run.output_dir, f"ckpt_{step:06d}")
+        self.assertEqual(match.group(3), prefix)
+        manifest = mr.read_manifest(prefix)  # complete: both ranks' state files of the same step
+        self.assertEqual((manifest["step"], manifest["world_size"]), (step, 2))
+        self.assertEqual(sorted(f["name"] for f in manifest["files"]),
+                         [f"ckpt_{step:06d}_{kind}.bin" for kind in ("model", "state_rank0", "state_rank1")])
+        for entry in manifest["files"]:
+            self.assertEqual(os.path.getsize(os.path.join(run.output_dir, entry["name"])), entry["bytes"])
+        return run, status, step
+
+    def test_sigterm_to_mpirun_then_resume_is_bitwise(self):
+        # Open MPI's mpirun passes SIGTERM on after odls_base_sigkill_timeout seconds and SIGKILLs the
+        # ranks as long after (README); 3 s leaves the ranks ample time for a step and the checkpoint.
+        whole = self.train("whole_long", 2, common_args(self.LONG) + ["-b", "2"])
+        self.assertEqual(whole.returncode, 0, whole.describe())
+        run, status, _ = self.stop("sigterm_mpirun", signal.SIGTERM, "mpirun",
+                                   mpi_options=["--mca", "odls_base_sigkill_timeout", "3"])
+        self.assertNotEqual(status, 0, run.describe())
+        resumed = self.train("sigterm_mpirun", 2, common_args(self.LONG) + ["-b", "2", "--resume", "latest"])
+        self.assertEqual(resumed.returncode, 0, resumed.describe())
+        self.assert_same_checkpoints(resumed.checkpoint(self.LONG), whole.checkpoint(self.LONG))
+
+    def test_sigusr1_to_mpirun_exits_75(self):
+        run, status, _ = self.stop("sigusr1_mpirun", signal.SIGUSR1, "mpirun")
+        self.assertEqual(status, 75, run.describe())
+
+    def test_sigterm_to_one_rank_stops_both(self):
+        run, status, _ = self.stop("sigterm_rank1", signal.SIGTERM, 1)
+        self.assertEqual(status, 75, run.describe())
+
+
+class Watchdog(MultiRankCase):
+    """Rank 1 stopped with SIGSTOP: rank 0 waits for it, its watchdog names the step and what it waits
+    for and ends the job within seconds, and the last complete checkpoint resumes."""
+    TIMEOUT = 5  # s; a tiny emulated step takes ~0.1 s
+
+    def test_stopped_rank_ends_the_job_and_the_last_checkpoint_resumes(self):
+        args = (["--train-data", self.train_data] + common_args(100000) +
+                ["-b", "2", "--checkpoint-every", "5", "--timeout", str(self.TIMEOUT)])
+        run = mr.start_trainer(MPIEXEC, 2, TRAINER, args, os.path.join(self.directory, "stalled"))
+        run.read_until("step:12/")
+        stopped = time.monotonic()
+        os.kill(run.rank_pid(1), signal.SIGSTOP)
+        status = run.finish(timeout=120)
+        elapsed = time.monotonic() - stopped
+        self.assertEqual(status, 124, run.describe())
+        self.assertLess(elapsed, self.TIMEOUT + 15, run.describe())
+        self.assertRegex(run.output(),
+                         r"(?m)^rank 0: watchdog: (step|checkpoint after step) (\d+) has not finished after [\d.]+s \(limit 5s, --timeout 5s\); "
+                         r"(waiting for (reduce_scatter|all_gather) of bucket \d+ \([\w ]+\)|"
+                         r"waiting for all_reduce of the gradient norm|no collective is unfinished on this rank's "
+                         r"device \(the host waits\)).*; ending all ranks$")
+        resumed = self.train("stalled", 2, common_args(20) + ["-b", "2", "--resume", "latest"])
+        self.assertEqual(resumed.returncode, 0, resumed.describe())
+        self.assertRegex(resumed.stdout, r"# resumed from .*ckpt_0000(10|15) at step (10|15)")
 
 
 if __name__ == "__main__":
