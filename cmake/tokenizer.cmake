@@ -3,7 +3,7 @@
 # run of tokenize_gpt2. The whole set runs in well under a minute on two cores.
 add_library(llmc_tokenizer STATIC
   llmc/tokenizer/utf8.cpp llmc/tokenizer/bpe_vocab.cpp llmc/tokenizer/pretokenizer.cpp llmc/tokenizer/piece_cache.cpp llmc/tokenizer/tokenizer.cpp
-  llmc/tokenizer/parallel_encode.cpp llmc/tokenizer/utf8_stream.cpp)
+  llmc/tokenizer/parallel_encode.cpp llmc/tokenizer/utf8_stream.cpp llmc/tokenizer/document_reader.cpp)
 target_link_libraries(llmc_tokenizer
   PUBLIC llmc_flags Threads::Threads
   PRIVATE llmc_files PkgConfig::PCRE2 nlohmann_json::nlohmann_json)

@@ -4,7 +4,6 @@
 // Input is read in batches; each batch is encoded on all threads and appended in input order, so
 // the output is the same for any thread count. On any error, the shards of this run are removed.
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +20,7 @@
 #include "llmc/data/shards.h"
 #include "llmc/file_io.h"
 #include "llmc/parallel_for.h"
+#include "llmc/tokenizer/document_reader.h"
 #include "llmc/tokenizer/parallel_encode.h"
 #include "llmc/tokenizer/tokenizer.h"
 
@@ -31,8 +31,6 @@ namespace {
 constexpr int64_t kDefaultShardTokens = 100'000'000;  // llm.c's FineWeb shard size
 // Text read per batch, then encoded in parallel: at least kMinBatchBytes, and 2 MB per thread.
 constexpr size_t kMinBatchBytes = 8 << 20;
-constexpr size_t kChunkBytes = 1 << 20;              // plain-text documents are cut into ~1 MB jobs
-constexpr size_t kReadBlockBytes = 4 << 20;
 
 struct Options {
   std::string vocab_dir;
@@ -45,177 +43,6 @@ struct Options {
   bool print_ids = false;
   std::vector<std::string> files;
 };
-
-// One unit of encoding work: a piece of a plain-text document, or one raw JSONL line.
-struct Job {
-  std::string text;
-  bool starts_document = false;  // emit <|endoftext|> before its tokens
-  bool is_jsonl_line = false;
-  const std::string* file = nullptr;
-  int64_t line = 0;         // JSONL line number (1-based)
-  int64_t file_offset = 0;  // byte offset of `text` in the file
-  std::vector<int32_t> ids;
-};
-
-// Reads the inputs in order and hands out batches of jobs of about batch_bytes_.
-class InputReader {
- public:
-  InputReader(const std::vector<std::string>& files, std::string jsonl_field, int threads)
-      : files_(files),
-        jsonl_field_(std::move(jsonl_field)),
-        batch_bytes_(std::max(kMinBatchBytes, static_cast<size_t>(threads) * (2u << 20))) {}
-
-  // Fills `jobs` with the next batch; false when all input is consumed.
-  bool next_batch(std::vector<Job>& jobs) {
-    jobs.clear();
-    size_t batch_bytes = 0;
-    while (batch_bytes < batch_bytes_) {
-      if (!in_.is_open()) {
-        if (file_index_ >= files_.size()) break;
-        open_next_file();
-      }
-      const size_t before = jobs.size();
-      const bool file_done = jsonl_field_.empty() ? read_text_block(jobs) : read_jsonl_lines(jobs);
-      for (size_t j = before; j < jobs.size(); ++j) batch_bytes += jobs[j].text.size();
-      if (file_done) {
-        in_.close();
-        ++file_index_;
-      }
-    }
-    return !jobs.empty();
-  }
-
-  int64_t documents() const { return documents_; }
-  int64_t bytes_read() const { return bytes_read_; }
-
- private:
-  void open_next_file() {
-    in_.open(files_[file_index_], std::ios::binary);
-    if (!in_) throw std::runtime_error(files_[file_index_] + ": cannot open for reading");
-    pending_.clear();
-    pending_offset_ = 0;
-    line_ = 0;
-    document_started_ = false;
-  }
-
-  const std::string& file() const { return files_[file_index_]; }
-
-  // Plain text: reads a block, emits everything up to the last safe cut as ~1 MB jobs, keeps
-  // the remainder. Returns true at end of file (the remainder is then emitted too).
-  bool read_text_block(std::vector<Job>& jobs) {
-    const size_t old_size = pending_.size();
-    pending_.resize(old_size + kReadBlockBytes);
-    in_.read(&pending_[old_size], static_cast<std::streamsize>(kReadBlockBytes));
-    const size_t got = static_cast<size_t>(in_.gcount());
-    pending_.resize(old_size + got);
-    bytes_read_ += static_cast<int64_t>(got);
-    if (in_.bad()) throw std::runtime_error(file() + ": read error");
-    const bool at_end = in_.eof();
-    size_t emit = pending_.size();
-    if (!at_end) {
-      // Cut after the last safe point; without one, keep reading (a document with no safe cut
-      // is encoded as one job, which is correct, only less parallel).
-      emit = 0;
-      for (size_t p = pending_.size(); p-- > 2;) {
-        if (pending_[p - 1] == '\n' && llmc::is_safe_cut(pending_, p)) {
-          emit = p;
-          break;
-        }
-      }
-    }
-    if (emit > 0 || (at_end && !document_started_)) {
-      const std::string_view text(pending_.data(), emit);
-      const std::vector<size_t> bounds = llmc::safe_chunk_boundaries(text, kChunkBytes);
-      for (size_t c = 0; c + 1 < bounds.size() || (c == 0 && text.empty()); ++c) {
-        Job job;
-        if (!text.empty()) job.text.assign(text.substr(bounds[c], bounds[c + 1] - bounds[c]));
-        job.starts_document = !document_started_;
-        job.file = &file();
-        job.file_offset = pending_offset_ + static_cast<int64_t>(text.empty() ? 0 : bounds[c]);
-        if (!document_started_) ++documents_;
-        document_started_ = true;
-        jobs.push_back(std::move(job));
-      }
-      pending_.erase(0, emit);
-      pending_offset_ += static_cast<int64_t>(emit);
-    }
-    return at_end;
-  }
-
-  // JSONL: one job per non-empty line (parsed by the worker). True at end of file.
-  bool read_jsonl_lines(std::vector<Job>& jobs) {
-    size_t bytes = 0;
-    std::string line;
-    while (bytes < kReadBlockBytes) {
-      const int64_t offset = pending_offset_;
-      if (!std::getline(in_, line)) {
-        if (in_.bad()) throw std::runtime_error(file() + ": read error");
-        return true;
-      }
-      ++line_;
-      pending_offset_ += static_cast<int64_t>(line.size()) + 1;
-      bytes_read_ += static_cast<int64_t>(line.size()) + 1;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.empty()) continue;  // blank lines (often a trailing one) are not documents
-      bytes += line.size();
-      Job job;
-      job.text = std::move(line);
-      job.starts_document = true;
-      job.is_jsonl_line = true;
-      job.file = &file();
-      job.line = line_;
-      job.file_offset = offset;
-      ++documents_;
-      jobs.push_back(std::move(job));
-    }
-    return false;
-  }
-
-  const std::vector<std::string>& files_;
-  const std::string jsonl_field_;
-  const size_t batch_bytes_;
-  size_t file_index_ = 0;
-  std::ifstream in_;
-  std::string pending_;
-  int64_t pending_offset_ = 0;
-  int64_t line_ = 0;
-  bool document_started_ = false;
-  int64_t documents_ = 0;
-  int64_t bytes_read_ = 0;
-};
-
-// Encodes one job; throws llmc::FileError naming the file (and JSONL line) of a bad input.
-void encode_job(const llmc::Gpt2Tokenizer& tokenizer, llmc::EncodeContext& context,
-                const std::string& jsonl_field, Job& job) {
-  const std::string where = job.is_jsonl_line ? *job.file + ":" + std::to_string(job.line) : *job.file;
-  const size_t bad = llmc::first_invalid_utf8_byte(job.text);
-  if (bad != llmc::kValidUtf8) {
-    const std::string in_line = job.is_jsonl_line ? " of the file (byte " + std::to_string(bad) + " of the line)" : "";
-    throw llmc::FileError(where, "invalid UTF-8 at byte offset " +
-                                     std::to_string(job.file_offset + static_cast<int64_t>(bad)) + in_line);
-  }
-  if (!job.is_jsonl_line) {
-    tokenizer.encode_valid_utf8(context, job.text, job.ids);
-    return;
-  }
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(job.text);
-  } catch (const nlohmann::json::exception& e) {
-    throw llmc::FileError(where, std::string("not valid JSON (") + e.what() + ")");
-  }
-  const auto field = document.is_object() ? document.find(jsonl_field) : document.end();
-  if (!document.is_object() || field == document.end())
-    throw llmc::FileError(where, "no field \"" + jsonl_field + "\" in this JSON line");
-  if (!field->is_string()) throw llmc::FileError(where, "field \"" + jsonl_field + "\" is not a string");
-  // nlohmann-json rejects invalid UTF-8 and lone surrogate escapes while parsing, so the string
-  // is valid UTF-8 here; encode() checks again anyway (cheap) rather than trust that.
-  try {
-    tokenizer.encode(context, field->get_ref<const std::string&>(), job.ids);
-  } catch (const llmc::InvalidUtf8Error& e) {
-    throw llmc::FileError(where, "field \"" + jsonl_field + "\": " + e.what());
-  }
-}
 
 // Collects tokens in order and writes the val shard, then train shards, as each fills up.
 class ShardSink {
@@ -324,18 +151,20 @@ int run(const Options& options) {
   std::vector<std::unique_ptr<llmc::EncodeContext>> contexts;
   for (int t = 0; t < options.threads; ++t) contexts.push_back(std::make_unique<llmc::EncodeContext>(tokenizer));
 
-  InputReader reader(options.files, options.jsonl_field, options.threads);
+  llmc::DocumentReaderSizes sizes;
+  sizes.batch_bytes = std::max(kMinBatchBytes, static_cast<size_t>(options.threads) * (2u << 20));
+  llmc::DocumentReader reader(options.files, options.jsonl_field, sizes);
   ShardSink sink(options);
-  std::vector<Job> jobs;
+  std::vector<llmc::DocumentJob> jobs;
   int64_t tokens = 0;
   auto last_report = start;
   try {
     while (reader.next_batch(jobs)) {
       // The lowest job's error is the one reported: the first in input order, for any thread count.
       llmc::parallel_for(jobs.size(), options.threads, [&](int worker, size_t job) {
-        encode_job(tokenizer, *contexts[worker], options.jsonl_field, jobs[job]);
+        llmc::encode_document_job(tokenizer, *contexts[worker], options.jsonl_field, jobs[job]);
       });
-      for (Job& job : jobs) {
+      for (llmc::DocumentJob& job : jobs) {
         if (job.starts_document) {
           const int32_t eot = tokenizer.end_of_text();
           sink.append(&eot, 1);
