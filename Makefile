@@ -7,7 +7,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure test test-asan test-tsan test-fma run clean
+.PHONY: all deps configure test test-asan test-tsan test-fma fuzz run clean
 
 all: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -44,6 +44,16 @@ test: all
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	$(call sanitizer_run,build-asan,-DCMAKE_BUILD_TYPE=Debug -DLLMC_ASAN=ON,$(ASAN_TESTS))
 	$(call sanitizer_run,build-tsan,-DCMAKE_BUILD_TYPE=Release -DLLMC_TSAN=ON,$(TSAN_TESTS))
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=8
+
+# The file readers under libFuzzer with ASan + UBSan (clang): each fuzz target for FUZZ_SECONDS from the
+# committed seed corpus (8 s each in `make test`; longer runs: docs/robustness.md#fuzzing).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@cmake -S . -B build-fuzz -DLLMC_FUZZ=ON -DLLMC_FUZZ_SECONDS=$(FUZZ_SECONDS) -DLLMC_CUDA=OFF \
+	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang >/dev/null
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_targets
+	cd build-fuzz && ctest --output-on-failure -j $(JOBS) -L fuzz
 
 # Everything emulated under AddressSanitizer, and the whole suite there (slower; not part of make test).
 test-asan: deps
@@ -88,4 +98,4 @@ run: configure
 	echo "make run: log and final checkpoint in $(RUN_DIR)/"
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-tsan build-fma
+	rm -rf $(BUILD_DIR) build-asan build-tsan build-fma build-fuzz

@@ -1,12 +1,17 @@
 # cmake/train.cmake: the trainer's host-side utilities (options, lr schedules incl. the speedrun's, MFU, step
 # log and its header, checkpoints: state files, manifests, the all-or-nothing writer, resume and
 # re-sharding, pruning; stop signals, the watchdog; test hooks, samples) and their tests.
+# The checkpoint's own files (per-rank state, manifest): a library of their own, so the fuzz targets link
+# only these readers.
+add_library(llmc_checkpoint_files STATIC llmc/train/state.cpp llmc/train/manifest.cpp)
+target_link_libraries(llmc_checkpoint_files PUBLIC llmc_model PRIVATE nlohmann_json::nlohmann_json)
+
 add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/speedrun_schedule.cpp llmc/train/mfu.cpp
-  llmc/train/log.cpp llmc/train/options.cpp llmc/train/state.cpp llmc/train/debug_hooks.cpp
-  llmc/train/checkpoint_dir.cpp llmc/train/manifest.cpp llmc/train/reshard.cpp llmc/train/resume.cpp
-  llmc/train/checkpoint_writer.cpp llmc/train/stop_signals.cpp llmc/train/watchdog.cpp)
+  llmc/train/log.cpp llmc/train/options.cpp llmc/train/debug_hooks.cpp llmc/train/checkpoint_dir.cpp
+  llmc/train/reshard.cpp llmc/train/resume.cpp llmc/train/checkpoint_writer.cpp llmc/train/stop_signals.cpp
+  llmc/train/watchdog.cpp)
 target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model llmc_tokenizer
-                      PRIVATE nlohmann_json::nlohmann_json)
+                      llmc_checkpoint_files PRIVATE nlohmann_json::nlohmann_json)
 # The trainer's samples (--sample-every) run the generation loop of llmc_generate (cmake/generate.cmake).
 add_library(llmc_train_samples STATIC llmc/train/samples.cpp)
 target_link_libraries(llmc_train_samples PUBLIC llmc_flags llmc_generate llmc_tokenizer)

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(cmake g++ make pkg-config libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev
-              libpcre2-dev libgtest-dev libboost-context-dev libxxhash-dev)
+              libpcre2-dev libgtest-dev libboost-context-dev libxxhash-dev clang libclang-rt-14-dev)
 # transformers 4.x (the last series with the Flax models) + flax on the JAX above are the Hugging Face
 # oracle of the generation tests: ~1 minute and ~300 MB, where torch from PyPI (with its CUDA wheels)
 # takes ~6 minutes and 5.6 GB (docs/generation.md). Requirements may carry a version; the module is the name.

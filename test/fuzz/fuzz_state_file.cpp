@@ -1,0 +1,60 @@
+// Fuzz target: a per-rank optimizer-state file (llmc/train/state.h), read every way a resume reads it:
+// the header alone, the whole file (checksum verified), the checksum alone, ranges of each array; the
+// ways must agree, and a write/read round trip must give back the same state.
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "llmc/train/state.h"
+#include "test/fuzz/fuzz_support.h"
+
+using namespace llmc;
+using llmc::fuzz::finding;
+using llmc::fuzz::reads_cleanly;
+
+namespace {
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+bool same_state(const TrainState& a, const TrainState& b) {
+  return a.step == b.step && a.rank == b.rank && a.world_size == b.world_size &&
+         describe_config(a.config) == describe_config(b.config) && a.train_position == b.train_position &&
+         a.batch_size == b.batch_size && a.seq_len == b.seq_len && a.shard_elements == b.shard_elements &&
+         same_bits(a.master, b.master) && same_bits(a.adam_m, b.adam_m) && same_bits(a.adam_v, b.adam_v);
+}
+
+// The first and the last few elements of each array, read as a re-sharding resume reads them.
+void check_ranges(const std::string& path, const TrainStateHeader& header, const TrainState* whole) {
+  const int64_t n = header.shard_elements, count = n < 3 ? n : 3;
+  for (StateArray array : {StateArray::kMaster, StateArray::kAdamM, StateArray::kAdamV}) {
+    for (int64_t first : {int64_t{0}, n - count}) {
+      std::vector<float> piece(static_cast<size_t>(count));
+      read_train_state_range(path, header, array, first, count, piece.data());
+      if (whole == nullptr) continue;
+      const std::vector<float>& full = array == StateArray::kMaster ? whole->master
+                                       : array == StateArray::kAdamM ? whole->adam_m
+                                                                     : whole->adam_v;
+      if (count > 0 && std::memcmp(piece.data(), full.data() + first, static_cast<size_t>(count) * sizeof(float)) != 0)
+        finding("read_train_state_range disagrees with read_train_state");
+    }
+  }
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const fuzz::InputFile input(data, size, "_state.bin");
+  const std::string& path = input.path();
+  TrainStateHeader header;
+  TrainState state;
+  const bool header_read = reads_cleanly([&] { header = read_train_state_header(path); }, path);
+  const bool whole_read = reads_cleanly([&] { state = read_train_state(path); }, path);
+  const bool verified = reads_cleanly([&] { verify_train_state(path); }, path);
+  if (whole_read != verified) finding("read_train_state and verify_train_state disagree");
+  if (whole_read && !header_read) finding("the whole file reads but its header does not");
+  if (header_read) reads_cleanly([&] { check_ranges(path, header, whole_read ? &state : nullptr); }, path);
+  if (!whole_read) return 0;
+  write_train_state(input.copy(), state);
+  if (!same_state(read_train_state(input.copy()), state)) finding("a state file round trip changed the state");
+  return 0;
+}

@@ -1,0 +1,119 @@
+// Writes the fuzz targets' seed corpus (test/fuzz/corpus/<target>/): small valid files made by the
+// project's own writers, so that mutations start from inputs that pass the format checks, plus a few
+// texts that reach the awkward paths (NUL bytes, invalid UTF-8, no newline, long lines, bad JSON lines).
+// Run it again when a format changes: `build/write_seed_corpus test/fuzz/corpus`.
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "llmc/data/shards.h"
+#include "llmc/model/checkpoint.h"
+#include "llmc/train/manifest.h"
+#include "llmc/train/state.h"
+
+using namespace llmc;
+namespace fs = std::filesystem;
+
+namespace {
+void write_text(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  if (!out) throw std::runtime_error(path.string() + ": write failed");
+}
+
+void shard_seeds(const fs::path& dir) {
+  // Documents start with <|endoftext|> (50256), as tokenize_gpt2 writes them.
+  std::vector<uint16_t> tokens;
+  for (int document = 0; document < 5; document++) {
+    tokens.push_back(50256);
+    for (int i = 0; i < 3 + 2 * document; i++) tokens.push_back(static_cast<uint16_t>(100 * document + i));
+  }
+  write_shard((dir / "documents.bin").string(), tokens);
+  write_shard((dir / "one_token.bin").string(), std::vector<uint16_t>{50256});
+}
+
+GPT2Config small_config() { return GPT2Config{3, 5, 8, 1, 1, 2}; }  // maxT, V, Vp, L, NH, C
+
+void model_seeds(const fs::path& dir) {
+  const ParamLayout layout = make_param_layout(small_config(), 1);
+  std::vector<float> params(layout.total_size, 0.0f);
+  for (const TensorView& view : layout.tensors)
+    for (size_t i = 0; i < view.numel; i++) params[view.offset + i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  write_checkpoint((dir / "fp32.bin").string(), layout, params.data(), CheckpointDtype::kFp32);
+  write_checkpoint((dir / "bf16.bin").string(), layout, params.data(), CheckpointDtype::kBf16);
+}
+
+void state_seeds(const fs::path& dir) {
+  TrainState state;
+  state.step = 7;
+  state.rank = 1;
+  state.world_size = 2;
+  state.config = small_config();
+  state.train_position = DataLoaderPosition{0, 1, 2};
+  state.batch_size = 2;
+  state.seq_len = 3;
+  state.train_time_ms = 12.5;
+  for (int i = 0; i < 6; i++) {
+    state.master.push_back(0.1f * static_cast<float>(i));
+    state.adam_m.push_back(0.01f * static_cast<float>(i));
+    state.adam_v.push_back(0.001f * static_cast<float>(i));
+  }
+  write_train_state((dir / "rank1_of_2.bin").string(), state);
+}
+
+void manifest_seeds(const fs::path& dir) {
+  CheckpointManifest manifest;
+  manifest.step = 100;
+  manifest.world_size = 2;
+  manifest.files = {{"ckpt_000100_model.bin", 1184, 0x0123456789abcdefull},
+                    {"ckpt_000100_state_rank0.bin", 328, 42},
+                    {"ckpt_000100_state_rank1.bin", 328, 0xfedcba9876543210ull}};
+  write_manifest((dir / "two_ranks.json").string(), manifest);
+}
+
+void text_seeds(const fs::path& dir) {
+  write_text(dir / "prose.txt",
+             "In the beginning God created the heaven and the earth.\nAnd the earth was without form, and void.\n\n"
+             "FIRST CITIZEN:\nBefore we proceed any further, hear me speak.\n");
+  write_text(dir / "unicode.txt", "Caf\xc3\xa9 na\xc3\xafve \xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
+                                  "\xf0\x9f\x98\x80  \t 123,456.78 's 're 've\r\n<|endoftext|>\n");
+  write_text(dir / "nul_bytes.txt", std::string("a\0b\n\0\0\nend", 10));
+  write_text(dir / "invalid_utf8.txt", "valid start\n\xc3(\xff tail\n");
+  write_text(dir / "no_newline.txt", "x");
+  write_text(dir / "long_line.txt", std::string(4000, 'a') + "\n" + std::string(3000, ' ') + "b");
+}
+
+void jsonl_seeds(const fs::path& dir) {
+  write_text(dir / "fineweb.jsonl", "{\"text\": \"Hello world.\\nSecond line.\", \"id\": \"<urn:1>\"}\n"
+                                    "{\"id\": 2, \"text\": \"\\u00e9t\\u00e9 \\ud83d\\ude00\"}\n\n"
+                                    "{\"text\": \"\"}\r\n");
+  write_text(dir / "bad_lines.jsonl", "{\"text\": 5}\n[1, 2]\n{\"other\": \"x\"}\nnot json\n{\"text\": \"\\ud800\"}\n"
+                                      "{\"text\": \"ok\"}\n");
+  write_text(dir / "huge_line.jsonl", "{\"text\": \"" + std::string(65536, 'z') + "\"}\n");
+  write_text(dir / "nul_in_line.jsonl", std::string("{\"text\": \"a\0b\"}\n", 16));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR (writes CORPUS_DIR/<target>/...)\n", argv[0]);
+    return 2;
+  }
+  const fs::path root = argv[1];
+  const std::vector<std::pair<const char*, void (*)(const fs::path&)>> targets = {
+      {"shard", shard_seeds}, {"model_file", model_seeds}, {"state_file", state_seeds},
+      {"manifest", manifest_seeds}, {"text", text_seeds}, {"jsonl", jsonl_seeds}};
+  try {
+    for (const auto& [name, write] : targets) {
+      fs::create_directories(root / name);
+      write(root / name);
+    }
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "write_seed_corpus: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}
