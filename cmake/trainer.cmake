@@ -98,6 +98,14 @@ if(LLMC_HAVE_CUDA)
                        ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
 endif()
 
+# The soak benchmark (scripts/bench_soak.py: thousands of steps, stopped and resumed twice) smoke-run at 12
+# steps so that it cannot rot; the figures come from the full run (docs/robustness.md#soak).
+add_test(NAME bench_soak_smoke
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/bench_soak.py --trainer $<TARGET_FILE:train_gpt2_emu>
+                 --steps 12 --checkpoint-every 2 --warmup 0 --sample 0.2)
+set_tests_properties(bench_soak_smoke PROPERTIES LABELS "trainer;train" TIMEOUT 180
+                     ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
+
 # The independent oracle: JAX's GPT-2 and autodiff against the loss and gradients train_gpt2 dumps
 # (fp32 emulated build: tight; bf16 emulated build: bf16 tolerances). Exit 77 = skipped without JAX.
 foreach(variant IN ITEMS fp32 bf16)
