@@ -1,10 +1,14 @@
 // Fuzz target: a per-rank optimizer-state file (llmc/train/state.h), read every way a resume reads it:
 // the header alone, the whole file (checksum verified), the checksum alone, ranges of each array; the
-// ways must agree, and a write/read round trip must give back the same state.
+// ways must agree, and a write/read round trip must give back the same state. Each input is read twice:
+// as it is, and with its checksum word recomputed, so that mutations also reach what lies behind the
+// checksum check (a mutated file almost never carries a matching checksum).
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "llmc/checksum.h"
 #include "llmc/train/state.h"
 #include "test/fuzz/fuzz_support.h"
 
@@ -40,10 +44,20 @@ void check_ranges(const std::string& path, const TrainStateHeader& header, const
     }
   }
 }
-}  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const fuzz::InputFile input(data, size, "_state.bin");
+// The input with header word 31 set to the XXH3-64 of the file with that word zero (as the writer does).
+std::string with_repaired_checksum(const uint8_t* data, size_t size) {
+  std::string bytes(reinterpret_cast<const char*>(data), size);
+  const size_t at = (kTrainStateHeaderWords - 1) * sizeof(int64_t);
+  std::memset(&bytes[at], 0, sizeof(int64_t));
+  Checksum checksum;
+  checksum.update(bytes.data(), bytes.size());
+  const uint64_t digest = checksum.digest();
+  std::memcpy(&bytes[at], &digest, sizeof digest);
+  return bytes;
+}
+
+void read_every_way(const fuzz::InputFile& input) {
   const std::string& path = input.path();
   TrainStateHeader header;
   TrainState state;
@@ -53,8 +67,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (whole_read != verified) finding("read_train_state and verify_train_state disagree");
   if (whole_read && !header_read) finding("the whole file reads but its header does not");
   if (header_read) reads_cleanly([&] { check_ranges(path, header, whole_read ? &state : nullptr); }, path);
-  if (!whole_read) return 0;
+  if (!whole_read) return;
   write_train_state(input.copy(), state);
   if (!same_state(read_train_state(input.copy()), state)) finding("a state file round trip changed the state");
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  read_every_way(fuzz::InputFile(data, size, "_state.bin"));
+  if (size < kTrainStateHeaderWords * sizeof(int64_t)) return 0;
+  const std::string repaired = with_repaired_checksum(data, size);
+  read_every_way(fuzz::InputFile(reinterpret_cast<const uint8_t*>(repaired.data()), repaired.size(), "_state.bin"));
   return 0;
 }
