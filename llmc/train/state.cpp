@@ -120,8 +120,9 @@ TrainStateHeader decode_header(const std::string& path, const int64_t* header) {
   return s;
 }
 
-// Opens `path` and reads its header words; the file is left positioned after the header.
-FileHandle open_state(const std::string& path, int64_t* header, int64_t* file_bytes) {
+// Opens `path`, reads its header words and checks all of them (every reader, whichever part of the file it
+// reads, refuses the same files); the file is left positioned after the header.
+FileHandle open_state(const std::string& path, int64_t* header, TrainStateHeader* fields, int64_t* file_bytes) {
   FileHandle in = open_file(path, "rb", "optimizer state");
   struct stat info;
   if (::fstat(fileno(in.get()), &info) != 0) throw_errno_file_error(path, "cannot stat");
@@ -133,6 +134,7 @@ FileHandle open_state(const std::string& path, int64_t* header, int64_t* file_by
     throw FileError(path, "unsupported optimizer-state version " + std::to_string(header[kVersion]) +
                               " (this build reads version " + std::to_string(kTrainStateVersion) + ")");
   check_header(path, header, *file_bytes);
+  *fields = decode_header(path, header);
   return in;
 }
 
@@ -176,16 +178,16 @@ WrittenFile write_train_state(const std::string& path, const TrainState& s) {
 TrainStateHeader read_train_state_header(const std::string& path) {
   int64_t header[kTrainStateHeaderWords];
   int64_t file_bytes = 0;
-  open_state(path, header, &file_bytes);
-  return decode_header(path, header);
+  TrainStateHeader fields;
+  open_state(path, header, &fields, &file_bytes);
+  return fields;
 }
 
 TrainState read_train_state(const std::string& path) {
   int64_t header[kTrainStateHeaderWords];
   int64_t file_bytes = 0;
-  const FileHandle in = open_state(path, header, &file_bytes);
   TrainState s;
-  static_cast<TrainStateHeader&>(s) = decode_header(path, header);
+  const FileHandle in = open_state(path, header, &s, &file_bytes);
   Checksum checksum;
   hash_header(checksum, header);
   for (std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v}) {
@@ -201,7 +203,8 @@ TrainState read_train_state(const std::string& path) {
 void verify_train_state(const std::string& path) {
   int64_t header[kTrainStateHeaderWords];
   int64_t file_bytes = 0;
-  const FileHandle in = open_state(path, header, &file_bytes);
+  TrainStateHeader fields;
+  const FileHandle in = open_state(path, header, &fields, &file_bytes);
   Checksum checksum;
   hash_header(checksum, header);
   std::vector<char> chunk(kChunkBytes);
