@@ -96,7 +96,7 @@ def run_segment(name, command, ranks, sample_seconds, stop_at=None, stop_signal=
                 values = [rss_kib(pid) for pid in rank_pids(process.pid, ranks)]
             except OSError:
                 values = []
-            if values and None not in values:
+            if len(values) == ranks and None not in values:  # not while ranks start or end
                 segment.samples.append((step, sum(values)))
         time.sleep(sample_seconds)
     reader.join()
