@@ -111,9 +111,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "Keep the newest N complete checkpoints, deleting older ones once a new one is complete (0 = keep all)")
       ->capture_default_str()->check(at_least(0));
   app.add_option("--timeout", o.timeout,
-                 "Seconds a step, validation or checkpoint may take before the watchdog ends every rank "
-                 "(0 = automatic: 20x the measured step time, at least 60 s; 10 min for validation, checkpoints "
-                 "and the first steps)")->capture_default_str()->check(at_least(0));
+                 "Seconds a step, validation, sample or checkpoint may take before the watchdog ends every rank "
+                 "(0 = automatic: 20x the measured step time, at least 60 s; 10 min for validation, samples, "
+                 "checkpoints and the first steps)")->capture_default_str()->check(at_least(0));
   app.add_option("--stop-signals", o.stop_signals,
                  "Signals that make every rank stop after the current step with a checkpoint (exit status 75): "
                  "comma-separated TERM, INT, HUP, USR1, USR2, or none")->capture_default_str();
