@@ -62,11 +62,12 @@ def resolve(argument):
         steps = []
         for path in glob.glob(os.path.join(argument, "ckpt_*_model.bin")):
             match = re.fullmatch(r"ckpt_(\d+)_model\.bin", os.path.basename(path))
-            if match and os.path.isfile(path[:-len("_model.bin")] + "_state_rank0.bin"):
+            # Complete once its manifest, written last, exists (llmc/train/checkpoint_dir.h).
+            if match and os.path.isfile(path[:-len("_model.bin")] + "_manifest.json"):
                 steps.append((int(match.group(1)), path))
         if steps:
             return max(steps)[1]
-        raise ModelFileError(f"{argument}: directory without a complete checkpoint (ckpt_*_model.bin)")
+        raise ModelFileError(f"{argument}: directory without a complete checkpoint (ckpt_*_manifest.json)")
     raise ModelFileError(f"{argument}: no such model file, checkpoint prefix ({argument}_model.bin) or run directory")
 
 

@@ -13,7 +13,7 @@ void add_generate_options(CLI::App& app, GenerateOptions& o) {
   o.vocab_dir = default_vocab_dir();
   app.add_option("--model", o.model,
                  "model file (llm.c format, fp32 or bf16), checkpoint prefix (DIR/ckpt_000100), run directory "
-                 "(its newest checkpoint), or preset dN with random weights (benchmarks)")
+                 "(its newest complete checkpoint), or preset dN with random weights (benchmarks)")
       ->required();
   app.add_option("--prompt", o.prompt, "the text to continue (default: read standard input); empty: <|endoftext|>");
   app.add_option("--max-new-tokens", o.max_new_tokens, "most tokens to generate (fewer at <|endoftext|> or when the "

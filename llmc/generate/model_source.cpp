@@ -7,7 +7,7 @@
 
 #include "llmc/file_io.h"
 #include "llmc/model/model_config.h"
-#include "llmc/train/state.h"
+#include "llmc/train/checkpoint_dir.h"
 
 namespace llmc {
 
@@ -27,7 +27,7 @@ ModelSource resolve_model_source(const std::string& argument) {
   } else if (is_directory(argument)) {
     const std::string prefix = latest_checkpoint_prefix(argument);
     if (prefix.empty())
-      throw std::runtime_error("--model " + argument + ": directory without a complete checkpoint (ckpt_*_model.bin)");
+      throw std::runtime_error("--model " + argument + ": directory without a complete checkpoint (ckpt_*_manifest.json)");
     source.file = source.label = checkpoint_model_path(prefix);
   } else {
     try {

@@ -106,8 +106,9 @@ class HfScripts(unittest.TestCase):
         os.makedirs(run)
         for step, seed in ((100, 1), (200, 2)):
             llmc_model_file.write(f"{run}/ckpt_{step:06d}_model.bin", self.SMALL, random_model(self.SMALL, seed))
-            open(f"{run}/ckpt_{step:06d}_state_rank0.bin", "wb").close()
-        llmc_model_file.write(f"{run}/ckpt_000300_model.bin", self.SMALL, random_model(self.SMALL, 3))  # no state
+            open(f"{run}/ckpt_{step:06d}_manifest.json", "wb").close()
+        # Written but not complete (no manifest): a run directory's newest complete checkpoint is 200.
+        llmc_model_file.write(f"{run}/ckpt_000300_model.bin", self.SMALL, random_model(self.SMALL, 3))
         for model, expected in ((f"{run}/ckpt_000100", "ckpt_000100"), (run, "ckpt_000200")):
             out = self.path("hf_" + expected)
             self.assertEqual(script("export_hf.py", model, out).returncode, 0)
