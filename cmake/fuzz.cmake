@@ -1,6 +1,6 @@
 # cmake/fuzz.cmake: fuzz targets for every reader of untrusted input (test/fuzz/, docs/robustness.md):
-# token shards, model files, optimizer-state files, checkpoint manifests, tokenize_gpt2's text and JSONL
-# input. Every build links each target with a replay driver and runs it over its committed seed corpus
+# token shards, model files (GPT-2's llm.c format and the speedrun format), optimizer-state files,
+# checkpoint manifests, tokenize_gpt2's text and JSONL input. Every build links each target with a replay driver and runs it over its committed seed corpus
 # and regression inputs (tests fuzz_replay.<target>, about a second in all). With -DLLMC_FUZZ=ON (clang;
 # the fuzz stage of `make test`, or `make fuzz`) they are libFuzzer binaries under ASan + UBSan and
 # `ctest -L fuzz` runs each for LLMC_FUZZ_SECONDS from the seeds (new inputs go to build/fuzz_corpus,
@@ -56,6 +56,7 @@ endif()
 
 llmc_add_fuzz_target(shard LIBS llmc_data MAX_LEN 4096)
 llmc_add_fuzz_target(model_file LIBS llmc_model MAX_LEN 4096)
+llmc_add_fuzz_target(speedrun_model_file LIBS llmc_model MAX_LEN 65536)  # the smallest valid file: 48 KB
 llmc_add_fuzz_target(state_file LIBS llmc_checkpoint_files MAX_LEN 4096)
 llmc_add_fuzz_target(manifest LIBS llmc_checkpoint_files MAX_LEN 2048 DICT json.dict)
 llmc_add_fuzz_target(text LIBS llmc_fuzz_tokenizer MAX_LEN 2048)

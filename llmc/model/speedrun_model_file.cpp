@@ -146,8 +146,8 @@ std::vector<float> load_speedrun_model(const std::string& path, int world_size, 
   return params;
 }
 
-void write_speedrun_model(const std::string& path, const SpeedrunLayout& layout, const float* params,
-                          SpeedrunFileDtype dtype) {
+WrittenFile write_speedrun_model(const std::string& path, const SpeedrunLayout& layout, const float* params,
+                                 SpeedrunFileDtype dtype) {
   int32_t header[kHeaderInts] = {};
   const SpeedrunConfig& c = layout.config;
   header[kMagic] = kSpeedrunModelMagic;
@@ -176,7 +176,7 @@ void write_speedrun_model(const std::string& path, const SpeedrunLayout& layout,
       out.write(src, view.numel * sizeof(float));
     }
   }
-  out.commit();
+  return out.commit();
 }
 
 }  // namespace llmc

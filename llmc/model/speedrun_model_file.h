@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/atomic_file.h"
 #include "llmc/model/speedrun_layout.h"
 
 namespace llmc {
@@ -46,7 +47,8 @@ std::vector<float> load_speedrun_model(const std::string& path, int world_size, 
 
 // Writes `params` (layout.total_size floats in layout order) to `path` in the file order; bf16 tensors
 // round to nearest even. Writes `path + ".tmp"` then renames: a failure leaves no half-written file.
-void write_speedrun_model(const std::string& path, const SpeedrunLayout& layout, const float* params,
-                          SpeedrunFileDtype dtype);
+// Returns the file's size and checksum (for a checkpoint's manifest: this format has no checksum field).
+WrittenFile write_speedrun_model(const std::string& path, const SpeedrunLayout& layout, const float* params,
+                                 SpeedrunFileDtype dtype);
 
 }  // namespace llmc

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <vector>
 
 #include "llmc/train/checkpoint_dir.h"
 #include "llmc/train/manifest.h"
@@ -69,8 +70,7 @@ void write_checkpoint_files(const std::string& prefix, const RankGroup& ranks, c
   Outcome mine;
   try {
     if (ranks.rank() == 0) {
-      const WrittenFile model =
-          write_checkpoint(checkpoint_model_path(prefix), contents.layout, contents.params.data(), contents.dtype);
+      const WrittenFile model = contents.write_model(checkpoint_model_path(prefix));
       mine.model_bytes = model.bytes;
       mine.model_checksum = model.checksum;
     }

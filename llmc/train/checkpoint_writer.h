@@ -5,21 +5,22 @@
 // throws the same AgreedError naming the failing rank's file and cause: the previous checkpoint is
 // untouched, no temporary file remains, and no rank is killed in the middle of a write.
 #pragma once
+#include <functional>
 #include <string>
-#include <vector>
 
+#include "llmc/atomic_file.h"
 #include "llmc/dist/rank_group.h"
-#include "llmc/model/checkpoint.h"
-#include "llmc/model/param_layout.h"
 #include "llmc/train/state.h"
 
 namespace llmc {
 
+// Writes the model file (of whichever model family) to the given path, atomically; returns its size and
+// checksum. Called on rank 0 only.
+using ModelFileWriter = std::function<WrittenFile(const std::string& path)>;
+
 struct CheckpointContents {
-  const ParamLayout& layout;
-  const std::vector<float>& params;  // the whole model, layout order (used on rank 0 only)
-  CheckpointDtype dtype;             // of the model file
-  const TrainState& state;           // this rank's
+  const ModelFileWriter& write_model;
+  const TrainState& state;  // this rank's
 };
 
 // Collective: every rank calls it with the same prefix. Throws AgreedError on any rank's failure.

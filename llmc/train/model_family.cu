@@ -35,9 +35,9 @@ class GPT2Family : public ModelFamily {
   std::vector<float> init_params(const TrainableModel& model, uint64_t seed) const override {
     return init_gpt2_params(static_cast<const GPT2&>(model).layout(), seed);
   }
-  void write_model_file(const std::string& path, const TrainableModel& model, const std::vector<float>& params,
-                        bool fp32) const override {
-    write_checkpoint(path, static_cast<const GPT2&>(model).layout(), params.data(),
+  WrittenFile write_model_file(const std::string& path, const TrainableModel& model, const std::vector<float>& params,
+                               bool fp32) const override {
+    return write_checkpoint(path, static_cast<const GPT2&>(model).layout(), params.data(),
                      fp32 || kFp32Build ? CheckpointDtype::kFp32 : CheckpointDtype::kBf16);
   }
   double flops_per_token(const TrainableModel& model, int seq_len) const override {
@@ -77,9 +77,9 @@ class SpeedrunFamily : public ModelFamily {
   std::vector<float> init_params(const TrainableModel& model, uint64_t seed) const override {
     return init_speedrun_params(static_cast<const SpeedrunModel&>(model).layout(), seed);
   }
-  void write_model_file(const std::string& path, const TrainableModel& model, const std::vector<float>& params,
-                        bool fp32) const override {
-    write_speedrun_model(path, static_cast<const SpeedrunModel&>(model).layout(), params.data(),
+  WrittenFile write_model_file(const std::string& path, const TrainableModel& model, const std::vector<float>& params,
+                               bool fp32) const override {
+    return write_speedrun_model(path, static_cast<const SpeedrunModel&>(model).layout(), params.data(),
                          fp32 || kFp32Build ? SpeedrunFileDtype::kFp32 : SpeedrunFileDtype::kReference);
   }
   // 6 FLOPs per token per parameter of the GEMMs (block matrices and head, ~0.69 GFLOP at the record's

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/atomic_file.h"
 #include "llmc/generate/decoder.h"
 #include "llmc/model/trainable_model.h"
 #include "llmc/train/state.h"
@@ -31,9 +32,9 @@ class ModelFamily {
   virtual std::vector<float> init_params(const TrainableModel& model, uint64_t seed) const = 0;
   // The model file of `model` (built by this family): llm.c's format for GPT-2, the speedrun format
   // (llmc/model/speedrun_model_file.h) otherwise; fp32 with `fp32` or from the fp32 build, else bf16
-  // (GPT-2) or the reference's dtypes (speedrun).
-  virtual void write_model_file(const std::string& path, const TrainableModel& model, const std::vector<float>& params,
-                                bool fp32) const = 0;
+  // (GPT-2) or the reference's dtypes (speedrun). Returns its size and checksum, for the manifest.
+  virtual WrittenFile write_model_file(const std::string& path, const TrainableModel& model,
+                                       const std::vector<float>& params, bool fp32) const = 0;
   // Training FLOPs per token for the MFU figure.
   virtual double flops_per_token(const TrainableModel& model, int seq_len) const = 0;
   // A KV-cache decoder over `model`'s live parameter buffer for the trainer's samples, with activations for

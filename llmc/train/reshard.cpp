@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "llmc/model/model_config.h"
 
 namespace llmc {
 
@@ -19,6 +18,20 @@ std::vector<int64_t> shard_starts(const ParamLayout& layout) {
   }
   return starts;
 }
+
+// The same tensors in the same buckets at the same offsets: the layouts of one model.
+bool same_model(const ParamLayout& a, const ParamLayout& b) {
+  if (a.buckets.size() != b.buckets.size() || a.tensors.size() != b.tensors.size()) return false;
+  for (size_t i = 0; i < a.buckets.size(); i++)
+    if (a.buckets[i].size != b.buckets[i].size || a.buckets[i].num_tensors != b.buckets[i].num_tensors) return false;
+  for (size_t i = 0; i < a.tensors.size(); i++) {
+    const TensorView &x = a.tensors[i], &y = b.tensors[i];
+    if (x.name != y.name || x.numel != y.numel || x.bucket != y.bucket ||
+        x.offset - a.buckets[x.bucket].offset != y.offset - b.buckets[y.bucket].offset)
+      return false;
+  }
+  return true;
+}
 }  // namespace
 
 int64_t shard_elements(const ParamLayout& layout) {
@@ -27,9 +40,15 @@ int64_t shard_elements(const ParamLayout& layout) {
   return total;
 }
 
+ParamLayout relayout(const ParamLayout& layout, int world_size) {
+  std::vector<std::vector<TensorSpec>> buckets(layout.buckets.size());
+  for (const TensorView& view : layout.tensors)
+    buckets[static_cast<size_t>(view.bucket)].push_back(static_cast<const TensorSpec&>(view));
+  return place_param_layout(buckets, world_size);
+}
+
 std::vector<ShardCopy> reshard_plan(const ParamLayout& from, const ParamLayout& to, int to_rank) {
-  if (describe_config(from.config) != describe_config(to.config) || from.buckets.size() != to.buckets.size())
-    throw std::invalid_argument("reshard_plan: the layouts are for different models");
+  if (!same_model(from, to)) throw std::invalid_argument("reshard_plan: the layouts are for different models");
   if (to_rank < 0 || to_rank >= to.world_size)
     throw std::invalid_argument("reshard_plan: rank " + std::to_string(to_rank) + " outside the new world");
   const std::vector<int64_t> from_starts = shard_starts(from), to_starts = shard_starts(to);

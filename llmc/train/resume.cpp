@@ -2,8 +2,11 @@
 #include "llmc/train/resume.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
+#include <vector>
 
+#include "llmc/checksum.h"
 #include "llmc/file_io.h"
 #include "llmc/model/checkpoint.h"
 #include "llmc/train/checkpoint_dir.h"
@@ -38,8 +41,35 @@ void check_against_manifest(const std::string& prefix, const CheckpointManifest&
                               std::to_string(bytes) + " bytes, checksum " + checksum_hex(checksum) + ")");
 }
 
+int32_t first_word(const std::string& path) {
+  const FileHandle in = open_file(path, "rb", "model file");
+  int32_t word = 0;
+  if (std::fread(&word, sizeof word, 1, in.get()) != 1) throw FileError(path, "truncated model file: no header");
+  return word;
+}
+
+// XXH3-64 of the whole file, streamed; `bytes` gets its size.
+uint64_t whole_file_checksum(const std::string& path, uint64_t* bytes) {
+  const FileHandle in = open_file(path, "rb", "model file");
+  Checksum checksum;
+  std::vector<char> chunk(size_t{1} << 20);
+  *bytes = 0;
+  for (size_t got; (got = std::fread(chunk.data(), 1, chunk.size(), in.get())) > 0; *bytes += got)
+    checksum.update(chunk.data(), got);
+  if (std::ferror(in.get())) throw_errno_file_error(path, "read failed");
+  return checksum.digest();
+}
+
+// GPT-2's llm.c files carry their checksum in the header (checked against the manifest here, against the
+// contents when the model is read); the speedrun format has no such field, so its whole file is hashed.
 void check_model_file(const std::string& prefix, const CheckpointManifest& manifest) {
   const std::string path = checkpoint_model_path(prefix);
+  if (first_word(path) != kCheckpointMagic) {
+    uint64_t bytes = 0;
+    const uint64_t checksum = whole_file_checksum(path, &bytes);
+    check_against_manifest(prefix, manifest, path, bytes, checksum);
+    return;
+  }
   const CheckpointInfo info = read_checkpoint_header(path);
   if (!info.has_checksum) throw FileError(path, "has no checksum, but a checkpoint's model file must");
   const int64_t bytes = int64_t{kCheckpointHeaderInts} * 4 +
@@ -49,7 +79,7 @@ void check_model_file(const std::string& prefix, const CheckpointManifest& manif
 
 // A state file's header, checked against the manifest and against the run that reads it.
 TrainStateHeader checked_state_header(const std::string& prefix, const CheckpointManifest& manifest, int old_rank,
-                                      const ParamLayout& old_layout) {
+                                      const ParamLayout& old_layout, const std::string& model) {
   const std::string path = checkpoint_state_path(prefix, old_rank);
   const TrainStateHeader header = read_train_state_header(path);
   const uint64_t bytes = static_cast<uint64_t>(kTrainStateHeaderWords * 8 + 12 * header.shard_elements);
@@ -59,9 +89,8 @@ TrainStateHeader checked_state_header(const std::string& prefix, const Checkpoin
                               std::to_string(header.world_size) + " at step " + std::to_string(header.step) +
                               ", the manifest expects rank " + std::to_string(old_rank) + " of " +
                               std::to_string(manifest.world_size) + " at step " + std::to_string(manifest.step));
-  if (describe_config(header.config) != describe_config(old_layout.config))
-    throw FileError(path, "optimizer state is for " + describe_config(header.config) + ", the model file is " +
-                              describe_config(old_layout.config));
+  if (describe_state_model(header) != model)
+    throw FileError(path, "optimizer state is for " + describe_state_model(header) + ", the model file is " + model);
   if (header.shard_elements != shard_elements(old_layout))
     throw FileError(path, "holds " + std::to_string(header.shard_elements) + " elements per array, rank " +
                               std::to_string(old_rank) + " of " + std::to_string(old_layout.world_size) + " has " +
@@ -71,14 +100,15 @@ TrainStateHeader checked_state_header(const std::string& prefix, const Checkpoin
 
 }  // namespace
 
-ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLayout& layout) {
+ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLayout& layout,
+                              const std::string& model) {
   const CheckpointManifest manifest = read_checkpoint_manifest(prefix);
   check_model_file(prefix, manifest);
   const int old_world = manifest.world_size, new_world = layout.world_size;
-  const ParamLayout old_layout = make_param_layout(layout.config, old_world);
+  const ParamLayout old_layout = relayout(layout, old_world);
   ResumePoint point;
   if (old_world == new_world) {
-    const TrainStateHeader header = checked_state_header(prefix, manifest, rank, old_layout);
+    const TrainStateHeader header = checked_state_header(prefix, manifest, rank, old_layout, model);
     TrainState state = read_train_state(checkpoint_state_path(prefix, rank));  // verifies the checksum
     point.written = header;
     point.master = std::move(state.master);
@@ -88,7 +118,7 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
   }
   // Every old file is verified whole by exactly one rank; the pieces are read where they are needed.
   for (int old_rank = rank; old_rank < old_world; old_rank += new_world) {
-    checked_state_header(prefix, manifest, old_rank, old_layout);
+    checked_state_header(prefix, manifest, old_rank, old_layout, model);
     verify_train_state(checkpoint_state_path(prefix, old_rank));
   }
   const size_t elements = static_cast<size_t>(shard_elements(layout));
@@ -100,7 +130,7 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
   for (const ShardCopy& copy : reshard_plan(old_layout, layout, rank)) {
     const std::string path = checkpoint_state_path(prefix, copy.source_rank);
     if (!header_read[copy.source_rank]) {
-      headers[copy.source_rank] = checked_state_header(prefix, manifest, copy.source_rank, old_layout);
+      headers[copy.source_rank] = checked_state_header(prefix, manifest, copy.source_rank, old_layout, model);
       header_read[copy.source_rank] = true;
     }
     const TrainStateHeader& header = headers[copy.source_rank];
@@ -111,7 +141,7 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
     read_train_state_range(path, header, StateArray::kAdamV, copy.source_offset, copy.count,
                            point.adam_v.data() + copy.target_offset);
   }
-  point.written = checked_state_header(prefix, manifest, 0, old_layout);
+  point.written = checked_state_header(prefix, manifest, 0, old_layout, model);
   return point;
 }
 

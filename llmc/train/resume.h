@@ -17,13 +17,15 @@ struct ResumePoint {
   std::vector<float> master, adam_m, adam_v;  // this rank's shards under this run's layout
 };
 
-// Reads checkpoint `prefix` for rank `rank` of a run laid out as `layout` (its world size and model).
-// Every file is checked against the manifest (size and checksum) and its own checksum; with another
-// number of ranks each old state file is read whole by one rank (old rank r by rank r % M) to verify
-// it, and in pieces by the ranks that need its elements. Throws FileError naming the file and the
-// problem: no manifest (incomplete checkpoint), a missing, truncated, corrupt or swapped file, a model
-// or state for another model.
-ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLayout& layout);
+// Reads checkpoint `prefix` for rank `rank` of a run laid out as `layout` (its world size and model, of
+// any family) whose model describe_state_model() calls `model`. Every file is checked against the
+// manifest (size and checksum) and its own checksum (a speedrun model file, which has none, is hashed
+// whole); with another number of ranks each old state file is read whole by one rank (old rank r by
+// rank r % M) to verify it, and in pieces by the ranks that need its elements. Throws FileError naming
+// the file and the problem: no manifest (incomplete checkpoint), a missing, truncated, corrupt or
+// swapped file, a state for another model.
+ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLayout& layout,
+                              const std::string& model);
 
 // Where `loader` continues after the checkpoint: the same place in the data in tokens. The checkpoint's
 // position counts batches of (its ranks x its B x its T) tokens into a shard; the resumed run starts at

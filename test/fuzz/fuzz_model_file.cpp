@@ -41,7 +41,7 @@ std::string with_repaired_checksum(const uint8_t* data, size_t size) {
 
 void read_and_round_trip(const fuzz::InputFile& input) {
   CheckpointInfo info;
-  ParamLayout layout;
+  GPT2Layout layout;
   std::vector<float> params;
   const bool loaded = reads_cleanly(
       [&] {

@@ -11,6 +11,7 @@
 
 #include "llmc/data/shards.h"
 #include "llmc/model/checkpoint.h"
+#include "llmc/model/speedrun_model_file.h"
 #include "llmc/train/manifest.h"
 #include "llmc/train/state.h"
 
@@ -38,12 +39,24 @@ void shard_seeds(const fs::path& dir) {
 GPT2Config small_config() { return GPT2Config{3, 5, 8, 1, 1, 2}; }  // maxT, V, Vp, L, NH, C
 
 void model_seeds(const fs::path& dir) {
-  const ParamLayout layout = make_param_layout(small_config(), 1);
+  const GPT2Layout layout = make_param_layout(small_config(), 1);
   std::vector<float> params(layout.total_size, 0.0f);
   for (const TensorView& view : layout.tensors)
     for (size_t i = 0; i < view.numel; i++) params[view.offset + i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
   write_checkpoint((dir / "fp32.bin").string(), layout, params.data(), CheckpointDtype::kFp32);
   write_checkpoint((dir / "bf16.bin").string(), layout, params.data(), CheckpointDtype::kBf16);
+}
+
+// The smallest speedrun shape the config allows (L even >= 8, D a multiple of 4, C >= 12).
+SpeedrunConfig small_speedrun() { return SpeedrunConfig{8, 8, 1, 12, 8, 4}; }
+
+void speedrun_model_seeds(const fs::path& dir) {
+  const SpeedrunLayout layout = make_speedrun_layout(small_speedrun(), 1);
+  std::vector<float> params(layout.total_size, 0.0f);
+  for (const TensorView& view : layout.tensors)
+    for (size_t i = 0; i < view.numel; i++) params[view.offset + i] = 0.125f * static_cast<float>(i % 5) - 0.25f;
+  write_speedrun_model((dir / "fp32.bin").string(), layout, params.data(), SpeedrunFileDtype::kFp32);
+  write_speedrun_model((dir / "reference_dtypes.bin").string(), layout, params.data(), SpeedrunFileDtype::kReference);
 }
 
 void state_seeds(const fs::path& dir) {
@@ -62,6 +75,10 @@ void state_seeds(const fs::path& dir) {
     state.adam_v.push_back(0.001f * static_cast<float>(i));
   }
   write_train_state((dir / "rank1_of_2.bin").string(), state);
+  state.family = ModelFamilyId::kSpeedrun;
+  state.config = GPT2Config{};
+  state.speedrun = small_speedrun();
+  write_train_state((dir / "speedrun_rank1_of_2.bin").string(), state);
 }
 
 void manifest_seeds(const fs::path& dir) {
@@ -104,7 +121,8 @@ int main(int argc, char** argv) {
   }
   const fs::path root = argv[1];
   const std::vector<std::pair<const char*, void (*)(const fs::path&)>> targets = {
-      {"shard", shard_seeds}, {"model_file", model_seeds}, {"state_file", state_seeds},
+      {"shard", shard_seeds}, {"model_file", model_seeds}, {"speedrun_model_file", speedrun_model_seeds},
+      {"state_file", state_seeds},
       {"manifest", manifest_seeds}, {"text", text_seeds}, {"jsonl", jsonl_seeds}};
   try {
     for (const auto& [name, write] : targets) {

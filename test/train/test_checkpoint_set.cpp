@@ -20,6 +20,9 @@
 #include <vector>
 
 #include "llmc/data/shards.h"
+#include "llmc/model/checkpoint.h"
+#include "llmc/model/speedrun_layout.h"
+#include "llmc/model/speedrun_model_file.h"
 #include "llmc/train/checkpoint_dir.h"
 #include "llmc/train/checkpoint_writer.h"
 #include "llmc/train/reshard.h"
@@ -98,6 +101,26 @@ class ThreadRanks {
 GPT2Config odd_config() {  // C = 12: tensors need alignment gaps, buckets padding
   return GPT2Config{5, 21, 24, 3, 3, 12};
 }
+// The model as describe_state_model names it (what the trainer passes to read_resume_point).
+const std::string kModel = describe_config(odd_config());
+
+// The smallest speedrun shape the config allows (L even >= 8, D a multiple of 4, C >= 12).
+SpeedrunConfig small_speedrun() { return SpeedrunConfig{8, 8, 1, 12, 8, 4}; }
+
+// Two layouts of one model are the same placement: buckets and tensors at the same offsets.
+void expect_same_placement(const ParamLayout& a, const ParamLayout& b, const std::string& what) {
+  ASSERT_EQ(a.buckets.size(), b.buckets.size()) << what;
+  ASSERT_EQ(a.tensors.size(), b.tensors.size()) << what;
+  EXPECT_EQ(a.total_size, b.total_size) << what;
+  for (size_t i = 0; i < a.buckets.size(); i++) {
+    EXPECT_EQ(a.buckets[i].offset, b.buckets[i].offset) << what << ", bucket " << i;
+    EXPECT_EQ(a.buckets[i].padded_size, b.buckets[i].padded_size) << what << ", bucket " << i;
+  }
+  for (size_t i = 0; i < a.tensors.size(); i++) {
+    EXPECT_EQ(a.tensors[i].name, b.tensors[i].name) << what;
+    EXPECT_EQ(a.tensors[i].offset, b.tensors[i].offset) << what << ", " << a.tensors[i].name;
+  }
+}
 
 // A distinct value for every element of the whole buffer that holds a parameter (or a gap inside a
 // bucket), per array; padding at a bucket's end is zero, as in the optimizer.
@@ -117,7 +140,7 @@ std::vector<float> direct_shard(const ParamLayout& layout, int rank, int array) 
   return shard;
 }
 
-TrainState state_of(const ParamLayout& layout, int rank, int64_t step) {
+TrainState state_of(const GPT2Layout& layout, int rank, int64_t step) {
   TrainState state;
   state.step = step;
   state.rank = rank;
@@ -140,12 +163,15 @@ class CheckpointSet : public llmc::test::TempDirTest {
   // Checkpoint `step` written by `world` thread ranks; returns its prefix.
   std::string write_set(int world, int64_t step) {
     const std::string prefix = checkpoint_prefix(dir(), step);
-    const ParamLayout layout = make_param_layout(odd_config(), world);
+    const GPT2Layout layout = make_param_layout(odd_config(), world);
     const std::vector<float> params(layout.total_size, 0.25f);
+    const ModelFileWriter write_model = [&](const std::string& path) {
+      return write_checkpoint(path, layout, params.data(), CheckpointDtype::kFp32);
+    };
     ThreadRanks ranks(world);
     for (const std::exception_ptr& error : ranks.run([&](const RankGroup& group) {
            const TrainState state = state_of(layout, group.rank(), step);
-           write_checkpoint_files(prefix, group, CheckpointContents{layout, params, CheckpointDtype::kFp32, state});
+           write_checkpoint_files(prefix, group, CheckpointContents{write_model, state});
          }))
       if (error) std::rethrow_exception(error);
     return prefix;
@@ -171,13 +197,38 @@ TEST(Reshard, PlanBuildsEveryShardFromTheOldOnes) {
                std::invalid_argument);
 }
 
+TEST(Reshard, RelayoutIsTheFamilysOwnLayoutForTheNewRanks) {
+  for (int from : {1, 2, 3}) {
+    for (int to : {1, 4, 5}) {
+      const std::string what = std::to_string(from) + " -> " + std::to_string(to) + " ranks";
+      expect_same_placement(relayout(make_param_layout(odd_config(), from), to), make_param_layout(odd_config(), to),
+                            "GPT-2, " + what);
+      expect_same_placement(relayout(make_speedrun_layout(small_speedrun(), from), to),
+                            make_speedrun_layout(small_speedrun(), to), "speedrun, " + what);
+    }
+  }
+}
+
+TEST(Reshard, PlanWorksForTheSpeedrunLayoutToo) {
+  const ParamLayout from = make_speedrun_layout(small_speedrun(), 2), to = make_speedrun_layout(small_speedrun(), 3);
+  std::vector<std::vector<float>> old_shards = {direct_shard(from, 0, 1), direct_shard(from, 1, 1)};
+  for (int rank = 0; rank < 3; rank++) {
+    std::vector<float> built(static_cast<size_t>(shard_elements(to)), 0.0f);
+    for (const ShardCopy& copy : reshard_plan(from, to, rank))
+      std::copy_n(old_shards[static_cast<size_t>(copy.source_rank)].begin() + copy.source_offset, copy.count,
+                  built.begin() + copy.target_offset);
+    EXPECT_EQ(built, direct_shard(to, rank, 1)) << "rank " << rank;
+  }
+  EXPECT_THROW(reshard_plan(from, make_param_layout(odd_config(), 3), 0), std::invalid_argument);
+}
+
 TEST_F(CheckpointSet, WriterProducesACompleteCheckpoint) {
   const std::string prefix = write_set(3, 40);
   EXPECT_EQ(latest_checkpoint_prefix(dir()), prefix);
   for (const std::string& file : {checkpoint_model_path(prefix), checkpoint_manifest_path(prefix),
                                   checkpoint_state_path(prefix, 0), checkpoint_state_path(prefix, 2)})
     EXPECT_TRUE(exists(file)) << file;
-  const ResumePoint point = read_resume_point(prefix, 1, make_param_layout(odd_config(), 3));
+  const ResumePoint point = read_resume_point(prefix, 1, make_param_layout(odd_config(), 3), kModel);
   EXPECT_EQ(point.written.step, 40);
   EXPECT_EQ(point.master, direct_shard(make_param_layout(odd_config(), 3), 1, 0));
 }
@@ -187,12 +238,15 @@ TEST_F(CheckpointSet, OneRankFailingStopsEveryRankAndLeavesNothing) {
   const std::string prefix = checkpoint_prefix(dir(), 20);
   // Rank 1 cannot create its temp file: a directory is in the way.
   std::filesystem::create_directories(checkpoint_state_path(prefix, 1) + ".tmp");
-  const ParamLayout layout = make_param_layout(odd_config(), 3);
+  const GPT2Layout layout = make_param_layout(odd_config(), 3);
   const std::vector<float> params(layout.total_size, 0.25f);
+  const ModelFileWriter write_model = [&](const std::string& path) {
+    return write_checkpoint(path, layout, params.data(), CheckpointDtype::kFp32);
+  };
   ThreadRanks ranks(3);
   const std::vector<std::exception_ptr> errors = ranks.run([&](const RankGroup& group) {
     const TrainState state = state_of(layout, group.rank(), 20);
-    write_checkpoint_files(prefix, group, CheckpointContents{layout, params, CheckpointDtype::kFp32, state});
+    write_checkpoint_files(prefix, group, CheckpointContents{write_model, state});
   });
   for (size_t r = 0; r < errors.size(); r++) {
     ASSERT_TRUE(errors[r]) << "rank " << r << " went on";
@@ -209,7 +263,7 @@ TEST_F(CheckpointSet, OneRankFailingStopsEveryRankAndLeavesNothing) {
   for (const auto& entry : std::filesystem::directory_iterator(dir()))
     EXPECT_EQ(entry.path().filename().string().rfind("ckpt_000010_", 0), 0u) << entry.path() << " was left";
   EXPECT_EQ(latest_checkpoint_prefix(dir()), previous);
-  read_resume_point(previous, 0, layout);  // intact: every checksum still holds
+  read_resume_point(previous, 0, layout, kModel);  // intact: every checksum still holds
 }
 
 TEST_F(CheckpointSet, ResumesOnAnotherNumberOfRanks) {
@@ -217,7 +271,7 @@ TEST_F(CheckpointSet, ResumesOnAnotherNumberOfRanks) {
     const std::string prefix = write_set(from_world, 100 + from_world * 10 + to_world);
     const ParamLayout to = make_param_layout(odd_config(), to_world);
     for (int rank = 0; rank < to_world; rank++) {
-      const ResumePoint point = read_resume_point(prefix, rank, to);
+      const ResumePoint point = read_resume_point(prefix, rank, to, kModel);
       const std::string where = std::to_string(from_world) + " -> " + std::to_string(to_world) + ", rank " +
                                 std::to_string(rank);
       EXPECT_EQ(point.written.world_size, from_world) << where;
@@ -241,20 +295,20 @@ TEST_F(CheckpointSet, DamagedCheckpointsAreRefusedNamingTheFile) {
   std::string flipped = saved;
   flipped[flipped.size() - 3] ^= 0x40;
   std::ofstream(rank1, std::ios::binary) << flipped;
-  expect_error([&] { read_resume_point(prefix, 1, two); }, {rank1 + ": checksum mismatch"});
-  expect_error([&] { read_resume_point(prefix, 0, one); }, {rank1 + ": checksum mismatch"});
+  expect_error([&] { read_resume_point(prefix, 1, two, kModel); }, {rank1 + ": checksum mismatch"});
+  expect_error([&] { read_resume_point(prefix, 0, one, kModel); }, {rank1 + ": checksum mismatch"});
   // Rank 0's file in rank 1's place: a valid file, but not the one the manifest lists.
   std::filesystem::copy_file(checkpoint_state_path(prefix, 0), rank1, std::filesystem::copy_options::overwrite_existing);
-  expect_error([&] { read_resume_point(prefix, 1, two); }, {rank1 + ": does not match the checkpoint's manifest"});
+  expect_error([&] { read_resume_point(prefix, 1, two, kModel); }, {rank1 + ": does not match the checkpoint's manifest"});
   std::ofstream(rank1, std::ios::binary) << saved;
-  read_resume_point(prefix, 1, two);
+  read_resume_point(prefix, 1, two, kModel);
   // Truncated model file; then no manifest at all.
   const std::string model = checkpoint_model_path(prefix), model_bytes = bytes_of(model);
   std::ofstream(model, std::ios::binary) << model_bytes.substr(0, model_bytes.size() - 8);
-  expect_error([&] { read_resume_point(prefix, 0, two); }, {model + ": truncated"});
+  expect_error([&] { read_resume_point(prefix, 0, two, kModel); }, {model + ": truncated"});
   std::ofstream(model, std::ios::binary) << model_bytes;
   std::filesystem::remove(checkpoint_manifest_path(prefix));
-  expect_error([&] { read_resume_point(prefix, 0, two); },
+  expect_error([&] { read_resume_point(prefix, 0, two, kModel); },
                {checkpoint_manifest_path(prefix) + ": missing", "not a complete checkpoint"});
 }
 
@@ -284,4 +338,45 @@ TEST_F(CheckpointSet, DataPositionCarriesOverInTokens) {
   written.batch_size = 3;  // the same loader geometry: the same position
   written.train_position = DataLoaderPosition{1, 0, 40};
   EXPECT_EQ(resumed_position(written, loader), written.train_position);
+}
+
+TEST_F(CheckpointSet, ResumeRefusesTheStateOfAnotherModel) {
+  const std::string prefix = write_set(2, 60);
+  const std::string speedrun = "speedrun " + describe_speedrun_config(small_speedrun());
+  expect_error([&] { read_resume_point(prefix, 0, make_param_layout(odd_config(), 2), speedrun); },
+               {checkpoint_state_path(prefix, 0) + ": optimizer state is for " + kModel, "the model file is " + speedrun});
+}
+
+TEST_F(CheckpointSet, SpeedrunCheckpointIsVerifiedThroughItsManifest) {
+  // The speedrun model file has no checksum field: the resume hashes it whole against the manifest.
+  const SpeedrunLayout layout = make_speedrun_layout(small_speedrun(), 2);
+  const std::vector<float> params(layout.total_size, 0.5f);
+  const ModelFileWriter write_model = [&](const std::string& path) {
+    return write_speedrun_model(path, layout, params.data(), SpeedrunFileDtype::kReference);
+  };
+  const std::string prefix = checkpoint_prefix(dir(), 70);
+  ThreadRanks ranks(2);
+  for (const std::exception_ptr& error : ranks.run([&](const RankGroup& group) {
+         TrainState state = state_of(make_param_layout(odd_config(), 2), group.rank(), 70);
+         state.family = ModelFamilyId::kSpeedrun;
+         state.config = GPT2Config{};
+         state.speedrun = small_speedrun();
+         state.master = direct_shard(layout, group.rank(), 0);
+         state.adam_m = direct_shard(layout, group.rank(), 1);
+         state.adam_v = direct_shard(layout, group.rank(), 2);
+         write_checkpoint_files(prefix, group, CheckpointContents{write_model, state});
+       }))
+    if (error) std::rethrow_exception(error);
+  const std::string model = "speedrun " + describe_speedrun_config(small_speedrun());
+  const ParamLayout three = make_speedrun_layout(small_speedrun(), 3);
+  EXPECT_EQ(read_resume_point(prefix, 2, three, model).adam_v, direct_shard(three, 2, 2));  // 2 -> 3 ranks
+  const std::string path = checkpoint_model_path(prefix);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() / 2] ^= 0x01;
+  std::ofstream(path, std::ios::binary) << bytes;
+  expect_error([&] { read_resume_point(prefix, 0, three, model); }, {path + ": does not match the checkpoint's manifest"});
 }

@@ -182,7 +182,7 @@ class TrainProgram(unittest.TestCase):
         self.assertLess(float(train[6]), float(train[1]))
         resumed = f"{self.tmp}/speedrun_resumed"
         os.makedirs(resumed)
-        for name in ("ckpt_000003_model.bin", "ckpt_000003_state_rank0.bin"):
+        for name in ("ckpt_000003_model.bin", "ckpt_000003_state_rank0.bin", "ckpt_000003_manifest.json"):
             shutil.copy(f"{out_dir}/{name}", resumed)
         _, resumed_log = self.train_run("speedrun_resumed", args + ["--resume", "latest"])
         self.assertEqual(losses(resumed_log), {s: l for s, l in train.items() if s > 3})
