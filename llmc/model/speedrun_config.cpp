@@ -1,6 +1,7 @@
 // Speedrun model shapes, presets and block structure (see speedrun_config.h).
 #include "llmc/model/speedrun_config.h"
 
+#include <cstdint>
 #include <stdexcept>
 
 namespace llmc {
@@ -67,10 +68,12 @@ void validate_speedrun_config(const SpeedrunConfig& c) {
                                 " (the gates read x[0:12])");
 }
 
+// Also describes invalid configs (validate_speedrun_config's message starts with it, before any check), so
+// C is computed in 64 bits: H x D of a corrupt file's header overflows an int.
 std::string describe_speedrun_config(const SpeedrunConfig& c) {
   return "V=" + std::to_string(c.vocab_size) + " L=" + std::to_string(c.num_blocks) +
          " H=" + std::to_string(c.num_heads) + " D=" + std::to_string(c.head_dim) +
-         " C=" + std::to_string(c.channels()) + " T=" + std::to_string(c.max_seq_len) +
+         " C=" + std::to_string(int64_t{c.num_heads} * c.head_dim) + " T=" + std::to_string(c.max_seq_len) +
          " window_block=" + std::to_string(c.window_block);
 }
 

@@ -83,6 +83,13 @@ TEST(SpeedrunConfig, PresetsAndValidation) {
   bad = record;
   bad.num_heads = 1, bad.head_dim = 8;  // C = 8 < the gate width 12
   EXPECT_THROW(llmc::validate_speedrun_config(bad), std::invalid_argument);
+  // A corrupt header's H x D does not fit an int (found by fuzz_state_file and fuzz_speedrun_model_file:
+  // the message was built with a signed overflow before the size checks ran).
+  bad = record;
+  bad.num_heads = 65536, bad.head_dim = 786432;
+  EXPECT_NE(llmc::describe_speedrun_config(bad).find(" C=51539607552 "), std::string::npos)
+      << llmc::describe_speedrun_config(bad);
+  EXPECT_THROW(llmc::validate_speedrun_config(bad), std::invalid_argument);
 }
 
 TEST(Yarn, ResetFrequenciesAreHalfTruncatedBase1024) {
