@@ -29,6 +29,7 @@
 #include "llmc/train/run_info.h"
 #include "llmc/train/samples.h"
 #include "llmc/train/state.h"
+#include "llmc/train/train_step.h"
 
 using namespace llmc;
 
@@ -41,80 +42,7 @@ double elapsed_ms(Clock::time_point since) {
 
 constexpr bool kFp32Build = std::is_same<floatX, float>::value;
 
-// ---- one optimizer step ------------------------------------------------------------------------
-
-// The host token arrays of one micro-batch.
-struct Batch {
-  explicit Batch(size_t tokens) : inputs(tokens), targets(tokens) {}
-  std::vector<int> inputs, targets;
-};
-
-// Wraps the optimizer's bucket hook so that the backward shows up on the compute track as one slice per
-// bucket, each ending where that bucket's gradients become final (buckets finish in decreasing order).
-class BackwardTracing {
- public:
-  BackwardTracing(Tracer& tracer, const TrainableModel& model, BucketHook inner)
-      : tracer_(tracer), model_(model), inner_(std::move(inner)) {
-    begin_slice(model_.layout().num_buckets() - 1);
-  }
-  BucketHook hook() {
-    return [this](int bucket) {
-      tracer_.end(open_, model_.stream());
-      if (inner_) inner_(bucket);
-      if (bucket != 0) begin_slice(bucket - 1);
-    };
-  }
-
- private:
-  void begin_slice(int bucket) {
-    open_ = tracer_.begin(model_.stream(), TraceTrack::kCompute, "backward " + model_.bucket_name(bucket),
-                          {{"bucket", bucket}});
-  }
-  Tracer& tracer_;
-  const TrainableModel& model_;
-  BucketHook inner_;
-  Tracer::SliceId open_ = 0;
-};
-
-// What a step works with.
-struct StepParts {
-  TrainableModel& model;
-  BucketOptimizer& optimizer;
-  DataLoader& train_loader;
-  Tracer& tracer;
-  const CommContext& comm;
-  int grad_accum;
-};
-
-struct StepResult {
-  double loss;  // mean over ranks and micro-steps
-  float grad_norm;
-};
-
-// The whole call sequence of a step (llmc/optim/bucket_optimizer.h): every forward waits per bucket for
-// the last update; the last micro-step's backward hands each bucket to the optimizer the moment its
-// gradients are final, and finish_step() enqueues what is left for after the backward.
-StepResult train_step(StepParts& parts, int step, float lr, Batch& batch) {
-  TrainableModel& model = parts.model;
-  BucketOptimizer& optimizer = parts.optimizer;
-  const float dloss =
-      1.0f / static_cast<float>(static_cast<int64_t>(batch.inputs.size()) * parts.grad_accum);  // the loss is a mean
-  for (int micro = 0; micro < parts.grad_accum; micro++) {
-    const bool last_micro = micro == parts.grad_accum - 1;
-    parts.train_loader.next_batch(batch.inputs.data(), batch.targets.data());
-    const Tracer::SliceId forward_slice =
-        parts.tracer.begin(model.stream(), TraceTrack::kCompute, "forward", {{"micro_step", micro}});
-    model.forward(batch.inputs.data(), batch.targets.data(), micro, /*compute_dlogits=*/true, dloss,
-                  optimizer.before_bucket_use());
-    parts.tracer.end(forward_slice, model.stream());
-    if (last_micro) optimizer.begin_step(step, lr);
-    BackwardTracing backward_tracing(parts.tracer, model, last_micro ? optimizer.on_bucket_ready() : BucketHook());
-    model.backward(batch.inputs.data(), /*first_micro_step=*/micro == 0, backward_tracing.hook());
-  }
-  optimizer.finish_step();
-  const double loss = parts.comm.all_reduce_mean(model.mean_loss(parts.grad_accum));
-  return StepResult{loss, optimizer.last_grad_norm()};
-}
+// ---- one optimizer step: llmc/train/train_step.h ----------------------------------------------------
 
 double evaluate(TrainableModel& model, BucketOptimizer& optimizer, ValLoader& val_loader, const CommContext& comm,
                 Batch& batch) {

@@ -44,7 +44,9 @@ inline void adamw_update(floatX* params, float* master, const floatX* grads, flo
   const float bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), step));
   const float bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), step));
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(adamw_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, params, master, grads,
+  // grads read, params written, master, m, v read and written (fp32); ~12 operations, sqrt counts one.
+  const KernelCost cost{static_cast<double>(n) * (2 * sizeof(floatX) + 6 * sizeof(float)), 12.0 * n};
+  LLMC_LAUNCH_COSTED(cost, adamw_kernel<floatX>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, params, master, grads,
               m, v, n, learning_rate, hp.beta1, hp.beta2, bias_correction1, bias_correction2, hp.eps,
               hp.weight_decay, grad_scale);
 }

@@ -35,7 +35,9 @@ inline void bias_grad(floatX* dbias, const floatX* dout, int N, int OC, bool acc
   const ColumnChunking chunking = column_chunking(N);
   constexpr int kColumnBlock = 128;
   const dim3 grid(static_cast<unsigned>(ceil_div(OC, kColumnBlock)), static_cast<unsigned>(chunking.num_chunks));
-  LLMC_LAUNCH(bias_grad_partials_kernel<floatX>, grid, dim3(kColumnBlock), 0, stream, scratch, dout, N, OC,
+  const double nc = static_cast<double>(N) * OC;
+  const KernelCost cost{nc * sizeof(floatX) + 4.0 * chunking.num_chunks * OC, nc};
+  LLMC_LAUNCH_COSTED(cost, bias_grad_partials_kernel<floatX>, grid, dim3(kColumnBlock), 0, stream, scratch, dout, N, OC,
               chunking.rows_per_chunk);
   sum_column_partials(dbias, scratch, chunking.num_chunks, OC, accumulate, stream);
 }

@@ -90,7 +90,11 @@ __global__ void fused_classifier_kernel(Tx* logits, float* losses, const int* ta
 // (validation) and leaves the logits untouched.
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,
                              bool write_dlogits, cudaStream_t stream) {
-  LLMC_LAUNCH(fused_classifier_kernel<floatX>, dim3(static_cast<unsigned>(N)), dim3(kClassifierBlock), 0, stream,
+  // Each row read twice (the second pass may hit L2; counted as HBM) and, with dlogits, written once;
+  // ~4 operations per element and pass, an exponential counting one.
+  const double x = sizeof(floatX), elements = static_cast<double>(N) * Vp;
+  const KernelCost cost{(write_dlogits ? 3.0 : 1.0) * elements * x + 8.0 * N, (write_dlogits ? 10.0 : 5.0) * elements};
+  LLMC_LAUNCH_COSTED(cost, fused_classifier_kernel<floatX>, dim3(static_cast<unsigned>(N)), dim3(kClassifierBlock), 0, stream,
               logits, losses, targets, dloss, V, Vp, write_dlogits);
 }
 

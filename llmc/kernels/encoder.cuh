@@ -36,7 +36,9 @@ __global__ void encoder_forward_kernel(Tx* out, const int* tokens, const Tx* wte
 inline void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe, int B, int T, int C,
                             cudaStream_t stream) {
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(encoder_forward_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(B) * T * C, kBlock)),
+  const double btc = static_cast<double>(B) * T * C;
+  const KernelCost cost{3 * btc * sizeof(floatX) + 4.0 * B * T, btc};
+  LLMC_LAUNCH_COSTED(cost, encoder_forward_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(B) * T * C, kBlock)),
               dim3(kBlock), 0, stream, out, tokens, wte, wpe, B, T, C);
 }
 
@@ -129,18 +131,22 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
     }
     buckets[3 * (num_buckets - 1) + 2]++;
   }
-  CUDA_CHECK(cudaMemcpyAsync(workspace.device_table, workspace.host_table.data(),
-                             (static_cast<size_t>(positions) + 3 * static_cast<size_t>(num_buckets)) * sizeof(int),
-                             cudaMemcpyHostToDevice, stream));
+  memcpy_async(workspace.device_table, workspace.host_table.data(),
+               (static_cast<size_t>(positions) + 3 * static_cast<size_t>(num_buckets)) * sizeof(int),
+               cudaMemcpyHostToDevice, stream);
   CUDA_CHECK(cudaEventRecord(workspace.upload_done, stream));
   workspace.upload_pending = true;
 
   constexpr int kBlock = 128;
+  const double x = sizeof(floatX), btc = static_cast<double>(positions) * C;
+  // dout rows read once, each distinct token's dwte row read and written; the position table.
+  const KernelCost wte_cost{btc * x + 2.0 * num_buckets * C * x + 4.0 * (positions + 3.0 * num_buckets), btc};
+  const KernelCost wpe_cost{btc * x + 2.0 * T * C * x, btc};
   if (num_buckets > 0)
-    LLMC_LAUNCH(encoder_backward_wte_kernel<floatX>,
+    LLMC_LAUNCH_COSTED(wte_cost, encoder_backward_wte_kernel<floatX>,
                 dim3(static_cast<unsigned>(num_buckets), static_cast<unsigned>(ceil_div(C, kBlock))), dim3(kBlock), 0,
                 stream, dwte, dout, workspace.device_table, workspace.device_table + positions, C);
-  LLMC_LAUNCH(encoder_backward_wpe_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(T) * C, kBlock)),
+  LLMC_LAUNCH_COSTED(wpe_cost, encoder_backward_wpe_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(T) * C, kBlock)),
               dim3(kBlock), 0, stream, dwpe, dout, B, T, C);
 }
 

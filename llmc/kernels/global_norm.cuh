@@ -57,9 +57,10 @@ inline void global_norm_squared(float* out_device, const floatX* data, size_t n,
                                 size_t scratch_floats, cudaStream_t stream) {
   require_scratch("global_norm_squared", scratch_floats, global_norm_scratch_floats(n));
   const int blocks = global_norm_num_blocks(n);
-  LLMC_LAUNCH(squared_sum_partials_kernel<floatX>, dim3(static_cast<unsigned>(blocks)), dim3(kGlobalNormBlock), 0,
+  const KernelCost partials_cost{static_cast<double>(n) * sizeof(floatX) + 4.0 * blocks, 2.0 * n};
+  LLMC_LAUNCH_COSTED(partials_cost, squared_sum_partials_kernel<floatX>, dim3(static_cast<unsigned>(blocks)), dim3(kGlobalNormBlock), 0,
               stream, scratch, data, n);
-  LLMC_LAUNCH(sum_partials_kernel<kGlobalNormBlock>, dim3(1), dim3(kGlobalNormBlock), 0, stream, out_device, scratch,
+  LLMC_LAUNCH_COSTED((KernelCost{4.0 * blocks + 8.0, 1.0 * blocks}), sum_partials_kernel<kGlobalNormBlock>, dim3(1), dim3(kGlobalNormBlock), 0, stream, out_device, scratch,
               blocks, accumulate);
 }
 

@@ -55,7 +55,9 @@ __global__ void layernorm_forward_kernel(Tx* out, float* mean, float* rstd, Tx* 
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                               const floatX* bias, int N, int C, cudaStream_t stream) {
   const int rows_per_block = kLayerNormBlock / kWarpSize;
-  LLMC_LAUNCH(layernorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+  const double nc = static_cast<double>(N) * C, x = sizeof(floatX);
+  const KernelCost cost{2 * nc * x + 2.0 * C * x + 8.0 * N, 8 * nc};
+  LLMC_LAUNCH_COSTED(cost, layernorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
               dim3(kLayerNormBlock), 0, stream, out, mean, rstd, static_cast<floatX*>(nullptr), inp,
               static_cast<const floatX*>(nullptr), weight, bias, N, C);
 }
@@ -66,7 +68,9 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
                                              const floatX* inp1, const floatX* inp2, const floatX* weight,
                                              const floatX* bias, int N, int C, cudaStream_t stream) {
   const int rows_per_block = kLayerNormBlock / kWarpSize;
-  LLMC_LAUNCH(layernorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+  const double nc = static_cast<double>(N) * C, x = sizeof(floatX);
+  const KernelCost cost{4 * nc * x + 2.0 * C * x + 8.0 * N, 9 * nc};
+  LLMC_LAUNCH_COSTED(cost, layernorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
               dim3(kLayerNormBlock), 0, stream, out, mean, rstd, residual, inp1, inp2, weight, bias, N, C);
 }
 
@@ -131,11 +135,15 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, con
                                float* scratch, size_t scratch_floats, cudaStream_t stream) {
   require_scratch("layernorm_backward", scratch_floats, layernorm_backward_scratch_floats(N, C));
   const int rows_per_block = kLayerNormBlock / kWarpSize;
-  LLMC_LAUNCH(layernorm_backward_input_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+  const double nc = static_cast<double>(N) * C, x = sizeof(floatX);
+  const ColumnChunking chunks = column_chunking(N);
+  const KernelCost input_cost{4 * nc * x + C * x + 8.0 * N, 14 * nc};
+  const KernelCost partials_cost{2 * nc * x + 8.0 * N + 8.0 * chunks.num_chunks * C, 5 * nc};
+  LLMC_LAUNCH_COSTED(input_cost, layernorm_backward_input_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
               dim3(kLayerNormBlock), 0, stream, dinp, dout, inp, weight, mean, rstd, N, C);
   const ColumnChunking chunking = column_chunking(N);
   constexpr int kColumnBlock = 128;
-  LLMC_LAUNCH(layernorm_backward_param_partials_kernel<floatX>,
+  LLMC_LAUNCH_COSTED(partials_cost, layernorm_backward_param_partials_kernel<floatX>,
               dim3(static_cast<unsigned>(ceil_div(C, kColumnBlock)), static_cast<unsigned>(chunking.num_chunks)),
               dim3(kColumnBlock), 0, stream, scratch, dout, inp, mean, rstd, N, C, chunking.rows_per_chunk,
               chunking.num_chunks);

@@ -91,9 +91,12 @@ inline void run_cpu_gemm_job(void* job_pointer) {
 
 inline void gemm(MatmulContext& context, const GemmArgs& g, cudaStream_t stream) {
   validate_gemm(g);
-  std::unique_ptr<CpuGemmJob> job(new CpuGemmJob{g, context.cpu_threads()});
-  CUDA_CHECK(cudaLaunchHostFunc(stream, run_cpu_gemm_job, job.get()));  // on failure job is freed here
-  job.release();  // enqueued: run_cpu_gemm_job owns it now
+  notify_gemm_setup();  // stands for the GPU path's per-call set-up (descriptors and heuristic query)
+  observed_launch(LaunchKind::kGemm, stream, gemm_cost(g), [&] { return gemm_name(g); }, [&] {
+    std::unique_ptr<CpuGemmJob> job(new CpuGemmJob{g, context.cpu_threads()});
+    CUDA_CHECK(cudaLaunchHostFunc(stream, run_cpu_gemm_job, job.get()));  // on failure job is freed here
+    job.release();  // enqueued: run_cpu_gemm_job owns it now
+  });
 }
 
 #else
@@ -222,9 +225,12 @@ inline bool try_cublaslt_gemm(MatmulContext& context, const GemmArgs& g, bool fu
     return false;
   CUBLAS_CHECK(heuristic_status);
 
-  CUBLAS_CHECK(cublasLtMatmul(context.handle(), desc.operation, &g.alpha, g.b, desc.first, g.a, desc.second, &g.beta,
-                              addend, desc.output, g.d, desc.output, &heuristic.algo, context.workspace(),
-                              context.workspace_bytes(), stream));
+  notify_gemm_setup();
+  observed_launch(LaunchKind::kGemm, stream, gemm_cost(g), [&] { return gemm_name(g); }, [&] {
+    CUBLAS_CHECK(cublasLtMatmul(context.handle(), desc.operation, &g.alpha, g.b, desc.first, g.a, desc.second,
+                                &g.beta, addend, desc.output, g.d, desc.output, &heuristic.algo, context.workspace(),
+                                context.workspace_bytes(), stream));
+  });
   return true;
 }
 

@@ -155,7 +155,8 @@ __global__ void sum_column_partials_kernel(Tx* out, const float* partials, int n
 inline void sum_column_partials(floatX* out, const float* partials, int num_chunks, int C, bool accumulate,
                                 cudaStream_t stream) {
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(sum_column_partials_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(C, kBlock))), dim3(kBlock), 0,
+  const KernelCost cost{4.0 * num_chunks * C + (accumulate ? 2.0 : 1.0) * C * sizeof(floatX), 1.0 * num_chunks * C};
+  LLMC_LAUNCH_COSTED(cost, sum_column_partials_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(C, kBlock))), dim3(kBlock), 0,
               stream, out, partials, num_chunks, C, accumulate);
 }
 

@@ -176,7 +176,7 @@ std::vector<float> GPT2::download_logits() const {
 
 void GPT2::zero_bucket_grads(int bucket) {
   const ParamBucket& b = layout_.buckets[bucket];
-  CUDA_CHECK(cudaMemsetAsync(grads_ + b.offset, 0, b.padded_size * sizeof(floatX), stream_));
+  memset_async(grads_ + b.offset, 0, b.padded_size * sizeof(floatX), stream_);
 }
 
 void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
@@ -193,10 +193,10 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
   };
   CUDA_CHECK(cudaEventSynchronize(a.staging_free));
   std::copy_n(inputs_host, N, a.staging);
-  CUDA_CHECK(cudaMemcpyAsync(a.inputs, a.staging, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  memcpy_async(a.inputs, a.staging, N * sizeof(int), cudaMemcpyHostToDevice, stream_);
   if (targets_host != nullptr) {
     std::copy_n(targets_host, N, a.staging + N);
-    CUDA_CHECK(cudaMemcpyAsync(a.targets, a.staging + N, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    memcpy_async(a.targets, a.staging + N, N * sizeof(int), cudaMemcpyHostToDevice, stream_);
   }
   CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
 
@@ -265,7 +265,7 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
   // LM head: logits now hold dlogits. dwte += dlogits^T @ lnf, dlnf = dlogits @ wte.
   matmul_backward(a.matmul, a.dnarrow, grad(TensorKind::kWte), nullptr, a.logits, a.lnf, param(TensorKind::kWte),
                   nullptr, N, C, cfg.padded_vocab_size, true, scratch, scratch_floats, stream_);
-  CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, static_cast<size_t>(N) * C * sizeof(floatX), stream_));
+  memset_async(a.dresidual, 0, static_cast<size_t>(N) * C * sizeof(floatX), stream_);
   const Activations::Layer& last = a.layers[L - 1];
   layernorm_backward(a.dresidual, grad(TensorKind::kLnfw), grad(TensorKind::kLnfb), a.dnarrow, last.residual3,
                      param(TensorKind::kLnfw), a.lnf_mean, a.lnf_rstd, N, C, scratch, scratch_floats, stream_);
@@ -310,7 +310,7 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
 double GPT2::mean_loss(int num_slots) const {
   const size_t count = static_cast<size_t>(num_slots) * batch_size_ * seq_len_;
   std::vector<float> losses(count);
-  CUDA_CHECK(cudaMemcpyAsync(losses.data(), acts_->losses, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  memcpy_async(losses.data(), acts_->losses, count * sizeof(float), cudaMemcpyDeviceToHost, stream_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   double sum = 0.0;
   for (float loss : losses) sum += loss;

@@ -226,7 +226,7 @@ void ZeroOptimizer::add_to_grad_norm(int bucket, bool first) {
 
 void ZeroOptimizer::finish_grad_norm() {
   if (comm_.world_size() > 1) comm_.all_reduce_sum_float(norm_squared_, 1, comm_stream_);
-  CUDA_CHECK(cudaMemcpyAsync(norm_host_, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_));
+  memcpy_async(norm_host_, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_);
   CUDA_CHECK(cudaEventRecord(norm_ready_, comm_stream_));
 }
 
