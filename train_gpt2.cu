@@ -124,6 +124,7 @@ struct Run {
         optimizer(*model, comm, optimizer_settings(opt), &tracer),
         train_loader(train_loader_config(opt, comm, start.family->vocab_size())),
         val_loader(make_val_loader(opt, comm, start.family->vocab_size())) {
+    model->set_gemm_algo_selection(parse_gemm_algo_selection(opt.gemm_algo));
     if (start.params.empty()) start.params = start.family->init_params(*model, opt.seed);
     model->upload_params(start.params);
     optimizer.init_master(start.params);

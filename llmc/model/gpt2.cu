@@ -162,6 +162,8 @@ static std::vector<float> download(const floatX* device, size_t count, cudaStrea
   return result;
 }
 
+void GPT2::set_gemm_algo_selection(GemmAlgoSelection selection) { acts_->matmul.set_selection(selection); }
+
 std::string GPT2::bucket_name(int bucket) const {
   if (bucket == 0) return "embeddings";
   if (bucket == layout_.final_norm_bucket()) return "lm_head+final_norm";

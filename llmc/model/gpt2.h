@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/kernels/gemm_plan_cache.h"
 #include "llmc/model/gpt2_layout.h"
 #include "llmc/model/trainable_model.h"
 #include "llmc/precision.h"
@@ -35,6 +36,8 @@ class GPT2 : public TrainableModel {
   size_t activation_bytes() const override { return activation_bytes_; }
   // "embeddings", "layer 3", "lm_head+final_norm".
   std::string bucket_name(int bucket) const override;
+
+  void set_gemm_algo_selection(GemmAlgoSelection selection) override;
 
   // Host <-> device copies of the whole parameter / gradient buffer (layout order, as float). Synchronous.
   void upload_params(const std::vector<float>& host_params) override;

@@ -239,6 +239,8 @@ std::string SpeedrunModel::bucket_name(int bucket) const {
 
 // ---- parameters, windows, RoPE ---------------------------------------------------------------------
 
+void SpeedrunModel::set_gemm_algo_selection(GemmAlgoSelection selection) { acts_->matmul.set_selection(selection); }
+
 void SpeedrunModel::upload_params(const std::vector<float>& host_params) {
   if (host_params.size() != layout_.total_size)
     throw std::invalid_argument("upload_params: " + std::to_string(host_params.size()) + " values for a buffer of " +

@@ -45,6 +45,7 @@ class SpeedrunModel : public TrainableModel {
   floatX* params() override { return params_; }
   floatX* grads() override { return grads_; }
   size_t activation_bytes() const override { return activation_bytes_; }
+  void set_gemm_algo_selection(GemmAlgoSelection selection) override;
   // What activation_bytes() will be for a model of this shape, without allocating anything.
   static size_t planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots);
   // "embeddings", "block 3", "head".

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/kernels/gemm_plan_cache.h"
 #include "llmc/model/param_layout.h"
 #include "llmc/precision.h"
 
@@ -33,6 +34,8 @@ class TrainableModel {
   virtual std::string bucket_name(int bucket) const = 0;
   // Device bytes of everything but the parameter and gradient buffers (activations, workspaces).
   virtual size_t activation_bytes() const = 0;
+  // How the GEMMs choose their algorithm (llmc/kernels/matmul.cuh); set before the first pass.
+  virtual void set_gemm_algo_selection(GemmAlgoSelection selection) = 0;
 
   // Forward over one micro-batch (host token arrays). With targets, the per-position losses go to loss
   // slot `loss_slot`; with compute_dlogits the backward's starting gradient is prepared, scaled by dloss

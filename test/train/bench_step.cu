@@ -51,6 +51,7 @@ struct Options {
   std::string model = "d12";
   int batch = 32, seq_len = 1024, grad_accum = 1, warmup = 1, steps = 2;
   std::string overlap = "full";
+  std::string gemm_algo = "heuristic";
   double grad_clip = 0.0;
   std::string data;      // token shard glob; empty: Zipf tokens
   bool execute = false;  // emulated build: run the kernels too (tiny sizes only)
@@ -162,6 +163,7 @@ struct Setup {
         loader(loader_config(o, comm, config, pattern)),
         batch(static_cast<size_t>(o.batch) * o.seq_len),
         parts{model, optimizer, loader, tracer, comm, o.grad_accum} {
+    model.set_gemm_algo_selection(parse_gemm_algo_selection(o.gemm_algo));
     const std::vector<float> params = init_gpt2_params(model.layout(), 1337);
     model.upload_params(params);
     optimizer.init_master(params);
@@ -264,10 +266,11 @@ int run(const Options& o) {
   int status = 0;
   {
     Setup setup(o, config, comm, pattern, stream);
-    std::printf("bench_step (%s, %s): model %s (%s), B=%d T=%d, grad_accum %d, overlap %s, grad_clip %g, tokens %s\n",
+    std::printf("bench_step (%s, %s): model %s (%s), B=%d T=%d, grad_accum %d, overlap %s, grad_clip %g, "
+                "gemm_algo %s, tokens %s\n",
                 kPrecisionName, kEmulated ? (execute ? "emulated, executed" : "emulated, nothing executed") : "GPU",
                 o.model.c_str(), describe_config(config).c_str(), o.batch, o.seq_len, o.grad_accum,
-                o.overlap.c_str(), o.grad_clip, o.data.empty() ? "Zipf(1.1) synthetic" : o.data.c_str());
+                o.overlap.c_str(), o.grad_clip, o.gemm_algo.c_str(), o.data.empty() ? "Zipf(1.1) synthetic" : o.data.c_str());
     StepObserver first_step(execute, false);
     {
       ScopedLaunchObserver scope(&first_step);
@@ -314,6 +317,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "observed (emulated) or timed (GPU) steps")->check(CLI::PositiveNumber);
   app.add_option("--overlap", o.overlap, "optimizer overlap mode: none, rs, full");
   app.add_option("--grad-clip", o.grad_clip, "gradient clipping threshold (0 = off)");
+  app.add_option("--gemm-algo", o.gemm_algo, "GEMM algorithm selection: heuristic or fastest (GPU: timed)");
   app.add_option("--data", o.data, "token shard glob (default: a synthetic Zipf(1.1) shard)");
   app.add_flag("--execute", o.execute, "emulated build: execute the kernels too (tiny sizes only)");
   CLI11_PARSE(app, argc, argv);
