@@ -54,7 +54,7 @@ set_tests_properties(kernels_mutants_emu PROPERTIES LABELS kernels TIMEOUT 300)
 
 # Per-kernel timing at a chosen model size (bench_kernels on a GPU, bench_kernels_emu on the CPU).
 # The emulated build is smoke-tested at a tiny size so that the benchmark cannot rot.
-llmc_add_cu_executable(NAME bench_kernels SOURCES test/kernels/bench_kernels.cu LIBS CLI11::CLI11)
+llmc_add_cu_executable(NAME bench_kernels SOURCES test/kernels/bench_kernels.cu LIBS CLI11::CLI11 llmc_shards)
 add_test(NAME kernels_bench_smoke_emu
   COMMAND bench_kernels_emu --batch 1 --seq 64 --channels 128 --heads 2 --vocab 200 --params 5000 --repeats 1)
 set_tests_properties(kernels_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
