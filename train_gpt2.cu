@@ -1,7 +1,8 @@
 // train_gpt2: trains GPT-2 on token shards, data-parallel over MPI ranks (one GPU each) with a ZeRO-1
 // AdamW whose communication overlaps the backward pass. train() sets a run up and runs the loop;
-// train_step() is one optimizer step, and it talks to the model and the optimizer only through their
-// per-bucket hooks (llmc/model/trainable_model.h, llmc/optim/bucket_optimizer.h). The rest lives in llmc/.
+// enqueue_train_step() is one optimizer step, and it talks to the model and the optimizer only through
+// their per-bucket hooks (llmc/model/trainable_model.h, llmc/optim/bucket_optimizer.h). The rest lives
+// in llmc/.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -257,45 +258,106 @@ void write_trace(const TrainOptions& opt, const Tracer& tracer, const CommContex
 
 // ---- the run -----------------------------------------------------------------------------------------
 
+// The training loop's host side of one step, once the device has finished it: the log line, the stop on a
+// non-finite loss, the debug dump, validation, samples and checkpoints. `since` is when the previous
+// step's host side ended: with steps enqueued one ahead, the time between two reads is the device's step
+// time.
+class StepFinisher {
+ public:
+  StepFinisher(Run& run, TrainLog& log, const DebugHooks& debug, TrainingSamples* samples, StepParts& parts,
+               Batch& batch)
+      : run_(run),
+        log_(log),
+        debug_(debug),
+        samples_(samples),
+        parts_(parts),
+        batch_(batch),
+        meter_(run),
+        since_(Clock::now()) {}
+
+  // Whether step `step` needs the model's state right after it (parameters, gradients, the batch, the
+  // loader's position, a trace): then the next step is enqueued only after finish(step).
+  bool needs_state_after(int step) const {
+    const TrainOptions& opt = run_.opt;
+    const bool last = step == opt.steps;
+    return last || run_.tracer.enabled() || debug_.wants_dump(step) ||
+           (run_.val_loader && due(opt.val_every, step, last)) ||
+           (samples_ != nullptr && step % opt.sample_every == 0) ||
+           (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last));
+  }
+
+  // Reads step `step` (waiting for the device) and does its host work. Returns false to stop the run.
+  bool finish(int step, float lr) {
+    const TrainOptions& opt = run_.opt;
+    StepResult result = read_train_step(parts_, step);
+    const double step_ms = elapsed_ms(since_);
+    run_.loop.step = step;
+    run_.loop.train_time_ms += step_ms;
+    result.loss = debug_.loss_seen(step, result.loss);
+    if (!std::isfinite(result.loss)) {
+      log_.line("error: step " + std::to_string(step) + ": the loss is " + std::to_string(result.loss) +
+                "; stopping. Last good checkpoint: " +
+                (run_.loop.last_checkpoint.empty() ? "none" : run_.loop.last_checkpoint));
+      return false;
+    }
+    if (debug_.wants_dump(step) && run_.comm.is_main_rank())
+      debug_.dump_step(batch_.inputs, batch_.targets, result.loss, run_.model->download_grads(), opt.batch_size,
+                       opt.seq_len, kPrecisionName);
+    log_.line(step_line(run_, step, result, lr, step_ms, meter_, run_.tracer));
+    const bool last_step = step == opt.steps;
+    if (run_.val_loader && due(opt.val_every, step, last_step)) {
+      const double val_loss = evaluate(*run_.model, run_.optimizer, *run_.val_loader, run_.comm, batch_);
+      log_.line(format_val_line(step, opt.steps, val_loss, run_.loop.train_time_ms, run_.loop.train_time_ms / step));
+    }
+    if (samples_ != nullptr && step % opt.sample_every == 0) {
+      run_.optimizer.wait_for_all_params();  // the decoder reads every parameter: all updates applied first
+      for (const std::string& line : samples_->sample(step)) log_.line(line);
+    }
+    if (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last_step)) {
+      run_.loop.last_checkpoint = checkpoint_prefix(opt.output_dir, step);
+      save_checkpoint(run_.loop.last_checkpoint, run_);
+      log_.line("# checkpoint " + run_.loop.last_checkpoint);
+    }
+    since_ = Clock::now();  // validation, samples and checkpoints are not training time
+    return true;
+  }
+
+ private:
+  Run& run_;
+  TrainLog& log_;
+  const DebugHooks& debug_;
+  TrainingSamples* samples_;  // null: no samples
+  StepParts& parts_;
+  Batch& batch_;
+  const ThroughputMeter meter_;
+  Clock::time_point since_;
+};
+
 // The training loop: steps up to --steps, with validation, checkpoints and the stop on a non-finite loss.
-// Returns the exit status.
+// The host enqueues step s + 1 before it reads step s (unless step s's state is needed first), so it never
+// waits inside a step and the device runs the steps back to back. Returns the exit status.
 int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, TrainingSamples* samples) {
   const TrainOptions& opt = run.opt;
   const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
-  const ThroughputMeter meter(run);
   StepParts parts{*run.model, run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
   Batch batch(static_cast<size_t>(opt.batch_size) * opt.seq_len);
+  StepFinisher finisher(run, log, debug, samples, parts, batch);
+  int unread = 0;  // an enqueued step not read yet, or 0
+  float unread_lr = 0.0f;
   for (int step = run.loop.step + 1; step <= opt.steps; step++) {
-    const Clock::time_point step_start = Clock::now();
     const float lr = static_cast<float>(schedule.at(step - 1));
-    StepResult result = train_step(parts, step, lr, batch);
-    const double step_ms = elapsed_ms(step_start);
-    run.loop.step = step;
-    run.loop.train_time_ms += step_ms;
-    result.loss = debug.loss_seen(step, result.loss);
-    if (!std::isfinite(result.loss)) {
-      log.line("error: step " + std::to_string(step) + ": the loss is " + std::to_string(result.loss) +
-               "; stopping. Last good checkpoint: " +
-               (run.loop.last_checkpoint.empty() ? "none" : run.loop.last_checkpoint));
-      return 1;
+    try {
+      enqueue_train_step(parts, step, lr, batch);
+    } catch (...) {  // e.g. the loader refusing the next shard: the step before it still gets its log line
+      if (unread != 0) finisher.finish(unread, unread_lr);
+      throw;
     }
-    if (debug.wants_dump(step) && run.comm.is_main_rank())
-      debug.dump_step(batch.inputs, batch.targets, result.loss, run.model->download_grads(), opt.batch_size,
-                      opt.seq_len, kPrecisionName);
-    log.line(step_line(run, step, result, lr, step_ms, meter, run.tracer));
-    const bool last_step = step == opt.steps;
-    if (run.val_loader && due(opt.val_every, step, last_step)) {
-      const double val_loss = evaluate(*run.model, run.optimizer, *run.val_loader, run.comm, batch);
-      log.line(format_val_line(step, opt.steps, val_loss, run.loop.train_time_ms, run.loop.train_time_ms / step));
-    }
-    if (samples != nullptr && step % opt.sample_every == 0) {
-      run.optimizer.wait_for_all_params();  // the decoder reads every parameter: all updates applied first
-      for (const std::string& line : samples->sample(step)) log.line(line);
-    }
-    if (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last_step)) {
-      run.loop.last_checkpoint = checkpoint_prefix(opt.output_dir, step);
-      save_checkpoint(run.loop.last_checkpoint, run);
-      log.line("# checkpoint " + run.loop.last_checkpoint);
+    if (unread != 0 && !finisher.finish(unread, unread_lr)) return 1;
+    unread = step;
+    unread_lr = lr;
+    if (finisher.needs_state_after(step)) {
+      if (!finisher.finish(step, lr)) return 1;
+      unread = 0;
     }
   }
   write_trace(opt, run.tracer, run.comm);

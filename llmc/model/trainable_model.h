@@ -42,11 +42,21 @@ class TrainableModel {
   // (1 / (tokens per step) for a mean). Asynchronous on stream().
   virtual void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits,
                        float dloss, const BucketHook& before_bucket_use = nullptr) = 0;
-  // Backward of the last forward. first_micro_step zeroes each bucket's gradients just before its first
-  // write; otherwise gradients accumulate. on_bucket_ready is called as each bucket becomes final.
-  virtual void backward(const int* inputs_host, bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) = 0;
-  // Mean of the losses in slots [0, num_slots) (waits for the stream).
-  virtual double mean_loss(int num_slots) const = 0;
+  // Backward of the last forward, which must have computed dlogits. With first_micro_step the step's
+  // gradients start here: the model overwrites them (each bucket's first writer stores instead of adding)
+  // or zeroes them first; otherwise gradients accumulate. on_bucket_ready is called as each bucket becomes
+  // final. The model keeps what it needs of the forward's tokens.
+  virtual void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) = 0;
+  // Enqueues the mean of the losses in slots [0, num_slots) into result `result` (0 or 1), which
+  // read_mean_loss(result) returns once the stream has reached it (waiting for that point only). Two
+  // results let a trainer read step s's loss after enqueuing step s + 1, so the device never idles.
+  virtual void enqueue_mean_loss(int num_slots, int result) = 0;
+  virtual double read_mean_loss(int result) = 0;
+  // Both at once (waits for the stream).
+  double mean_loss(int num_slots) {
+    enqueue_mean_loss(num_slots, 0);
+    return read_mean_loss(0);
+  }
   // Host <-> device copies of the whole buffers (layout order, as float). Synchronous.
   virtual void upload_params(const std::vector<float>& host_params) = 0;
   virtual std::vector<float> download_params() const = 0;

@@ -36,7 +36,7 @@ class BackwardTracing {
 
 }  // namespace
 
-StepResult train_step(StepParts& parts, int step, float lr, Batch& batch) {
+void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch) {
   TrainableModel& model = parts.model;
   BucketOptimizer& optimizer = parts.optimizer;
   const float dloss =
@@ -49,13 +49,23 @@ StepResult train_step(StepParts& parts, int step, float lr, Batch& batch) {
     model.forward(batch.inputs.data(), batch.targets.data(), micro, /*compute_dlogits=*/true, dloss,
                   optimizer.before_bucket_use());
     parts.tracer.end(forward_slice, model.stream());
+    if (micro == 0) optimizer.before_first_backward();
     if (last_micro) optimizer.begin_step(step, lr);
     BackwardTracing backward_tracing(parts.tracer, model, last_micro ? optimizer.on_bucket_ready() : BucketHook());
-    model.backward(batch.inputs.data(), /*first_micro_step=*/micro == 0, backward_tracing.hook());
+    model.backward(/*first_micro_step=*/micro == 0, backward_tracing.hook());
   }
   optimizer.finish_step();
-  const double loss = parts.comm.all_reduce_mean(model.mean_loss(parts.grad_accum));
-  return StepResult{loss, optimizer.last_grad_norm()};
+  model.enqueue_mean_loss(parts.grad_accum, step % 2);
+}
+
+StepResult read_train_step(StepParts& parts, int step) {
+  const double loss = parts.comm.all_reduce_mean(parts.model.read_mean_loss(step % 2));
+  return StepResult{loss, parts.optimizer.grad_norm(step)};
+}
+
+StepResult train_step(StepParts& parts, int step, float lr, Batch& batch) {
+  enqueue_train_step(parts, step, lr, batch);
+  return read_train_step(parts, step);
 }
 
 }  // namespace llmc

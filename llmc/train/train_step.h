@@ -35,9 +35,19 @@ struct StepResult {
   float grad_norm;
 };
 
-// The whole call sequence of a step (llmc/optim/bucket_optimizer.h): every forward waits per bucket for
-// the last update; the last micro-step's backward hands each bucket to the optimizer the moment its
-// gradients are final, and finish_step() enqueues what is left for after the backward.
+// Enqueues the whole call sequence of step `step` (llmc/optim/bucket_optimizer.h) and returns without
+// waiting for the device: every forward waits per bucket (on the device) for the last update; the last
+// micro-step's backward hands each bucket to the optimizer the moment its gradients are final, and
+// finish_step() enqueues what is left for after the backward. The step's loss (mean over micro-steps) is
+// summed on the device. The batches come from the loader's prefetch thread.
+void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch);
+
+// The loss (mean over ranks and micro-steps) and gradient norm of step `step`, the last enqueued step or
+// the one before it: waits until the device has finished it. Reading step s after enqueuing step s + 1 is
+// what keeps the device busy between steps (the host prepares s + 1 while s runs).
+StepResult read_train_step(StepParts& parts, int step);
+
+// Both, for callers that need the step's effects before the next one (the device idles in between).
 StepResult train_step(StepParts& parts, int step, float lr, Batch& batch);
 
 }  // namespace llmc

@@ -195,14 +195,34 @@ struct Setup {
   StepParts parts;
 };
 
-// Runs steps [first, first + count); returns the host milliseconds spent inside the step calls.
-double run_steps(Setup& setup, int first, int count) {
+// Counts the host waits of reading the steps' results (outside the steps).
+class ReadObserver : public LaunchObserver {
+ public:
+  bool before_launch(const LaunchRecord&) override { return true; }
+  void on_host_wait(const char*) override { waits_++; }
+  long waits() const { return waits_; }
+
+ private:
+  long waits_ = 0;
+};
+
+// Runs steps [first, first + count) as train_gpt2 does: step s is read after step s + 1 has been enqueued
+// (the last one at the end). `observer` sees the enqueue calls, `read_observer` the reads (either may be
+// null); returns the host milliseconds spent inside the enqueue calls.
+double run_steps(Setup& setup, int first, int count, LaunchObserver* observer, LaunchObserver* read_observer) {
   double host_ms = 0.0;
   for (int step = first; step < first + count; step++) {
-    const Clock::time_point start = Clock::now();
-    train_step(setup.parts, step, 1e-4f, setup.batch);
-    host_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    {
+      ScopedLaunchObserver scope(observer);
+      const Clock::time_point start = Clock::now();
+      enqueue_train_step(setup.parts, step, 1e-4f, setup.batch);
+      host_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    }
+    ScopedLaunchObserver scope(read_observer);
+    if (step > first) read_train_step(setup.parts, step - 1);
   }
+  ScopedLaunchObserver scope(read_observer);
+  read_train_step(setup.parts, first + count - 1);
   return host_ms;
 }
 
@@ -230,7 +250,7 @@ void print_table(const StepObserver& observer, int steps, bool measured) {
   std::printf("\n");
 }
 
-void print_summary(const StepObserver& observer, int steps, double host_ms_per_step) {
+void print_summary(const StepObserver& observer, int steps, double host_ms_per_step, const ReadObserver& reads) {
   double launches[4] = {0, 0, 0, 0};
   for (const auto& [key, row] : observer.rows()) launches[static_cast<int>(key.first)] += row.calls / steps;
   double waits = 0;
@@ -241,10 +261,11 @@ void print_summary(const StepObserver& observer, int steps, double host_ms_per_s
   }
   if (!wait_calls.empty()) wait_calls += ")";
   std::printf("per step: launches %.0f (kernels %.0f, GEMMs %.0f, memsets %.0f, copies %.0f); GEMM plans built %.1f; "
-              "host waits %.1f%s; host time in the step call %.2f ms\n",
+              "host waits inside the step %.1f%s; host time in the step call %.2f ms; waits reading the results "
+              "(after the next step is enqueued) %.1f\n",
               launches[0] + launches[1] + launches[2] + launches[3], launches[0], launches[1], launches[2],
               launches[3], static_cast<double>(observer.gemm_setups()) / steps, waits, wait_calls.c_str(),
-              host_ms_per_step);
+              host_ms_per_step, static_cast<double>(reads.waits()) / steps);
 }
 
 int run(const Options& o) {
@@ -272,29 +293,26 @@ int run(const Options& o) {
                 o.model.c_str(), describe_config(config).c_str(), o.batch, o.seq_len, o.grad_accum,
                 o.overlap.c_str(), o.grad_clip, o.gemm_algo.c_str(), o.data.empty() ? "Zipf(1.1) synthetic" : o.data.c_str());
     StepObserver first_step(execute, false);
-    {
-      ScopedLaunchObserver scope(&first_step);
-      run_steps(setup, 1, o.warmup);
-    }
+    ReadObserver first_reads;
+    run_steps(setup, 1, o.warmup, &first_step, &first_reads);
     std::printf("first %d step(s): GEMM plans built %ld\n", o.warmup, first_step.gemm_setups());
     double host_ms = 0.0, measured_ms = 0.0;
     if (execute) {  // the step time without any observer, then one observed step for the per-row times
       CUDA_CHECK(cudaDeviceSynchronize());
       const Clock::time_point start = Clock::now();
-      host_ms = run_steps(setup, 1 + o.warmup, o.steps) / o.steps;
+      host_ms = run_steps(setup, 1 + o.warmup, o.steps, nullptr, nullptr) / o.steps;
       CUDA_CHECK(cudaDeviceSynchronize());
       measured_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / o.steps;
     }
     StepObserver observer(execute, execute);
+    ReadObserver reads;
     const int observed = execute ? 1 : o.steps;
-    {
-      ScopedLaunchObserver scope(&observer);
-      const double observed_host_ms = run_steps(setup, 1 + o.warmup + (execute ? o.steps : 0), observed);
-      if (!execute) host_ms = observed_host_ms / observed;
-    }
+    const double observed_host_ms =
+        run_steps(setup, 1 + o.warmup + (execute ? o.steps : 0), observed, &observer, &reads);
+    if (!execute) host_ms = observed_host_ms / observed;
     CUDA_CHECK(cudaDeviceSynchronize());
     if (execute) observer.collect_times();
-    print_summary(observer, observed, host_ms);
+    print_summary(observer, observed, host_ms, reads);
     if (execute) std::printf("measured step time %.2f ms (%d steps, no observer)\n", measured_ms, o.steps);
     print_table(observer, observed, execute);
   }
