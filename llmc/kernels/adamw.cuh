@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/optim/adamw_settings.h"
 #include "llmc/precision.h"
@@ -26,7 +27,7 @@ __global__ void adamw_kernel(Tx* params, float* master, const Tx* grads, float* 
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (int s = 0; s < segments.count; s++) {
     const size_t end = segments.begin[s] + segments.length[s];
-    const float weight_decay = segments.weight_decay[s];
+    const float weight_decay = segments.weight_decay[LLMC_MUTANT("adamw.first_segment_decay", s, 0)];
     for (size_t i = segments.begin[s] + static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
          i += stride) {
       const float grad = to_float(grads[i]) * scale;

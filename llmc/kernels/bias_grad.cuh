@@ -9,6 +9,7 @@
 #include <string>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/precision.h"
@@ -60,7 +61,7 @@ __global__ void column_sums_kernel(Tx* out, const Tx* in, int N, int C, int rows
     }
   }
   for (int j = 0; j < P; j++) warp_sums[warp][lane * P + j] = sum[j];
-  __syncthreads();
+  if (LLMC_MUTANT("column_sums.no_barrier", true, false)) __syncthreads();
   // This slice's fold: its partials, group totals and counters follow the previous slices'.
   BlockFold slice_fold = fold;
   slice_fold.partials += static_cast<size_t>(slice) * chunks * kSlice;

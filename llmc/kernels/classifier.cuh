@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/precision.h"
@@ -132,8 +133,9 @@ __global__ void mean_of_losses_kernel(double* out, const Tloss* losses, size_t c
   if (lane == 0) warp_totals[warp] = sum;
   __syncthreads();
   if (threadIdx.x != 0) return;
+  constexpr int kWarps = kMeanLossBlock / kWarpSize;
   double total = 0.0;
-  for (int w = 0; w < kMeanLossBlock / kWarpSize; w++) total += warp_totals[w];
+  for (int w = 0; w < LLMC_MUTANT("mean_of_losses.drops_last_warp", kWarps, kWarps - 1); w++) total += warp_totals[w];
   out[0] = total / static_cast<double>(count);
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/precision.h"
@@ -161,7 +162,8 @@ __global__ void encoder_backward_chunks_kernel(Tx* dwte, float* partials, const 
     for (int j = 0; j < P; j++) sum[j] += row[j];
     if (i + 1 < i1 && sorted_tokens[i + 1] == token) continue;
     const bool crosses_start = run_start == i0 && i0 > 0 && sorted_tokens[i0 - 1] == token;
-    const bool crosses_end = i + 1 == i1 && i1 < positions && sorted_tokens[i1] == token;
+    const bool crosses_end = LLMC_MUTANT("encoder_backward.ignores_crossing_end",
+                                         i + 1 == i1 && i1 < positions && sorted_tokens[i1] == token, false);
     if (!crosses_start && !crosses_end) {
       Tx* target = dwte + static_cast<size_t>(token) * C;
       float old[P];

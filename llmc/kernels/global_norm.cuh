@@ -14,6 +14,7 @@
 #include <string>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/precision.h"
 
@@ -59,7 +60,7 @@ __global__ void squared_sum_kernel(float* out, bool accumulate, NormSegments<Tx>
   __shared__ unsigned fold_flag;
   float sum = 0.0f;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (int s = 0; s < segments.count; s++) {
+  for (int s = 0; s < LLMC_MUTANT("global_norm.first_segment_only", segments.count, 1); s++) {
     const Tx* data = segments.data[s];
     const size_t n = segments.length[s];
     for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -112,7 +113,9 @@ inline float global_norm(const floatX* data, size_t n, float* scratch, size_t sc
 template <typename Unused>
 __global__ void clip_scale_kernel(float* scale, const float* squared, float max_norm) {
   const float norm = sqrtf(squared[0]);
-  scale[0] = norm > max_norm && norm <= FLT_MAX ? max_norm / norm : 1.0f;  // NaN and inf: no scaling
+  // NaN and inf: no scaling.
+  const bool finite = LLMC_MUTANT("clip_scale.scales_infinity", norm <= FLT_MAX, true);
+  scale[0] = norm > max_norm && finite ? max_norm / norm : 1.0f;
 }
 
 inline void clip_scale(float* scale_device, const float* squared_device, float max_norm, cudaStream_t stream) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/precision.h"
@@ -172,8 +173,9 @@ __global__ void layernorm_backward_kernel(Tx* dinp, Tx* dweight, Tx* dbias, cons
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
   const int packets = static_cast<int>(ceil_div(C, P));
   float* own = accumulators + static_cast<size_t>(warp) * 2 * C;
-  for (int p = lane; p < packets; p += kWarpSize)
-    for (int j = 0; j < P && p * P + j < C; j++) own[p * P + j] = own[C + p * P + j] = 0.0f;
+  if (LLMC_MUTANT("layernorm_backward.uninitialised_accumulators", true, false))
+    for (int p = lane; p < packets; p += kWarpSize)
+      for (int j = 0; j < P && p * P + j < C; j++) own[p * P + j] = own[C + p * P + j] = 0.0f;
   const int block = static_cast<int>(blockIdx.x);
   const int row_end = (block + 1) * rows_per_block < N ? (block + 1) * rows_per_block : N;
   for (int row = block * rows_per_block + warp; row < row_end; row += warps) {

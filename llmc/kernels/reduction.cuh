@@ -18,6 +18,7 @@
 #endif
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/precision.h"
 
 namespace llmc {
@@ -88,7 +89,9 @@ __device__ __forceinline__ float group_reduce_sum(float value, int group) {
 // Softmax exponentials: exp(x - max) as exp2(x * log2(e) - max * log2(e)), with max_log2 = max * log2(e)
 // computed once per row: one multiply-add and the hardware's exp2 per element.
 constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float exp_shifted(float x, float max_log2) { return exp2f(fmaf(x, kLog2e, -max_log2)); }
+__device__ __forceinline__ float exp_shifted(float x, float max_log2) {
+  return exp2f(fmaf(x, LLMC_MUTANT("softmax.exp2_without_log2e", kLog2e, 1.0f), -max_log2));
+}
 
 __device__ __forceinline__ float warp_reduce_max(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
@@ -221,7 +224,7 @@ __device__ void fold_block_partials(const BlockFold& fold, int block, unsigned* 
     for (int b = 0; b < members; b++) sum += __ldcg(fold.partials + static_cast<size_t>(first + b) * fold.length + i);
     total[i] = sum;
   }
-  if (threadIdx.x == 0) atomicExch(&fold.counters[group], 0u);
+  if (threadIdx.x == 0 && LLMC_MUTANT("fold.keeps_group_counter", true, false)) atomicExch(&fold.counters[group], 0u);
   __threadfence();
   __syncthreads();  // the group total is written before thread 0 takes the groups' ticket
   if (threadIdx.x == 0) *flag = fold_ticket(&fold.counters[groups]) == static_cast<unsigned>(groups - 1);
