@@ -196,6 +196,20 @@ static std::vector<float> download(const floatX* device, size_t count, cudaStrea
   return result;
 }
 
+// Returns at once when `event` has completed; otherwise waits for it. The query's cudaErrorNotReady is
+// no error, but the runtime keeps it as the last error, where a later launch check would take it for
+// its own: it is cleared here (any other error is reported).
+static void wait_unless_complete(cudaEvent_t event) {
+  const cudaError_t state = cudaEventQuery(event);
+  if (state != cudaErrorNotReady) {
+    CUDA_CHECK(state);
+    return;
+  }
+  const cudaError_t last = cudaGetLastError();
+  if (last != cudaErrorNotReady) CUDA_CHECK(last);
+  CUDA_CHECK(cudaEventSynchronize(event));
+}
+
 void GPT2::set_gemm_algo_selection(GemmAlgoSelection selection) { acts_->matmul.set_selection(selection); }
 
 std::string GPT2::bucket_name(int bucket) const {
@@ -211,18 +225,14 @@ std::vector<float> GPT2::download_logits() const {
 }
 
 // Copies the micro-batch (and, for a training forward, the encoder backward's plan) into the next pinned
-// staging slot and uploads it with one copy. The slot's previous upload has been read long before in a
-// trainer that stays at most one step ahead; if not, the host waits here (and only here) for it.
+// staging slot and uploads it with one copy. The slot's previous upload has completed long before in a
+// trainer that stays at most one step ahead; if not, the host waits here for it.
 void GPT2::stage_batch(const int* inputs_host, const int* targets_host, bool plan_backward) {
   Activations& a = *acts_;
   const int N = batch_size_ * seq_len_;
   Activations::StagingSlot& slot = a.staging[a.next_staging];
   a.next_staging = (a.next_staging + 1) % a.staging.size();
-  const cudaError_t state = cudaEventQuery(slot.read);
-  if (state == cudaErrorNotReady)
-    CUDA_CHECK(cudaEventSynchronize(slot.read));
-  else
-    CUDA_CHECK(state);
+  wait_unless_complete(slot.read);
   std::copy_n(inputs_host, N, slot.host);
   size_t upload = static_cast<size_t>(N);
   if (targets_host != nullptr) {

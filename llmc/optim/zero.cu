@@ -95,14 +95,14 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
   CUDA_CHECK(cudaMalloc(&adam_v_, shard_elements_ * sizeof(float)));
   CUDA_CHECK(cudaMemset(adam_m_, 0, shard_elements_ * sizeof(float)));
   CUDA_CHECK(cudaMemset(adam_v_, 0, shard_elements_ * sizeof(float)));
-  // cudaMemset is asynchronous, and the comm stream (non-blocking) is not ordered after the legacy
-  // stream: without this wait the zeros would precede the first update there only through the compute
-  // stream's events (it is a blocking stream today).
-  CUDA_CHECK(cudaStreamSynchronize(nullptr));
   norm_scratch_floats_ = global_norm_scratch_floats(shard_elements_);
   CUDA_CHECK(cudaMalloc(&norm_squared_, 2 * sizeof(float)));  // the squared norm, then the clipping factor
   CUDA_CHECK(cudaMalloc(&norm_scratch_, norm_scratch_floats_ * sizeof(float)));
   CUDA_CHECK(cudaMemset(norm_scratch_, 0, norm_scratch_floats_ * sizeof(float)));  // the fold's counters
+  // cudaMemset is asynchronous, and the comm stream (non-blocking) is not ordered after the legacy
+  // stream: without this wait the zeros would precede the first update there only through the compute
+  // stream's events (it is a blocking stream today).
+  CUDA_CHECK(cudaStreamSynchronize(nullptr));
   CUDA_CHECK(cudaMallocHost(&norm_host_, 2 * sizeof(float)));
   grad_ready_.resize(num_buckets);
   param_ready_.resize(num_buckets);
