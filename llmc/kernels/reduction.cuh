@@ -193,9 +193,10 @@ inline BlockFold fold_in_scratch(float* scratch, const FoldScratch& layout, int 
 
 // The fold's ticket: counter += 1 with acquire-release order at device scope, returning the old value. The
 // release publishes what the calling block wrote before it (its threads' writes are ordered before the
-// ticket by a __syncthreads), the acquire lets the block that draws the last ticket see every earlier
-// block's writes. (A relaxed atomicAdd between two __threadfence() calls orders the same on a GPU; the
-// explicit order is what ThreadSanitizer follows in the emulation, which ignores fences.)
+// ticket by a __syncthreads, and a release is cumulative), the acquire lets the block that draws the last
+// ticket see every earlier block's writes (its other threads after the next __syncthreads). This is the
+// pattern of a relaxed atomicAdd between two __threadfence() calls in one thread, with the order stated on
+// the atomic itself: the form ThreadSanitizer follows in the emulation (it ignores fences).
 __device__ __forceinline__ unsigned fold_ticket(unsigned* counter) {
 #if defined(LLMC_EMULATION)
   return __atomic_fetch_add(counter, 1u, __ATOMIC_ACQ_REL);
@@ -212,12 +213,10 @@ template <class Finish>
 __device__ void fold_block_partials(const BlockFold& fold, int block, unsigned* flag, Finish&& finish) {
   const int groups = fold.groups(), group = block / kFoldGroup, first = group * kFoldGroup;
   const int members = fold.blocks - first < kFoldGroup ? fold.blocks - first : kFoldGroup;
-  __threadfence();
   __syncthreads();  // every thread's partials are written before thread 0 takes the ticket
   if (threadIdx.x == 0) *flag = fold_ticket(&fold.counters[group]) == static_cast<unsigned>(members - 1);
   __syncthreads();
   if (*flag == 0) return;  // the whole block leaves: not the last of its group
-  __threadfence();
   float* total = fold.group_totals + static_cast<size_t>(group) * fold.length;
   for (int i = threadIdx.x; i < fold.length; i += blockDim.x) {
     float sum = 0.0f;
@@ -225,12 +224,10 @@ __device__ void fold_block_partials(const BlockFold& fold, int block, unsigned* 
     total[i] = sum;
   }
   if (threadIdx.x == 0 && LLMC_MUTANT("fold.keeps_group_counter", true, false)) atomicExch(&fold.counters[group], 0u);
-  __threadfence();
   __syncthreads();  // the group total is written before thread 0 takes the groups' ticket
   if (threadIdx.x == 0) *flag = fold_ticket(&fold.counters[groups]) == static_cast<unsigned>(groups - 1);
   __syncthreads();
   if (*flag == 0) return;
-  __threadfence();
   for (int i = threadIdx.x; i < fold.length; i += blockDim.x) {
     float sum = 0.0f;
     for (int g = 0; g < groups; g++) sum += __ldcg(fold.group_totals + static_cast<size_t>(g) * fold.length + i);
