@@ -1,7 +1,8 @@
 // train_gpt2: trains GPT-2 on token shards, data-parallel over MPI ranks (one GPU each) with a ZeRO-1
 // AdamW whose communication overlaps the backward pass. train() sets a run up and runs the loop;
-// train_step() is one optimizer step, and it talks to the model and the optimizer only through their
-// per-bucket hooks (llmc/model/trainable_model.h, llmc/optim/bucket_optimizer.h). The rest lives in llmc/.
+// enqueue_train_step() is one optimizer step, and it talks to the model and the optimizer only through
+// their per-bucket hooks (llmc/model/trainable_model.h, llmc/optim/bucket_optimizer.h). The rest lives
+// in llmc/.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include "llmc/train/samples.h"
 #include "llmc/train/state.h"
 #include "llmc/train/stop_signals.h"
+#include "llmc/train/train_step.h"
 #include "llmc/train/watchdog.h"
 
 using namespace llmc;
@@ -46,80 +48,7 @@ double elapsed_ms(Clock::time_point since) {
 
 constexpr bool kFp32Build = std::is_same<floatX, float>::value;
 
-// ---- one optimizer step ------------------------------------------------------------------------
-
-// The host token arrays of one micro-batch.
-struct Batch {
-  explicit Batch(size_t tokens) : inputs(tokens), targets(tokens) {}
-  std::vector<int> inputs, targets;
-};
-
-// Wraps the optimizer's bucket hook so that the backward shows up on the compute track as one slice per
-// bucket, each ending where that bucket's gradients become final (buckets finish in decreasing order).
-class BackwardTracing {
- public:
-  BackwardTracing(Tracer& tracer, const TrainableModel& model, BucketHook inner)
-      : tracer_(tracer), model_(model), inner_(std::move(inner)) {
-    begin_slice(model_.layout().num_buckets() - 1);
-  }
-  BucketHook hook() {
-    return [this](int bucket) {
-      tracer_.end(open_, model_.stream());
-      if (inner_) inner_(bucket);
-      if (bucket != 0) begin_slice(bucket - 1);
-    };
-  }
-
- private:
-  void begin_slice(int bucket) {
-    open_ = tracer_.begin(model_.stream(), TraceTrack::kCompute, "backward " + model_.bucket_name(bucket),
-                          {{"bucket", bucket}});
-  }
-  Tracer& tracer_;
-  const TrainableModel& model_;
-  BucketHook inner_;
-  Tracer::SliceId open_ = 0;
-};
-
-// What a step works with.
-struct StepParts {
-  TrainableModel& model;
-  BucketOptimizer& optimizer;
-  DataLoader& train_loader;
-  Tracer& tracer;
-  const CommContext& comm;
-  int grad_accum;
-};
-
-struct StepResult {
-  double loss;  // mean over ranks and micro-steps
-  float grad_norm;
-};
-
-// The whole call sequence of a step (llmc/optim/bucket_optimizer.h): every forward waits per bucket for
-// the last update; the last micro-step's backward hands each bucket to the optimizer the moment its
-// gradients are final, and finish_step() enqueues what is left for after the backward.
-StepResult train_step(StepParts& parts, int step, float lr, Batch& batch) {
-  TrainableModel& model = parts.model;
-  BucketOptimizer& optimizer = parts.optimizer;
-  const float dloss =
-      1.0f / static_cast<float>(static_cast<int64_t>(batch.inputs.size()) * parts.grad_accum);  // the loss is a mean
-  for (int micro = 0; micro < parts.grad_accum; micro++) {
-    const bool last_micro = micro == parts.grad_accum - 1;
-    parts.train_loader.next_batch(batch.inputs.data(), batch.targets.data());
-    const Tracer::SliceId forward_slice =
-        parts.tracer.begin(model.stream(), TraceTrack::kCompute, "forward", {{"micro_step", micro}});
-    model.forward(batch.inputs.data(), batch.targets.data(), micro, /*compute_dlogits=*/true, dloss,
-                  optimizer.before_bucket_use());
-    parts.tracer.end(forward_slice, model.stream());
-    if (last_micro) optimizer.begin_step(step, lr);
-    BackwardTracing backward_tracing(parts.tracer, model, last_micro ? optimizer.on_bucket_ready() : BucketHook());
-    model.backward(batch.inputs.data(), /*first_micro_step=*/micro == 0, backward_tracing.hook());
-  }
-  optimizer.finish_step();
-  const double loss = parts.comm.all_reduce_mean(model.mean_loss(parts.grad_accum));
-  return StepResult{loss, optimizer.last_grad_norm()};
-}
+// ---- one optimizer step: llmc/train/train_step.h ----------------------------------------------------
 
 double evaluate(TrainableModel& model, BucketOptimizer& optimizer, ValLoader& val_loader, const CommContext& comm,
                 Batch& batch) {
@@ -201,6 +130,7 @@ struct Run {
         optimizer(*model, comm, optimizer_settings(opt), &tracer),
         train_loader(train_loader_config(opt, comm, start.family->vocab_size())),
         val_loader(make_val_loader(opt, comm, start.family->vocab_size())) {
+    model->set_gemm_algo_selection(parse_gemm_algo_selection(opt.gemm_algo));
     if (start.params.empty()) start.params = start.family->init_params(*model, opt.seed);
     model->upload_params(start.params);
     optimizer.init_master(start.params);
@@ -359,12 +289,101 @@ int agreed_stop_signal(const CommContext& comm, const StopSignals& signals) {
   return static_cast<int>(comm.all_reduce_max(static_cast<double>(signals.received())));
 }
 
-// Every rank stops after the same step with a complete checkpoint (unless this step's is written already).
-int stop_by_signal(Run& run, TrainLog& log, Guards& guards, int signal, int step, bool checkpointed) {
+// The training loop's host side of one step, once the device has finished it: the log line, the stop on a
+// non-finite loss, the debug dump, validation, samples and checkpoints, each watched by the watchdog.
+// `since_` is when the previous step's host side ended: with steps enqueued one ahead, the time between
+// two reads is the device's step time.
+class StepFinisher {
+ public:
+  StepFinisher(Run& run, TrainLog& log, const DebugHooks& debug, Watchdog& watchdog, TrainingSamples* samples,
+               StepParts& parts, Batch& batch)
+      : run_(run),
+        log_(log),
+        debug_(debug),
+        watchdog_(watchdog),
+        samples_(samples),
+        parts_(parts),
+        batch_(batch),
+        meter_(run),
+        since_(Clock::now()) {}
+
+  // Whether step `step` needs the model's state right after it (parameters, gradients, the batch, the
+  // loader's position, a trace): then the next step is enqueued only after finish(step). A stop signal
+  // needs no entry here: the ranks agree on it before the next step is enqueued, which then is not.
+  bool needs_state_after(int step) const {
+    const TrainOptions& opt = run_.opt;
+    const bool last = step == opt.steps;
+    return last || run_.tracer.enabled() || debug_.wants_dump(step) ||
+           (run_.val_loader && due(opt.val_every, step, last)) ||
+           (samples_ != nullptr && step % opt.sample_every == 0) ||
+           (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last));
+  }
+
+  // Reads step `step` (waiting for the device) and does its host work. Returns false to stop the run.
+  // The caller has armed the watchdog's step activity: the wait in the read is what it covers.
+  bool finish(int step, float lr) {
+    const TrainOptions& opt = run_.opt;
+    StepResult result = read_train_step(parts_, step);
+    const double step_ms = elapsed_ms(since_);
+    watchdog_.step_finished(step_ms / 1000.0);
+    run_.loop.step = step;
+    run_.loop.train_time_ms += step_ms;
+    result.loss = debug_.loss_seen(step, result.loss);
+    if (!std::isfinite(result.loss)) {
+      log_.line("error: step " + std::to_string(step) + ": the loss is " + std::to_string(result.loss) +
+                "; stopping. Last good checkpoint: " +
+                (run_.loop.last_checkpoint.empty() ? "none" : run_.loop.last_checkpoint));
+      return false;
+    }
+    if (debug_.wants_dump(step) && run_.comm.is_main_rank())
+      debug_.dump_step(batch_.inputs, batch_.targets, result.loss, run_.model->download_grads(), opt.batch_size,
+                       opt.seq_len, kPrecisionName);
+    log_.line(step_line(run_, step, result, lr, step_ms, meter_, run_.tracer));
+    validate_sample_checkpoint(step);
+    since_ = Clock::now();  // validation, samples and checkpoints are not training time
+    return true;
+  }
+
+ private:
+  // What is due after step `step`, each under its own watchdog activity (and limit).
+  void validate_sample_checkpoint(int step) {
+    const TrainOptions& opt = run_.opt;
+    const bool last_step = step == opt.steps;
+    if (run_.val_loader && due(opt.val_every, step, last_step)) {
+      watchdog_.begin(Watchdog::Activity::kValidation, step);
+      const double val_loss = evaluate(*run_.model, run_.optimizer, *run_.val_loader, run_.comm, batch_);
+      log_.line(format_val_line(step, opt.steps, val_loss, run_.loop.train_time_ms, run_.loop.train_time_ms / step));
+    }
+    if (samples_ != nullptr && step % opt.sample_every == 0) {
+      watchdog_.begin(Watchdog::Activity::kSamples, step);
+      run_.optimizer.wait_for_all_params();  // the decoder reads every parameter: all updates applied first
+      for (const std::string& line : samples_->sample(step)) log_.line(line);
+    }
+    if (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last_step)) {
+      watchdog_.begin(Watchdog::Activity::kCheckpoint, step);
+      save_checkpoint(checkpoint_prefix(opt.output_dir, step), run_, log_);
+    }
+  }
+
+  Run& run_;
+  TrainLog& log_;
+  const DebugHooks& debug_;
+  Watchdog& watchdog_;
+  TrainingSamples* samples_;  // null: no samples
+  StepParts& parts_;
+  Batch& batch_;
+  const ThroughputMeter meter_;
+  Clock::time_point since_;
+};
+
+// Every rank stops after the same finished step `step` with a complete checkpoint of it (unless the step
+// wrote its own already).
+int stop_by_signal(Run& run, TrainLog& log, Guards& guards, int signal, int step) {
   std::string how = "no checkpoint written (no --output-dir)";
   if (!run.opt.output_dir.empty()) {
+    const std::string prefix = checkpoint_prefix(run.opt.output_dir, step);
     guards.watchdog.begin(Watchdog::Activity::kCheckpoint, step);
-    if (!checkpointed) save_checkpoint(checkpoint_prefix(run.opt.output_dir, step), run, log);
+    if (run.loop.last_checkpoint != prefix) save_checkpoint(prefix, run, log);
     how = "resume with --resume " + run.loop.last_checkpoint;
   }
   log.line("# stopped by signal " + signal_name(signal) + " at step " + std::to_string(step) + "; " + how);
@@ -372,52 +391,44 @@ int stop_by_signal(Run& run, TrainLog& log, Guards& guards, int signal, int step
 }
 
 // The training loop: steps up to --steps, with validation, samples, checkpoints, the stop on a non-finite
-// loss and on a stop signal. Returns the exit status.
+// loss and on a stop signal. The host enqueues step s + 1 before it reads step s (unless step s's state is
+// needed first), so it never waits inside a step and the device runs the steps back to back. The ranks
+// agree on a stop signal before step s + 1 is enqueued: stopping then leaves step s the last one on the
+// device, finished and checkpointed whole. Returns the exit status.
 int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, Guards& guards, TrainingSamples* samples) {
   const TrainOptions& opt = run.opt;
   const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
-  const ThroughputMeter meter(run);
   StepParts parts{*run.model, run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
   Batch batch(static_cast<size_t>(opt.batch_size) * opt.seq_len);
-  for (int step = run.loop.step + 1; step <= opt.steps; step++) {
-    guards.watchdog.begin(Watchdog::Activity::kStep, step);
-    const Clock::time_point step_start = Clock::now();
+  StepFinisher finisher(run, log, debug, guards.watchdog, samples, parts, batch);
+  const int first_step = run.loop.step + 1;
+  int unread = 0;  // an enqueued step not read yet, or 0
+  float unread_lr = 0.0f;
+  for (int step = first_step; step <= opt.steps; step++) {
+    // Armed before the enqueue, which may wait (a full launch queue, the staging ring), and before the read
+    // of the step before, which waits for the device; named after the oldest step the host has not read.
+    guards.watchdog.begin(Watchdog::Activity::kStep, unread != 0 ? unread : step);
+    if (step > first_step) {
+      if (const int signal = agreed_stop_signal(run.comm, guards.signals)) {
+        if (unread != 0 && !finisher.finish(unread, unread_lr)) return 1;
+        return stop_by_signal(run, log, guards, signal, step - 1);
+      }
+    }
     const float lr = static_cast<float>(schedule.at(step - 1));
-    StepResult result = train_step(parts, step, lr, batch);
-    const double step_ms = elapsed_ms(step_start);
-    guards.watchdog.step_finished(step_ms / 1000.0);
-    run.loop.step = step;
-    run.loop.train_time_ms += step_ms;
-    result.loss = debug.loss_seen(step, result.loss);
-    if (!std::isfinite(result.loss)) {
-      log.line("error: step " + std::to_string(step) + ": the loss is " + std::to_string(result.loss) +
-               "; stopping. Last good checkpoint: " +
-               (run.loop.last_checkpoint.empty() ? "none" : run.loop.last_checkpoint));
-      return 1;
+    try {
+      enqueue_train_step(parts, step, lr, batch);
+    } catch (...) {  // e.g. the loader refusing the next shard: the step before it still gets its log line
+      if (unread != 0) finisher.finish(unread, unread_lr);
+      throw;
     }
-    if (debug.wants_dump(step) && run.comm.is_main_rank())
-      debug.dump_step(batch.inputs, batch.targets, result.loss, run.model->download_grads(), opt.batch_size,
-                      opt.seq_len, kPrecisionName);
-    log.line(step_line(run, step, result, lr, step_ms, meter, run.tracer));
-    const bool last_step = step == opt.steps;
-    if (run.val_loader && due(opt.val_every, step, last_step)) {
-      guards.watchdog.begin(Watchdog::Activity::kValidation, step);
-      const double val_loss = evaluate(*run.model, run.optimizer, *run.val_loader, run.comm, batch);
-      log.line(format_val_line(step, opt.steps, val_loss, run.loop.train_time_ms, run.loop.train_time_ms / step));
+    if (unread != 0 && !finisher.finish(unread, unread_lr)) return 1;
+    unread = step;
+    unread_lr = lr;
+    if (finisher.needs_state_after(step)) {
+      guards.watchdog.begin(Watchdog::Activity::kStep, step);
+      if (!finisher.finish(step, lr)) return 1;
+      unread = 0;
     }
-    if (samples != nullptr && step % opt.sample_every == 0) {
-      guards.watchdog.begin(Watchdog::Activity::kSamples, step);
-      run.optimizer.wait_for_all_params();  // the decoder reads every parameter: all updates applied first
-      for (const std::string& line : samples->sample(step)) log.line(line);
-    }
-    const bool checkpoint = !opt.output_dir.empty() && due(opt.checkpoint_every, step, last_step);
-    if (checkpoint) {
-      guards.watchdog.begin(Watchdog::Activity::kCheckpoint, step);
-      save_checkpoint(checkpoint_prefix(opt.output_dir, step), run, log);
-    }
-    if (last_step) break;
-    if (const int signal = agreed_stop_signal(run.comm, guards.signals))
-      return stop_by_signal(run, log, guards, signal, step, checkpoint);
   }
   return 0;
 }

@@ -40,10 +40,12 @@ endforeach()
 llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
   SOURCES test/kernels/mutants/test_mutants.cu LIBS llmc_reference)
 
-# Mutation tests: the speedrun kernel tests once more, emulated in fp32 with LLMC_KERNEL_MUTANTS, so that
-# LLMC_MUTANT(...) sites in llmc/kernels can be switched to a plausible bug one at a time; the driver
-# expects the named tests to fail under each mutant and to pass without one.
-llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
+# Mutation tests: the speedrun kernel tests and the GPT-2 ones whose kernels have mutant sites once more,
+# emulated in fp32 with LLMC_KERNEL_MUTANTS, so that LLMC_MUTANT(...) sites in llmc/kernels can be switched
+# to a plausible bug one at a time; the driver expects the named tests to fail under each mutant and to
+# pass without one.
+llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES}
+                      test/kernels/test_encoder_layernorm.cu test/kernels/test_classifier_optimizer.cu)
 add_executable(kernel_mutants_fp32_emu ${llmc_kernel_mutant_sources})
 target_link_libraries(kernel_mutants_fp32_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
 target_compile_definitions(kernel_mutants_fp32_emu PRIVATE LLMC_FP32 LLMC_KERNEL_MUTANTS)
@@ -54,7 +56,7 @@ set_tests_properties(kernels_mutants_emu PROPERTIES LABELS kernels TIMEOUT 300)
 
 # Per-kernel timing at a chosen model size (bench_kernels on a GPU, bench_kernels_emu on the CPU).
 # The emulated build is smoke-tested at a tiny size so that the benchmark cannot rot.
-llmc_add_cu_executable(NAME bench_kernels SOURCES test/kernels/bench_kernels.cu LIBS CLI11::CLI11)
+llmc_add_cu_executable(NAME bench_kernels SOURCES test/kernels/bench_kernels.cu LIBS CLI11::CLI11 llmc_shards)
 add_test(NAME kernels_bench_smoke_emu
   COMMAND bench_kernels_emu --batch 1 --seq 64 --channels 128 --heads 2 --vocab 200 --params 5000 --repeats 1)
 set_tests_properties(kernels_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)

@@ -22,7 +22,8 @@ endif()
 # samples and ./generate_gpt2 both use it.
 set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2.cu llmc/model/speedrun_model.cu llmc/model/device_arena.cu
     llmc/train/run_info.cu llmc/train/model_family.cu llmc/generate/gpt2_decoder.cu)
-set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu)
+# The optimizer library also holds the training step that drives model and optimizer (train_step.cu).
+set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu llmc/train/train_step.cu)
 set(LLMC_TRAINER_LIBS llmc_train_utils llmc_train_samples llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
 foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(core_sources llmc_model_core_${precision}_emu ${LLMC_MODEL_CORE_SOURCES})
@@ -31,14 +32,15 @@ foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(optimizer_sources llmc_optimizer_${precision}_emu ${LLMC_OPTIMIZER_SOURCES})
   add_library(llmc_optimizer_${precision}_emu STATIC ${optimizer_sources})
   target_link_libraries(llmc_optimizer_${precision}_emu PUBLIC llmc_model_core_${precision}_emu llmc_comm_emu
-                        llmc_trace_emu)
+                        llmc_trace_emu llmc_data)
   set(core_targets llmc_model_core_${precision}_emu llmc_optimizer_${precision}_emu)
   if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR LLMC_CUDA_FP32_TESTS))
     add_library(llmc_model_core_${precision}_cuda STATIC ${LLMC_MODEL_CORE_SOURCES})
     target_link_libraries(llmc_model_core_${precision}_cuda PUBLIC llmc_flags llmc_model llmc_train_utils CUDA::cudart
                           CUDA::cublasLt)
     add_library(llmc_optimizer_${precision}_cuda STATIC ${LLMC_OPTIMIZER_SOURCES})
-    target_link_libraries(llmc_optimizer_${precision}_cuda PUBLIC llmc_model_core_${precision}_cuda llmc_comm llmc_trace)
+    target_link_libraries(llmc_optimizer_${precision}_cuda PUBLIC llmc_model_core_${precision}_cuda llmc_comm llmc_trace
+                          llmc_data)
     set_target_properties(llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda
                           PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_ARCHITECTURES}")
     list(APPEND core_targets llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda)
@@ -80,6 +82,16 @@ endforeach()
 
 # ---- tests of training (label "trainer") ----------------------------------------------------------
 set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+
+# The step benchmark (docs/benchmarks.md "Training step"): bench_step on a GPU; bench_step_emu enqueues a
+# full-size step without executing it (launches, host waits, bytes, FLOPs, ceilings). Smoke-tested at a
+# tiny size, as enqueued only and executed, so that it cannot rot.
+llmc_add_cu_executable(NAME bench_step SOURCES test/train/bench_step.cu LIBS ${LLMC_TRAINER_LIBS}
+  EMU_LIBS llmc_optimizer_bf16_emu CUDA_LIBS llmc_optimizer_bf16_cuda)
+add_test(NAME train_bench_step_smoke_emu COMMAND bench_step_emu --model tiny -b 2 -t 16 --steps 2)
+add_test(NAME train_bench_step_executed_emu COMMAND bench_step_emu --model tiny -b 2 -t 16 --steps 2 --execute)
+set_tests_properties(train_bench_step_smoke_emu train_bench_step_executed_emu PROPERTIES LABELS trainer TIMEOUT 120
+                     ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
 
 # (train_steps_*: ten AdamW steps of the device model + ZeRO optimizer vs the reference, above.)
 

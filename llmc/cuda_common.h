@@ -1,7 +1,8 @@
 // What all project CUDA code includes, in both targets (nvcc for GPUs; g++ with LLMC_EMULATION for
 // the CUDA-on-CPU emulation): checked runtime calls (CUDA_CHECK; CUDA_REPORT in destructors; cuBLAS's
 // sibling: llmc/cublas_check.h), the kernel-launch helper (LLMC_LAUNCH), dynamic shared memory
-// (LLMC_DYNAMIC_SHARED) and 16-byte packed loads/stores.
+// (LLMC_DYNAMIC_SHARED; LLMC_LAUNCH_COSTED also states the launch's bytes and FLOPs for benchmarks) and
+// 16-byte packed loads/stores.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "llmc/cleanup_report.h"
+#include "llmc/launch_observer.h"
 
 #if defined(LLMC_EMULATION)
 #if defined(__CUDACC__)
@@ -71,8 +73,13 @@ inline void cuda_report(cudaError_t code, const char* call, const char* file, in
 // the kernel if the launch is rejected. A template kernel with several arguments goes in
 // parentheses: LLMC_LAUNCH((my_kernel<float, 4>), ...).
 #define LLMC_LAUNCH(kernel, grid, block, dynamic_shared_bytes, stream, ...)                       \
-  ::llmc::launch_kernel(kernel, #kernel, __FILE__, __LINE__, grid, block, dynamic_shared_bytes, \
-                        stream, ##__VA_ARGS__)
+  ::llmc::observed_launch_kernel(kernel, #kernel, __FILE__, __LINE__, ::llmc::KernelCost{}, grid, block, \
+                                 dynamic_shared_bytes, stream, ##__VA_ARGS__)
+// The same with the launch's cost (llmc/launch_observer.h): what benchmarks report for it. A launcher
+// that accounts its kernels passes the bytes and FLOPs of this one launch.
+#define LLMC_LAUNCH_COSTED(cost, kernel, grid, block, dynamic_shared_bytes, stream, ...)                  \
+  ::llmc::observed_launch_kernel(kernel, #kernel, __FILE__, __LINE__, cost, grid, block, dynamic_shared_bytes, \
+                                 stream, ##__VA_ARGS__)
 
 #if defined(__CUDACC__)
 
@@ -142,6 +149,42 @@ void launch_kernel(void (*kernel)(KernelParams...), const char* kernel_name, con
   type* name = static_cast<type*>(::llmc::emu::current_dynamic_shared_memory())
 
 #endif  // __CUDACC__ / LLMC_EMULATION
+
+namespace llmc {
+// cudaMemsetAsync and cudaMemcpyAsync as a step uses them, told to the thread's LaunchObserver like a
+// kernel (llmc/launch_observer.h): a benchmark counts them and their bytes, and may skip them.
+inline void memset_async(void* pointer, int value, size_t bytes, cudaStream_t stream) {
+  observed_launch(LaunchKind::kMemset, stream, KernelCost{static_cast<double>(bytes), 0.0},
+                  [] { return std::string("cudaMemsetAsync"); },
+                  [&] { CUDA_CHECK(cudaMemsetAsync(pointer, value, bytes, stream)); });
+}
+inline void memcpy_async(void* destination, const void* source, size_t bytes, cudaMemcpyKind kind,
+                         cudaStream_t stream) {
+  const char* name = kind == cudaMemcpyHostToDevice ? "cudaMemcpyAsync host to device"
+                     : kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync device to host"
+                                                      : "cudaMemcpyAsync";
+  observed_launch(LaunchKind::kCopy, stream, KernelCost{static_cast<double>(bytes), 0.0},
+                  [&] { return std::string(name); },
+                  [&] { CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, kind, stream)); });
+}
+}  // namespace llmc
+
+#if defined(__CUDACC__) || defined(LLMC_EMULATION)
+namespace llmc {
+// launch_kernel, told to the thread's LaunchObserver (if any), which may skip it (llmc/launch_observer.h).
+template <typename... KernelParams, typename... Args>
+void observed_launch_kernel(void (*kernel)(KernelParams...), const char* kernel_name, const char* file, int line,
+                            const KernelCost& cost, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+                            cudaStream_t stream, Args&&... args) {
+  observed_launch(
+      LaunchKind::kKernel, stream, cost, [&] { return std::string(kernel_name); },
+      [&] {
+        launch_kernel(kernel, kernel_name, file, line, grid, block, dynamic_shared_bytes, stream,
+                      std::forward<Args>(args)...);
+      });
+}
+}  // namespace llmc
+#endif
 
 // ---- 16-byte packed loads and stores ---------------------------------------------------------
 // Device code in both targets (not available to plain host C++ of the nvcc target).

@@ -4,6 +4,7 @@
 #include "llmc/data/dataloader.h"
 
 #include <algorithm>
+#include <future>
 #include <stdexcept>
 #include <utility>
 
@@ -115,28 +116,43 @@ int64_t DataLoader::shard_file_at(int64_t epoch, int64_t shard_order_index) cons
   return order[static_cast<size_t>(shard_order_index)];
 }
 
-// Makes cursor.tokens / cursor.window_order match cursor.position, loading a shard if needed.
+// Reads shard file `file` whole and checks every token against the vocabulary (any thread).
+std::vector<uint16_t> DataLoader::load_validated_shard(int64_t file) const {
+  const ShardInfo& info = shards_[static_cast<size_t>(file)];
+  std::vector<uint16_t> tokens = read_shard_tokens(info.path);
+  if (static_cast<int64_t>(tokens.size()) != info.num_tokens) {
+    throw FileError(info.path, "shard changed since it was opened: header now says " + std::to_string(tokens.size()) +
+                                   " tokens, was " + std::to_string(info.num_tokens));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= config_.vocab_size) {
+      throw FileError(info.path, "token at index " + std::to_string(i) + " (byte offset " +
+                                     std::to_string(shard_token_byte_offset(static_cast<int64_t>(i))) + ") has value " +
+                                     std::to_string(tokens[i]) + ", not below vocab_size " +
+                                     std::to_string(config_.vocab_size));
+    }
+  }
+  return tokens;
+}
+
+// Makes cursor.tokens / cursor.window_order match cursor.position, loading a shard if needed. With prefetch,
+// the shard that follows is then read on a background thread, so that crossing into it costs nothing
+// when the current shard lasts longer than one read; its errors surface when it is reached.
 void DataLoader::load_shard_for(Cursor& cursor) const {
   const DataLoaderPosition& p = cursor.position;
   const int64_t file = shard_file_at(p.epoch, p.shard_order_index);
   if (file != cursor.loaded_shard_file) {
-    const ShardInfo& info = shards_[static_cast<size_t>(file)];
-    std::vector<uint16_t> tokens = read_shard_tokens(info.path);
-    if (static_cast<int64_t>(tokens.size()) != info.num_tokens) {
-      throw FileError(info.path, "shard changed since it was opened: header now says " + std::to_string(tokens.size()) +
-                                     " tokens, was " + std::to_string(info.num_tokens));
-    }
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] >= config_.vocab_size) {
-        throw FileError(info.path, "token at index " + std::to_string(i) + " (byte offset " +
-                                       std::to_string(shard_token_byte_offset(static_cast<int64_t>(i))) + ") has value " +
-                                       std::to_string(tokens[i]) + ", not below vocab_size " +
-                                       std::to_string(config_.vocab_size));
-      }
-    }
-    cursor.tokens = std::move(tokens);
+    const bool preloaded = cursor.next_shard.valid() && cursor.next_shard_file == file;
+    cursor.tokens = preloaded ? cursor.next_shard.get() : load_validated_shard(file);
+    cursor.next_shard = std::future<std::vector<uint16_t>>();  // waits for a preload that went unused
     cursor.loaded_shard_file = file;
     cursor.loaded_epoch = -1;  // window order belongs to the previous shard
+    const bool last = p.shard_order_index + 1 == static_cast<int64_t>(shards_.size());
+    const int64_t next_file = shard_file_at(last ? p.epoch + 1 : p.epoch, last ? 0 : p.shard_order_index + 1);
+    if (config_.prefetch && next_file != file) {
+      cursor.next_shard_file = next_file;
+      cursor.next_shard = std::async(std::launch::async, [this, next_file] { return load_validated_shard(next_file); });
+    }
   }
   if (config_.shuffle && cursor.loaded_epoch != p.epoch) {
     cursor.window_order = deterministic_permutation(windows_in_shard(static_cast<int64_t>(cursor.tokens.size()),

@@ -1,12 +1,14 @@
 // Per-rank batches from token shards, for data-parallel training: every global batch is world_size*B
 // windows of T+1 tokens (inputs = first T, targets = last T), rank r takes windows r*B .. r*B+B-1.
 // Optional deterministic shuffling (shard order and window order, from seed and epoch), optional
-// background prefetch (same batches either way), and a position that checkpoints can save and seek to.
+// background prefetch (same batches either way; the next shard is read ahead too), and a position that
+// checkpoints can save and seek to.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -87,10 +89,14 @@ class DataLoader {
     int64_t loaded_epoch = -1;             // epoch for which `window_order` was made
     std::vector<uint16_t> tokens;          // the current shard, validated
     std::vector<int64_t> window_order;     // shuffled window indices (empty when not shuffling)
+    // With prefetch: the shard after the current one, being read on a background thread.
+    std::future<std::vector<uint16_t>> next_shard;
+    int64_t next_shard_file = -1;
   };
   struct PrefetchSlot;
 
   int64_t shard_file_at(int64_t epoch, int64_t shard_order_index) const;
+  std::vector<uint16_t> load_validated_shard(int64_t file) const;
   void load_shard_for(Cursor& cursor) const;
   void produce_batch(Cursor& cursor, int32_t* inputs, int32_t* targets) const;
   void start_prefetch(const DataLoaderPosition& from);

@@ -126,7 +126,7 @@ cudaError_t EmulatedDevice::allocate(void** pointer, size_t bytes, MemoryKind ki
   // as cudaMalloc guarantees.
   void* memory = nullptr;
   if (posix_memalign(&memory, 256, bytes) != 0) return cudaErrorMemoryAllocation;
-  if (kind == MemoryKind::kDevice) std::memset(memory, kUninitializedByte, bytes);
+  if (kind == MemoryKind::kDevice && fill_new_memory_.load()) std::memset(memory, kUninitializedByte, bytes);
   std::lock_guard<std::mutex> lock(memory_mutex_);
   allocations_[reinterpret_cast<uintptr_t>(memory)] = Allocation{bytes, kind};
   if (kind == MemoryKind::kDevice) device_bytes_in_use_ += bytes;

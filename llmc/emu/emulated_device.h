@@ -84,6 +84,11 @@ class EmulatedDevice {
 
   const cudaDeviceProp& properties() const { return properties_; }
 
+  // Whether new device allocations are filled with the uninitialised-memory pattern (default: yes).
+  // A benchmark that enqueues a full-size step without executing it (llmc/launch_observer.h) turns it
+  // off, so that gigabytes of activations are reserved but never touched.
+  void set_fill_new_memory(bool fill) { fill_new_memory_.store(fill); }
+
   // Fault injection for the tests (LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS=1): cudaStreamWaitEvent
   // ignores events recorded on a stream of greater priority than the waiting one. In the trainer that is
   // the compute stream's wait for a bucket's all-gather on the comm stream: test/train/test_multirank.py
@@ -122,6 +127,7 @@ class EmulatedDevice {
   Schedule schedule_;
   uint64_t launches_ = 0;  // numbers launches, to seed each one's schedule
   bool drop_waits_on_priority_streams_ = false;
+  std::atomic<bool> fill_new_memory_{true};
   cudaDeviceProp properties_{};
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "llmc/emu/emulated_device.h"
+#include "llmc/launch_observer.h"
 
 using llmc::emu::EmulatedDevice;
 using llmc::emu::MemoryKind;
@@ -55,7 +56,10 @@ cudaError_t enqueue_copy(void* dst, const void* src, size_t count, cudaStream_t 
   if (pageable_src && !pageable_dst) {
     // Staged: the call returns once the pageable source is copied, the device write happens later in
     // stream order (cudaMemcpy first waits for the stream's earlier work).
-    if (call == CopyCall::kSynchronous) device().synchronize_stream(stream);
+    if (call == CopyCall::kSynchronous) {
+      llmc::notify_host_wait("cudaMemcpy");
+      device().synchronize_stream(stream);
+    }
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + count);
     device().enqueue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
@@ -65,6 +69,7 @@ cudaError_t enqueue_copy(void* dst, const void* src, size_t count, cudaStream_t 
   // Into pageable memory: returns when done. cudaMemcpy returns when done unless device to device.
   const bool device_to_device = dst_kind == MemoryKind::kDevice && src_kind == MemoryKind::kDevice;
   if (pageable_dst || (call == CopyCall::kSynchronous && !device_to_device)) {
+    llmc::notify_host_wait(call == CopyCall::kSynchronous ? "cudaMemcpy" : "cudaMemcpyAsync into pageable host memory");
     device().resolve(stream)->worker->wait_until_complete(sequence);
   }
   return cudaSuccess;
@@ -189,6 +194,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+  llmc::notify_host_wait("cudaDeviceSynchronize");
   device().synchronize_all();
   return cudaSuccess;
 }
@@ -287,6 +293,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  llmc::notify_host_wait("cudaStreamSynchronize");
   device().synchronize_stream(stream);
   return cudaSuccess;
 }
@@ -345,6 +352,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     worker = event->worker;
     sequence = event->sequence;
   }
+  llmc::notify_host_wait("cudaEventSynchronize");
   if (worker != nullptr) worker->wait_until_complete(sequence);
   return cudaSuccess;
 }

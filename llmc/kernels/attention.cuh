@@ -82,12 +82,12 @@ __global__ void causal_softmax_kernel(Tx* att, int rows, int T) {
   Tx* x = att + static_cast<size_t>(row) * T;
   float max_value = -FLT_MAX;
   for (int j = lane; j <= t; j += kWarpSize) max_value = fmaxf(max_value, to_float(x[j]));
-  max_value = warp_reduce_max(max_value);
+  const float max_log2 = warp_reduce_max(max_value) * kLog2e;
   float sum = 0.0f;
-  for (int j = lane; j <= t; j += kWarpSize) sum += expf(to_float(x[j]) - max_value);
+  for (int j = lane; j <= t; j += kWarpSize) sum += exp_shifted(to_float(x[j]), max_log2);
   const float inv_sum = 1.0f / warp_reduce_sum(sum);
   for (int j = lane; j < T; j += kWarpSize)
-    x[j] = from_float<Tx>(j <= t ? expf(to_float(x[j]) - max_value) * inv_sum : 0.0f);
+    x[j] = from_float<Tx>(j <= t ? exp_shifted(to_float(x[j]), max_log2) * inv_sum : 0.0f);
 }
 
 // In place over datt (B*NH, T, T): dpreatt[t,j] = att[t,j] * (datt[t,j] - sum_i att[t,i] datt[t,i])

@@ -289,7 +289,10 @@ inline void flash_attention_forward(floatX* out, float* lse, const floatX* qkv, 
                                     cudaStream_t stream) {
   flash::check_shape("flash_attention_forward", C, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(flash::kHeadSize));
-  LLMC_LAUNCH(flash::forward_kernel<>, dim3(static_cast<unsigned>(ceil_div(T, flash::kTile)), static_cast<unsigned>(B * NH)),
+  // qkv read, out written, lse; causal: half of the T x T scores (QK^T and PV, 2 FLOPs per multiply-add).
+  const double x = static_cast<double>(sizeof(floatX)), btc = static_cast<double>(B) * T * C;
+  const KernelCost cost{4 * btc * x + 4.0 * B * NH * T, 2.0 * B * NH * static_cast<double>(T) * T * (C / NH)};
+  LLMC_LAUNCH_COSTED(cost, flash::forward_kernel<>, dim3(static_cast<unsigned>(ceil_div(T, flash::kTile)), static_cast<unsigned>(B * NH)),
               dim3(flash::kThreads), 0, stream, out, lse, qkv, T, NH, scale);
 }
 
@@ -300,12 +303,18 @@ inline void flash_attention_backward(floatX* dqkv, float* delta_scratch, const f
   flash::check_shape("flash_attention_backward", C, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(flash::kHeadSize));
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(flash::delta_kernel<>, dim3(elementwise_grid(static_cast<size_t>(B) * NH * T, kBlock)), dim3(kBlock), 0, stream,
+  const double x = static_cast<double>(sizeof(floatX)), btc = static_cast<double>(B) * T * C;
+  const double causal_flops = 2.0 * B * NH * static_cast<double>(T) * T * (C / NH);
+  const KernelCost delta_cost{2 * btc * x + 4.0 * B * NH * T, 2 * btc};
+  // dK, dV: recomputes S and P, then dV += P^T dO, dP = dO V^T, dK += dS^T Q (4 products); dQ: 3 products.
+  const KernelCost dkdv_cost{6 * btc * x + 8.0 * B * NH * T, 2.0 * causal_flops};
+  const KernelCost dq_cost{5 * btc * x + 8.0 * B * NH * T, 1.5 * causal_flops};
+  LLMC_LAUNCH_COSTED(delta_cost, flash::delta_kernel<>, dim3(elementwise_grid(static_cast<size_t>(B) * NH * T, kBlock)), dim3(kBlock), 0, stream,
               delta_scratch, dout, out, B, T, NH);
   const dim3 grid(static_cast<unsigned>(ceil_div(T, flash::kTile)), static_cast<unsigned>(B * NH));
-  LLMC_LAUNCH(flash::backward_dkdv_kernel<>, grid, dim3(flash::kThreads), 0, stream, dqkv, dout, qkv, lse,
+  LLMC_LAUNCH_COSTED(dkdv_cost, flash::backward_dkdv_kernel<>, grid, dim3(flash::kThreads), 0, stream, dqkv, dout, qkv, lse,
               static_cast<const float*>(delta_scratch), T, NH, scale);
-  LLMC_LAUNCH(flash::backward_dq_kernel<>, grid, dim3(flash::kThreads), 0, stream, dqkv, dout, qkv, lse,
+  LLMC_LAUNCH_COSTED(dq_cost, flash::backward_dq_kernel<>, grid, dim3(flash::kThreads), 0, stream, dqkv, dout, qkv, lse,
               static_cast<const float*>(delta_scratch), T, NH, scale);
 }
 

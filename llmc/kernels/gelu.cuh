@@ -73,19 +73,21 @@ __global__ void gelu_backward_scalar_kernel(Tx* dinp, const Tx* inp, const Tx* d
 // out = gelu(inp); out may alias inp.
 inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
   const ElementwiseLaunch launch = plan_elementwise_launch<floatX>(n, out, inp);
+  const KernelCost cost{2.0 * n * sizeof(floatX), 10.0 * n};  // tanh counts one
   if (launch.packed)
-    LLMC_LAUNCH(gelu_forward_kernel<floatX>, launch.grid, launch.block, 0, stream, out, inp, launch.count);
+    LLMC_LAUNCH_COSTED(cost, gelu_forward_kernel<floatX>, launch.grid, launch.block, 0, stream, out, inp, launch.count);
   else
-    LLMC_LAUNCH(gelu_forward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, out, inp, launch.count);
+    LLMC_LAUNCH_COSTED(cost, gelu_forward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, out, inp, launch.count);
 }
 
 // dinp = gelu'(inp) * dout (overwrites dinp, does not accumulate); dinp may alias dout.
 inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t stream) {
   const ElementwiseLaunch launch = plan_elementwise_launch<floatX>(n, dinp, inp, dout);
+  const KernelCost cost{3.0 * n * sizeof(floatX), 16.0 * n};
   if (launch.packed)
-    LLMC_LAUNCH(gelu_backward_kernel<floatX>, launch.grid, launch.block, 0, stream, dinp, inp, dout, launch.count);
+    LLMC_LAUNCH_COSTED(cost, gelu_backward_kernel<floatX>, launch.grid, launch.block, 0, stream, dinp, inp, dout, launch.count);
   else
-    LLMC_LAUNCH(gelu_backward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, dinp, inp, dout,
+    LLMC_LAUNCH_COSTED(cost, gelu_backward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, dinp, inp, dout,
                 launch.count);
 }
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "llmc/launch_observer.h"
 #include "llmc/precision.h"
 
 namespace llmc {
@@ -29,6 +30,28 @@ struct GemmArgs {
   int batch = 1;
   long long stride_a = 0, stride_b = 0, stride_d = 0;  // elements between consecutive batch matrices
 };
+
+// Minimum HBM traffic and FLOPs of one GEMM call (llmc/launch_observer.h): each operand read once, D
+// written (and C read when beta != 0), the bias read and the pre-GELU output written.
+inline KernelCost gemm_cost(const GemmArgs& g) {
+  const double x = sizeof(floatX), m = g.m, n = g.n, k = g.k, batch = g.batch;
+  double bytes = batch * (m * k + k * n + m * n * (g.beta != 0.0f ? 2.0 : 1.0)) * x;
+  if (g.bias != nullptr) bytes += n * x;
+  if (g.pre_gelu != nullptr) bytes += m * n * x;
+  return KernelCost{bytes, 2.0 * m * n * k * batch};
+}
+
+// "gemm 8192x2304x768 NT +bias": the row of a benchmark table (M x N x K, whether A and B are transposed,
+// the batch and the epilogue).
+inline std::string gemm_name(const GemmArgs& g) {
+  std::string name = "gemm " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + " " +
+                     (g.trans_a ? "T" : "N") + (g.trans_b ? "T" : "N");
+  if (g.batch > 1) name += " batch " + std::to_string(g.batch);
+  if (g.bias != nullptr) name += " +bias";
+  if (g.pre_gelu != nullptr) name += " +gelu";
+  if (g.beta != 0.0f) name += g.c != nullptr ? " +C" : " +=";
+  return name;
+}
 
 inline void validate_gemm(const GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0)

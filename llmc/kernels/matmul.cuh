@@ -5,6 +5,15 @@
 // compute; fp32 build: fp32, no TF32), GELU and bias as cuBLASLt epilogues. Emulated build
 // (LLMC_EMULATION): a blocked CPU GEMM with fp32 accumulation, enqueued with cudaLaunchHostFunc so it
 // runs in stream order like a kernel. On top: matmul_forward / matmul_backward of a linear layer.
+//
+// Plans (llmc/kernels/gemm_plan_cache.h): the first call with a given key (shape, layouts, epilogue, type,
+// batch and strides, alignments) builds the cuBLASLt descriptors and chooses the algorithm; every later
+// call only sets its pointers and enqueues. The choice (GemmAlgoSelection): the heuristic's first answer
+// (default: the same algorithm in every run, so runs stay bitwise reproducible), or the fastest of the
+// heuristic's top candidates -- plus split-K variants when the output has fewer tiles than the GPU has
+// SMs (the 768x768 weight gradients with K = B*T) -- timed on the stream at the first call without the
+// host waiting: the heuristic's choice runs until the timings are in, read at a later call. The emulated
+// build has nothing to choose or time: its plans are empty and only mark the key as seen.
 #pragma once
 
 #include <cstddef>
@@ -21,60 +30,16 @@
 #include "llmc/kernels/bias_grad.cuh"
 #include "llmc/kernels/gemm_args.h"
 #include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/matmul_context.h"
 #include "llmc/precision.h"
 
 #if defined(LLMC_EMULATION)
 #include "llmc/emu/cpu_gemm.h"
 #else
-#include "llmc/cublas_check.h"
+#include "llmc/kernels/gemm_cublaslt.cuh"
 #endif
 
 namespace llmc {
-
-// What the GEMM needs that outlives one call: the cuBLASLt handle and its workspace (GPU build), the
-// CPU thread count (emulated build). Create one per device/stream set; not copyable.
-class MatmulContext {
- public:
-  static constexpr size_t kDefaultWorkspaceBytes = static_cast<size_t>(32) << 20;  // cuBLAS' recommendation for Hopper
-
-  explicit MatmulContext(size_t workspace_bytes = kDefaultWorkspaceBytes, int cpu_threads = 0) {
-#if defined(LLMC_EMULATION)
-    (void)workspace_bytes;
-    const unsigned hardware = std::thread::hardware_concurrency();
-    cpu_threads_ = cpu_threads > 0 ? cpu_threads : (hardware > 0 ? static_cast<int>(hardware) : 1);
-#else
-    (void)cpu_threads;
-    CUBLAS_CHECK(cublasLtCreate(&handle_));
-    workspace_bytes_ = workspace_bytes;
-    CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-#endif
-  }
-  ~MatmulContext() {
-#if !defined(LLMC_EMULATION)
-    CUDA_REPORT(cudaFree(workspace_));
-    CUBLAS_REPORT(cublasLtDestroy(handle_));
-#endif
-  }
-  MatmulContext(const MatmulContext&) = delete;
-  MatmulContext& operator=(const MatmulContext&) = delete;
-
-#if defined(LLMC_EMULATION)
-  int cpu_threads() const { return cpu_threads_; }
-#else
-  cublasLtHandle_t handle() const { return handle_; }
-  void* workspace() const { return workspace_; }
-  size_t workspace_bytes() const { return workspace_bytes_; }
-#endif
-
- private:
-#if defined(LLMC_EMULATION)
-  int cpu_threads_ = 1;
-#else
-  cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
-#endif
-};
 
 #if defined(LLMC_EMULATION)
 struct CpuGemmJob {
@@ -91,158 +56,16 @@ inline void run_cpu_gemm_job(void* job_pointer) {
 
 inline void gemm(MatmulContext& context, const GemmArgs& g, cudaStream_t stream) {
   validate_gemm(g);
-  std::unique_ptr<CpuGemmJob> job(new CpuGemmJob{g, context.cpu_threads()});
-  CUDA_CHECK(cudaLaunchHostFunc(stream, run_cpu_gemm_job, job.get()));  // on failure job is freed here
-  job.release();  // enqueued: run_cpu_gemm_job owns it now
+  context.plans().find_or_build(gemm_plan_key(g, gemm_epilogue(g, g.pre_gelu != nullptr)),
+                                [](const GemmPlanKey&) { return std::make_unique<GemmPlan>(); });
+  observed_launch(LaunchKind::kGemm, stream, gemm_cost(g), [&] { return gemm_name(g); }, [&] {
+    std::unique_ptr<CpuGemmJob> job(new CpuGemmJob{g, context.cpu_threads()});
+    CUDA_CHECK(cudaLaunchHostFunc(stream, run_cpu_gemm_job, job.get()));  // on failure job is freed here
+    job.release();  // enqueued: run_cpu_gemm_job owns it now
+  });
 }
 
-#else
-// ---- GPU build: cuBLASLt ---------------------------------------------------------------------
-// cuBLASLt is column-major. A row-major (r,c) matrix is the column-major (c,r) matrix with the same
-// bytes, so the row-major D = op(A) @ op(B) is computed as the column-major D^T = op(B)^T @ op(A)^T:
-// cuBLASLt's first operand is our B, its second our A, and its (rows, cols) of D are our (N, M).
-
-// Largest power of two (up to 256) dividing the address: tells the heuristic which kernels may load
-// these pointers with wide vector instructions.
-inline uint32_t pointer_alignment(const void* pointer) {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
-  uint32_t alignment = 256;
-  while (alignment > 1 && address % alignment != 0) alignment /= 2;
-  return alignment;
-}
-
-inline uint32_t batch_alignment(const void* pointer, long long stride_elements) {
-  uint32_t alignment = pointer_alignment(pointer);
-  if (stride_elements != 0) {
-    const uint32_t stride_alignment = pointer_alignment(reinterpret_cast<const void*>(
-        static_cast<uintptr_t>(stride_elements * static_cast<long long>(sizeof(floatX)))));
-    if (stride_alignment < alignment) alignment = stride_alignment;
-  }
-  return alignment;
-}
-
-// Owns the cuBLASLt descriptors of one call and destroys them on every exit path.
-struct CublasLtDescriptors {
-  cublasLtMatmulDesc_t operation = nullptr;
-  cublasLtMatrixLayout_t first = nullptr, second = nullptr, output = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
-  CublasLtDescriptors() = default;
-  CublasLtDescriptors(const CublasLtDescriptors&) = delete;
-  CublasLtDescriptors& operator=(const CublasLtDescriptors&) = delete;
-  ~CublasLtDescriptors() {
-    if (preference) CUBLAS_REPORT(cublasLtMatmulPreferenceDestroy(preference));
-    if (output) CUBLAS_REPORT(cublasLtMatrixLayoutDestroy(output));
-    if (second) CUBLAS_REPORT(cublasLtMatrixLayoutDestroy(second));
-    if (first) CUBLAS_REPORT(cublasLtMatrixLayoutDestroy(first));
-    if (operation) CUBLAS_REPORT(cublasLtMatmulDescDestroy(operation));
-  }
-};
-
-inline void set_batch(cublasLtMatrixLayout_t layout, int batch, long long stride) {
-  if (batch == 1) return;
-  const int32_t batch_count = batch;
-  const int64_t batch_stride = stride;
-  CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch_count,
-                                                sizeof(batch_count)));
-  CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
-                                                sizeof(batch_stride)));
-}
-
-// Returns false (and launches nothing) when cuBLASLt has no algorithm for the requested epilogue, so
-// that the caller can fall back to a simpler one.
-inline bool try_cublaslt_gemm(MatmulContext& context, const GemmArgs& g, bool fuse_gelu, cudaStream_t stream) {
-#if defined(LLMC_FP32)
-  const cudaDataType_t data_type = CUDA_R_32F;
-#else
-  const cudaDataType_t data_type = CUDA_R_16BF;
 #endif
-  CublasLtDescriptors desc;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t first_op = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t second_op = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_TRANSA, &first_op, sizeof(first_op)));
-  CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_TRANSB, &second_op, sizeof(second_op)));
-
-  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  if (fuse_gelu) {
-    epilogue = g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    void* aux = g.pre_gelu;
-    const int64_t aux_ld = g.n;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                sizeof(aux)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                sizeof(aux_ld)));
-  } else if (g.bias != nullptr) {
-    epilogue = CUBLASLT_EPILOGUE_BIAS;
-  }
-  if (g.bias != nullptr) {
-    const void* bias = g.bias;
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  }
-  CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-
-  // Column-major shapes: first = op(B)^T source, second = op(A)^T source, output (N, M).
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.first, data_type, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k,
-                                          g.trans_b ? g.k : g.n));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.second, data_type, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m,
-                                          g.trans_a ? g.m : g.k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.output, data_type, g.n, g.m, g.n));
-  set_batch(desc.first, g.batch, g.stride_b);
-  set_batch(desc.second, g.batch, g.stride_a);
-  set_batch(desc.output, g.batch, g.stride_d);
-
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
-  const size_t workspace_bytes = context.workspace_bytes();
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &workspace_bytes, sizeof(workspace_bytes)));
-  const uint32_t align_first = batch_alignment(g.b, g.stride_b);
-  const uint32_t align_second = batch_alignment(g.a, g.stride_a);
-  const floatX* addend = g.c != nullptr ? g.c : g.d;  // C: same layout as D
-  const uint32_t align_output = batch_alignment(g.d, g.stride_d);
-  const uint32_t align_addend = batch_alignment(addend, g.stride_d);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                    &align_first, sizeof(align_first)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                    &align_second, sizeof(align_second)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                    &align_addend, sizeof(align_addend)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                    &align_output, sizeof(align_output)));
-
-  cublasLtMatmulHeuristicResult_t heuristic = {};
-  int found = 0;
-  const cublasStatus_t heuristic_status =
-      cublasLtMatmulAlgoGetHeuristic(context.handle(), desc.operation, desc.first, desc.second, desc.output,
-                                     desc.output, desc.preference, 1, &heuristic, &found);
-  if (heuristic_status == CUBLAS_STATUS_NOT_SUPPORTED || (heuristic_status == CUBLAS_STATUS_SUCCESS && found == 0))
-    return false;
-  CUBLAS_CHECK(heuristic_status);
-
-  CUBLAS_CHECK(cublasLtMatmul(context.handle(), desc.operation, &g.alpha, g.b, desc.first, g.a, desc.second, &g.beta,
-                              addend, desc.output, g.d, desc.output, &heuristic.algo, context.workspace(),
-                              context.workspace_bytes(), stream));
-  return true;
-}
-
-inline void gemm(MatmulContext& context, const GemmArgs& g, cudaStream_t stream) {
-  validate_gemm(g);
-  // cuBLASLt wants the GELU aux leading dimension divisible by 8.
-  const bool fuse_gelu = g.pre_gelu != nullptr && g.n % 8 == 0;
-  if (g.pre_gelu != nullptr && fuse_gelu && try_cublaslt_gemm(context, g, /*fuse_gelu=*/true, stream)) return;
-  GemmArgs unfused = g;
-  if (g.pre_gelu != nullptr) unfused.d = g.pre_gelu;  // GEMM (+bias) into pre_gelu, then GELU into D
-  if (!try_cublaslt_gemm(context, unfused, /*fuse_gelu=*/false, stream))
-    throw std::runtime_error("gemm: cuBLASLt found no algorithm for m=" + std::to_string(g.m) +
-                             " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                             " batch=" + std::to_string(g.batch));
-  if (g.pre_gelu != nullptr) gelu_forward(g.d, g.pre_gelu, static_cast<size_t>(g.m) * g.n, stream);
-}
-#endif
-
 // ---- linear layer ----------------------------------------------------------------------------
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC; may be null). With pre_gelu non-null, pre_gelu
 // gets that value and out gets gelu(pre_gelu) (the fc layer of the MLP).

@@ -1,7 +1,7 @@
 // Reduction building blocks shared by the kernels: warp and block sums/maxima that always add in the
-// same order (bitwise reproducible results), launch-geometry helpers, and the deterministic
-// "per-chunk column partial sums, then a fixed-order sum over chunks" scheme used for parameter
-// gradients (bias, LayerNorm weight/bias) instead of float atomics.
+// same order (bitwise reproducible results), launch-geometry helpers, row chunking, and the fold that
+// finishes a sum over a launch's blocks inside that launch in a fixed order (parameter gradients:
+// bias, LayerNorm weight/bias; the gradient norm) instead of float atomics.
 // Convention for all llmc/kernels: kernels are templates on their element type (floatX in practice), so
 // that a kernel defined in a header has vague linkage and including the header in several translation
 // units is ODR-clean under both nvcc and g++; launchers are plain inline functions.
@@ -13,7 +13,12 @@
 #include <stdexcept>
 #include <string>
 
+#if !defined(LLMC_EMULATION)
+#include <cuda/atomic>
+#endif
+
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/precision.h"
 
 namespace llmc {
@@ -81,6 +86,13 @@ __device__ __forceinline__ float group_reduce_sum(float value, int group) {
   return value;
 }
 
+// Softmax exponentials: exp(x - max) as exp2(x * log2(e) - max * log2(e)), with max_log2 = max * log2(e)
+// computed once per row: one multiply-add and the hardware's exp2 per element.
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float exp_shifted(float x, float max_log2) {
+  return exp2f(fmaf(x, LLMC_MUTANT("softmax.exp2_without_log2e", kLog2e, 1.0f), -max_log2));
+}
+
 __device__ __forceinline__ float warp_reduce_max(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
@@ -112,10 +124,9 @@ __device__ __forceinline__ float warp_ordered_sum(const float* values, int count
   return warp_reduce_sum(sum);
 }
 
-// ---- deterministic column sums: out[c] (+)= sum over rows of values(row, c) ----------------------
-// Rows are split into `num_chunks` contiguous chunks (a fixed function of the row count only); a first
-// kernel writes one fp32 partial per (chunk, column), a second sums the partials of each column in
-// chunk order. The result is bitwise identical from run to run and independent of scheduling.
+// ---- row chunks for deterministic column sums -------------------------------------------------------
+// Rows split into `num_chunks` contiguous chunks, a fixed function of the row count only, so that
+// per-chunk partial sums added in chunk order give the same bits on every run and every GPU.
 struct ColumnChunking {
   int num_chunks;
   int rows_per_chunk;
@@ -139,24 +150,90 @@ inline void require_scratch(const char* launcher, size_t have_floats, size_t nee
                                 " floats, needs " + std::to_string(need_floats));
 }
 
-// out[c] = (accumulate ? out[c] : 0) + sum_{g < num_chunks} partials[g * C + c], summed in g order
-// in fp32 and rounded to floatX once.
-template <typename Tx>
-__global__ void sum_column_partials_kernel(Tx* out, const float* partials, int num_chunks, int C,
-                                           bool accumulate) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float sum = accumulate ? to_float(out[c]) : 0.0f;
-  float chunk_total = 0.0f;
-  for (int g = 0; g < num_chunks; g++) chunk_total += partials[static_cast<size_t>(g) * C + c];
-  out[c] = from_float<Tx>(sum + chunk_total);
+// ---- deterministic sums across the blocks of one launch ---------------------------------------
+// A kernel whose blocks each produce a vector of `length` fp32 partial sums finishes the sum over its
+// blocks in the same launch: every block writes its vector to partials[block], then all its threads
+// call fold_block_partials(). The last block of each group of kFoldGroup consecutive blocks to finish
+// (an atomic ticket tells it) sums its group's vectors in block order into group_totals[group]; the last
+// group to finish sums the group totals in group order and hands every element's total to `finish`.
+// Which block finishes last never changes an addition's order, so the result is bitwise repeatable
+// without float atomics, and no block sums more than kFoldGroup + groups vectors.
+constexpr int kFoldGroup = 16;
+
+struct BlockFold {
+  float* partials;      // [blocks][length]
+  float* group_totals;  // [groups][length]
+  unsigned* counters;   // [groups + 1]: zero before the launch; the launch leaves them zero again
+  int blocks;
+  int length;
+  __host__ __device__ int groups() const { return static_cast<int>(ceil_div(blocks, kFoldGroup)); }
+};
+
+// Floats of scratch for `folds` independent folds of `blocks` x `length` in one launch: the counters
+// first (each fold's groups + 1, the region rounded up to 64 floats), then the partials, then the group
+// totals. The buffer must be zero before its first use (cudaMemset once after allocating it).
+struct FoldScratch {
+  size_t counter_floats, partial_floats, total_floats;
+  size_t floats() const { return counter_floats + partial_floats + total_floats; }
+};
+inline FoldScratch fold_scratch(int folds, int blocks, int length) {
+  const long long groups = ceil_div(blocks, kFoldGroup);
+  const size_t counters = static_cast<size_t>(folds) * static_cast<size_t>(groups + 1);
+  return FoldScratch{static_cast<size_t>(ceil_div(static_cast<long long>(counters), 64)) * 64,
+                     static_cast<size_t>(folds) * blocks * length, static_cast<size_t>(folds) * groups * length};
+}
+// Fold `index` of the scratch laid out by fold_scratch(folds, blocks, length).
+inline BlockFold fold_in_scratch(float* scratch, const FoldScratch& layout, int index, int blocks, int length) {
+  const int groups = static_cast<int>(ceil_div(blocks, kFoldGroup));
+  return BlockFold{
+      scratch + layout.counter_floats + static_cast<size_t>(index) * blocks * length,
+      scratch + layout.counter_floats + layout.partial_floats + static_cast<size_t>(index) * groups * length,
+      reinterpret_cast<unsigned*>(scratch) + static_cast<size_t>(index) * (groups + 1), blocks, length};
 }
 
-inline void sum_column_partials(floatX* out, const float* partials, int num_chunks, int C, bool accumulate,
-                                cudaStream_t stream) {
-  constexpr int kBlock = 256;
-  LLMC_LAUNCH(sum_column_partials_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(C, kBlock))), dim3(kBlock), 0,
-              stream, out, partials, num_chunks, C, accumulate);
+// The fold's ticket: counter += 1 with acquire-release order at device scope, returning the old value. The
+// release publishes what the calling block wrote before it (its threads' writes are ordered before the
+// ticket by a __syncthreads, and a release is cumulative), the acquire lets the block that draws the last
+// ticket see every earlier block's writes (its other threads after the next __syncthreads). This is the
+// pattern of a relaxed atomicAdd between two __threadfence() calls in one thread, with the order stated on
+// the atomic itself: the form ThreadSanitizer follows in the emulation (it ignores fences).
+__device__ __forceinline__ unsigned fold_ticket(unsigned* counter) {
+#if defined(LLMC_EMULATION)
+  return __atomic_fetch_add(counter, 1u, __ATOMIC_ACQ_REL);
+#else
+  return cuda::atomic_ref<unsigned, cuda::thread_scope_device>(*counter).fetch_add(1u, cuda::memory_order_acq_rel);
+#endif
+}
+
+// Called by every thread of block `block` once the block's partials are written. `flag` is a __shared__
+// word of the calling kernel. finish(i, total) runs in the one block that completes the fold. The block
+// that completes a group or the fold resets its counter (atomically: other blocks' tickets touched it),
+// so that the counters are zero again when the launch ends.
+template <class Finish>
+__device__ void fold_block_partials(const BlockFold& fold, int block, unsigned* flag, Finish&& finish) {
+  const int groups = fold.groups(), group = block / kFoldGroup, first = group * kFoldGroup;
+  const int members = fold.blocks - first < kFoldGroup ? fold.blocks - first : kFoldGroup;
+  __syncthreads();  // every thread's partials are written before thread 0 takes the ticket
+  if (threadIdx.x == 0) *flag = fold_ticket(&fold.counters[group]) == static_cast<unsigned>(members - 1);
+  __syncthreads();
+  if (*flag == 0) return;  // the whole block leaves: not the last of its group
+  float* total = fold.group_totals + static_cast<size_t>(group) * fold.length;
+  for (int i = threadIdx.x; i < fold.length; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int b = 0; b < members; b++) sum += __ldcg(fold.partials + static_cast<size_t>(first + b) * fold.length + i);
+    total[i] = sum;
+  }
+  if (threadIdx.x == 0 && LLMC_MUTANT("fold.keeps_group_counter", true, false)) atomicExch(&fold.counters[group], 0u);
+  __syncthreads();  // the group total is written before thread 0 takes the groups' ticket
+  if (threadIdx.x == 0) *flag = fold_ticket(&fold.counters[groups]) == static_cast<unsigned>(groups - 1);
+  __syncthreads();
+  if (*flag == 0) return;
+  for (int i = threadIdx.x; i < fold.length; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int g = 0; g < groups; g++) sum += __ldcg(fold.group_totals + static_cast<size_t>(g) * fold.length + i);
+    finish(i, sum);
+  }
+  if (threadIdx.x == 0) atomicExch(&fold.counters[groups], 0u);
 }
 
 }  // namespace llmc

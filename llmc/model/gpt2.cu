@@ -39,18 +39,36 @@ struct GPT2::Activations {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
     float* lse = nullptr;  // flash attention: log-sum-exp per (b, head, t)
   };
-  explicit Activations(int max_positions) : encoder_workspace(max_positions) {}
   bool flash = false;
 
   DeviceArena arena;
   std::vector<Layer> layers;
   floatX *encoded, *lnf, *logits;
   float *lnf_mean, *lnf_rstd, *losses;
-  int *inputs, *targets;
-  // Pinned staging for the host token arrays, so their upload is truly asynchronous; the next forward
-  // refills it only after the previous upload has read it (staging_free).
-  int* staging = nullptr;  // 2*N: inputs then targets
-  cudaEvent_t staging_free = nullptr;
+  // The uploaded micro-batch, one device buffer: inputs (N), targets (N), then the encoder backward's table.
+  int* tokens;
+  int *inputs, *targets, *encoder_table;
+  // Pinned staging of what a forward uploads (the same layout), so that the upload is truly asynchronous:
+  // a ring of slots, each refilled only after its last upload has read it (its event). With 2 x loss_slots
+  // slots that never waits while the host runs at most one step ahead of the device (the trainer reads a
+  // step's loss after enqueuing the next one).
+  struct StagingSlot {
+    int* host = nullptr;
+    cudaEvent_t read = nullptr;
+  };
+  std::vector<StagingSlot> staging;
+  size_t next_staging = 0;
+  size_t staging_ints = 0;
+  // The encoder backward's plan of the last training forward (built on the host while staging its tokens),
+  // its counting-sort scratch, and the device scratch for its partial sums.
+  EncoderBackwardPlan encoder_plan;
+  bool has_encoder_plan = false;
+  std::vector<int> encoder_counts;
+  float* encoder_partials;
+  // Step losses: device sums -> pinned host values, two results in flight (enqueue_mean_loss).
+  double* loss_means;
+  double* loss_host = nullptr;
+  cudaEvent_t loss_ready[2] = {nullptr, nullptr};
   // backward scratch: dresidual (N,C); dwide (N, 4C) holds dfch then dqkv; dnarrow (N,C) holds dln2,
   // datty, dln1, dlnf; attention's own scratch; fp32 scratch for the deterministic reductions.
   floatX *dresidual, *dwide, *dnarrow;
@@ -59,7 +77,6 @@ struct GPT2::Activations {
   float* reduction_scratch;
   size_t reduction_scratch_floats = 0;
   MatmulContext matmul;
-  EncoderBackwardWorkspace encoder_workspace;
 };
 
 GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len, int loss_slots, cudaStream_t stream)
@@ -74,7 +91,7 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
   const int B = batch_size, T = seq_len, C = config.channels, NH = config.num_heads, L = config.num_layers;
   const int Vp = config.padded_vocab_size;
   const size_t N = static_cast<size_t>(B) * T;
-  acts_ = std::make_unique<Activations>(static_cast<int>(N));
+  acts_ = std::make_unique<Activations>();
   Activations& a = *acts_;
   a.flash = use_flash_attention(config);
   DeviceArena& arena = a.arena;
@@ -109,8 +126,10 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
   arena.request(&a.lnf_rstd, N);
   arena.request(&a.logits, N * Vp);
   arena.request(&a.losses, N * static_cast<size_t>(loss_slots));
-  arena.request(&a.inputs, N);
-  arena.request(&a.targets, N);
+  a.staging_ints = 2 * N + encoder_backward_table_ints(static_cast<int>(N));
+  arena.request(&a.tokens, a.staging_ints);
+  arena.request(&a.encoder_partials, encoder_backward_partial_floats(static_cast<int>(N), C));
+  arena.request(&a.loss_means, 2);
   arena.request(&a.dresidual, N * C);
   arena.request(&a.dwide, N * 4 * C);
   arena.request(&a.dnarrow, N * C);
@@ -128,18 +147,33 @@ GPT2::GPT2(const GPT2Config& config, int world_size, int batch_size, int seq_len
   arena.allocate("the model (parameters, gradients, activations for B=" + std::to_string(B) +
                  " T=" + std::to_string(T) + ")");
   activation_bytes_ = arena.bytes() - 2 * layout_.total_size * sizeof(floatX);
-  CUDA_CHECK(cudaMallocHost(&a.staging, 2 * N * sizeof(int)));
-  CUDA_CHECK(cudaEventCreateWithFlags(&a.staging_free, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
+  a.inputs = a.tokens;
+  a.targets = a.tokens + N;
+  a.encoder_table = a.tokens + 2 * N;
+  a.staging.resize(2 * static_cast<size_t>(std::max(loss_slots, 1)));
+  for (Activations::StagingSlot& slot : a.staging) {
+    CUDA_CHECK(cudaMallocHost(&slot.host, a.staging_ints * sizeof(int)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&slot.read, cudaEventDisableTiming));
+  }
+  CUDA_CHECK(cudaMallocHost(&a.loss_host, 2 * sizeof(double)));
+  for (cudaEvent_t& event : a.loss_ready) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
+  // Gradients: the backward's first micro-step overwrites every tensor, and nothing ever writes the padding
+  // between them, which stays zero from here on (the optimizer reduces and reads whole buckets).
   CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
+  // The deterministic reductions' counters must start at zero; every launch leaves them zero.
+  CUDA_CHECK(cudaMemsetAsync(a.reduction_scratch, 0, a.reduction_scratch_floats * sizeof(float), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 GPT2::~GPT2() {
   CUDA_REPORT(cudaStreamSynchronize(stream_));
-  CUDA_REPORT(cudaEventDestroy(acts_->staging_free));
-  CUDA_REPORT(cudaFreeHost(acts_->staging));
+  for (Activations::StagingSlot& slot : acts_->staging) {
+    CUDA_REPORT(cudaEventDestroy(slot.read));
+    CUDA_REPORT(cudaFreeHost(slot.host));
+  }
+  for (cudaEvent_t event : acts_->loss_ready) CUDA_REPORT(cudaEventDestroy(event));
+  CUDA_REPORT(cudaFreeHost(acts_->loss_host));
 }
 
 void GPT2::upload_params(const std::vector<float>& host_params) {
@@ -162,6 +196,22 @@ static std::vector<float> download(const floatX* device, size_t count, cudaStrea
   return result;
 }
 
+// Returns at once when `event` has completed; otherwise waits for it. The query's cudaErrorNotReady is
+// no error, but the runtime keeps it as the last error, where a later launch check would take it for
+// its own: it is cleared here (any other error is reported).
+static void wait_unless_complete(cudaEvent_t event) {
+  const cudaError_t state = cudaEventQuery(event);
+  if (state != cudaErrorNotReady) {
+    CUDA_CHECK(state);
+    return;
+  }
+  const cudaError_t last = cudaGetLastError();
+  if (last != cudaErrorNotReady) CUDA_CHECK(last);
+  CUDA_CHECK(cudaEventSynchronize(event));
+}
+
+void GPT2::set_gemm_algo_selection(GemmAlgoSelection selection) { acts_->matmul.set_selection(selection); }
+
 std::string GPT2::bucket_name(int bucket) const {
   if (bucket == 0) return "embeddings";
   if (bucket == layout_.final_norm_bucket()) return "lm_head+final_norm";
@@ -174,9 +224,30 @@ std::vector<float> GPT2::download_logits() const {
   return download(acts_->logits, size_t(batch_size_) * seq_len_ * layout_.config.padded_vocab_size, stream_);
 }
 
-void GPT2::zero_bucket_grads(int bucket) {
-  const ParamBucket& b = layout_.buckets[bucket];
-  CUDA_CHECK(cudaMemsetAsync(grads_ + b.offset, 0, b.padded_size * sizeof(floatX), stream_));
+// Copies the micro-batch (and, for a training forward, the encoder backward's plan) into the next pinned
+// staging slot and uploads it with one copy. The slot's previous upload has completed long before in a
+// trainer that stays at most one step ahead; if not, the host waits here for it.
+void GPT2::stage_batch(const int* inputs_host, const int* targets_host, bool plan_backward) {
+  Activations& a = *acts_;
+  const int N = batch_size_ * seq_len_;
+  Activations::StagingSlot& slot = a.staging[a.next_staging];
+  a.next_staging = (a.next_staging + 1) % a.staging.size();
+  wait_unless_complete(slot.read);
+  std::copy_n(inputs_host, N, slot.host);
+  size_t upload = static_cast<size_t>(N);
+  if (targets_host != nullptr) {
+    std::copy_n(targets_host, N, slot.host + N);
+    upload = 2 * static_cast<size_t>(N);
+  }
+  a.has_encoder_plan = false;
+  if (plan_backward) {
+    a.encoder_plan = build_encoder_backward_plan(inputs_host, N, layout_.config.vocab_size, slot.host + 2 * N,
+                                                 a.encoder_counts);
+    a.has_encoder_plan = true;
+    upload = 2 * static_cast<size_t>(N) + encoder_backward_table_used(a.encoder_plan);
+  }
+  memcpy_async(a.tokens, slot.host, upload * sizeof(int), cudaMemcpyHostToDevice, stream_);
+  CUDA_CHECK(cudaEventRecord(slot.read, stream_));
 }
 
 void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
@@ -191,14 +262,7 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
   auto use_bucket = [&](int bucket) {
     if (before_bucket_use) before_bucket_use(bucket);
   };
-  CUDA_CHECK(cudaEventSynchronize(a.staging_free));
-  std::copy_n(inputs_host, N, a.staging);
-  CUDA_CHECK(cudaMemcpyAsync(a.inputs, a.staging, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
-  if (targets_host != nullptr) {
-    std::copy_n(targets_host, N, a.staging + N);
-    CUDA_CHECK(cudaMemcpyAsync(a.targets, a.staging + N, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
-  }
-  CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
+  stage_batch(inputs_host, targets_host, compute_dlogits);
 
   use_bucket(0);
   encoder_forward(a.encoded, a.inputs, param(TensorKind::kWte), param(TensorKind::kWpe), B, T, C, stream_);
@@ -246,8 +310,10 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
                      cfg.padded_vocab_size, compute_dlogits, stream_);
 }
 
-void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketHook& on_bucket_ready) {
+void GPT2::backward(bool first_micro_step, const BucketHook& on_bucket_ready) {
   Activations& a = *acts_;
+  if (!a.has_encoder_plan)
+    throw std::logic_error("backward: the last forward did not prepare one (compute_dlogits was false)");
   const GPT2Config& cfg = layout_.config;
   const int B = batch_size_, T = seq_len_, C = cfg.channels, NH = cfg.num_heads, L = cfg.num_layers;
   const int N = B * T;
@@ -256,37 +322,36 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
   auto bucket_ready = [&](int bucket) {
     if (on_bucket_ready) on_bucket_ready(bucket);
   };
-  auto start_bucket = [&](int bucket) {
-    if (first_micro_step) zero_bucket_grads(bucket);
-  };
+  // The first micro-step's writers overwrite the gradients (no zeroing pass), later ones accumulate.
+  const bool accumulate = !first_micro_step;
 
-  start_bucket(0);
-  start_bucket(layout_.final_norm_bucket());
-  // LM head: logits now hold dlogits. dwte += dlogits^T @ lnf, dlnf = dlogits @ wte.
+  // LM head: logits now hold dlogits. dwte (+)= dlogits^T @ lnf, dlnf = dlogits @ wte.
   matmul_backward(a.matmul, a.dnarrow, grad(TensorKind::kWte), nullptr, a.logits, a.lnf, param(TensorKind::kWte),
-                  nullptr, N, C, cfg.padded_vocab_size, true, scratch, scratch_floats, stream_);
-  CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, static_cast<size_t>(N) * C * sizeof(floatX), stream_));
+                  nullptr, N, C, cfg.padded_vocab_size, accumulate, scratch, scratch_floats, stream_);
+  // The final LayerNorm starts the residual stream's gradient: it writes dresidual, the others add to it.
   const Activations::Layer& last = a.layers[L - 1];
   layernorm_backward(a.dresidual, grad(TensorKind::kLnfw), grad(TensorKind::kLnfb), a.dnarrow, last.residual3,
-                     param(TensorKind::kLnfw), a.lnf_mean, a.lnf_rstd, N, C, scratch, scratch_floats, stream_);
+                     param(TensorKind::kLnfw), a.lnf_mean, a.lnf_rstd, N, C, /*accumulate_dinp=*/false, accumulate,
+                     scratch, scratch_floats, stream_);
   bucket_ready(layout_.final_norm_bucket());
 
   for (int l = L - 1; l >= 0; l--) {
     const Activations::Layer& act = a.layers[l];
-    start_bucket(GPT2Layout::layer_bucket(l));
     // a.dresidual is d loss / d residual3 of this layer (= d residual2 too, as residual3 = residual2 + fcproj).
     floatX* dfch = a.dwide;
     matmul_backward(a.matmul, dfch, grad(TensorKind::kFcprojw, l), grad(TensorKind::kFcprojb, l), a.dresidual,
-                    act.fch_gelu, param(TensorKind::kFcprojw, l), act.fch_pre, N, 4 * C, C, true, scratch,
+                    act.fch_gelu, param(TensorKind::kFcprojw, l), act.fch_pre, N, 4 * C, C, accumulate, scratch,
                     scratch_floats, stream_);
     floatX* dln2 = a.dnarrow;
     matmul_backward(a.matmul, dln2, grad(TensorKind::kFcw, l), grad(TensorKind::kFcb, l), dfch, act.ln2,
-                    param(TensorKind::kFcw, l), nullptr, N, C, 4 * C, true, scratch, scratch_floats, stream_);
+                    param(TensorKind::kFcw, l), nullptr, N, C, 4 * C, accumulate, scratch, scratch_floats, stream_);
     layernorm_backward(a.dresidual, grad(TensorKind::kLn2w, l), grad(TensorKind::kLn2b, l), dln2, act.residual2,
-                       param(TensorKind::kLn2w, l), act.ln2_mean, act.ln2_rstd, N, C, scratch, scratch_floats, stream_);
+                       param(TensorKind::kLn2w, l), act.ln2_mean, act.ln2_rstd, N, C, true, accumulate, scratch,
+                       scratch_floats, stream_);
     floatX* datty = a.dnarrow;
     matmul_backward(a.matmul, datty, grad(TensorKind::kAttprojw, l), grad(TensorKind::kAttprojb, l), a.dresidual,
-                    act.atty, param(TensorKind::kAttprojw, l), nullptr, N, C, C, true, scratch, scratch_floats, stream_);
+                    act.atty, param(TensorKind::kAttprojw, l), nullptr, N, C, C, accumulate, scratch, scratch_floats,
+                    stream_);
     floatX* dqkv = a.dwide;
 #if !defined(LLMC_FP32)
     if (a.flash)
@@ -296,25 +361,34 @@ void GPT2::backward(const int* inputs_host, bool first_micro_step, const BucketH
       attention_backward(a.matmul, dqkv, a.dqkvr, a.datt, a.dvalues, datty, act.qkvr, act.att, B, T, C, NH, stream_);
     floatX* dln1 = a.dnarrow;
     matmul_backward(a.matmul, dln1, grad(TensorKind::kQkvw, l), grad(TensorKind::kQkvb, l), dqkv, act.ln1,
-                    param(TensorKind::kQkvw, l), nullptr, N, C, 3 * C, true, scratch, scratch_floats, stream_);
+                    param(TensorKind::kQkvw, l), nullptr, N, C, 3 * C, accumulate, scratch, scratch_floats, stream_);
     const floatX* residual_in = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     layernorm_backward(a.dresidual, grad(TensorKind::kLn1w, l), grad(TensorKind::kLn1b, l), dln1, residual_in,
-                       param(TensorKind::kLn1w, l), act.ln1_mean, act.ln1_rstd, N, C, scratch, scratch_floats, stream_);
+                       param(TensorKind::kLn1w, l), act.ln1_mean, act.ln1_rstd, N, C, true, accumulate, scratch,
+                       scratch_floats, stream_);
     bucket_ready(GPT2Layout::layer_bucket(l));
   }
-  encoder_backward(grad(TensorKind::kWte), grad(TensorKind::kWpe), a.dresidual, inputs_host, B, T, C,
-                   a.encoder_workspace, stream_);
+  // dwte accumulates onto the LM head's gradient; dwpe is written here first.
+  encoder_backward(grad(TensorKind::kWte), grad(TensorKind::kWpe), a.dresidual, a.encoder_table, a.encoder_plan, B,
+                   T, cfg.max_seq_len, C, accumulate, a.encoder_partials, stream_);
   bucket_ready(0);
 }
 
-double GPT2::mean_loss(int num_slots) const {
-  const size_t count = static_cast<size_t>(num_slots) * batch_size_ * seq_len_;
-  std::vector<float> losses(count);
-  CUDA_CHECK(cudaMemcpyAsync(losses.data(), acts_->losses, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  double sum = 0.0;
-  for (float loss : losses) sum += loss;
-  return sum / static_cast<double>(count);
+void GPT2::enqueue_mean_loss(int num_slots, int result) {
+  if (num_slots < 1 || num_slots > loss_slots_ || result < 0 || result > 1)
+    throw std::out_of_range("enqueue_mean_loss: " + std::to_string(num_slots) + " slots into result " +
+                            std::to_string(result) + " (the model has " + std::to_string(loss_slots_) +
+                            " slots and 2 results)");
+  Activations& a = *acts_;
+  mean_of_losses(a.loss_means + result, a.losses, static_cast<size_t>(num_slots) * batch_size_ * seq_len_, stream_);
+  memcpy_async(a.loss_host + result, a.loss_means + result, sizeof(double), cudaMemcpyDeviceToHost, stream_);
+  CUDA_CHECK(cudaEventRecord(a.loss_ready[result], stream_));
+}
+
+double GPT2::read_mean_loss(int result) {
+  if (result < 0 || result > 1) throw std::out_of_range("read_mean_loss: result " + std::to_string(result));
+  CUDA_CHECK(cudaEventSynchronize(acts_->loss_ready[result]));
+  return acts_->loss_host[result];
 }
 
 }  // namespace llmc

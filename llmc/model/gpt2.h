@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/kernels/gemm_plan_cache.h"
 #include "llmc/model/gpt2_layout.h"
 #include "llmc/model/trainable_model.h"
 #include "llmc/precision.h"
@@ -36,6 +37,8 @@ class GPT2 : public TrainableModel {
   // "embeddings", "layer 3", "lm_head+final_norm".
   std::string bucket_name(int bucket) const override;
 
+  void set_gemm_algo_selection(GemmAlgoSelection selection) override;
+
   // Host <-> device copies of the whole parameter / gradient buffer (layout order, as float). Synchronous.
   void upload_params(const std::vector<float>& host_params) override;
   std::vector<float> download_params() const override;
@@ -46,8 +49,9 @@ class GPT2 : public TrainableModel {
   // L-1 .. 0, embeddings.
   void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
                const BucketHook& before_bucket_use = nullptr) override;
-  void backward(const int* inputs_host, bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
-  double mean_loss(int num_slots) const override;
+  void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
+  void enqueue_mean_loss(int num_slots, int result) override;
+  double read_mean_loss(int result) override;
 
   // The logits of the last forward, (B*T, Vp) in layout order as float; meaningless after a forward that
   // computed dlogits (they replace the logits). Synchronous.
@@ -57,7 +61,7 @@ class GPT2 : public TrainableModel {
   struct Activations;
   floatX* param(TensorKind kind, int layer = -1) { return params_ + layout_.tensor(kind, layer).offset; }
   floatX* grad(TensorKind kind, int layer = -1) { return grads_ + layout_.tensor(kind, layer).offset; }
-  void zero_bucket_grads(int bucket);
+  void stage_batch(const int* inputs_host, const int* targets_host, bool plan_backward);
 
   GPT2Layout layout_;
   int batch_size_, seq_len_, loss_slots_;

@@ -7,6 +7,7 @@
 
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/attention_gate.cuh"
+#include "llmc/kernels/classifier.cuh"
 #include "llmc/kernels/embedding.cuh"
 #include "llmc/kernels/matmul.cuh"
 #include "llmc/kernels/qk_norm_rope.cuh"
@@ -89,6 +90,11 @@ struct SpeedrunModel::Activations : Buffers {
   cudaEvent_t staging_free = nullptr;
   MatmulContext matmul;
   EmbeddingBackwardPlan embedding_plan;
+  bool has_embedding_plan = false;  // the last forward was a training forward
+  // Step losses: device means -> pinned host values, two results in flight (enqueue_mean_loss).
+  double* loss_means = nullptr;
+  double* loss_host = nullptr;
+  cudaEvent_t loss_ready[2] = {nullptr, nullptr};
 };
 
 void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX** grads, const SpeedrunLayout& layout,
@@ -215,6 +221,9 @@ SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int s
   CUDA_CHECK(cudaMallocHost(&a.staging, (3 * static_cast<size_t>(seq_len) + 1) * sizeof(int)));
   CUDA_CHECK(cudaEventCreateWithFlags(&a.staging_free, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
+  CUDA_CHECK(cudaMalloc(&a.loss_means, 2 * sizeof(double)));
+  CUDA_CHECK(cudaMallocHost(&a.loss_host, 2 * sizeof(double)));
+  for (cudaEvent_t& event : a.loss_ready) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
   rebuild_rope_tables();
@@ -225,6 +234,9 @@ SpeedrunModel::~SpeedrunModel() {
   CUDA_REPORT(cudaStreamSynchronize(stream_));
   CUDA_REPORT(cudaEventDestroy(acts_->staging_free));
   CUDA_REPORT(cudaFreeHost(acts_->staging));
+  for (cudaEvent_t event : acts_->loss_ready) CUDA_REPORT(cudaEventDestroy(event));
+  CUDA_REPORT(cudaFreeHost(acts_->loss_host));
+  CUDA_REPORT(cudaFree(acts_->loss_means));
 }
 
 bool SpeedrunModel::uses_window_attention_kernel() const { return window_attention_kernel_fits(layout_.config); }
@@ -238,6 +250,8 @@ std::string SpeedrunModel::bucket_name(int bucket) const {
 }
 
 // ---- parameters, windows, RoPE ---------------------------------------------------------------------
+
+void SpeedrunModel::set_gemm_algo_selection(GemmAlgoSelection selection) { acts_->matmul.set_selection(selection); }
 
 void SpeedrunModel::upload_params(const std::vector<float>& host_params) {
   if (host_params.size() != layout_.total_size)
@@ -341,6 +355,8 @@ void SpeedrunModel::forward(const int* inputs_host, const int* targets_host, int
     throw std::out_of_range("forward: loss slot " + std::to_string(loss_slot) + " outside [0, " +
                             std::to_string(loss_slots_) + ")");
   upload_batch(inputs_host, targets_host);
+  a.has_embedding_plan = compute_dlogits;
+  if (compute_dlogits) a.embedding_plan.prepare(inputs_host, T, stream_);
   auto use_bucket = [&](int bucket) {
     if (before_bucket_use) before_bucket_use(bucket);
   };
@@ -482,8 +498,10 @@ void SpeedrunModel::head_forward(const int* targets_host, int loss_slot, bool co
 
 // ---- backward --------------------------------------------------------------------------------------
 
-void SpeedrunModel::backward(const int* inputs_host, bool first_micro_step, const BucketHook& on_bucket_ready) {
+void SpeedrunModel::backward(bool first_micro_step, const BucketHook& on_bucket_ready) {
   Activations& a = *acts_;
+  if (!a.has_embedding_plan)
+    throw std::logic_error("backward: the last forward did not prepare one (compute_dlogits was false)");
   const SpeedrunConfig& cfg = layout_.config;
   const size_t TC = static_cast<size_t>(seq_len_) * cfg.channels();
   auto bucket_ready = [&](int bucket) {
@@ -495,7 +513,6 @@ void SpeedrunModel::backward(const int* inputs_host, bool first_micro_step, cons
   for (floatX* table : a.dve) CUDA_CHECK(cudaMemsetAsync(table, 0, TC * sizeof(floatX), stream_));
   for (const Buffers::Block& b : a.blocks)
     if (b.dextra != nullptr) CUDA_CHECK(cudaMemsetAsync(b.dextra, 0, TC * sizeof(floatX), stream_));
-  a.embedding_plan.prepare(inputs_host, seq_len_, stream_);
 
   if (first_micro_step) zero_bucket_grads(layout_.head_bucket());
   head_backward();
@@ -669,14 +686,21 @@ void SpeedrunModel::input_backward() {
   add_fp32_grads(grads_ + scalar_view.offset, a.dscalars, static_cast<int>(scalar_view.numel), stream_);
 }
 
-double SpeedrunModel::mean_loss(int num_slots) const {
-  const size_t count = static_cast<size_t>(num_slots) * seq_len_;
-  std::vector<float> losses(count);
-  CUDA_CHECK(cudaMemcpyAsync(losses.data(), acts_->losses, count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  double sum = 0.0;
-  for (float loss : losses) sum += loss;
-  return sum / static_cast<double>(count);
+void SpeedrunModel::enqueue_mean_loss(int num_slots, int result) {
+  if (num_slots < 1 || num_slots > loss_slots_ || result < 0 || result > 1)
+    throw std::out_of_range("enqueue_mean_loss: " + std::to_string(num_slots) + " slots into result " +
+                            std::to_string(result) + " (the model has " + std::to_string(loss_slots_) +
+                            " slots and 2 results)");
+  Activations& a = *acts_;
+  mean_of_losses(a.loss_means + result, a.losses, static_cast<size_t>(num_slots) * seq_len_, stream_);
+  memcpy_async(a.loss_host + result, a.loss_means + result, sizeof(double), cudaMemcpyDeviceToHost, stream_);
+  CUDA_CHECK(cudaEventRecord(a.loss_ready[result], stream_));
+}
+
+double SpeedrunModel::read_mean_loss(int result) {
+  if (result < 0 || result > 1) throw std::out_of_range("read_mean_loss: result " + std::to_string(result));
+  CUDA_CHECK(cudaEventSynchronize(acts_->loss_ready[result]));
+  return acts_->loss_host[result];
 }
 
 }  // namespace llmc

@@ -45,6 +45,7 @@ class SpeedrunModel : public TrainableModel {
   floatX* params() override { return params_; }
   floatX* grads() override { return grads_; }
   size_t activation_bytes() const override { return activation_bytes_; }
+  void set_gemm_algo_selection(GemmAlgoSelection selection) override;
   // What activation_bytes() will be for a model of this shape, without allocating anything.
   static size_t planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots);
   // "embeddings", "block 3", "head".
@@ -74,8 +75,10 @@ class SpeedrunModel : public TrainableModel {
   // dloss * d(sum of the losses) (dloss = 1 is the record's SUM reduction).
   void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
                const BucketHook& before_bucket_use = nullptr) override;
-  void backward(const int* inputs_host, bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
-  double mean_loss(int num_slots) const override;
+  // The embedding backward's plan is built by the training forward (compute_dlogits) from its tokens.
+  void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
+  void enqueue_mean_loss(int num_slots, int result) override;
+  double read_mean_loss(int result) override;
 
  private:
   struct Buffers;

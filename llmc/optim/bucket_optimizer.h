@@ -1,12 +1,13 @@
 // What the training loop needs from an optimizer (ZeRO-1 AdamW today; the optimizer groups of
 // ARCHITECTURE.md "Phase 2" next): hooks around the model's passes, per bucket, and a begin/finish pair
 // per step, so that an optimizer can start its communication as each bucket's gradients become final
-// and the next forward waits only for the buckets it is about to read. One step, as train_step() in
-// train_gpt2.cu runs it:
+// and the next forward waits only for the buckets it is about to read. One step, as train_step()
+// (llmc/train/train_step.cu) enqueues it, none of it waiting on the host:
 //   for each micro-step: model.forward(..., before_bucket_use());
+//                        on the first one: before_first_backward() (the backward overwrites the gradients)
 //                        on the last one: begin_step(step, lr), then model.backward(..., on_bucket_ready());
 //                        on the others:   model.backward(...) (gradients accumulate, nothing is sent)
-//   finish_step(); last_grad_norm() for the log.
+//   finish_step(); grad_norm(step) for the log, possibly after the next step has been enqueued.
 #pragma once
 
 #include "llmc/model/trainable_model.h"
@@ -19,14 +20,17 @@ class BucketOptimizer {
 
   // Forward hook: makes the compute stream wait until the bucket's parameters of the last update are in place.
   virtual BucketHook before_bucket_use() = 0;
+  // Before a step's first backward, which overwrites the gradients: makes the compute stream wait until
+  // the optimizer's reads of the previous step's gradients are done.
+  virtual void before_first_backward() = 0;
   // Before the last micro-step's backward of optimizer step `step` (1-based) at learning rate `lr`.
   virtual void begin_step(int step, float lr) = 0;
   // Backward hook of the last micro-step: the bucket's gradients are final.
   virtual BucketHook on_bucket_ready() = 0;
   // After the last backward has been enqueued: what the optimizer left for after the backward.
   virtual void finish_step() = 0;
-  // The global norm of the step's averaged gradients (waits for it).
-  virtual float last_grad_norm() = 0;
+  // The global norm of step `step`'s averaged gradients, the last step or the one before it (waits for it).
+  virtual float grad_norm(int step) = 0;
   // Makes the compute stream wait for every pending parameter update (before reading all parameters).
   virtual void wait_for_all_params() = 0;
 };

@@ -2,14 +2,17 @@
 //   compute: ... backward of bucket b ... record grad_ready[b]
 //   comm:    wait grad_ready[b]; reduce-scatter b; [update shard b; all-gather b; record param_ready[b]]
 //   compute: (next forward) wait param_ready[b] before the first kernel that reads bucket b.
-// The next backward zeroes a bucket's gradients only after its forward has waited for param_ready of
-// that bucket, which follows every comm-stream read of the bucket's gradients: no extra event needed.
-// The gradient norm is summed over the buckets in the order they became ready, in every mode, so the
-// modes give bitwise the same norm (and, with clipping, the same parameters). In the streamed mode it
-// is finished right after the last reduce-scatter, before the last bucket's update and all-gather:
-// the host reads it for the log without waiting for that all-gather, which therefore overlaps the
-// next step's host work and is guarded only by param_ready. (test/train/test_multirank.py drops that
-// wait in the emulation, LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS, and must see the results change.)
+// The next step's first backward overwrites the gradients only after its forward has waited for
+// param_ready of every bucket, which follows the bucket's reduce-scatter and update, and after
+// before_first_backward() has made it wait for the gradient norm (norm_ready), the last reader.
+// The gradient norm is one launch over the buckets' shards in the order they became ready, in every
+// mode, so the modes give bitwise the same norm (and, with clipping, the same parameters). In the
+// streamed mode it is queued after the last bucket's update and all-gather, so the next forward's first
+// kernel (which waits for the embeddings' all-gather) does not wait for it; the host reads it for the log
+// one step later (grad_norm(step)). With clipping the factor is computed on the device from the norm
+// (clip_scale), and the updates read it there: no step waits on the host. (test/train/test_multirank.py
+// drops the forward's waits in the emulation, LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS, and must see the
+// results change.)
 #include "llmc/optim/zero.h"
 
 #include <algorithm>
@@ -53,7 +56,8 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
       tracer_(tracer),
       compute_stream_(model.stream()),
       comm_stream_(comm.comm_stream()),
-      // A reduce-scatter and an all-gather per bucket and the norm's all-reduce per step, four steps' worth.
+      // A reduce-scatter and an all-gather per bucket and the norm's all-reduce per step, four steps' worth
+      // (at most two are in flight: train_gpt2 enqueues a step before it reads the one before).
       watch_(comm.device(), 4 * (2 * model.layout().buckets.size() + 1)) {
   const ParamLayout& layout = model.layout();
   if (layout.world_size != comm.world_size())
@@ -69,15 +73,18 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
     shard_elements_ += bucket.shard_size;
     // Weight-decay flag per element of the shard; gaps and padding (always zero) count as no decay.
     const size_t begin = shard_begin(b), end = begin + bucket.shard_size;
-    std::vector<Segment>& segments = segments_[b];
+    AdamWSegments& segments = segments_[b];
     auto add = [&](size_t from, size_t to, bool decay) {
       from = std::max(from, begin);
       to = std::min(to, end);
       if (from >= to) return;
-      if (!segments.empty() && segments.back().decay == decay && segments.back().begin + segments.back().length == from - begin)
-        segments.back().length += to - from;
+      const float weight_decay = decay ? settings_.adamw.weight_decay : 0.0f;
+      const int last = segments.count - 1;
+      if (last >= 0 && segments.weight_decay[last] == weight_decay &&
+          segments.begin[last] + segments.length[last] == from - begin)
+        segments.length[last] += to - from;
       else
-        segments.push_back(Segment{from - begin, to - from, decay});
+        segments.add(from - begin, to - from, weight_decay);
     };
     size_t cursor = bucket.offset;
     for (int t = bucket.first_tensor; t < bucket.first_tensor + bucket.num_tensors; t++) {
@@ -93,14 +100,15 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
   CUDA_CHECK(cudaMalloc(&adam_v_, shard_elements_ * sizeof(float)));
   CUDA_CHECK(cudaMemset(adam_m_, 0, shard_elements_ * sizeof(float)));
   CUDA_CHECK(cudaMemset(adam_v_, 0, shard_elements_ * sizeof(float)));
+  norm_scratch_floats_ = global_norm_scratch_floats(shard_elements_);
+  CUDA_CHECK(cudaMalloc(&norm_squared_, 2 * sizeof(float)));  // the squared norm, then the clipping factor
+  CUDA_CHECK(cudaMalloc(&norm_scratch_, norm_scratch_floats_ * sizeof(float)));
+  CUDA_CHECK(cudaMemset(norm_scratch_, 0, norm_scratch_floats_ * sizeof(float)));  // the fold's counters
   // cudaMemset is asynchronous, and the comm stream (non-blocking) is not ordered after the legacy
   // stream: without this wait the zeros would precede the first update there only through the compute
   // stream's events (it is a blocking stream today).
   CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  norm_scratch_floats_ = global_norm_scratch_floats(shard_elements_);
-  CUDA_CHECK(cudaMalloc(&norm_squared_, sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&norm_scratch_, norm_scratch_floats_ * sizeof(float)));
-  CUDA_CHECK(cudaMallocHost(&norm_host_, sizeof(float)));
+  CUDA_CHECK(cudaMallocHost(&norm_host_, 2 * sizeof(float)));
   grad_ready_.resize(num_buckets);
   param_ready_.resize(num_buckets);
   param_pending_.assign(num_buckets, false);
@@ -109,7 +117,7 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
     CUDA_CHECK(cudaEventCreateWithFlags(&param_ready_[b], cudaEventDisableTiming));
   }
   CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&norm_ready_, cudaEventDisableTiming));
+  for (cudaEvent_t& event : norm_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
@@ -117,7 +125,7 @@ ZeroOptimizer::~ZeroOptimizer() {
   for (cudaEvent_t event : grad_ready_) CUDA_REPORT(cudaEventDestroy(event));
   for (cudaEvent_t event : param_ready_) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaEventDestroy(backward_done_));
-  CUDA_REPORT(cudaEventDestroy(norm_ready_));
+  for (cudaEvent_t event : norm_ready_) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaFreeHost(norm_host_));
   for (float* buffer : {master_, adam_m_, adam_v_, norm_squared_, norm_scratch_}) CUDA_REPORT(cudaFree(buffer));
 }
@@ -144,6 +152,12 @@ void ZeroOptimizer::begin_step(int step, float lr) {
   ready_order_.clear();
 }
 
+void ZeroOptimizer::before_first_backward() {
+  if (!norm_pending_) return;
+  CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, norm_ready_[step_ % 2], 0));
+  norm_pending_ = false;
+}
+
 BucketHook ZeroOptimizer::before_bucket_use() {
   return [this](int bucket) {
     if (!param_pending_[bucket]) return;
@@ -164,14 +178,12 @@ BucketHook ZeroOptimizer::on_bucket_ready() {
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grad_ready_[bucket], 0));
     reduce_scatter_bucket(bucket);
     if (!streamed()) return;
-    // The norm (for the log only) is computed once every bucket is reduced, before the last bucket's
-    // update and all-gather. It reads buckets whose param_ready is already recorded, yet the next
-    // backward cannot zero them under it: the next forward's first kernel waits for param_ready of
-    // the last bucket (the embeddings), recorded after the norm on this stream.
-    if (static_cast<int>(ready_order_.size()) == model_.layout().num_buckets()) enqueue_grad_norm();
-    update_bucket(bucket, 1.0f);
+    update_bucket(bucket);
     all_gather_bucket(bucket);
     mark_params_ready(bucket);
+    // The norm (for the log only) after the last bucket's all-gather, off the next forward's path; the
+    // next backward waits for it (before_first_backward) before overwriting the gradients it reads.
+    if (static_cast<int>(ready_order_.size()) == model_.layout().num_buckets()) enqueue_grad_norm();
   };
 }
 
@@ -187,18 +199,16 @@ void ZeroOptimizer::reduce_scatter_bucket(int bucket) {
   watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
 }
 
-void ZeroOptimizer::update_bucket(int bucket, float grad_scale) {
+void ZeroOptimizer::update_bucket(int bucket) {
   const size_t begin = shard_begin(bucket);
   const size_t state = state_offset_[bucket];
+  // With clipping, the factor the norm's kernels left on the device (finish_step enqueued them first).
+  const float* grad_scale = settings_.grad_clip > 0.0f ? norm_squared_ + 1 : nullptr;
   traced(tracer_, comm_stream_, TraceTrack::kComm, "adamw_shard",
          {{"bucket", bucket}, {"elements", model_.layout().buckets[bucket].shard_size}}, [&] {
-           for (const Segment& s : segments_[bucket]) {
-             AdamWSettings adamw = settings_.adamw;
-             if (!s.decay) adamw.weight_decay = 0.0f;
-             adamw_update(model_.params() + begin + s.begin, master_ + state + s.begin,
-                          model_.grads() + begin + s.begin, adam_m_ + state + s.begin, adam_v_ + state + s.begin,
-                          s.length, step_, lr_, adamw, grad_scale, comm_stream_);
-           }
+           adamw_update(model_.params() + begin, master_ + state, model_.grads() + begin, adam_m_ + state,
+                        adam_v_ + state, segments_[bucket], step_, lr_, settings_.adamw, 1.0f, grad_scale,
+                        comm_stream_);
          });
 }
 
@@ -220,28 +230,23 @@ void ZeroOptimizer::mark_params_ready(int bucket) {
   param_pending_[bucket] = true;
 }
 
-void ZeroOptimizer::add_to_grad_norm(int bucket, bool first) {
-  // Squared sum of this rank's reduced shard of the bucket, added to (or, first, replacing) the total.
-  const size_t shard_size = model_.layout().buckets[bucket].shard_size;
-  traced(tracer_, comm_stream_, TraceTrack::kComm, "grad_norm_shard", {{"bucket", bucket}, {"elements", shard_size}},
-         [&] {
-           global_norm_squared(norm_squared_, model_.grads() + shard_begin(bucket), shard_size, !first,
-                               norm_scratch_, norm_scratch_floats_, comm_stream_);
-         });
-}
-
-void ZeroOptimizer::finish_grad_norm() {
+void ZeroOptimizer::enqueue_grad_norm() {
+  // Squared sum of this rank's reduced shards of every bucket, in ready order, one launch; summed over ranks;
+  // with clipping, the factor next to it; the squared norm to pinned host memory for grad_norm(step).
+  NormSegments<floatX> shards;
+  for (int bucket : ready_order_)
+    shards.add(model_.grads() + shard_begin(bucket), model_.layout().buckets[bucket].shard_size);
+  traced(tracer_, comm_stream_, TraceTrack::kComm, "grad_norm", {{"elements", shards.total()}}, [&] {
+    global_norm_squared(norm_squared_, shards, /*accumulate=*/false, norm_scratch_, norm_scratch_floats_, comm_stream_);
+  });
   if (comm_.world_size() > 1) {
     comm_.all_reduce_sum_float(norm_squared_, 1, comm_stream_);
     watch_.enqueued("all_reduce", &norm_label_, step_, comm_stream_);
   }
-  CUDA_CHECK(cudaMemcpyAsync(norm_host_, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_));
-  CUDA_CHECK(cudaEventRecord(norm_ready_, comm_stream_));
-}
-
-void ZeroOptimizer::enqueue_grad_norm() {
-  for (size_t i = 0; i < ready_order_.size(); i++) add_to_grad_norm(ready_order_[i], i == 0);
-  finish_grad_norm();
+  if (settings_.grad_clip > 0.0f) clip_scale(norm_squared_ + 1, norm_squared_, settings_.grad_clip, comm_stream_);
+  memcpy_async(norm_host_ + step_ % 2, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_);
+  CUDA_CHECK(cudaEventRecord(norm_ready_[step_ % 2], comm_stream_));
+  norm_pending_ = true;
 }
 
 void ZeroOptimizer::finish_step() {
@@ -255,22 +260,20 @@ void ZeroOptimizer::finish_step() {
     for (int bucket : ready_order_) reduce_scatter_bucket(bucket);
   }
   if (streamed()) return;  // updates, all-gathers and the norm were enqueued as the buckets became ready
-  float grad_scale = 1.0f;
-  enqueue_grad_norm();
-  if (settings_.grad_clip > 0.0f) {
-    const float norm = last_grad_norm();
-    if (std::isfinite(norm) && norm > settings_.grad_clip) grad_scale = settings_.grad_clip / norm;
-  }
+  enqueue_grad_norm();  // first: the updates read its clipping factor
   for (int bucket : ready_order_) {
-    update_bucket(bucket, grad_scale);
+    update_bucket(bucket);
     all_gather_bucket(bucket);
     mark_params_ready(bucket);
   }
 }
 
-float ZeroOptimizer::last_grad_norm() {
-  CUDA_CHECK(cudaEventSynchronize(norm_ready_));
-  return std::sqrt(*norm_host_);
+float ZeroOptimizer::grad_norm(int step) {
+  if (step != step_ && step != step_ - 1)
+    throw std::out_of_range("grad_norm: step " + std::to_string(step) + " is neither the last step (" +
+                            std::to_string(step_) + ") nor the one before it");
+  CUDA_CHECK(cudaEventSynchronize(norm_ready_[step % 2]));
+  return std::sqrt(norm_host_[step % 2]);
 }
 
 void ZeroOptimizer::download_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) {

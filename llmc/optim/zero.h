@@ -44,12 +44,14 @@ class ZeroOptimizer : public BucketOptimizer {
   // moments start at zero.
   void init_master(const std::vector<float>& host_params);
 
-  // The step (see BucketOptimizer). finish_step() returns at once unless clipping needs the norm on the host.
+  // The step (see BucketOptimizer). Nothing here waits on the host: with clipping, the factor is computed and
+  // applied on the device.
   BucketHook before_bucket_use() override;
+  void before_first_backward() override;
   void begin_step(int step, float lr) override;
   BucketHook on_bucket_ready() override;
   void finish_step() override;
-  float last_grad_norm() override;
+  float grad_norm(int step) override;
   void wait_for_all_params() override;
 
   // This rank's shard state, concatenated over buckets (for checkpoints). Synchronous.
@@ -62,17 +64,13 @@ class ZeroOptimizer : public BucketOptimizer {
   std::string unfinished_collective() const { return watch_.first_unfinished(); }
 
  private:
-  struct Segment {  // a run of one bucket's shard with one weight-decay setting
-    size_t begin, length;
-    bool decay;
-  };
   void reduce_scatter_bucket(int bucket);
-  void update_bucket(int bucket, float grad_scale);
+  void update_bucket(int bucket);  // with clipping, scaled by the factor enqueue_grad_norm() left
   void all_gather_bucket(int bucket);
   void mark_params_ready(int bucket);  // comm stream: record param_ready[bucket] for the next forward
-  void add_to_grad_norm(int bucket, bool first);  // comm stream: squared sum of the bucket's reduced shard
-  void finish_grad_norm();                         // comm stream: sum over ranks, copy to host, norm_ready
-  void enqueue_grad_norm();                        // both, over every bucket in ready order
+  // comm stream: squared sum of every bucket's reduced shard (ready order), sum over ranks, the clipping
+  // factor, the copy to the host, norm_ready of this step.
+  void enqueue_grad_norm();
   // Updates and all-gathers follow each reduce-scatter at once (full overlap, no clipping to wait for).
   bool streamed() const { return settings_.overlap == OverlapMode::kFull && settings_.grad_clip <= 0.0f; }
   size_t shard_begin(int bucket) const;  // element index in the full buffer where this rank's shard starts
@@ -83,19 +81,21 @@ class ZeroOptimizer : public BucketOptimizer {
   Tracer* tracer_;
   cudaStream_t compute_stream_;
   cudaStream_t comm_stream_;
-  std::vector<std::vector<Segment>> segments_;  // per bucket
-  std::vector<size_t> state_offset_;            // per bucket: offset of its shard in master/m/v
+  std::vector<AdamWSegments> segments_;  // per bucket: its shard's runs of one weight decay
+  std::vector<size_t> state_offset_;     // per bucket: offset of its shard in master/m/v
   size_t shard_elements_ = 0;
   float *master_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr;
-  float* norm_squared_ = nullptr;     // device scalar
+  float* norm_squared_ = nullptr;  // device: the squared norm, then the clipping factor
   float* norm_scratch_ = nullptr;
   size_t norm_scratch_floats_ = 0;
-  float* norm_host_ = nullptr;        // pinned
+  float* norm_host_ = nullptr;  // pinned: the squared norms of steps with even and odd numbers
   std::vector<cudaEvent_t> grad_ready_, param_ready_;
   std::vector<bool> param_pending_;
-  std::vector<int> ready_order_;      // buckets in the order the backward reported them this step
-  cudaEvent_t backward_done_ = nullptr, norm_ready_ = nullptr;
-  std::vector<std::string> bucket_labels_;  // "bucket 3 (layer 2)", for the watch
+  std::vector<int> ready_order_;  // buckets in the order the backward reported them this step
+  cudaEvent_t backward_done_ = nullptr;
+  cudaEvent_t norm_ready_[2] = {nullptr, nullptr};  // by step parity
+  bool norm_pending_ = false;                       // a norm the next backward must wait for
+  std::vector<std::string> bucket_labels_;          // "bucket 3 (layer 2)", for the watch
   const std::string norm_label_ = "the gradient norm";
   CollectiveWatch watch_;
   int step_ = 0;

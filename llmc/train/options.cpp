@@ -135,6 +135,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   o.vocab_dir = default_vocab_dir();
   app.add_option("--vocab", o.vocab_dir, "GPT-2 BPE files of the samples (r50k_base.tiktoken, or encoder.json + "
                  "vocab.bpe)")->capture_default_str();
+  app.add_option("--gemm-algo", o.gemm_algo,
+                 "GEMM algorithm per shape: heuristic (cuBLASLt's first choice, runs bitwise reproducible) or "
+                 "fastest (the fastest of its top candidates and split-K variants, timed at first use on a GPU)")
+      ->capture_default_str()->check(one_of({"heuristic", "fastest"}));
 }
 
 void validate_train_options(const TrainOptions& o, int world_size) {

@@ -47,6 +47,8 @@ struct TrainOptions {
   int sample_tokens = 64;
   std::string sample_prompt;           // "" = start from <|endoftext|>
   std::string vocab_dir;               // the GPT-2 BPE files the samples are encoded and decoded with
+  // performance
+  std::string gemm_algo = "heuristic";  // heuristic | fastest
 
   int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)
 };

@@ -1,9 +1,9 @@
 // Stopping a run cleanly when the cluster asks it to: the stop signals (SIGTERM, SIGINT and SIGUSR1 --
 // Slurm's warning before preemption -- by default; --stop-signals) only set a flag; the training loop
-// reads it at each step boundary, the ranks agree on it (llmc::any_stop_signal in train_gpt2.cu), and
-// every rank stops after the same step with a complete checkpoint. The first stop signal is acknowledged
-// on stderr ("train_gpt2: SIGTERM received: ..."). A second SIGINT (Ctrl-C twice) stops the process at
-// once, without a checkpoint. Exit codes: below.
+// reads it at each step boundary, the ranks agree on it (agreed_stop_signal in train_gpt2.cu, before the
+// next step is enqueued), and every rank stops after the same step with a complete checkpoint. The first
+// stop signal is acknowledged on stderr ("train_gpt2: SIGTERM received: ..."). A second SIGINT (Ctrl-C
+// twice) stops the process at once, without a checkpoint. Exit codes: below.
 #pragma once
 #include <string>
 #include <vector>

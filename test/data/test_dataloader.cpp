@@ -439,6 +439,23 @@ TEST_F(DataLoaderTest, ShardRemovedAfterOpeningIsNamedWhenLoaded) {
   expect_error([&] { next(loader); }, {path("gone_000001.bin"), "does not exist"});
 }
 
+// With prefetch the next shard is read ahead on a background thread: its error (a token outside the
+// vocabulary) surfaces only when the loader reaches it, after every batch of the shard before it, and stays.
+TEST_F(DataLoaderTest, PrefetchReadsTheNextShardAheadAndReportsItsErrorWhenReached) {
+  make_shards("ahead", {200, 200, 200});
+  std::vector<uint16_t> bad(200, 7);
+  bad[150] = 60000;
+  llmc::write_shard(path("ahead_000001.bin"), bad);
+  auto c = config("ahead", 2, 8);
+  c.vocab_size = 50257;
+  c.prefetch = true;
+  llmc::DataLoader loader(c);
+  const int first_shard_batches = static_cast<int>(loader.batches_in_shard(0));
+  take(loader, first_shard_batches);
+  for (int attempt = 0; attempt < 2; ++attempt)
+    expect_error([&] { next(loader); }, {path("ahead_000001.bin"), "index 150", "value 60000"});
+}
+
 TEST(DataLoaderOffsets, WindowArithmeticIsSixtyFourBit) {
   // A shard near the 2^31-token limit at T=1024: window offsets pass 2^31.
   const int64_t windows = llmc::windows_in_shard(llmc::kShardMaxTokens, 1024);

@@ -1,6 +1,8 @@
 // Times every GPT-2 kernel and GEMM at a chosen model size (default: GPT-2 124M, B=8, T=1024) and
 // prints milliseconds per call with achieved bandwidth or FLOP rate: the per-kernel profile to check
-// on a GPU machine. The emulated build runs the same code (at tiny sizes) as a smoke test.
+// on a GPU machine. The emulated build runs the same code (at tiny sizes) as a smoke test. Token ids
+// come from a token shard (--shard: real text, whose frequent tokens shape the embedding backward) or
+// are spread evenly over the vocabulary.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "llmc/cuda_common.h"
+#include "llmc/data/shards.h"
 #include "llmc/kernels/adamw.cuh"
 #include "llmc/kernels/attention.cuh"
 #include "llmc/kernels/classifier.cuh"
@@ -45,6 +48,8 @@ struct Timer {
 struct Sizes {
   int B = 8, T = 1024, C = 768, NH = 12, V = 50257, repeats = 20;
   long long params = 124475904;
+  std::string shard;  // token ids from this shard's start; empty: spread over the vocabulary
+  bool encoder_plan_only = false;
   int Vp() const { return (V + 127) / 128 * 128; }
   size_t N() const { return static_cast<size_t>(B) * T; }
 };
@@ -56,18 +61,44 @@ struct Buffers {
   floatX *wte, *wpe, *dwte, *dwpe, *act, *act2, *residual, *dact, *wide, *wide_pre, *dwide;
   floatX *qkv, *qkvr, *dqkv, *dqkvr, *att, *datt, *attention_scratch;
   floatX *ln_weight, *ln_bias, *dln_weight, *dln_bias, *fc_weight, *fc_bias, *dfc_weight, *dfc_bias, *logits;
-  float *mean, *rstd, *losses, *scratch;
-  size_t scratch_floats;
+  float *mean, *rstd, *losses, *scratch, *norm_scratch;
+  size_t scratch_floats, norm_scratch_floats;
   floatX *all_params, *all_grads;
   float *master, *moment1, *moment2;
 };
+
+// The batch's token ids: the shard's first B*T tokens (folded into the vocabulary), or ids spread evenly.
+std::vector<int> batch_tokens(const Sizes& s) {
+  std::vector<int> tokens(s.N());
+  if (s.shard.empty()) {
+    for (size_t i = 0; i < s.N(); i++) tokens[i] = static_cast<int>((i * 7919) % s.V);
+    return tokens;
+  }
+  const std::vector<uint16_t> ids = llmc::read_shard_token_range(s.shard, 0, static_cast<int64_t>(s.N()));
+  for (size_t i = 0; i < s.N(); i++) tokens[i] = ids[i] % s.V;
+  return tokens;
+}
+
+// What the embedding backward's plan makes of the batch: how long the longest serial sum of one thread is,
+// against the per-token kernel it replaced (one thread summed every position of its token). Returns the plan.
+llmc::EncoderBackwardPlan print_encoder_plan(const Sizes& s, const std::vector<int>& tokens, std::vector<int>& table) {
+  std::vector<int> counts;
+  table.assign(llmc::encoder_backward_table_ints(static_cast<int>(s.N())), 0);
+  const llmc::EncoderBackwardPlan plan =
+      llmc::build_encoder_backward_plan(tokens.data(), static_cast<int>(s.N()), s.V, table.data(), counts);
+  std::printf("# encoder_backward plan (%s): %d positions, %d distinct tokens, the most frequent at %d positions, "
+              "%d runs crossing chunks of %d; longest serial sum per thread %d adds (per-token kernel: %d)\n",
+              s.shard.empty() ? "ids spread evenly" : s.shard.c_str(), plan.positions, plan.distinct,
+              plan.longest_run, plan.crossing_runs, llmc::kEncoderChunk, llmc::encoder_backward_serial_adds(plan),
+              plan.longest_run);
+  return plan;
+}
 
 Buffers allocate_buffers(Arena& arena, const Sizes& s) {
   const size_t N = s.N(), C = static_cast<size_t>(s.C), Vp = static_cast<size_t>(s.Vp()),
                BNHTT = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
   Buffers b;
-  b.tokens_host.resize(N);
-  for (size_t i = 0; i < N; i++) b.tokens_host[i] = static_cast<int>((i * 7919) % s.V);
+  b.tokens_host = batch_tokens(s);
   b.tokens = arena.upload(b.tokens_host);
   b.wte = arena.make<floatX>(Vp * C, 0.02f);
   b.wpe = arena.make<floatX>(static_cast<size_t>(s.T) * C, 0.02f);
@@ -91,10 +122,14 @@ Buffers allocate_buffers(Arena& arena, const Sizes& s) {
   b.mean = arena.make<float>(N);
   b.rstd = arena.make<float>(N, 0.5f);
   b.losses = arena.make<float>(N);
-  b.scratch_floats = std::max({llmc::layernorm_backward_scratch_floats(static_cast<int>(N), s.C),
-                               llmc::matmul_backward_scratch_floats(static_cast<int>(N), std::max(s.Vp(), 4 * s.C)),
-                               llmc::global_norm_scratch_floats(static_cast<size_t>(s.params)) + 1});
+  // The reductions' scratch starts zero (their fold counters); the global norm has its own.
+  b.scratch_floats = std::max(llmc::layernorm_backward_scratch_floats(static_cast<int>(N), s.C),
+                              llmc::matmul_backward_scratch_floats(static_cast<int>(N), std::max(s.Vp(), 4 * s.C)));
   b.scratch = arena.make<float>(b.scratch_floats);
+  CUDA_CHECK(cudaMemset(b.scratch, 0, b.scratch_floats * sizeof(float)));
+  b.norm_scratch_floats = llmc::global_norm_scratch_floats(static_cast<size_t>(s.params)) + 1;
+  b.norm_scratch = arena.make<float>(b.norm_scratch_floats);
+  CUDA_CHECK(cudaMemset(b.norm_scratch, 0, b.norm_scratch_floats * sizeof(float)));
   b.all_params = arena.make<floatX>(static_cast<size_t>(s.params), 0.02f);
   b.all_grads = arena.make<floatX>(static_cast<size_t>(s.params), 0.01f);
   b.master = arena.make<float>(static_cast<size_t>(s.params), 0.02f);
@@ -154,7 +189,7 @@ void time_backward(const Timer& timer, const Sizes& s, Buffers& b, llmc::MatmulC
   });
   timer.time("layernorm_backward", 5 * nc * x, 0, [&] {
     llmc::layernorm_backward(b.dact, b.dln_weight, b.dln_bias, b.act2, b.act, b.ln_weight, b.mean, b.rstd, N, C,
-                             b.scratch, b.scratch_floats, stream);
+                             true, true, b.scratch, b.scratch_floats, stream);
   });
 }
 
@@ -178,22 +213,26 @@ void time_flash_attention(const Timer& timer, const Sizes& s, Arena& arena, Buff
 #endif
 }
 
-// The encoder's backward (with its host-side sort) and the per-parameter kernels of the optimizer.
-void time_parameter_kernels(const Timer& timer, const Sizes& s, Buffers& b, cudaStream_t stream) {
+// The encoder's backward (its plan built on the host beforehand, as the model does when it stages a batch)
+// and the per-parameter kernels of the optimizer.
+void time_parameter_kernels(const Timer& timer, const Sizes& s, Arena& arena, Buffers& b, cudaStream_t stream) {
   const double x = sizeof(floatX), nc = static_cast<double>(s.N()) * s.C, params = static_cast<double>(s.params);
-  llmc::EncoderBackwardWorkspace encoder_workspace(static_cast<int>(s.N()));
-  timer.time("encoder_backward (incl. host sort)", 3 * nc * x, 0, [&] {
-    llmc::encoder_backward(b.dwte, b.dwpe, b.dact, b.tokens_host.data(), s.B, s.T, s.C, encoder_workspace, stream);
+  std::vector<int> table;
+  const llmc::EncoderBackwardPlan plan = print_encoder_plan(s, b.tokens_host, table);
+  int* device_table = arena.upload(table);
+  float* partials = arena.make<float>(llmc::encoder_backward_partial_floats(static_cast<int>(s.N()), s.C));
+  timer.time("encoder_backward", 3 * nc * x, 0, [&] {
+    llmc::encoder_backward(b.dwte, b.dwpe, b.dact, device_table, plan, s.B, s.T, s.T, s.C, true, partials, stream);
   });
   timer.time("global_norm_squared (all params)", params * x, 0, [&] {
-    llmc::global_norm_squared(b.scratch + b.scratch_floats - 1, b.all_grads, static_cast<size_t>(s.params), false,
-                              b.scratch, b.scratch_floats - 1, stream);
+    llmc::global_norm_squared(b.norm_scratch + b.norm_scratch_floats - 1, b.all_grads, static_cast<size_t>(s.params),
+                              false, b.norm_scratch, b.norm_scratch_floats - 1, stream);
   });
   timer.time("adamw_update (all params)", params * (2 * x + 6 * 4), 0, [&] {
     llmc::adamw_update(b.all_params, b.master, b.all_grads, b.moment1, b.moment2, static_cast<size_t>(s.params), 1,
                        1e-4f, llmc::AdamWSettings(), 1.0f, stream);
   });
-  CUDA_CHECK(cudaStreamSynchronize(stream));  // the workspace's host buffers are read until then
+  CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace
@@ -208,12 +247,20 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", s.V, "vocabulary size V (padded to a multiple of 128)")->check(CLI::PositiveNumber);
   app.add_option("--params", s.params, "parameter count for AdamW and the global norm")->check(CLI::PositiveNumber);
   app.add_option("--repeats", s.repeats, "timed calls per kernel")->check(CLI::PositiveNumber);
+  app.add_option("--shard", s.shard, "token shard whose first B*T tokens are the batch (default: ids spread evenly)");
+  app.add_flag("--encoder-plan", s.encoder_plan_only,
+               "only print the embedding backward's plan of the batch (no kernel runs: any size, any build)");
   CLI11_PARSE(app, argc, argv);
   if (s.C % s.NH != 0) {
     std::fprintf(stderr, "bench_kernels: --channels %d is not divisible by --heads %d\n", s.C, s.NH);
     return 2;
   }
   try {
+    if (s.encoder_plan_only) {
+      std::vector<int> table;
+      print_encoder_plan(s, batch_tokens(s), table);
+      return 0;
+    }
     std::printf("bench_kernels (%s): B=%d T=%d C=%d NH=%d V=%d (Vp=%d) params=%lld, %d repeats\n",
                 llmc::kPrecisionName, s.B, s.T, s.C, s.NH, s.V, s.Vp(), s.params, s.repeats);
     cudaStream_t stream;
@@ -225,7 +272,7 @@ int main(int argc, char** argv) {
     time_forward(timer, s, buffers, matmul, stream);
     time_backward(timer, s, buffers, matmul, stream);
     time_flash_attention(timer, s, arena, buffers, stream);
-    time_parameter_kernels(timer, s, buffers, stream);
+    time_parameter_kernels(timer, s, arena, buffers, stream);
     CUDA_CHECK(cudaStreamDestroy(stream));
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_kernels: %s\n", error.what());

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Mutation tests of the speedrun kernels: runs the kernel-mutant test binary (the speedrun kernel tests
-built with LLMC_KERNEL_MUTANTS, emulated fp32) once with no mutant, where the tests must pass, and once per
+"""Mutation tests of the kernels: runs the kernel-mutant test binary (the speedrun kernel tests and those of
+the GPT-2 kernels with mutant sites, built with LLMC_KERNEL_MUTANTS, emulated fp32) once with no mutant, where the tests must pass, and once per
 mutant (LLMC_KERNEL_MUTANT=name, one plausible bug switched on in llmc/kernels), where the tests that guard
 that kernel must fail. Also checks that every LLMC_MUTANT site in the kernel sources has an entry here.
 Exit 0 when every mutant is caught, 1 otherwise.
@@ -29,6 +29,16 @@ MUTANTS = {
     "embedding.drop_first_partial": "EmbeddingKernel.ScatterAdd*",     # a crossing run loses its first chunk
     "simple_attention.window_plus_one": "SimpleAttentionKernel.*",     # the window admits one key too many
     "scalar_vector.overwrite": "ScalarVectorKernel.*",                 # gradients overwritten, not added
+    # the GPT-2 kernels of issue 15
+    "fold.keeps_group_counter": "LayerNormKernel.Backward*:BiasGradKernel.*",  # the next launch never finishes
+    "layernorm_backward.uninitialised_accumulators": "LayerNormKernel.Backward*",  # shared sums not zeroed
+    "column_sums.no_barrier": "BiasGradKernel.*",                      # warp sums read before they are written
+    "encoder_backward.ignores_crossing_end": "EncoderKernel.Backward*",  # a run's first chunk added as if whole
+    "softmax.exp2_without_log2e": "ClassifierKernel.LossAndInPlace*",  # exp2(x - max) for exp(x - max)
+    "mean_of_losses.drops_last_warp": "ClassifierKernel.MeanOfLosses*",  # the step loss misses 1/32 of the rows
+    "global_norm.first_segment_only": "GlobalNormKernel.MatchesDoubleSum*",  # later buckets left out of the norm
+    "clip_scale.scales_infinity": "GlobalNormKernel.ClipScale",        # an infinite norm zeroes the update
+    "adamw.first_segment_decay": "AdamWKernel.SegmentsInOneLaunch*",   # one weight decay for the whole shard
 }
 
 

@@ -76,6 +76,97 @@ TEST_P(GemmTest, BatchedTransposedMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllTransposes, GemmTest, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
+// D (M,N) (+)= A (M,K) @ B (K,N) in double, for the plan tests.
+std::vector<double> reference_product(const std::vector<double>& a, const std::vector<double>& b,
+                                      const std::vector<double>& d_initial, int M, int N, int K, double beta) {
+  std::vector<double> expected(static_cast<size_t>(M) * N);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double sum = 0.0;
+      for (int k = 0; k < K; k++) sum += a[static_cast<size_t>(i) * K + k] * b[static_cast<size_t>(k) * N + j];
+      const size_t index = static_cast<size_t>(i) * N + j;
+      expected[index] = sum + beta * d_initial[index];
+    }
+  return expected;
+}
+
+// A plan is built on the first call with a key only; later calls with equal keys reuse it and give the same
+// bits, and every part of the key (transposition, accumulation, epilogue, alignment) makes a new plan.
+TEST(GemmPlans, BuiltOncePerKeyAndReused) {
+  LLMC_REQUIRE_GPU();
+  const int M = 24, N = 40, K = 16;
+  std::mt19937 rng(520);
+  const std::vector<double> a = random_values(static_cast<size_t>(M) * K + 8, rng),
+                            b = random_values(static_cast<size_t>(K) * N, rng),
+                            bias = random_values(N, rng);
+  DeviceBuffer<floatX> d_a(a.size()), d_b(b.size()), d_bias(N), d_d(static_cast<size_t>(M) * N);
+  d_a.upload(a);
+  d_b.upload(b);
+  d_bias.upload(bias);
+  llmc::MatmulContext context;
+  llmc::GemmArgs g;
+  g.d = d_d.get();
+  g.a = d_a.get();
+  g.b = d_b.get();
+  g.m = M;
+  g.n = N;
+  g.k = K;
+  std::vector<std::vector<floatX>> results;
+  for (int call = 0; call < 3; call++) {
+    llmc::gemm(context, g, nullptr);
+    results.push_back(d_d.download_raw());
+  }
+  EXPECT_EQ(context.plans().builds(), 1);
+  EXPECT_TRUE(bitwise_equal(results[0], results[1]) && bitwise_equal(results[0], results[2]));
+  const std::vector<double> a_rows(a.begin(), a.begin() + static_cast<long>(M) * K);
+  EXPECT_TRUE(all_close(d_d.download(), reference_product(a_rows, b, std::vector<double>(M * N, 0.0), M, N, K, 0.0),
+                        tolerance(1, K)));
+  llmc::GemmArgs accumulate = g, with_bias = g, misaligned = g;
+  accumulate.beta = 1.0f;
+  with_bias.bias = d_bias.get();
+  misaligned.a = d_a.get() + 1;  // 2-byte (bf16) or 4-byte (fp32) aligned instead of 256
+  for (const llmc::GemmArgs& variant : {accumulate, with_bias, misaligned}) llmc::gemm(context, variant, nullptr);
+  EXPECT_EQ(context.plans().builds(), 4);
+  llmc::gemm(context, g, nullptr);
+  EXPECT_EQ(context.plans().builds(), 4) << "the first key's plan was built again";
+  EXPECT_EQ(context.plans().size(), 4u);
+}
+
+// kFastest times its candidates at the first call (on a GPU; the emulated build has nothing to time): the
+// timed runs must leave no trace in D, also when D is accumulated into (beta = 1: D saved and restored),
+// and the later calls with the chosen algorithm give the same product. Few output tiles and a long K: the
+// shape of the weight gradients that get split-K candidates.
+TEST(GemmPlans, FastestSelectionKeepsResults) {
+  LLMC_REQUIRE_GPU();
+  const int M = 64, N = 64, K = 4096;
+  std::mt19937 rng(530);
+  const std::vector<double> a = random_values(static_cast<size_t>(M) * K, rng),
+                            b = random_values(static_cast<size_t>(K) * N, rng),
+                            d_initial = random_values(static_cast<size_t>(M) * N, rng);
+  const std::vector<double> expected = reference_product(a, b, d_initial, M, N, K, 1.0);
+  DeviceBuffer<floatX> d_a(a.size()), d_b(b.size()), d_d(d_initial.size());
+  d_a.upload(a);
+  d_b.upload(b);
+  llmc::MatmulContext context(llmc::MatmulContext::kDefaultWorkspaceBytes, 0, llmc::GemmAlgoSelection::kFastest);
+  llmc::GemmArgs g;
+  g.d = d_d.get();
+  g.a = d_a.get();
+  g.b = d_b.get();
+  g.m = M;
+  g.n = N;
+  g.k = K;
+  g.beta = 1.0f;
+  for (int call = 0; call < 3; call++) {  // the first call times; the timings are read by a later one
+    SCOPED_TRACE("call " + std::to_string(call));
+    d_d.upload(d_initial);
+    llmc::gemm(context, g, nullptr);
+    // One rounding of the fp32 sum of K products plus D; a split-K algorithm sums in another order, which
+    // the same bound covers.
+    EXPECT_TRUE(all_close(d_d.download(), expected, tolerance(1, K + 1)));
+  }
+  EXPECT_EQ(context.plans().builds(), 1);
+}
+
 // D = alpha * A @ B + beta * C with C separate from D (batched): C must be read, not written, and D's
 // previous contents must not leak in (D starts as NaN).
 TEST(GemmWrapper, SeparateAddendIsReadNotWritten) {
@@ -199,6 +290,7 @@ TEST(MatmulKernel, BackwardMatchesReferenceAndIsDeterministic) {
   DeviceBuffer<floatX> d_dinp(static_cast<size_t>(N) * C), d_dweight(static_cast<size_t>(OC) * C), d_dbias(OC);
   const size_t scratch_floats = llmc::matmul_backward_scratch_floats(N, OC);
   DeviceBuffer<float> d_scratch(scratch_floats);
+  d_scratch.fill_zero();  // the bias gradient's fold counters start at zero (every call leaves them so)
   d_inp.upload(data.inp);
   d_weight.upload(data.weight);
   d_dout.upload(dout);
@@ -250,6 +342,7 @@ TEST(MatmulKernel, BackwardThroughGeluMatchesReference) {
   DeviceBuffer<floatX> d_dinp(static_cast<size_t>(N) * C), d_dweight(static_cast<size_t>(OC) * C);
   const size_t scratch_floats = llmc::matmul_backward_scratch_floats(N, OC);
   DeviceBuffer<float> d_scratch(scratch_floats);
+  d_scratch.fill_zero();  // the bias gradient's fold counters start at zero (every call leaves them so)
   d_pre.upload(pre);
   d_inp.upload(data.inp);
   d_weight.upload(data.weight);

@@ -102,7 +102,7 @@ void expect_model_matches_reference(const GPT2Config& config, int B, uint64_t pa
   reference.backward();
 
   model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / (B * T));
-  model.backward(batch.inputs.data(), true);
+  model.backward(true);
   EXPECT_NEAR(model.mean_loss(1), ref_loss, kLossTolerance * ref_loss);
   expect_grads_close(model.layout(), model.download_grads(), reference.grads);
 }
@@ -139,7 +139,7 @@ TEST_F(GPT2Model, GradientsAccumulateOverMicroStepsAndBucketsReportInOrder) {
     ref_loss_sum += reference.forward(batch.inputs.data(), batch.targets.data(), B, T);
     reference.backward();
     model.forward(batch.inputs.data(), batch.targets.data(), micro, true, 1.0f / (B * T * micro_steps));
-    model.backward(batch.inputs.data(), micro == 0, [&](int bucket) { reported.push_back(bucket); });
+    model.backward(micro == 0, [&](int bucket) { reported.push_back(bucket); });
   }
   // The reference sums per-micro-step mean-loss gradients; the model scales each by 1/micro_steps.
   for (double& g : reference.grads) g /= micro_steps;
@@ -164,7 +164,7 @@ TEST_F(GPT2Model, TwoRunsAreBitwiseIdentical) {
     GPT2 model(config, 1, B, T, 1, stream);
     model.upload_params(test_params(model.layout(), 9));
     model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / (B * T));
-    model.backward(batch.inputs.data(), true);
+    model.backward(true);
     const std::vector<float> grads = model.download_grads();
     if (run == 0) {
       first_grads = grads;
@@ -174,6 +174,43 @@ TEST_F(GPT2Model, TwoRunsAreBitwiseIdentical) {
       EXPECT_TRUE(grads == first_grads) << "gradients differ between two identical runs";
     }
   }
+}
+
+// The first micro-step overwrites every gradient (no zeroing pass): a step after another step on a different
+// batch leaves exactly the gradients of a fresh model (padding and the wpe rows past T included), and two
+// loss results can be in flight at once.
+TEST_F(GPT2Model, FirstMicroStepOverwritesEveryGradient) {
+  const GPT2Config config = config_from_name("tiny");
+  const int B = 2, T = 16;
+  const Batch first = random_batch(B, T, config.vocab_size, 21), second = random_batch(B, T, config.vocab_size, 22);
+  GPT2 fresh(config, 1, B, T, 1, stream);
+  fresh.upload_params(test_params(fresh.layout(), 23));
+  fresh.forward(second.inputs.data(), second.targets.data(), 0, true, 1.0f / (B * T));
+  fresh.backward(true);
+  const double fresh_loss = fresh.mean_loss(1);
+
+  GPT2 model(config, 1, B, T, 1, stream);
+  model.upload_params(test_params(model.layout(), 23));
+  model.forward(first.inputs.data(), first.targets.data(), 0, true, 1.0f / (B * T));
+  model.backward(true);
+  model.enqueue_mean_loss(1, 0);
+  model.forward(second.inputs.data(), second.targets.data(), 0, true, 1.0f / (B * T));
+  model.backward(true);
+  model.enqueue_mean_loss(1, 1);
+  EXPECT_NE(model.read_mean_loss(0), model.read_mean_loss(1));
+  EXPECT_EQ(model.read_mean_loss(1), fresh_loss);
+  EXPECT_TRUE(model.download_grads() == fresh.download_grads());
+}
+
+TEST_F(GPT2Model, BackwardNeedsATrainingForward) {
+  const GPT2Config config = config_from_name("tiny");
+  const int B = 1, T = 8;
+  GPT2 model(config, 1, B, T, 1, stream);
+  model.upload_params(test_params(model.layout(), 29));
+  const Batch batch = random_batch(B, T, config.vocab_size, 31);
+  model.forward(batch.inputs.data(), batch.targets.data(), 0, false, 0.0f);
+  EXPECT_THROW(model.backward(true), std::logic_error);
+  EXPECT_THROW(model.enqueue_mean_loss(1, 2), std::out_of_range);
 }
 
 TEST_F(GPT2Model, ValidationForwardLeavesLogitsAndGivesTheSameLoss) {

@@ -168,7 +168,7 @@ void expect_model_matches_reference(const SpeedrunConfig& config, int short_bloc
 
   const float dloss = 1.0f / static_cast<float>(model.seq_len());  // a mean, as the trainer passes it
   model.forward(batch.inputs.data(), batch.targets.data(), 0, true, dloss);
-  model.backward(batch.inputs.data(), true);
+  model.backward(true);
   const double mean_ref_loss = ref_loss / model.seq_len();
   EXPECT_NEAR(model.mean_loss(1), mean_ref_loss, kLossTolerance * mean_ref_loss);
   expect_grads_close(model.layout(), model.download_grads(), reference.grads, dloss);
@@ -217,7 +217,7 @@ TEST_F(SpeedrunModelTest, GradientsAccumulateAndBucketsReportInBackwardOrder) {
     ref_loss_sum += reference_forward(reference, model, batch);
     reference.backward(1.0);
     model.forward(batch.inputs.data(), batch.targets.data(), micro, true, dloss);
-    model.backward(batch.inputs.data(), micro == 0, [&](int bucket) { reported.push_back(bucket); });
+    model.backward(micro == 0, [&](int bucket) { reported.push_back(bucket); });
   }
   const double mean = ref_loss_sum / (model.seq_len() * micro_steps);
   EXPECT_NEAR(model.mean_loss(micro_steps), mean, kLossTolerance * mean);
@@ -244,7 +244,7 @@ TEST_F(SpeedrunModelTest, TwoRunsAreBitwiseIdenticalAndValidationGivesTheSameLos
     const double validation_loss = model.mean_loss(1);
     model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
     EXPECT_EQ(model.mean_loss(1), validation_loss);
-    model.backward(batch.inputs.data(), true);
+    model.backward(true);
     const std::vector<float> grads = model.download_grads();
     if (run == 0) {
       first_grads = grads;
@@ -264,7 +264,7 @@ TEST_F(SpeedrunModelTest, FreshModelLossIsLnVAndOnlyTheHeadHasGradients) {
   model.upload_params(init_speedrun_params(model.layout(), 1337));
   const Batch batch = random_batch(model.seq_len(), config.vocab_size, 77);
   model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
-  model.backward(batch.inputs.data(), true);
+  model.backward(true);
   // Per token: log(sum of V equal terms) in fp32: V roundings of the sum plus the log's, ~(V + 2) u32 relative.
   const double ln_v = std::log(static_cast<double>(config.vocab_size));
   EXPECT_NEAR(model.mean_loss(1), ln_v, (config.vocab_size + 2) * 0x1p-24 * ln_v);

@@ -114,8 +114,9 @@ class TrainSteps : public ::testing::Test {
     if (stream_) CUDA_CHECK(cudaStreamDestroy(stream_));
   }
 
-  // The trainer's step, as train_gpt2.cu runs it with one micro-step: forward (waiting per bucket for
-  // the last update), begin_step, backward with the optimizer's bucket hook, finish_step.
+  // The trainer's step, as llmc/train/train_step.cu enqueues it with one micro-step: forward (waiting per
+  // bucket for the last update), before_first_backward, begin_step, backward with the optimizer's bucket
+  // hook, finish_step.
   Trajectory device_steps(const GPT2Config& config, const std::vector<Batch>& batches, int B, int T,
                           const StepSettings& s) {
     GPT2 model(config, comm_->world_size(), B, T, 1, stream_);
@@ -132,11 +133,12 @@ class TrainSteps : public ::testing::Test {
       const Batch& batch = batches[step - 1];
       model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / static_cast<float>(B * T),
                     optimizer.before_bucket_use());
+      optimizer.before_first_backward();
       optimizer.begin_step(static_cast<int>(step), static_cast<float>(s.lr));
-      model.backward(batch.inputs.data(), true, optimizer.on_bucket_ready());
+      model.backward(true, optimizer.on_bucket_ready());
       optimizer.finish_step();
       out.losses.push_back(model.mean_loss(1));
-      out.grad_norms.push_back(optimizer.last_grad_norm());
+      out.grad_norms.push_back(optimizer.grad_norm(static_cast<int>(step)));
     }
     std::vector<float> master, m, v;
     optimizer.download_state(master, m, v);  // one rank: its shards are the whole buffer, in layout order

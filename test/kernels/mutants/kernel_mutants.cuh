@@ -3,8 +3,9 @@
 // accumulator, a misaligned float4, a read of another block's output. Mutation::kNone is the faithful
 // copy (the control: it must pass with no report). test_mutants.cu proves each mutant fails.
 // Copied from (keep in step): llmc/kernels/flash_attention.cuh (forward_kernel),
-// llmc/kernels/global_norm.cuh (squared_sum_partials_kernel + sum_partials_kernel),
-// llmc/kernels/reduction.cuh (block_reduce_sum), llmc/kernels/residual.cuh (residual_forward_kernel).
+// llmc/kernels/reduction.cuh (block_reduce_sum), llmc/kernels/residual.cuh (residual_forward_kernel); the
+// squared sum is global_norm.cuh's former two-stage form (squared_sum_partials_kernel + sum_partials_kernel,
+// before issue 15 finished the sum inside one launch), kept here whole as the mutants' subject.
 #pragma once
 
 #include <cstddef>
@@ -123,7 +124,18 @@ __device__ float warp_reduce_through_shared(float value, float* warp_slots) {
   return value;
 }
 
-// llmc::squared_sum_partials_kernel (one partial per block), with llmc::sum_partials_kernel fused in for
+// The former second stage: one block of BlockSize threads, out[0] = (accumulate ? out[0] : 0) + the sum of
+// the partials, each thread summing a fixed slice.
+template <int BlockSize>
+__global__ void sum_partials_kernel(float* out, const float* partials, int count, bool accumulate) {
+  __shared__ float warp_totals[32];
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < count; i += BlockSize) sum += partials[i];
+  sum = llmc::block_reduce_sum(sum, warp_totals);
+  if (threadIdx.x == 0) out[0] = accumulate ? out[0] + sum : sum;
+}
+
+// The former llmc::squared_sum_partials_kernel (one partial per block), with sum_partials_kernel fused in for
 // the mutants that accumulate across blocks (kUninitialisedAccumulator never zeroes the per-thread sum): kNonAtomicAccumulation adds each block's partial to
 // total[0] directly, kReadsOtherBlocksOutput has the last block sum the other blocks' partials.
 template <Mutation M>

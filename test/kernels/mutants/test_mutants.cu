@@ -83,7 +83,7 @@ TEST(Mutants, FlashForwardWithoutTheBarrierAfterTileFillFails) {
 
 #endif  // !LLMC_FP32
 
-// The squared-sum copy over 40 blocks of 256, its total finished by the real second stage where the
+// The squared-sum copy over 40 blocks of 256, its total finished by the copied second stage where the
 // copy does not compute it itself. Inputs are multiples of 1/4 below 2: every square and every partial
 // sum is exact in fp32, so the total equals the double sum in any summation order.
 struct SquaredSum {
@@ -106,7 +106,7 @@ SquaredSum run_squared_sum() {
   LLMC_LAUNCH(mutants::squared_sum_kernel<M>, kBlocks, kBlock, 0, nullptr, d_partials.get(), d_total.get(),
               d_data.get(), n);
   if (M == Mutation::kNone || M == Mutation::kNoSyncwarp || M == Mutation::kUninitialisedAccumulator) {
-    LLMC_LAUNCH(llmc::sum_partials_kernel<kBlock>, 1, kBlock, 0, nullptr, d_total.get(),
+    LLMC_LAUNCH(mutants::sum_partials_kernel<kBlock>, 1, kBlock, 0, nullptr, d_total.get(),
                 static_cast<const float*>(d_partials.get()), kBlocks, false);
   }
   result.total = static_cast<float>(d_total.download()[0]);
@@ -193,6 +193,7 @@ void producer_consumer_kernels(bool wait_for_event) {
   DeviceBuffer<floatX> a(n), b(n), sum(n);
   const size_t scratch_floats = llmc::global_norm_scratch_floats(n);
   DeviceBuffer<float> scratch(scratch_floats), squared(1);
+  scratch.fill_zero();  // the fold's counters
   a.fill_zero();
   b.fill_zero();
   CUDA_CHECK(cudaDeviceSynchronize());

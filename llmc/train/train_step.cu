@@ -1,0 +1,71 @@
+// One optimizer step (see train_step.h).
+#include "llmc/train/train_step.h"
+
+#include <string>
+#include <utility>
+
+namespace llmc {
+namespace {
+
+// Wraps the optimizer's bucket hook so that the backward shows up on the compute track as one slice per
+// bucket, each ending where that bucket's gradients become final (buckets finish in decreasing order).
+class BackwardTracing {
+ public:
+  BackwardTracing(Tracer& tracer, const TrainableModel& model, BucketHook inner)
+      : tracer_(tracer), model_(model), inner_(std::move(inner)) {
+    begin_slice(model_.layout().num_buckets() - 1);
+  }
+  BucketHook hook() {
+    return [this](int bucket) {
+      tracer_.end(open_, model_.stream());
+      if (inner_) inner_(bucket);
+      if (bucket != 0) begin_slice(bucket - 1);
+    };
+  }
+
+ private:
+  void begin_slice(int bucket) {
+    open_ = tracer_.begin(model_.stream(), TraceTrack::kCompute, "backward " + model_.bucket_name(bucket),
+                          {{"bucket", bucket}});
+  }
+  Tracer& tracer_;
+  const TrainableModel& model_;
+  BucketHook inner_;
+  Tracer::SliceId open_ = 0;
+};
+
+}  // namespace
+
+void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch) {
+  TrainableModel& model = parts.model;
+  BucketOptimizer& optimizer = parts.optimizer;
+  const float dloss =
+      1.0f / static_cast<float>(static_cast<int64_t>(batch.inputs.size()) * parts.grad_accum);  // the loss is a mean
+  for (int micro = 0; micro < parts.grad_accum; micro++) {
+    const bool last_micro = micro == parts.grad_accum - 1;
+    parts.train_loader.next_batch(batch.inputs.data(), batch.targets.data());
+    const Tracer::SliceId forward_slice =
+        parts.tracer.begin(model.stream(), TraceTrack::kCompute, "forward", {{"micro_step", micro}});
+    model.forward(batch.inputs.data(), batch.targets.data(), micro, /*compute_dlogits=*/true, dloss,
+                  optimizer.before_bucket_use());
+    parts.tracer.end(forward_slice, model.stream());
+    if (micro == 0) optimizer.before_first_backward();
+    if (last_micro) optimizer.begin_step(step, lr);
+    BackwardTracing backward_tracing(parts.tracer, model, last_micro ? optimizer.on_bucket_ready() : BucketHook());
+    model.backward(/*first_micro_step=*/micro == 0, backward_tracing.hook());
+  }
+  optimizer.finish_step();
+  model.enqueue_mean_loss(parts.grad_accum, step % 2);
+}
+
+StepResult read_train_step(StepParts& parts, int step) {
+  const double loss = parts.comm.all_reduce_mean(parts.model.read_mean_loss(step % 2));
+  return StepResult{loss, parts.optimizer.grad_norm(step)};
+}
+
+StepResult train_step(StepParts& parts, int step, float lr, Batch& batch) {
+  enqueue_train_step(parts, step, lr, batch);
+  return read_train_step(parts, step);
+}
+
+}  // namespace llmc
