@@ -543,7 +543,7 @@ class Watchdog(MultiRankCase):
         self.assertRegex(run.output(),
                          r"(?m)^rank 0: watchdog: (step|checkpoint after step) (\d+) has not finished after [\d.]+s "
                          r"\(limit 5s, --timeout 5s\); "
-                         r"(waiting for (reduce_scatter|all_gather) of bucket \d+ \([\w ]+\)|"
+                         r"(waiting for (reduce_scatter|all_gather) of bucket \d+ \([\w +]+\)|"
                          r"waiting for all_reduce of the gradient norm|no collective is unfinished on this rank's "
                          r"device \(the host waits\)).*; ending all ranks$")
         resumed = self.train("stalled", 2, common_args(20) + ["-b", "2", "--resume", "latest"])
