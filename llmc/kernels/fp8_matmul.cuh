@@ -76,9 +76,10 @@ inline void set_fp8_scale(cublasLtMatmulDesc_t operation, cublasLtMatmulDescAttr
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(operation, attribute, &pointer, sizeof(pointer)));
 }
 
-inline void fp8_gemm(MatmulContext& context, const Fp8GemmArgs& g, cudaStream_t stream) {
-  validate_fp8_gemm(g);
-  CublasLtDescriptors desc;
+// Descriptors and layouts of one FP8 call, destroyed on every exit path. They are built per call: the
+// GEMM plan cache's key (llmc/kernels/gemm_plan_cache.h) has no FP8 types, scales or accumulation mode,
+// and the head makes only three FP8 GEMMs per micro-step.
+inline void create_fp8_descriptors(GemmPlan& desc, const Fp8GemmArgs& g) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t first_op = CUBLAS_OP_T, second_op = CUBLAS_OP_N;
   CUBLAS_CHECK(
@@ -93,25 +94,24 @@ inline void fp8_gemm(MatmulContext& context, const Fp8GemmArgs& g, cudaStream_t 
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.first, g.b_type, g.k, g.n, g.k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.second, g.a_type, g.k, g.m, g.k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.output, g.d_type, g.n, g.m, g.n));
+}
 
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
-  const size_t workspace_bytes = context.workspace_bytes();
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &workspace_bytes, sizeof(workspace_bytes)));
-  const uint32_t alignments[] = {pointer_alignment(g.b), pointer_alignment(g.a), pointer_alignment(g.d),
-                                 pointer_alignment(g.d)};
-  const cublasLtMatmulPreferenceAttributes_t alignment_attributes[] = {
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-  for (int i = 0; i < 4; i++)
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, alignment_attributes[i], &alignments[i],
-                                                      sizeof(alignments[i])));
+inline void fp8_gemm(MatmulContext& context, const Fp8GemmArgs& g, cudaStream_t stream) {
+  validate_fp8_gemm(g);
+  GemmPlan desc;
+  create_fp8_descriptors(desc, g);
+  cublaslt::Preference preference;
+  preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, context.workspace_bytes());
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, pointer_alignment(g.b));  // cuBLASLt's A is our B
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, pointer_alignment(g.a));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, pointer_alignment(g.d));
+  preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, pointer_alignment(g.d));
 
   cublasLtMatmulHeuristicResult_t heuristic = {};
   int found = 0;
   const cublasStatus_t heuristic_status =
       cublasLtMatmulAlgoGetHeuristic(context.handle(), desc.operation, desc.first, desc.second, desc.output,
-                                     desc.output, desc.preference, 1, &heuristic, &found);
+                                     desc.output, preference.handle, 1, &heuristic, &found);
   if (heuristic_status == CUBLAS_STATUS_NOT_SUPPORTED || (heuristic_status == CUBLAS_STATUS_SUCCESS && found == 0))
     throw std::runtime_error(std::string("fp8_gemm: cuBLASLt has no FP8 kernel for ") + fp8_gemm_type_name(g.a_type) +
                              " x " + fp8_gemm_type_name(g.b_type) + " -> " + fp8_gemm_type_name(g.d_type) +
