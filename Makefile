@@ -6,6 +6,9 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# GPU test binaries and benchmarks (nvcc) only where a GPU can run them; CUDA_TESTS=ON builds them anyway
+# (docs/testing.md#budget). The programs are compiled with nvcc either way.
+CUDA_TESTS ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo ON || echo OFF)
 
 .PHONY: all deps configure test test-asan test-tsan test-fma fuzz run clean
 
@@ -16,7 +19,7 @@ deps:
 	@bash scripts/install_deps.sh
 
 configure: deps
-	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DLLMC_CUDA_TESTS=$(CUDA_TESTS) $(CMAKE_FLAGS) >/dev/null
 
 # Sanitizer builds compile only the emulated test binaries they run (docs/emulation.md). make test runs
 # the emulation's own tests and the bf16 kernel tests under AddressSanitizer, and the emulation's tests

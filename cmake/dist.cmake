@@ -51,7 +51,7 @@ endforeach()
 set_tests_properties(comm_collectives_emu_np1 comm_collectives_emu_np2 comm_collectives_emu_np4
   PROPERTIES LABELS comm TIMEOUT 60 ENVIRONMENT "${LLMC_MPI_ROOT_ENV}")
 
-if(LLMC_HAVE_CUDA)
+if(LLMC_BUILD_CUDA_TESTS)
   # Real NCCL: one rank (several NCCL ranks cannot share one GPU); "skipped: no GPU" without one.
   add_executable(comm_collectives_cuda test/dist/test_collectives.cu test/dist/comm_test_main.cpp)
   set_target_properties(comm_collectives_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")

@@ -1,6 +1,6 @@
 # cmake/emu.cmake: the CUDA-on-CPU emulation library (llmc_emu) and the helpers that build one
 # .cu source both ways: with g++ against llmc_emu (target NAME_emu, always) and with nvcc
-# (target NAME_cuda / NAME, when LLMC_HAVE_CUDA). Also the emulation's own tests and benchmark.
+# (target NAME_cuda / NAME, when LLMC_HAVE_CUDA; GPU tests and benchmarks when LLMC_BUILD_CUDA_TESTS). Also the emulation's own tests and benchmark.
 
 add_library(llmc_emu STATIC
   llmc/emu/block_runner.cpp
@@ -35,9 +35,14 @@ endif()
 # test is skipped ("skipped: no GPU"), never silently passed.
 add_library(llmc_gpu_test_main_emu STATIC test/support/gpu_test_main.cpp)
 target_link_libraries(llmc_gpu_test_main_emu PUBLIC llmc_emu GTest::gtest)
-if(LLMC_HAVE_CUDA)
+if(LLMC_BUILD_CUDA_TESTS)
   add_library(llmc_gpu_test_main_cuda STATIC test/support/gpu_test_main.cpp)
   target_link_libraries(llmc_gpu_test_main_cuda PUBLIC llmc_flags CUDA::cudart GTest::gtest)
+elseif(LLMC_HAVE_CUDA)
+  # Said once, as a skipped test, rather than silently: the GPU twins exist but were not built.
+  add_test(NAME gpu_test_binaries
+    COMMAND sh -c "echo 'skipped: no GPU: the GPU test binaries and benchmarks are not built (LLMC_CUDA_TESTS=OFF; make CUDA_TESTS=ON builds them)'; exit 77")
+  set_tests_properties(gpu_test_binaries PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
 endif()
 
 # Writes, for each .cu in SOURCES, a .cpp under the build tree that #includes it, so g++ compiles
@@ -63,7 +68,7 @@ endfunction()
 
 # llmc_add_cu_test(NAME n SOURCES a.cu b.cpp ... [LIBS ...] [EMU_LIBS ...] [CUDA_LIBS ...]
 #                  [LABELS ...] [TIMEOUT seconds] [ALSO_SCHEDULES reverse|drift ...] [EMU_ONLY])
-# Builds n_emu (g++ + llmc_emu) and, when nvcc is present and EMU_ONLY is not given, n_cuda
+# Builds n_emu (g++ + llmc_emu) and, when LLMC_BUILD_CUDA_TESTS and EMU_ONLY is not given, n_cuda
 # (LLMC_CUDA_TEST_ARCHITECTURES, cudart and cuBLASLt). Both are GoogleTest binaries registered with CTest under the given labels (the CUDA
 # one also gets label "cuda"); test names are prefixed "n_emu." and "n_cuda.".
 # ALSO_SCHEDULES registers n_emu again for each schedule named ("n_emu_drift." ...), run with
@@ -95,7 +100,7 @@ function(llmc_add_cu_test)
     endif()
     gtest_discover_tests(${ARG_NAME}_emu TEST_PREFIX "${prefix}" DISCOVERY_MODE PRE_TEST PROPERTIES ${properties})
   endforeach()
-  if(LLMC_HAVE_CUDA AND NOT ARG_EMU_ONLY)
+  if(LLMC_BUILD_CUDA_TESTS AND NOT ARG_EMU_ONLY)
     add_executable(${ARG_NAME}_cuda ${ARG_SOURCES})
     set_target_properties(${ARG_NAME}_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")
     target_include_directories(${ARG_NAME}_cuda PRIVATE ${CMAKE_SOURCE_DIR})
@@ -106,20 +111,27 @@ function(llmc_add_cu_test)
   endif()
 endfunction()
 
-# llmc_add_cu_executable(NAME n SOURCES ... [LIBS ...] [EMU_LIBS ...] [CUDA_LIBS ...] [USER_BINARY])
+# llmc_add_cu_executable(NAME n SOURCES ... [LIBS ...] [EMU_LIBS ...] [CUDA_LIBS ...] [USER_BINARY | BENCHMARK])
 # Builds n_emu (g++ + llmc_emu; always) and n (nvcc; when present). USER_BINARY puts both in the
-# repository root (llmc_user_binary).
+# repository root (llmc_user_binary). BENCHMARK: a GPU benchmark, built like the GPU tests (only with
+# LLMC_BUILD_CUDA_TESTS, for LLMC_CUDA_TEST_ARCHITECTURES).
 function(llmc_add_cu_executable)
-  cmake_parse_arguments(ARG "USER_BINARY" "NAME" "SOURCES;LIBS;EMU_LIBS;CUDA_LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "USER_BINARY;BENCHMARK" "NAME" "SOURCES;LIBS;EMU_LIBS;CUDA_LIBS" ${ARGN})
   llmc_emu_wrap_sources(emu_sources ${ARG_NAME}_emu ${ARG_SOURCES})
   add_executable(${ARG_NAME}_emu ${emu_sources})
   target_link_libraries(${ARG_NAME}_emu PRIVATE llmc_emu ${ARG_LIBS} ${ARG_EMU_LIBS})
   if(ARG_USER_BINARY)
     llmc_user_binary(${ARG_NAME}_emu)
   endif()
-  if(LLMC_HAVE_CUDA)
+  set(architectures "${LLMC_CUDA_ARCHITECTURES}")
+  set(build_cuda ${LLMC_HAVE_CUDA})
+  if(ARG_BENCHMARK)
+    set(architectures "${LLMC_CUDA_TEST_ARCHITECTURES}")
+    set(build_cuda ${LLMC_BUILD_CUDA_TESTS})
+  endif()
+  if(build_cuda)
     add_executable(${ARG_NAME} ${ARG_SOURCES})
-    set_target_properties(${ARG_NAME} PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_ARCHITECTURES}")
+    set_target_properties(${ARG_NAME} PROPERTIES CUDA_ARCHITECTURES "${architectures}")
     target_link_libraries(${ARG_NAME} PRIVATE llmc_flags CUDA::cudart CUDA::cublasLt
                           ${ARG_LIBS} ${ARG_CUDA_LIBS})
     if(ARG_USER_BINARY)

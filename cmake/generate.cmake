@@ -72,7 +72,7 @@ endif()
 
 # Generation benchmark (bench_generate on a GPU; the emulated build prints the per-token accounting and is
 # smoke-tested running the decoder at d1 so that the benchmark cannot rot).
-llmc_add_cu_executable(NAME bench_generate SOURCES test/generate/bench_generate.cu LIBS llmc_generate CLI11::CLI11
+llmc_add_cu_executable(NAME bench_generate BENCHMARK SOURCES test/generate/bench_generate.cu LIBS llmc_generate CLI11::CLI11
   EMU_LIBS llmc_model_core_bf16_emu CUDA_LIBS llmc_model_core_bf16_cuda)
 add_test(NAME generate_bench_smoke_emu
   COMMAND bench_generate_emu --model d1 --prompt-tokens 5 --new-tokens 3 --contexts 8 --run)

@@ -8,12 +8,12 @@ add_test(NAME scripts_gpu_report
 set_tests_properties(scripts_gpu_report PROPERTIES LABELS "scripts;gpukit" TIMEOUT 180
   ENVIRONMENT "LLMC_TRAIN_GPT2_EMU=$<TARGET_FILE:train_gpt2_emu>;LLMC_BENCH_KERNELS_EMU=$<TARGET_FILE:bench_kernels_emu>;LLMC_BENCH_GENERATE_EMU=$<TARGET_FILE:bench_generate_emu>")
 
-if(LLMC_HAVE_CUDA)
+if(LLMC_BUILD_CUDA_TESTS)
   # Exit 77 (skipped) where no private mount namespace can be made.
   add_test(NAME scripts_gpu_kit_dry_run
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/scripts/test_gpu_kit.py)
   set_tests_properties(scripts_gpu_kit_dry_run PROPERTIES LABELS "scripts;gpukit" TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "LLMC_BUILD_DIR=${CMAKE_BINARY_DIR};LLMC_NCCL_LIBRARY=${LLMC_NCCL_LIBRARY};LLMC_SHARED_DIR=${LLMC_SHARED_DIR}")
 else()
-  message(STATUS "gpu_kit: no CUDA targets, so the GPU kit's dry run (scripts_gpu_kit_dry_run) is not registered")
+  message(STATUS "gpu_kit: no GPU test binaries, so the GPU kit's dry run (scripts_gpu_kit_dry_run) is not registered")
 endif()

@@ -23,7 +23,7 @@ foreach(precision IN ITEMS bf16 fp32)
   add_library(llmc_optim_math_${precision}_emu STATIC ${optim_math_sources})
   target_link_libraries(llmc_optim_math_${precision}_emu PUBLIC llmc_emu)
   set(math_targets llmc_optim_math_${precision}_emu)
-  if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR LLMC_CUDA_FP32_TESTS))
+  if(LLMC_BUILD_CUDA_TESTS AND (precision STREQUAL "bf16" OR LLMC_CUDA_FP32_TESTS))
     add_library(llmc_optim_math_${precision}_cuda STATIC ${LLMC_OPTIM_MATH_SOURCES})
     target_link_libraries(llmc_optim_math_${precision}_cuda PUBLIC llmc_flags CUDA::cudart CUDA::cublasLt)
     # Only tests link it so far: the test architectures (one nvcc pass); a program linking it needs

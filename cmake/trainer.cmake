@@ -34,7 +34,7 @@ foreach(precision IN ITEMS bf16 fp32)
   target_link_libraries(llmc_optimizer_${precision}_emu PUBLIC llmc_model_core_${precision}_emu llmc_comm_emu
                         llmc_trace_emu llmc_data)
   set(core_targets llmc_model_core_${precision}_emu llmc_optimizer_${precision}_emu)
-  if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR LLMC_CUDA_FP32_TESTS))
+  if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR (LLMC_BUILD_CUDA_TESTS AND LLMC_CUDA_FP32_TESTS)))
     add_library(llmc_model_core_${precision}_cuda STATIC ${LLMC_MODEL_CORE_SOURCES})
     target_link_libraries(llmc_model_core_${precision}_cuda PUBLIC llmc_flags llmc_model llmc_train_utils CUDA::cudart
                           CUDA::cublasLt)

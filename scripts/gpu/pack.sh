@@ -58,14 +58,15 @@ cache_value() {  # cache_value NAME: a variable of the build tree's CMakeCache.t
 # Builds (unless --no-build) and checks that the build tree has the CUDA targets for the H200.
 prepare_build() {
   if ((BUILD)); then
-    if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-      cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    # The GPU test binaries are built only on request where there is no GPU (LLMC_CUDA_TESTS): request them.
+    if [[ ! -f $BUILD_DIR/CMakeCache.txt || $(cache_value LLMC_CUDA_TESTS) != ON ]]; then
+      cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DLLMC_CUDA_TESTS=ON >/dev/null
     fi
     cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${PROGRAMS[@]}" "${TEST_BINARIES[@]}" tokenize_gpt2
   fi
   [[ -f $BUILD_DIR/CMakeCache.txt ]] || die "--build-dir $BUILD_DIR: not a CMake build tree"
   [[ -d $BUILD_DIR/CMakeFiles/kernels_bf16_cuda.dir ]] ||
-    die "$BUILD_DIR has no CUDA targets (nvcc was not found when it was configured, or -DLLMC_CUDA=OFF)"
+    die "$BUILD_DIR has no GPU test binaries (nvcc was not found when it was configured, -DLLMC_CUDA=OFF or -DLLMC_CUDA_TESTS=OFF)"
   local architectures
   for architectures in "$(cache_value LLMC_CUDA_ARCHITECTURES)" "$(cache_value LLMC_CUDA_TEST_ARCHITECTURES)"; do
     [[ ";$architectures;" == *";90a;"* ]] ||
