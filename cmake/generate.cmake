@@ -41,6 +41,7 @@ gtest_discover_tests(test_sampler PROPERTIES LABELS generate)
 # emulated), and 20 greedy tokens of generate_gpt2 (fp32 emulated).
 llmc_emu_wrap_sources(forward_probe_sources forward_probe_fp32_emu test/generate/forward_probe.cu)
 add_executable(forward_probe_fp32_emu ${forward_probe_sources})
+llmc_emu_test_optimisation(forward_probe_fp32_emu)
 target_link_libraries(forward_probe_fp32_emu PRIVATE llmc_model_core_fp32_emu CLI11::CLI11 nlohmann_json::nlohmann_json)
 add_test(NAME hf_transformers_oracle
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/generate/check_hf_transformers.py

@@ -47,6 +47,7 @@ llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
 llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES}
                       test/kernels/test_encoder_layernorm.cu test/kernels/test_classifier_optimizer.cu)
 add_executable(kernel_mutants_fp32_emu ${llmc_kernel_mutant_sources})
+llmc_emu_test_optimisation(kernel_mutants_fp32_emu)
 target_link_libraries(kernel_mutants_fp32_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
 target_compile_definitions(kernel_mutants_fp32_emu PRIVATE LLMC_FP32 LLMC_KERNEL_MUTANTS)
 add_test(NAME kernels_mutants_emu
@@ -90,6 +91,7 @@ function(llmc_kernel_mutant NAME TEST_SOURCE HEADERS FILE LINE)
   endforeach()
   llmc_emu_wrap_sources(sources ${NAME}_emu ${TEST_SOURCE})
   add_executable(${NAME}_emu ${sources})
+  llmc_emu_test_optimisation(${NAME}_emu)
   target_include_directories(${NAME}_emu BEFORE PRIVATE ${directory}/include)
   target_link_libraries(${NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
   gtest_discover_tests(${NAME}_emu TEST_PREFIX "${NAME}." DISCOVERY_MODE PRE_TEST
