@@ -86,7 +86,7 @@ set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONF
 # The step benchmark (docs/benchmarks.md "Training step"): bench_step on a GPU; bench_step_emu enqueues a
 # full-size step without executing it (launches, host waits, bytes, FLOPs, ceilings). Smoke-tested at a
 # tiny size, as enqueued only and executed, so that it cannot rot.
-llmc_add_cu_executable(NAME bench_step SOURCES test/train/bench_step.cu LIBS ${LLMC_TRAINER_LIBS}
+llmc_add_cu_executable(NAME bench_step BENCHMARK SOURCES test/train/bench_step.cu LIBS ${LLMC_TRAINER_LIBS}
   EMU_LIBS llmc_optimizer_bf16_emu CUDA_LIBS llmc_optimizer_bf16_cuda)
 add_test(NAME train_bench_step_smoke_emu COMMAND bench_step_emu --model tiny -b 2 -t 16 --steps 2)
 add_test(NAME train_bench_step_executed_emu COMMAND bench_step_emu --model tiny -b 2 -t 16 --steps 2 --execute)
