@@ -15,18 +15,9 @@
 using namespace llmc;
 using llmc::fuzz::finding;
 using llmc::fuzz::reads_cleanly;
+using llmc::fuzz::same_values;
 
 namespace {
-// Bitwise equal, except that any NaN equals any NaN (bf16 rounding may quiet a signalling NaN).
-bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); i++) {
-    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
-  }
-  return true;
-}
-
 // The input with header words 254, 255 set to the XXH3-64 of the file with them zero (as the writer does).
 std::string with_repaired_checksum(const uint8_t* data, size_t size) {
   std::string bytes(reinterpret_cast<const char*>(data), size);

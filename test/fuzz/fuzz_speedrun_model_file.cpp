@@ -13,18 +13,7 @@
 using namespace llmc;
 using llmc::fuzz::finding;
 using llmc::fuzz::reads_cleanly;
-
-namespace {
-// Bitwise equal, except that any NaN equals any NaN (bf16 rounding may quiet a signalling NaN).
-bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); i++) {
-    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
-  }
-  return true;
-}
-}  // namespace
+using llmc::fuzz::same_values;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const fuzz::InputFile input(data, size, "_speedrun.bin");

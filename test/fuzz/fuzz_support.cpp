@@ -3,9 +3,12 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "llmc/file_io.h"
 
@@ -42,6 +45,15 @@ void finding(const std::string& what) {
   std::fprintf(stderr, "fuzz finding: %s\n", what.c_str());
   std::fflush(stderr);
   std::abort();
+}
+
+bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); i++) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace llmc::fuzz

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace llmc::fuzz {
 
@@ -28,6 +29,10 @@ class InputFile {
 
 // Prints "fuzz finding: <what>" and aborts, so that libFuzzer saves the input.
 [[noreturn]] void finding(const std::string& what);
+
+// Round trips of parameters: bitwise equal, except that any NaN equals any NaN (bf16 rounding may quiet a
+// signalling NaN).
+bool same_values(const std::vector<float>& a, const std::vector<float>& b);
 
 // Runs `read`; true when it returns. A std::runtime_error whose message does not contain `path` is a
 // finding (an error must name the file); one that does is bad input refused cleanly: false.
