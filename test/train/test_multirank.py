@@ -373,7 +373,8 @@ class SpeedrunModel(MultiRankCase):
         mr.write_shard(os.path.join(data, "train_000001.bin"), tokens)
         cls.train_data = os.path.join(data, "train_*.bin")
         args = ["--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", str(LR),
-                "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "0", "--seed", "7"]
+                "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "0", "--seed", "7",
+                "--optimizer", "zero-adamw"]
         cls.train("np1_accum", 1, args + ["--total-batch-tokens", "128"],
                   extra_env={"LLMC_DEBUG_DUMP_DIR": os.path.join(cls.directory, "speedrun_dump")})
         cls.train("np2_full", 2, args + ["--overlap", "full"])

@@ -167,11 +167,12 @@ class TrainProgram(unittest.TestCase):
         self.assertLess(float(val[10]), float(val[5]))
 
     def test_speedrun_model_trains_resumes_and_starts_from_its_file(self):
-        # speedrun-tiny: V=96, T<=64, one packed sequence per micro-step (-b 1). The AdamW ZeRO path trains it
-        # until the speedrun optimizers are wired in.
+        # speedrun-tiny: V=96, T<=64, one packed sequence per micro-step (-b 1), trained here by the AdamW ZeRO
+        # path (--optimizer zero-adamw; auto would pick the speedrun optimizer, which has no checkpoints yet).
         rng = np.random.default_rng(1)
         write_shard(f"{self.tmp}/sr_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
-        data = ["--train-data", f"{self.tmp}/sr_train_*.bin", "-b", 1, "-t", 64, "--lr", "3e-3"]
+        data = ["--train-data", f"{self.tmp}/sr_train_*.bin", "-b", 1, "-t", 64, "--lr", "3e-3",
+                "--optimizer", "zero-adamw"]
         args = data + ["--model", "speedrun-tiny", "--steps", 6, "--checkpoint-every", 3]
         out_dir, log = self.train_run("speedrun", args)
         self.assertIn("# model: speedrun V=96 L=12 H=2 D=16", log)
