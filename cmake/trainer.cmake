@@ -80,11 +80,30 @@ foreach(precision IN ITEMS bf16 fp32)
   llmc_add_cu_test(NAME train_steps_${precision} LABELS trainer TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
     SOURCES test/optim/test_train_steps.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_optimizer_${precision}_emu CUDA_LIBS llmc_optimizer_${precision}_cuda)
-  # The speedrun optimizer against the composition of NorMuonRunner and the sharded Adam kernel, bitwise.
-  llmc_add_cu_test(NAME speedrun_optimizer_${precision} LABELS optim TIMEOUT 300 ${emu_only}
-    SOURCES test/optim/test_speedrun_optimizer.cu LIBS llmc_model
-    EMU_LIBS llmc_optimizer_${precision}_emu CUDA_LIBS llmc_optimizer_${precision}_cuda)
 endforeach()
+
+# The speedrun optimizer on 1, 2 and 4 emulated ranks against the composition of NorMuonRunner and the
+# sharded Adam kernel on one rank, bitwise, and its overlap modes against each other (every rank runs every
+# test: test/dist/comm_test_main.cpp). bf16 only: the test's exact mean over ranks relies on bf16 gradients.
+llmc_emu_wrap_sources(speedrun_optimizer_emu_sources speedrun_optimizer_emu
+  test/optim/test_speedrun_optimizer.cu test/dist/comm_test_main.cpp)
+add_executable(speedrun_optimizer_emu ${speedrun_optimizer_emu_sources})
+llmc_emu_test_optimisation(speedrun_optimizer_emu)
+target_link_libraries(speedrun_optimizer_emu PRIVATE llmc_optimizer_bf16_emu llmc_model GTest::gtest)
+add_test(NAME speedrun_optimizer_emu_np1 COMMAND speedrun_optimizer_emu)
+foreach(np IN ITEMS 2 4)
+  add_test(NAME speedrun_optimizer_emu_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:speedrun_optimizer_emu> ${MPIEXEC_POSTFLAGS})
+endforeach()
+set_tests_properties(speedrun_optimizer_emu_np1 speedrun_optimizer_emu_np2 speedrun_optimizer_emu_np4
+  PROPERTIES LABELS "optim;multirank" TIMEOUT 300 ENVIRONMENT "${LLMC_MPI_ROOT_ENV}")
+# The mutant: the emulation drops the compute stream's waits on the optimizer's streams; the steps enqueued
+# back to back must then differ from the steps run one by one (the test fails, so this entry passes).
+add_test(NAME speedrun_optimizer_emu_dropped_waits
+         COMMAND speedrun_optimizer_emu --gtest_filter=*StepsEnqueuedBackToBack*)
+set_tests_properties(speedrun_optimizer_emu_dropped_waits PROPERTIES LABELS optim TIMEOUT 300 WILL_FAIL TRUE
+  ENVIRONMENT "${LLMC_MPI_ROOT_ENV};LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS=1")
 
 # ---- tests of training (label "trainer") ----------------------------------------------------------
 set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

@@ -1,10 +1,14 @@
-// SpeedrunOptimizer (one rank, emulated) against the composition of its tested pieces: NorMuonRunner per
-// Muon tensor (fp32 master for the block matrices, the gates in floatX) and the sharded Adam kernel on
-// whole tensors, stepping on odd 0-based steps with the sum of two steps' gradients. Bitwise, at the
-// speedrun-tiny shape, through a stand-in model whose backward delivers given gradients bucket by bucket
-// (last bucket first) and calls the hooks as the real one does. Also: the three overlap modes bitwise equal.
+// SpeedrunOptimizer on 1, 2 or 4 emulated ranks (mpirun -np N; every rank runs every test) against the
+// composition of its tested pieces on one rank: NorMuonRunner per Muon tensor (fp32 master for the block
+// matrices, the gates in floatX) and the sharded Adam kernel on whole tensors, stepping on odd 0-based
+// steps with the sum of two steps' gradients. Bitwise, at the speedrun-tiny shape, through a stand-in
+// model whose backward delivers given gradients bucket by bucket (last bucket first) and calls the hooks
+// as the real one does. Rank r's gradients are (r + 1) G (bf16): the mean over ranks is then exact in
+// fp32 whatever the order of the sum, so the single-rank composition can be fed the same averaged bits.
+// Also: the three overlap modes bitwise equal.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -16,8 +20,10 @@
 #include "llmc/kernels/adam_sharded.cuh"
 #include "llmc/model/speedrun_config.h"
 #include "llmc/model/speedrun_layout.h"
+#include "llmc/optim/muon_cost.h"
 #include "llmc/optim/normuon.h"
 #include "llmc/optim/speedrun_optimizer.h"
+#include "test/dist/comm_test_context.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
 
@@ -31,8 +37,8 @@ using llmc::test::DeviceBuffer;
 // forward() calls before_bucket_use for every bucket in order.
 class StandInModel : public TrainableModel {
  public:
-  explicit StandInModel(const SpeedrunConfig& config)
-      : layout_(make_speedrun_layout(config, 1)),
+  StandInModel(const SpeedrunConfig& config, int world_size)
+      : layout_(make_speedrun_layout(config, world_size)),
         params_(layout_.total_size),
         grads_(layout_.total_size),
         pending_(layout_.total_size) {
@@ -68,6 +74,7 @@ class StandInModel : public TrainableModel {
   std::vector<float> download_grads() const override { return to_f(grads_.download_raw()); }
   // The gradients the next backward delivers (synchronous).
   void set_grads(const std::vector<float>& host) { pending_.upload_raw(to_x(host)); }
+  floatX* pending() { return pending_.get(); }
 
   static std::vector<floatX> to_x(const std::vector<float>& host) {
     std::vector<floatX> out(host.size());
@@ -98,9 +105,31 @@ std::vector<float> random_buffer(const ParamLayout& layout, double scale, unsign
 
 struct StepInputs {
   std::vector<float> params0;
-  std::vector<std::vector<float>> grads;  // per step
+  std::vector<std::vector<float>> grads;  // per step: G (rank r gets (r + 1) G)
   std::vector<float> lrs;                 // per step
 };
+
+float round_x(float value) { return to_float(from_float<floatX>(value)); }
+
+// What rank `rank` delivers: (r + 1) G, in floatX.
+std::vector<float> rank_grads(const std::vector<float>& grads, int rank) {
+  std::vector<float> out(grads.size());
+  for (size_t i = 0; i < grads.size(); i++) out[i] = round_x(grads[i] * static_cast<float>(rank + 1));
+  return out;
+}
+
+// The mean over `world` ranks of per_rank(r), element by element: an fp32 sum (exact for these values),
+// divided by the world size, one rounding to floatX (what the averaging collectives compute).
+template <class PerRank>
+std::vector<float> mean_over_ranks(size_t n, int world, PerRank per_rank) {
+  std::vector<float> sum(n, 0.0f);
+  for (int r = 0; r < world; r++) {
+    const std::vector<float> values = per_rank(r);
+    for (size_t i = 0; i < n; i++) sum[i] += values[i];
+  }
+  for (float& value : sum) value = round_x(value / static_cast<float>(world));
+  return sum;
+}
 
 StepInputs make_run(const ParamLayout& layout, int steps) {
   StepInputs run;
@@ -112,28 +141,56 @@ StepInputs make_run(const ParamLayout& layout, int steps) {
   return run;
 }
 
-SpeedrunOptimizerSettings test_settings(OverlapMode overlap) {
+// Who updates the Muon matrices. At speedrun-tiny's sizes every unit costs less than the default
+// replication threshold, so the record's arrangement (gates replicated, block matrices owned) needs a
+// threshold between the gates' cost and the smallest block matrix's.
+enum class Ownership { kRecord, kAllOwned, kAllReplicated, kSplitTensors };
+
+SpeedrunOptimizerSettings test_settings(OverlapMode overlap, Ownership ownership = Ownership::kRecord) {
   SpeedrunOptimizerSettings settings;
   settings.schedule = SpeedrunSchedule::scaled(12);  // momentum warms up within the first steps
   settings.overlap = overlap;
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  const double gate = normuon_matrix_cost(config.num_heads, kSpeedrunGateWidth, 2).seconds;
+  const double block = normuon_matrix_cost(config.channels(), config.channels(), 4).seconds;
+  settings.owners.replicate_below_seconds = ownership == Ownership::kAllOwned        ? 0.0
+                                            : ownership == Ownership::kAllReplicated ? 1.0
+                                                                                     : 0.5 * (gate + block);
+  settings.owners.split_tensors = ownership == Ownership::kSplitTensors;
   return settings;
 }
 
-// Parameters after each step of the optimizer under test.
-std::vector<std::vector<float>> run_optimizer(CommContext& comm, const StepInputs& run, OverlapMode overlap) {
-  StandInModel model(speedrun_config_from_name("speedrun-tiny"));
+// One step as train_step() enqueues it (one micro-step), without waiting for the device.
+void enqueue_step(StandInModel& model, SpeedrunOptimizer& optimizer, int step, float lr) {
+  model.forward(nullptr, nullptr, 0, true, 1.0f, optimizer.before_bucket_use());
+  optimizer.before_first_backward();
+  optimizer.begin_step(step, lr);
+  model.backward(true, optimizer.on_bucket_ready());
+  optimizer.finish_step();
+}
+
+// Parameters after each step of the optimizer under test (the host waits for each step).
+std::vector<std::vector<float>> run_optimizer(CommContext& comm, const StepInputs& run, OverlapMode overlap,
+                                              Ownership ownership = Ownership::kRecord) {
+  StandInModel model(speedrun_config_from_name("speedrun-tiny"), comm.world_size());
   model.upload_params(run.params0);
-  SpeedrunOptimizer optimizer(model, comm, test_settings(overlap));
+  SpeedrunOptimizer optimizer(model, comm, test_settings(overlap, ownership));
+  // The arrangement asked for is the one tested: owned units on every rank (more than one rank), or none.
+  std::vector<int> owned(comm.world_size(), 0);
+  int replicated = 0;
+  for (const MuonOwnerUnit& unit : optimizer.owner_plan().units) unit.owner == kAllRanks ? replicated++ : owned[unit.owner]++;
+  if (ownership == Ownership::kAllReplicated) {
+    EXPECT_EQ(std::count(owned.begin(), owned.end(), 0), comm.world_size());
+  } else {
+    EXPECT_EQ(std::count(owned.begin(), owned.end(), 0), 0);
+    EXPECT_EQ(replicated > 0, ownership == Ownership::kRecord || ownership == Ownership::kSplitTensors);
+  }
   optimizer.init_master(model.download_params());
   std::vector<std::vector<float>> out;
   for (size_t s = 0; s < run.grads.size(); s++) {
     const int step = static_cast<int>(s) + 1;
-    model.set_grads(run.grads[s]);
-    model.forward(nullptr, nullptr, 0, true, 1.0f, optimizer.before_bucket_use());
-    optimizer.before_first_backward();
-    optimizer.begin_step(step, run.lrs[s]);
-    model.backward(true, optimizer.on_bucket_ready());
-    optimizer.finish_step();
+    model.set_grads(rank_grads(run.grads[s], comm.rank()));
+    enqueue_step(model, optimizer, step, run.lrs[s]);
     optimizer.wait_for_all_params();
     EXPECT_TRUE(std::isnan(optimizer.grad_norm(step)));
     out.push_back(model.download_params());
@@ -146,8 +203,7 @@ std::vector<std::vector<float>> run_optimizer(CommContext& comm, const StepInput
 class Composition {
  public:
   Composition(const SpeedrunLayout& layout, const std::vector<float>& params0, const SpeedrunOptimizerSettings& settings)
-      : layout_(layout), settings_(settings), params_(StandInModel::to_x(params0)), grads_(layout.total_size),
-        saved_(layout.total_size, 0.0f) {
+      : layout_(layout), settings_(settings), params_(StandInModel::to_x(params0)), grads_(layout.total_size) {
     for (const TensorView& view : layout.tensors) {
       if (view.group != ParamGroup::kMuon) continue;
       const SpeedrunTensor kind = speedrun_kind(view);
@@ -190,18 +246,15 @@ class Composition {
       }
   }
 
-  std::vector<float> step(int step, float lr, const std::vector<float>& host_grads) {
+  // One step: Muon from muon_grads, Adam (on odd 0-based steps) from adam_grads (already the two steps'
+  // averaged sum). Returns the parameters after it.
+  std::vector<float> step(int step, float lr, const std::vector<float>& muon_grads, const std::vector<float>& adam_grads) {
     const int s = step - 1;
-    std::vector<float> grads = host_grads;
+    std::vector<float> grads = muon_grads;
     const bool adam = SpeedrunSchedule::adam_steps_at(s);
     for (const auto& state : adam_) {
       const TensorView& view = *state->view;
-      for (size_t i = view.offset; i < view.offset + view.numel; i++) {
-        if (adam)
-          grads[i] = to_float(from_float<floatX>(saved_[i] + grads[i]));
-        else
-          saved_[i] = grads[i];
-      }
+      for (size_t i = view.offset; i < view.offset + view.numel; i++) grads[i] = adam ? adam_grads[i] : 0.0f;
     }
     grads_.upload_raw(StandInModel::to_x(grads));
     MatmulContext context;
@@ -290,7 +343,6 @@ class Composition {
   SpeedrunOptimizerSettings settings_;
   std::vector<floatX> params_;
   DeviceBuffer<floatX> grads_;
-  std::vector<float> saved_;
   std::vector<std::unique_ptr<MuonState>> muon_;
   std::vector<std::unique_ptr<AdamState>> adam_;
   long long adam_updates_ = 0;
@@ -301,29 +353,45 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 
 
 class SpeedrunOptimizerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (llmc::test::gpu_available()) comm_ = std::make_unique<CommContext>();
+  void SetUp() override {
+    LLMC_REQUIRE_GPU();
+    comm_ = &llmc::test::comm_context();
   }
-  static void TearDownTestSuite() { comm_.reset(); }
-  void SetUp() override { LLMC_REQUIRE_GPU(); }
-  static std::unique_ptr<CommContext> comm_;
+  CommContext* comm_ = nullptr;
 };
-std::unique_ptr<CommContext> SpeedrunOptimizerTest::comm_;
 
-TEST_F(SpeedrunOptimizerTest, StepsEqualTheCompositionOfNorMuonAndShardedAdam) {
-  const SpeedrunLayout layout = make_speedrun_layout(speedrun_config_from_name("speedrun-tiny"), 1);
+std::string ownership_name(const ::testing::TestParamInfo<Ownership>& info) {
+  static const char* const names[] = {"Record", "AllOwned", "AllReplicated", "SplitTensors"};
+  return names[static_cast<int>(info.param)];
+}
+
+class SpeedrunOptimizerOwnership : public SpeedrunOptimizerTest, public ::testing::WithParamInterface<Ownership> {};
+
+TEST_P(SpeedrunOptimizerOwnership, StepsEqualTheCompositionOfNorMuonAndShardedAdam) {
+  const int world = comm_->world_size();
+  const SpeedrunLayout layout = make_speedrun_layout(speedrun_config_from_name("speedrun-tiny"), world);
   const StepInputs run = make_run(layout, 4);
-  const std::vector<std::vector<float>> got = run_optimizer(*comm_, run, OverlapMode::kFull);
+  const std::vector<std::vector<float>> got = run_optimizer(*comm_, run, OverlapMode::kFull, GetParam());
   Composition want(layout, run.params0, test_settings(OverlapMode::kFull));
+  const size_t n = layout.total_size;
   for (size_t s = 0; s < run.grads.size(); s++) {
-    const std::vector<float> expected = want.step(static_cast<int>(s) + 1, run.lrs[s], run.grads[s]);
+    const std::vector<float> muon = mean_over_ranks(n, world, [&](int r) { return rank_grads(run.grads[s], r); });
+    // Each rank's two steps summed in floatX (odd steps; the even step before), then averaged.
+    const std::vector<float> adam = s % 2 == 0 ? std::vector<float>(n, 0.0f) : mean_over_ranks(n, world, [&](int r) {
+      std::vector<float> sum = rank_grads(run.grads[s - 1], r);
+      const std::vector<float> odd = rank_grads(run.grads[s], r);
+      for (size_t i = 0; i < n; i++) sum[i] = round_x(sum[i] + odd[i]);
+      return sum;
+    });
+    const std::vector<float> expected = want.step(static_cast<int>(s) + 1, run.lrs[s], muon, adam);
     for (const TensorView& view : layout.tensors) {
       size_t mismatches = 0, moved = 0;
       for (size_t i = view.offset; i < view.offset + view.numel; i++) {
         mismatches += !same_bits(got[s][i], expected[i]);
         moved += !same_bits(got[s][i], run.params0[i]);
       }
-      EXPECT_EQ(mismatches, 0u) << view.name << " after step " << s + 1;
+      EXPECT_EQ(mismatches, 0u) << view.name << " after step " << s + 1 << " on rank " << comm_->rank() << " of "
+                                << world;
       const bool adam_unchanged = view.group == ParamGroup::kAdam && s == 0;  // Adam waits for step 2's gradients
       if (adam_unchanged)
         EXPECT_EQ(moved, 0u) << view.name << " moved on the even step";
@@ -333,8 +401,13 @@ TEST_F(SpeedrunOptimizerTest, StepsEqualTheCompositionOfNorMuonAndShardedAdam) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Arrangements, SpeedrunOptimizerOwnership,
+                         ::testing::Values(Ownership::kRecord, Ownership::kAllOwned, Ownership::kAllReplicated,
+                                           Ownership::kSplitTensors),
+                         ownership_name);
+
 TEST_F(SpeedrunOptimizerTest, OverlapModesGiveBitwiseTheSameParameters) {
-  const SpeedrunLayout layout = make_speedrun_layout(speedrun_config_from_name("speedrun-tiny"), 1);
+  const SpeedrunLayout layout = make_speedrun_layout(speedrun_config_from_name("speedrun-tiny"), comm_->world_size());
   const StepInputs run = make_run(layout, 4);
   const auto full = run_optimizer(*comm_, run, OverlapMode::kFull);
   for (OverlapMode mode : {OverlapMode::kNone, OverlapMode::kReduceScatter}) {
@@ -347,8 +420,37 @@ TEST_F(SpeedrunOptimizerTest, OverlapModesGiveBitwiseTheSameParameters) {
   }
 }
 
+// The steps enqueued back to back, the host waiting only at the end (each step's gradients staged in the
+// model's own buffer per step): only the optimizer's events order the next step's backward after this
+// step's reads of the gradients. With the emulation dropping the compute stream's waits on the
+// higher-priority streams (LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS=1, the ctest entry
+// speedrun_optimizer_emu_dropped_waits) this must fail.
+TEST_F(SpeedrunOptimizerTest, StepsEnqueuedBackToBackEqualStepsOneByOne) {
+  const SpeedrunLayout layout = make_speedrun_layout(speedrun_config_from_name("speedrun-tiny"), comm_->world_size());
+  const StepInputs run = make_run(layout, 4);
+  const std::vector<float> want = run_optimizer(*comm_, run, OverlapMode::kFull).back();
+  StandInModel model(speedrun_config_from_name("speedrun-tiny"), comm_->world_size());
+  model.upload_params(run.params0);
+  SpeedrunOptimizer optimizer(model, *comm_, test_settings(OverlapMode::kFull));
+  optimizer.init_master(model.download_params());
+  std::vector<std::unique_ptr<DeviceBuffer<floatX>>> staged;
+  for (const std::vector<float>& grads : run.grads)
+    staged.push_back(std::make_unique<DeviceBuffer<floatX>>(StandInModel::to_x(rank_grads(grads, comm_->rank()))));
+  for (size_t s = 0; s < run.grads.size(); s++) {
+    // On the compute stream: the backward copies from the staging buffer, so nothing here waits on the host.
+    CUDA_CHECK(cudaMemcpyAsync(model.pending(), staged[s]->get(), staged[s]->bytes(), cudaMemcpyDeviceToDevice,
+                               model.stream()));
+    enqueue_step(model, optimizer, static_cast<int>(s) + 1, run.lrs[s]);
+  }
+  optimizer.wait_for_all_params();
+  const std::vector<float> got = model.download_params();
+  size_t mismatches = 0;
+  for (size_t i = 0; i < got.size(); i++) mismatches += !same_bits(got[i], want[i]);
+  EXPECT_EQ(mismatches, 0u);
+}
+
 TEST_F(SpeedrunOptimizerTest, RefusesToStepWithoutMasters) {
-  StandInModel model(speedrun_config_from_name("speedrun-tiny"));
+  StandInModel model(speedrun_config_from_name("speedrun-tiny"), comm_->world_size());
   SpeedrunOptimizer optimizer(model, *comm_, test_settings(OverlapMode::kFull));
   EXPECT_THROW(optimizer.begin_step(1, 1.0f), std::logic_error);
 }
