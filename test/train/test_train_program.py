@@ -198,6 +198,30 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure(data + ["--steps", 1, "--model", truncated], re.escape(truncated), r"truncated model file")
         self.expect_failure(data[:2] + ["--model", "speedrun-tiny", "-b", 2, "-t", 64, "--steps", 1], r"--batch-size 2")
 
+    def test_speedrun_optimizer_trains_and_refuses_what_it_lacks(self):
+        # --optimizer auto picks NorMuon + sharded Adam for a speedrun model (llmc/optim/speedrun_optimizer.h).
+        rng = np.random.default_rng(2)
+        write_shard(f"{self.tmp}/so_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        data = ["--train-data", f"{self.tmp}/so_train_*.bin", "-b", 1, "-t", 64, "--model", "speedrun-tiny"]
+        args = data + ["--steps", 8, "--lr", "1.0", "--lr-schedule", "constant", "--grad-clip", 0]
+        out_dir, log = self.train_run("speedrun_optimizer", args)
+        self.assertIn("# optimizer: speedrun (NorMuon + sharded Adam); no checkpoints", log)
+        train = losses(log)
+        self.assertEqual(sorted(train), list(range(1, 9)))
+        # The head starts at zero and is an Adam tensor, which waits for step 2's gradients: uniform logits twice.
+        self.assertAlmostEqual(float(train[1]), np.log(96), delta=1e-3)
+        self.assertEqual(train[2], train[1])
+        self.assertLess(float(train[8]), float(train[1]) - 0.1)
+        self.assertFalse([name for name in os.listdir(out_dir) if name.startswith("ckpt_")])
+        # --overlap none enqueues everything after the backward: the same bits.
+        _, none_log = self.train_run("speedrun_optimizer_none", args + ["--overlap", "none"])
+        self.assertEqual(losses(none_log), train)
+        self.expect_failure(data + ["--steps", 1], r"--optimizer speedrun has no gradient clipping: pass --grad-clip 0")
+        self.expect_failure(args + ["--checkpoint-every", 2, "-o", f"{self.tmp}/so_ckpt"],
+                            r"--optimizer speedrun cannot write or resume checkpoints yet")
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--optimizer", "speedrun", "--grad-clip", 0],
+                            r"--optimizer speedrun needs a speedrun model")
+
     def test_output_directory_and_its_parents_are_created(self):
         out_dir = f"{self.tmp}/not/there/yet"
         result = run(self.tiny_args + ["--steps", 1, "-o", out_dir])
