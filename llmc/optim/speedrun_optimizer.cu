@@ -24,6 +24,7 @@
 #include "llmc/cuda_common.h"
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
+#include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/model/speedrun_layout.h"
 
@@ -163,6 +164,16 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   param_pending_.assign(num_buckets, false);
   CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
+  for (cudaEvent_t& event : norm_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  size_t norm_elements = 0;  // the most a step's norm reads
+  for (const BucketPlan& plan : buckets_) {
+    norm_elements += plan.muon_end - plan.muon_begin;
+    for (const AdamSegment& segment : plan.adam_segments) norm_elements += segment.length;
+  }
+  norm_scratch_floats_ = global_norm_scratch_floats(norm_elements);
+  norm_squared_ = allocate<float>(1);
+  norm_scratch_ = allocate<float>(norm_scratch_floats_);  // zero: the fold's counters
+  CUDA_CHECK(cudaMallocHost(&norm_host_, 2 * sizeof(float)));
   // The zeroed state (cudaMemset, legacy stream) before the first update on the non-blocking streams.
   CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -174,6 +185,8 @@ SpeedrunOptimizer::~SpeedrunOptimizer() {
     for (cudaEvent_t event : *events) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaEventDestroy(backward_done_));
   CUDA_REPORT(cudaEventDestroy(step_done_));
+  for (cudaEvent_t event : norm_ready_) CUDA_REPORT(cudaEventDestroy(event));
+  CUDA_REPORT(cudaFreeHost(norm_host_));
   for (const auto& runner : runners_) CUDA_REPORT(cudaFree(runner->workspace));
   for (void* pointer : allocations_) CUDA_REPORT(cudaFree(pointer));
   CUDA_REPORT(cudaStreamDestroy(update_stream_));
@@ -555,16 +568,46 @@ void SpeedrunOptimizer::finish_step() {
     for (int bucket : ready_order_) update_bucket(bucket);
     for (int bucket : ready_order_) share_bucket(bucket);
   }
+  enqueue_grad_norm();
   CUDA_CHECK(cudaEventRecord(step_done_, comm_stream_));
   step_done_pending_ = true;
+}
+
+// One launch over the averaged gradients in ready order: the Muon spans (the same on every rank after the
+// all-reduce: rank 0 counts them), this rank's Adam segments on Adam steps; summed over ranks. The same
+// segments in every overlap mode, so the same bits. Off the next forward's path (after the last share).
+void SpeedrunOptimizer::enqueue_grad_norm() {
+  NormSegments<floatX> segments;
+  const bool adam = adam_step();
+  for (int bucket : ready_order_) {
+    const BucketPlan& plan = buckets_[bucket];
+    if (comm_.rank() == 0 && plan.muon_end > plan.muon_begin)
+      segments.add(model_.grads() + plan.muon_begin, plan.muon_end - plan.muon_begin);
+    if (!adam) continue;
+    const size_t begin = shard_begin(bucket);
+    for (const AdamSegment& segment : plan.adam_segments)
+      segments.add(comm_.world_size() > 1 ? plan.adam_grad_shard + (segment.offset - begin)
+                                          : model_.grads() + segment.offset,
+                   segment.length);
+  }
+  traced(tracer_, comm_stream_, "grad_norm", {{"elements", segments.total()}}, [&] {
+    global_norm_squared(norm_squared_, segments, /*accumulate=*/false, norm_scratch_, norm_scratch_floats_,
+                        comm_stream_);
+  });
+  if (comm_.world_size() > 1) {
+    comm_.all_reduce_sum_float(norm_squared_, 1, comm_stream_);
+    watch_.enqueued("all_reduce", &norm_label_, step_, comm_stream_);
+  }
+  memcpy_async(norm_host_ + step_ % 2, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_);
+  CUDA_CHECK(cudaEventRecord(norm_ready_[step_ % 2], comm_stream_));
 }
 
 float SpeedrunOptimizer::grad_norm(int step) {
   if (step != step_ && step != step_ - 1)
     throw std::out_of_range("grad_norm: step " + std::to_string(step) + " is neither the last step (" +
                             std::to_string(step_) + ") nor the one before it");
-  CUDA_CHECK(cudaEventSynchronize(step_done_));
-  return std::numeric_limits<float>::quiet_NaN();
+  CUDA_CHECK(cudaEventSynchronize(norm_ready_[step % 2]));
+  return std::sqrt(norm_host_[step % 2]);
 }
 
 }  // namespace llmc

@@ -57,8 +57,9 @@ class SpeedrunOptimizer : public BucketOptimizer {
   void begin_step(int step, float lr) override;
   BucketHook on_bucket_ready() override;
   void finish_step() override;
-  // Not computed (the Muon and Adam gradients are reduced differently and Adam's only every other step):
-  // NaN. Throws for a step other than the last two.
+  // The global norm of the averaged gradients the optimizers used in step `step` (the last or the one
+  // before; waits for it): the Muon tensors' every step, the Adam tensors' (the two steps' sum) on the
+  // steps Adam runs; on the others Adam's gradients are not reduced and not counted.
   float grad_norm(int step) override;
   void wait_for_all_params() override;
 
@@ -81,6 +82,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   void update_bucket(int bucket);  // update stream
   void share_bucket(int bucket);   // comm stream, then param_ready[bucket]
   void update_muon(const MuonBatch& batch);
+  void enqueue_grad_norm();  // comm stream, after every bucket's reduce
   size_t shard_begin(int bucket) const;
   template <class T> T* allocate(size_t count);
 
@@ -98,9 +100,15 @@ class SpeedrunOptimizer : public BucketOptimizer {
   std::vector<cudaEvent_t> grad_ready_, reduced_, updated_, param_ready_;
   std::vector<bool> param_pending_;
   cudaEvent_t backward_done_ = nullptr, step_done_ = nullptr;
+  cudaEvent_t norm_ready_[2] = {nullptr, nullptr};  // by step parity
+  float* norm_squared_ = nullptr;                   // device
+  float* norm_scratch_ = nullptr;
+  size_t norm_scratch_floats_ = 0;
+  float* norm_host_ = nullptr;  // pinned: the squared norms of steps with even and odd numbers
   bool step_done_pending_ = false;
   std::vector<int> ready_order_;
   std::vector<std::string> bucket_labels_;  // "bucket 3 (layer 2)", for the watch
+  const std::string norm_label_ = "the gradient norm";
   CollectiveWatch watch_;
   int last_unshared_ = -1;  // full overlap: the bucket whose share follows the next bucket's reduce
   int step_ = 0;
