@@ -60,13 +60,15 @@ void add_into(floatX* grads, const floatX* saved, size_t n, cudaStream_t stream)
   LLMC_LAUNCH(add_into_kernel, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, grads, saved, n);
 }
 
+// Runs `work` (which enqueues on `stream`) inside a named trace slice on `track` (comm unless given).
 template <class Work>
-void traced(Tracer* tracer, cudaStream_t stream, const char* name, nlohmann::json args, Work&& work) {
+void traced(Tracer* tracer, cudaStream_t stream, const char* name, nlohmann::json args, Work&& work,
+            TraceTrack track = TraceTrack::kComm) {
   if (tracer == nullptr) {
     work();
     return;
   }
-  const Tracer::SliceId slice = tracer->begin(stream, TraceTrack::kComm, name, std::move(args));
+  const Tracer::SliceId slice = tracer->begin(stream, track, name, std::move(args));
   work();
   tracer->end(slice, stream);
 }
@@ -505,29 +507,37 @@ void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
   }
 }
 
+void SpeedrunOptimizer::update_adam(int bucket) {
+  const BucketPlan& plan = buckets_[bucket];
+  const long long t = step_ / 2;  // Adam updates so far, this one included (steps 2, 4, ... 1-based)
+  const size_t begin = shard_begin(bucket);
+  for (const AdamSegment& segment : plan.adam_segments) {
+    const floatX* grad = comm_.world_size() > 1 ? plan.adam_grad_shard + (segment.offset - begin)
+                                                : model_.grads() + segment.offset;
+    const AdamRowShard rows{0, static_cast<int>(segment.length)};
+    const double lr = settings_.adam_lr * segment.lr_multiplier * lr_;
+    floatX* param = model_.params() + segment.offset;
+    if (segment.fp32_state)
+      adam_sharded_update<floatX, float>(param, grad, plan.adam_m32 + segment.state_offset,
+                                         plan.adam_v32 + segment.state_offset, 1, rows, settings_.adam, lr, t,
+                                         update_stream_);
+    else
+      adam_sharded_update<floatX, floatX>(param, grad, plan.adam_m + segment.state_offset,
+                                          plan.adam_v + segment.state_offset, 1, rows, settings_.adam, lr, t,
+                                          update_stream_);
+  }
+}
+
 void SpeedrunOptimizer::update_bucket(int bucket) {
   CUDA_CHECK(cudaStreamWaitEvent(update_stream_, reduced_[bucket], 0));
-  BucketPlan& plan = buckets_[bucket];
-  for (const MuonBatch& batch : plan.batches) update_muon(batch);
-  if (plan.has_adam() && adam_step()) {
-    const long long t = step_ / 2;  // Adam updates so far, this one included (steps 2, 4, ... 1-based)
-    const size_t begin = shard_begin(bucket);
-    for (const AdamSegment& segment : plan.adam_segments) {
-      const floatX* grad = comm_.world_size() > 1 ? plan.adam_grad_shard + (segment.offset - begin)
-                                                  : model_.grads() + segment.offset;
-      const AdamRowShard rows{0, static_cast<int>(segment.length)};
-      const double lr = settings_.adam_lr * segment.lr_multiplier * lr_;
-      floatX* param = model_.params() + segment.offset;
-      if (segment.fp32_state)
-        adam_sharded_update<floatX, float>(param, grad, plan.adam_m32 + segment.state_offset,
-                                           plan.adam_v32 + segment.state_offset, 1, rows, settings_.adam, lr, t,
-                                           update_stream_);
-      else
-        adam_sharded_update<floatX, floatX>(param, grad, plan.adam_m + segment.state_offset,
-                                            plan.adam_v + segment.state_offset, 1, rows, settings_.adam, lr, t,
-                                            update_stream_);
-    }
-  }
+  const BucketPlan& plan = buckets_[bucket];
+  if (!plan.batches.empty())
+    traced(tracer_, update_stream_, "muon_update", {{"bucket", bucket}, {"batches", plan.batches.size()}}, [&] {
+      for (const MuonBatch& batch : plan.batches) update_muon(batch);
+    }, TraceTrack::kUpdate);
+  if (plan.has_adam() && adam_step())
+    traced(tracer_, update_stream_, "adam_update", {{"bucket", bucket}}, [&] { update_adam(bucket); },
+           TraceTrack::kUpdate);
   CUDA_CHECK(cudaEventRecord(updated_[bucket], update_stream_));
 }
 
@@ -565,6 +575,10 @@ void SpeedrunOptimizer::finish_step() {
     if (last_unshared_ >= 0) share_bucket(last_unshared_);
     last_unshared_ = -1;
   } else {
+    if (settings_.overlap == OverlapMode::kReduceScatter) {  // the updates wait for the whole backward
+      CUDA_CHECK(cudaEventRecord(backward_done_, compute_stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(update_stream_, backward_done_, 0));
+    }
     for (int bucket : ready_order_) update_bucket(bucket);
     for (int bucket : ready_order_) share_bucket(bucket);
   }

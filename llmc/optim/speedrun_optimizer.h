@@ -82,6 +82,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   void update_bucket(int bucket);  // update stream
   void share_bucket(int bucket);   // comm stream, then param_ready[bucket]
   void update_muon(const MuonBatch& batch);
+  void update_adam(int bucket);  // this rank's shard of the bucket's Adam tensors
   void enqueue_grad_norm();  // comm stream, after every bucket's reduce
   size_t shard_begin(int bucket) const;
   template <class T> T* allocate(size_t count);

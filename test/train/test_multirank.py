@@ -416,6 +416,47 @@ class SpeedrunOptimizer(MultiRankCase):
         cls.train("np1_accum", 1, args + ["--total-batch-tokens", "128"])
         for mode in ("none", "rs", "full"):
             cls.train(f"np2_{mode}", 2, args + ["--overlap", mode])
+            cls.train(f"trace_{mode}", 2, args + ["--overlap", mode, "--trace", os.path.join(cls.directory,
+                                                                                               f"trace_{mode}")])
+
+    def traces(self, mode):
+        self.assert_ok(self.runs[f"trace_{mode}"])
+        files = mr.trace_files(os.path.join(self.directory, f"trace_{mode}"))
+        self.assertEqual(len(files), 2)
+        return [slices_by_step(mr.load_trace(path)) for path in files]
+
+    def test_full_mode_starts_both_optimizers_under_the_backward(self):
+        # Every step: the first Muon all-reduce (block 11's gradients, on the comm stream), and on Adam
+        # steps (odd 0-based, the trace's step numbers) the head's reduce-scatter, start before the
+        # embeddings' backward ends (local orderings). Block 11's NorMuon (the update track, tid 3) must
+        # finish before the backward ends in at least one step per rank (robust to a starved step, as in
+        # TraceOrder); the rs mode below never does it.
+        for rank, steps in enumerate(self.traces("full")):
+            self.assertEqual(sorted(steps), list(range(STEPS)))
+            streamed = []
+            for step, slices in steps.items():
+                with self.subTest(rank=rank, step=step):
+                    backward = [s for s in slices if s["tid"] == 1 and s["name"].startswith("backward")]
+                    backward_end = max(end(s) for s in backward)
+                    all_reduces = [s for s in slices if s["name"] == "all_reduce" and "bucket" in s["args"]]
+                    self.assertEqual(len(all_reduces), 11 + 1)  # blocks 11..1 and the smear gate's
+                    self.assertLess(min(s["ts"] for s in all_reduces), backward_end)
+                    reduce_scatters = [s for s in slices if s["name"] == "reduce_scatter"]
+                    self.assertEqual(len(reduce_scatters), 2 if step % 2 == 1 else 0)  # head, embeddings
+                    if reduce_scatters:
+                        self.assertLess(min(s["ts"] for s in reduce_scatters), backward_end)
+                    updates = sorted((s for s in slices if s["name"] == "muon_update"), key=lambda s: s["ts"])
+                    self.assertTrue(all(s["tid"] == 3 for s in updates))
+                    if updates and end(updates[0]) < backward_end:
+                        streamed.append(step)
+            self.assertGreater(len(streamed), 0, f"rank {rank}: no NorMuon update finished under the backward")
+
+    def test_rs_mode_updates_after_the_backward(self):
+        for steps in self.traces("rs"):
+            for slices in steps.values():
+                backward_end = max(end(s) for s in slices if s["tid"] == 1 and s["name"].startswith("backward"))
+                for update in (s for s in slices if s["name"] in ("muon_update", "adam_update")):
+                    self.assertGreaterEqual(update["ts"], backward_end)
 
     def test_two_ranks_match_one_rank_accumulating(self):
         reference = self.runs["np1_accum"]
