@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <stdexcept>
 #include <tuple>
@@ -199,13 +198,11 @@ size_t SpeedrunOptimizer::shard_begin(int bucket) const {
   return b.offset + static_cast<size_t>(comm_.rank()) * b.shard_size;
 }
 
-// The Muon tensors in backward order, the owner plan, and per bucket the batches of the matrices this
-// rank updates (one per shape and type, units in plan order), their state and pointer tables, and the
-// units other ranks own (broadcast after their update).
-void SpeedrunOptimizer::build_muon() {
+// The Muon tensors in backward order as the owner planner sees them (tensor_index: their layout tensors),
+// and each bucket's span of Muon tensors (the all-reduce's range).
+std::vector<MuonTensor> SpeedrunOptimizer::collect_muon_tensors(std::vector<int>& tensor_index) {
   const ParamLayout& layout = model_.layout();
   std::vector<MuonTensor> tensors;
-  std::vector<int> tensor_index;  // MuonTensor -> layout tensor
   for (int b = layout.num_buckets() - 1; b >= 0; b--) {
     const ParamBucket& bucket = layout.buckets[b];
     for (int t = bucket.first_tensor; t < bucket.first_tensor + bucket.num_tensors; t++) {
@@ -241,6 +238,52 @@ void SpeedrunOptimizer::build_muon() {
       if (view.offset < plan.muon_end && view.offset + view.numel > plan.muon_begin)
         throw std::invalid_argument("SpeedrunOptimizer: Adam tensor " + view.name + " lies between Muon tensors");
     }
+  return tensors;
+}
+
+// A batch's momentum and variance buffers (zero), lr multipliers and pointer tables; for fp32 batches the
+// masters (init_master fills them) and the widened gradients.
+void SpeedrunOptimizer::allocate_batch(MuonBatch& batch, bool variance_per_column,
+                                       const std::vector<float>& lr_multipliers) {
+  const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
+  const size_t elements = batch.count * matrix;
+  const size_t stat = batch.count * static_cast<size_t>(variance_per_column ? batch.cols : batch.rows);
+  const size_t element_bytes = batch.fp32 ? sizeof(float) : sizeof(floatX);
+  batch.momentum = allocate<char>(elements * element_bytes);
+  batch.variance = allocate<char>(stat * element_bytes);
+  batch.lr_multipliers = allocate<float>(batch.count);
+  CUDA_CHECK(cudaMemcpy(batch.lr_multipliers, lr_multipliers.data(), batch.count * sizeof(float),
+                        cudaMemcpyHostToDevice));
+  state_bytes_ += (elements + stat) * element_bytes;
+  std::vector<void*> params_table, grads_table;
+  if (batch.fp32) {
+    batch.master = allocate<float>(elements);
+    batch.grad32 = allocate<float>(elements);
+    state_bytes_ += 2 * elements * sizeof(float);
+    for (int m = 0; m < batch.count; m++) {
+      params_table.push_back(batch.master + m * matrix);
+      grads_table.push_back(batch.grad32 + m * matrix);
+    }
+  } else {
+    for (size_t i = 0; i < batch.unit_offset.size(); i++)
+      for (int m = 0; m < batch.unit_matrices[i]; m++) {
+        params_table.push_back(model_.params() + batch.unit_offset[i] + m * matrix);
+        grads_table.push_back(model_.grads() + batch.unit_offset[i] + m * matrix);
+      }
+  }
+  batch.params_table = allocate<void*>(batch.count);
+  batch.grads_table = allocate<void*>(batch.count);
+  CUDA_CHECK(cudaMemcpy(batch.params_table, params_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(batch.grads_table, grads_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
+}
+
+// The owner plan, and per bucket the batches of the matrices this rank updates (one per shape and type,
+// units in plan order) and the units other ranks own (broadcast after their update); one NorMuonRunner per
+// shape and type, sized for its largest batch.
+void SpeedrunOptimizer::build_muon() {
+  const ParamLayout& layout = model_.layout();
+  std::vector<int> tensor_index;  // MuonTensor -> layout tensor
+  const std::vector<MuonTensor> tensors = collect_muon_tensors(tensor_index);
   plan_ = plan_muon_owners(tensors, comm_.world_size(), settings_.owners);
 
   // Batches: key (bucket, rows, cols, fp32, stored-shape rules), units in plan order.
@@ -257,7 +300,8 @@ void SpeedrunOptimizer::build_muon() {
       buckets_[view.bucket].shares.push_back({unit.owner, offset, length});
       continue;
     }
-    if (unit.owner != kAllRanks && comm_.world_size() > 1) buckets_[view.bucket].shares.push_back({unit.owner, offset, length});
+    if (unit.owner != kAllRanks && comm_.world_size() > 1)  // this rank is the broadcast's root
+      buckets_[view.bucket].shares.push_back({unit.owner, offset, length});
     const NorMuonShapeRules rules = normuon_shape_rules(static_cast<int>(view.shape[0]), static_cast<int>(view.shape[1]));
     const Key key{view.bucket, tensor.rows, tensor.cols, tensor.param_bytes == 4, rules.variance_per_column,
                   rules.lr_scale};
@@ -285,36 +329,7 @@ void SpeedrunOptimizer::build_muon() {
       lr_multipliers.insert(lr_multipliers.end(), unit.matrices,
                             static_cast<float>(fc ? settings_.fc_lr_multiplier : 1.0));
     }
-    const size_t matrix = static_cast<size_t>(rows) * cols;
-    const size_t elements = batch.count * matrix;
-    const size_t stat = batch.count * static_cast<size_t>(per_column ? cols : rows);
-    const size_t element_bytes = fp32 ? sizeof(float) : sizeof(floatX);
-    batch.momentum = allocate<char>(elements * element_bytes);
-    batch.variance = allocate<char>(stat * element_bytes);
-    batch.lr_multipliers = allocate<float>(batch.count);
-    CUDA_CHECK(cudaMemcpy(batch.lr_multipliers, lr_multipliers.data(), batch.count * sizeof(float),
-                          cudaMemcpyHostToDevice));
-    state_bytes_ += (elements + stat) * element_bytes;
-    std::vector<void*> params_table, grads_table;
-    if (fp32) {
-      batch.master = allocate<float>(elements);
-      batch.grad32 = allocate<float>(elements);
-      state_bytes_ += 2 * elements * sizeof(float);
-      for (int m = 0; m < batch.count; m++) {
-        params_table.push_back(batch.master + m * matrix);
-        grads_table.push_back(batch.grad32 + m * matrix);
-      }
-    } else {
-      for (size_t i = 0; i < batch.unit_offset.size(); i++)
-        for (int m = 0; m < batch.unit_matrices[i]; m++) {
-          params_table.push_back(model_.params() + batch.unit_offset[i] + m * matrix);
-          grads_table.push_back(model_.grads() + batch.unit_offset[i] + m * matrix);
-        }
-    }
-    batch.params_table = allocate<void*>(batch.count);
-    batch.grads_table = allocate<void*>(batch.count);
-    CUDA_CHECK(cudaMemcpy(batch.params_table, params_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(batch.grads_table, grads_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
+    allocate_batch(batch, per_column, lr_multipliers);
     const auto runner_key = std::make_tuple(rows, cols, fp32, per_column, lr_scale);
     auto found = runner_of.find(runner_key);
     if (found == runner_of.end()) {

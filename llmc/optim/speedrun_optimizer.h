@@ -75,6 +75,8 @@ class SpeedrunOptimizer : public BucketOptimizer {
   struct Runner;        // a NorMuonRunner and its workspace
   struct BucketPlan;
 
+  std::vector<MuonTensor> collect_muon_tensors(std::vector<int>& tensor_index);
+  void allocate_batch(MuonBatch& batch, bool variance_per_column, const std::vector<float>& lr_multipliers);
   void build_muon();
   void build_adam();
   bool adam_step() const { return settings_.schedule.adam_steps_at(step_ - 1); }
