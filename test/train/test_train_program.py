@@ -238,6 +238,7 @@ class TrainProgram(unittest.TestCase):
         _, resumed_log = self.train_run("schedules_resumed", args + ["--resume", "latest"])
         self.assertEqual(losses(resumed_log), {s: l for s, l in losses(log).items() if s > 5})
         self.assertEqual(losses(resumed_log, VAL_LINE), {8: losses(log, VAL_LINE)[8]})
+        self.assertEqual(read(f"{resumed}/ckpt_000008_model.bin"), read(f"{out_dir}/ckpt_000008_model.bin"))
         # The recipe sets every option not given; the ones given win (here: the model, its shape and the steps).
         result = run(data + ["--recipe", "modded-2025-10-31", "--model", "speedrun-tiny", "--steps", 8,
                              "--total-batch-tokens", 64])
