@@ -32,7 +32,8 @@ SpeedrunSchedule SpeedrunSchedule::for_total_steps(int total_steps, int block_si
     throw std::invalid_argument("SpeedrunSchedule::for_total_steps: " + std::to_string(total_steps) +
                                 " steps cannot hold three window phases and an extension step (at least 4)");
   const auto share = [&](int record_steps) {
-    return static_cast<int>(std::lround(static_cast<double>(record_steps) * total_steps / record_schedule.total_steps()));
+    const double share_of_run = static_cast<double>(record_steps) * total_steps / record_schedule.total_steps();
+    return static_cast<int>(std::lround(share_of_run));
   };
   SpeedrunSchedule s = record_schedule;
   s.scheduled_steps = std::min(total_steps - 1, share(record_schedule.scheduled_steps));

@@ -211,7 +211,8 @@ class TrainProgram(unittest.TestCase):
         out_dir, log = self.train_run("schedules", args)
         self.assertIn("# speedrun schedule: 7 scheduled + 1 extension steps, long window 3/7/11/13 blocks from "
                       "schedule steps 0/3/5/7", log)
-        lr = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"(?m)^step:(\d+)/8 train_loss:\S+ .* lr:(\S+)", log)}
+        lr_line = r"(?m)^step:(\d+)/8 train_loss:\S+ .* lr:(\S+)"
+        lr = {int(m.group(1)): float(m.group(2)) for m in re.finditer(lr_line, log)}
         for step in range(1, 9):
             x = min(0.9999, (step - 1) / 7)
             multiplier = 1.0 if x < 0.5 else 1.0 - 0.9 * (x - 0.5) / 0.5
@@ -228,7 +229,8 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(re.findall(r"(?m)^# windows: .*$", log), expected)
         lines = log.splitlines()
         for step, line in zip((4, 6, 8), expected):  # set before the step's own forward
-            self.assertLess(lines.index(line), lines.index(next(l for l in lines if l.startswith(f"step:{step}/8 train"))))
+            step_line = next(l for l in lines if l.startswith(f"step:{step}/8 train"))
+            self.assertLess(lines.index(line), lines.index(step_line))
         self.assertEqual(sorted(losses(log, VAL_LINE)), [4, 8])
         # A run resumed at step 5 walks the window changes before it (with YaRN) and continues bit for bit.
         resumed = f"{self.tmp}/schedules_resumed"
