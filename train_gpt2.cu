@@ -37,6 +37,7 @@
 #include "llmc/train/stop_signals.h"
 #include "llmc/train/train_step.h"
 #include "llmc/train/watchdog.h"
+#include "llmc/train/window_schedule.h"
 
 using namespace llmc;
 
@@ -95,6 +96,9 @@ std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, ModelFa
     throw std::invalid_argument("--optimizer speedrun cannot write or resume checkpoints yet (its state is not saved): "
                                 "drop --checkpoint-every and --resume, or use --optimizer zero-adamw");
   SpeedrunOptimizerSettings settings;
+  // The Muon momentum's schedule: the record's stretched to --steps, as --lr-schedule speedrun's (at least
+  // the 4 steps that stretch needs).
+  settings.schedule = SpeedrunSchedule::for_total_steps(std::max(4, opt.steps));
   settings.overlap = parse_overlap_mode(opt.overlap);
   return std::make_unique<SpeedrunOptimizer>(model, comm, settings, &tracer);
 }
@@ -136,6 +140,23 @@ std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommCo
   return std::make_unique<ValLoader>(config);
 }
 
+// --window-schedule speedrun: the record's windows stretched to --steps, set on the model before each step
+// (fixed: the model keeps its first windows). Setting the first ones fails at once for GPT-2.
+std::unique_ptr<WindowSchedule> make_window_schedule(const TrainOptions& opt, const ModelFamily& family,
+                                                     TrainableModel& model) {
+  if (opt.window_schedule != "speedrun") return nullptr;
+  const SpeedrunSchedule schedule = SpeedrunSchedule::for_total_steps(opt.steps);
+  const AttentionWindows first = schedule.windows(0);
+  family.set_attention_windows(model, first.short_blocks, first.long_blocks, /*apply_yarn=*/false);
+  return std::make_unique<WindowSchedule>(schedule, [&family, &model](const AttentionWindows& windows, bool yarn) {
+    return family.set_attention_windows(model, windows.short_blocks, windows.long_blocks, yarn);
+  });
+}
+
+void log_lines(TrainLog& log, const std::vector<std::string>& lines) {
+  for (const std::string& line : lines) log.line(line);
+}
+
 // The loop's own state, saved with every checkpoint.
 struct LoopState {
   int step = 0;  // optimizer steps done
@@ -157,7 +178,8 @@ struct Run {
         tracer(!opt.trace_dir.empty(), comm.rank()),
         optimizer(make_optimizer(opt, start.family->id(), *model, comm, tracer)),
         train_loader(train_loader_config(opt, comm, start.family->vocab_size())),
-        val_loader(make_val_loader(opt, comm, start.family->vocab_size())) {
+        val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
+        windows(make_window_schedule(opt, *start.family, *model)) {
     model->set_gemm_algo_selection(parse_gemm_algo_selection(opt.gemm_algo));
     if (start.params.empty()) start.params = start.family->init_params(*model, opt.seed);
     model->upload_params(start.params);
@@ -181,6 +203,7 @@ struct Run {
   std::unique_ptr<BucketOptimizer> optimizer;
   DataLoader train_loader;
   std::unique_ptr<ValLoader> val_loader;
+  std::unique_ptr<WindowSchedule> windows;  // null: fixed windows
   LoopState loop;
   TrainStateHeader resumed_from;  // what the checkpoint's writer saw (when resuming)
 };
@@ -212,6 +235,8 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
     header.notes.push_back(std::string("optimizer: speedrun (NorMuon + sharded Adam)") +
                            (run.opt.output_dir.empty() ? "" : "; no checkpoints: it cannot save its state yet"));
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
+  if (run.opt.lr_schedule == "speedrun" || run.windows)
+    header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(run.opt.steps).describe());
   return header;
 }
 
@@ -387,6 +412,7 @@ class StepFinisher {
     const bool last_step = step == opt.steps;
     if (run_.val_loader && due(opt.val_every, step, last_step)) {
       watchdog_.begin(Watchdog::Activity::kValidation, step);
+      if (run_.windows) log_lines(log_, run_.windows->before_step(step));  // the next step's; the last: 20 blocks
       const double val_loss = evaluate(*run_.model, *run_.optimizer, *run_.val_loader, run_.comm, batch_);
       log_.line(format_val_line(step, opt.steps, val_loss, run_.loop.train_time_ms, run_.loop.train_time_ms / step));
     }
@@ -453,6 +479,9 @@ int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, Guards& guards,
     }
     const float lr = static_cast<float>(schedule.at(step - 1));
     try {
+      // Set at enqueue time, with step s - 1 possibly still running: the forward reads the windows when it
+      // is enqueued, and a YaRN update of the RoPE tables is ordered after step s - 1 on the stream.
+      if (run.windows) log_lines(log, run.windows->before_step(step - 1));
       enqueue_train_step(parts, step, lr, batch);
     } catch (...) {  // e.g. the loader refusing the next shard: the step before it still gets its log line
       if (unread != 0) finisher.finish(unread, unread_lr);

@@ -1,6 +1,7 @@
-# cmake/train.cmake: the trainer's host-side utilities (options, lr schedules incl. the speedrun's, MFU, step
-# log and its header, checkpoints: state files, manifests, the all-or-nothing writer, resume and
-# re-sharding, pruning; stop signals, the watchdog; test hooks, samples) and their tests.
+# cmake/train.cmake: the trainer's host-side utilities (options and recipes, lr schedules incl. the speedrun's
+# and its window schedule, MFU, step log and its header, checkpoints: state files, manifests, the
+# all-or-nothing writer, resume and re-sharding, pruning; stop signals, the watchdog; test hooks,
+# samples) and their tests.
 # The checkpoint's own files (per-rank state, manifest): a library of their own, so the fuzz targets link
 # only these readers.
 add_library(llmc_checkpoint_files STATIC llmc/train/state.cpp llmc/train/manifest.cpp)
@@ -9,7 +10,7 @@ target_link_libraries(llmc_checkpoint_files PUBLIC llmc_model PRIVATE nlohmann_j
 add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/speedrun_schedule.cpp llmc/train/mfu.cpp
   llmc/train/log.cpp llmc/train/options.cpp llmc/train/debug_hooks.cpp llmc/train/checkpoint_dir.cpp
   llmc/train/reshard.cpp llmc/train/resume.cpp llmc/train/checkpoint_writer.cpp llmc/train/stop_signals.cpp
-  llmc/train/watchdog.cpp)
+  llmc/train/watchdog.cpp llmc/train/window_schedule.cpp llmc/train/recipe.cpp)
 target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model llmc_tokenizer
                       llmc_checkpoint_files PRIVATE nlohmann_json::nlohmann_json)
 # The trainer's samples (--sample-every) run the generation loop of llmc_generate (cmake/generate.cmake).
@@ -27,6 +28,10 @@ gtest_discover_tests(test_train_state PROPERTIES LABELS train)
 add_executable(test_speedrun_schedule test/train/test_speedrun_schedule.cpp)
 target_link_libraries(test_speedrun_schedule PRIVATE llmc_train_utils GTest::gtest_main)
 gtest_discover_tests(test_speedrun_schedule PROPERTIES LABELS train)
+
+add_executable(test_recipe test/train/test_recipe.cpp)
+target_link_libraries(test_recipe PRIVATE llmc_train_utils GTest::gtest_main)
+gtest_discover_tests(test_recipe PROPERTIES LABELS train)
 
 add_executable(test_checkpoint_set test/train/test_checkpoint_set.cpp)
 target_link_libraries(test_checkpoint_set PRIVATE llmc_train_utils GTest::gtest_main)

@@ -5,13 +5,17 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "llmc/train/speedrun_schedule.h"
+
 namespace llmc {
 
 LrDecay parse_lr_decay(const std::string& name) {
   if (name == "cosine") return LrDecay::kCosine;
   if (name == "linear") return LrDecay::kLinear;
   if (name == "constant") return LrDecay::kConstant;
-  throw std::invalid_argument("unknown learning-rate schedule '" + name + "' (expected cosine, linear or constant)");
+  if (name == "speedrun") return LrDecay::kSpeedrun;
+  throw std::invalid_argument("unknown learning-rate schedule '" + name +
+                              "' (expected cosine, linear, constant or speedrun)");
 }
 
 double LrSchedule::at(int step) const {
@@ -19,6 +23,7 @@ double LrSchedule::at(int step) const {
   const double min_lr = final_fraction * max_lr;
   const int decay_steps = total_steps - 1 - warmup_steps;
   if (decay == LrDecay::kConstant) return max_lr;
+  if (decay == LrDecay::kSpeedrun) return max_lr * SpeedrunSchedule::for_total_steps(total_steps).lr_multiplier(step);
   if (decay_steps <= 0) return min_lr;
   const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / decay_steps);
   const double weight = decay == LrDecay::kCosine ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;

@@ -1,13 +1,17 @@
 // Learning-rate schedule of the trainer: linear warmup, then cosine or linear decay (or constant)
-// down to final_fraction * max_lr at the last step. Steps are 0-based, as in the training loop.
+// down to final_fraction * max_lr at the last step, or the speedrun record's multiplier times max_lr.
+// Steps are 0-based, as in the training loop.
 #pragma once
 #include <string>
 
 namespace llmc {
 
-enum class LrDecay { kCosine, kLinear, kConstant };
+// kSpeedrun: max_lr * SpeedrunSchedule::for_total_steps(total_steps).lr_multiplier(step) (1 for the first
+// half of the scheduled steps, then linear down to 0.1; llmc/train/speedrun_schedule.h); final_fraction
+// is not used.
+enum class LrDecay { kCosine, kLinear, kConstant, kSpeedrun };
 
-LrDecay parse_lr_decay(const std::string& name);  // "cosine" | "linear" | "constant"; throws otherwise
+LrDecay parse_lr_decay(const std::string& name);  // "cosine" | "linear" | "constant" | "speedrun"; throws otherwise
 
 struct LrSchedule {
   double max_lr = 6e-4;

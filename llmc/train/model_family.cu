@@ -52,6 +52,12 @@ class GPT2Family : public ModelFamily {
     state.family = ModelFamilyId::kGPT2;
     state.config = config_;
   }
+  double set_attention_windows(TrainableModel& model, int short_blocks, int long_blocks,
+                               bool apply_yarn) const override {
+    (void)model, (void)short_blocks, (void)long_blocks, (void)apply_yarn;
+    throw std::invalid_argument("--window-schedule speedrun: GPT-2 models have no attention windows (use a speedrun "
+                                "model or --window-schedule fixed)");
+  }
 
  private:
   GPT2Config config_;
@@ -105,6 +111,12 @@ class SpeedrunFamily : public ModelFamily {
   void describe_state(TrainState& state) const override {
     state.family = ModelFamilyId::kSpeedrun;
     state.speedrun = config_;
+  }
+  double set_attention_windows(TrainableModel& model, int short_blocks, int long_blocks,
+                               bool apply_yarn) const override {
+    SpeedrunModel& speedrun = static_cast<SpeedrunModel&>(model);
+    speedrun.set_attention_windows(short_blocks, long_blocks, apply_yarn);
+    return speedrun.attn_scale();
   }
 
  private:

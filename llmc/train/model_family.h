@@ -42,6 +42,12 @@ class ModelFamily {
   virtual std::unique_ptr<CausalDecoder> make_decoder(TrainableModel& model, int max_chunk) const = 0;
   // Fills the model fields of a state to be saved.
   virtual void describe_state(TrainState& state) const = 0;
+  // Sets the attention windows of `model` (built by this family), in blocks, as
+  // SpeedrunModel::set_attention_windows (with apply_yarn a change of the long window applies YaRN), and
+  // returns the attention scale in force. Throws std::invalid_argument naming --window-schedule for a
+  // family without windows (GPT-2).
+  virtual double set_attention_windows(TrainableModel& model, int short_blocks, int long_blocks,
+                                       bool apply_yarn) const = 0;
 };
 
 // Where the model starts: a checkpoint being resumed, a model file (--model FILE) or a preset

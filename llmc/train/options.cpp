@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "llmc/tokenizer/bpe_vocab.h"
+#include "llmc/train/recipe.h"
 #include "llmc/train/stop_signals.h"
 
 namespace llmc {
@@ -73,6 +74,18 @@ CLI::Validator one_of(std::vector<std::string> choices) {
 }  // namespace
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--recipe", o.recipe,
+                 "Set the defaults of a whole recipe: modded-2025-10-31 (the speedrun record: speedrun model, 2,245 "
+                 "steps of 262,144 tokens, speedrun lr and window schedules) or llmc-gpt2-124m (llm.c's GPT-2 "
+                 "124M run); options given explicitly still win")
+      ->check(one_of(recipe_names()));
+  app.final_callback([&app, &o] {
+    try {
+      apply_recipe(app, o.recipe);
+    } catch (const std::invalid_argument& error) {
+      throw CLI::ValidationError("--recipe", error.what());
+    }
+  });
   app.add_option("--train-data", o.train_data, "Glob of training token shards")->capture_default_str();
   app.add_option("--val-data", o.val_data, "Glob of validation token shards")->capture_default_str();
   app.add_option("--model", o.model,
@@ -88,8 +101,14 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(at_least(1));
   app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(at_least(0));
   app.add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps")->capture_default_str()->check(at_least(0));
-  app.add_option("--lr-schedule", o.lr_schedule, "Decay after warmup")->capture_default_str()
-      ->check(one_of({"cosine", "linear", "constant"}));
+  app.add_option("--lr-schedule", o.lr_schedule,
+                 "Decay after warmup; speedrun: the record's multiplier of --lr (1, then linear to 0.1 over the "
+                 "second half of the scheduled steps), stretched to --steps (docs/optimizers.md)")
+      ->capture_default_str()->check(one_of({"cosine", "linear", "constant", "speedrun"}));
+  app.add_option("--window-schedule", o.window_schedule,
+                 "Attention windows of a speedrun model: fixed (long 3, short 1 blocks) or speedrun (the record's "
+                 "3/7/11/13 blocks with YaRN at each change, 20 for the final validation), stretched to --steps")
+      ->capture_default_str()->check(one_of({"fixed", "speedrun"}));
   app.add_option("--final-lr-frac", o.final_lr_frac, "Learning rate at the last step, as a fraction of --lr")
       ->capture_default_str()->check(between(0.0, 1.0));
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (2-D tensors only)")
@@ -169,6 +188,11 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     throw std::invalid_argument("--resume latest needs --output-dir (where to look for checkpoints)");
   if (o.keep_checkpoints > 0 && o.output_dir.empty())
     throw std::invalid_argument("--keep-checkpoints needs --output-dir (where the checkpoints are)");
+  // The speedrun schedules stretched to --steps (SpeedrunSchedule::for_total_steps) need every phase.
+  if ((o.lr_schedule == "speedrun" || o.window_schedule == "speedrun") && o.steps < 4)
+    throw std::invalid_argument("--" + std::string(o.lr_schedule == "speedrun" ? "lr" : "window") +
+                                "-schedule speedrun needs --steps >= 4 (three window phases and an extension "
+                                "step), got " + std::to_string(o.steps));
   parse_stop_signals(o.stop_signals);  // throws naming an unknown signal
 }
 

@@ -10,6 +10,8 @@ namespace CLI { class App; }
 namespace llmc {
 
 struct TrainOptions {
+  // recipe: "" (none), "modded-2025-10-31" or "llmc-gpt2-124m"; sets the defaults below (llmc/train/recipe.h)
+  std::string recipe;
   // data
   std::string train_data = "data/cache/fineweb10B/fineweb_train_*.bin";
   std::string val_data = "data/cache/fineweb10B/fineweb_val_*.bin";
@@ -23,7 +25,8 @@ struct TrainOptions {
   // optimizer
   double lr = 6e-4;
   int warmup_steps = 0;
-  std::string lr_schedule = "cosine";  // cosine | linear | constant
+  std::string lr_schedule = "cosine";  // cosine | linear | constant | speedrun
+  std::string window_schedule = "fixed";  // fixed | speedrun (speedrun models' attention windows)
   double final_lr_frac = 0.0;
   double weight_decay = 0.0;
   double grad_clip = 1.0;              // 0 = off
@@ -55,7 +58,8 @@ struct TrainOptions {
 };
 
 // Every option with its help text and its allowed values; a value outside them fails the parse with
-// "--steps: must be at least 1, got 0" (the option and the allowed range in plain words).
+// "--steps: must be at least 1, got 0" (the option and the allowed range in plain words). Once parsed,
+// --recipe sets every option of its recipe that the command line did not give.
 void add_train_options(CLI::App& app, TrainOptions& options);
 
 // Throws std::invalid_argument with a message naming the options that contradict each other.

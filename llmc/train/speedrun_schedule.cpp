@@ -26,6 +26,26 @@ SpeedrunSchedule SpeedrunSchedule::scaled(int scheduled_steps, int block_size) {
   return s;
 }
 
+SpeedrunSchedule SpeedrunSchedule::for_total_steps(int total_steps, int block_size) {
+  const SpeedrunSchedule record_schedule = record();
+  if (total_steps < 4)
+    throw std::invalid_argument("SpeedrunSchedule::for_total_steps: " + std::to_string(total_steps) +
+                                " steps cannot hold three window phases and an extension step (at least 4)");
+  const auto share = [&](int record_steps) {
+    const double share_of_run = static_cast<double>(record_steps) * total_steps / record_schedule.total_steps();
+    return static_cast<int>(std::lround(share_of_run));
+  };
+  SpeedrunSchedule s = record_schedule;
+  s.scheduled_steps = std::min(total_steps - 1, share(record_schedule.scheduled_steps));
+  s.extension_steps = total_steps - s.scheduled_steps;
+  s.muon_warmup_steps = std::max(1, share(record_schedule.muon_warmup_steps));
+  s.muon_cooldown_steps = std::max(1, share(record_schedule.muon_cooldown_steps));
+  s.validation_every = std::max(1, share(record_schedule.validation_every));
+  s.block_size = block_size;
+  s.validate();
+  return s;
+}
+
 void SpeedrunSchedule::validate() const {
   auto fail = [](const std::string& what) { throw std::invalid_argument("SpeedrunSchedule: " + what); };
   if (scheduled_steps < 1) fail("scheduled_steps must be >= 1");
@@ -79,6 +99,16 @@ std::vector<int> SpeedrunSchedule::window_change_steps() const {
   for (int step = 1; step < total_steps(); step++)
     if (windows(step).long_blocks != windows(step - 1).long_blocks) changes.push_back(step);
   return changes;
+}
+
+std::string SpeedrunSchedule::describe() const {
+  std::string blocks = std::to_string(windows(0).long_blocks), steps = "0";
+  for (int change : window_change_steps()) {
+    blocks += "/" + std::to_string(windows(change).long_blocks);
+    steps += "/" + std::to_string(change);
+  }
+  return std::to_string(scheduled_steps) + " scheduled + " + std::to_string(extension_steps) +
+         " extension steps, long window " + blocks + " blocks from schedule steps " + steps;
 }
 
 bool SpeedrunSchedule::validates_at(int step) const {

@@ -3,6 +3,7 @@
 // RoPE frequencies and attention scale. Steps are 0-based, as in the training loop. Pure functions.
 #pragma once
 
+#include <string>
 #include <vector>
 
 namespace llmc {
@@ -33,6 +34,12 @@ struct SpeedrunSchedule {
   // max(2, scheduled/6) steps and cools down over the last 2; extension max(2, scheduled/6) steps,
   // validation every scheduled/2 steps. scheduled_steps >= 6.
   static SpeedrunSchedule scaled(int scheduled_steps, int block_size = 128);
+  // The record's schedule stretched to a run of total_steps (the trainer's --steps): every phase keeps its
+  // share of the run, rounded to whole steps: scheduled = round(2205 total / 2245) (at most total - 1, so
+  // at least one extension step), extension = the rest, momentum warm-up round(300 total / 2245) and
+  // cool-down round(50 total / 2245) steps (at least 1), validation every round(250 total / 2245). At
+  // total_steps == 2245 it is record(). total_steps >= 4 (three window phases and an extension step).
+  static SpeedrunSchedule for_total_steps(int total_steps, int block_size = 128);
 
   int total_steps() const { return scheduled_steps + extension_steps; }
   double lr_multiplier(int step) const;
@@ -46,6 +53,8 @@ struct SpeedrunSchedule {
   static bool adam_steps_at(int step) { return step % 2 == 1; }  // Adam on odd steps (two steps of gradients)
 
   void validate() const;  // throws std::invalid_argument naming the bad field
+  // "2205 scheduled + 40 extension steps, long window 3/7/11/13 blocks from schedule steps 0/735/1470/2205"
+  std::string describe() const;
 };
 
 // RoPE frequencies and attention scale, adjusted by YaRN at each long-window change.

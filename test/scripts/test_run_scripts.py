@@ -1,8 +1,9 @@
 """Tests of scripts/run_speedrun.sh, run_gpt2_124m.sh and scripts/multinode/* without GPUs.
 
-A stand-in trainer (written here) accepts exactly the provisional trainer options documented at the
-top of run_speedrun.sh, so a misspelt or undocumented option fails the test; it prints log lines in
-the trainer's format, so the runs -> logs -> compare_runs path is exercised end to end.
+A stand-in trainer (written here) accepts exactly the trainer options documented at the top of
+run_speedrun.sh, so a misspelt or undocumented option fails the test; it prints log lines in the
+trainer's format, so the runs -> logs -> compare_runs path is exercised end to end. The recipes'
+values are the trainer's (test/train/test_recipe.cpp); here: which options the scripts pass.
 """
 import os
 import shlex
@@ -21,15 +22,21 @@ SLURM = os.path.join(REPO, "scripts", "multinode", "slurm_speedrun.sbatch")
 FAKE_TRAINER = r'''#!{python}
 import argparse, sys
 parser = argparse.ArgumentParser()
-for name in ("train-data", "val-data", "model", "lr-schedule", "output-dir", "overlap"):
+for name in ("recipe", "train-data", "val-data", "output-dir", "overlap"):
     parser.add_argument("--" + name, required=True)
-for name in ("batch-size", "seq-len", "total-batch-tokens", "steps", "warmup-steps", "val-every",
-             "val-tokens", "checkpoint-every", "seed"):
+for name in ("checkpoint-every", "seed"):
     parser.add_argument("--" + name, type=int, required=True)
+# The recipe settings: passed only when set (the end-to-end test sets these four).
+for name in ("steps", "val-every", "total-batch-tokens", "val-tokens"):
+    parser.add_argument("--" + name, type=int, required=True)
+for name in ("batch-size", "seq-len", "warmup-steps"):
+    parser.add_argument("--" + name, type=int)
+for name in ("model", "lr-schedule", "window-schedule"):
+    parser.add_argument("--" + name)
 for name in ("lr", "final-lr-frac", "weight-decay", "grad-clip"):
-    parser.add_argument("--" + name, type=float, required=True)
+    parser.add_argument("--" + name, type=float)
 args = parser.parse_args()
-assert args.batch_size * args.seq_len * {nproc} == args.total_batch_tokens
+assert args.recipe in ("modded-2025-10-31", "llmc-gpt2-124m")
 for step in range(1, args.steps + 1):
     ms = 100.0 * step + args.seed
     print(f"step:{{step}}/{{args.steps}} train_loss:{{5 - step / args.steps:.4f}} "
@@ -80,28 +87,29 @@ class RunScripts(unittest.TestCase):
         self.assertEqual(len(commands), 3)
         for index, (words, log) in enumerate(commands):
             self.assertEqual(words[:3], ["mpirun", "-np", "8"])
+            self.assertEqual(option(words, "--recipe"), "modded-2025-10-31")  # the record's, by default
             self.assertEqual(option(words, "--seed"), str(7 + index))
             self.assertEqual(log, f"runs/dry/run{index + 1}.log")
             self.assertEqual(option(words, "--output-dir"), f"runs/dry/run{index + 1}")
-            self.assertEqual(option(words, "--total-batch-tokens"), "524288")
-            self.assertEqual(int(option(words, "--batch-size")) * int(option(words, "--seq-len"))
-                             * 8, 524288)
-            self.assertEqual(option(words, "--val-tokens"), "10485760")
             self.assertEqual(option(words, "--train-data"), "data/cache/fineweb10B/fineweb_train_*.bin")
             self.assertEqual(option(words, "--checkpoint-every"), "0")
+            self.assertNotIn("--steps", words)  # nothing overrides the recipe unless asked for
         self.assertFalse(os.path.exists(os.path.join(REPO, "runs", "dry")))
+        # A setting from the environment is passed after the recipe, so it wins; the old recipe is one away.
+        result = run(SPEEDRUN, {"DRY_RUN": "1", "NAME": "dry", "STEPS": "500", "LR_SCHEDULE": "cosine",
+                                "RECIPE": "llmc-gpt2-124m"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        (words, _), = dry_commands(result)
+        self.assertEqual((option(words, "--recipe"), option(words, "--steps"), option(words, "--lr-schedule")),
+                         ("llmc-gpt2-124m", "500", "cosine"))
 
     def test_gpt2_124m_dry_run(self):
         result = run(GPT2_124M, {"DRY_RUN": "1", "NAME": "classic"})
         self.assertEqual(result.returncode, 0, result.stderr)
         (words, log), = dry_commands(result)
-        # llm.c's 124M run: 10B tokens in 19,073 steps of 524,288 tokens, lr 6e-4, warmup 700,
-        # cosine to 0, weight decay 0.1.
-        self.assertEqual(int(option(words, "--steps")) * 524288 // 10**6, 9999)
-        self.assertEqual((option(words, "--lr"), option(words, "--warmup-steps"),
-                          option(words, "--lr-schedule"), option(words, "--final-lr-frac"),
-                          option(words, "--weight-decay"), option(words, "--checkpoint-every")),
-                         ("6e-4", "700", "cosine", "0.0", "0.1", "5000"))
+        # llm.c's 124M run is the trainer's llmc-gpt2-124m recipe, with a checkpoint every 5,000 steps.
+        self.assertEqual((option(words, "--recipe"), option(words, "--checkpoint-every")), ("llmc-gpt2-124m", "5000"))
+        self.assertNotIn("--steps", words)
 
     def test_multinode_dry_runs(self):
         hostfile = os.path.join(self.tmp.name, "hostfile")
@@ -112,18 +120,23 @@ class RunScripts(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         (words, _), = dry_commands(result)
         self.assertEqual(words[:5], ["mpirun", "-np", "16", "--hostfile", hostfile])
+        self.assertEqual(option(words, "--recipe"), "llmc-gpt2-124m")  # 1024-token sequences, 524,288 per step
         self.assertEqual(int(option(words, "--batch-size")) * 1024 * 16, 524288)
         result = run(SLURM, {"DRY_RUN": "1", "SLURM_NTASKS": "32", "SLURM_SUBMIT_DIR": REPO,
                              "NAME": "sl"})
         self.assertEqual(result.returncode, 0, result.stderr)
         (words, _), = dry_commands(result)
         self.assertEqual(words[0], "srun")
+        self.assertEqual(option(words, "--recipe"), "llmc-gpt2-124m")
         self.assertEqual(int(option(words, "--batch-size")) * 1024 * 32, 524288)
 
     def test_bad_configuration(self):
-        result = run(SPEEDRUN, {"DRY_RUN": "1", "BATCH_SIZE": "48"})
+        result = run(SPEEDRUN, {"DRY_RUN": "1", "BATCH_SIZE": "48", "SEQ_LEN": "1024", "TOTAL_BATCH_TOKENS": "524288"})
         self.assertEqual(result.returncode, 2)
         self.assertIn("not a multiple", result.stderr)
+        result = run(SPEEDRUN, {"DRY_RUN": "1", "RECIPE": "modded"})
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("RECIPE=modded", result.stderr)
         result = run(SPEEDRUN, {"DRY_RUN": "1", "RUNS": "two"})
         self.assertEqual(result.returncode, 2)
         self.assertIn("RUNS=two", result.stderr)
@@ -137,7 +150,7 @@ class RunScripts(unittest.TestCase):
     def test_runs_end_to_end_with_stand_in_trainer(self):
         trainer = os.path.join(self.tmp.name, "fake_train")
         with open(trainer, "w") as handle:
-            handle.write(FAKE_TRAINER.format(python=sys.executable, nproc=1))
+            handle.write(FAKE_TRAINER.format(python=sys.executable))
         os.chmod(trainer, 0o755)
         data = os.path.join(self.tmp.name, "data")
         os.mkdir(data)

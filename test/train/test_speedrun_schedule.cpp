@@ -1,13 +1,16 @@
 // The speedrun schedules (llmc/train/speedrun_schedule.h) against the values SPEEDRUN.md sections 2-3
 // quotes from the reference, an independent double-precision YaRN computation, and the scaled-down
-// schedule that crosses every phase in a few steps.
+// schedule that crosses every phase in a few steps; the record stretched to a run's --steps, and the
+// trainer's window schedule (llmc/train/window_schedule.h) against a recording stand-in for the model.
 #include "llmc/train/speedrun_schedule.h"
+#include "llmc/train/window_schedule.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace {
@@ -144,6 +147,103 @@ TEST(SpeedrunSchedule, ScaledScheduleCrossesEveryPhase) {
   EXPECT_NEAR(llmc::yarn_state_at(s, 13).attention_scale,
               llmc::yarn_state_at(SpeedrunSchedule::record(), 2205).attention_scale, 1e-15);
   EXPECT_THROW(SpeedrunSchedule::scaled(5), std::invalid_argument);
+}
+
+TEST(SpeedrunSchedule, ForTotalStepsIsTheRecordAt2245Steps) {
+  const SpeedrunSchedule s = SpeedrunSchedule::for_total_steps(2245), r = SpeedrunSchedule::record();
+  EXPECT_EQ(s.scheduled_steps, r.scheduled_steps);
+  EXPECT_EQ(s.extension_steps, r.extension_steps);
+  EXPECT_EQ(s.muon_warmup_steps, r.muon_warmup_steps);
+  EXPECT_EQ(s.muon_cooldown_steps, r.muon_cooldown_steps);
+  EXPECT_EQ(s.validation_every, r.validation_every);
+  EXPECT_EQ(s.window_change_steps(), (std::vector<int>{735, 1470, 2205}));
+  EXPECT_EQ(s.describe(),
+            "2205 scheduled + 40 extension steps, long window 3/7/11/13 blocks from schedule steps 0/735/1470/2205");
+}
+
+// Each phase keeps its share of the run: 1000 steps hold 1000 * 2205 / 2245 = 982.2 scheduled steps,
+// 300 / 2245 = 133.6 warm-up, 50 / 2245 = 22.3 cool-down and 250 / 2245 = 111.4 steps between validations.
+TEST(SpeedrunSchedule, ForTotalStepsStretchesEveryPhase) {
+  const SpeedrunSchedule s = SpeedrunSchedule::for_total_steps(1000);
+  EXPECT_EQ(s.scheduled_steps, 982);
+  EXPECT_EQ(s.extension_steps, 18);
+  EXPECT_EQ(s.muon_warmup_steps, 134);
+  EXPECT_EQ(s.muon_cooldown_steps, 22);
+  EXPECT_EQ(s.validation_every, 111);
+  // 8 steps: round(7.86) = 8 scheduled leaves no extension, so 7 + 1; windows change at int(3 s / 7).
+  const SpeedrunSchedule few = SpeedrunSchedule::for_total_steps(8);
+  EXPECT_EQ(few.scheduled_steps, 7);
+  EXPECT_EQ(few.extension_steps, 1);
+  EXPECT_EQ(few.window_change_steps(), (std::vector<int>{3, 5, 7}));
+  EXPECT_EQ(few.windows(8).long_blocks, 20);
+  EXPECT_EQ(few.muon_warmup_steps, 1);
+  EXPECT_EQ(few.muon_cooldown_steps, 1);
+  EXPECT_EQ(few.lr_multiplier(3), 1.0);                                   // x = 3/7 < 0.5
+  EXPECT_NEAR(few.lr_multiplier(4), 1.0 - 0.9 * (4.0 / 7 - 0.5) / 0.5, 1e-15);  // linear from 1 to 0.1
+  EXPECT_NEAR(llmc::yarn_state_at(few, 7).attention_scale, 0.131778, 5e-7);    // every YaRN change, as the record
+  EXPECT_EQ(SpeedrunSchedule::for_total_steps(4).window_change_steps(), (std::vector<int>{1, 2, 3}));
+  EXPECT_THROW(SpeedrunSchedule::for_total_steps(3), std::invalid_argument);
+}
+
+// A stand-in for the model: records each call and keeps its own YaRN state, as the speedrun model does.
+struct RecordingModel {
+  struct Call {
+    int short_blocks, long_blocks;
+    bool yarn;
+  };
+  std::vector<Call> calls;
+  YarnState yarn = YarnState::initial(16);
+  int long_blocks = 3;
+  llmc::WindowSchedule::SetWindows setter(int block_size) {
+    return [this, block_size](const llmc::AttentionWindows& w, bool apply_yarn) {
+      calls.push_back(Call{w.short_blocks, w.long_blocks, apply_yarn});
+      if (apply_yarn && w.long_blocks != long_blocks) yarn.apply(long_blocks, w.long_blocks, block_size);
+      long_blocks = w.long_blocks;
+      return yarn.attention_scale;
+    };
+  }
+};
+
+TEST(WindowSchedule, ChangesWithYarnAtTheirOwnStepsAndWidensForTheFinalValidation) {
+  const SpeedrunSchedule s = SpeedrunSchedule::for_total_steps(8);
+  RecordingModel model;
+  llmc::WindowSchedule windows(s, model.setter(8));
+  std::vector<std::string> log;
+  for (int step = 0; step <= 8; step++) {
+    const size_t before = model.calls.size();
+    for (const std::string& line : windows.before_step(step)) log.push_back(line);
+    const bool changes = step == 3 || step == 5 || step == 7 || step == 8;
+    EXPECT_EQ(model.calls.size(), before + (changes ? 1 : 0)) << step;
+    if (step < 8) {
+      EXPECT_EQ(model.long_blocks, s.windows(step).long_blocks) << step;
+    }
+  }
+  ASSERT_EQ(model.calls.size(), 4u);
+  EXPECT_TRUE(model.calls[0].yarn && model.calls[1].yarn && model.calls[2].yarn);
+  EXPECT_FALSE(model.calls[3].yarn);  // the final validation's window: no YaRN
+  EXPECT_EQ(model.calls[3].long_blocks, 20);
+  EXPECT_EQ(model.calls[3].short_blocks, 6);
+  ASSERT_EQ(log.size(), 4u);
+  EXPECT_EQ(log[0], "# windows: step 4 (schedule step 3) short 3 long 7 blocks, attn_scale 0.116946 (YaRN)");
+  EXPECT_EQ(log[1], "# windows: step 6 (schedule step 5) short 5 long 11 blocks, attn_scale 0.127518 (YaRN)");
+  EXPECT_EQ(log[2], "# windows: step 8 (schedule step 7) short 6 long 13 blocks, attn_scale 0.131778 (YaRN)");
+  EXPECT_EQ(log[3], "# windows: final validation short 6 long 20 blocks, attn_scale 0.131778");
+  EXPECT_THROW(windows.before_step(7), std::invalid_argument);  // steps do not go back
+}
+
+// A resumed run's first step walks every change before it, in order, each with YaRN: the same RoPE
+// state as a run that went through them (YaRN of 3 -> 11 at once would differ from 3 -> 7 -> 11).
+TEST(WindowSchedule, ResumeAppliesEveryEarlierChangeInOrder) {
+  const SpeedrunSchedule s = SpeedrunSchedule::for_total_steps(8);
+  RecordingModel through, resumed;
+  llmc::WindowSchedule all(s, through.setter(8)), later(s, resumed.setter(8));
+  for (int step = 0; step <= 6; step++) all.before_step(step);
+  EXPECT_EQ(later.before_step(6).size(), 2u);
+  ASSERT_EQ(resumed.calls.size(), 2u);
+  EXPECT_EQ(resumed.calls[0].long_blocks, 7);
+  EXPECT_EQ(resumed.calls[1].long_blocks, 11);
+  EXPECT_EQ(resumed.yarn.angular_frequency, through.yarn.angular_frequency);
+  EXPECT_EQ(resumed.yarn.attention_scale, through.yarn.attention_scale);
 }
 
 TEST(SpeedrunSchedule, ValidateNamesTheBadField) {

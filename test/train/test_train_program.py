@@ -222,6 +222,65 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure(self.tiny_args + ["--steps", 1, "--optimizer", "speedrun", "--grad-clip", 0],
                             r"--optimizer speedrun needs a speedrun model")
 
+    def test_speedrun_schedules_and_the_recipe(self):
+        # --lr-schedule and --window-schedule speedrun stretched to 8 steps: 7 scheduled (the lr is --lr while
+        # s / 7 < 0.5, then falls linearly towards 0.1 --lr) and 1 extension; the long window 3 -> 7 -> 11 -> 13
+        # blocks at schedule steps 3, 5, 7 (train steps 4, 6, 8) with YaRN, 20 for the final validation.
+        rng = np.random.default_rng(2)
+        write_shard(f"{self.tmp}/sched_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        write_shard(f"{self.tmp}/sched_val_000000.bin", np.tile(rng.integers(0, 96, size=29), 5))
+        data = ["--train-data", f"{self.tmp}/sched_train_*.bin", "--val-data", f"{self.tmp}/sched_val_*.bin",
+                "-b", 1, "-t", 64, "--val-tokens", 64]
+        args = data + ["--model", "speedrun-tiny", "--steps", 8, "--lr", "3e-3", "--lr-schedule", "speedrun",
+                       "--window-schedule", "speedrun", "--val-every", 4, "--checkpoint-every", 5,
+                       "--optimizer", "zero-adamw"]  # checkpoints: the speedrun optimizer cannot write them yet
+        out_dir, log = self.train_run("schedules", args)
+        self.assertIn("# speedrun schedule: 7 scheduled + 1 extension steps, long window 3/7/11/13 blocks from "
+                      "schedule steps 0/3/5/7", log)
+        lr_line = r"(?m)^step:(\d+)/8 train_loss:\S+ .* lr:(\S+)"
+        lr = {int(m.group(1)): float(m.group(2)) for m in re.finditer(lr_line, log)}
+        for step in range(1, 9):
+            x = min(0.9999, (step - 1) / 7)
+            multiplier = 1.0 if x < 0.5 else 1.0 - 0.9 * (x - 0.5) / 0.5
+            self.assertAlmostEqual(lr[step], 3e-3 * multiplier, delta=1e-4 * 3e-3, msg=f"step {step}")
+        # YaRN multiplies the attention scale by 1 + 0.2 ln(new / old) at each change (SPEEDRUN.md: 0.116946,
+        # 0.127518, 0.131778).
+        scale, old, expected = 0.1, 3, []
+        for step, short, new in ((4, 3, 7), (6, 5, 11), (8, 6, 13)):
+            scale *= 1 + 0.2 * np.log(new / old)
+            old = new
+            expected.append(f"# windows: step {step} (schedule step {step - 1}) short {short} long {new} blocks, "
+                            f"attn_scale {scale:.6f} (YaRN)")
+        expected.append(f"# windows: final validation short 6 long 20 blocks, attn_scale {scale:.6f}")
+        self.assertEqual(re.findall(r"(?m)^# windows: .*$", log), expected)
+        lines = log.splitlines()
+        for step, line in zip((4, 6, 8), expected):  # set before the step's own forward
+            step_line = next(l for l in lines if l.startswith(f"step:{step}/8 train"))
+            self.assertLess(lines.index(line), lines.index(step_line))
+        self.assertEqual(sorted(losses(log, VAL_LINE)), [4, 8])
+        # A run resumed at step 5 walks the window changes before it (with YaRN) and continues bit for bit.
+        resumed = f"{self.tmp}/schedules_resumed"
+        os.makedirs(resumed)
+        for name in ("ckpt_000005_model.bin", "ckpt_000005_state_rank0.bin", "ckpt_000005_manifest.json"):
+            shutil.copy(f"{out_dir}/{name}", resumed)
+        _, resumed_log = self.train_run("schedules_resumed", args + ["--resume", "latest"])
+        self.assertEqual(losses(resumed_log), {s: l for s, l in losses(log).items() if s > 5})
+        self.assertEqual(losses(resumed_log, VAL_LINE), {8: losses(log, VAL_LINE)[8]})
+        self.assertEqual(read(f"{resumed}/ckpt_000008_model.bin"), read(f"{out_dir}/ckpt_000008_model.bin"))
+        # The recipe sets every option not given; the ones given win (here: the model, its shape and the steps).
+        # Its lr is 1.0: the speedrun optimizer (auto) multiplies its base lrs (0.03, 0.008) by it.
+        result = run(data + ["--recipe", "modded-2025-10-31", "--model", "speedrun-tiny", "--steps", 8,
+                             "--total-batch-tokens", 64])
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        for option in ("recipe=\"modded-2025-10-31\"", "model=\"speedrun-tiny\"", "steps=8", "seq-len=64",
+                       "lr-schedule=\"speedrun\"", "window-schedule=\"speedrun\"", "grad-clip=0", "lr=1.0"):
+            self.assertRegex(result.stdout, r"(?m)^# option " + re.escape(option) + "$")
+        self.assertEqual(re.findall(r"(?m)^# windows: .*$", result.stdout), expected)
+        self.assertIn("lr:1.0000e+00", result.stdout)
+        self.assertIn("# optimizer: speedrun (NorMuon + sharded Adam)", result.stdout)
+        self.expect_failure(self.tiny_args + ["--steps", 4, "--window-schedule", "speedrun"],
+                            r"--window-schedule speedrun: GPT-2 models have no attention windows")
+
     def test_output_directory_and_its_parents_are_created(self):
         out_dir = f"{self.tmp}/not/there/yet"
         result = run(self.tiny_args + ["--steps", 1, "-o", out_dir])

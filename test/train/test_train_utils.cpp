@@ -55,6 +55,28 @@ TEST(LrSchedule, LinearAndConstant) {
   EXPECT_EQ(parse_lr_decay("linear"), LrDecay::kLinear);
 }
 
+// --lr-schedule speedrun: --lr times the record's multiplier (SPEEDRUN.md section 2: 1.0 through step
+// 1102, 0.6755 at 1500, 0.2673 at 2000, 0.10018 in the extension), stretched to the run's --steps.
+TEST(LrSchedule, SpeedrunIsTheRecordsMultiplierTimesMaxLr) {
+  const LrSchedule record{0.008, 0, 2245, 0.0, LrDecay::kSpeedrun};
+  EXPECT_EQ(record.at(0), 0.008);
+  EXPECT_EQ(record.at(1102), 0.008);
+  EXPECT_NEAR(record.at(1500) / 0.008, 0.6755, 5e-5);
+  EXPECT_NEAR(record.at(2000) / 0.008, 0.2673, 5e-5);
+  EXPECT_NEAR(record.at(2244) / 0.008, 0.10018, 1e-12);
+  // 8 steps: 7 scheduled (x = s / 7), 1 extension; the decay from 1 to 0.1 over x in [0.5, 1).
+  const LrSchedule short_run{2.0, 0, 8, 0.0, LrDecay::kSpeedrun};
+  EXPECT_EQ(short_run.at(3), 2.0);
+  for (int step = 4; step < 7; step++)
+    EXPECT_NEAR(short_run.at(step), 2.0 * (1.0 - 0.9 * (step / 7.0 - 0.5) / 0.5), 1e-14) << step;
+  EXPECT_NEAR(short_run.at(7), 2.0 * 0.10018, 1e-14);
+  // A warm-up, when asked for, comes first.
+  const LrSchedule warm{2.0, 2, 8, 0.0, LrDecay::kSpeedrun};
+  EXPECT_EQ(warm.at(0), 1.0);
+  EXPECT_EQ(warm.at(2), 2.0);
+  EXPECT_EQ(parse_lr_decay("speedrun"), LrDecay::kSpeedrun);
+}
+
 TEST(Mfu, FlopsPerTokenOfGpt2Small) {
   // 124,439,808 real parameters (V = 50257) at T = 1024: 6N + 6*12*768*1024 = 0.8029 GFLOP.
   // 6 * 124,439,808 = 746,638,848 and 6 * 12 * 768 * 1024 = 56,623,104 (worked out by hand).
@@ -144,4 +166,22 @@ TEST(TrainOptions, ContradictionsAreNamed) {
   TrainOptions parsed;
   add_train_options(app, parsed);
   EXPECT_THROW(app.parse(std::vector<std::string>{"bogus", "--overlap"}), CLI::ValidationError);
+}
+
+TEST(TrainOptions, SpeedrunSchedulesNeedFourSteps) {
+  CLI::App app;
+  TrainOptions o;
+  add_train_options(app, o);
+  app.parse(std::vector<std::string>{"3", "--steps", "speedrun", "--window-schedule"});  // reversed
+  EXPECT_EQ(o.window_schedule, "speedrun");
+  try { validate_train_options(o, 1); FAIL() << "no error"; } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--window-schedule speedrun needs --steps >= 4"), std::string::npos)
+        << e.what();
+  }
+  o.steps = 4;
+  EXPECT_NO_THROW(validate_train_options(o, 1));
+  CLI::App other;
+  TrainOptions bad;
+  add_train_options(other, bad);
+  EXPECT_THROW(other.parse(std::vector<std::string>{"sometimes", "--window-schedule"}), CLI::ValidationError);
 }

@@ -1,0 +1,76 @@
+// The trainer's recipes (see recipe.h). Each value is quoted from the recipe's source, next to it.
+#include "llmc/train/recipe.h"
+
+#include <CLI/CLI.hpp>
+
+#include <stdexcept>
+
+namespace llmc {
+
+namespace {
+
+// modded-nanogpt's record of 2025-10-31, SPEEDRUN.md sections 2-3: the speedrun model, 2,205 + 40 steps
+// of 262,144 tokens (one packed sequence of 32,768 tokens per rank and micro-step; with fewer than 8
+// ranks, 8 / ranks micro-steps), the record's lr and window schedules, no warm-up, no gradient clipping,
+// validation every 250 steps and at the end on 10,485,760 tokens. The optimizer is the speedrun one
+// (--optimizer auto with the speedrun model), whose base lrs (Muon 0.03, Adam 0.008) the loop's lr
+// multiplies: --lr 1.0, times the schedule's multiplier. Weight decay belongs to the record's optimizers
+// (NorMuon's 1.2), AdamW's is off.
+const RecipeSettings kModded20251031 = {
+    {"--model", "speedrun"},
+    {"--batch-size", "1"},
+    {"--seq-len", "32768"},
+    {"--total-batch-tokens", "262144"},
+    {"--steps", "2245"},
+    {"--lr", "1.0"},
+    {"--warmup-steps", "0"},
+    {"--lr-schedule", "speedrun"},
+    {"--window-schedule", "speedrun"},
+    {"--weight-decay", "0"},
+    {"--grad-clip", "0"},
+    {"--val-every", "250"},
+    {"--val-tokens", "10485760"},
+};
+
+// llm.c's GPT-2 124M run (scripts/run_gpt2_124m.sh): d12, 64 x 1024 tokens per rank, 524,288 per step
+// (8 ranks; accumulation on fewer), 19,073 steps (10B tokens), AdamW lr 6e-4 with 700 warm-up steps,
+// cosine decay to 0, weight decay 0.1, gradient clipping at 1.0, validation every 250 steps on
+// 10,485,760 tokens.
+const RecipeSettings kLlmcGpt2124M = {
+    {"--model", "d12"},
+    {"--batch-size", "64"},
+    {"--seq-len", "1024"},
+    {"--total-batch-tokens", "524288"},
+    {"--steps", "19073"},
+    {"--lr", "6e-4"},
+    {"--warmup-steps", "700"},
+    {"--lr-schedule", "cosine"},
+    {"--final-lr-frac", "0"},
+    {"--window-schedule", "fixed"},
+    {"--weight-decay", "0.1"},
+    {"--grad-clip", "1"},
+    {"--val-every", "250"},
+    {"--val-tokens", "10485760"},
+};
+
+}  // namespace
+
+std::vector<std::string> recipe_names() { return {"modded-2025-10-31", "llmc-gpt2-124m"}; }
+
+RecipeSettings recipe_settings(const std::string& name) {
+  if (name == "modded-2025-10-31") return kModded20251031;
+  if (name == "llmc-gpt2-124m") return kLlmcGpt2124M;
+  throw std::invalid_argument("--recipe '" + name + "': unknown (expected modded-2025-10-31 or llmc-gpt2-124m)");
+}
+
+void apply_recipe(CLI::App& app, const std::string& name) {
+  if (name.empty()) return;
+  for (const auto& [option_name, value] : recipe_settings(name)) {
+    CLI::Option* option = app.get_option_no_throw(option_name);
+    if (option == nullptr)
+      throw std::invalid_argument("--recipe " + name + ": the trainer has no option " + option_name);
+    if (option->count() == 0) option->default_val(value);  // runs the conversion, validators and binding
+  }
+}
+
+}  // namespace llmc
