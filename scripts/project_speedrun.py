@@ -3,9 +3,10 @@
 2025-10-31) and for llm.c's GPT-2 124M recipe, from FLOP counts, the project's kernel benchmark rows and
 the H100's ceilings. A projection, not a measurement: see docs/projection.md for the method.
 
-usage: project_speedrun.py --kernels KERNELS.txt --muon MUON.txt [--gemm-fraction 0.7 ...]
+usage: project_speedrun.py --kernels KERNELS.txt --muon MUON.txt [--attention ATTN.txt] [--gemm-fraction 0.7 ...]
   KERNELS.txt: output of `build/bench_speedrun_kernels_emu --dry-run`
   MUON.txt:    output of `build/bench_muon_owners --world 8`
+  ATTN.txt:    output of `build/bench_window_attention_emu --windows 128,384,640,768,896,1408,1664`
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import argparse
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 # The record's recipe (SPEEDRUN.md sections 1 and 3).
 C = 768
@@ -331,8 +332,46 @@ class Component:
     flops: float = 0.0  # useful FLOPs, where the work is FLOPs
 
 
+AttentionModel = Callable[[int], Tuple[float, float]]  # window -> (useful, executed) fwd + bwd FLOPs
+
+
+def analytic_attention(doc_len: int, tile_q: int, tile_k: int) -> AttentionModel:
+    """One layer's attention FLOPs from the pair counts of visible_pairs / executed_pairs."""
+    def layer(window: int) -> Tuple[float, float]:
+        useful = attention_flops([visible_pairs(TOKENS_PER_RANK, window, doc_len)], HEADS, HEAD_DIM)
+        executed = attention_flops([executed_pairs(TOKENS_PER_RANK, window, tile_q, tile_k, doc_len)],
+                                   HEADS, HEAD_DIM)
+        return sum(useful), sum(executed)
+    return layer
+
+
+def parse_attention_table(text: str, source: str) -> Dict[int, Tuple[float, float]]:
+    """Rows of bench_window_attention: W | pairs/head | fwd GFLOP | fwd exec | bwd GFLOP | bwd exec | ...
+    -> window: (useful, executed) fwd + bwd FLOPs of one layer."""
+    rows: Dict[int, Tuple[float, float]] = {}
+    row = re.compile(r"^\| (\d+) \| \d+ \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|")
+    for line in text.splitlines():
+        m = row.match(line)
+        if m:
+            fwd, fwd_exec, bwd, bwd_exec = (float(m.group(i)) * 1e9 for i in range(2, 6))
+            rows[int(m.group(1))] = (fwd + bwd, fwd_exec + bwd_exec)
+    if not rows:
+        raise SystemExit(f"project_speedrun.py: {source}: no 'W | pairs/head | ...' rows "
+                         "(expected the output of bench_window_attention)")
+    return rows
+
+
+def table_attention(rows: Dict[int, Tuple[float, float]], source: str) -> AttentionModel:
+    def layer(window: int) -> Tuple[float, float]:
+        if window not in rows:
+            raise SystemExit(f"project_speedrun.py: {source}: no row for window {window} (run "
+                             "bench_window_attention --windows 128,384,640,768,896,1408,1664)")
+        return rows[window]
+    return layer
+
+
 def speedrun_components(kernels: KernelTable, muon: MuonTable, m: Machine, long_blocks: int,
-                        doc_len: int, tile_q: int, tile_k: int) -> List[Component]:
+                        attention: AttentionModel) -> List[Component]:
     """Per-rank compute components of one step with a long window of long_blocks."""
     out: List[Component] = []
     gemm = sum(g.flops for g in block_gemms())
@@ -343,13 +382,11 @@ def speedrun_components(kernels: KernelTable, muon: MuonTable, m: Machine, long_
     out.append(Component("head GEMMs (FP8): z, dx, dW", f"{head / 1e12:.2f} TFLOP", head / m.fp8_flops,
                          head / (m.fp8_flops * m.gemm_fraction)))
     windows = speedrun_windows(long_blocks)
-    useful = attention_flops([visible_pairs(TOKENS_PER_RANK, w, doc_len) for w in windows], HEADS, HEAD_DIM)
-    executed = attention_flops([executed_pairs(TOKENS_PER_RANK, w, tile_q, tile_k, doc_len)
-                                for w in windows], HEADS, HEAD_DIM)
+    useful = sum(attention(w)[0] for w in windows)
+    executed = sum(attention(w)[1] for w in windows)
     out.append(Component(f"attention (bf16), windows {long_blocks}/{long_blocks // 2} blocks",
-                         f"{sum(useful) / 1e12:.3f} TFLOP useful, {sum(executed) / 1e12:.3f} executed",
-                         sum(useful) / m.bf16_flops,
-                         sum(executed) / (m.bf16_flops * m.attention_fraction), sum(useful)))
+                         f"{useful / 1e12:.3f} TFLOP useful, {executed / 1e12:.3f} executed",
+                         useful / m.bf16_flops, executed / (m.bf16_flops * m.attention_fraction), useful))
     mem_bytes = sum(r.calls * r.mb_per_call for r in kernels.rows if not r.is_gemm) * 1e6
     out.append(Component("memory-bound kernels (benchmark rows, head GEMMs excluded)",
                          f"{mem_bytes / 1e9:.2f} GB", memory_kernels_seconds(kernels, m, 1.0),
@@ -379,22 +416,20 @@ def format_ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 
 
-def speedrun_report(kernels: KernelTable, muon: MuonTable, m: Machine, muon_bytes: int, doc_len: int,
-                    tile_q: int, tile_k: int) -> str:
+def speedrun_report(kernels: KernelTable, muon: MuonTable, m: Machine, muon_bytes: int,
+                    attention: AttentionModel, attention_text: str) -> str:
     lines: List[str] = []
-    doc_text = (f"documents of {doc_len} tokens" if doc_len else
-                "windows never cut by documents (upper bound)")
     lines.append(f"## Speedrun recipe (modded-nanogpt 2025-10-31) on 8xH100, per rank and step\n")
     lines.append(f"Ceilings: {m.bf16_flops / 1e12:.0f} TFLOP/s bf16, {m.fp8_flops / 1e12:.0f} TFLOP/s FP8, "
                  f"{m.vector_flops / 1e12:.0f} TFLOP/s fp32 vector, {m.bandwidth / 1e12:.2f} TB/s HBM, "
                  f"NVLink {m.link_bandwidth / 1e9:.0f} GB/s. Achievable: GEMMs {m.gemm_fraction:.0%}, "
-                 f"attention {m.attention_fraction:.0%} (of executed tile FLOPs, {tile_q}x{tile_k} tiles), "
+                 f"attention {m.attention_fraction:.0%} (of executed tile FLOPs), "
                  f"memory-bound {m.memory_fraction:.0%}, collectives {m.latency * 1e6:.0f} us + "
-                 f"bytes / {m.busbw / 1e9:.0f} GB/s. Attention: {doc_text}. Benchmark ceilings rescaled "
+                 f"bytes / {m.busbw / 1e9:.0f} GB/s. Attention: {attention_text}. Benchmark ceilings rescaled "
                  f"from {kernels.bandwidth / 1e12:.1f} TB/s (kernel rows), Muon from "
                  f"{muon.flops / 1e12:.0f} TFLOP/s / {muon.bandwidth / 1e12:.1f} TB/s.\n")
     phase_steps = [steps for steps, _ in WINDOW_PHASES]
-    per_phase = [speedrun_components(kernels, muon, m, long_blocks, doc_len, tile_q, tile_k)
+    per_phase = [speedrun_components(kernels, muon, m, long_blocks, attention)
                  for _, long_blocks in WINDOW_PHASES]
     total_steps = sum(phase_steps)
 
@@ -519,6 +554,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--doc-length", type=int, default=0,
                    help="documents of this many tokens cut the attention windows (0: never, the upper bound)")
     p.add_argument("--tile", default="32x64", help="attention tile QxK computed whole when any pair is visible")
+    p.add_argument("--attention", help="output of bench_window_attention --windows "
+                                       "128,384,640,768,896,1408,1664: use its rows (its documents and "
+                                       "its kernel's executed FLOPs) instead of --doc-length/--tile")
     args = p.parse_args(argv)
     for name in ("gemm_fraction", "attention_fraction", "memory_fraction"):
         if not 0.0 < getattr(args, name) <= 1.0:
@@ -537,8 +575,20 @@ def main(argv: Sequence[str]) -> int:
                 args.gemm_fraction, args.attention_fraction, args.memory_fraction)
     kernels = parse_kernel_table(read_text(args.kernels), args.kernels)
     muon = parse_muon_table(read_text(args.muon), args.muon)
-    tile_q, tile_k = (int(x) for x in args.tile.split("x"))
-    print(speedrun_report(kernels, muon, m, args.muon_comm_bytes, args.doc_length, tile_q, tile_k))
+    if args.attention:
+        rows = parse_attention_table(read_text(args.attention), args.attention)
+        attention = table_attention(rows, args.attention)
+        first = read_text(args.attention).splitlines()[0]
+        docs = re.search(r"\d+ documents \([^)]*\)", first)
+        text = (f"executed pairs of bench_window_attention's kernel rows"
+                f"{' with ' + docs.group(0) if docs else ''}")
+    else:
+        tile_q, tile_k = (int(x) for x in args.tile.split("x"))
+        attention = analytic_attention(args.doc_length, tile_q, tile_k)
+        docs_text = (f"documents of {args.doc_length} tokens" if args.doc_length else
+                     "windows never cut by documents (upper bound)")
+        text = f"{docs_text}, {tile_q}x{tile_k} tiles computed whole"
+    print(speedrun_report(kernels, muon, m, args.muon_comm_bytes, attention, text))
     print()
     print(gpt2_report(m))
     return 0

@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "scripts", "project_speedrun.py")
 KERNELS = os.path.join(HERE, "projection", "bench_speedrun_kernels_dry_run.txt")
 MUON = os.path.join(HERE, "projection", "bench_muon_owners_world8.txt")
+ATTENTION = os.path.join(HERE, "projection", "bench_window_attention_phases.txt")
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import project_speedrun as ps  # noqa: E402  (the module under test lives in scripts/)
 
@@ -125,6 +126,20 @@ class Rescaling(unittest.TestCase):
             gflop = sum(n * muon.per_shape[s].gflop for s, n in rank.matrices.items())
             self.assertAlmostEqual(gflop, rank.gflop, delta=0.2)
 
+    def test_attention_rows_are_the_pairs_times_the_per_pair_flops(self):
+        rows = ps.parse_attention_table(ps.read_text(ATTENTION), ATTENTION)
+        self.assertEqual(sorted(rows), [128, 384, 640, 768, 896, 1408, 1664])   # every phase's windows
+        for line in ps.read_text(ATTENTION).splitlines():
+            cells = [c.strip() for c in line.split("|")[1:3]]
+            if len(cells) == 2 and cells[0].isdigit():
+                window, pairs = int(cells[0]), int(cells[1])
+                useful, executed = rows[window]
+                # fwd 4 x 128 and bwd 10 x 128 FLOPs per pair and head, 6 heads; GFLOP printed to 0.1.
+                self.assertAlmostEqual(useful, pairs * 6 * 14 * 128, delta=0.1e9)
+                self.assertGreaterEqual(executed, useful)
+                # Documents only remove pairs: at most the analytic upper bound.
+                self.assertLessEqual(pairs, ps.visible_pairs(T, window))
+
     def test_collective_time(self):
         c = ps.Collective("x", 8e9, "rs", 2)
         self.assertAlmostEqual(ps.collective_seconds(c, 100e9, 1e-3), 2e-3 + 8e9 * 7 / 8 / 100e9)
@@ -154,6 +169,15 @@ class CommandLine(unittest.TestCase):
         for line in totals[:3]:
             ms, seconds = float(line.split("|")[2]), float(line.split("|")[3].split()[0])
             self.assertAlmostEqual(seconds, ms * 2245 / 1000, delta=0.06)
+
+    def test_attention_rows_as_input(self):
+        r = self.run_script("--attention", ATTENTION)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("bench_window_attention's kernel rows with 64 documents", r.stdout)
+        self.assertIn("| 0-734 | 3/1 | 1.94 |", r.stdout)   # (8 (18.2 + 63.0) + 2 (34.6 + 119.8)) GFLOP / 494.5 TFLOP/s
+        r = self.run_script("--attention", KERNELS)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(KERNELS, r.stderr)
 
     def test_fractions_are_options(self):
         base = self.run_script().stdout
