@@ -545,9 +545,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--busbw-gbs", type=float, default=d.busbw / 1e9,
                    help="achieved NCCL bus bandwidth (achievable column)")
     p.add_argument("--latency-us", type=float, default=d.latency * 1e6, help="per collective")
-    p.add_argument("--gemm-fraction", type=float, default=d.gemm_fraction)
-    p.add_argument("--attention-fraction", type=float, default=d.attention_fraction)
-    p.add_argument("--memory-fraction", type=float, default=d.memory_fraction)
+    p.add_argument("--gemm-fraction", type=float, default=d.gemm_fraction,
+                   help="achievable fraction of the bf16/FP8 peaks for GEMMs and Polar Express")
+    p.add_argument("--attention-fraction", type=float, default=d.attention_fraction,
+                   help="achievable fraction of the bf16 peak on the attention's executed FLOPs")
+    p.add_argument("--memory-fraction", type=float, default=d.memory_fraction,
+                   help="achievable fraction of the HBM bandwidth for memory-bound kernels")
     p.add_argument("--muon-comm-bytes", type=int, default=2, choices=(2, 4),
                    help="bytes per element of Muon gradients and gathered parameters (2: our bf16 "
                         "buffers; 4: the record's fp32)")
