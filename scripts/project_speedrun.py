@@ -325,6 +325,7 @@ def hidden_tail_seconds(muon_bytes: int, pe_seconds: float, adam_seconds: float,
 
 @dataclass
 class Component:
+    kind: str  # gemm, head, attention, memory, muon, adam
     name: str
     work: str
     ceiling_s: float
@@ -375,30 +376,30 @@ def speedrun_components(kernels: KernelTable, muon: MuonTable, m: Machine, long_
     """Per-rank compute components of one step with a long window of long_blocks."""
     out: List[Component] = []
     gemm = sum(g.flops for g in block_gemms())
-    out.append(Component("block matrix GEMMs (bf16): qkv, out, fc, proj; fwd + dx + dW",
+    out.append(Component("gemm", "block matrix GEMMs (bf16): qkv, out, fc, proj; fwd + dx + dW",
                          f"{gemm / 1e12:.2f} TFLOP", gemm / m.bf16_flops,
                          gemm / (m.bf16_flops * m.gemm_fraction)))
     head = sum(g.flops for g in head_gemms())
-    out.append(Component("head GEMMs (FP8): z, dx, dW", f"{head / 1e12:.2f} TFLOP", head / m.fp8_flops,
+    out.append(Component("head", "head GEMMs (FP8): z, dx, dW", f"{head / 1e12:.2f} TFLOP", head / m.fp8_flops,
                          head / (m.fp8_flops * m.gemm_fraction)))
     windows = speedrun_windows(long_blocks)
     useful = sum(attention(w)[0] for w in windows)
     executed = sum(attention(w)[1] for w in windows)
-    out.append(Component(f"attention (bf16), windows {long_blocks}/{long_blocks // 2} blocks",
+    out.append(Component("attention", f"attention (bf16), windows {long_blocks}/{long_blocks // 2} blocks",
                          f"{useful / 1e12:.3f} TFLOP useful, {executed / 1e12:.3f} executed",
                          useful / m.bf16_flops, executed / (m.bf16_flops * m.attention_fraction), useful))
     mem_bytes = sum(r.calls * r.mb_per_call for r in kernels.rows if not r.is_gemm) * 1e6
-    out.append(Component("memory-bound kernels (benchmark rows, head GEMMs excluded)",
+    out.append(Component("memory", "memory-bound kernels (benchmark rows, head GEMMs excluded)",
                          f"{mem_bytes / 1e9:.2f} GB", memory_kernels_seconds(kernels, m, 1.0),
                          memory_kernels_seconds(kernels, m, m.memory_fraction)))
     worst = max(muon.ranks, key=lambda r: muon_rank_seconds(muon, r, m.bf16_flops, m.bandwidth))
-    out.append(Component(f"NorMuon + Polar Express, busiest rank ({worst.rank})",
+    out.append(Component("muon", f"NorMuon + Polar Express, busiest rank ({worst.rank})",
                          f"{worst.gflop:.1f} GFLOP, {worst.mb:.0f} MB",
                          muon_rank_seconds(muon, worst, m.bf16_flops, m.bandwidth),
                          muon_rank_seconds(muon, worst, m.bf16_flops * m.gemm_fraction,
                                            m.bandwidth * m.memory_fraction)))
     adam_gb = (ADAM_TABLES * VOCAB * C / RANKS * 14 + ADAM_TABLES * VOCAB * C * 2) / 1e9
-    out.append(Component("sharded Adam (odd steps, half per step)", f"{adam_gb / 2:.2f} GB",
+    out.append(Component("adam", "sharded Adam (odd steps, half per step)", f"{adam_gb / 2:.2f} GB",
                          adam_step_seconds(m.bandwidth) / 2,
                          adam_step_seconds(m.bandwidth * m.memory_fraction) / 2))
     return out
@@ -407,90 +408,120 @@ def speedrun_components(kernels: KernelTable, muon: MuonTable, m: Machine, long_
 def backward_seconds(components: List[Component]) -> float:
     """Achievable time of the backward the collectives hide under: 2/3 of the GEMMs, 10/14 of the
     attention, half of the memory-bound kernels (their backward rows are about half their bytes)."""
-    c = {x.name.split(" ")[0]: x.achievable_s for x in components}
-    return (2 / 3 * (c["block"] + c["head"]) + ATTN_BWD_PER_PAIR / (ATTN_FWD_PER_PAIR + ATTN_BWD_PER_PAIR)
-            * c["attention"] + 0.5 * c["memory-bound"])
+    c = {x.kind: x.achievable_s for x in components}
+    attention_share = ATTN_BWD_PER_PAIR / (ATTN_FWD_PER_PAIR + ATTN_BWD_PER_PAIR)
+    return 2 / 3 * (c["gemm"] + c["head"]) + attention_share * c["attention"] + 0.5 * c["memory"]
 
 
 def format_ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 
 
-def speedrun_report(kernels: KernelTable, muon: MuonTable, m: Machine, muon_bytes: int,
-                    attention: AttentionModel, attention_text: str) -> str:
-    lines: List[str] = []
-    lines.append(f"## Speedrun recipe (modded-nanogpt 2025-10-31) on 8xH100, per rank and step\n")
-    lines.append(f"Ceilings: {m.bf16_flops / 1e12:.0f} TFLOP/s bf16, {m.fp8_flops / 1e12:.0f} TFLOP/s FP8, "
-                 f"{m.vector_flops / 1e12:.0f} TFLOP/s fp32 vector, {m.bandwidth / 1e12:.2f} TB/s HBM, "
-                 f"NVLink {m.link_bandwidth / 1e9:.0f} GB/s. Achievable: GEMMs {m.gemm_fraction:.0%}, "
-                 f"attention {m.attention_fraction:.0%} (of executed tile FLOPs), "
-                 f"memory-bound {m.memory_fraction:.0%}, collectives {m.latency * 1e6:.0f} us + "
-                 f"bytes / {m.busbw / 1e9:.0f} GB/s. Attention: {attention_text}. Benchmark ceilings rescaled "
-                 f"from {kernels.bandwidth / 1e12:.1f} TB/s (kernel rows), Muon from "
-                 f"{muon.flops / 1e12:.0f} TFLOP/s / {muon.bandwidth / 1e12:.1f} TB/s.\n")
-    phase_steps = [steps for steps, _ in WINDOW_PHASES]
-    per_phase = [speedrun_components(kernels, muon, m, long_blocks, attention)
-                 for _, long_blocks in WINDOW_PHASES]
-    total_steps = sum(phase_steps)
+@dataclass
+class Phases:
+    """The components of every window phase, and means weighted by the phases' steps."""
+    components: List[List[Component]]
+    steps: List[int]
 
-    def mean(values: Sequence[float]) -> float:
-        return sum(s * v for s, v in zip(phase_steps, values)) / total_steps
+    def mean(self, values: Sequence[float]) -> float:
+        return sum(s * v for s, v in zip(self.steps, values)) / sum(self.steps)
 
-    lines.append("| component | work per rank and step | ms at ceilings | ms achievable |")
-    lines.append("|---|---|---:|---:|")
-    for i, comp in enumerate(per_phase[0]):
-        ceiling = mean([p[i].ceiling_s for p in per_phase])
-        achievable = mean([p[i].achievable_s for p in per_phase])
-        name = comp.name
-        if name.startswith("attention"):
+    def mean_total(self, attr: str) -> float:
+        return self.mean([sum(getattr(c, attr) for c in p) for p in self.components])
+
+
+def header_line(kernels: KernelTable, muon: MuonTable, m: Machine, attention_text: str) -> str:
+    return (f"Ceilings: {m.bf16_flops / 1e12:.0f} TFLOP/s bf16, {m.fp8_flops / 1e12:.0f} TFLOP/s FP8, "
+            f"{m.vector_flops / 1e12:.0f} TFLOP/s fp32 vector, {m.bandwidth / 1e12:.2f} TB/s HBM, "
+            f"NVLink {m.link_bandwidth / 1e9:.0f} GB/s. Achievable: GEMMs {m.gemm_fraction:.0%}, "
+            f"attention {m.attention_fraction:.0%} (of executed tile FLOPs), "
+            f"memory-bound {m.memory_fraction:.0%}, collectives {m.latency * 1e6:.0f} us + "
+            f"bytes / {m.busbw / 1e9:.0f} GB/s. Attention: {attention_text}. Benchmark ceilings rescaled "
+            f"from {kernels.bandwidth / 1e12:.1f} TB/s (kernel rows), Muon from "
+            f"{muon.flops / 1e12:.0f} TFLOP/s / {muon.bandwidth / 1e12:.1f} TB/s.\n")
+
+
+def compute_rows(phases: Phases) -> List[str]:
+    lines = ["| component | work per rank and step | ms at ceilings | ms achievable |", "|---|---|---:|---:|"]
+    for i, comp in enumerate(phases.components[0]):
+        ceiling = phases.mean([p[i].ceiling_s for p in phases.components])
+        achievable = phases.mean([p[i].achievable_s for p in phases.components])
+        name, work = comp.name, comp.work
+        if comp.kind == "attention":
             name = "attention (bf16), mean over the window phases"
-            work = f"{mean([p[i].flops for p in per_phase]) / 1e12:.3f} TFLOP useful"
-        else:
-            work = comp.work
+            work = f"{phases.mean([p[i].flops for p in phases.components]) / 1e12:.3f} TFLOP useful"
         lines.append(f"| {name} | {work} | {format_ms(ceiling)} | {format_ms(achievable)} |")
-    compute_ceiling = mean([sum(c.ceiling_s for c in p) for p in per_phase])
-    compute_achievable = mean([sum(c.achievable_s for c in p) for p in per_phase])
-    lines.append(f"| **compute** | | **{format_ms(compute_ceiling)}** | **{format_ms(compute_achievable)}** |")
+    lines.append(f"| **compute** | | **{format_ms(phases.mean_total('ceiling_s'))}** | "
+                 f"**{format_ms(phases.mean_total('achievable_s'))}** |")
+    return lines
 
+
+@dataclass
+class Communication:
+    exposed_line: float   # all exposed, at the line rate
+    exposed: float        # all exposed, achievable
+    tail_line: float      # `full` overlap, at the line rate
+    tail: float           # `full` overlap, achievable
+    backward: float
+
+
+def communication(phases: Phases, muon: MuonTable, m: Machine, muon_bytes: int) -> Tuple[Communication, List[str]]:
+    """Both bounds on the exposed communication, and their table rows."""
     collectives = speedrun_collectives(muon_bytes)
-    comm_line = sum(collective_seconds(c, m.link_bandwidth, 0.0) for c in collectives)
-    comm_real = sum(collective_seconds(c, m.busbw, m.latency) for c in collectives)
-    for c in collectives:
-        lines.append(f"| comm: {c.name} | {c.bytes / 1e6:.0f} MB | "
-                     f"{format_ms(collective_seconds(c, m.link_bandwidth, 0.0))} | "
-                     f"{format_ms(collective_seconds(c, m.busbw, m.latency))} |")
-    lines.append(f"| **communication, all exposed** | | **{format_ms(comm_line)}** | **{format_ms(comm_real)}** |")
-    attn_pe = 4 * muon_matrix_seconds(muon.per_shape[f"{C}x{C}"], m.bf16_flops, m.bandwidth)
-    attn_pe_real = 4 * muon_matrix_seconds(muon.per_shape[f"{C}x{C}"], m.bf16_flops * m.gemm_fraction,
+    lines = [f"| comm: {c.name} | {c.bytes / 1e6:.0f} MB | "
+             f"{format_ms(collective_seconds(c, m.link_bandwidth, 0.0))} | "
+             f"{format_ms(collective_seconds(c, m.busbw, m.latency))} |" for c in collectives]
+    square = muon.per_shape[f"{C}x{C}"]
+    attn_pe = 4 * muon_matrix_seconds(square, m.bf16_flops, m.bandwidth)
+    attn_pe_real = 4 * muon_matrix_seconds(square, m.bf16_flops * m.gemm_fraction,
                                            m.bandwidth * m.memory_fraction)
-    tail_line = hidden_tail_seconds(muon_bytes, attn_pe, adam_step_seconds(m.bandwidth), m.link_bandwidth, 0.0)
-    backward = mean([backward_seconds(p) for p in per_phase])
-    tail_real = max(hidden_tail_seconds(muon_bytes, attn_pe_real,
-                                        adam_step_seconds(m.bandwidth * m.memory_fraction), m.busbw, m.latency),
-                    comm_real - backward)
+    exposed = sum(collective_seconds(c, m.busbw, m.latency) for c in collectives)
+    backward = phases.mean([backward_seconds(p) for p in phases.components])
+    tail = max(hidden_tail_seconds(muon_bytes, attn_pe_real, adam_step_seconds(m.bandwidth * m.memory_fraction),
+                                   m.busbw, m.latency), exposed - backward)
+    comm = Communication(sum(collective_seconds(c, m.link_bandwidth, 0.0) for c in collectives), exposed,
+                         hidden_tail_seconds(muon_bytes, attn_pe, adam_step_seconds(m.bandwidth),
+                                             m.link_bandwidth, 0.0), tail, backward)
+    lines.append(f"| **communication, all exposed** | | **{format_ms(comm.exposed_line)}** | "
+                 f"**{format_ms(comm.exposed)}** |")
     lines.append(f"| **communication, `full` overlap (exposed tail)** | backward {format_ms(backward)} ms "
-                 f"hides the rest | **{format_ms(tail_line)}** | **{format_ms(tail_real)}** |")
-    step_floor = compute_ceiling + tail_line
-    step_hidden = compute_achievable + tail_real
-    step_exposed = compute_achievable + comm_real
-    lines.append("")
-    lines.append("| total | ms per step | time to 3.28 (2,245 steps) |")
-    lines.append("|---|---:|---:|")
-    for label, step in (("lower bound: ceilings, `full` overlap", step_floor),
-                        ("achievable fractions, `full` overlap (comm hidden)", step_hidden),
-                        ("achievable fractions, all comm exposed", step_exposed)):
+                 f"hides the rest | **{format_ms(comm.tail_line)}** | **{format_ms(comm.tail)}** |")
+    return comm, lines
+
+
+def total_rows(phases: Phases, comm: Communication) -> List[str]:
+    total_steps = sum(phases.steps)
+    lines = ["| total | ms per step | time to 3.28 (2,245 steps) |", "|---|---:|---:|"]
+    ceiling, achievable = phases.mean_total("ceiling_s"), phases.mean_total("achievable_s")
+    for label, step in (("lower bound: ceilings, `full` overlap", ceiling + comm.tail_line),
+                        ("achievable fractions, `full` overlap (comm hidden)", achievable + comm.tail),
+                        ("achievable fractions, all comm exposed", achievable + comm.exposed)):
         lines.append(f"| {label} | {format_ms(step)} | {step * total_steps:.1f} s |")
     lines.append(f"| record, measured (PyTorch, 8xH100) | {RECORD_MS_PER_STEP:.1f} | {RECORD_SECONDS:.1f} s |")
-    lines.append("")
-    lines.append("Per window phase (achievable, `full` overlap):\n")
-    lines.append("| steps | long/short window (blocks) | attention ms | step ms |")
-    lines.append("|---|---|---:|---:|")
+    return lines
+
+
+def phase_rows(phases: Phases, comm: Communication) -> List[str]:
+    lines = ["Per window phase (achievable, `full` overlap):\n",
+             "| steps | long/short window (blocks) | attention ms | step ms |", "|---|---|---:|---:|"]
     first = 0
-    for (steps, long_blocks), p in zip(WINDOW_PHASES, per_phase):
-        attn = next(c for c in p if c.name.startswith("attention"))
+    for (steps, long_blocks), p in zip(WINDOW_PHASES, phases.components):
+        attn = next(c for c in p if c.kind == "attention")
+        step = sum(c.achievable_s for c in p) + comm.tail
         lines.append(f"| {first}-{first + steps - 1} | {long_blocks}/{long_blocks // 2} | "
-                     f"{format_ms(attn.achievable_s)} | {format_ms(sum(c.achievable_s for c in p) + tail_real)} |")
+                     f"{format_ms(attn.achievable_s)} | {format_ms(step)} |")
         first += steps
+    return lines
+
+
+def speedrun_report(kernels: KernelTable, muon: MuonTable, m: Machine, muon_bytes: int,
+                    attention: AttentionModel, attention_text: str) -> str:
+    phases = Phases([speedrun_components(kernels, muon, m, long_blocks, attention)
+                     for _, long_blocks in WINDOW_PHASES], [steps for steps, _ in WINDOW_PHASES])
+    comm, comm_lines = communication(phases, muon, m, muon_bytes)
+    lines = ["## Speedrun recipe (modded-nanogpt 2025-10-31) on 8xH100, per rank and step\n",
+             header_line(kernels, muon, m, attention_text)]
+    lines += compute_rows(phases) + comm_lines + [""] + total_rows(phases, comm) + [""] + phase_rows(phases, comm)
     return "\n".join(lines)
 
 
