@@ -247,10 +247,6 @@ class Machine:
     memory_fraction: float = 0.8
 
 
-def gemm_seconds(flops: float, peak: float) -> float:
-    return flops / peak
-
-
 def memory_kernels_seconds(table: KernelTable, m: Machine, fraction: float) -> float:
     """The benchmark's non-GEMM rows at this machine: per call max(bytes / bw, FLOPs / vector peak)."""
     total = 0.0
