@@ -473,7 +473,9 @@ class Reshard(MultiRankCase):
 class StopSignals(MultiRankCase):
     """A stop signal sent to mpirun or to one rank stops every rank after the same step with a complete
     checkpoint, from which the run continues bit for bit."""
-    LONG = 100  # steps (~0.1 s each): far more than run before the signal arrives, even through mpirun
+    # Steps (~0.1 s each, fewer on a faster machine): the signal must arrive before the run ends, and
+    # mpirun may hold SIGTERM back for odls_base_sigkill_timeout (3 s below); 60 leaves twice that.
+    LONG = 60
 
     def long_args(self):
         return ["--train-data", self.train_data] + common_args(self.LONG) + ["-b", "2"]
