@@ -43,14 +43,14 @@ define sanitizer_run
 	cd $(1) && ctest --output-on-failure -j $(JOBS) -R $(call tests_regex,$(3))
 endef
 
-# The whole suite, then the TSan run above.
+# The whole suite (every fuzz target's seed corpus and regression inputs replayed included), then the TSan
+# run above. Fuzzing itself explores at random, so it is `make fuzz`, not part of the test command.
 test: all
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	$(call sanitizer_run,build-tsan,-DCMAKE_BUILD_TYPE=Release -DLLMC_TSAN=ON,$(TSAN_TESTS))
-	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=8
 
 # The file readers under libFuzzer with ASan + UBSan (clang): each fuzz target for FUZZ_SECONDS from the
-# committed seed corpus (8 s each in `make test`; longer runs: docs/robustness.md#fuzzing).
+# committed seed corpus (docs/robustness.md#fuzzing).
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	@cmake -S . -B build-fuzz -DLLMC_FUZZ=ON -DLLMC_FUZZ_SECONDS=$(FUZZ_SECONDS) -DLLMC_CUDA=OFF \

@@ -2,7 +2,7 @@
 # token shards, model files (GPT-2's llm.c format and the speedrun format), optimizer-state files,
 # checkpoint manifests, tokenize_gpt2's text and JSONL input. Every build links each target with a replay driver and runs it over its committed seed corpus
 # and regression inputs (tests fuzz_replay.<target>, about a second in all). With -DLLMC_FUZZ=ON (clang;
-# the fuzz stage of `make test`, or `make fuzz`) they are libFuzzer binaries under ASan + UBSan and
+# `make fuzz`) they are libFuzzer binaries under ASan + UBSan and
 # `ctest -L fuzz` runs each for LLMC_FUZZ_SECONDS from the seeds (new inputs go to build/fuzz_corpus,
 # crashing ones to build/fuzz_findings).
 set(LLMC_FUZZ_SECONDS 8 CACHE STRING "Seconds each fuzz target runs under ctest in a -DLLMC_FUZZ=ON build")

@@ -75,6 +75,8 @@ endif()
 # smoke-tested running the decoder at d1 so that the benchmark cannot rot).
 llmc_add_cu_executable(NAME bench_generate BENCHMARK SOURCES test/generate/bench_generate.cu LIBS llmc_generate CLI11::CLI11
   EMU_LIBS llmc_model_core_bf16_emu CUDA_LIBS llmc_model_core_bf16_cuda)
+# Its emulated build is a smoke test (CPU timings of the emulation say nothing of a GPU): -O1, as the tests.
+llmc_emu_test_optimisation(bench_generate_emu)
 add_test(NAME generate_bench_smoke_emu
   COMMAND bench_generate_emu --model d1 --prompt-tokens 5 --new-tokens 3 --contexts 8 --run)
 set_tests_properties(generate_bench_smoke_emu PROPERTIES LABELS generate TIMEOUT 120)

@@ -6,7 +6,7 @@
    model and the KV-cache decoder, fp32 emulated build, through forward_probe) give transformers' logits
    (within 1e-5 of their largest magnitude) and loss; 20 greedy tokens of generate_gpt2 (fp32 emulated)
    from a text prompt equal transformers' generate().
-2. One of our checkpoints (d1 trained a few steps by train_gpt2_fp32_emu) is exported with
+2. One of our checkpoints (d1 trained 4 steps by train_gpt2_fp32_emu) is exported with
    scripts/export_hf.py, loaded by transformers' from_pretrained, and gives our logits, loss and greedy
    tokens; its tokenizer files encode the prompt and decode the text as ours do.
 
@@ -226,10 +226,10 @@ class HuggingFaceOracle(unittest.TestCase):
             out.write(header.tobytes() + stream.astype(np.uint16).tobytes())
         run_dir, folder = os.path.join(self.tmp, "run"), os.path.join(self.tmp, "exported_hf")
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        run([SETTINGS["trainer"], "--model", "d1", "-b", 2, "-t", 32, "--steps", 10, "--lr", "1e-2",
+        run([SETTINGS["trainer"], "--model", "d1", "-b", 2, "-t", 32, "--steps", 4, "--lr", "1e-2",
              "--train-data", os.path.join(self.tmp, "toy_train_*.bin"), "-o", run_dir], env=env)
         run([sys.executable, f"{REPO}/scripts/export_hf.py", run_dir, folder, "--vocab", f"{SHARED}/data/gpt2"])
-        model_file = os.path.join(run_dir, "ckpt_000010_model.bin")
+        model_file = os.path.join(run_dir, "ckpt_000004_model.bin")
         hf_model = self.backend.load(folder)
         self.compare(model_file, hf_model, stream[5:21].tolist())
         ours = self.compare_greedy(model_file, hf_model)

@@ -562,7 +562,10 @@ class Reshard(MultiRankCase):
 class StopSignals(MultiRankCase):
     """A stop signal sent to mpirun or to one rank stops every rank after the same step with a complete
     checkpoint, from which the run continues bit for bit."""
-    LONG = 100  # steps (~0.1 s each): far more than run before the signal arrives, even through mpirun
+    # Never reached: the run must end by the signal, whenever it arrives (mpirun may hold SIGTERM back for
+    # odls_base_sigkill_timeout, 3 s below, some 60 steps on a quiet machine).
+    LONG = 100000
+    AFTER = 4  # steps run after the stop, by the resumed run and by the uninterrupted one
 
     def long_args(self):
         return ["--train-data", self.train_data] + common_args(self.LONG) + ["-b", "2"]
@@ -595,14 +598,17 @@ class StopSignals(MultiRankCase):
     def test_sigterm_to_mpirun_then_resume_is_bitwise(self):
         # Open MPI's mpirun passes SIGTERM on after odls_base_sigkill_timeout seconds and SIGKILLs the
         # ranks as long after (README); 3 s leaves the ranks ample time for a step and the checkpoint.
-        whole = self.train("whole_long", 2, common_args(self.LONG) + ["-b", "2"])
-        self.assertEqual(whole.returncode, 0, whole.describe())
-        run, status, _ = self.stop("sigterm_mpirun", signal.SIGTERM, "mpirun",
-                                   mpi_options=["--mca", "odls_base_sigkill_timeout", "3"])
+        # The lr is constant, so --steps does not change the trajectory: the resumed run and the
+        # uninterrupted one both end AFTER steps past the stop.
+        run, status, step = self.stop("sigterm_mpirun", signal.SIGTERM, "mpirun",
+                                      mpi_options=["--mca", "odls_base_sigkill_timeout", "3"])
         self.assertNotEqual(status, 0, run.describe())
-        resumed = self.train("sigterm_mpirun", 2, common_args(self.LONG) + ["-b", "2", "--resume", "latest"])
+        end = step + self.AFTER
+        resumed = self.train("sigterm_mpirun", 2, common_args(end) + ["-b", "2", "--resume", "latest"])
         self.assertEqual(resumed.returncode, 0, resumed.describe())
-        self.assert_same_checkpoints(resumed.checkpoint(self.LONG), whole.checkpoint(self.LONG))
+        whole = self.train("whole", 2, common_args(end) + ["-b", "2"])
+        self.assertEqual(whole.returncode, 0, whole.describe())
+        self.assert_same_checkpoints(resumed.checkpoint(end), whole.checkpoint(end))
 
     def test_sigusr1_to_mpirun_exits_75(self):
         run, status, _ = self.stop("sigusr1_mpirun", signal.SIGUSR1, "mpirun")
