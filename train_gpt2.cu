@@ -20,6 +20,7 @@
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
 #include "llmc/file_io.h"
+#include "llmc/optim/speedrun_optimizer.h"
 #include "llmc/optim/zero.h"
 #include "llmc/train/checkpoint_dir.h"
 #include "llmc/train/checkpoint_writer.h"
@@ -78,6 +79,36 @@ OptimizerSettings optimizer_settings(const TrainOptions& opt) {
   settings.grad_clip = static_cast<float>(opt.grad_clip);
   settings.overlap = parse_overlap_mode(opt.overlap);
   return settings;
+}
+
+// --optimizer (auto: the model family's own). The speedrun optimizer has no clipping and cannot save or
+// restore its state yet: the options that would need either are refused here rather than ignored.
+std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, ModelFamilyId family, TrainableModel& model,
+                                                CommContext& comm, Tracer& tracer) {
+  const bool speedrun =
+      opt.optimizer == "speedrun" || (opt.optimizer == "auto" && family == ModelFamilyId::kSpeedrun);
+  if (!speedrun) return std::make_unique<ZeroOptimizer>(model, comm, optimizer_settings(opt), &tracer);
+  if (family != ModelFamilyId::kSpeedrun)
+    throw std::invalid_argument("--optimizer speedrun needs a speedrun model (--model speedrun, speedrun-tiny or its file)");
+  if (opt.grad_clip > 0)
+    throw std::invalid_argument("--optimizer speedrun has no gradient clipping: pass --grad-clip 0");
+  if (opt.checkpoint_every > 0 || !opt.resume.empty())
+    throw std::invalid_argument("--optimizer speedrun cannot write or resume checkpoints yet (its state is not saved): "
+                                "drop --checkpoint-every and --resume, or use --optimizer zero-adamw");
+  SpeedrunOptimizerSettings settings;
+  // The Muon momentum's schedule: the record's stretched to --steps, as --lr-schedule speedrun's (at least
+  // the 4 steps that stretch needs).
+  settings.schedule = SpeedrunSchedule::for_total_steps(std::max(4, opt.steps));
+  settings.overlap = parse_overlap_mode(opt.overlap);
+  return std::make_unique<SpeedrunOptimizer>(model, comm, settings, &tracer);
+}
+
+// The state that checkpoints hold is ZeRO's: with the speedrun optimizer make_optimizer refuses
+// --checkpoint-every and --resume, and writes_checkpoints() below is false (no final checkpoint either).
+ZeroOptimizer& checkpointed_optimizer(BucketOptimizer& optimizer) {
+  auto* zero = dynamic_cast<ZeroOptimizer*>(&optimizer);
+  if (zero == nullptr) throw std::logic_error("--optimizer speedrun: saving and restoring its state is not implemented");
+  return *zero;
 }
 
 // The fields both loaders share.
@@ -145,18 +176,18 @@ struct Run {
         grad_accum(opt.grad_accum_steps(comm.world_size())),
         model(start.family->build(comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream())),
         tracer(!opt.trace_dir.empty(), comm.rank()),
-        optimizer(*model, comm, optimizer_settings(opt), &tracer),
+        optimizer(make_optimizer(opt, start.family->id(), *model, comm, tracer)),
         train_loader(train_loader_config(opt, comm, start.family->vocab_size())),
         val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
         windows(make_window_schedule(opt, *start.family, *model)) {
     model->set_gemm_algo_selection(parse_gemm_algo_selection(opt.gemm_algo));
     if (start.params.empty()) start.params = start.family->init_params(*model, opt.seed);
     model->upload_params(start.params);
-    optimizer.init_master(start.params);
+    optimizer->init_master(start.params);
     if (resume_prefix.empty()) return;
     // Written by this many ranks or another: llmc/train/resume.h re-shards, and maps the data position.
     const ResumePoint point = read_resume_point(resume_prefix, comm.rank(), model->layout(), start.family->describe());
-    optimizer.upload_state(point.master, point.adam_m, point.adam_v);
+    checkpointed_optimizer(*optimizer).upload_state(point.master, point.adam_m, point.adam_v);
     train_loader.seek(resumed_position(point.written, train_loader));
     loop = LoopState{static_cast<int>(point.written.step), point.written.train_time_ms, resume_prefix};
     resumed_from = point.written;
@@ -169,7 +200,7 @@ struct Run {
   const int grad_accum;
   std::unique_ptr<TrainableModel> model;
   Tracer tracer;
-  ZeroOptimizer optimizer;
+  std::unique_ptr<BucketOptimizer> optimizer;
   DataLoader train_loader;
   std::unique_ptr<ValLoader> val_loader;
   std::unique_ptr<WindowSchedule> windows;  // null: fixed windows
@@ -190,7 +221,7 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
   header.seq_len = run.opt.seq_len;
   header.grad_accum = run.grad_accum;
   header.activation_bytes = run.model->activation_bytes();
-  header.optimizer_state_bytes = run.optimizer.state_bytes();
+  header.optimizer_state_bytes = run.optimizer->state_bytes();
   header.overlap = run.opt.overlap;
   if (run.opt.resume == "latest" && run.resume_prefix.empty())
     header.notes.push_back("--resume latest: no checkpoint in " + run.opt.output_dir + ", starting fresh");
@@ -200,6 +231,9 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
                                 ? ""
                                 : " (written by " + std::to_string(run.resumed_from.world_size) +
                                       " ranks, optimizer state re-sharded)"));
+  if (dynamic_cast<const ZeroOptimizer*>(run.optimizer.get()) == nullptr)
+    header.notes.push_back(std::string("optimizer: speedrun (NorMuon + sharded Adam)") +
+                           (run.opt.output_dir.empty() ? "" : "; no checkpoints: it cannot save its state yet"));
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
   if (run.opt.lr_schedule == "speedrun" || run.windows)
     header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(run.opt.steps).describe());
@@ -218,10 +252,15 @@ std::unique_ptr<TrainingSamples> make_samples(Run& run) {
 
 // ---- the loop's bookkeeping --------------------------------------------------------------------------
 
+// Whether this run writes checkpoints (with --output-dir, unless its optimizer cannot save its state).
+bool writes_checkpoints(const Run& run) {
+  return !run.opt.output_dir.empty() && dynamic_cast<const ZeroOptimizer*>(run.optimizer.get()) != nullptr;
+}
+
 // The model file once (rank 0) and every rank's optimizer shard, complete on every rank or not at all
 // (llmc/train/checkpoint_writer.h); then, with --keep-checkpoints, the oldest ones go.
 void save_checkpoint(const std::string& prefix, Run& run, TrainLog& log) {
-  run.optimizer.wait_for_all_params();
+  run.optimizer->wait_for_all_params();
   const std::vector<float> params = run.comm.is_main_rank() ? run.model->download_params() : std::vector<float>();
   TrainState state;
   state.step = run.loop.step;
@@ -232,7 +271,7 @@ void save_checkpoint(const std::string& prefix, Run& run, TrainLog& log) {
   state.batch_size = run.opt.batch_size;
   state.seq_len = run.opt.seq_len;
   state.train_time_ms = run.loop.train_time_ms;
-  run.optimizer.download_state(state.master, state.adam_m, state.adam_v);
+  checkpointed_optimizer(*run.optimizer).download_state(state.master, state.adam_m, state.adam_v);
   const ModelFileWriter write_model = [&run, &params](const std::string& path) {
     return run.start.family->write_model_file(path, *run.model, params, /*fp32=*/false);
   };
@@ -338,7 +377,7 @@ class StepFinisher {
     return last || run_.tracer.enabled() || debug_.wants_dump(step) ||
            (run_.val_loader && due(opt.val_every, step, last)) ||
            (samples_ != nullptr && step % opt.sample_every == 0) ||
-           (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last));
+           (writes_checkpoints(run_) && due(opt.checkpoint_every, step, last));
   }
 
   // Reads step `step` (waiting for the device) and does its host work. Returns false to stop the run.
@@ -374,15 +413,15 @@ class StepFinisher {
     if (run_.val_loader && due(opt.val_every, step, last_step)) {
       watchdog_.begin(Watchdog::Activity::kValidation, step);
       if (run_.windows) log_lines(log_, run_.windows->before_step(step));  // the next step's; the last: 20 blocks
-      const double val_loss = evaluate(*run_.model, run_.optimizer, *run_.val_loader, run_.comm, batch_);
+      const double val_loss = evaluate(*run_.model, *run_.optimizer, *run_.val_loader, run_.comm, batch_);
       log_.line(format_val_line(step, opt.steps, val_loss, run_.loop.train_time_ms, run_.loop.train_time_ms / step));
     }
     if (samples_ != nullptr && step % opt.sample_every == 0) {
       watchdog_.begin(Watchdog::Activity::kSamples, step);
-      run_.optimizer.wait_for_all_params();  // the decoder reads every parameter: all updates applied first
+      run_.optimizer->wait_for_all_params();  // the decoder reads every parameter: all updates applied first
       for (const std::string& line : samples_->sample(step)) log_.line(line);
     }
-    if (!opt.output_dir.empty() && due(opt.checkpoint_every, step, last_step)) {
+    if (writes_checkpoints(run_) && due(opt.checkpoint_every, step, last_step)) {
       watchdog_.begin(Watchdog::Activity::kCheckpoint, step);
       save_checkpoint(checkpoint_prefix(opt.output_dir, step), run_, log_);
     }
@@ -402,8 +441,9 @@ class StepFinisher {
 // Every rank stops after the same finished step `step` with a complete checkpoint of it (unless the step
 // wrote its own already).
 int stop_by_signal(Run& run, TrainLog& log, Guards& guards, int signal, int step) {
-  std::string how = "no checkpoint written (no --output-dir)";
-  if (!run.opt.output_dir.empty()) {
+  std::string how = run.opt.output_dir.empty() ? "no checkpoint written (no --output-dir)"
+                                               : "no checkpoint written (--optimizer speedrun cannot save its state yet)";
+  if (writes_checkpoints(run)) {
     const std::string prefix = checkpoint_prefix(run.opt.output_dir, step);
     guards.watchdog.begin(Watchdog::Activity::kCheckpoint, step);
     if (run.loop.last_checkpoint != prefix) save_checkpoint(prefix, run, log);
@@ -421,7 +461,7 @@ int stop_by_signal(Run& run, TrainLog& log, Guards& guards, int signal, int step
 int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, Guards& guards, TrainingSamples* samples) {
   const TrainOptions& opt = run.opt;
   const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
-  StepParts parts{*run.model, run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
+  StepParts parts{*run.model, *run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
   Batch batch(static_cast<size_t>(opt.batch_size) * opt.seq_len);
   StepFinisher finisher(run, log, debug, guards.watchdog, samples, parts, batch);
   const int first_step = run.loop.step + 1;
@@ -475,7 +515,7 @@ int train(const TrainOptions& opt, const std::string& options_text, CommContext&
       run.start.family->write_model_file(debug.prepare_model_dump(), *run.model, run.model->download_params(),
                                          /*fp32=*/true);
     Watchdog watchdog(
-        opt.timeout, [&run] { return run.optimizer.unfinished_collective(); },
+        opt.timeout, [&run] { return run.optimizer->unfinished_collective(); },
         [&comm](const std::string& why) { comm.abort_job(why, kExitWatchdog); });
     Guards guards{watchdog, signals};
     const int status = train_loop(run, log, debug, guards, samples.get());

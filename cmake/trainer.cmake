@@ -22,8 +22,10 @@ endif()
 # samples and ./generate_gpt2 both use it.
 set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2.cu llmc/model/speedrun_model.cu llmc/model/device_arena.cu
     llmc/train/run_info.cu llmc/train/model_family.cu llmc/generate/gpt2_decoder.cu)
-# The optimizer library also holds the training step that drives model and optimizer (train_step.cu).
-set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu llmc/train/train_step.cu)
+# The optimizer library also holds the training step that drives model and optimizer (train_step.cu). The
+# speedrun optimizer uses Polar Express and NorMuon (llmc_optim_math_<precision>_emu when emulated; the
+# GPU library compiles their sources itself, for the program architectures).
+set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu llmc/optim/speedrun_optimizer.cu llmc/train/train_step.cu)
 set(LLMC_TRAINER_LIBS llmc_train_utils llmc_train_samples llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
 foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(core_sources llmc_model_core_${precision}_emu ${LLMC_MODEL_CORE_SOURCES})
@@ -32,15 +34,15 @@ foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(optimizer_sources llmc_optimizer_${precision}_emu ${LLMC_OPTIMIZER_SOURCES})
   add_library(llmc_optimizer_${precision}_emu STATIC ${optimizer_sources})
   target_link_libraries(llmc_optimizer_${precision}_emu PUBLIC llmc_model_core_${precision}_emu llmc_comm_emu
-                        llmc_trace_emu llmc_data)
+                        llmc_trace_emu llmc_data llmc_optim_math_${precision}_emu llmc_muon_plan)
   set(core_targets llmc_model_core_${precision}_emu llmc_optimizer_${precision}_emu)
   if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR (LLMC_BUILD_CUDA_TESTS AND LLMC_CUDA_FP32_TESTS)))
     add_library(llmc_model_core_${precision}_cuda STATIC ${LLMC_MODEL_CORE_SOURCES})
     target_link_libraries(llmc_model_core_${precision}_cuda PUBLIC llmc_flags llmc_model llmc_train_utils CUDA::cudart
                           CUDA::cublasLt)
-    add_library(llmc_optimizer_${precision}_cuda STATIC ${LLMC_OPTIMIZER_SOURCES})
+    add_library(llmc_optimizer_${precision}_cuda STATIC ${LLMC_OPTIMIZER_SOURCES} ${LLMC_OPTIM_MATH_SOURCES})
     target_link_libraries(llmc_optimizer_${precision}_cuda PUBLIC llmc_model_core_${precision}_cuda llmc_comm llmc_trace
-                          llmc_data)
+                          llmc_data llmc_muon_plan)
     set_target_properties(llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda
                           PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_ARCHITECTURES}")
     list(APPEND core_targets llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda)
@@ -79,6 +81,29 @@ foreach(precision IN ITEMS bf16 fp32)
     SOURCES test/optim/test_train_steps.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_optimizer_${precision}_emu CUDA_LIBS llmc_optimizer_${precision}_cuda)
 endforeach()
+
+# The speedrun optimizer on 1, 2 and 4 emulated ranks against the composition of NorMuonRunner and the
+# sharded Adam kernel on one rank, bitwise, and its overlap modes against each other (every rank runs every
+# test: test/dist/comm_test_main.cpp). bf16 only: the test's exact mean over ranks relies on bf16 gradients.
+llmc_emu_wrap_sources(speedrun_optimizer_emu_sources speedrun_optimizer_emu
+  test/optim/test_speedrun_optimizer.cu test/dist/comm_test_main.cpp)
+add_executable(speedrun_optimizer_emu ${speedrun_optimizer_emu_sources})
+llmc_emu_test_optimisation(speedrun_optimizer_emu)
+target_link_libraries(speedrun_optimizer_emu PRIVATE llmc_optimizer_bf16_emu llmc_model GTest::gtest)
+add_test(NAME speedrun_optimizer_emu_np1 COMMAND speedrun_optimizer_emu)
+foreach(np IN ITEMS 2 4)
+  add_test(NAME speedrun_optimizer_emu_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:speedrun_optimizer_emu> ${MPIEXEC_POSTFLAGS})
+endforeach()
+set_tests_properties(speedrun_optimizer_emu_np1 speedrun_optimizer_emu_np2 speedrun_optimizer_emu_np4
+  PROPERTIES LABELS "optim;multirank" TIMEOUT 300 ENVIRONMENT "${LLMC_MPI_ROOT_ENV}")
+# The mutant: the emulation drops the compute stream's waits on the optimizer's streams; the steps enqueued
+# back to back must then differ from the steps run one by one (the test fails, so this entry passes).
+add_test(NAME speedrun_optimizer_emu_dropped_waits
+         COMMAND speedrun_optimizer_emu --gtest_filter=*StepsEnqueuedBackToBack*)
+set_tests_properties(speedrun_optimizer_emu_dropped_waits PROPERTIES LABELS optim TIMEOUT 300 WILL_FAIL TRUE
+  ENVIRONMENT "${LLMC_MPI_ROOT_ENV};LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS=1")
 
 # ---- tests of training (label "trainer") ----------------------------------------------------------
 set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

@@ -209,6 +209,22 @@ void CommContext::all_reduce_sum_float(float* data, size_t count, cudaStream_t s
   NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, nccl_comm_, stream));
 }
 
+void CommContext::all_reduce_avg(float* data, size_t count, cudaStream_t stream) const {
+  NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type<float>(), ncclAvg, nccl_comm_, stream));
+}
+
+void CommContext::all_reduce_avg(__nv_bfloat16* data, size_t count, cudaStream_t stream) const {
+  NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type<__nv_bfloat16>(), ncclAvg, nccl_comm_, stream));
+}
+
+void CommContext::broadcast(float* data, size_t count, int root, cudaStream_t stream) const {
+  NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type<float>(), root, nccl_comm_, stream));
+}
+
+void CommContext::broadcast(__nv_bfloat16* data, size_t count, int root, cudaStream_t stream) const {
+  NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type<__nv_bfloat16>(), root, nccl_comm_, stream));
+}
+
 void CommContext::broadcast_from_rank0(float* data, size_t count, cudaStream_t stream) const {
   NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type<float>(), 0, nccl_comm_, stream));
 }

@@ -83,6 +83,12 @@ class CommContext : public RankGroup {
                   cudaStream_t stream) const;
   // data[i] = sum over ranks of data[i], in place.
   void all_reduce_sum_float(float* data, size_t count, cudaStream_t stream) const;
+  // data[i] = mean over ranks of data[i], in place.
+  void all_reduce_avg(float* data, size_t count, cudaStream_t stream) const;
+  void all_reduce_avg(__nv_bfloat16* data, size_t count, cudaStream_t stream) const;
+  // data on every rank = data of rank `root`, in place.
+  void broadcast(float* data, size_t count, int root, cudaStream_t stream) const;
+  void broadcast(__nv_bfloat16* data, size_t count, int root, cudaStream_t stream) const;
   // data on every rank = data of rank 0 (e.g. initial parameters), in place.
   void broadcast_from_rank0(float* data, size_t count, cudaStream_t stream) const;
   void broadcast_from_rank0(__nv_bfloat16* data, size_t count, cudaStream_t stream) const;

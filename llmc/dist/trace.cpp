@@ -162,6 +162,8 @@ void Tracer::write(const std::string& path) const {
                     {"args", {{"name", "compute"}}}});
   events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", static_cast<int>(TraceTrack::kComm)},
                     {"args", {{"name", "comm"}}}});
+  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", static_cast<int>(TraceTrack::kUpdate)},
+                    {"args", {{"name", "optimizer update"}}}});
   for (const nlohmann::json& slice : slices_) events.push_back(slice);
   const nlohmann::json document = {
       {"traceEvents", std::move(events)},

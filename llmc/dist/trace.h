@@ -14,7 +14,9 @@
 
 namespace llmc {
 
-enum class TraceTrack : int { kCompute = 1, kComm = 2 };  // = the tid in the JSON
+// = the tid in the JSON. kUpdate: an optimizer's own update stream (the speedrun optimizer's NorMuon and
+// Adam); it counts as compute in the overlap figures (comm hidden under it is hidden).
+enum class TraceTrack : int { kCompute = 1, kComm = 2, kUpdate = 3 };
 
 // A closed time interval in microseconds.
 struct TraceInterval {

@@ -10,6 +10,10 @@
 //   finish_step(); grad_norm(step) for the log, possibly after the next step has been enqueued.
 #pragma once
 
+#include <cstddef>
+#include <string>
+#include <vector>
+
 #include "llmc/model/trainable_model.h"
 
 namespace llmc {
@@ -33,6 +37,14 @@ class BucketOptimizer {
   virtual float grad_norm(int step) = 0;
   // Makes the compute stream wait for every pending parameter update (before reading all parameters).
   virtual void wait_for_all_params() = 0;
+
+  // The optimizer's own copies of the parameters (fp32 masters) from the full host parameter buffer
+  // (layout order, the same on every rank); its other state starts at zero.
+  virtual void init_master(const std::vector<float>& host_params) = 0;
+  // Device bytes of optimizer state on this rank (for the log).
+  virtual size_t state_bytes() const = 0;
+  // For the watchdog, from any thread: the oldest collective of this rank that has not completed, or "".
+  virtual std::string unfinished_collective() const = 0;
 };
 
 }  // namespace llmc

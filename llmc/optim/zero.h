@@ -42,7 +42,7 @@ class ZeroOptimizer : public BucketOptimizer {
 
   // fp32 master weights of this rank's shards from the full host parameter buffer (layout order); the
   // moments start at zero.
-  void init_master(const std::vector<float>& host_params);
+  void init_master(const std::vector<float>& host_params) override;
 
   // The step (see BucketOptimizer). Nothing here waits on the host: with clipping, the factor is computed and
   // applied on the device.
@@ -58,10 +58,10 @@ class ZeroOptimizer : public BucketOptimizer {
   void download_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v);
   void upload_state(const std::vector<float>& master, const std::vector<float>& m, const std::vector<float>& v);
   // Bytes of optimizer state (master + m + v) held by this rank.
-  size_t state_bytes() const { return 3 * shard_elements_ * sizeof(float); }
+  size_t state_bytes() const override { return 3 * shard_elements_ * sizeof(float); }
   // For the watchdog, from any thread: the oldest collective of this rank that has not completed
   // ("reduce_scatter of bucket 3 (layer 2) in step 7, enqueued 2.9 s ago"), or "" (collective_watch.h).
-  std::string unfinished_collective() const { return watch_.first_unfinished(); }
+  std::string unfinished_collective() const override { return watch_.first_unfinished(); }
 
  private:
   void reduce_scatter_bucket(int bucket);

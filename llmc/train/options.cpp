@@ -142,6 +142,11 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
                  "full (reduce-scatter, update and all-gather streamed during the backward)")
       ->capture_default_str()->check(one_of({"none", "rs", "full"}));
+  app.add_option("--optimizer", o.optimizer,
+                 "zero-adamw (ZeRO-1 AdamW on every tensor), speedrun (NorMuon on the block matrices and gates, "
+                 "sharded Adam on the embeddings, head and scalars; no --grad-clip, no checkpoints yet) or auto "
+                 "(speedrun for the speedrun models, zero-adamw for GPT-2)")
+      ->capture_default_str()->check(one_of({"auto", "zero-adamw", "speedrun"}));
   app.add_option("--trace", o.trace_dir, "Write a Chrome trace-event JSON per rank into this directory");
   app.add_option("--sample-every", o.sample_every,
                  "Print a sample of the model every N steps, from rank 0, outside the timed part (0 = never)")

@@ -44,6 +44,7 @@ struct TrainOptions {
   bool shuffle = false;
   // distributed
   std::string overlap = "full";        // none | rs | full
+  std::string optimizer = "auto";      // auto | zero-adamw | speedrun (auto: by the model family)
   std::string trace_dir;
   // samples: rank 0 prints sample_tokens tokens continuing sample_prompt every sample_every steps
   int sample_every = 0;                // 0 = never

@@ -12,16 +12,17 @@ namespace {
 // modded-nanogpt's record of 2025-10-31, SPEEDRUN.md sections 2-3: the speedrun model, 2,205 + 40 steps
 // of 262,144 tokens (one packed sequence of 32,768 tokens per rank and micro-step; with fewer than 8
 // ranks, 8 / ranks micro-steps), the record's lr and window schedules, no warm-up, no gradient clipping,
-// validation every 250 steps and at the end on 10,485,760 tokens. The lr is the Adam group's 0.008 (the
-// base of the schedule's multiplier); weight decay belongs to the record's optimizers (NorMuon's 1.2),
-// AdamW's is off.
+// validation every 250 steps and at the end on 10,485,760 tokens. The optimizer is the speedrun one
+// (--optimizer auto with the speedrun model), whose base lrs (Muon 0.03, Adam 0.008) the loop's lr
+// multiplies: --lr 1.0, times the schedule's multiplier. Weight decay belongs to the record's optimizers
+// (NorMuon's 1.2), AdamW's is off.
 const RecipeSettings kModded20251031 = {
     {"--model", "speedrun"},
     {"--batch-size", "1"},
     {"--seq-len", "32768"},
     {"--total-batch-tokens", "262144"},
     {"--steps", "2245"},
-    {"--lr", "0.008"},
+    {"--lr", "1.0"},
     {"--warmup-steps", "0"},
     {"--lr-schedule", "speedrun"},
     {"--window-schedule", "speedrun"},

@@ -44,7 +44,7 @@ TEST(Recipe, ModdedRecordMatchesSpeedrunMd) {
   EXPECT_EQ(o.window_schedule, "speedrun");
   EXPECT_EQ(o.warmup_steps, 0);
   EXPECT_EQ(o.grad_clip, 0.0);  // section 2: no gradient clipping
-  EXPECT_EQ(o.lr, 0.008);       // the Adam group's lr
+  EXPECT_EQ(o.lr, 1.0);         // the speedrun optimizer's base lrs times 1
   EXPECT_EQ(o.val_every, 250);  // section 3: every 250 steps and at the end, on 10,485,760 tokens
   EXPECT_EQ(o.val_tokens, 10485760);
   EXPECT_NO_THROW(llmc::validate_train_options(o, 8));

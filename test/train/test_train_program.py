@@ -167,11 +167,12 @@ class TrainProgram(unittest.TestCase):
         self.assertLess(float(val[10]), float(val[5]))
 
     def test_speedrun_model_trains_resumes_and_starts_from_its_file(self):
-        # speedrun-tiny: V=96, T<=64, one packed sequence per micro-step (-b 1). The AdamW ZeRO path trains it
-        # until the speedrun optimizers are wired in.
+        # speedrun-tiny: V=96, T<=64, one packed sequence per micro-step (-b 1), trained here by the AdamW ZeRO
+        # path (--optimizer zero-adamw; auto would pick the speedrun optimizer, which has no checkpoints yet).
         rng = np.random.default_rng(1)
         write_shard(f"{self.tmp}/sr_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
-        data = ["--train-data", f"{self.tmp}/sr_train_*.bin", "-b", 1, "-t", 64, "--lr", "3e-3"]
+        data = ["--train-data", f"{self.tmp}/sr_train_*.bin", "-b", 1, "-t", 64, "--lr", "3e-3",
+                "--optimizer", "zero-adamw"]
         args = data + ["--model", "speedrun-tiny", "--steps", 6, "--checkpoint-every", 3]
         out_dir, log = self.train_run("speedrun", args)
         self.assertIn("# model: speedrun V=96 L=12 H=2 D=16", log)
@@ -197,6 +198,30 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure(data + ["--steps", 1, "--model", truncated], re.escape(truncated), r"truncated model file")
         self.expect_failure(data[:2] + ["--model", "speedrun-tiny", "-b", 2, "-t", 64, "--steps", 1], r"--batch-size 2")
 
+    def test_speedrun_optimizer_trains_and_refuses_what_it_lacks(self):
+        # --optimizer auto picks NorMuon + sharded Adam for a speedrun model (llmc/optim/speedrun_optimizer.h).
+        rng = np.random.default_rng(2)
+        write_shard(f"{self.tmp}/so_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        data = ["--train-data", f"{self.tmp}/so_train_*.bin", "-b", 1, "-t", 64, "--model", "speedrun-tiny"]
+        args = data + ["--steps", 8, "--lr", "1.0", "--lr-schedule", "constant", "--grad-clip", 0]
+        out_dir, log = self.train_run("speedrun_optimizer", args)
+        self.assertIn("# optimizer: speedrun (NorMuon + sharded Adam); no checkpoints", log)
+        train = losses(log)
+        self.assertEqual(sorted(train), list(range(1, 9)))
+        # The head starts at zero and is an Adam tensor, which waits for step 2's gradients: uniform logits twice.
+        self.assertAlmostEqual(float(train[1]), np.log(96), delta=1e-3)
+        self.assertEqual(train[2], train[1])
+        self.assertLess(float(train[8]), float(train[1]) - 0.1)
+        self.assertFalse([name for name in os.listdir(out_dir) if name.startswith("ckpt_")])
+        # --overlap none enqueues everything after the backward: the same bits.
+        _, none_log = self.train_run("speedrun_optimizer_none", args + ["--overlap", "none"])
+        self.assertEqual(losses(none_log), train)
+        self.expect_failure(data + ["--steps", 1], r"--optimizer speedrun has no gradient clipping: pass --grad-clip 0")
+        self.expect_failure(args + ["--checkpoint-every", 2, "-o", f"{self.tmp}/so_ckpt"],
+                            r"--optimizer speedrun cannot write or resume checkpoints yet")
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--optimizer", "speedrun", "--grad-clip", 0],
+                            r"--optimizer speedrun needs a speedrun model")
+
     def test_speedrun_schedules_and_the_recipe(self):
         # --lr-schedule and --window-schedule speedrun stretched to 8 steps: 7 scheduled (the lr is --lr while
         # s / 7 < 0.5, then falls linearly towards 0.1 --lr) and 1 extension; the long window 3 -> 7 -> 11 -> 13
@@ -207,7 +232,8 @@ class TrainProgram(unittest.TestCase):
         data = ["--train-data", f"{self.tmp}/sched_train_*.bin", "--val-data", f"{self.tmp}/sched_val_*.bin",
                 "-b", 1, "-t", 64, "--val-tokens", 64]
         args = data + ["--model", "speedrun-tiny", "--steps", 8, "--lr", "3e-3", "--lr-schedule", "speedrun",
-                       "--window-schedule", "speedrun", "--val-every", 4, "--checkpoint-every", 5]
+                       "--window-schedule", "speedrun", "--val-every", 4, "--checkpoint-every", 5,
+                       "--optimizer", "zero-adamw"]  # checkpoints: the speedrun optimizer cannot write them yet
         out_dir, log = self.train_run("schedules", args)
         self.assertIn("# speedrun schedule: 7 scheduled + 1 extension steps, long window 3/7/11/13 blocks from "
                       "schedule steps 0/3/5/7", log)
@@ -242,14 +268,16 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(losses(resumed_log, VAL_LINE), {8: losses(log, VAL_LINE)[8]})
         self.assertEqual(read(f"{resumed}/ckpt_000008_model.bin"), read(f"{out_dir}/ckpt_000008_model.bin"))
         # The recipe sets every option not given; the ones given win (here: the model, its shape and the steps).
+        # Its lr is 1.0: the speedrun optimizer (auto) multiplies its base lrs (0.03, 0.008) by it.
         result = run(data + ["--recipe", "modded-2025-10-31", "--model", "speedrun-tiny", "--steps", 8,
                              "--total-batch-tokens", 64])
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         for option in ("recipe=\"modded-2025-10-31\"", "model=\"speedrun-tiny\"", "steps=8", "seq-len=64",
-                       "lr-schedule=\"speedrun\"", "window-schedule=\"speedrun\"", "grad-clip=0", "lr=0.008"):
+                       "lr-schedule=\"speedrun\"", "window-schedule=\"speedrun\"", "grad-clip=0", "lr=1.0"):
             self.assertRegex(result.stdout, r"(?m)^# option " + re.escape(option) + "$")
         self.assertEqual(re.findall(r"(?m)^# windows: .*$", result.stdout), expected)
-        self.assertIn("lr:8.0000e-03", result.stdout)
+        self.assertIn("lr:1.0000e+00", result.stdout)
+        self.assertIn("# optimizer: speedrun (NorMuon + sharded Adam)", result.stdout)
         self.expect_failure(self.tiny_args + ["--steps", 4, "--window-schedule", "speedrun"],
                             r"--window-schedule speedrun: GPT-2 models have no attention windows")
 

@@ -1,0 +1,642 @@
+// SpeedrunOptimizer (see speedrun_optimizer.h) and its overlap schedule. Per bucket b, as events:
+//   compute: ... backward of bucket b ... record grad_ready[b]
+//   comm:    wait grad_ready[b]; reduce(b): Adam buckets: on even steps save the local Adam gradients, on odd
+//            steps add the saved ones and reduce-scatter (mean) the bucket into this rank's shard buffer;
+//            the Muon tensors' gradients all-reduced (mean) in place; record reduced[b]
+//   update:  wait reduced[b]; NorMuon of the Muon matrices this rank owns or replicates (fp32 masters for
+//            the block matrices, the bf16 copy written back), Adam on the shard (odd steps); record updated[b]
+//   comm:    wait updated[b]; share(b): broadcast each owned unit from its owner, all-gather the Adam
+//            bucket (odd steps); record param_ready[b]
+//   compute: (next forward) wait param_ready[b] before the first kernel that reads bucket b.
+// --overlap none enqueues all of it after the backward, rs the reduces from the hooks and the rest after
+// the backward, full everything from the hooks (share(b) right after the next bucket's reduce, so that the
+// comm stream does not wait for b's update before reducing the next bucket). Every mode runs the same
+// kernels on the same data in the same batches: the parameters are bitwise the same.
+#include "llmc/optim/speedrun_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include "llmc/cuda_common.h"
+#include "llmc/dist/comm.h"
+#include "llmc/dist/trace.h"
+#include "llmc/kernels/global_norm.cuh"
+#include "llmc/kernels/reduction.cuh"
+#include "llmc/model/speedrun_layout.h"
+
+namespace llmc {
+
+namespace {
+
+template <typename In, typename Out>
+__global__ void convert_kernel(Out* out, const In* in, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = from_float<Out>(to_float(in[i]));
+}
+
+// out[i] = Out(in[i]) (a copy, or one rounding).
+template <typename In, typename Out>
+void convert(Out* out, const In* in, size_t n, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  if (n == 0) return;
+  LLMC_LAUNCH((convert_kernel<In, Out>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, out, in, n);
+}
+
+__global__ void add_into_kernel(floatX* grads, const floatX* saved, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    grads[i] = from_float<floatX>(to_float(grads[i]) + to_float(saved[i]));
+}
+
+// grads[i] = floatX(grads[i] + saved[i]): the two steps' gradients of an Adam tensor, one rounding.
+void add_into(floatX* grads, const floatX* saved, size_t n, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  if (n == 0) return;
+  LLMC_LAUNCH(add_into_kernel, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, grads, saved, n);
+}
+
+// Runs `work` (which enqueues on `stream`) inside a named trace slice on `track` (comm unless given).
+template <class Work>
+void traced(Tracer* tracer, cudaStream_t stream, const char* name, nlohmann::json args, Work&& work,
+            TraceTrack track = TraceTrack::kComm) {
+  if (tracer == nullptr) {
+    work();
+    return;
+  }
+  const Tracer::SliceId slice = tracer->begin(stream, track, name, std::move(args));
+  work();
+  tracer->end(slice, stream);
+}
+
+bool is_block_matrix(SpeedrunTensor kind) {
+  return kind == SpeedrunTensor::kQkvo || kind == SpeedrunTensor::kFc || kind == SpeedrunTensor::kProj;
+}
+
+}  // namespace
+
+struct SpeedrunOptimizer::Runner {
+  void* workspace = nullptr;
+  std::unique_ptr<NorMuonRunner> runner;
+};
+
+struct SpeedrunOptimizer::MuonBatch {
+  int runner = 0;
+  bool fp32 = false;  // block matrices: fp32 masters and gradients; gates: the floatX buffers themselves
+  int rows = 0, cols = 0, count = 0;
+  std::vector<size_t> unit_offset;  // per unit: element offset of its first matrix in the buffer
+  std::vector<int> unit_matrices;   // per unit: matrices
+  float* master = nullptr;          // fp32: [count, rows, cols]
+  float* grad32 = nullptr;          // fp32: [count, rows, cols], the averaged gradient widened
+  void* params_table = nullptr;     // device P* [count]
+  void* grads_table = nullptr;      // device const P* [count]
+  void* momentum = nullptr;         // P [count, rows, cols]
+  void* variance = nullptr;         // P [count, stat]
+  float* lr_multipliers = nullptr;  // device [count]
+};
+
+struct SpeedrunOptimizer::AdamSegment {
+  size_t offset = 0, length = 0;  // elements of the buffer (inside this rank's shard)
+  double lr_multiplier = 1.0;
+  bool fp32_state = false;  // the scalars; the tables and the head keep floatX m and v
+  size_t state_offset = 0;  // into adam_m/v (floatX) or adam_m32/v32
+};
+
+struct SpeedrunOptimizer::MuonShare {
+  int owner = 0;
+  size_t offset = 0, length = 0;
+};
+
+struct SpeedrunOptimizer::BucketPlan {
+  size_t muon_begin = 0, muon_end = 0;  // the Muon tensors' span (empty when none)
+  std::vector<MuonBatch> batches;
+  std::vector<MuonShare> shares;
+  std::vector<std::pair<size_t, size_t>> adam_tensors;  // (offset, numel) of every Adam tensor
+  std::vector<AdamSegment> adam_segments;
+  floatX* adam_grad_shard = nullptr;  // world > 1: the reduce-scatter's output
+  floatX* saved_grads = nullptr;      // [padded_size]: the even step's local Adam gradients
+  floatX *adam_m = nullptr, *adam_v = nullptr;
+  float *adam_m32 = nullptr, *adam_v32 = nullptr;
+  bool has_adam() const { return !adam_tensors.empty(); }
+};
+
+template <class T>
+T* SpeedrunOptimizer::allocate(size_t count) {
+  void* pointer = nullptr;
+  const size_t bytes = std::max<size_t>(count, 1) * sizeof(T);
+  CUDA_CHECK(cudaMalloc(&pointer, bytes));
+  CUDA_CHECK(cudaMemset(pointer, 0, bytes));
+  allocations_.push_back(pointer);
+  return static_cast<T*>(pointer);
+}
+
+SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
+                                     const SpeedrunOptimizerSettings& settings, Tracer* tracer)
+    : model_(model),
+      comm_(comm),
+      settings_(settings),
+      tracer_(tracer),
+      compute_stream_(model.stream()),
+      comm_stream_(comm.comm_stream()),
+      // Per bucket at most a reduce-scatter, an all-reduce, an all-gather and a broadcast per Muon matrix,
+      // four steps' worth (at most two are in flight).
+      watch_(comm.device(), 4 * (3 * model.layout().buckets.size() + 4 * model.layout().tensors.size())) {
+  const ParamLayout& layout = model.layout();
+  for (int b = 0; b < layout.num_buckets(); b++)
+    bucket_labels_.push_back("bucket " + std::to_string(b) + " (" + model.bucket_name(b) + ")");
+  if (layout.world_size != comm.world_size())
+    throw std::invalid_argument("SpeedrunOptimizer: the model's layout is for " + std::to_string(layout.world_size) +
+                                " ranks, the communicator has " + std::to_string(comm.world_size()));
+  settings_.schedule.validate();
+  int least_priority = 0, greatest_priority = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  CUDA_CHECK(cudaStreamCreateWithPriority(&update_stream_, cudaStreamNonBlocking, greatest_priority));
+  buckets_.resize(layout.num_buckets());
+  build_muon();
+  build_adam();
+  const int num_buckets = layout.num_buckets();
+  for (auto* events : {&grad_ready_, &reduced_, &updated_, &param_ready_}) {
+    events->resize(num_buckets);
+    for (cudaEvent_t& event : *events) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+  param_pending_.assign(num_buckets, false);
+  CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
+  for (cudaEvent_t& event : norm_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  size_t norm_elements = 0;  // the most a step's norm reads
+  for (const BucketPlan& plan : buckets_) {
+    norm_elements += plan.muon_end - plan.muon_begin;
+    for (const AdamSegment& segment : plan.adam_segments) norm_elements += segment.length;
+  }
+  norm_scratch_floats_ = global_norm_scratch_floats(norm_elements);
+  norm_squared_ = allocate<float>(1);
+  norm_scratch_ = allocate<float>(norm_scratch_floats_);  // zero: the fold's counters
+  CUDA_CHECK(cudaMallocHost(&norm_host_, 2 * sizeof(float)));
+  // The zeroed state (cudaMemset, legacy stream) before the first update on the non-blocking streams.
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+SpeedrunOptimizer::~SpeedrunOptimizer() {
+  CUDA_REPORT(cudaStreamSynchronize(comm_stream_));
+  CUDA_REPORT(cudaStreamSynchronize(update_stream_));
+  for (auto* events : {&grad_ready_, &reduced_, &updated_, &param_ready_})
+    for (cudaEvent_t event : *events) CUDA_REPORT(cudaEventDestroy(event));
+  CUDA_REPORT(cudaEventDestroy(backward_done_));
+  CUDA_REPORT(cudaEventDestroy(step_done_));
+  for (cudaEvent_t event : norm_ready_) CUDA_REPORT(cudaEventDestroy(event));
+  CUDA_REPORT(cudaFreeHost(norm_host_));
+  for (const auto& runner : runners_) CUDA_REPORT(cudaFree(runner->workspace));
+  for (void* pointer : allocations_) CUDA_REPORT(cudaFree(pointer));
+  CUDA_REPORT(cudaStreamDestroy(update_stream_));
+}
+
+size_t SpeedrunOptimizer::shard_begin(int bucket) const {
+  const ParamBucket& b = model_.layout().buckets[bucket];
+  return b.offset + static_cast<size_t>(comm_.rank()) * b.shard_size;
+}
+
+// The Muon tensors in backward order as the owner planner sees them (tensor_index: their layout tensors),
+// and each bucket's span of Muon tensors (the all-reduce's range).
+std::vector<MuonTensor> SpeedrunOptimizer::collect_muon_tensors(std::vector<int>& tensor_index) {
+  const ParamLayout& layout = model_.layout();
+  std::vector<MuonTensor> tensors;
+  for (int b = layout.num_buckets() - 1; b >= 0; b--) {
+    const ParamBucket& bucket = layout.buckets[b];
+    for (int t = bucket.first_tensor; t < bucket.first_tensor + bucket.num_tensors; t++) {
+      const TensorView& view = layout.tensors[t];
+      if (view.group != ParamGroup::kMuon) continue;
+      if (view.shape.size() != 2)
+        throw std::invalid_argument("SpeedrunOptimizer: Muon tensor " + view.name + " is not a matrix");
+      const SpeedrunTensor kind = speedrun_kind(view);
+      MuonTensor tensor;
+      tensor.name = view.name;
+      tensor.rows = static_cast<int>(view.shape[0]);
+      tensor.cols = kind == SpeedrunTensor::kQkvo ? tensor.rows : static_cast<int>(view.shape[1]);
+      tensor.matrices = kind == SpeedrunTensor::kQkvo ? 4 : 1;
+      if (static_cast<size_t>(tensor.rows) * tensor.cols * tensor.matrices != view.numel)
+        throw std::invalid_argument("SpeedrunOptimizer: Muon tensor " + view.name + " has an unexpected shape");
+      tensor.param_bytes = is_block_matrix(kind) ? 4 : 2;
+      tensors.push_back(tensor);
+      tensor_index.push_back(t);
+      BucketPlan& plan = buckets_[b];
+      const size_t end = view.offset + view.numel;
+      if (plan.muon_begin == plan.muon_end) {
+        plan.muon_begin = view.offset;
+        plan.muon_end = end;
+      } else {
+        plan.muon_begin = std::min(plan.muon_begin, view.offset);
+        plan.muon_end = std::max(plan.muon_end, end);
+      }
+    }
+  }
+  for (const TensorView& view : layout.tensors)  // the all-reduce of the Muon span must not touch Adam tensors
+    if (view.group == ParamGroup::kAdam) {
+      const BucketPlan& plan = buckets_[view.bucket];
+      if (view.offset < plan.muon_end && view.offset + view.numel > plan.muon_begin)
+        throw std::invalid_argument("SpeedrunOptimizer: Adam tensor " + view.name + " lies between Muon tensors");
+    }
+  return tensors;
+}
+
+// A batch's momentum and variance buffers (zero), lr multipliers and pointer tables; for fp32 batches the
+// masters (init_master fills them) and the widened gradients.
+void SpeedrunOptimizer::allocate_batch(MuonBatch& batch, bool variance_per_column,
+                                       const std::vector<float>& lr_multipliers) {
+  const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
+  const size_t elements = batch.count * matrix;
+  const size_t stat = batch.count * static_cast<size_t>(variance_per_column ? batch.cols : batch.rows);
+  const size_t element_bytes = batch.fp32 ? sizeof(float) : sizeof(floatX);
+  batch.momentum = allocate<char>(elements * element_bytes);
+  batch.variance = allocate<char>(stat * element_bytes);
+  batch.lr_multipliers = allocate<float>(batch.count);
+  CUDA_CHECK(cudaMemcpy(batch.lr_multipliers, lr_multipliers.data(), batch.count * sizeof(float),
+                        cudaMemcpyHostToDevice));
+  state_bytes_ += (elements + stat) * element_bytes;
+  std::vector<void*> params_table, grads_table;
+  if (batch.fp32) {
+    batch.master = allocate<float>(elements);
+    batch.grad32 = allocate<float>(elements);
+    state_bytes_ += 2 * elements * sizeof(float);
+    for (int m = 0; m < batch.count; m++) {
+      params_table.push_back(batch.master + m * matrix);
+      grads_table.push_back(batch.grad32 + m * matrix);
+    }
+  } else {
+    for (size_t i = 0; i < batch.unit_offset.size(); i++)
+      for (int m = 0; m < batch.unit_matrices[i]; m++) {
+        params_table.push_back(model_.params() + batch.unit_offset[i] + m * matrix);
+        grads_table.push_back(model_.grads() + batch.unit_offset[i] + m * matrix);
+      }
+  }
+  batch.params_table = allocate<void*>(batch.count);
+  batch.grads_table = allocate<void*>(batch.count);
+  CUDA_CHECK(cudaMemcpy(batch.params_table, params_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(batch.grads_table, grads_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
+}
+
+// The owner plan, and per bucket the batches of the matrices this rank updates (one per shape and type,
+// units in plan order) and the units other ranks own (broadcast after their update); one NorMuonRunner per
+// shape and type, sized for its largest batch.
+void SpeedrunOptimizer::build_muon() {
+  const ParamLayout& layout = model_.layout();
+  std::vector<int> tensor_index;  // MuonTensor -> layout tensor
+  const std::vector<MuonTensor> tensors = collect_muon_tensors(tensor_index);
+  plan_ = plan_muon_owners(tensors, comm_.world_size(), settings_.owners);
+
+  // Batches: key (bucket, rows, cols, fp32, stored-shape rules), units in plan order.
+  using Key = std::tuple<int, int, int, bool, bool, double>;
+  std::map<Key, std::vector<int>> batch_units;
+  std::vector<Key> batch_order;
+  for (int u = 0; u < static_cast<int>(plan_.units.size()); u++) {
+    const MuonOwnerUnit& unit = plan_.units[u];
+    const MuonTensor& tensor = tensors[unit.tensor];
+    const TensorView& view = layout.tensors[tensor_index[unit.tensor]];
+    const size_t offset = view.offset + static_cast<size_t>(unit.first_matrix) * tensor.rows * tensor.cols;
+    const size_t length = static_cast<size_t>(unit.matrices) * tensor.rows * tensor.cols;
+    if (unit.owner != kAllRanks && unit.owner != comm_.rank()) {
+      buckets_[view.bucket].shares.push_back({unit.owner, offset, length});
+      continue;
+    }
+    if (unit.owner != kAllRanks && comm_.world_size() > 1)  // this rank is the broadcast's root
+      buckets_[view.bucket].shares.push_back({unit.owner, offset, length});
+    const NorMuonShapeRules rules = normuon_shape_rules(static_cast<int>(view.shape[0]), static_cast<int>(view.shape[1]));
+    const Key key{view.bucket, tensor.rows, tensor.cols, tensor.param_bytes == 4, rules.variance_per_column,
+                  rules.lr_scale};
+    if (batch_units.count(key) == 0) batch_order.push_back(key);
+    batch_units[key].push_back(u);
+  }
+
+  std::map<std::tuple<int, int, bool, bool, double>, int> runner_of;
+  std::vector<int> runner_max;
+  std::vector<std::tuple<int, int, NorMuonShapeRules>> runner_shape;
+  for (const Key& key : batch_order) {
+    const auto [bucket, rows, cols, fp32, per_column, lr_scale] = key;
+    MuonBatch batch;
+    batch.rows = rows;
+    batch.cols = cols;
+    batch.fp32 = fp32;
+    std::vector<float> lr_multipliers;
+    for (int u : batch_units[key]) {
+      const MuonOwnerUnit& unit = plan_.units[u];
+      const TensorView& view = layout.tensors[tensor_index[unit.tensor]];
+      batch.unit_offset.push_back(view.offset + static_cast<size_t>(unit.first_matrix) * rows * cols);
+      batch.unit_matrices.push_back(unit.matrices);
+      batch.count += unit.matrices;
+      const bool fc = speedrun_kind(view) == SpeedrunTensor::kFc;
+      lr_multipliers.insert(lr_multipliers.end(), unit.matrices,
+                            static_cast<float>(fc ? settings_.fc_lr_multiplier : 1.0));
+    }
+    allocate_batch(batch, per_column, lr_multipliers);
+    const auto runner_key = std::make_tuple(rows, cols, fp32, per_column, lr_scale);
+    auto found = runner_of.find(runner_key);
+    if (found == runner_of.end()) {
+      found = runner_of.emplace(runner_key, static_cast<int>(runner_max.size())).first;
+      runner_max.push_back(0);
+      runner_shape.emplace_back(rows, cols, NorMuonShapeRules{per_column, lr_scale});
+    }
+    batch.runner = found->second;
+    runner_max[batch.runner] = std::max(runner_max[batch.runner], batch.count);
+    buckets_[bucket].batches.push_back(std::move(batch));
+  }
+  for (size_t r = 0; r < runner_max.size(); r++) {
+    const auto [rows, cols, rules] = runner_shape[r];
+    auto runner = std::make_unique<Runner>();
+    const size_t bytes = NorMuonRunner::workspace_bytes(rows, cols, rules.variance_per_column, runner_max[r]);
+    CUDA_CHECK(cudaMalloc(&runner->workspace, bytes));
+    runner->runner = std::make_unique<NorMuonRunner>(rows, cols, rules, runner_max[r], runner->workspace, bytes,
+                                                     settings_.normuon);
+    runners_.push_back(std::move(runner));
+  }
+}
+
+// Per Adam bucket: the Adam tensors (for the saved gradients), this rank's segments of its shard with their
+// lr multiplier and state, the shard buffer of the reduce-scatter.
+void SpeedrunOptimizer::build_adam() {
+  const ParamLayout& layout = model_.layout();
+  for (int b = 0; b < layout.num_buckets(); b++) {
+    const ParamBucket& bucket = layout.buckets[b];
+    BucketPlan& plan = buckets_[b];
+    const size_t begin = shard_begin(b), end = begin + bucket.shard_size;
+    size_t state_x = 0, state_32 = 0;
+    for (int t = bucket.first_tensor; t < bucket.first_tensor + bucket.num_tensors; t++) {
+      const TensorView& view = layout.tensors[t];
+      if (view.group != ParamGroup::kAdam) continue;
+      plan.adam_tensors.emplace_back(view.offset, view.numel);
+      const size_t from = std::max(begin, view.offset), to = std::min(end, view.offset + view.numel);
+      if (from >= to) continue;
+      AdamSegment segment;
+      segment.offset = from;
+      segment.length = to - from;
+      const SpeedrunTensor kind = speedrun_kind(view);
+      segment.fp32_state = kind == SpeedrunTensor::kScalars;
+      segment.lr_multiplier = kind == SpeedrunTensor::kScalars ? settings_.scalar_lr_multiplier
+                              : kind == SpeedrunTensor::kHead  ? settings_.head_lr_multiplier
+                                                               : settings_.embed_lr_multiplier;
+      if (kind != SpeedrunTensor::kScalars && kind != SpeedrunTensor::kHead && kind != SpeedrunTensor::kEmbed &&
+          kind != SpeedrunTensor::kValueEmbed)
+        throw std::invalid_argument("SpeedrunOptimizer: Adam tensor " + view.name + " is of no Adam kind");
+      size_t& state = segment.fp32_state ? state_32 : state_x;
+      segment.state_offset = state;
+      state += segment.length;
+      plan.adam_segments.push_back(segment);
+    }
+    if (!plan.has_adam()) continue;
+    plan.saved_grads = allocate<floatX>(bucket.padded_size);
+    if (comm_.world_size() > 1) plan.adam_grad_shard = allocate<floatX>(bucket.shard_size);
+    plan.adam_m = allocate<floatX>(state_x);
+    plan.adam_v = allocate<floatX>(state_x);
+    plan.adam_m32 = allocate<float>(state_32);
+    plan.adam_v32 = allocate<float>(state_32);
+    state_bytes_ += bucket.padded_size * sizeof(floatX) + 2 * state_x * sizeof(floatX) + 2 * state_32 * sizeof(float);
+  }
+}
+
+void SpeedrunOptimizer::init_master(const std::vector<float>& host_params) {
+  if (host_params.size() != model_.layout().total_size)
+    throw std::invalid_argument("init_master: parameter buffer has the wrong size");
+  CUDA_CHECK(cudaStreamSynchronize(update_stream_));
+  for (const BucketPlan& plan : buckets_)
+    for (const MuonBatch& batch : plan.batches) {
+      if (!batch.fp32) continue;
+      const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
+      size_t at = 0;
+      for (size_t i = 0; i < batch.unit_offset.size(); i++) {
+        const size_t length = batch.unit_matrices[i] * matrix;
+        CUDA_CHECK(cudaMemcpy(batch.master + at, host_params.data() + batch.unit_offset[i], length * sizeof(float),
+                              cudaMemcpyHostToDevice));
+        at += length;
+      }
+    }
+  // Pageable cudaMemcpy may return before the device copy is done; the update stream is non-blocking.
+  CUDA_CHECK(cudaDeviceSynchronize());
+  master_ready_ = true;
+}
+
+void SpeedrunOptimizer::begin_step(int step, float lr) {
+  if (!master_ready_) throw std::logic_error("SpeedrunOptimizer: begin_step before init_master");
+  if (step < 1) throw std::invalid_argument("SpeedrunOptimizer: step " + std::to_string(step) + " < 1");
+  step_ = step;
+  lr_ = lr;
+  ready_order_.clear();
+  last_unshared_ = -1;
+}
+
+void SpeedrunOptimizer::before_first_backward() {
+  if (!step_done_pending_) return;
+  CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, step_done_, 0));
+  step_done_pending_ = false;
+}
+
+BucketHook SpeedrunOptimizer::before_bucket_use() {
+  return [this](int bucket) {
+    if (!param_pending_[bucket]) return;
+    CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, param_ready_[bucket], 0));
+    param_pending_[bucket] = false;
+  };
+}
+
+void SpeedrunOptimizer::wait_for_all_params() {
+  for (int b = 0; b < model_.layout().num_buckets(); b++) before_bucket_use()(b);
+}
+
+BucketHook SpeedrunOptimizer::on_bucket_ready() {
+  return [this](int bucket) {
+    ready_order_.push_back(bucket);
+    if (settings_.overlap == OverlapMode::kNone) return;
+    CUDA_CHECK(cudaEventRecord(grad_ready_[bucket], compute_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grad_ready_[bucket], 0));
+    reduce_bucket(bucket);
+    if (settings_.overlap != OverlapMode::kFull) return;
+    update_bucket(bucket);
+    if (last_unshared_ >= 0) share_bucket(last_unshared_);
+    last_unshared_ = bucket;
+  };
+}
+
+void SpeedrunOptimizer::reduce_bucket(int bucket) {
+  const ParamBucket& b = model_.layout().buckets[bucket];
+  BucketPlan& plan = buckets_[bucket];
+  floatX* grads = model_.grads();
+  const bool distributed = comm_.world_size() > 1;
+  if (plan.has_adam()) {
+    if (!adam_step()) {  // the next backward overwrites them: keep this step's local gradients
+      for (const auto& [offset, numel] : plan.adam_tensors)
+        memcpy_async(plan.saved_grads + (offset - b.offset), grads + offset, numel * sizeof(floatX),
+                     cudaMemcpyDeviceToDevice, comm_stream_);
+    } else {
+      for (const auto& [offset, numel] : plan.adam_tensors)
+        add_into(grads + offset, plan.saved_grads + (offset - b.offset), numel, comm_stream_);
+      if (distributed)
+        traced(tracer_, comm_stream_, "reduce_scatter", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}},
+               [&] { comm_.reduce_scatter_avg(grads + b.offset, plan.adam_grad_shard, b.shard_size, comm_stream_); });
+      if (distributed) watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
+    }
+  }
+  if (distributed && plan.muon_end > plan.muon_begin) {
+    const size_t count = plan.muon_end - plan.muon_begin;
+    traced(tracer_, comm_stream_, "all_reduce", {{"bucket", bucket}, {"bytes", count * sizeof(floatX)}},
+           [&] { comm_.all_reduce_avg(grads + plan.muon_begin, count, comm_stream_); });
+    watch_.enqueued("all_reduce", &bucket_labels_[bucket], step_, comm_stream_);
+  }
+  CUDA_CHECK(cudaEventRecord(reduced_[bucket], comm_stream_));
+}
+
+void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
+  const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
+  const double lr = settings_.muon_lr * lr_;
+  const double momentum = settings_.schedule.muon_momentum(step_ - 1);
+  const NorMuonRunner& runner = *runners_[batch.runner]->runner;
+  if (batch.fp32) {
+    size_t at = 0;
+    for (size_t i = 0; i < batch.unit_offset.size(); i++) {
+      const size_t length = batch.unit_matrices[i] * matrix;
+      convert(batch.grad32 + at, model_.grads() + batch.unit_offset[i], length, update_stream_);
+      at += length;
+    }
+    NorMuonBatch<float> work;
+    work.count = batch.count;
+    work.params = static_cast<float* const*>(batch.params_table);
+    work.grads = static_cast<const float* const*>(batch.grads_table);
+    work.momentum = static_cast<float*>(batch.momentum);
+    work.variance = static_cast<float*>(batch.variance);
+    work.lr_multipliers = batch.lr_multipliers;
+    runner.step(matmul_, work, lr, momentum, update_stream_);
+    at = 0;
+    for (size_t i = 0; i < batch.unit_offset.size(); i++) {
+      const size_t length = batch.unit_matrices[i] * matrix;
+      convert(model_.params() + batch.unit_offset[i], batch.master + at, length, update_stream_);
+      at += length;
+    }
+  } else {
+    NorMuonBatch<floatX> work;
+    work.count = batch.count;
+    work.params = static_cast<floatX* const*>(batch.params_table);
+    work.grads = static_cast<const floatX* const*>(batch.grads_table);
+    work.momentum = static_cast<floatX*>(batch.momentum);
+    work.variance = static_cast<floatX*>(batch.variance);
+    work.lr_multipliers = batch.lr_multipliers;
+    runner.step(matmul_, work, lr, momentum, update_stream_);
+  }
+}
+
+void SpeedrunOptimizer::update_adam(int bucket) {
+  const BucketPlan& plan = buckets_[bucket];
+  const long long t = step_ / 2;  // Adam updates so far, this one included (steps 2, 4, ... 1-based)
+  const size_t begin = shard_begin(bucket);
+  for (const AdamSegment& segment : plan.adam_segments) {
+    const floatX* grad = comm_.world_size() > 1 ? plan.adam_grad_shard + (segment.offset - begin)
+                                                : model_.grads() + segment.offset;
+    const AdamRowShard rows{0, static_cast<int>(segment.length)};
+    const double lr = settings_.adam_lr * segment.lr_multiplier * lr_;
+    floatX* param = model_.params() + segment.offset;
+    if (segment.fp32_state)
+      adam_sharded_update<floatX, float>(param, grad, plan.adam_m32 + segment.state_offset,
+                                         plan.adam_v32 + segment.state_offset, 1, rows, settings_.adam, lr, t,
+                                         update_stream_);
+    else
+      adam_sharded_update<floatX, floatX>(param, grad, plan.adam_m + segment.state_offset,
+                                          plan.adam_v + segment.state_offset, 1, rows, settings_.adam, lr, t,
+                                          update_stream_);
+  }
+}
+
+void SpeedrunOptimizer::update_bucket(int bucket) {
+  CUDA_CHECK(cudaStreamWaitEvent(update_stream_, reduced_[bucket], 0));
+  const BucketPlan& plan = buckets_[bucket];
+  if (!plan.batches.empty())
+    traced(tracer_, update_stream_, "muon_update", {{"bucket", bucket}, {"batches", plan.batches.size()}}, [&] {
+      for (const MuonBatch& batch : plan.batches) update_muon(batch);
+    }, TraceTrack::kUpdate);
+  if (plan.has_adam() && adam_step())
+    traced(tracer_, update_stream_, "adam_update", {{"bucket", bucket}}, [&] { update_adam(bucket); },
+           TraceTrack::kUpdate);
+  CUDA_CHECK(cudaEventRecord(updated_[bucket], update_stream_));
+}
+
+void SpeedrunOptimizer::share_bucket(int bucket) {
+  CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, updated_[bucket], 0));
+  BucketPlan& plan = buckets_[bucket];
+  floatX* params = model_.params();
+  for (const MuonShare& share : plan.shares) {
+    traced(tracer_, comm_stream_, "broadcast", {{"bucket", bucket}, {"root", share.owner}},
+           [&] { comm_.broadcast(params + share.offset, share.length, share.owner, comm_stream_); });
+    watch_.enqueued("broadcast", &bucket_labels_[bucket], step_, comm_stream_);
+  }
+  if (plan.has_adam() && adam_step() && comm_.world_size() > 1) {
+    const ParamBucket& b = model_.layout().buckets[bucket];
+    traced(tracer_, comm_stream_, "all_gather", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}}, [&] {
+      comm_.all_gather(params + shard_begin(bucket), params + b.offset, b.shard_size, comm_stream_);
+    });
+    watch_.enqueued("all_gather", &bucket_labels_[bucket], step_, comm_stream_);
+  }
+  CUDA_CHECK(cudaEventRecord(param_ready_[bucket], comm_stream_));
+  param_pending_[bucket] = true;
+}
+
+void SpeedrunOptimizer::finish_step() {
+  const int num_buckets = model_.layout().num_buckets();
+  if (static_cast<int>(ready_order_.size()) != num_buckets)
+    throw std::logic_error("finish_step: the backward reported " + std::to_string(ready_order_.size()) + " of " +
+                           std::to_string(num_buckets) + " buckets");
+  if (settings_.overlap == OverlapMode::kNone) {
+    CUDA_CHECK(cudaEventRecord(backward_done_, compute_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, backward_done_, 0));
+    for (int bucket : ready_order_) reduce_bucket(bucket);
+  }
+  if (settings_.overlap == OverlapMode::kFull) {
+    if (last_unshared_ >= 0) share_bucket(last_unshared_);
+    last_unshared_ = -1;
+  } else {
+    if (settings_.overlap == OverlapMode::kReduceScatter) {  // the updates wait for the whole backward
+      CUDA_CHECK(cudaEventRecord(backward_done_, compute_stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(update_stream_, backward_done_, 0));
+    }
+    for (int bucket : ready_order_) update_bucket(bucket);
+    for (int bucket : ready_order_) share_bucket(bucket);
+  }
+  enqueue_grad_norm();
+  CUDA_CHECK(cudaEventRecord(step_done_, comm_stream_));
+  step_done_pending_ = true;
+}
+
+// One launch over the averaged gradients in ready order: the Muon spans (the same on every rank after the
+// all-reduce: rank 0 counts them), this rank's Adam segments on Adam steps; summed over ranks. The same
+// segments in every overlap mode, so the same bits. Off the next forward's path (after the last share).
+void SpeedrunOptimizer::enqueue_grad_norm() {
+  NormSegments<floatX> segments;
+  const bool adam = adam_step();
+  for (int bucket : ready_order_) {
+    const BucketPlan& plan = buckets_[bucket];
+    if (comm_.rank() == 0 && plan.muon_end > plan.muon_begin)
+      segments.add(model_.grads() + plan.muon_begin, plan.muon_end - plan.muon_begin);
+    if (!adam) continue;
+    const size_t begin = shard_begin(bucket);
+    for (const AdamSegment& segment : plan.adam_segments)
+      segments.add(comm_.world_size() > 1 ? plan.adam_grad_shard + (segment.offset - begin)
+                                          : model_.grads() + segment.offset,
+                   segment.length);
+  }
+  traced(tracer_, comm_stream_, "grad_norm", {{"elements", segments.total()}}, [&] {
+    global_norm_squared(norm_squared_, segments, /*accumulate=*/false, norm_scratch_, norm_scratch_floats_,
+                        comm_stream_);
+  });
+  if (comm_.world_size() > 1) {
+    comm_.all_reduce_sum_float(norm_squared_, 1, comm_stream_);
+    watch_.enqueued("all_reduce", &norm_label_, step_, comm_stream_);
+  }
+  memcpy_async(norm_host_ + step_ % 2, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_);
+  CUDA_CHECK(cudaEventRecord(norm_ready_[step_ % 2], comm_stream_));
+}
+
+float SpeedrunOptimizer::grad_norm(int step) {
+  if (step != step_ && step != step_ - 1)
+    throw std::out_of_range("grad_norm: step " + std::to_string(step) + " is neither the last step (" +
+                            std::to_string(step_) + ") nor the one before it");
+  CUDA_CHECK(cudaEventSynchronize(norm_ready_[step % 2]));
+  return std::sqrt(norm_host_[step % 2]);
+}
+
+}  // namespace llmc

@@ -1,0 +1,122 @@
+// The speedrun recipe's optimizers (SPEEDRUN.md section 2) behind the BucketOptimizer hooks: NorMuon on
+// the block matrices and gates, dealt to owner ranks by plan_muon_owners, and the sharded Adam with bf16
+// state on the embeddings, head and scalars, stepping on odd steps with two steps of gradients. Every
+// collective starts from the backward's bucket hook; the updates run on their own stream.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/dist/collective_watch.h"
+#include "llmc/kernels/adam_sharded.cuh"
+#include "llmc/kernels/matmul_context.h"
+#include "llmc/optim/bucket_optimizer.h"
+#include "llmc/optim/muon_owners.h"
+#include "llmc/optim/normuon.h"
+#include "llmc/optim/zero.h"  // OverlapMode
+#include "llmc/train/speedrun_schedule.h"
+
+namespace llmc {
+
+class CommContext;
+class Tracer;
+
+// The record's constants. The loop's lr (begin_step) multiplies both base lrs: the recipe passes
+// --lr 1.0 times the schedule's multiplier.
+struct SpeedrunOptimizerSettings {
+  double muon_lr = 0.03;
+  double fc_lr_multiplier = 2.0;  // W_fc's lr_mul
+  NorMuonSettings normuon;        // weight decay 1.2 (cautious), beta2 0.95
+  double adam_lr = 0.008;
+  double embed_lr_multiplier = 75.0;  // embed and the value embeddings
+  double head_lr_multiplier = 1.0;
+  double scalar_lr_multiplier = 5.0;
+  AdamShardedSettings adam;      // betas (0.65, 0.95), eps 1e-8
+  SpeedrunSchedule schedule = SpeedrunSchedule::record();  // Muon momentum and the Adam steps, by 0-based step
+  MuonOwnerOptions owners;
+  OverlapMode overlap = OverlapMode::kFull;
+};
+
+class SpeedrunOptimizer : public BucketOptimizer {
+ public:
+  // The model's layout must be a speedrun layout (every tensor's group and kind, SpeedrunTensor).
+  SpeedrunOptimizer(TrainableModel& model, CommContext& comm, const SpeedrunOptimizerSettings& settings,
+                    Tracer* tracer = nullptr);
+  ~SpeedrunOptimizer() override;
+  SpeedrunOptimizer(const SpeedrunOptimizer&) = delete;
+  SpeedrunOptimizer& operator=(const SpeedrunOptimizer&) = delete;
+
+  // fp32 masters of the block matrices this rank updates, from the full host parameter buffer (layout
+  // order; every rank the same values); momentum, variance and Adam moments start at zero.
+  void init_master(const std::vector<float>& host_params) override;
+
+  BucketHook before_bucket_use() override;
+  void before_first_backward() override;
+  void begin_step(int step, float lr) override;
+  BucketHook on_bucket_ready() override;
+  void finish_step() override;
+  // The global norm of the averaged gradients the optimizers used in step `step` (the last or the one
+  // before; waits for it): the Muon tensors' every step, the Adam tensors' (the two steps' sum) on the
+  // steps Adam runs; on the others Adam's gradients are not reduced and not counted.
+  float grad_norm(int step) override;
+  void wait_for_all_params() override;
+
+  // Device bytes of optimizer state on this rank (masters, momentum, variance, Adam moments, saved gradients).
+  size_t state_bytes() const override { return state_bytes_; }
+  std::string unfinished_collective() const override { return watch_.first_unfinished(); }
+  const MuonOwnerPlan& owner_plan() const { return plan_; }
+
+ private:
+  struct MuonBatch;     // matrices of one shape and type in one bucket that this rank updates
+  struct AdamSegment;   // the part of an Adam tensor inside this rank's shard of its bucket
+  struct MuonShare;     // a unit updated by one owner, broadcast to the others
+  struct Runner;        // a NorMuonRunner and its workspace
+  struct BucketPlan;
+
+  std::vector<MuonTensor> collect_muon_tensors(std::vector<int>& tensor_index);
+  void allocate_batch(MuonBatch& batch, bool variance_per_column, const std::vector<float>& lr_multipliers);
+  void build_muon();
+  void build_adam();
+  bool adam_step() const { return settings_.schedule.adam_steps_at(step_ - 1); }
+  void reduce_bucket(int bucket);  // comm stream
+  void update_bucket(int bucket);  // update stream
+  void share_bucket(int bucket);   // comm stream, then param_ready[bucket]
+  void update_muon(const MuonBatch& batch);
+  void update_adam(int bucket);  // this rank's shard of the bucket's Adam tensors
+  void enqueue_grad_norm();  // comm stream, after every bucket's reduce
+  size_t shard_begin(int bucket) const;
+  template <class T> T* allocate(size_t count);
+
+  TrainableModel& model_;
+  CommContext& comm_;
+  SpeedrunOptimizerSettings settings_;
+  Tracer* tracer_;
+  cudaStream_t compute_stream_, comm_stream_, update_stream_ = nullptr;
+  MatmulContext matmul_;
+  MuonOwnerPlan plan_;
+  std::vector<BucketPlan> buckets_;
+  std::vector<std::unique_ptr<Runner>> runners_;
+  std::vector<void*> allocations_;
+  size_t state_bytes_ = 0;
+  std::vector<cudaEvent_t> grad_ready_, reduced_, updated_, param_ready_;
+  std::vector<bool> param_pending_;
+  cudaEvent_t backward_done_ = nullptr, step_done_ = nullptr;
+  cudaEvent_t norm_ready_[2] = {nullptr, nullptr};  // by step parity
+  float* norm_squared_ = nullptr;                   // device
+  float* norm_scratch_ = nullptr;
+  size_t norm_scratch_floats_ = 0;
+  float* norm_host_ = nullptr;  // pinned: the squared norms of steps with even and odd numbers
+  bool step_done_pending_ = false;
+  std::vector<int> ready_order_;
+  std::vector<std::string> bucket_labels_;  // "bucket 3 (layer 2)", for the watch
+  const std::string norm_label_ = "the gradient norm";
+  CollectiveWatch watch_;
+  int last_unshared_ = -1;  // full overlap: the bucket whose share follows the next bucket's reduce
+  int step_ = 0;
+  float lr_ = 0.0f;
+  bool master_ready_ = false;
+};
+
+}  // namespace llmc
