@@ -76,7 +76,7 @@ cudaStream_t create_compute_stream() {
 OptimizerSettings optimizer_settings(const TrainOptions& opt) {
   OptimizerSettings settings;
   settings.adamw.weight_decay = static_cast<float>(opt.weight_decay);
-  settings.grad_clip = static_cast<float>(opt.grad_clip);
+  settings.grad_clip = static_cast<float>(opt.effective_grad_clip(/*speedrun_optimizer=*/false));
   settings.overlap = parse_overlap_mode(opt.overlap);
   return settings;
 }
@@ -90,8 +90,8 @@ std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, ModelFa
   if (!speedrun) return std::make_unique<ZeroOptimizer>(model, comm, optimizer_settings(opt), &tracer);
   if (family != ModelFamilyId::kSpeedrun)
     throw std::invalid_argument("--optimizer speedrun needs a speedrun model (--model speedrun, speedrun-tiny or its file)");
-  if (opt.grad_clip > 0)
-    throw std::invalid_argument("--optimizer speedrun has no gradient clipping: pass --grad-clip 0");
+  if (opt.effective_grad_clip(/*speedrun_optimizer=*/true) > 0)
+    throw std::invalid_argument("--optimizer speedrun has no gradient clipping: drop --grad-clip or pass 0");
   if (opt.checkpoint_every > 0 || !opt.resume.empty())
     throw std::invalid_argument("--optimizer speedrun cannot write or resume checkpoints yet (its state is not saved): "
                                 "drop --checkpoint-every and --resume, or use --optimizer zero-adamw");

@@ -16,6 +16,11 @@
 
 namespace llmc {
 
+double TrainOptions::effective_grad_clip(bool speedrun_optimizer) const {
+  if (grad_clip != kGradClipAuto) return grad_clip;
+  return speedrun_optimizer ? 0.0 : 1.0;
+}
+
 int TrainOptions::grad_accum_steps(int world_size) const {
   const int64_t tokens_per_micro_step = static_cast<int64_t>(batch_size) * seq_len * world_size;
   const int64_t total = total_batch_tokens > 0 ? total_batch_tokens : tokens_per_micro_step;
@@ -113,8 +118,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(between(0.0, 1.0));
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (2-D tensors only)")
       ->capture_default_str()->check(at_least(0));
-  app.add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm to this value (0 = off)")
-      ->capture_default_str()->check(at_least(0));
+  app.add_option("--grad-clip", o.grad_clip,
+                 "Clip the global gradient norm to this value (0 = off); default 1.0 with --optimizer zero-adamw, "
+                 "off with speedrun (which has no clipping)")
+      ->check(at_least(0));
   app.add_option("--val-every", o.val_every, "Evaluate every N steps (0 = only after the last step)")
       ->capture_default_str()->check(at_least(0));
   app.add_option("--val-tokens", o.val_tokens,

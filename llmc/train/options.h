@@ -9,6 +9,10 @@ namespace CLI { class App; }
 
 namespace llmc {
 
+// --grad-clip not given: 1.0 with ZeRO AdamW (llm.c's recipe), off with the speedrun optimizer (the record
+// clips nothing, SPEEDRUN.md section 2).
+constexpr double kGradClipAuto = -1.0;
+
 struct TrainOptions {
   // recipe: "" (none), "modded-2025-10-31" or "llmc-gpt2-124m"; sets the defaults below (llmc/train/recipe.h)
   std::string recipe;
@@ -29,7 +33,7 @@ struct TrainOptions {
   std::string window_schedule = "fixed";  // fixed | speedrun (speedrun models' attention windows)
   double final_lr_frac = 0.0;
   double weight_decay = 0.0;
-  double grad_clip = 1.0;              // 0 = off
+  double grad_clip = kGradClipAuto;    // 0 = off; see effective_grad_clip()
   // evaluation, checkpoints, output
   int val_every = 0;                   // 0 = only at the end
   int64_t val_tokens = 0;              // 0 = no validation
@@ -54,7 +58,9 @@ struct TrainOptions {
   // performance
   std::string gemm_algo = "heuristic";  // heuristic | fastest
 
-  int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)
+  int grad_accum_steps(int world_size) const;
+  // The clipping threshold in force: --grad-clip, or its default for the optimizer chosen.
+  double effective_grad_clip(bool speedrun_optimizer) const;  // total_batch_tokens / (B*T*world_size)
 };
 
 // Every option with its help text and its allowed values; a value outside them fails the parse with

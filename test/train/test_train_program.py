@@ -203,7 +203,7 @@ class TrainProgram(unittest.TestCase):
         rng = np.random.default_rng(2)
         write_shard(f"{self.tmp}/so_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
         data = ["--train-data", f"{self.tmp}/so_train_*.bin", "-b", 1, "-t", 64, "--model", "speedrun-tiny"]
-        args = data + ["--steps", 8, "--lr", "1.0", "--lr-schedule", "constant", "--grad-clip", 0]
+        args = data + ["--steps", 8, "--lr", "1.0", "--lr-schedule", "constant"]  # --grad-clip: off by default
         out_dir, log = self.train_run("speedrun_optimizer", args)
         self.assertIn("# optimizer: speedrun (NorMuon + sharded Adam); no checkpoints", log)
         train = losses(log)
@@ -216,7 +216,8 @@ class TrainProgram(unittest.TestCase):
         # --overlap none enqueues everything after the backward: the same bits.
         _, none_log = self.train_run("speedrun_optimizer_none", args + ["--overlap", "none"])
         self.assertEqual(losses(none_log), train)
-        self.expect_failure(data + ["--steps", 1], r"--optimizer speedrun has no gradient clipping: pass --grad-clip 0")
+        self.expect_failure(data + ["--steps", 1, "--grad-clip", 1],
+                            r"--optimizer speedrun has no gradient clipping: drop --grad-clip or pass 0")
         self.expect_failure(args + ["--checkpoint-every", 2, "-o", f"{self.tmp}/so_ckpt"],
                             r"--optimizer speedrun cannot write or resume checkpoints yet")
         self.expect_failure(self.tiny_args + ["--steps", 1, "--optimizer", "speedrun", "--grad-clip", 0],
