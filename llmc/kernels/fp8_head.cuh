@@ -223,6 +223,15 @@ void fp8_head_forward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* l
   fp8_gemm(context, fp8_head_logits_gemm(workspace, logits, tokens), stream);
 }
 
+// The forward of a training step whose backward starts from dloss * d(sum of the per-token losses) (the
+// trainer's mean loss: dloss = 1 / tokens): g_s follows dloss, then the forward keeps its copies.
+template <class Tx>
+void fp8_head_training_forward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* logits, const Tx* x,
+                               const Tx* weight, int tokens, float dloss, cudaStream_t stream) {
+  workspace.set_grad_scale(fp8_head_grad_scale(dloss), stream);
+  fp8_head_forward(context, workspace, logits, x, weight, tokens, /*keep_for_backward=*/true, stream);
+}
+
 // dx (T,C) = dz (T,V) W (V,C) and dweight (V,C) (+)= dz^T x in fp32, from the copies the forward kept.
 // accumulate: dweight += (gradient accumulation), else overwritten. dx may be null (not needed).
 template <class Tx>

@@ -503,9 +503,7 @@ void SpeedrunModel::head_forward(const int* targets_host, int loss_slot, bool co
               MixCoefficient{MixScalar::kNegated, index.backout_lambda()}, T, C, stream_);
   rmsnorm_forward(a.xf, a.rstd_f, a.x_final, T, C, stream_);
   if (a.fp8_head && compute_dlogits) {  // training: z in FP8, its copies kept for head_backward
-    a.fp8_head->set_grad_scale(fp8_head_grad_scale(dloss), stream_);
-    fp8_head_forward(a.matmul, *a.fp8_head, a.z, a.xf, param(SpeedrunTensor::kHead), T, /*keep_for_backward=*/true,
-                     stream_);
+    fp8_head_training_forward(a.matmul, *a.fp8_head, a.z, a.xf, param(SpeedrunTensor::kHead), T, dloss, stream_);
   } else {
     GemmArgs head;  // z (T, V) = xf W_head^T
     head.d = a.z, head.a = a.xf, head.b = param(SpeedrunTensor::kHead), head.m = T, head.n = V, head.k = C;
