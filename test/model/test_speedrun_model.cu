@@ -3,7 +3,8 @@
 // the loss and every parameter gradient (simple attention path; in the bf16 build also the window
 // attention kernel at head size 128), after a YaRN window change, gradient accumulation with the bucket
 // hooks in backward order, bitwise determinism, and the record's facts at initialisation (loss ln V, no
-// gradient but the head's). Built for fp32 (tight) and bf16, emulated and on a GPU.
+// gradient but the head's); the same with the FP8 head (docs/fp8.md). Built for fp32 (tight) and bf16,
+// emulated and on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -375,7 +376,8 @@ TEST_F(SpeedrunModelTest, Fp8HeadLossAndEveryGradientMatchReference) {
 }
 
 // g_s = fp8_head_grad_scale(dloss) keeps the e5m2 codes of the record's SUM loss: with a power-of-two dloss
-// (here a mean over 2^20 tokens, whose logit gradients would mostly underflow e5m2 with the record's 1/448)
+// (here a mean over 2^20 tokens, whose logit gradients would mostly flush to e5m2's zero with the record's
+// fixed 1/448: the mutant fp8_mutant_fixed_grad_scale, cmake/fp8.cmake)
 // every gradient is exactly dloss times the SUM loss's, and the losses are equal.
 TEST_F(SpeedrunModelTest, Fp8HeadGradientScaleFollowsTheLossScale) {
   EXPECT_EQ(fp8_head_grad_scale(1.0f), Fp8HeadScales::speedrun(768).grad);
