@@ -32,7 +32,7 @@ class ModelFamily {
   // head when fp8_head (as use_fp8_head decided). Throws std::invalid_argument naming the option for a
   // shape the family cannot train.
   virtual std::unique_ptr<TrainableModel> build(int world_size, int batch_size, int seq_len, int loss_slots,
-                                                cudaStream_t stream, bool fp8_head = false) const = 0;
+                                                cudaStream_t stream, bool fp8_head) const = 0;
   // Initial parameters of `model` (built by this family) from the seed, layout order.
   virtual std::vector<float> init_params(const TrainableModel& model, uint64_t seed) const = 0;
   // The model file of `model` (built by this family): llm.c's format for GPT-2, the speedrun format
