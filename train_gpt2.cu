@@ -174,7 +174,9 @@ struct Run {
         start(locate_model(opt.model, resume_prefix.empty() ? "" : checkpoint_model_path(resume_prefix),
                            comm.world_size())),
         grad_accum(opt.grad_accum_steps(comm.world_size())),
-        model(start.family->build(comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream())),
+        fp8_head(start.family->use_fp8_head(opt.fp8_head, opt.seq_len)),
+        model(start.family->build(comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(),
+                                  fp8_head)),
         tracer(!opt.trace_dir.empty(), comm.rank()),
         optimizer(make_optimizer(opt, start.family->id(), *model, comm, tracer)),
         train_loader(train_loader_config(opt, comm, start.family->vocab_size())),
@@ -198,6 +200,7 @@ struct Run {
   const std::string resume_prefix;  // "" when starting fresh
   ModelStart start;
   const int grad_accum;
+  const bool fp8_head;  // the speedrun model's head in FP8 (--fp8-head)
   std::unique_ptr<TrainableModel> model;
   Tracer tracer;
   std::unique_ptr<BucketOptimizer> optimizer;
@@ -234,6 +237,8 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
   if (dynamic_cast<const ZeroOptimizer*>(run.optimizer.get()) == nullptr)
     header.notes.push_back(std::string("optimizer: speedrun (NorMuon + sharded Adam)") +
                            (run.opt.output_dir.empty() ? "" : "; no checkpoints: it cannot save its state yet"));
+  header.notes.push_back(std::string("head: ") + (run.fp8_head ? "fp8" : "bf16") + " (--fp8-head " + run.opt.fp8_head +
+                         "), activations " + std::to_string(header.activation_bytes) + " bytes");
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
   if (run.opt.lr_schedule == "speedrun" || run.windows)
     header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(run.opt.steps).describe());

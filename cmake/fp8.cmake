@@ -20,13 +20,17 @@ endforeach()
 
 # Mutants the emulated FP8 head check must catch (test/kernels/test_fp8_mutant.cu, llmc_kernel_mutant of
 # cmake/kernels.cmake: a copy of the llmc/kernels/fp8*.cuh headers with one line removed): a missing barrier
-# (the transposed copies read codes not yet staged) and a wrong scale (dx without w_s). fp8_mutant_control
+# (the transposed copies read codes not yet staged), a wrong scale (dx without w_s) and the gradient scale
+# fixed at the record's 1/448 whatever the loss scale (our loss is a mean). fp8_mutant_control
 # builds the same check from the faithful headers, where it must pass.
 llmc_kernel_mutant(fp8_mutant_transpose_without_barrier test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
   llmc/kernels/fp8_cast_transpose.cuh
   "__syncthreads();  // transpose: every thread's codes are staged before any thread reads a column")
 llmc_kernel_mutant(fp8_mutant_dx_without_weight_scale test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
   llmc/kernels/fp8_head.cuh "input_grad.b_scale = workspace.weight_scale();")
+
+llmc_kernel_mutant(fp8_mutant_fixed_grad_scale test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
+  llmc/kernels/fp8_head.cuh "workspace.set_grad_scale(fp8_head_grad_scale(dloss), stream);")
 
 llmc_emu_wrap_sources(fp8_mutant_control_sources fp8_mutant_control_emu test/kernels/test_fp8_mutant.cu)
 add_executable(fp8_mutant_control_emu ${fp8_mutant_control_sources})

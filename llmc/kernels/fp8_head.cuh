@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -36,6 +37,19 @@ struct Fp8HeadScales {
   }
 };
 
+// g_s for a loss whose gradient is scaled by `dloss` (the backward starts from dloss * d(sum of the per-token
+// losses)). The soft-capped cross-entropy bounds each logit's gradient by dloss: |softmax - onehot| <= 1 and
+// d(30 sigmoid(z / 7.5))/dz <= 30 / 7.5 / 4 = 1. The record's SUM loss (dloss = 1) uses g_s = 1/448, so
+// |dz / g_s| <= 448; a mean over N tokens (dloss = 1/N) keeps that bound, and the record's e5m2 codes, with
+// g_s = dloss / 448 (exactly the record's codes when dloss is a power of two). Computed in double, rounded
+// once; docs/fp8.md.
+inline float fp8_head_grad_scale(float dloss) {
+  if (!(dloss > 0.0f) || !std::isfinite(dloss))
+    throw std::invalid_argument("fp8_head_grad_scale: the loss scale must be positive and finite (got " +
+                                std::to_string(dloss) + ")");
+  return static_cast<float>(static_cast<double>(dloss) / 448.0);
+}
+
 // Bytes of device memory a head of these sizes keeps: the six fp8 copies, 256-byte aligned, and the scales.
 inline size_t fp8_head_workspace_bytes(int max_tokens, int channels, int vocab) {
   const auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
@@ -43,17 +57,30 @@ inline size_t fp8_head_workspace_bytes(int max_tokens, int channels, int vocab) 
   return 2 * aligned(t * c) + 2 * aligned(v * c) + 2 * aligned(t * v) + aligned(3 * sizeof(float));
 }
 
+// Whether an FP8 head of these sizes can exist: every FP8 GEMM dimension is a multiple of 16.
+inline bool fp8_head_shape_fits(int tokens, int channels, int vocab) {
+  return tokens > 0 && channels > 0 && vocab > 0 && tokens % 16 == 0 && channels % 16 == 0 && vocab % 16 == 0;
+}
+
 // The device buffers of one FP8 head: e4m3 x and W with their transposes, e5m2 dz with its transpose, the
-// three scales (as cuBLASLt's scale pointers read them). Not copyable.
+// three scales (as cuBLASLt's scale pointers read them). Its own allocation, or `memory` of
+// fp8_head_workspace_bytes() bytes, 256-byte aligned, that the caller owns (a model's arena). Not copyable.
 class Fp8HeadWorkspace {
  public:
-  Fp8HeadWorkspace(int max_tokens, int channels, int vocab, Fp8HeadScales scales)
+  Fp8HeadWorkspace(int max_tokens, int channels, int vocab, Fp8HeadScales scales, void* memory = nullptr)
       : max_tokens_(max_tokens), channels_(channels), vocab_(vocab), scales_(scales) {
-    if (max_tokens <= 0 || channels <= 0 || vocab <= 0 || max_tokens % 16 != 0 || channels % 16 != 0 || vocab % 16 != 0)
+    if (!fp8_head_shape_fits(max_tokens, channels, vocab))
       throw std::invalid_argument(
           "Fp8HeadWorkspace: tokens, channels and vocab must be positive multiples of 16 (got " +
           std::to_string(max_tokens) + ", " + std::to_string(channels) + ", " + std::to_string(vocab) + ")");
-    CUDA_CHECK(cudaMalloc(&memory_, fp8_head_workspace_bytes(max_tokens, channels, vocab)));
+    if (memory == nullptr) {
+      CUDA_CHECK(cudaMalloc(&memory_, fp8_head_workspace_bytes(max_tokens, channels, vocab)));
+      owned_ = memory_;
+    } else {
+      if (reinterpret_cast<uintptr_t>(memory) % 256 != 0)
+        throw std::invalid_argument("Fp8HeadWorkspace: memory must be 256-byte aligned");
+      memory_ = memory;
+    }
     char* next = static_cast<char*>(memory_);
     const auto take = [&next](size_t bytes) {
       char* region = next;
@@ -71,7 +98,9 @@ class Fp8HeadWorkspace {
     const float host_scales[3] = {scales.x, scales.weight, scales.grad};
     CUDA_CHECK(cudaMemcpy(device_scales_, host_scales, sizeof(host_scales), cudaMemcpyHostToDevice));
   }
-  ~Fp8HeadWorkspace() { CUDA_REPORT(cudaFree(memory_)); }
+  ~Fp8HeadWorkspace() {
+    if (owned_ != nullptr) CUDA_REPORT(cudaFree(owned_));
+  }
   Fp8HeadWorkspace(const Fp8HeadWorkspace&) = delete;
   Fp8HeadWorkspace& operator=(const Fp8HeadWorkspace&) = delete;
 
@@ -79,6 +108,14 @@ class Fp8HeadWorkspace {
   int channels() const { return channels_; }
   int vocab() const { return vocab_; }
   const Fp8HeadScales& scales() const { return scales_; }
+  // Replaces g_s (e.g. fp8_head_grad_scale(dloss) when the loss scale changes), in stream order: the
+  // backwards enqueued before it keep the old scale.
+  void set_grad_scale(float grad_scale, cudaStream_t stream) {
+    if (grad_scale == scales_.grad) return;
+    scales_.grad = grad_scale;
+    // From pageable memory: the copy takes the value before returning (the staging is the runtime's).
+    CUDA_CHECK(cudaMemcpyAsync(device_scales_ + 2, &scales_.grad, sizeof(float), cudaMemcpyHostToDevice, stream));
+  }
   fp8e4m3* x8() const { return x8_; }    // (T, C)
   fp8e4m3* x8t() const { return x8t_; }  // (C, T)
   fp8e4m3* w8() const { return w8_; }    // (V, C)
@@ -96,6 +133,7 @@ class Fp8HeadWorkspace {
   int max_tokens_, channels_, vocab_;
   Fp8HeadScales scales_;
   void* memory_ = nullptr;
+  void* owned_ = nullptr;  // memory_ when the workspace allocated it
   fp8e4m3 *x8_ = nullptr, *x8t_ = nullptr, *w8_ = nullptr, *w8t_ = nullptr;
   fp8e5m2 *g8_ = nullptr, *g8t_ = nullptr;
   float* device_scales_ = nullptr;
@@ -183,6 +221,15 @@ void fp8_head_forward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* l
   }
   workspace.tokens_kept_for_backward = keep_for_backward ? tokens : 0;
   fp8_gemm(context, fp8_head_logits_gemm(workspace, logits, tokens), stream);
+}
+
+// The forward of a training step whose backward starts from dloss * d(sum of the per-token losses) (the
+// trainer's mean loss: dloss = 1 / tokens): g_s follows dloss, then the forward keeps its copies.
+template <class Tx>
+void fp8_head_training_forward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* logits, const Tx* x,
+                               const Tx* weight, int tokens, float dloss, cudaStream_t stream) {
+  workspace.set_grad_scale(fp8_head_grad_scale(dloss), stream);
+  fp8_head_forward(context, workspace, logits, x, weight, tokens, /*keep_for_backward=*/true, stream);
 }
 
 // dx (T,C) = dz (T,V) W (V,C) and dweight (V,C) (+)= dz^T x in fp32, from the copies the forward kept.

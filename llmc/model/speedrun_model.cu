@@ -9,6 +9,7 @@
 #include "llmc/kernels/attention_gate.cuh"
 #include "llmc/kernels/classifier.cuh"
 #include "llmc/kernels/embedding.cuh"
+#include "llmc/kernels/fp8_head.cuh"
 #include "llmc/kernels/matmul.cuh"
 #include "llmc/kernels/qk_norm_rope.cuh"
 #include "llmc/kernels/relu_squared.cuh"
@@ -73,11 +74,14 @@ struct SpeedrunModel::Buffers {
   floatX *dx, *dwide, *dqkv, *dnarrow, *dnarrow2, *dx0, *dve[kSpeedrunValueEmbeds];
   float *reduction_scratch, *attention_delta;
   size_t reduction_scratch_floats = 0;
+  // FP8 head only: the workspace's memory (fp8_head_workspace_bytes) and dW_head in fp32 (V, C).
+  unsigned char* fp8_head_memory = nullptr;
+  float* head_dweight = nullptr;
 
   // Registers every buffer (and the parameter and gradient buffers) with `arena`; the pointers are set by
   // arena.allocate(). Aliases are set by set_aliases() after the allocation.
   void request(DeviceArena& arena, floatX** params, floatX** grads, const SpeedrunLayout& layout, int T,
-               int loss_slots);
+               int loss_slots, SpeedrunHead head);
   void set_aliases(const SpeedrunLayout& layout);
 };
 
@@ -91,6 +95,7 @@ struct SpeedrunModel::Activations : Buffers {
   MatmulContext matmul;
   EmbeddingBackwardPlan embedding_plan;
   bool has_embedding_plan = false;  // the last forward was a training forward
+  std::unique_ptr<Fp8HeadWorkspace> fp8_head;  // over fp8_head_memory; null for the bf16 head
   // Step losses: device means -> pinned host values, two results in flight (enqueue_mean_loss).
   double* loss_means = nullptr;
   double* loss_host = nullptr;
@@ -98,7 +103,7 @@ struct SpeedrunModel::Activations : Buffers {
 };
 
 void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX** grads, const SpeedrunLayout& layout,
-                                     int seq_len, int loss_slots) {
+                                     int seq_len, int loss_slots, SpeedrunHead head) {
   const SpeedrunConfig& config = layout.config;
   const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
                V = static_cast<size_t>(config.vocab_size), H = static_cast<size_t>(config.num_heads);
@@ -155,6 +160,10 @@ void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX
                 attention_gate_backward_scratch_floats(seq_len, config.num_heads)});
   arena.request(&reduction_scratch, reduction_scratch_floats);
   arena.request(&attention_delta, H * T);
+  if (head == SpeedrunHead::kFp8) {
+    arena.request(&fp8_head_memory, fp8_head_workspace_bytes(seq_len, config.channels(), config.vocab_size));
+    arena.request(&head_dweight, V * C);
+  }
 }
 
 // A block without a skip add mixes the previous output (x0 for block 1); without attention the MLP reads
@@ -189,32 +198,41 @@ size_t embedding_plan_bytes(int seq_len, int channels) {
 
 }  // namespace
 
-size_t SpeedrunModel::planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots) {
+size_t SpeedrunModel::planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots,
+                                               SpeedrunHead head) {
   const SpeedrunLayout layout = make_speedrun_layout(config, 1);
   DeviceArena arena;
   Buffers buffers;
   floatX *params = nullptr, *grads = nullptr;
-  buffers.request(arena, &params, &grads, layout, seq_len, loss_slots);
+  buffers.request(arena, &params, &grads, layout, seq_len, loss_slots, head);
   return arena.requested_bytes() - 2 * layout.total_size * sizeof(floatX) +
          embedding_plan_bytes(seq_len, config.channels());
 }
 
 SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int seq_len, int loss_slots,
-                             cudaStream_t stream, int bos_token)
+                             cudaStream_t stream, int bos_token, SpeedrunHead head)
     : layout_(make_speedrun_layout(config, world_size)),
       seq_len_(seq_len),
       loss_slots_(loss_slots),
       bos_token_(bos_token),
+      head_(head),
       stream_(stream),
       yarn_(config.head_dim) {
   if (seq_len < 1 || seq_len > config.max_seq_len)
     throw std::invalid_argument("speedrun model: sequence length " + std::to_string(seq_len) + " outside [1, " +
                                 std::to_string(config.max_seq_len) + "] (the model's maximum)");
   if (loss_slots < 1) throw std::invalid_argument("speedrun model: loss_slots must be positive");
+  if (head == SpeedrunHead::kFp8 && !fp8_head_shape_fits(seq_len, config.channels(), config.vocab_size))
+    throw std::invalid_argument("speedrun model: the FP8 head needs the sequence length (" + std::to_string(seq_len) +
+                                "), width (" + std::to_string(config.channels()) + ") and vocabulary (" +
+                                std::to_string(config.vocab_size) + ") to be multiples of 16");
   acts_ = std::make_unique<Activations>(seq_len, config);
   Activations& a = *acts_;
-  a.request(a.arena, &params_, &grads_, layout_, seq_len, loss_slots);
+  a.request(a.arena, &params_, &grads_, layout_, seq_len, loss_slots, head);
   a.arena.allocate("the speedrun model (parameters, gradients, activations for T=" + std::to_string(seq_len) + ")");
+  if (head == SpeedrunHead::kFp8)
+    a.fp8_head = std::make_unique<Fp8HeadWorkspace>(seq_len, config.channels(), config.vocab_size,
+                                                    Fp8HeadScales::speedrun(config.channels()), a.fp8_head_memory);
   activation_bytes_ =
       a.arena.bytes() - 2 * layout_.total_size * sizeof(floatX) + embedding_plan_bytes(seq_len, config.channels());
   a.set_aliases(layout_);
@@ -484,10 +502,14 @@ void SpeedrunModel::head_forward(const int* targets_host, int loss_slot, bool co
   mix_forward(Rows{a.x_final, C}, ConstRows{last, C}, ConstRows{kept, C}, a.scalars, one(),
               MixCoefficient{MixScalar::kNegated, index.backout_lambda()}, T, C, stream_);
   rmsnorm_forward(a.xf, a.rstd_f, a.x_final, T, C, stream_);
-  GemmArgs head;  // z (T, V) = xf W_head^T
-  head.d = a.z, head.a = a.xf, head.b = param(SpeedrunTensor::kHead), head.m = T, head.n = V, head.k = C;
-  head.trans_b = true;
-  gemm(a.matmul, head, stream_);
+  if (a.fp8_head && compute_dlogits) {  // training: z in FP8, its copies kept for head_backward
+    fp8_head_training_forward(a.matmul, *a.fp8_head, a.z, a.xf, param(SpeedrunTensor::kHead), T, dloss, stream_);
+  } else {
+    GemmArgs head;  // z (T, V) = xf W_head^T
+    head.d = a.z, head.a = a.xf, head.b = param(SpeedrunTensor::kHead), head.m = T, head.n = V, head.k = C;
+    head.trans_b = true;
+    gemm(a.matmul, head, stream_);
+  }
   if (targets_host == nullptr) return;
   float* losses = a.losses + static_cast<size_t>(loss_slot) * T;
   if (compute_dlogits)
@@ -533,14 +555,19 @@ void SpeedrunModel::head_backward() {
   const SpeedrunConfig& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
   const SpeedrunScalarIndex index{cfg.num_blocks};
-  GemmArgs dweight;  // dW_head (V, C) += dz^T xf
-  dweight.d = grad(SpeedrunTensor::kHead), dweight.a = a.z, dweight.b = a.xf, dweight.m = V, dweight.n = C;
-  dweight.k = T, dweight.trans_a = true, dweight.beta = 1.0f;
-  gemm(a.matmul, dweight, stream_);
-  GemmArgs dinput;  // dxf (T, C) = dz W_head
-  dinput.d = a.dnarrow, dinput.a = a.z, dinput.b = param(SpeedrunTensor::kHead), dinput.m = T, dinput.n = C;
-  dinput.k = V;
-  gemm(a.matmul, dinput, stream_);
+  if (a.fp8_head) {  // dxf = dz W_head and dW_head (fp32) from the forward's fp8 copies; dW_head += it in floatX
+    fp8_head_backward(a.matmul, *a.fp8_head, a.dnarrow, a.head_dweight, a.z, T, /*accumulate=*/false, stream_);
+    add_fp32_grads(grad(SpeedrunTensor::kHead), a.head_dweight, V * C, stream_);
+  } else {
+    GemmArgs dweight;  // dW_head (V, C) += dz^T xf
+    dweight.d = grad(SpeedrunTensor::kHead), dweight.a = a.z, dweight.b = a.xf, dweight.m = V, dweight.n = C;
+    dweight.k = T, dweight.trans_a = true, dweight.beta = 1.0f;
+    gemm(a.matmul, dweight, stream_);
+    GemmArgs dinput;  // dxf (T, C) = dz W_head
+    dinput.d = a.dnarrow, dinput.a = a.z, dinput.b = param(SpeedrunTensor::kHead), dinput.m = T, dinput.n = C;
+    dinput.k = V;
+    gemm(a.matmul, dinput, stream_);
+  }
   rmsnorm_backward(a.dx, a.dnarrow, a.x_final, a.rstd_f, T, C, /*accumulate=*/false, stream_);
   // x_final = x_out[L-1] - backout * x_out[backout block]: dx stays for the last block.
   const floatX* last = a.blocks[static_cast<size_t>(cfg.num_blocks - 1)].x_out;

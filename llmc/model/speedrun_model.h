@@ -25,15 +25,21 @@ namespace llmc {
 // The GPT-2 tokenizer's <|endoftext|>, which opens every document of the speedrun's data.
 constexpr int kSpeedrunBosToken = 50256;
 
+// The head's GEMMs in training: bf16 (as every other GEMM) or the record's FP8 head (llmc/kernels/fp8_head.cuh,
+// docs/fp8.md: e4m3/e5m2 copies with static scales, its workspace in the model's arena). Validation and any
+// forward without compute_dlogits use the bf16 head either way, as the reference does.
+enum class SpeedrunHead { kBf16, kFp8 };
+
 class SpeedrunModel : public TrainableModel {
  public:
   // Allocates parameters, gradients and activations for sequences of seq_len tokens (at most
   // config.max_seq_len) and up to `loss_slots` micro-steps of per-position losses. The attention windows
   // start at the record's first ones (long 3 blocks, short 1) with the initial RoPE state. Throws
   // std::invalid_argument for a bad shape, llmc::CudaError (with the bytes asked for) when the device is
-  // out of memory.
+  // out of memory. An FP8 head needs seq_len, the width and the vocabulary to be multiples of 16
+  // (std::invalid_argument otherwise).
   SpeedrunModel(const SpeedrunConfig& config, int world_size, int seq_len, int loss_slots, cudaStream_t stream,
-                int bos_token = kSpeedrunBosToken);
+                int bos_token = kSpeedrunBosToken, SpeedrunHead head = SpeedrunHead::kBf16);
   ~SpeedrunModel() override;
   SpeedrunModel(const SpeedrunModel&) = delete;
   SpeedrunModel& operator=(const SpeedrunModel&) = delete;
@@ -47,7 +53,9 @@ class SpeedrunModel : public TrainableModel {
   size_t activation_bytes() const override { return activation_bytes_; }
   void set_gemm_algo_selection(GemmAlgoSelection selection) override;
   // What activation_bytes() will be for a model of this shape, without allocating anything.
-  static size_t planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots);
+  static size_t planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots,
+                                         SpeedrunHead head = SpeedrunHead::kBf16);
+  SpeedrunHead head() const { return head_; }
   // "embeddings", "block 3", "head".
   std::string bucket_name(int bucket) const override;
   // True when attention runs the fast kernel (bf16 build, head size 128), false for the simple path.
@@ -72,7 +80,8 @@ class SpeedrunModel : public TrainableModel {
 
   // See TrainableModel. inputs/targets hold seq_len tokens (one packed sequence). Losses are the
   // per-token cross-entropies of the soft-capped logits; with compute_dlogits the backward starts from
-  // dloss * d(sum of the losses) (dloss = 1 is the record's SUM reduction).
+  // dloss * d(sum of the losses) (dloss = 1 is the record's SUM reduction; an FP8 head scales its gradient
+  // codes by fp8_head_grad_scale(dloss), so dloss must then be positive).
   void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
                const BucketHook& before_bucket_use = nullptr) override;
   // The embedding backward's plan is built by the training forward (compute_dlogits) from its tokens.
@@ -102,6 +111,7 @@ class SpeedrunModel : public TrainableModel {
 
   SpeedrunLayout layout_;
   int seq_len_, loss_slots_, bos_token_;
+  SpeedrunHead head_;
   cudaStream_t stream_;
   floatX* params_ = nullptr;
   floatX* grads_ = nullptr;

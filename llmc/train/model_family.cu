@@ -4,7 +4,9 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "llmc/cuda_common.h"
 #include "llmc/file_io.h"
+#include "llmc/kernels/fp8_head.cuh"
 #include "llmc/generate/gpt2_decoder.h"
 #include "llmc/model/checkpoint.h"
 #include "llmc/model/gpt2.h"
@@ -28,8 +30,16 @@ class GPT2Family : public ModelFamily {
   ModelFamilyId id() const override { return ModelFamilyId::kGPT2; }
   std::string describe() const override { return describe_config(config_); }
   int vocab_size() const override { return config_.vocab_size; }
+  bool use_fp8_head(const std::string& choice, int seq_len) const override {
+    (void)seq_len;
+    if (choice == "on")
+      throw std::invalid_argument("--fp8-head on: GPT-2 models have no FP8 head (use a speedrun model, or "
+                                  "--fp8-head off or auto)");
+    return false;
+  }
   std::unique_ptr<TrainableModel> build(int world_size, int batch_size, int seq_len, int loss_slots,
-                                        cudaStream_t stream) const override {
+                                        cudaStream_t stream, bool fp8_head) const override {
+    if (fp8_head) throw std::invalid_argument("--fp8-head on: GPT-2 models have no FP8 head");
     return std::make_unique<GPT2>(config_, world_size, batch_size, seq_len, loss_slots, stream);
   }
   std::vector<float> init_params(const TrainableModel& model, uint64_t seed) const override {
@@ -69,8 +79,25 @@ class SpeedrunFamily : public ModelFamily {
   ModelFamilyId id() const override { return ModelFamilyId::kSpeedrun; }
   std::string describe() const override { return "speedrun " + describe_speedrun_config(config_); }
   int vocab_size() const override { return config_.vocab_size; }
+  // auto: on wherever it can run. The emulated device is sm_90, so emulated runs take the FP8 path the GPU
+  // takes (its GEMMs emulated with the accumulator model of docs/fp8.md).
+  bool use_fp8_head(const std::string& choice, int seq_len) const override {
+    if (choice == "off") return false;
+    const bool shape_fits = fp8_head_shape_fits(seq_len, config_.channels(), config_.vocab_size);
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const bool supported = fp8_gemm_supported(device);
+    if (choice == "on" && !shape_fits)
+      throw std::invalid_argument("--fp8-head on: the FP8 head needs --seq-len (" + std::to_string(seq_len) +
+                                  "), the width (" + std::to_string(config_.channels()) + ") and the vocabulary (" +
+                                  std::to_string(config_.vocab_size) + ") to be multiples of 16");
+    if (choice == "on" && !supported)
+      throw std::invalid_argument("--fp8-head on: this GPU has no FP8 GEMMs (compute capability 8.9 or newer "
+                                  "needed); use --fp8-head off");
+    return shape_fits && supported;
+  }
   std::unique_ptr<TrainableModel> build(int world_size, int batch_size, int seq_len, int loss_slots,
-                                        cudaStream_t stream) const override {
+                                        cudaStream_t stream, bool fp8_head) const override {
     if (batch_size != 1)
       throw std::invalid_argument("--batch-size " + std::to_string(batch_size) +
                                   ": the speedrun model trains one packed sequence per rank and micro-step; use -b 1 "
@@ -78,7 +105,8 @@ class SpeedrunFamily : public ModelFamily {
     if (seq_len > config_.max_seq_len)
       throw std::invalid_argument("--seq-len " + std::to_string(seq_len) + " exceeds the speedrun model's maximum " +
                                   std::to_string(config_.max_seq_len));
-    return std::make_unique<SpeedrunModel>(config_, world_size, seq_len, loss_slots, stream);
+    return std::make_unique<SpeedrunModel>(config_, world_size, seq_len, loss_slots, stream, kSpeedrunBosToken,
+                                           fp8_head ? SpeedrunHead::kFp8 : SpeedrunHead::kBf16);
   }
   std::vector<float> init_params(const TrainableModel& model, uint64_t seed) const override {
     return init_speedrun_params(static_cast<const SpeedrunModel&>(model).layout(), seed);

@@ -24,10 +24,15 @@ class ModelFamily {
   // "L=12 NH=12 C=768 T=1024 V=50257 Vp=50304" (GPT-2) or "speedrun V=50304 L=12 H=6 ..." (as the state file's).
   virtual std::string describe() const = 0;
   virtual int vocab_size() const = 0;
-  // The device model for micro-batches of (batch_size, seq_len) and `loss_slots` micro-steps. Throws
-  // std::invalid_argument naming the option for a shape the family cannot train.
+  // Whether the model trains with the FP8 head, for --fp8-head `choice` (on, off, auto) on the current device
+  // and sequences of seq_len tokens. Throws std::invalid_argument naming --fp8-head when `on` cannot be had
+  // (a GPT-2 model, a GPU without FP8 GEMMs, a shape that is not a multiple of 16).
+  virtual bool use_fp8_head(const std::string& choice, int seq_len) const = 0;
+  // The device model for micro-batches of (batch_size, seq_len) and `loss_slots` micro-steps, with the FP8
+  // head when fp8_head (as use_fp8_head decided). Throws std::invalid_argument naming the option for a
+  // shape the family cannot train.
   virtual std::unique_ptr<TrainableModel> build(int world_size, int batch_size, int seq_len, int loss_slots,
-                                                cudaStream_t stream) const = 0;
+                                                cudaStream_t stream, bool fp8_head) const = 0;
   // Initial parameters of `model` (built by this family) from the seed, layout order.
   virtual std::vector<float> init_params(const TrainableModel& model, uint64_t seed) const = 0;
   // The model file of `model` (built by this family): llm.c's format for GPT-2, the speedrun format

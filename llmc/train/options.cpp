@@ -170,6 +170,11 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "GEMM algorithm per shape: heuristic (cuBLASLt's first choice, runs bitwise reproducible) or "
                  "fastest (the fastest of its top candidates and split-K variants, timed at first use on a GPU)")
       ->capture_default_str()->check(one_of({"heuristic", "fastest"}));
+  app.add_option("--fp8-head", o.fp8_head,
+                 "Training forward and backward of a speedrun model's head on FP8 tensor cores, as the record "
+                 "(validation stays bf16): on, off, or auto (on where the GPU has FP8 GEMMs, compute capability "
+                 "8.9+, and the sequence length, width and vocabulary are multiples of 16; off for GPT-2 models)")
+      ->capture_default_str()->check(one_of({"on", "off", "auto"}));
 }
 
 void validate_train_options(const TrainOptions& o, int world_size) {

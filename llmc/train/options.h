@@ -57,6 +57,7 @@ struct TrainOptions {
   std::string vocab_dir;               // the GPT-2 BPE files the samples are encoded and decoded with
   // performance
   std::string gemm_algo = "heuristic";  // heuristic | fastest
+  std::string fp8_head = "auto";        // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)
 
   int grad_accum_steps(int world_size) const;
   // The clipping threshold in force: --grad-clip, or its default for the optimizer chosen.

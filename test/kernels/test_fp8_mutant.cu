@@ -1,7 +1,8 @@
 // Built once per mutant of the FP8 head (cmake/fp8.cmake: a copy of llmc/kernels/fp8*.cuh with one line
 // removed, found first on the include path): the emulated head at a small shape must be caught, its fp8
 // copies differing from the conversion model's or its products from the double products of those copies
-// beyond the accumulator bound (test/kernels/fp8_test_support.h). A mutant that passes fails this test. Built
+// beyond the accumulator bound (test/kernels/fp8_test_support.h), or its gradient scale not following the
+// loss scale. A mutant that passes fails this test. Built
 // once more from the faithful headers (LLMC_FP8_MUTANT_CONTROL) where the same check must pass, so that a
 // check that always fails cannot make every mutant look caught.
 #include <gtest/gtest.h>
@@ -62,6 +63,34 @@ bool product_matches(const std::vector<double>& got, int rows, int cols, int k, 
   return true;
 }
 
+// fp8_head_training_forward's g_s follows the loss scale: the dz of a loss scaled by 2^-20 (a mean over 2^20
+// tokens; exact in bf16) gives exactly 2^-20 times dx and dW, since every fp8 code is the same. With the
+// record's fixed g_s = 1/448 these dz / g_s fall below e5m2's smallest subnormal and most codes flush to zero.
+bool grad_scale_follows_loss_scale(llmc::MatmulContext& context, const std::vector<double>& x,
+                                   const std::vector<double>& w, const std::vector<double>& dz) {
+  DeviceBuffer<__nv_bfloat16> d_x(x.size()), d_w(w.size()), d_dz(dz.size()), d_z(dz.size()), d_dx(x.size());
+  DeviceBuffer<float> d_dw(w.size());
+  d_x.upload(x);
+  d_w.upload(w);
+  llmc::Fp8HeadWorkspace head(T, C, V, llmc::Fp8HeadScales::speedrun(C));
+  std::vector<double> dx[2], dw[2];
+  const float dlosses[2] = {1.0f, 0x1p-20f};
+  for (int run = 0; run < 2; run++) {
+    std::vector<double> scaled(dz);
+    for (double& value : scaled) value *= dlosses[run];
+    d_dz.upload(scaled);
+    llmc::fp8_head_training_forward(context, head, d_z.get(), d_x.get(), d_w.get(), T, dlosses[run], nullptr);
+    llmc::fp8_head_backward(context, head, d_dx.get(), d_dw.get(), d_dz.get(), T, false, nullptr);
+    dx[run] = d_dx.download();
+    dw[run] = d_dw.download();
+  }
+  for (size_t i = 0; i < dx[0].size(); i++)
+    if (dx[1][i] != dx[0][i] * 0x1p-20) return false;
+  for (size_t i = 0; i < dw[0].size(); i++)
+    if (dw[1][i] != dw[0][i] * 0x1p-20) return false;
+  return true;
+}
+
 [[noreturn]] void run_mutant_and_exit() {
   std::mt19937 rng(4242);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -93,7 +122,8 @@ bool product_matches(const std::vector<double>& got, int rows, int cols, int k, 
       product_matches(d_z.download(), T, V, C, x8.data(), C, 1, w8.data(), C, 1, double{s.x} * s.weight, true, bf16) &&
       product_matches(d_dx.download(), T, C, V, g8.data(), V, 1, w8.data(), 1, C, double{s.grad} * s.weight, false,
                       bf16) &&
-      product_matches(d_dw.download(), V, C, T, g8.data(), 1, V, x8.data(), 1, C, double{s.x} * s.grad, false, 0.0);
+      product_matches(d_dw.download(), V, C, T, g8.data(), 1, V, x8.data(), 1, C, double{s.x} * s.grad, false, 0.0) &&
+      grad_scale_follows_loss_scale(context, x, w, dz);
   std::fprintf(stderr, correct ? "mutant not caught: the head matches the model\n"
                                : "mutant caught: the head differs from the model\n");
   std::_Exit(correct ? 0 : 3);

@@ -3,7 +3,8 @@
 // the loss and every parameter gradient (simple attention path; in the bf16 build also the window
 // attention kernel at head size 128), after a YaRN window change, gradient accumulation with the bucket
 // hooks in backward order, bitwise determinism, and the record's facts at initialisation (loss ln V, no
-// gradient but the head's). Built for fp32 (tight) and bf16, emulated and on a GPU.
+// gradient but the head's); the same with the FP8 head (docs/fp8.md). Built for fp32 (tight) and bf16,
+// emulated and on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "llmc/bf16_bits.h"
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/fp8_head.cuh"
 #include "llmc/model/speedrun_init.h"
 #include "llmc/model/speedrun_model.h"
 #include "test/reference/reference_speedrun.h"
@@ -295,6 +297,163 @@ TEST_F(SpeedrunModelTest, PlannedActivationBytesAreWhatTheModelAllocates) {
   const size_t record = SpeedrunModel::planned_activation_bytes(speedrun_config_from_name("speedrun"), 32768, 1);
   std::printf("  activation memory of --model speedrun at T=32768 (%s): %.2f GiB\n", kFp32 ? "fp32" : "bf16",
               static_cast<double>(record) / (1 << 30));
+  EXPECT_LT(static_cast<double>(record), 40.0 * (1 << 30));
+}
+
+// ---- the FP8 head (docs/fp8.md) -----------------------------------------------------------------------
+
+// An FP8 GEMM's products carry the operands' quantisation: e4m3 keeps 3 mantissa bits (a relative half-ulp
+// of 2^-4), e5m2 2 bits (2^-3); the accumulator model adds 2^-13 per MMA step and the bf16 output 2^-9. So a
+// forward product (e4m3 x e4m3) is within 2^-3 + 2^-8 of the exact one, a backward product (e5m2 x e4m3)
+// within 2^-3 + 2^-4 + 2^-7. A logit then moves by at most 2^-3 + 2^-8 times sum_k |x_k W_jk| <=
+// sqrt(C) |W_j| (|x| = sqrt(C) after the weightless norm), and a token's loss by at most twice the largest
+// logit error (sum_j |softmax_j - onehot_j| <= 2, the soft cap's slope <= 1). Gradients: the head's and,
+// through dx, every other one move by the backward products' error relative to sums that do not cancel
+// much, measured against each tensor's largest gradient; added to the bf16/fp32 tolerance of the rest.
+constexpr double kFp8ForwardProductError = 0x1p-3 + 0x1p-8;
+constexpr double kFp8BackwardProductError = 0x1p-3 + 0x1p-4 + 0x1p-7;
+constexpr double kFp8GradTolerance = kGradTolerance + kFp8BackwardProductError;
+
+// The bound above on a token's loss change from the FP8 forward, for these head weights.
+double fp8_loss_bound(const SpeedrunConfig& config, const ref::SpeedrunParams& params) {
+  ref::SpeedrunParams copy = params;
+  double largest_row = 0.0;
+  for (const ref::NamedTensor& tensor : ref::named_tensors(copy, config)) {
+    if (tensor.name != "head") continue;
+    const size_t C = static_cast<size_t>(config.channels());
+    for (size_t row = 0; row * C < tensor.values->size(); row++) {
+      double squares = 0.0;
+      for (size_t k = 0; k < C; k++) squares += (*tensor.values)[row * C + k] * (*tensor.values)[row * C + k];
+      largest_row = std::max(largest_row, std::sqrt(squares));
+    }
+  }
+  return 2.0 * kFp8ForwardProductError * std::sqrt(static_cast<double>(config.channels())) * largest_row;
+}
+
+void expect_grads_within(const SpeedrunLayout& layout, const std::vector<float>& got, ref::SpeedrunParams& want,
+                         double scale, double tolerance) {
+  for (const ref::NamedTensor& tensor : ref::named_tensors(want, layout.config)) {
+    const TensorView& view = layout.find(tensor.name);
+    double max_ref = 0.0, max_err = 0.0;
+    for (size_t i = 0; i < view.numel; i++) {
+      const double expected = scale * (*tensor.values)[i];
+      max_ref = std::max(max_ref, std::fabs(expected));
+      max_err = std::max(max_err, std::fabs(got[view.offset + i] - expected));
+    }
+    EXPECT_LE(max_err, tolerance * max_ref + 1e-12) << view.name << " (largest reference gradient " << max_ref << ")";
+    if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+      std::printf("  %-22s max error %.3g of largest gradient %.3g (%.2g%% of the tolerance)\n", view.name.c_str(),
+                  max_err, max_ref, max_ref > 0 ? 100.0 * max_err / (tolerance * max_ref) : 0.0);
+  }
+}
+
+// Two micro-steps (the head's fp32 dW added into the floatX gradient twice) against the double reference.
+TEST_F(SpeedrunModelTest, Fp8HeadLossAndEveryGradientMatchReference) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  const int micro_steps = 2;
+  SpeedrunModel model(config, 1, config.max_seq_len, micro_steps, stream, kBos, SpeedrunHead::kFp8);
+  EXPECT_EQ(model.head(), SpeedrunHead::kFp8);
+  ref::SpeedrunParams params = test_params(config, 11);
+  model.upload_params(to_layout(model.layout(), params));
+  ref::ReferenceSpeedrun reference(config);
+  reference.params = params;
+  use_model_rope(reference, model);
+  double ref_loss_sum = 0.0;
+  const float dloss = 1.0f / static_cast<float>(model.seq_len() * micro_steps);
+  for (int micro = 0; micro < micro_steps; micro++) {
+    const Batch batch = random_batch(model.seq_len(), config.vocab_size, 200 + micro);
+    ref_loss_sum += reference_forward(reference, model, batch);
+    reference.backward(1.0);
+    model.forward(batch.inputs.data(), batch.targets.data(), micro, true, dloss);
+    model.backward(micro == 0);
+  }
+  const double mean = ref_loss_sum / (model.seq_len() * micro_steps);
+  const double loss_bound = fp8_loss_bound(config, params);
+  if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+    std::printf("  loss %.6f, reference %.6f, FP8 bound %.3g\n", model.mean_loss(micro_steps), mean, loss_bound);
+  EXPECT_NEAR(model.mean_loss(micro_steps), mean, kLossTolerance * mean + loss_bound);
+  expect_grads_within(model.layout(), model.download_grads(), reference.grads, dloss, kFp8GradTolerance);
+}
+
+// g_s = fp8_head_grad_scale(dloss) keeps the e5m2 codes of the record's SUM loss: with a power-of-two dloss
+// (here a mean over 2^20 tokens, whose logit gradients would mostly flush to e5m2's zero with the record's
+// fixed 1/448: the mutant fp8_mutant_fixed_grad_scale, cmake/fp8.cmake)
+// every gradient is exactly dloss times the SUM loss's, and the losses are equal.
+TEST_F(SpeedrunModelTest, Fp8HeadGradientScaleFollowsTheLossScale) {
+  EXPECT_EQ(fp8_head_grad_scale(1.0f), Fp8HeadScales::speedrun(768).grad);
+  EXPECT_EQ(fp8_head_grad_scale(0x1p-15f), static_cast<float>(0x1p-15 / 448.0));
+  EXPECT_THROW(fp8_head_grad_scale(0.0f), std::invalid_argument);
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  const Batch batch = random_batch(config.max_seq_len, config.vocab_size, 13);
+  ref::SpeedrunParams params = test_params(config, 13);
+  std::vector<float> grads[2];
+  double losses[2];
+  const float dlosses[2] = {1.0f, 0x1p-20f};
+  for (int run = 0; run < 2; run++) {
+    SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos, SpeedrunHead::kFp8);
+    model.upload_params(to_layout(model.layout(), params));
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, dlosses[run]);
+    model.backward(true);
+    grads[run] = model.download_grads();
+    losses[run] = model.mean_loss(1);
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  size_t mismatches = 0, nonzero = 0;
+  for (size_t i = 0; i < grads[0].size(); i++) {
+    nonzero += grads[0][i] != 0.0f;
+    mismatches += grads[1][i] != grads[0][i] * 0x1p-20f;
+  }
+  EXPECT_GT(nonzero, grads[0].size() / 2);
+  EXPECT_EQ(mismatches, 0u);
+}
+
+// Training runs the FP8 head, validation the bf16 one (the same loss as the bf16-head model's, bit for
+// bit); two runs give the same losses and gradients bit for bit.
+TEST_F(SpeedrunModelTest, Fp8HeadRunsAreBitwiseIdenticalAndValidationStaysBf16) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  const Batch batch = random_batch(config.max_seq_len, config.vocab_size, 21);
+  ref::SpeedrunParams params = test_params(config, 21);
+  double bf16_validation = 0.0;
+  {
+    SpeedrunModel bf16_model(config, 1, config.max_seq_len, 1, stream, kBos);
+    bf16_model.upload_params(to_layout(bf16_model.layout(), params));
+    bf16_model.forward(batch.inputs.data(), batch.targets.data(), 0, false, 0.0f);
+    bf16_validation = bf16_model.mean_loss(1);
+  }
+  std::vector<float> first_grads;
+  double first_loss = 0.0;
+  for (int run = 0; run < 2; run++) {
+    SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos, SpeedrunHead::kFp8);
+    model.upload_params(to_layout(model.layout(), params));
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, false, 0.0f);
+    EXPECT_EQ(model.mean_loss(1), bf16_validation);
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / 64);
+    EXPECT_NE(model.mean_loss(1), bf16_validation) << "the training forward did not run the FP8 head";
+    model.backward(true);
+    const std::vector<float> grads = model.download_grads();
+    if (run == 0) {
+      first_grads = grads;
+      first_loss = model.mean_loss(1);
+    } else {
+      EXPECT_EQ(model.mean_loss(1), first_loss);
+      EXPECT_TRUE(grads == first_grads) << "gradients differ between two identical runs";
+    }
+  }
+}
+
+// The workspace and the fp32 dW_head are part of the activations; shapes off the multiples of 16 refuse.
+TEST_F(SpeedrunModelTest, Fp8HeadMemoryIsPlannedAndBadShapesRefuse) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  SpeedrunModel model(config, 1, 48, 2, stream, kBos, SpeedrunHead::kFp8);
+  EXPECT_EQ(model.activation_bytes(), SpeedrunModel::planned_activation_bytes(config, 48, 2, SpeedrunHead::kFp8));
+  const size_t fp32_dweight = static_cast<size_t>(config.vocab_size) * config.channels() * sizeof(float);
+  EXPECT_EQ(model.activation_bytes() - SpeedrunModel::planned_activation_bytes(config, 48, 2),
+            fp8_head_workspace_bytes(48, config.channels(), config.vocab_size) + (fp32_dweight + 255) / 256 * 256);
+  EXPECT_THROW(SpeedrunModel(config, 1, 40, 1, stream, kBos, SpeedrunHead::kFp8), std::invalid_argument);
+  const size_t record = SpeedrunModel::planned_activation_bytes(speedrun_config_from_name("speedrun"), 32768, 1,
+                                                                SpeedrunHead::kFp8);
+  std::printf("  activation memory of --model speedrun --fp8-head on at T=32768 (%s): %.2f GiB\n",
+              kFp32 ? "fp32" : "bf16", static_cast<double>(record) / (1 << 30));
   EXPECT_LT(static_cast<double>(record), 40.0 * (1 << 30));
 }
 

@@ -223,6 +223,30 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure(self.tiny_args + ["--steps", 1, "--optimizer", "speedrun", "--grad-clip", 0],
                             r"--optimizer speedrun needs a speedrun model")
 
+    def test_speedrun_fp8_head(self):
+        # --fp8-head on: the training forward and backward of the head on (emulated) FP8 GEMMs; the header says
+        # which head trains and the activation bytes (the FP8 workspace and fp32 dW_head included).
+        rng = np.random.default_rng(3)
+        write_shard(f"{self.tmp}/fp8_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        # --optimizer auto: the speedrun optimizer, whose base lrs --lr multiplies.
+        data = ["--train-data", f"{self.tmp}/fp8_train_*.bin", "-b", 1, "-t", 64, "--lr", "1.0", "--steps", 6]
+        _, log = self.train_run("fp8_head", data + ["--model", "speedrun-tiny", "--fp8-head", "on"])
+        fp8_bytes = int(re.search(r"(?m)^# head: fp8 \(--fp8-head on\), activations (\d+) bytes$", log).group(1))
+        train = losses(log)
+        self.assertEqual(sorted(train), list(range(1, 7)))
+        self.assertTrue(all(np.isfinite(float(loss)) for loss in train.values()))
+        self.assertAlmostEqual(float(train[1]), np.log(96), delta=1e-3)  # the zero head: uniform logits
+        self.assertLess(float(train[6]), float(train[1]))
+        _, bf16_log = self.train_run("bf16_head", data + ["--model", "speedrun-tiny", "--fp8-head", "off"])
+        bf16_bytes = int(re.search(r"(?m)^# head: bf16 \(--fp8-head off\), activations (\d+) bytes$",
+                                   bf16_log).group(1))
+        self.assertGreater(fp8_bytes, bf16_bytes)
+        self.assertNotEqual(losses(bf16_log)[6], train[6])
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--fp8-head", "on"],
+                            r"--fp8-head on: GPT-2 models have no FP8 head")
+        self.expect_failure(data[:4] + ["-t", 40, "--model", "speedrun-tiny", "--fp8-head", "on"],
+                            r"--fp8-head on: the FP8 head needs --seq-len \(40\)")
+
     def test_speedrun_schedules_and_the_recipe(self):
         # --lr-schedule and --window-schedule speedrun stretched to 8 steps: 7 scheduled (the lr is --lr while
         # s / 7 < 0.5, then falls linearly towards 0.1 --lr) and 1 extension; the long window 3 -> 7 -> 11 -> 13
