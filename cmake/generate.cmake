@@ -9,7 +9,7 @@ target_link_libraries(llmc_generate PUBLIC llmc_flags llmc_model llmc_train_util
 
 set(LLMC_GENERATE_SOURCES generate_gpt2.cu llmc/generate/load_decoder.cu)
 set(LLMC_GENERATE_LIBS llmc_generate llmc_tokenizer nlohmann_json::nlohmann_json)
-llmc_add_cu_executable(NAME generate_gpt2 USER_BINARY SOURCES ${LLMC_GENERATE_SOURCES} LIBS ${LLMC_GENERATE_LIBS}
+llmc_add_cu_executable(NAME generate_gpt2 USER_BINARY HOST_ONLY SOURCES ${LLMC_GENERATE_SOURCES} LIBS ${LLMC_GENERATE_LIBS}
   EMU_LIBS llmc_model_core_bf16_emu CUDA_LIBS llmc_model_core_bf16_cuda)
 
 # fp32 emulated generator (build tree only): the same code with floatX = float, for the oracle checks.

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "llmc/kernels/matmul.cuh"
 #include "llmc/kernels/normuon.cuh"
 
 namespace llmc {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/matmul_context.h"
 #include "llmc/optim/polar_express.h"
 #include "llmc/precision.h"
 

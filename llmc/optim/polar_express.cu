@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "llmc/kernels/matmul.cuh"
 #include "llmc/kernels/matrix_norm.cuh"
 
 namespace llmc {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/matmul_context.h"
 #include "llmc/precision.h"
 
 namespace llmc {

@@ -23,6 +23,7 @@
 #include "llmc/cuda_common.h"
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
+#include "llmc/kernels/adam_sharded.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/model/speedrun_layout.h"
