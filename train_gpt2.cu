@@ -117,9 +117,15 @@ void download_optimizer_state(BucketOptimizer& optimizer, int step, TrainState& 
   dynamic_cast<ZeroOptimizer&>(optimizer).download_state(state.master, state.adam_m, state.adam_v);
 }
 
-void upload_optimizer_state(BucketOptimizer& optimizer, const ResumePoint& point) {
+// The state read from `state_path` back into the optimizer; a speedrun state whose arrays do not fit this
+// run (another build's floatX, say) is an error naming the file.
+void upload_optimizer_state(BucketOptimizer& optimizer, const ResumePoint& point, const std::string& state_path) {
   if (auto* speedrun = dynamic_cast<SpeedrunOptimizer*>(&optimizer)) {
-    speedrun->upload_state(point.arrays, static_cast<int>(point.written.step));
+    try {
+      speedrun->upload_state(point.arrays, static_cast<int>(point.written.step));
+    } catch (const std::runtime_error& error) {
+      throw FileError(state_path, error.what());
+    }
     return;
   }
   dynamic_cast<ZeroOptimizer&>(optimizer).upload_state(point.master, point.adam_m, point.adam_v);
@@ -204,7 +210,7 @@ struct Run {
     // Written by this many ranks or another: llmc/train/resume.h re-shards, and maps the data position.
     const ResumePoint point = read_resume_point(resume_prefix, comm.rank(), model->layout(), start.family->describe(),
                                                 state_optimizer(*optimizer));
-    upload_optimizer_state(*optimizer, point);
+    upload_optimizer_state(*optimizer, point, checkpoint_state_path(resume_prefix, comm.rank()));
     train_loader.seek(resumed_position(point.written, train_loader));
     loop = LoopState{static_cast<int>(point.written.step), point.written.train_time_ms, resume_prefix};
     resumed_from = point.written;
