@@ -81,8 +81,8 @@ OptimizerSettings optimizer_settings(const TrainOptions& opt) {
   return settings;
 }
 
-// --optimizer (auto: the model family's own). The speedrun optimizer has no clipping and cannot save or
-// restore its state yet: the options that would need either are refused here rather than ignored.
+// --optimizer (auto: the model family's own). The speedrun optimizer has no clipping: --grad-clip is
+// refused here rather than ignored.
 std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, ModelFamilyId family, TrainableModel& model,
                                                 CommContext& comm, Tracer& tracer) {
   const bool speedrun =
@@ -92,9 +92,6 @@ std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, ModelFa
     throw std::invalid_argument("--optimizer speedrun needs a speedrun model (--model speedrun, speedrun-tiny or its file)");
   if (opt.effective_grad_clip(/*speedrun_optimizer=*/true) > 0)
     throw std::invalid_argument("--optimizer speedrun has no gradient clipping: drop --grad-clip or pass 0");
-  if (opt.checkpoint_every > 0 || !opt.resume.empty())
-    throw std::invalid_argument("--optimizer speedrun cannot write or resume checkpoints yet (its state is not saved): "
-                                "drop --checkpoint-every and --resume, or use --optimizer zero-adamw");
   SpeedrunOptimizerSettings settings;
   // The Muon momentum's schedule: the record's stretched to --steps, as --lr-schedule speedrun's (at least
   // the 4 steps that stretch needs).
@@ -103,12 +100,35 @@ std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, ModelFa
   return std::make_unique<SpeedrunOptimizer>(model, comm, settings, &tracer);
 }
 
-// The state that checkpoints hold is ZeRO's: with the speedrun optimizer make_optimizer refuses
-// --checkpoint-every and --resume, and writes_checkpoints() below is false (no final checkpoint either).
-ZeroOptimizer& checkpointed_optimizer(BucketOptimizer& optimizer) {
-  auto* zero = dynamic_cast<ZeroOptimizer*>(&optimizer);
-  if (zero == nullptr) throw std::logic_error("--optimizer speedrun: saving and restoring its state is not implemented");
-  return *zero;
+// Which optimizer's state this run's checkpoints hold (a state file's header word).
+StateOptimizer state_optimizer(const BucketOptimizer& optimizer) {
+  return dynamic_cast<const SpeedrunOptimizer*>(&optimizer) != nullptr ? StateOptimizer::kSpeedrun
+                                                                       : StateOptimizer::kZeroAdamW;
+}
+
+// This rank's optimizer state after step `step` into `state`: ZeRO's three fp32 shards, or the speedrun
+// optimizer's named arrays.
+void download_optimizer_state(BucketOptimizer& optimizer, int step, TrainState& state) {
+  state.optimizer = state_optimizer(optimizer);
+  if (auto* speedrun = dynamic_cast<SpeedrunOptimizer*>(&optimizer)) {
+    state.arrays = speedrun->download_state(step);
+    return;
+  }
+  dynamic_cast<ZeroOptimizer&>(optimizer).download_state(state.master, state.adam_m, state.adam_v);
+}
+
+// The state read from `state_path` back into the optimizer; a speedrun state whose arrays do not fit this
+// run (another build's floatX, say) is an error naming the file.
+void upload_optimizer_state(BucketOptimizer& optimizer, const ResumePoint& point, const std::string& state_path) {
+  if (auto* speedrun = dynamic_cast<SpeedrunOptimizer*>(&optimizer)) {
+    try {
+      speedrun->upload_state(point.arrays, static_cast<int>(point.written.step));
+    } catch (const std::runtime_error& error) {
+      throw FileError(state_path, error.what());
+    }
+    return;
+  }
+  dynamic_cast<ZeroOptimizer&>(optimizer).upload_state(point.master, point.adam_m, point.adam_v);
 }
 
 // The fields both loaders share.
@@ -188,8 +208,9 @@ struct Run {
     optimizer->init_master(start.params);
     if (resume_prefix.empty()) return;
     // Written by this many ranks or another: llmc/train/resume.h re-shards, and maps the data position.
-    const ResumePoint point = read_resume_point(resume_prefix, comm.rank(), model->layout(), start.family->describe());
-    checkpointed_optimizer(*optimizer).upload_state(point.master, point.adam_m, point.adam_v);
+    const ResumePoint point = read_resume_point(resume_prefix, comm.rank(), model->layout(), start.family->describe(),
+                                                state_optimizer(*optimizer));
+    upload_optimizer_state(*optimizer, point, checkpoint_state_path(resume_prefix, comm.rank()));
     train_loader.seek(resumed_position(point.written, train_loader));
     loop = LoopState{static_cast<int>(point.written.step), point.written.train_time_ms, resume_prefix};
     resumed_from = point.written;
@@ -235,8 +256,7 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
                                 : " (written by " + std::to_string(run.resumed_from.world_size) +
                                       " ranks, optimizer state re-sharded)"));
   if (dynamic_cast<const ZeroOptimizer*>(run.optimizer.get()) == nullptr)
-    header.notes.push_back(std::string("optimizer: speedrun (NorMuon + sharded Adam)") +
-                           (run.opt.output_dir.empty() ? "" : "; no checkpoints: it cannot save its state yet"));
+    header.notes.push_back("optimizer: speedrun (NorMuon + sharded Adam)");
   header.notes.push_back(std::string("head: ") + (run.fp8_head ? "fp8" : "bf16") + " (--fp8-head " + run.opt.fp8_head +
                          "), activations " + std::to_string(header.activation_bytes) + " bytes");
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
@@ -257,10 +277,8 @@ std::unique_ptr<TrainingSamples> make_samples(Run& run) {
 
 // ---- the loop's bookkeeping --------------------------------------------------------------------------
 
-// Whether this run writes checkpoints (with --output-dir, unless its optimizer cannot save its state).
-bool writes_checkpoints(const Run& run) {
-  return !run.opt.output_dir.empty() && dynamic_cast<const ZeroOptimizer*>(run.optimizer.get()) != nullptr;
-}
+// Whether this run writes checkpoints (with --output-dir).
+bool writes_checkpoints(const Run& run) { return !run.opt.output_dir.empty(); }
 
 // The model file once (rank 0) and every rank's optimizer shard, complete on every rank or not at all
 // (llmc/train/checkpoint_writer.h); then, with --keep-checkpoints, the oldest ones go.
@@ -276,7 +294,7 @@ void save_checkpoint(const std::string& prefix, Run& run, TrainLog& log) {
   state.batch_size = run.opt.batch_size;
   state.seq_len = run.opt.seq_len;
   state.train_time_ms = run.loop.train_time_ms;
-  checkpointed_optimizer(*run.optimizer).download_state(state.master, state.adam_m, state.adam_v);
+  download_optimizer_state(*run.optimizer, run.loop.step, state);
   const ModelFileWriter write_model = [&run, &params](const std::string& path) {
     return run.start.family->write_model_file(path, *run.model, params, /*fp32=*/false);
   };
@@ -446,8 +464,7 @@ class StepFinisher {
 // Every rank stops after the same finished step `step` with a complete checkpoint of it (unless the step
 // wrote its own already).
 int stop_by_signal(Run& run, TrainLog& log, Guards& guards, int signal, int step) {
-  std::string how = run.opt.output_dir.empty() ? "no checkpoint written (no --output-dir)"
-                                               : "no checkpoint written (--optimizer speedrun cannot save its state yet)";
+  std::string how = "no checkpoint written (no --output-dir)";
   if (writes_checkpoints(run)) {
     const std::string prefix = checkpoint_prefix(run.opt.output_dir, step);
     guards.watchdog.begin(Watchdog::Activity::kCheckpoint, step);

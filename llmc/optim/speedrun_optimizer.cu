@@ -96,6 +96,7 @@ struct SpeedrunOptimizer::MuonBatch {
   void* grads_table = nullptr;      // device const P* [count]
   void* momentum = nullptr;         // P [count, rows, cols]
   void* variance = nullptr;         // P [count, stat]
+  size_t momentum_bytes = 0, variance_bytes = 0;
   float* lr_multipliers = nullptr;  // device [count]
 };
 
@@ -121,6 +122,7 @@ struct SpeedrunOptimizer::BucketPlan {
   floatX* saved_grads = nullptr;      // [padded_size]: the even step's local Adam gradients
   floatX *adam_m = nullptr, *adam_v = nullptr;
   float *adam_m32 = nullptr, *adam_v32 = nullptr;
+  size_t adam_state_x = 0, adam_state_32 = 0;  // elements of adam_m/v and of adam_m32/v32
   bool has_adam() const { return !adam_tensors.empty(); }
 };
 
@@ -252,6 +254,8 @@ void SpeedrunOptimizer::allocate_batch(MuonBatch& batch, bool variance_per_colum
   const size_t element_bytes = batch.fp32 ? sizeof(float) : sizeof(floatX);
   batch.momentum = allocate<char>(elements * element_bytes);
   batch.variance = allocate<char>(stat * element_bytes);
+  batch.momentum_bytes = elements * element_bytes;
+  batch.variance_bytes = stat * element_bytes;
   batch.lr_multipliers = allocate<float>(batch.count);
   CUDA_CHECK(cudaMemcpy(batch.lr_multipliers, lr_multipliers.data(), batch.count * sizeof(float),
                         cudaMemcpyHostToDevice));
@@ -391,6 +395,8 @@ void SpeedrunOptimizer::build_adam() {
     plan.adam_v = allocate<floatX>(state_x);
     plan.adam_m32 = allocate<float>(state_32);
     plan.adam_v32 = allocate<float>(state_32);
+    plan.adam_state_x = state_x;
+    plan.adam_state_32 = state_32;
     state_bytes_ += bucket.padded_size * sizeof(floatX) + 2 * state_x * sizeof(floatX) + 2 * state_32 * sizeof(float);
   }
 }
@@ -414,6 +420,79 @@ void SpeedrunOptimizer::init_master(const std::vector<float>& host_params) {
   // Pageable cudaMemcpy may return before the device copy is done; the update stream is non-blocking.
   CUDA_CHECK(cudaDeviceSynchronize());
   master_ready_ = true;
+}
+
+struct SpeedrunOptimizer::StateBuffer {
+  std::string name;
+  int element_bytes = 0;
+  void* device = nullptr;
+  size_t bytes = 0;
+};
+
+// The arrays of download_state, in a fixed order: a function of the plan (this rank, the model, the world
+// size) and of the step's parity only.
+std::vector<SpeedrunOptimizer::StateBuffer> SpeedrunOptimizer::state_buffers(int step) const {
+  std::vector<StateBuffer> buffers;
+  auto add = [&buffers](const std::string& name, int element_bytes, void* device, size_t bytes) {
+    if (bytes > 0) buffers.push_back({name, element_bytes, device, bytes});
+  };
+  constexpr int kX = static_cast<int>(sizeof(floatX));
+  const bool adam_grads_saved = step >= 1 && !settings_.schedule.adam_steps_at(step - 1);
+  for (size_t b = 0; b < buckets_.size(); b++) {
+    const BucketPlan& plan = buckets_[b];
+    const std::string bucket = "b" + std::to_string(b) + ".";
+    for (size_t i = 0; i < plan.batches.size(); i++) {
+      const MuonBatch& batch = plan.batches[i];
+      const std::string prefix = bucket + "muon" + std::to_string(i) + ".";
+      const int element_bytes = batch.fp32 ? 4 : kX;
+      if (batch.fp32)
+        add(prefix + "master", 4, batch.master, static_cast<size_t>(batch.count) * batch.rows * batch.cols * 4);
+      add(prefix + "momentum", element_bytes, batch.momentum, batch.momentum_bytes);
+      add(prefix + "variance", element_bytes, batch.variance, batch.variance_bytes);
+    }
+    if (!plan.has_adam()) continue;
+    add(bucket + "adam.m", kX, plan.adam_m, plan.adam_state_x * kX);
+    add(bucket + "adam.v", kX, plan.adam_v, plan.adam_state_x * kX);
+    add(bucket + "adam.m32", 4, plan.adam_m32, plan.adam_state_32 * 4);
+    add(bucket + "adam.v32", 4, plan.adam_v32, plan.adam_state_32 * 4);
+    if (adam_grads_saved)
+      add(bucket + "adam.saved_grads", kX, plan.saved_grads, model_.layout().buckets[b].padded_size * kX);
+  }
+  return buffers;
+}
+
+std::vector<NamedStateArray> SpeedrunOptimizer::download_state(int step) {
+  CUDA_CHECK(cudaStreamSynchronize(comm_stream_));
+  CUDA_CHECK(cudaStreamSynchronize(update_stream_));
+  std::vector<NamedStateArray> arrays;
+  for (const StateBuffer& buffer : state_buffers(step)) {
+    NamedStateArray array{buffer.name, buffer.element_bytes, std::vector<char>(buffer.bytes)};
+    CUDA_CHECK(cudaMemcpy(array.bytes.data(), buffer.device, buffer.bytes, cudaMemcpyDeviceToHost));
+    arrays.push_back(std::move(array));
+  }
+  return arrays;
+}
+
+void SpeedrunOptimizer::upload_state(const std::vector<NamedStateArray>& arrays, int step) {
+  if (!master_ready_) throw std::logic_error("SpeedrunOptimizer: upload_state before init_master");
+  const std::vector<StateBuffer> buffers = state_buffers(step);
+  auto mismatch = [&](const std::string& what) {
+    throw std::runtime_error("the checkpoint's speedrun optimizer state does not fit this run (rank " +
+                             std::to_string(comm_.rank()) + "): " + what);
+  };
+  for (size_t i = 0; i < std::max(buffers.size(), arrays.size()); i++) {
+    if (i >= arrays.size()) mismatch("array " + buffers[i].name + " is missing");
+    if (i >= buffers.size()) mismatch("array " + arrays[i].name + " is extra");
+    if (arrays[i].name != buffers[i].name || arrays[i].element_bytes != buffers[i].element_bytes ||
+        arrays[i].bytes.size() != buffers[i].bytes)
+      mismatch("array " + std::to_string(i) + " is " + arrays[i].name + " of " + std::to_string(arrays[i].bytes.size()) +
+               " bytes, this run expects " + buffers[i].name + " of " + std::to_string(buffers[i].bytes));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(update_stream_));
+  for (size_t i = 0; i < buffers.size(); i++)
+    CUDA_CHECK(cudaMemcpy(buffers[i].device, arrays[i].bytes.data(), buffers[i].bytes, cudaMemcpyHostToDevice));
+  // Pageable cudaMemcpy may return before the device copy is done; the update stream is non-blocking.
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void SpeedrunOptimizer::begin_step(int step, float lr) {

@@ -17,6 +17,7 @@
 #include "llmc/optim/normuon.h"
 #include "llmc/optim/zero.h"  // OverlapMode
 #include "llmc/train/speedrun_schedule.h"
+#include "llmc/train/state.h"  // NamedStateArray
 
 namespace llmc {
 
@@ -63,6 +64,16 @@ class SpeedrunOptimizer : public BucketOptimizer {
   float grad_norm(int step) override;
   void wait_for_all_params() override;
 
+  // This rank's state after step `step` (the last one begun; waits for its updates), for a checkpoint:
+  // per bucket the fp32 masters, momentum and variance of each batch of matrices it updates, the Adam
+  // moments of its shard and, after a step without Adam (the next one adds them), the saved local Adam
+  // gradients. The Adam step count and the schedules follow from the step.
+  std::vector<NamedStateArray> download_state(int step);
+  // Restores what download_state(step) returned on the same rank of a run of the same model and world
+  // size (after init_master). Throws std::runtime_error naming the first array that is missing, extra or
+  // of another size.
+  void upload_state(const std::vector<NamedStateArray>& arrays, int step);
+
   // Device bytes of optimizer state on this rank (masters, momentum, variance, Adam moments, saved gradients).
   size_t state_bytes() const override { return state_bytes_; }
   std::string unfinished_collective() const override { return watch_.first_unfinished(); }
@@ -74,7 +85,9 @@ class SpeedrunOptimizer : public BucketOptimizer {
   struct MuonShare;     // a unit updated by one owner, broadcast to the others
   struct Runner;        // a NorMuonRunner and its workspace
   struct BucketPlan;
+  struct StateBuffer;   // one array of the state, where it lives on the device
 
+  std::vector<StateBuffer> state_buffers(int step) const;
   std::vector<MuonTensor> collect_muon_tensors(std::vector<int>& tensor_index);
   void allocate_batch(MuonBatch& batch, bool variance_per_column, const std::vector<float>& lr_multipliers);
   void build_muon();

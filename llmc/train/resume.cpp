@@ -79,11 +79,11 @@ void check_model_file(const std::string& prefix, const CheckpointManifest& manif
 
 // A state file's header, checked against the manifest and against the run that reads it.
 TrainStateHeader checked_state_header(const std::string& prefix, const CheckpointManifest& manifest, int old_rank,
-                                      const ParamLayout& old_layout, const std::string& model) {
+                                      const ParamLayout& old_layout, const std::string& model,
+                                      StateOptimizer optimizer) {
   const std::string path = checkpoint_state_path(prefix, old_rank);
   const TrainStateHeader header = read_train_state_header(path);
-  const uint64_t bytes = static_cast<uint64_t>(kTrainStateHeaderWords * 8 + 12 * header.shard_elements);
-  check_against_manifest(prefix, manifest, path, bytes, header.checksum);
+  check_against_manifest(prefix, manifest, path, static_cast<uint64_t>(header.file_bytes), header.checksum);
   if (header.rank != old_rank || header.world_size != manifest.world_size || header.step != manifest.step)
     throw FileError(path, "is the state of rank " + std::to_string(header.rank) + " of " +
                               std::to_string(header.world_size) + " at step " + std::to_string(header.step) +
@@ -91,6 +91,10 @@ TrainStateHeader checked_state_header(const std::string& prefix, const Checkpoin
                               std::to_string(manifest.world_size) + " at step " + std::to_string(manifest.step));
   if (describe_state_model(header) != model)
     throw FileError(path, "optimizer state is for " + describe_state_model(header) + ", the model file is " + model);
+  if (header.optimizer != optimizer)
+    throw FileError(path, std::string("holds the state of --optimizer ") + state_optimizer_name(header.optimizer) +
+                              ", this run uses --optimizer " + state_optimizer_name(optimizer));
+  if (optimizer == StateOptimizer::kSpeedrun) return header;  // its arrays: checked by the optimizer
   if (header.shard_elements != shard_elements(old_layout))
     throw FileError(path, "holds " + std::to_string(header.shard_elements) + " elements per array, rank " +
                               std::to_string(old_rank) + " of " + std::to_string(old_layout.world_size) + " has " +
@@ -101,24 +105,32 @@ TrainStateHeader checked_state_header(const std::string& prefix, const Checkpoin
 }  // namespace
 
 ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLayout& layout,
-                              const std::string& model) {
+                              const std::string& model, StateOptimizer optimizer) {
   const CheckpointManifest manifest = read_checkpoint_manifest(prefix);
   check_model_file(prefix, manifest);
   const int old_world = manifest.world_size, new_world = layout.world_size;
   const ParamLayout old_layout = relayout(layout, old_world);
   ResumePoint point;
   if (old_world == new_world) {
-    const TrainStateHeader header = checked_state_header(prefix, manifest, rank, old_layout, model);
+    const TrainStateHeader header = checked_state_header(prefix, manifest, rank, old_layout, model, optimizer);
     TrainState state = read_train_state(checkpoint_state_path(prefix, rank));  // verifies the checksum
     point.written = header;
     point.master = std::move(state.master);
     point.adam_m = std::move(state.adam_m);
     point.adam_v = std::move(state.adam_v);
+    point.arrays = std::move(state.arrays);
     return point;
+  }
+  if (optimizer == StateOptimizer::kSpeedrun) {
+    checked_state_header(prefix, manifest, 0, old_layout, model, optimizer);  // the optimizer's mismatch first
+    throw FileError(prefix, "was written by " + std::to_string(old_world) + " ranks, this run has " +
+                                std::to_string(new_world) +
+                                ": re-sharding the speedrun optimizer's state is not implemented (resume on " +
+                                std::to_string(old_world) + ")");
   }
   // Every old file is verified whole by exactly one rank; the pieces are read where they are needed.
   for (int old_rank = rank; old_rank < old_world; old_rank += new_world) {
-    checked_state_header(prefix, manifest, old_rank, old_layout, model);
+    checked_state_header(prefix, manifest, old_rank, old_layout, model, optimizer);
     verify_train_state(checkpoint_state_path(prefix, old_rank));
   }
   const size_t elements = static_cast<size_t>(shard_elements(layout));
@@ -130,7 +142,7 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
   for (const ShardCopy& copy : reshard_plan(old_layout, layout, rank)) {
     const std::string path = checkpoint_state_path(prefix, copy.source_rank);
     if (!header_read[copy.source_rank]) {
-      headers[copy.source_rank] = checked_state_header(prefix, manifest, copy.source_rank, old_layout, model);
+      headers[copy.source_rank] = checked_state_header(prefix, manifest, copy.source_rank, old_layout, model, optimizer);
       header_read[copy.source_rank] = true;
     }
     const TrainStateHeader& header = headers[copy.source_rank];
@@ -141,7 +153,7 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
     read_train_state_range(path, header, StateArray::kAdamV, copy.source_offset, copy.count,
                            point.adam_v.data() + copy.target_offset);
   }
-  point.written = checked_state_header(prefix, manifest, 0, old_layout, model);
+  point.written = checked_state_header(prefix, manifest, 0, old_layout, model, optimizer);
   return point;
 }
 

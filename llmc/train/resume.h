@@ -14,7 +14,8 @@ namespace llmc {
 
 struct ResumePoint {
   TrainStateHeader written;  // the state as the writing rank saw it (step, train time, its B, T, ranks, position)
-  std::vector<float> master, adam_m, adam_v;  // this rank's shards under this run's layout
+  std::vector<float> master, adam_m, adam_v;  // zero-adamw: this rank's shards under this run's layout
+  std::vector<NamedStateArray> arrays;        // speedrun: this rank's arrays as written (same world size)
 };
 
 // Reads checkpoint `prefix` for rank `rank` of a run laid out as `layout` (its world size and model, of
@@ -23,9 +24,10 @@ struct ResumePoint {
 // whole); with another number of ranks each old state file is read whole by one rank (old rank r by
 // rank r % M) to verify it, and in pieces by the ranks that need its elements. Throws FileError naming
 // the file and the problem: no manifest (incomplete checkpoint), a missing, truncated, corrupt or
-// swapped file, a state for another model.
+// swapped file, a state for another model or of another optimizer than `optimizer`, a speedrun state
+// written by another number of ranks (its re-sharding is not implemented).
 ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLayout& layout,
-                              const std::string& model);
+                              const std::string& model, StateOptimizer optimizer = StateOptimizer::kZeroAdamW);
 
 // Where `loader` continues after the checkpoint: the same place in the data in tokens. The checkpoint's
 // position counts batches of (its ranks x its B x its T) tokens into a shard; the resumed run starts at

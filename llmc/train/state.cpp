@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 #include "llmc/checksum.h"
@@ -22,10 +23,15 @@ enum HeaderField {
   // the speedrun family).
   kFamily, kSpeedrunVocab, kSpeedrunBlocks, kSpeedrunHeads, kSpeedrunHeadDim, kSpeedrunMaxSeqLen, kSpeedrunWindowBlock,
   kBatchSize, kSeqLen,
+  kOptimizer, kNamedArrays,  // version 3 (zero in version 2 files)
   kChecksum = kTrainStateHeaderWords - 1,
 };
 constexpr int64_t kHeaderBytes = kTrainStateHeaderWords * static_cast<int64_t>(sizeof(int64_t));
 constexpr size_t kChunkBytes = size_t{1} << 20;
+// A named array's record: the name's words, its element size, its element count.
+constexpr int kRecordWords = 8;
+constexpr int kRecordNameWords = kStateArrayNameBytes / 8;
+static_assert(kRecordNameWords + 2 == kRecordWords, "a record is the name, the element size and the count");
 
 void encode_header(const TrainStateHeader& s, int64_t* header) {
   std::fill(header, header + kTrainStateHeaderWords, 0);
@@ -54,6 +60,8 @@ void encode_header(const TrainStateHeader& s, int64_t* header) {
   header[kSpeedrunWindowBlock] = s.speedrun.window_block;
   header[kBatchSize] = s.batch_size;
   header[kSeqLen] = s.seq_len;
+  header[kOptimizer] = static_cast<int64_t>(s.optimizer);
+  header[kNamedArrays] = s.named_arrays;
 }
 
 // Checks every field a reader relies on; the values come from a file, so nothing is trusted.
@@ -79,6 +87,16 @@ void check_header(const std::string& path, const int64_t* header, int64_t file_b
   }
   require(header[kBatchSize] > 0 && header[kBatchSize] <= (int64_t{1} << 24), "batch size");
   require(header[kSeqLen] > 0 && header[kSeqLen] <= (int64_t{1} << 24), "sequence length");
+  require(header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kZeroAdamW) ||
+              header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kSpeedrun),
+          "unknown optimizer " + std::to_string(header[kOptimizer]));
+  if (header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kSpeedrun)) {
+    require(header[kShardElements] == 0, "a speedrun state with ZeRO shard elements");
+    require(header[kNamedArrays] >= 0 && header[kNamedArrays] <= kMaxNamedStateArrays,
+            "named array count " + std::to_string(header[kNamedArrays]));
+    return;  // its size: open_state walks the records
+  }
+  require(header[kNamedArrays] == 0, "a zero-adamw state with named arrays");
   const int64_t elements = header[kShardElements];
   const int64_t element_bytes = 3 * static_cast<int64_t>(sizeof(float));
   if (elements < 0 || elements > (file_bytes - kHeaderBytes) / element_bytes + 1 ||
@@ -87,6 +105,51 @@ void check_header(const std::string& path, const int64_t* header, int64_t file_b
                               std::to_string(elements) + " floats after its " + std::to_string(kHeaderBytes) +
                               " (truncated or corrupt)");
   }
+}
+
+// A named array's record (the file positioned at it): its name, element size and the byte count that
+// follows, each checked, and `left` (the file's bytes after the record) large enough for them.
+struct ArrayRecord {
+  int64_t words[kRecordWords];
+  std::string name;
+  int element_bytes = 0;
+  int64_t bytes = 0;
+};
+
+ArrayRecord read_record(const std::string& path, FILE* in, int64_t left) {
+  ArrayRecord record;
+  if (left < kRecordWords * 8 || std::fread(record.words, sizeof(int64_t), kRecordWords, in) != kRecordWords)
+    throw FileError(path, "truncated optimizer state: a named array's record is cut short");
+  left -= kRecordWords * 8;
+  const char* name = reinterpret_cast<const char*>(record.words);
+  const size_t length = strnlen(name, kStateArrayNameBytes);
+  if (length == 0 || length == kStateArrayNameBytes)
+    throw FileError(path, "corrupt optimizer-state array record: its name is empty or not terminated");
+  record.name.assign(name, length);
+  const int64_t element_bytes = record.words[kRecordNameWords], count = record.words[kRecordNameWords + 1];
+  if (element_bytes != 2 && element_bytes != 4)
+    throw FileError(path, "corrupt optimizer-state array " + record.name + ": element size " +
+                              std::to_string(element_bytes));
+  if (count < 0 || count > left / element_bytes)
+    throw FileError(path, "optimizer-state array " + record.name + " promises " + std::to_string(count) +
+                              " elements, the file has " + std::to_string(left) + " bytes left (truncated or corrupt)");
+  record.element_bytes = static_cast<int>(element_bytes);
+  record.bytes = count * element_bytes;
+  return record;
+}
+
+// A speedrun state's records end exactly at the end of the file (the file left after the header).
+void check_records(const std::string& path, FILE* in, int64_t arrays, int64_t file_bytes) {
+  int64_t at = kHeaderBytes;
+  for (int64_t i = 0; i < arrays; i++) {
+    const ArrayRecord record = read_record(path, in, file_bytes - at);
+    at += kRecordWords * 8 + record.bytes;
+    if (std::fseek(in, static_cast<long>(at), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
+  }
+  if (at != file_bytes)
+    throw FileError(path, "file has " + std::to_string(file_bytes) + " bytes, its " + std::to_string(arrays) +
+                              " named arrays end at " + std::to_string(at) + " (trailing bytes)");
+  if (std::fseek(in, static_cast<long>(kHeaderBytes), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
 }
 
 TrainStateHeader decode_header(const std::string& path, const int64_t* header) {
@@ -116,6 +179,8 @@ TrainStateHeader decode_header(const std::string& path, const int64_t* header) {
   s.seq_len = header[kSeqLen];
   s.train_time_ms = static_cast<double>(header[kTrainTimeMicros]) / 1000.0;
   s.shard_elements = header[kShardElements];
+  s.optimizer = static_cast<StateOptimizer>(header[kOptimizer]);
+  s.named_arrays = header[kNamedArrays];
   s.checksum = static_cast<uint64_t>(header[kChecksum]);
   return s;
 }
@@ -130,11 +195,16 @@ FileHandle open_state(const std::string& path, int64_t* header, TrainStateHeader
   if (std::fread(header, sizeof(int64_t), kTrainStateHeaderWords, in.get()) != kTrainStateHeaderWords)
     throw FileError(path, "file is shorter than the optimizer-state header");
   if (header[kMagic] != kTrainStateMagic) throw FileError(path, "not an optimizer-state file (wrong magic)");
-  if (header[kVersion] != kTrainStateVersion)
+  if (header[kVersion] < kTrainStateOldestVersion || header[kVersion] > kTrainStateVersion)
     throw FileError(path, "unsupported optimizer-state version " + std::to_string(header[kVersion]) +
-                              " (this build reads version " + std::to_string(kTrainStateVersion) + ")");
+                              " (this build reads versions " + std::to_string(kTrainStateOldestVersion) + " to " +
+                              std::to_string(kTrainStateVersion) + ")");
+  if (header[kVersion] == 2 && (header[kOptimizer] != 0 || header[kNamedArrays] != 0))
+    throw FileError(path, "corrupt optimizer-state header: a version 2 file with version 3 fields");
   check_header(path, header, *file_bytes);
   *fields = decode_header(path, header);
+  fields->file_bytes = *file_bytes;
+  if (fields->optimizer == StateOptimizer::kSpeedrun) check_records(path, in.get(), fields->named_arrays, *file_bytes);
   return in;
 }
 
@@ -154,6 +224,10 @@ void check_checksum(const std::string& path, const Checksum& checksum, uint64_t 
 
 }  // namespace
 
+const char* state_optimizer_name(StateOptimizer optimizer) {
+  return optimizer == StateOptimizer::kSpeedrun ? "speedrun" : "zero-adamw";
+}
+
 std::string describe_state_model(const TrainStateHeader& state) {
   return state.family == ModelFamilyId::kSpeedrun ? "speedrun " + describe_speedrun_config(state.speedrun)
                                                   : describe_config(state.config);
@@ -162,14 +236,30 @@ std::string describe_state_model(const TrainStateHeader& state) {
 WrittenFile write_train_state(const std::string& path, const TrainState& s) {
   if (s.adam_m.size() != s.master.size() || s.adam_v.size() != s.master.size())
     throw std::invalid_argument(path + ": optimizer state arrays differ in size");
+  const bool speedrun = s.optimizer == StateOptimizer::kSpeedrun;
+  if (speedrun ? !s.master.empty() : !s.arrays.empty())
+    throw std::invalid_argument(path + ": a " + state_optimizer_name(s.optimizer) + " state with another's arrays");
+  for (const NamedStateArray& array : s.arrays)
+    if (array.name.empty() || array.name.size() >= kStateArrayNameBytes ||
+        (array.element_bytes != 2 && array.element_bytes != 4) || array.bytes.size() % array.element_bytes != 0)
+      throw std::invalid_argument(path + ": optimizer state array '" + array.name + "' cannot be stored");
   TrainStateHeader fields = s;
   fields.shard_elements = static_cast<int64_t>(s.master.size());
+  fields.named_arrays = static_cast<int64_t>(s.arrays.size());
   int64_t header[kTrainStateHeaderWords];
   encode_header(fields, header);
   AtomicFileWriter out(path);
   out.write(header, sizeof header);
   for (const std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v})
     out.write(array->data(), array->size() * sizeof(float));
+  for (const NamedStateArray& array : s.arrays) {
+    int64_t record[kRecordWords] = {};
+    std::memcpy(record, array.name.data(), array.name.size());
+    record[kRecordNameWords] = array.element_bytes;
+    record[kRecordNameWords + 1] = static_cast<int64_t>(array.bytes.size()) / array.element_bytes;
+    out.write(record, sizeof record);
+    out.write(array.bytes.data(), array.bytes.size());
+  }
   const int64_t checksum = static_cast<int64_t>(out.checksum());
   out.patch(kChecksum * sizeof(int64_t), &checksum, sizeof checksum);
   return out.commit();
@@ -195,6 +285,17 @@ TrainState read_train_state(const std::string& path) {
     if (std::fread(array->data(), sizeof(float), array->size(), in.get()) != array->size())
       throw FileError(path, "read failed (file changed or I/O error)");
     checksum.update(array->data(), array->size() * sizeof(float));
+  }
+  int64_t at = kHeaderBytes + 3 * s.shard_elements * static_cast<int64_t>(sizeof(float));
+  for (int64_t i = 0; i < s.named_arrays; i++) {  // sizes already checked by open_state
+    const ArrayRecord record = read_record(path, in.get(), s.file_bytes - at);
+    NamedStateArray array{record.name, record.element_bytes, std::vector<char>(static_cast<size_t>(record.bytes))};
+    if (std::fread(array.bytes.data(), 1, array.bytes.size(), in.get()) != array.bytes.size())
+      throw FileError(path, "read failed (file changed or I/O error)");
+    checksum.update(record.words, sizeof record.words);
+    checksum.update(array.bytes.data(), array.bytes.size());
+    at += kRecordWords * 8 + record.bytes;
+    s.arrays.push_back(std::move(array));
   }
   check_checksum(path, checksum, s.checksum);
   return s;

@@ -1,14 +1,20 @@
 // The part of a checkpoint that is not the model: the step, the data loader's position and this rank's
-// optimizer shard (fp32 master weights and AdamW moments), one file per rank, so that a resumed run
-// continues bit for bit. The model itself goes to a model file beside it (llm.c's format for GPT-2,
+// optimizer state (ZeRO's shard of fp32 master weights and AdamW moments, or the speedrun optimizer's
+// named arrays), one file per rank, so that a resumed run continues bit for bit. The model itself goes to a model file beside it (llm.c's format for GPT-2,
 // llmc/model/checkpoint.h; llmc/model/speedrun_model_file.h for the speedrun family); names and
 // completeness: llmc/train/checkpoint_dir.h.
 //
-// Format (version 2): 32 little-endian int64 header words (see HeaderField in state.cpp: magic "LLMSTAT1",
+// Format (version 3): 32 little-endian int64 header words (see HeaderField in state.cpp: magic "LLMSTAT1",
 // version, step, rank, world size, the GPT-2 shape, the loader position, train time in microseconds, the
-// shard's element count, the model family and the speedrun shape, the writer's B and T, and in word 31 the
-// XXH3-64 checksum of the whole file taken with word 31 zero), then the master weights, m and v, each
-// `shard elements` fp32 values.
+// shard's element count, the model family and the speedrun shape, the writer's B and T, the optimizer
+// (0 zero-adamw, 1 speedrun), the number of named arrays, and in word 31 the XXH3-64 checksum of the
+// whole file taken with word 31 zero), then
+//   zero-adamw: the master weights, m and v, each `shard elements` fp32 values (named arrays: 0);
+//   speedrun:   `named arrays` records, each 8 int64 words -- the name (48 bytes, NUL-padded, at least one
+//               NUL), the element size in bytes (2 or 4), the element count -- and then its elements'
+//               bytes (shard elements: 0). What the arrays are is the optimizer's business
+//               (SpeedrunOptimizer::download_state); the file only keeps them.
+// Version 2 files (before the optimizer word, whose place was zero) are read as zero-adamw states.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,13 +28,27 @@
 namespace llmc {
 
 constexpr int64_t kTrainStateMagic = 0x31545341544d4c4cLL;  // "LLMSTAT1" little-endian
-constexpr int64_t kTrainStateVersion = 2;
+constexpr int64_t kTrainStateVersion = 3;
+constexpr int64_t kTrainStateOldestVersion = 2;  // still read
 constexpr int kTrainStateHeaderWords = 32;
 
 // Which model family a state belongs to (a header word).
 enum class ModelFamilyId : int64_t { kGPT2 = 0, kSpeedrun = 1 };
 
-// Everything in a state file except the three arrays.
+// Which optimizer's state a file holds (a header word; --optimizer names them).
+enum class StateOptimizer : int64_t { kZeroAdamW = 0, kSpeedrun = 1 };
+const char* state_optimizer_name(StateOptimizer optimizer);  // "zero-adamw", "speedrun"
+
+// One of the speedrun optimizer's arrays, as raw bytes (bf16 or fp32 elements).
+struct NamedStateArray {
+  std::string name;        // 1..47 characters
+  int element_bytes = 4;   // 2 or 4
+  std::vector<char> bytes; // a multiple of element_bytes
+};
+constexpr int kStateArrayNameBytes = 48;
+constexpr int64_t kMaxNamedStateArrays = 1 << 16;
+
+// Everything in a state file except the arrays.
 struct TrainStateHeader {
   int64_t step = 0;  // optimizer steps completed
   int rank = 0;
@@ -40,7 +60,10 @@ struct TrainStateHeader {
   int64_t batch_size = 0;             // the writer's B and T: the position counts batches of world_size*B*T tokens
   int64_t seq_len = 0;
   double train_time_ms = 0;           // cumulative, so the log's train_time continues
-  int64_t shard_elements = 0;         // length of each of master, m, v
+  int64_t shard_elements = 0;         // length of each of master, m, v (zero-adamw)
+  StateOptimizer optimizer = StateOptimizer::kZeroAdamW;
+  int64_t named_arrays = 0;           // count of `arrays` (speedrun)
+  int64_t file_bytes = 0;             // the file's size (read_* only)
   uint64_t checksum = 0;              // as stored (read_* only)
 };
 
@@ -48,12 +71,14 @@ struct TrainState : TrainStateHeader {
   std::vector<float> master;  // this rank's shards of every bucket, concatenated in bucket order
   std::vector<float> adam_m;
   std::vector<float> adam_v;
+  std::vector<NamedStateArray> arrays;  // speedrun
 };
 
-// The three arrays, in file order.
+// ZeRO's three arrays, in file order.
 enum class StateArray { kMaster = 0, kAdamM = 1, kAdamV = 2 };
 
-// Atomic (temp + rename); the header's shard_elements and checksum are filled in here.
+// Atomic (temp + rename); the header's shard_elements, named_arrays and checksum are filled in here. A
+// zero-adamw state has no named arrays, a speedrun state none of the three fp32 arrays.
 WrittenFile write_train_state(const std::string& path, const TrainState& state);
 
 // Reads and checks the header against the file's size. Throws FileError("<path>: <problem>"): unreadable,
@@ -63,7 +88,7 @@ TrainStateHeader read_train_state_header(const std::string& path);
 TrainState read_train_state(const std::string& path);
 // Reads the whole file only to verify its checksum (a file whose arrays are read in pieces).
 void verify_train_state(const std::string& path);
-// `count` elements of `array` from element `first` on (header already read and checked).
+// `count` elements of `array` from element `first` on (header already read and checked; zero-adamw).
 void read_train_state_range(const std::string& path, const TrainStateHeader& header, StateArray array, int64_t first,
                             int64_t count, float* out);
 

@@ -79,6 +79,14 @@ void state_seeds(const fs::path& dir) {
   state.config = GPT2Config{};
   state.speedrun = small_speedrun();
   write_train_state((dir / "speedrun_rank1_of_2.bin").string(), state);
+  // The speedrun optimizer's state: named arrays of 2- and 4-byte elements instead of the three shards.
+  state.optimizer = StateOptimizer::kSpeedrun;
+  state.master.clear();
+  state.adam_m.clear();
+  state.adam_v.clear();
+  state.arrays.push_back({"b0.muon0.master", 4, std::vector<char>(16, 1)});
+  state.arrays.push_back({"b1.adam.saved_grads", 2, std::vector<char>(6, 2)});
+  write_train_state((dir / "speedrun_optimizer_rank1_of_2.bin").string(), state);
 }
 
 void manifest_seeds(const fs::path& dir) {

@@ -464,6 +464,57 @@ TEST_F(SpeedrunOptimizerTest, StepsEnqueuedBackToBackEqualStepsOneByOne) {
   EXPECT_EQ(mismatches, 0u);
 }
 
+// A checkpoint's state: after step `cut` the state goes into a fresh model and optimizer (the parameters as
+// the model file keeps them, floatX exactly), which continue to the last step bitwise as the uninterrupted
+// run. Cut after step 1 (odd 1-based: step 2 adds the saved Adam gradients) and after step 2.
+TEST_F(SpeedrunOptimizerTest, StateRestoredIntoAFreshOptimizerContinuesBitwise) {
+  const SpeedrunLayout layout = make_speedrun_layout(speedrun_config_from_name("speedrun-tiny"), comm_->world_size());
+  const StepInputs run = make_run(layout, 4);
+  const std::vector<float> want = run_optimizer(*comm_, run, OverlapMode::kFull).back();
+  auto step_through = [&](StandInModel& model, SpeedrunOptimizer& optimizer, int first, int last) {
+    for (int step = first; step <= last; step++) {
+      model.set_grads(rank_grads(run.grads[step - 1], comm_->rank()));
+      enqueue_step(model, optimizer, step, run.lrs[step - 1]);
+      optimizer.wait_for_all_params();
+    }
+  };
+  for (int cut : {1, 2}) {
+    std::vector<NamedStateArray> state;
+    std::vector<float> params;
+    {
+      StandInModel model(speedrun_config_from_name("speedrun-tiny"), comm_->world_size());
+      model.upload_params(run.params0);
+      SpeedrunOptimizer optimizer(model, *comm_, test_settings(OverlapMode::kFull));
+      optimizer.init_master(model.download_params());
+      step_through(model, optimizer, 1, cut);
+      state = optimizer.download_state(cut);
+      params = model.download_params();
+    }
+    const bool saved = std::any_of(state.begin(), state.end(), [](const NamedStateArray& array) {
+      return array.name.find("adam.saved_grads") != std::string::npos;
+    });
+    EXPECT_EQ(saved, cut % 2 == 1) << "the saved Adam gradients are live after odd steps only";
+    StandInModel model(speedrun_config_from_name("speedrun-tiny"), comm_->world_size());
+    model.upload_params(params);
+    SpeedrunOptimizer optimizer(model, *comm_, test_settings(OverlapMode::kFull));
+    optimizer.init_master(params);
+    // What does not fit is refused before anything is copied: a missing, an extra, a resized array, and
+    // the state of another step's parity.
+    std::vector<NamedStateArray> missing(state.begin(), state.end() - 1), extra = state, resized = state;
+    extra.push_back(state.front());
+    resized.front().bytes.resize(resized.front().bytes.size() - resized.front().element_bytes);
+    for (const auto* bad : {&missing, &extra, &resized})
+      EXPECT_THROW(optimizer.upload_state(*bad, cut), std::runtime_error) << "cut " << cut;
+    EXPECT_THROW(optimizer.upload_state(state, cut + 1), std::runtime_error) << "cut " << cut;
+    optimizer.upload_state(state, cut);
+    step_through(model, optimizer, cut + 1, static_cast<int>(run.grads.size()));
+    const std::vector<float> got = model.download_params();
+    size_t mismatches = 0;
+    for (size_t i = 0; i < got.size(); i++) mismatches += !same_bits(got[i], want[i]);
+    EXPECT_EQ(mismatches, 0u) << "resumed after step " << cut;
+  }
+}
+
 TEST_F(SpeedrunOptimizerTest, RefusesToStepWithoutMasters) {
   StandInModel model(speedrun_config_from_name("speedrun-tiny"), comm_->world_size());
   SpeedrunOptimizer optimizer(model, *comm_, test_settings(OverlapMode::kFull));

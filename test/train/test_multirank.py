@@ -398,8 +398,9 @@ class SpeedrunModel(MultiRankCase):
 class SpeedrunOptimizer(MultiRankCase):
     """The speedrun optimizer (NorMuon + sharded Adam, --optimizer speedrun) in the trainer: 2 ranks, one
     packed sequence each, match 1 rank accumulating the same two sequences in losses and gradient norms,
-    and the overlap modes agree bitwise. It writes no checkpoints yet, so the log lines are what is
-    compared; the optimizer's parameters themselves are compared bitwise across 1, 2 and 4 ranks by
+    and the overlap modes agree bitwise (full writing a checkpoint after every step, none and rs only the
+    last: checkpoints change nothing); a 2-rank checkpoint resumes bit for bit on 2 ranks and is refused on
+    1. The optimizer's parameters themselves are compared bitwise across 1, 2 and 4 ranks by
     test/optim/test_speedrun_optimizer.cu."""
 
     @classmethod
@@ -415,7 +416,8 @@ class SpeedrunOptimizer(MultiRankCase):
                 "--lr-schedule", "constant", "--grad-clip", "0", "--seed", "7", "--optimizer", "speedrun"]
         cls.train("np1_accum", 1, args + ["--total-batch-tokens", "128"])
         for mode in ("none", "rs", "full"):
-            cls.train(f"np2_{mode}", 2, args + ["--overlap", mode])
+            every_step = ["--checkpoint-every", "1"] if mode == "full" else []
+            cls.train(f"np2_{mode}", 2, args + ["--overlap", mode] + every_step)
             cls.train(f"trace_{mode}", 2, args + ["--overlap", mode, "--trace", os.path.join(cls.directory,
                                                                                                f"trace_{mode}")])
 
@@ -424,6 +426,37 @@ class SpeedrunOptimizer(MultiRankCase):
         files = mr.trace_files(os.path.join(self.directory, f"trace_{mode}"))
         self.assertEqual(len(files), 2)
         return [slices_by_step(mr.load_trace(path)) for path in files]
+
+    def test_resume_with_two_ranks_is_bitwise(self):
+        # After step 1 (odd 1-based: no Adam yet, its local gradients saved for step 2) on 2 ranks: steps 2..4
+        # and the last checkpoint's files byte for byte those of the uninterrupted run (the state files but
+        # for the train-time word and the checksum over it).
+        whole = self.runs["np2_full"]
+        self.assert_ok(whole)
+        args = ["--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", "1.0",
+                "--lr-schedule", "constant", "--grad-clip", "0", "--seed", "7", "--optimizer", "speedrun"]
+        resumed = self.train("np2_resumed", 2, args + ["--resume", whole.checkpoint(1)])
+        self.assertEqual(resumed.returncode, 0, resumed.describe())
+        self.assertEqual(sorted(resumed.steps), list(range(2, STEPS + 1)), resumed.describe())
+        for step in range(2, STEPS + 1):
+            self.assertEqual(resumed.steps[step][:2], whole.steps[step][:2], f"step {step}")
+        with open(resumed.checkpoint(STEPS) + "_model.bin", "rb") as a, \
+                open(whole.checkpoint(STEPS) + "_model.bin", "rb") as b:
+            self.assertTrue(a.read() == b.read(), "model files differ")
+        for rank in range(2):
+            states = []
+            for run in (resumed, whole):
+                with open(run.checkpoint(STEPS) + f"_state_rank{rank}.bin", "rb") as f:
+                    state = bytearray(f.read())
+                for word in (14, 31):  # the train time and the checksum over it
+                    state[word * 8:word * 8 + 8] = bytes(8)
+                states.append(state)
+            self.assertTrue(states[0] == states[1], f"rank {rank}: state files differ")
+        # Another number of ranks: refused in one line naming the checkpoint and both numbers.
+        refused = self.train("np1_from_np2", 1, args + ["--resume", whole.checkpoint(1)])
+        self.assertNotEqual(refused.returncode, 0, refused.describe())
+        self.assertIn(f"{whole.checkpoint(1)}: was written by 2 ranks, this run has 1: re-sharding the speedrun "
+                      "optimizer's state is not implemented", refused.stdout + refused.stderr)
 
     def test_full_mode_starts_both_optimizers_under_the_backward(self):
         # In full mode the first Muon all-reduce (block 11's gradients, on the comm stream), on Adam steps

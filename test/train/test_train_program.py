@@ -168,7 +168,8 @@ class TrainProgram(unittest.TestCase):
 
     def test_speedrun_model_trains_resumes_and_starts_from_its_file(self):
         # speedrun-tiny: V=96, T<=64, one packed sequence per micro-step (-b 1), trained here by the AdamW ZeRO
-        # path (--optimizer zero-adamw; auto would pick the speedrun optimizer, which has no checkpoints yet).
+        # path (--optimizer zero-adamw; auto would pick the speedrun optimizer: its checkpoints are tested in
+        # test_speedrun_optimizer_resumes_bit_for_bit).
         rng = np.random.default_rng(1)
         write_shard(f"{self.tmp}/sr_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
         data = ["--train-data", f"{self.tmp}/sr_train_*.bin", "-b", 1, "-t", 64, "--lr", "3e-3",
@@ -198,30 +199,68 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure(data + ["--steps", 1, "--model", truncated], re.escape(truncated), r"truncated model file")
         self.expect_failure(data[:2] + ["--model", "speedrun-tiny", "-b", 2, "-t", 64, "--steps", 1], r"--batch-size 2")
 
-    def test_speedrun_optimizer_trains_and_refuses_what_it_lacks(self):
+    def test_speedrun_optimizer_trains_and_refuses_what_it_cannot_do(self):
         # --optimizer auto picks NorMuon + sharded Adam for a speedrun model (llmc/optim/speedrun_optimizer.h).
         rng = np.random.default_rng(2)
         write_shard(f"{self.tmp}/so_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
         data = ["--train-data", f"{self.tmp}/so_train_*.bin", "-b", 1, "-t", 64, "--model", "speedrun-tiny"]
         args = data + ["--steps", 8, "--lr", "1.0", "--lr-schedule", "constant"]  # --grad-clip: off by default
         out_dir, log = self.train_run("speedrun_optimizer", args)
-        self.assertIn("# optimizer: speedrun (NorMuon + sharded Adam); no checkpoints", log)
+        self.assertIn("# optimizer: speedrun (NorMuon + sharded Adam)\n", log)
         train = losses(log)
         self.assertEqual(sorted(train), list(range(1, 9)))
         # The head starts at zero and is an Adam tensor, which waits for step 2's gradients: uniform logits twice.
         self.assertAlmostEqual(float(train[1]), np.log(96), delta=1e-3)
         self.assertEqual(train[2], train[1])
         self.assertLess(float(train[8]), float(train[1]) - 0.1)
-        self.assertFalse([name for name in os.listdir(out_dir) if name.startswith("ckpt_")])
+        # With -o the last step's checkpoint, and only it (no --checkpoint-every).
+        self.assertEqual(sorted(name for name in os.listdir(out_dir) if name.startswith("ckpt_")),
+                         ["ckpt_000008_manifest.json", "ckpt_000008_model.bin", "ckpt_000008_state_rank0.bin"])
         # --overlap none enqueues everything after the backward: the same bits.
         _, none_log = self.train_run("speedrun_optimizer_none", args + ["--overlap", "none"])
         self.assertEqual(losses(none_log), train)
         self.expect_failure(data + ["--steps", 1, "--grad-clip", 1],
                             r"--optimizer speedrun has no gradient clipping: drop --grad-clip or pass 0")
-        self.expect_failure(args + ["--checkpoint-every", 2, "-o", f"{self.tmp}/so_ckpt"],
-                            r"--optimizer speedrun cannot write or resume checkpoints yet")
         self.expect_failure(self.tiny_args + ["--steps", 1, "--optimizer", "speedrun", "--grad-clip", 0],
                             r"--optimizer speedrun needs a speedrun model")
+
+    def test_speedrun_optimizer_resumes_bit_for_bit(self):
+        # The speedrun optimizer's state (NorMuon masters, momentum and variance; Adam's moments; after an odd
+        # step, the local Adam gradients it saved for the next step) in every checkpoint, with the speedrun lr
+        # and window schedules (YaRN): resumed after step 3 (gradients saved) and after step 4 (none saved),
+        # the losses, the last model file and the last state file are those of the uninterrupted run.
+        rng = np.random.default_rng(4)
+        write_shard(f"{self.tmp}/sr_ckpt_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        args = ["--train-data", f"{self.tmp}/sr_ckpt_train_*.bin", "-b", 1, "-t", 64, "--model", "speedrun-tiny",
+                "--steps", 6, "--lr", "1.0", "--lr-schedule", "speedrun", "--window-schedule", "speedrun"]
+        out_dir, log = self.train_run("so_every_step", args + ["--checkpoint-every", 1])
+        train = losses(log)
+        self.assertEqual(sorted(train), list(range(1, 7)))
+        # Writing checkpoints changes nothing: the run that writes only the last one has the same bits.
+        final_dir, final_log = self.train_run("so_final_only", args)
+        self.assertEqual(losses(final_log), train)
+        self.assertEqual(read(f"{final_dir}/ckpt_000006_model.bin"), read(f"{out_dir}/ckpt_000006_model.bin"))
+        for step in (3, 4):
+            with self.subTest(resumed_after=step):
+                resumed = f"{self.tmp}/so_resumed_{step}"
+                os.makedirs(resumed)
+                for suffix in ("model.bin", "state_rank0.bin", "manifest.json"):
+                    shutil.copy(f"{out_dir}/ckpt_{step:06d}_{suffix}", resumed)
+                _, resumed_log = self.train_run(f"so_resumed_{step}", args + ["--resume", "latest"])
+                self.assertIn(f"# resumed from {resumed}/ckpt_{step:06d} at step {step}", resumed_log)
+                self.assertEqual(losses(resumed_log), {s: l for s, l in train.items() if s > step})
+                self.assertEqual(read(f"{resumed}/ckpt_000006_model.bin"), read(f"{out_dir}/ckpt_000006_model.bin"))
+                self.assertEqual(state_without_time(f"{resumed}/ckpt_000006_state_rank0.bin"),
+                                 state_without_time(f"{out_dir}/ckpt_000006_state_rank0.bin"))
+        # Only odd steps' states hold the saved Adam gradients.
+        self.assertTrue(b"adam.saved_grads" in read(f"{out_dir}/ckpt_000003_state_rank0.bin"))
+        self.assertFalse(b"adam.saved_grads" in read(f"{out_dir}/ckpt_000004_state_rank0.bin"))
+        # Another optimizer than the checkpoint's: one line naming the state file and both optimizers.
+        state = f"{out_dir}/ckpt_000004_state_rank0.bin"
+        output = self.expect_failure(args + ["--optimizer", "zero-adamw", "--resume", f"{out_dir}/ckpt_000004"],
+                                     re.escape(state) + r": holds the state of --optimizer speedrun, this run uses "
+                                     r"--optimizer zero-adamw")
+        self.assertEqual(len([line for line in output.splitlines() if "holds the state" in line]), 1)
 
     def test_speedrun_fp8_head(self):
         # --fp8-head on: the training forward and backward of the head on (emulated) FP8 GEMMs; the header says
@@ -258,7 +297,7 @@ class TrainProgram(unittest.TestCase):
                 "-b", 1, "-t", 64, "--val-tokens", 64]
         args = data + ["--model", "speedrun-tiny", "--steps", 8, "--lr", "3e-3", "--lr-schedule", "speedrun",
                        "--window-schedule", "speedrun", "--val-every", 4, "--checkpoint-every", 5,
-                       "--optimizer", "zero-adamw"]  # checkpoints: the speedrun optimizer cannot write them yet
+                       "--optimizer", "zero-adamw"]
         out_dir, log = self.train_run("schedules", args)
         self.assertIn("# speedrun schedule: 7 scheduled + 1 extension steps, long window 3/7/11/13 blocks from "
                       "schedule steps 0/3/5/7", log)

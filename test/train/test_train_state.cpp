@@ -132,6 +132,149 @@ TEST_F(StateFiles, SpeedrunFamilyRoundTrips) {
   expect_error([&] { read_train_state(path("family.bin")); }, {path("family.bin") + ": ", "unknown model family 7"});
 }
 
+// A speedrun optimizer's state: named arrays of bf16 (2-byte) and fp32 elements, no ZeRO arrays.
+TrainState speedrun_state() {
+  TrainState s = sample_state(0);
+  s.family = ModelFamilyId::kSpeedrun;
+  s.config = GPT2Config{};
+  s.speedrun = speedrun_config_from_name("speedrun-tiny");
+  s.optimizer = StateOptimizer::kSpeedrun;
+  s.arrays.push_back({"b0.muon0.master", 4, std::vector<char>(4 * 6)});
+  s.arrays.push_back({"b0.muon0.momentum", 2, std::vector<char>(2 * 5)});
+  s.arrays.push_back({"b1.adam.saved_grads", 2, std::vector<char>(2 * 3)});
+  char value = 1;
+  for (NamedStateArray& array : s.arrays)
+    for (char& byte : array.bytes) byte = value++;
+  return s;
+}
+
+TEST_F(StateFiles, SpeedrunOptimizerArraysRoundTrip) {
+  const TrainState s = speedrun_state();
+  const WrittenFile written = write_train_state(path("speedrun.bin"), s);
+  // The header, then per array a record of 8 words and its bytes.
+  EXPECT_EQ(written.bytes, 32 * 8 + 3 * 64 + 24 + 10 + 6u);
+  const TrainState r = read_train_state(path("speedrun.bin"));
+  EXPECT_EQ(r.optimizer, StateOptimizer::kSpeedrun);
+  EXPECT_EQ(r.named_arrays, 3);
+  EXPECT_EQ(r.shard_elements, 0);
+  EXPECT_EQ(r.step, s.step);
+  EXPECT_EQ(r.train_position, s.train_position);
+  ASSERT_EQ(r.arrays.size(), 3u);
+  for (size_t i = 0; i < 3; i++) {
+    EXPECT_EQ(r.arrays[i].name, s.arrays[i].name);
+    EXPECT_EQ(r.arrays[i].element_bytes, s.arrays[i].element_bytes);
+    EXPECT_EQ(r.arrays[i].bytes, s.arrays[i].bytes);
+  }
+  const TrainStateHeader header = read_train_state_header(path("speedrun.bin"));
+  EXPECT_EQ(header.file_bytes, static_cast<int64_t>(written.bytes));
+  EXPECT_EQ(header.checksum, written.checksum);
+  verify_train_state(path("speedrun.bin"));
+  EXPECT_STREQ(state_optimizer_name(r.optimizer), "speedrun");
+  EXPECT_STREQ(state_optimizer_name(StateOptimizer::kZeroAdamW), "zero-adamw");
+  // A zero-adamw state says so in its header word 25.
+  write_train_state(path("zero.bin"), sample_state(3));
+  EXPECT_EQ(read_train_state(path("zero.bin")).optimizer, StateOptimizer::kZeroAdamW);
+}
+
+TEST_F(StateFiles, BadSpeedrunRecordsAreNamed) {
+  const std::string good_path = path("speedrun.bin");
+  write_train_state(good_path, speedrun_state());
+  const std::string good = read_all(good_path);
+  const size_t record = 32 * 8;  // the first array's record
+  auto expect_bad = [&](const std::string& name, std::string bytes, const std::string& needle) {
+    write_all(path(name), bytes);
+    expect_error([&] { read_train_state_header(path(name)); }, {path(name) + ": ", needle});
+    expect_error([&] { read_train_state(path(name)); }, {path(name) + ": ", needle});
+  };
+  std::string empty_name = good;
+  empty_name[record] = '\0';
+  expect_bad("empty_name.bin", empty_name, "name is empty or not terminated");
+  std::string long_name = good;
+  for (size_t i = 0; i < 48; i++) long_name[record + i] = 'x';
+  expect_bad("long_name.bin", long_name, "name is empty or not terminated");
+  std::string element_size = good;
+  element_size[record + 48] = 3;
+  expect_bad("element_size.bin", element_size, "b0.muon0.master: element size 3");
+  std::string huge = good;
+  huge[record + 56 + 5] = 1;  // the count: 2^40 + 6
+  expect_bad("huge.bin", huge, "b0.muon0.master promises");
+  expect_bad("truncated.bin", good.substr(0, good.size() - 1), "promises 3 elements");
+  expect_bad("trailing.bin", good + "x", "trailing bytes");
+  std::string count = good;
+  count[25 * 8] = 0;  // header word 25: a zero-adamw state, yet with named arrays
+  expect_bad("count.bin", count, "a zero-adamw state with named arrays");
+  std::string optimizer = good;
+  optimizer[25 * 8] = 5;
+  expect_bad("optimizer.bin", optimizer, "unknown optimizer 5");
+  std::string flipped = good;
+  flipped[good.size() - 2] = static_cast<char>(flipped[good.size() - 2] ^ 0x10);  // inside the last array: only the checksum sees it
+  write_all(path("flipped.bin"), flipped);
+  read_train_state_header(path("flipped.bin"));
+  expect_error([&] { read_train_state(path("flipped.bin")); }, {path("flipped.bin") + ": checksum mismatch"});
+  expect_error([&] { verify_train_state(path("flipped.bin")); }, {path("flipped.bin") + ": checksum mismatch"});
+  // What cannot be stored is refused before any file exists.
+  TrainState mixed = speedrun_state();
+  mixed.master.assign(2, 0.0f);
+  mixed.adam_m.assign(2, 0.0f);
+  mixed.adam_v.assign(2, 0.0f);
+  EXPECT_THROW(write_train_state(path("mixed.bin"), mixed), std::invalid_argument);
+  TrainState named = speedrun_state();
+  named.arrays[0].name = std::string(48, 'n');
+  EXPECT_THROW(write_train_state(path("named.bin"), named), std::invalid_argument);
+  TrainState odd = speedrun_state();
+  odd.arrays[1].bytes.resize(3);
+  EXPECT_THROW(write_train_state(path("odd.bin"), odd), std::invalid_argument);
+  EXPECT_FALSE(exists(path("mixed.bin")) || exists(path("named.bin")) || exists(path("odd.bin")));
+}
+
+// A version 2 file (before the optimizer word), built word by word from its documented layout: still read,
+// as a zero-adamw state; a version 2 file with version 3's words set is corrupt.
+TEST_F(StateFiles, Version2FilesAreStillRead) {
+  std::vector<int64_t> header(32, 0);
+  header[0] = 0x31545341544d4c4cLL;  // "LLMSTAT1"
+  header[1] = 2;
+  header[2] = 40;                                                   // step
+  header[3] = 1, header[4] = 2;                                     // rank 1 of 2
+  header[5] = 64, header[6] = 300, header[7] = 384, header[8] = 2;  // maxT V Vp L
+  header[9] = 4, header[10] = 64;                                   // NH C
+  header[11] = 1, header[12] = 2, header[13] = 3;                   // epoch, shard, batch
+  header[14] = 5000;                                                // train time, microseconds
+  header[15] = 2;                                                   // shard elements
+  header[23] = 8, header[24] = 64;                                  // B, T
+  const std::vector<float> arrays = {1.5f, -2.0f, 0.25f, 0.5f, 3e-8f, 4e-8f};  // master, m, v
+  auto file_with = [&](const std::vector<int64_t>& words) {
+    std::string bytes(reinterpret_cast<const char*>(words.data()), words.size() * 8);
+    bytes.append(reinterpret_cast<const char*>(arrays.data()), arrays.size() * 4);
+    Checksum checksum;
+    checksum.update(bytes.data(), bytes.size());  // word 31 is zero here
+    const uint64_t digest = checksum.digest();
+    std::memcpy(&bytes[31 * 8], &digest, 8);
+    return bytes;
+  };
+  write_all(path("v2.bin"), file_with(header));
+  const TrainState r = read_train_state(path("v2.bin"));
+  EXPECT_EQ(r.optimizer, StateOptimizer::kZeroAdamW);
+  EXPECT_EQ(r.step, 40);
+  EXPECT_EQ(r.rank, 1);
+  EXPECT_EQ(r.config.padded_vocab_size, 384);
+  EXPECT_EQ(r.train_position, (DataLoaderPosition{1, 2, 3}));
+  EXPECT_NEAR(r.train_time_ms, 5.0, 1e-9);
+  EXPECT_EQ(r.master, (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(r.adam_m, (std::vector<float>{0.25f, 0.5f}));
+  EXPECT_EQ(r.adam_v, (std::vector<float>{3e-8f, 4e-8f}));
+  EXPECT_EQ(read_train_state_header(path("v2.bin")).file_bytes, 32 * 8 + 24);
+  std::vector<int64_t> with_optimizer = header;
+  with_optimizer[25] = 1;
+  write_all(path("v2_speedrun.bin"), file_with(with_optimizer));
+  expect_error([&] { read_train_state(path("v2_speedrun.bin")); },
+               {path("v2_speedrun.bin") + ": corrupt optimizer-state header: a version 2 file with version 3 fields"});
+  std::vector<int64_t> version4 = header;
+  version4[1] = 4;
+  write_all(path("v4.bin"), file_with(version4));
+  expect_error([&] { read_train_state(path("v4.bin")); },
+               {path("v4.bin") + ": unsupported optimizer-state version 4 (this build reads versions 2 to 3)"});
+}
+
 TEST_F(StateFiles, BadFilesAreNamed) {
   auto expect_read_error = [](const std::string& path, const std::string& needle) {
     expect_error([&] { read_train_state(path); }, {path + ": ", needle});
