@@ -122,7 +122,7 @@ llmc_add_cu_executable(NAME bench_window_attention BENCHMARK SOURCES test/kernel
 # Its emulated build is a smoke test (CPU timings of the emulation say nothing of a GPU): -O1, as the tests.
 llmc_emu_test_optimisation(bench_window_attention_emu)
 add_test(NAME window_attention_bench_smoke_emu
-  COMMAND bench_window_attention_emu --tokens 300 --heads 1 --windows 64,1000 --run --repeats 1)
+  COMMAND bench_window_attention_emu --tokens 300 --heads 1 --windows 64,1000 --run --repeats 1 --simple)
 set_tests_properties(window_attention_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
 
 # The speedrun kernels' rows (bytes, FLOPs, time at the H200 ceilings) at the record shapes; measured times

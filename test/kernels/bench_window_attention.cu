@@ -18,6 +18,7 @@
 
 #include "llmc/cuda_common.h"
 #include "llmc/data/document_packing.h"
+#include "llmc/kernels/simple_window_attention.cuh"
 #include "llmc/kernels/window_attention.cuh"
 
 #if !defined(LLMC_FP32)
@@ -26,6 +27,9 @@ namespace {
 namespace wa = llmc::window_attention;
 using bf16 = __nv_bfloat16;
 constexpr double kPeakFlops = 790e12, kPeakBytes = 4.3e12;
+// The simple path (simple_window_attention.cuh) runs fp32 FMAs on the CUDA cores, no tensor cores: the H200's
+// fp32 ceiling, 67 TFLOP/s (SXM, non-tensor).
+constexpr double kPeakFp32Flops = 67e12;
 constexpr int D = wa::kHeadDim;
 
 // Synthetic documents: log-normal lengths (median 400 tokens, the reference's note on FineWeb, and
@@ -102,7 +106,30 @@ struct Timing {
   float forward_ms = -1, backward_ms = -1;
 };
 
-Timing time_kernels(const std::vector<int>& lengths, int window, int heads, float scale, int repeats) {
+// Mean ms per call of `forward` and of `backward` over `repeats` calls, after one warm-up call each.
+Timing time_pair(const std::function<void()>& forward, const std::function<void()>& backward, int repeats) {
+  Timing timing;
+  float* results[2] = {&timing.forward_ms, &timing.backward_ms};
+  int which = 0;
+  for (const std::function<void()>* work : {&forward, &backward}) {
+    (*work)();  // warm-up
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventRecord(start, nullptr));
+    for (int i = 0; i < repeats; i++) (*work)();
+    CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    CUDA_CHECK(cudaEventElapsedTime(results[which], start, stop));
+    *results[which++] /= static_cast<float>(repeats);
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+  }
+  return timing;
+}
+
+// Times the fast kernels (window_attention.cuh), or with `simple` the simple path, on the documents given.
+Timing time_kernels(const std::vector<int>& lengths, int window, int heads, float scale, int repeats, bool simple) {
   int T = 0;
   std::vector<int> cu{0};
   for (int length : lengths) cu.push_back(T += length);
@@ -125,32 +152,26 @@ Timing time_kernels(const std::vector<int>& lengths, int window, int heads, floa
   CUDA_CHECK(cudaMemcpy(qkv, host.data(), host.size() * sizeof(bf16), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(dout, host.data(), elements * sizeof(bf16), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_cu, cu.data(), cu.size() * sizeof(int), cudaMemcpyHostToDevice));
-  const wa::Problem problem{T, heads, d_cu, static_cast<int>(cu.size()) - 1, window, scale};
+  const int num_docs = static_cast<int>(cu.size()) - 1;
+  const wa::Problem problem{T, heads, d_cu, num_docs, window, scale};
+  const llmc::simple_attention::Problem simple_problem{T, heads, D, d_cu, num_docs, window, scale};
   const int64_t stride = 3LL * heads * D;
   const bf16 *q = qkv, *k = qkv + heads * D, *v = qkv + 2 * heads * D;
-  auto forward = [&] { wa::forward(out, lse, q, k, v, stride, plan, problem, nullptr); };
-  auto backward = [&] {
-    wa::backward(dqkv, dqkv + heads * D, dqkv + 2 * heads * D, stride, delta, dout, out, lse, q, k, v, stride, plan,
-                 problem, nullptr);
+  bf16 *dq = dqkv, *dk = dqkv + heads * D, *dv = dqkv + 2 * heads * D;
+  std::function<void()> forward = [&] { wa::forward(out, lse, q, k, v, stride, plan, problem, nullptr); };
+  std::function<void()> backward = [&] {
+    wa::backward(dq, dk, dv, stride, delta, dout, out, lse, q, k, v, stride, plan, problem, nullptr);
   };
-  wa::plan(plan, problem, nullptr);
-  Timing timing;
-  float* results[2] = {&timing.forward_ms, &timing.backward_ms};
-  int which = 0;
-  for (const std::function<void()>& work : {std::function<void()>(forward), std::function<void()>(backward)}) {
-    work();  // warm-up
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    CUDA_CHECK(cudaEventRecord(start, nullptr));
-    for (int i = 0; i < repeats; i++) work();
-    CUDA_CHECK(cudaEventRecord(stop, nullptr));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    CUDA_CHECK(cudaEventElapsedTime(results[which++], start, stop));
-    *results[which - 1] /= (float)repeats;
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+  if (simple) {
+    forward = [&] { llmc::simple_attention::forward(out, lse, q, k, v, stride, simple_problem, nullptr); };
+    backward = [&] {
+      llmc::simple_attention::backward(dq, dk, dv, stride, delta, dout, out, lse, q, k, v, stride, simple_problem,
+                                       nullptr);
+    };
+  } else {
+    wa::plan(plan, problem, nullptr);
   }
+  const Timing timing = time_pair(forward, backward, repeats);
   for (void* pointer : {(void*)qkv, (void*)dqkv, (void*)out, (void*)dout, (void*)lse, (void*)delta, (void*)d_cu, (void*)plan})
     CUDA_CHECK(cudaFree(pointer));
   return timing;
@@ -161,6 +182,34 @@ std::vector<int> parse_windows(const std::string& text) {
   std::stringstream stream(text);
   for (std::string item; std::getline(stream, item, ',');) windows.push_back(std::stoi(item));
   return windows;
+}
+
+// The simple path's rows: the same attended pairs and FLOPs, on the CUDA cores' fp32 ceiling; every
+// (query, head) thread reads its keys' K and V rows (forward), the backward's dq threads K and V again and
+// its dk/dv threads Q and dO per pair: "key reads" is that traffic through the caches, HBM as the fast path.
+void print_simple_rows(const std::vector<int>& lengths, const std::vector<int>& windows, int heads, float scale,
+                       int repeats, bool run) {
+  std::printf("\nsimple path (fp32 CUDA cores, ceiling %.0f TFLOP/s)\n", kPeakFp32Flops / 1e12);
+  std::printf("| W | pairs/head | fwd GFLOP | bwd GFLOP | key reads MB fwd/bwd | fwd us ideal | bwd us ideal | fwd ms | "
+              "bwd ms |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (int window : windows) {
+    const Geometry geometry(lengths, window);
+    const Work w = count_work(geometry);
+    const double forward = 4.0 * D * w.pairs * heads, backward = 2.5 * forward;
+    const double row = D * 2.0;  // one bf16 row of a head
+    const double forward_reads = w.pairs * heads * 2 * row, backward_reads = 2 * forward_reads;
+    const double tensor = static_cast<double>(geometry.T) * heads * D * 2, row_floats = geometry.T * heads * 4.0;
+    auto at_peak = [](double flops, double bytes) { return std::max(flops / kPeakFp32Flops, bytes / kPeakBytes) * 1e6; };
+    std::printf("| %d | %.0f | %.1f | %.1f | %.0f / %.0f | %.1f | %.1f |", window, w.pairs, forward / 1e9,
+                backward / 1e9, forward_reads / 1e6, backward_reads / 1e6, at_peak(forward, 4 * tensor + row_floats),
+                at_peak(backward, 8 * tensor + 4 * row_floats));
+    if (run) {
+      const Timing timing = time_kernels(lengths, window, heads, scale, repeats, /*simple=*/true);
+      std::printf(" %.3f | %.3f |\n", timing.forward_ms, timing.backward_ms);
+    } else {
+      std::printf(" - | - |\n");
+    }
+  }
 }
 
 }  // namespace
@@ -184,6 +233,10 @@ int main(int argc, char** argv) {
   app.add_option("--scale", scale, "Softmax scale")->capture_default_str();
   app.add_option("--repeats", repeats, "Timed calls per row")->capture_default_str();
   app.add_flag("--run,!--no-run", run, "Time the kernels (default: on a GPU only)");
+  bool simple = false;
+  app.add_flag("--simple", simple,
+               "Also the simple path's rows (simple_window_attention.cuh: one thread per query or key, fp32 on the "
+               "CUDA cores; the fp32 build's and small shapes' attention)");
   CLI11_PARSE(app, argc, argv);
   try {
     const std::vector<int> lengths = shard.empty() ? synthetic_documents(T) : shard_documents(shard, T);
@@ -208,7 +261,7 @@ int main(int argc, char** argv) {
       const double forward_tiles = w.forward_loads * tile_bytes * heads, backward_tiles = w.backward_loads * tile_bytes * heads;
       auto at_peak = [](double flops, double bytes) { return std::max(flops / kPeakFlops, bytes / kPeakBytes) * 1e6; };
       Timing timing;
-      if (run) timing = time_kernels(lengths, window, heads, scale, repeats);
+      if (run) timing = time_kernels(lengths, window, heads, scale, repeats, /*simple=*/false);
       std::printf("| %d | %.0f | %.1f | %.1f | %.1f | %.1f | %.0f / %.0f | %.0f / %.0f | %.1f / %.1f | %.1f / %.1f |", window,
                   w.pairs, forward / 1e9, forward_exec / 1e9, backward / 1e9, backward_exec / 1e9, forward_bytes / 1e6,
                   backward_bytes / 1e6, forward_tiles / 1e6, backward_tiles / 1e6, at_peak(forward, forward_bytes),
@@ -221,6 +274,7 @@ int main(int argc, char** argv) {
         std::printf(" - | - | - | - |\n");
       }
     }
+    if (simple) print_simple_rows(lengths, parse_windows(windows_text), heads, scale, repeats, run);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_window_attention: %s\n", error.what());
     return 1;
