@@ -13,6 +13,10 @@ else()
     string(APPEND LLMC_GIT_COMMIT "-dirty")
   endif()
 endif()
+# In one generated source (rewritten only when the commit changes): a commit recompiles that file alone.
+configure_file(cmake/build_commit.cpp.in ${CMAKE_BINARY_DIR}/generated/build_commit.cpp @ONLY)
+add_library(llmc_build_commit STATIC ${CMAKE_BINARY_DIR}/generated/build_commit.cpp)
+target_include_directories(llmc_build_commit PRIVATE ${CMAKE_SOURCE_DIR})
 
 # The device models (gpt2, speedrun_model, device arena, run info, the trainer's model families) and the
 # optimizer (zero) are compiled once per target and precision, as static libraries shared by the programs
@@ -48,7 +52,7 @@ foreach(precision IN ITEMS bf16 fp32)
     list(APPEND core_targets llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda)
   endif()
   foreach(core_target IN LISTS core_targets)
-    target_compile_definitions(${core_target} PRIVATE LLMC_GIT_COMMIT="${LLMC_GIT_COMMIT}")
+    target_link_libraries(${core_target} PUBLIC llmc_build_commit)
     if(precision STREQUAL "fp32")
       target_compile_definitions(${core_target} PUBLIC LLMC_FP32)  # users of the fp32 core build as fp32 too
     endif()

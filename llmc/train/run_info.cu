@@ -2,10 +2,7 @@
 #include "llmc/train/run_info.h"
 
 #include "llmc/cuda_common.h"
-
-#ifndef LLMC_GIT_COMMIT
-#define LLMC_GIT_COMMIT "unknown"
-#endif
+#include "llmc/train/build_commit.h"
 
 namespace llmc {
 
@@ -17,7 +14,7 @@ std::string cuda_version_string(int version) {
 
 RunInfo collect_run_info() {
   RunInfo info;
-  info.git_commit = LLMC_GIT_COMMIT;
+  info.git_commit = build_commit();
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp properties;

@@ -6,7 +6,7 @@
 namespace llmc {
 
 struct RunInfo {
-  std::string git_commit;       // from the build (LLMC_GIT_COMMIT), "unknown" outside a git checkout
+  std::string git_commit;       // build_commit(): "unknown" outside a git checkout
   std::string device_name;
   std::string driver_version;   // "13.0"
   std::string runtime_version;
