@@ -13,7 +13,6 @@ import glob
 import math
 import os
 import re
-import struct
 import subprocess
 import sys
 import time
@@ -118,9 +117,9 @@ def tokens_to_reach(points, tokens_per_step, target):
     return None
 
 
-def markdown_report(args, tokens_per_step, speedrun, gpt2, block_params):
+def markdown_report(tokens_per_step, speedrun, gpt2, block_params):
     """The table of val loss against tokens and the tokens each run needs to reach the common loss."""
-    lines = [f"| tokens | speedrun val loss | GPT-2 val loss |", "|---:|---:|---:|"]
+    lines = ["| tokens | speedrun val loss | GPT-2 val loss |", "|---:|---:|---:|"]
     by_step = {}
     for column, points in ((0, speedrun), (1, gpt2)):
         for step, loss in points:
@@ -203,7 +202,7 @@ def main(argv):
     print(f"speedrun: L={args.speedrun_blocks} H={args.speedrun_heads} D={args.speedrun_head_dim} C={C}, "
           f"{speedrun_params} parameters in all; GPT-2 {args.gpt2_model}: L={gpt2_L} C={gpt2_C}, "
           f"{gpt2_params} in all, lr {gpt2_lr:.3g}, warmup {warmup}")
-    print(markdown_report(args, tokens_per_step, speedrun, gpt2, block_params))
+    print(markdown_report(tokens_per_step, speedrun, gpt2, block_params))
     return 0
 
 
