@@ -152,6 +152,21 @@ add_test(NAME bench_soak_smoke
 set_tests_properties(bench_soak_smoke PROPERTIES LABELS "trainer;train" TIMEOUT 180
                      ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
 
+# The recipe comparison (scripts/bench_recipes.py: speedrun vs llm.c recipe on KJV) smoke-run at 4 steps of
+# 64 tokens and toy widths (~8 s) so that it cannot rot; the table comes from the full run
+# (docs/recipe_comparison.md). Passes only if the script prints its token ratio.
+if(TARGET tokenize_gpt2)
+  add_test(NAME bench_recipes_smoke
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/bench_recipes.py
+                   --trainer $<TARGET_FILE:train_gpt2_emu> --tokenizer $<TARGET_FILE:tokenize_gpt2>
+                   --text ${LLMC_SHARED_DIR}/data/text/kjv.txt --work-dir ${CMAKE_CURRENT_BINARY_DIR}/bench_recipes_smoke
+                   --steps 4 --val-every 2 --val-tokens 64 --batch 1 --seq-len 64 --speedrun-blocks 8
+                   --speedrun-head-dim 16 --window-block 8 --gpt2-model d1)
+  set_tests_properties(bench_recipes_smoke PROPERTIES LABELS "trainer;train" TIMEOUT 180
+                       PASS_REGULAR_EXPRESSION "GPT-2 / speedrun = [0-9]"
+                       ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
+endif()
+
 # The independent oracle: JAX's GPT-2 and autodiff against the loss and gradients train_gpt2 dumps
 # (fp32 emulated build: tight; bf16 emulated build: bf16 tolerances). Exit 77 = skipped without JAX.
 foreach(variant IN ITEMS fp32 bf16)
