@@ -146,7 +146,8 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
       comm_stream_(comm.comm_stream()),
       // Per bucket at most a reduce-scatter, an all-reduce, an all-gather and a broadcast per Muon matrix,
       // four steps' worth (at most two are in flight).
-      watch_(comm.device(), 4 * (3 * model.layout().buckets.size() + 4 * model.layout().tensors.size())) {
+      watch_(comm.device(), 4 * (3 * model.layout().buckets.size() + 4 * model.layout().tensors.size())),
+      params_ready_(model.layout().num_buckets()) {
   const ParamLayout& layout = model.layout();
   for (int b = 0; b < layout.num_buckets(); b++)
     bucket_labels_.push_back("bucket " + std::to_string(b) + " (" + model.bucket_name(b) + ")");
@@ -161,11 +162,10 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   build_muon();
   build_adam();
   const int num_buckets = layout.num_buckets();
-  for (auto* events : {&grad_ready_, &reduced_, &updated_, &param_ready_}) {
+  for (auto* events : {&grad_ready_, &reduced_, &updated_}) {
     events->resize(num_buckets);
     for (cudaEvent_t& event : *events) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   }
-  param_pending_.assign(num_buckets, false);
   CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
   for (cudaEvent_t& event : norm_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -185,7 +185,7 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
 SpeedrunOptimizer::~SpeedrunOptimizer() {
   CUDA_REPORT(cudaStreamSynchronize(comm_stream_));
   CUDA_REPORT(cudaStreamSynchronize(update_stream_));
-  for (auto* events : {&grad_ready_, &reduced_, &updated_, &param_ready_})
+  for (auto* events : {&grad_ready_, &reduced_, &updated_})
     for (cudaEvent_t event : *events) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaEventDestroy(backward_done_));
   CUDA_REPORT(cudaEventDestroy(step_done_));
@@ -511,16 +511,10 @@ void SpeedrunOptimizer::before_first_backward() {
 }
 
 BucketHook SpeedrunOptimizer::before_bucket_use() {
-  return [this](int bucket) {
-    if (!param_pending_[bucket]) return;
-    CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, param_ready_[bucket], 0));
-    param_pending_[bucket] = false;
-  };
+  return [this](int bucket) { params_ready_.wait(bucket, compute_stream_); };
 }
 
-void SpeedrunOptimizer::wait_for_all_params() {
-  for (int b = 0; b < model_.layout().num_buckets(); b++) before_bucket_use()(b);
-}
+void SpeedrunOptimizer::wait_for_all_params() { params_ready_.wait_all(compute_stream_); }
 
 BucketHook SpeedrunOptimizer::on_bucket_ready() {
   return [this](int bucket) {
@@ -652,8 +646,7 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
     });
     watch_.enqueued("all_gather", &bucket_labels_[bucket], step_, comm_stream_);
   }
-  CUDA_CHECK(cudaEventRecord(param_ready_[bucket], comm_stream_));
-  param_pending_[bucket] = true;
+  params_ready_.mark_ready(bucket, comm_stream_);
 }
 
 void SpeedrunOptimizer::finish_step() {

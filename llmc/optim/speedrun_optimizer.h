@@ -14,6 +14,7 @@
 #include "llmc/kernels/matmul_context.h"
 #include "llmc/optim/bucket_optimizer.h"
 #include "llmc/optim/muon_owners.h"
+#include "llmc/optim/param_ready_gate.h"
 #include "llmc/optim/normuon.h"
 #include "llmc/optim/zero.h"  // OverlapMode
 #include "llmc/train/speedrun_schedule.h"
@@ -113,8 +114,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   std::vector<std::unique_ptr<Runner>> runners_;
   std::vector<void*> allocations_;
   size_t state_bytes_ = 0;
-  std::vector<cudaEvent_t> grad_ready_, reduced_, updated_, param_ready_;
-  std::vector<bool> param_pending_;
+  std::vector<cudaEvent_t> grad_ready_, reduced_, updated_;
   cudaEvent_t backward_done_ = nullptr, step_done_ = nullptr;
   cudaEvent_t norm_ready_[2] = {nullptr, nullptr};  // by step parity
   float* norm_squared_ = nullptr;                   // device
@@ -126,6 +126,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   std::vector<std::string> bucket_labels_;  // "bucket 3 (layer 2)", for the watch
   const std::string norm_label_ = "the gradient norm";
   CollectiveWatch watch_;
+  ParamReadyGate params_ready_;  // per bucket: its parameters of the last update are in place
   int last_unshared_ = -1;  // full overlap: the bucket whose share follows the next bucket's reduce
   int step_ = 0;
   float lr_ = 0.0f;

@@ -58,7 +58,8 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
       comm_stream_(comm.comm_stream()),
       // A reduce-scatter and an all-gather per bucket and the norm's all-reduce per step, four steps' worth
       // (at most two are in flight: train_gpt2 enqueues a step before it reads the one before).
-      watch_(comm.device(), 4 * (2 * model.layout().buckets.size() + 1)) {
+      watch_(comm.device(), 4 * (2 * model.layout().buckets.size() + 1)),
+      params_ready_(model.layout().num_buckets()) {
   const ParamLayout& layout = model.layout();
   if (layout.world_size != comm.world_size())
     throw std::invalid_argument("ZeroOptimizer: the model's layout is for " + std::to_string(layout.world_size) +
@@ -110,12 +111,7 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
   CUDA_CHECK(cudaStreamSynchronize(nullptr));
   CUDA_CHECK(cudaMallocHost(&norm_host_, 2 * sizeof(float)));
   grad_ready_.resize(num_buckets);
-  param_ready_.resize(num_buckets);
-  param_pending_.assign(num_buckets, false);
-  for (int b = 0; b < num_buckets; b++) {
-    CUDA_CHECK(cudaEventCreateWithFlags(&grad_ready_[b], cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&param_ready_[b], cudaEventDisableTiming));
-  }
+  for (cudaEvent_t& event : grad_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
   for (cudaEvent_t& event : norm_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
 }
@@ -123,7 +119,6 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
 ZeroOptimizer::~ZeroOptimizer() {
   CUDA_REPORT(cudaStreamSynchronize(comm_stream_));
   for (cudaEvent_t event : grad_ready_) CUDA_REPORT(cudaEventDestroy(event));
-  for (cudaEvent_t event : param_ready_) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaEventDestroy(backward_done_));
   for (cudaEvent_t event : norm_ready_) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaFreeHost(norm_host_));
@@ -159,16 +154,10 @@ void ZeroOptimizer::before_first_backward() {
 }
 
 BucketHook ZeroOptimizer::before_bucket_use() {
-  return [this](int bucket) {
-    if (!param_pending_[bucket]) return;
-    CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, param_ready_[bucket], 0));
-    param_pending_[bucket] = false;
-  };
+  return [this](int bucket) { params_ready_.wait(bucket, compute_stream_); };
 }
 
-void ZeroOptimizer::wait_for_all_params() {
-  for (int b = 0; b < model_.layout().num_buckets(); b++) before_bucket_use()(b);
-}
+void ZeroOptimizer::wait_for_all_params() { params_ready_.wait_all(compute_stream_); }
 
 BucketHook ZeroOptimizer::on_bucket_ready() {
   return [this](int bucket) {
@@ -226,8 +215,7 @@ void ZeroOptimizer::all_gather_bucket(int bucket) {
 }
 
 void ZeroOptimizer::mark_params_ready(int bucket) {
-  CUDA_CHECK(cudaEventRecord(param_ready_[bucket], comm_stream_));
-  param_pending_[bucket] = true;
+  params_ready_.mark_ready(bucket, comm_stream_);
 }
 
 void ZeroOptimizer::enqueue_grad_norm() {

@@ -13,6 +13,7 @@
 #include "llmc/model/trainable_model.h"
 #include "llmc/optim/adamw_settings.h"
 #include "llmc/optim/bucket_optimizer.h"
+#include "llmc/optim/param_ready_gate.h"
 
 namespace llmc {
 
@@ -89,8 +90,7 @@ class ZeroOptimizer : public BucketOptimizer {
   float* norm_scratch_ = nullptr;
   size_t norm_scratch_floats_ = 0;
   float* norm_host_ = nullptr;  // pinned: the squared norms of steps with even and odd numbers
-  std::vector<cudaEvent_t> grad_ready_, param_ready_;
-  std::vector<bool> param_pending_;
+  std::vector<cudaEvent_t> grad_ready_;
   std::vector<int> ready_order_;  // buckets in the order the backward reported them this step
   cudaEvent_t backward_done_ = nullptr;
   cudaEvent_t norm_ready_[2] = {nullptr, nullptr};  // by step parity
@@ -98,6 +98,7 @@ class ZeroOptimizer : public BucketOptimizer {
   std::vector<std::string> bucket_labels_;          // "bucket 3 (layer 2)", for the watch
   const std::string norm_label_ = "the gradient norm";
   CollectiveWatch watch_;
+  ParamReadyGate params_ready_;  // per bucket: its parameters of the last update are in place
   int step_ = 0;
   float lr_ = 0.0f;
 };
