@@ -77,6 +77,20 @@ bool is_block_matrix(SpeedrunTensor kind) {
   return kind == SpeedrunTensor::kQkvo || kind == SpeedrunTensor::kFc || kind == SpeedrunTensor::kProj;
 }
 
+// NorMuonRunner's view of a Muon batch whose buffers hold P values (float: block matrices through their
+// fp32 masters; floatX: the gates in place).
+template <typename P, typename Batch>
+NorMuonBatch<P> normuon_view(const Batch& batch) {
+  NorMuonBatch<P> view;
+  view.count = batch.count;
+  view.params = static_cast<P* const*>(batch.params_table);
+  view.grads = static_cast<const P* const*>(batch.grads_table);
+  view.momentum = static_cast<P*>(batch.momentum);
+  view.variance = static_cast<P*>(batch.variance);
+  view.lr_multipliers = batch.lr_multipliers;
+  return view;
+}
+
 }  // namespace
 
 struct SpeedrunOptimizer::Runner {
@@ -570,14 +584,7 @@ void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
       convert(batch.grad32 + at, model_.grads() + batch.unit_offset[i], length, update_stream_);
       at += length;
     }
-    NorMuonBatch<float> work;
-    work.count = batch.count;
-    work.params = static_cast<float* const*>(batch.params_table);
-    work.grads = static_cast<const float* const*>(batch.grads_table);
-    work.momentum = static_cast<float*>(batch.momentum);
-    work.variance = static_cast<float*>(batch.variance);
-    work.lr_multipliers = batch.lr_multipliers;
-    runner.step(matmul_, work, lr, momentum, update_stream_);
+    runner.step(matmul_, normuon_view<float>(batch), lr, momentum, update_stream_);
     at = 0;
     for (size_t i = 0; i < batch.unit_offset.size(); i++) {
       const size_t length = batch.unit_matrices[i] * matrix;
@@ -585,14 +592,7 @@ void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
       at += length;
     }
   } else {
-    NorMuonBatch<floatX> work;
-    work.count = batch.count;
-    work.params = static_cast<floatX* const*>(batch.params_table);
-    work.grads = static_cast<const floatX* const*>(batch.grads_table);
-    work.momentum = static_cast<floatX*>(batch.momentum);
-    work.variance = static_cast<floatX*>(batch.variance);
-    work.lr_multipliers = batch.lr_multipliers;
-    runner.step(matmul_, work, lr, momentum, update_stream_);
+    runner.step(matmul_, normuon_view<floatX>(batch), lr, momentum, update_stream_);
   }
 }
 
