@@ -86,6 +86,9 @@ class CommContext : public RankGroup {
   // data[i] = mean over ranks of data[i], in place.
   void all_reduce_avg(float* data, size_t count, cudaStream_t stream) const;
   void all_reduce_avg(__nv_bfloat16* data, size_t count, cudaStream_t stream) const;
+  // On rank `root`: data[i] = mean over ranks of data[i], in place; the other ranks' data is unchanged.
+  void reduce_avg(float* data, size_t count, int root, cudaStream_t stream) const;
+  void reduce_avg(__nv_bfloat16* data, size_t count, int root, cudaStream_t stream) const;
   // data on every rank = data of rank `root`, in place.
   void broadcast(float* data, size_t count, int root, cudaStream_t stream) const;
   void broadcast(__nv_bfloat16* data, size_t count, int root, cudaStream_t stream) const;

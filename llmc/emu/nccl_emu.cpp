@@ -7,7 +7,8 @@
 // Arithmetic: reductions of ncclFloat32 and ncclBfloat16 run in fp32 (MPI_FLOAT); bf16 inputs are
 // widened exactly, and each result element is rounded to bf16 once, at the end. ncclAvg is the
 // fp32 sum divided by the number of ranks. ncclInt32 supports sum, prod, max and min (not avg).
-// All-gather and broadcast move bytes, so every datatype works for them.
+// Reduce writes the root's recvbuff only. All-gather and broadcast move bytes, so every datatype
+// works for them.
 //
 // Test hook: LLMC_EMU_NCCL_DELAY_MS=<ms> (read once per communicator, at ncclCommInitRank) makes
 // the stream worker sleep that long before each collective, so that a missing cross-stream wait
@@ -245,6 +246,21 @@ void run_all_reduce(const void* send, void* recv, size_t count, ncclDataType_t t
                "MPI_Iallreduce");
   wait_politely(&request, "MPI_Iallreduce");
   narrow(output, op, comm->nranks, type, recv);
+}
+
+// Only the root's recv is written; the other ranks' buffers stay as they were (NCCL writes recvbuff on
+// the root alone), so a rank that reads a reduction it did not receive reads its own local values.
+template <class Wide>
+void run_reduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
+                ncclComm* comm) {
+  std::vector<Wide> input = widen<Wide>(send, count, type);
+  std::vector<Wide> output(comm->rank == root ? count : 0);
+  MPI_Request request;
+  mpi_or_throw(MPI_Ireduce(input.data(), output.data(), static_cast<int>(count), mpi_type<Wide>(), mpi_op(op), root,
+                           comm->mpi_comm, &request),
+               "MPI_Ireduce");
+  wait_politely(&request, "MPI_Ireduce");
+  if (comm->rank == root) narrow(output, op, comm->nranks, type, recv);
 }
 
 void run_all_gather(const void* send, void* recv, size_t send_bytes, ncclComm* comm) {
@@ -510,6 +526,33 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   return enqueue(function, comm, stream, [=] {
     with_wide_type(datatype, [&](auto wide) {
       run_all_reduce<decltype(wide)>(sendbuff, recvbuff, count, datatype, op, comm);
+    });
+  });
+}
+
+// recvbuff matters on the root only (it may be NULL elsewhere); in place when sendbuff == recvbuff there.
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t stream) {
+  const char* function = "ncclReduce";
+  if (ncclResult_t r = check_comm(function, comm); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_reduction(function, datatype, op); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_mpi_count(function, count); r != ncclSuccess) return r;
+  if (root < 0 || root >= comm->nranks) {
+    return fail(ncclInvalidArgument, std::string(function) + ": root " + std::to_string(root) +
+                                         " is not a rank of the communicator");
+  }
+  const size_t bytes = count * datatype_size(datatype);
+  if (ncclResult_t r = check_device_buffer(function, "sendbuff", sendbuff, bytes); r != ncclSuccess) return r;
+  if (comm->rank == root) {
+    if (ncclResult_t r = check_device_buffer(function, "recvbuff", recvbuff, bytes); r != ncclSuccess) return r;
+    if (ranges_overlap(sendbuff, bytes, recvbuff, bytes) && sendbuff != recvbuff) {
+      return fail(ncclInvalidArgument, std::string(function) + ": buffers overlap but are not identical");
+    }
+  }
+  if (count == 0) return ncclSuccess;
+  return enqueue(function, comm, stream, [=] {
+    with_wide_type(datatype, [&](auto wide) {
+      run_reduce<decltype(wide)>(sendbuff, recvbuff, count, datatype, op, root, comm);
     });
   });
 }

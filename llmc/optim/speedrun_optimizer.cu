@@ -2,7 +2,8 @@
 //   compute: ... backward of bucket b ... record grad_ready[b]
 //   comm:    wait grad_ready[b]; reduce(b): Adam buckets: on even steps save the local Adam gradients, on odd
 //            steps add the saved ones and reduce-scatter (mean) the bucket into this rank's shard buffer;
-//            the Muon tensors' gradients all-reduced (mean) in place; record reduced[b]
+//            each Muon unit's gradient reduced (mean) in place to its owner, the replicated gates'
+//            all-reduced; record reduced[b]
 //   update:  wait reduced[b]; NorMuon of the Muon matrices this rank owns or replicates (fp32 masters for
 //            the block matrices, the bf16 copy written back), Adam on the shard (odd steps); record updated[b]
 //   comm:    wait updated[b]; share(b): broadcast each owned unit from its owner, all-gather the Adam
@@ -73,6 +74,20 @@ void traced(Tracer* tracer, cudaStream_t stream, const char* name, nlohmann::jso
   tracer->end(slice, stream);
 }
 
+// Sorts the spans by offset and merges neighbours of one owner: one collective each.
+template <class Span>
+void merge_spans(std::vector<Span>& spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.offset < b.offset; });
+  std::vector<Span> merged;
+  for (const Span& span : spans) {
+    if (!merged.empty() && merged.back().owner == span.owner && merged.back().offset + merged.back().length == span.offset)
+      merged.back().length += span.length;
+    else
+      merged.push_back(span);
+  }
+  spans = std::move(merged);
+}
+
 bool is_block_matrix(SpeedrunTensor kind) {
   return kind == SpeedrunTensor::kQkvo || kind == SpeedrunTensor::kFc || kind == SpeedrunTensor::kProj;
 }
@@ -121,15 +136,14 @@ struct SpeedrunOptimizer::AdamSegment {
   size_t state_offset = 0;  // into adam_m/v (floatX) or adam_m32/v32
 };
 
-struct SpeedrunOptimizer::MuonShare {
-  int owner = 0;
+struct SpeedrunOptimizer::MuonSpan {
+  int owner = 0;  // a rank, or kAllRanks (replicated)
   size_t offset = 0, length = 0;
 };
 
 struct SpeedrunOptimizer::BucketPlan {
-  size_t muon_begin = 0, muon_end = 0;  // the Muon tensors' span (empty when none)
   std::vector<MuonBatch> batches;
-  std::vector<MuonShare> shares;
+  std::vector<MuonSpan> muon_spans;  // every Muon unit of the bucket, by offset, contiguous ones of one owner merged
   std::vector<std::pair<size_t, size_t>> adam_tensors;  // (offset, numel) of every Adam tensor
   std::vector<AdamSegment> adam_segments;
   floatX* adam_grad_shard = nullptr;  // world > 1: the reduce-scatter's output
@@ -158,9 +172,9 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
       tracer_(tracer),
       compute_stream_(model.stream()),
       comm_stream_(comm.comm_stream()),
-      // Per bucket at most a reduce-scatter, an all-reduce, an all-gather and a broadcast per Muon matrix,
-      // four steps' worth (at most two are in flight).
-      watch_(comm.device(), 4 * (3 * model.layout().buckets.size() + 4 * model.layout().tensors.size())),
+      // Per step at most a reduce-scatter and an all-gather per bucket, a reduce (or all-reduce) and a
+      // broadcast per Muon matrix (4 per tensor) and the norm's all-reduce; four steps' worth (two in flight).
+      watch_(comm.device(), 4 * (2 * model.layout().buckets.size() + 8 * model.layout().tensors.size() + 1)),
       params_ready_(model.layout().num_buckets()) {
   const ParamLayout& layout = model.layout();
   for (int b = 0; b < layout.num_buckets(); b++)
@@ -185,7 +199,7 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   for (cudaEvent_t& event : norm_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   size_t norm_elements = 0;  // the most a step's norm reads
   for (const BucketPlan& plan : buckets_) {
-    norm_elements += plan.muon_end - plan.muon_begin;
+    for (const MuonSpan& span : plan.muon_spans) norm_elements += span.length;
     for (const AdamSegment& segment : plan.adam_segments) norm_elements += segment.length;
   }
   norm_scratch_floats_ = global_norm_scratch_floats(norm_elements);
@@ -238,23 +252,8 @@ std::vector<MuonTensor> SpeedrunOptimizer::collect_muon_tensors(std::vector<int>
       tensor.param_bytes = is_block_matrix(kind) ? 4 : 2;
       tensors.push_back(tensor);
       tensor_index.push_back(t);
-      BucketPlan& plan = buckets_[b];
-      const size_t end = view.offset + view.numel;
-      if (plan.muon_begin == plan.muon_end) {
-        plan.muon_begin = view.offset;
-        plan.muon_end = end;
-      } else {
-        plan.muon_begin = std::min(plan.muon_begin, view.offset);
-        plan.muon_end = std::max(plan.muon_end, end);
-      }
     }
   }
-  for (const TensorView& view : layout.tensors)  // the all-reduce of the Muon span must not touch Adam tensors
-    if (view.group == ParamGroup::kAdam) {
-      const BucketPlan& plan = buckets_[view.bucket];
-      if (view.offset < plan.muon_end && view.offset + view.numel > plan.muon_begin)
-        throw std::invalid_argument("SpeedrunOptimizer: Adam tensor " + view.name + " lies between Muon tensors");
-    }
   return tensors;
 }
 
@@ -315,18 +314,16 @@ void SpeedrunOptimizer::build_muon() {
     const TensorView& view = layout.tensors[tensor_index[unit.tensor]];
     const size_t offset = view.offset + static_cast<size_t>(unit.first_matrix) * tensor.rows * tensor.cols;
     const size_t length = static_cast<size_t>(unit.matrices) * tensor.rows * tensor.cols;
-    if (unit.owner != kAllRanks && unit.owner != comm_.rank()) {
-      buckets_[view.bucket].shares.push_back({unit.owner, offset, length});
-      continue;
-    }
-    if (unit.owner != kAllRanks && comm_.world_size() > 1)  // this rank is the broadcast's root
-      buckets_[view.bucket].shares.push_back({unit.owner, offset, length});
+    buckets_[view.bucket].muon_spans.push_back({unit.owner, offset, length});
+    if (unit.owner != kAllRanks && unit.owner != comm_.rank()) continue;
     const NorMuonShapeRules rules = normuon_shape_rules(static_cast<int>(view.shape[0]), static_cast<int>(view.shape[1]));
     const Key key{view.bucket, tensor.rows, tensor.cols, tensor.param_bytes == 4, rules.variance_per_column,
                   rules.lr_scale};
     if (batch_units.count(key) == 0) batch_order.push_back(key);
     batch_units[key].push_back(u);
   }
+
+  for (BucketPlan& plan : buckets_) merge_spans(plan.muon_spans);
 
   std::map<std::tuple<int, int, bool, bool, double>, int> runner_of;
   std::vector<int> runner_max;
@@ -563,13 +560,27 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
       if (distributed) watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
     }
   }
-  if (distributed && plan.muon_end > plan.muon_begin) {
-    const size_t count = plan.muon_end - plan.muon_begin;
-    traced(tracer_, comm_stream_, "all_reduce", {{"bucket", bucket}, {"bytes", count * sizeof(floatX)}},
-           [&] { comm_.all_reduce_avg(grads + plan.muon_begin, count, comm_stream_); });
-    watch_.enqueued("all_reduce", &bucket_labels_[bucket], step_, comm_stream_);
+  if (distributed && !plan.muon_spans.empty()) {
+    size_t bytes = 0;
+    for (const MuonSpan& span : plan.muon_spans) bytes += span.length * sizeof(floatX);
+    traced(tracer_, comm_stream_, "muon_reduce", {{"bucket", bucket}, {"bytes", bytes}}, [&] {
+      for (const MuonSpan& span : plan.muon_spans) reduce_muon_span(span, bucket);
+    });
   }
   CUDA_CHECK(cudaEventRecord(reduced_[bucket], comm_stream_));
+}
+
+// The mean gradient of a span where it is needed: on its owner (a reduce), or on every rank for a replicated
+// span (an all-reduce). The other ranks' gradients stay local: nothing reads them.
+void SpeedrunOptimizer::reduce_muon_span(const MuonSpan& span, int bucket) {
+  floatX* grads = model_.grads() + span.offset;
+  if (span.owner == kAllRanks) {
+    comm_.all_reduce_avg(grads, span.length, comm_stream_);
+    watch_.enqueued("all_reduce", &bucket_labels_[bucket], step_, comm_stream_);
+  } else {
+    comm_.reduce_avg(grads, span.length, span.owner, comm_stream_);
+    watch_.enqueued("reduce", &bucket_labels_[bucket], step_, comm_stream_);
+  }
 }
 
 void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
@@ -634,9 +645,10 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
   CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, updated_[bucket], 0));
   BucketPlan& plan = buckets_[bucket];
   floatX* params = model_.params();
-  for (const MuonShare& share : plan.shares) {
-    traced(tracer_, comm_stream_, "broadcast", {{"bucket", bucket}, {"root", share.owner}},
-           [&] { comm_.broadcast(params + share.offset, share.length, share.owner, comm_stream_); });
+  for (const MuonSpan& span : plan.muon_spans) {
+    if (span.owner == kAllRanks || comm_.world_size() == 1) continue;  // every rank updated it
+    traced(tracer_, comm_stream_, "broadcast", {{"bucket", bucket}, {"root", span.owner}},
+           [&] { comm_.broadcast(params + span.offset, span.length, span.owner, comm_stream_); });
     watch_.enqueued("broadcast", &bucket_labels_[bucket], step_, comm_stream_);
   }
   if (plan.has_adam() && adam_step() && comm_.world_size() > 1) {
@@ -675,16 +687,17 @@ void SpeedrunOptimizer::finish_step() {
   step_done_pending_ = true;
 }
 
-// One launch over the averaged gradients in ready order: the Muon spans (the same on every rank after the
-// all-reduce: rank 0 counts them), this rank's Adam segments on Adam steps; summed over ranks. The same
-// segments in every overlap mode, so the same bits. Off the next forward's path (after the last share).
+// One launch over the averaged gradients in ready order: the Muon spans this rank owns (the replicated ones
+// on rank 0), this rank's Adam segments on Adam steps; summed over ranks. The same segments in every overlap
+// mode, so the same bits. Off the next forward's path (after the last share).
 void SpeedrunOptimizer::enqueue_grad_norm() {
   NormSegments<floatX> segments;
   const bool adam = adam_step();
   for (int bucket : ready_order_) {
     const BucketPlan& plan = buckets_[bucket];
-    if (comm_.rank() == 0 && plan.muon_end > plan.muon_begin)
-      segments.add(model_.grads() + plan.muon_begin, plan.muon_end - plan.muon_begin);
+    for (const MuonSpan& span : plan.muon_spans)
+      if (span.owner == comm_.rank() || (span.owner == kAllRanks && comm_.rank() == 0))
+        segments.add(model_.grads() + span.offset, span.length);
     if (!adam) continue;
     const size_t begin = shard_begin(bucket);
     for (const AdamSegment& segment : plan.adam_segments)

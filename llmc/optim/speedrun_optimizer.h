@@ -83,7 +83,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
  private:
   struct MuonBatch;     // matrices of one shape and type in one bucket that this rank updates
   struct AdamSegment;   // the part of an Adam tensor inside this rank's shard of its bucket
-  struct MuonShare;     // a unit updated by one owner, broadcast to the others
+  struct MuonSpan;      // contiguous Muon units of one owner (or replicated): one reduce, one broadcast
   struct Runner;        // a NorMuonRunner and its workspace
   struct BucketPlan;
   struct StateBuffer;   // one array of the state, where it lives on the device
@@ -95,6 +95,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   void build_adam();
   bool adam_step() const { return settings_.schedule.adam_steps_at(step_ - 1); }
   void reduce_bucket(int bucket);  // comm stream
+  void reduce_muon_span(const MuonSpan& span, int bucket);
   void update_bucket(int bucket);  // update stream
   void share_bucket(int bucket);   // comm stream, then param_ready[bucket]
   void update_muon(const MuonBatch& batch);

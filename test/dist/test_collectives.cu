@@ -1,5 +1,5 @@
 // Multi-rank tests of CommContext and of the NCCL calls behind it (NCCL over MPI in the emulated
-// build; real NCCL on a GPU): reduce-scatter (avg), all-gather, all-reduce and broadcast in fp32
+// build; real NCCL on a GPU): reduce-scatter (avg), all-gather, all-reduce, reduce and broadcast in fp32
 // and bf16, in and out of place, against values each rank computes independently in double
 // precision from the known per-rank inputs; argument errors; host-side reductions; and the stream
 // choreography: a collective on the comm stream runs while the compute stream is busy, and an
@@ -243,6 +243,43 @@ TEST(Collectives, AllReduceSumAndBroadcast) {
   for (size_t i = 0; i < count; ++i) ASSERT_EQ(__bfloat162float(got_bf16[i]), round_to_bf16(rank0[i]));
 }
 
+// Reduce (avg) in place to each root in turn: the root gets the mean (fp32 exact; bf16 rounded once), every
+// other rank keeps its own values (NCCL writes recvbuff on the root only).
+TEST(Collectives, ReduceAvgToEachRootInPlace) {
+  CommContext& comm = comm_context();
+  const int world = comm.world_size(), rank = comm.rank();
+  const size_t count = 2003;
+  std::vector<float> mine(count), mine_bf16_values(count);
+  for (size_t i = 0; i < count; ++i) {
+    mine[i] = fp32_input(rank, i);
+    mine_bf16_values[i] = bf16_input(rank, i);
+  }
+  for (int root = 0; root < world; ++root) {
+    DeviceBuffer<float> data(mine);
+    DeviceBuffer<__nv_bfloat16> data_bf16(to_bf16(mine_bf16_values));
+    comm.reduce_avg(data.get(), count, root, comm.comm_stream());
+    comm.reduce_avg(data_bf16.get(), count, root, comm.comm_stream());
+    CUDA_CHECK(cudaStreamSynchronize(comm.comm_stream()));
+    const std::vector<float> got = data.download_raw();
+    const std::vector<__nv_bfloat16> got_bf16 = data_bf16.download_raw();
+    for (size_t i = 0; i < count; ++i) {
+      if (rank != root) {
+        ASSERT_EQ(got[i], mine[i]) << "root " << root << ", element " << i;
+        ASSERT_EQ(__bfloat162float(got_bf16[i]), mine_bf16_values[i]) << "root " << root << ", element " << i;
+        continue;
+      }
+      const float expected = static_cast<float>(exact_sum(fp32_input, world, i)) / static_cast<float>(world);
+      const float expected_bf16 =
+          round_to_bf16(static_cast<float>(exact_sum(bf16_input, world, i)) / static_cast<float>(world));
+      // Exact in the emulation; real NCCL may premultiply (an ulp) and round bf16 partial sums per hop.
+      const double tolerance = LLMC_IS_EMULATION ? 0.0 : std::abs(expected) * 2.4e-7;
+      const double tolerance_bf16 = LLMC_IS_EMULATION ? 0.0 : (world - 1) * bf16_ulp(expected_bf16);
+      ASSERT_NEAR(got[i], expected, tolerance) << "root " << root << ", element " << i;
+      ASSERT_NEAR(__bfloat162float(got_bf16[i]), expected_bf16, tolerance_bf16) << "root " << root << ", element " << i;
+    }
+  }
+}
+
 // Raw NCCL calls the wrappers do not cover: max and int32 sum, with ncclGroupStart/End.
 TEST(Collectives, MaxAndInt32Sum) {
   CommContext& comm = comm_context();
@@ -289,6 +326,10 @@ TEST(Collectives, EmulationRejectsWhatItCannotDoCorrectly) {
   EXPECT_EQ(ncclReduceScatter(buffer.get(), buffer.get() + rank * 4 + 1, 4, ncclFloat32, ncclSum, comm.nccl(),
                               comm.comm_stream()),
             ncclInvalidArgument);
+  EXPECT_EQ(ncclReduce(buffer.get(), buffer.get(), 4, ncclFloat32, ncclAvg, world, comm.nccl(), comm.comm_stream()),
+            ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(comm.nccl())).find("root"), std::string::npos)
+      << ncclGetLastError(comm.nccl());
   // Host memory is not device memory.
   std::vector<float> host(4 * world);
   EXPECT_EQ(ncclAllGather(host.data(), buffer.get(), 4, ncclFloat32, comm.nccl(), comm.comm_stream()),

@@ -459,7 +459,7 @@ class SpeedrunOptimizer(MultiRankCase):
                       "optimizer's state is not implemented", refused.stdout + refused.stderr)
 
     def test_full_mode_starts_both_optimizers_under_the_backward(self):
-        # In full mode the first Muon all-reduce (block 11's gradients, on the comm stream), on Adam steps
+        # In full mode the first Muon reduce (block 11's gradients to their owner, on the comm stream), on Adam steps
         # (odd 0-based, the trace's step numbers) the head's reduce-scatter, and block 11's NorMuon (the
         # update track, tid 3) all follow block 11's backward, ~100 ms before the embeddings' backward
         # ends. Emulated ranks share two busy cores, so a descheduled stream worker or a late partner can
@@ -467,18 +467,18 @@ class SpeedrunOptimizer(MultiRankCase):
         # backward in at least one step per rank. The rs mode below never updates under it.
         for rank, steps in enumerate(self.traces("full")):
             self.assertEqual(sorted(steps), list(range(STEPS)))
-            under = {"all_reduce": [], "reduce_scatter": [], "muon_update": []}
+            under = {"muon_reduce": [], "reduce_scatter": [], "muon_update": []}
             for step, slices in steps.items():
                 with self.subTest(rank=rank, step=step):
                     backward_end = max(end(s) for s in slices if s["tid"] == 1 and s["name"].startswith("backward"))
-                    all_reduces = [s for s in slices if s["name"] == "all_reduce" and "bucket" in s["args"]]
-                    self.assertEqual(len(all_reduces), 11 + 1)  # blocks 11..1 and the smear gate's
+                    muon_reduces = [s for s in slices if s["name"] == "muon_reduce"]
+                    self.assertEqual(len(muon_reduces), 11 + 1)  # blocks 11..1 and the smear gate's
                     reduce_scatters = [s for s in slices if s["name"] == "reduce_scatter"]
                     self.assertEqual(len(reduce_scatters), 2 if step % 2 == 1 else 0)  # head, embeddings
                     updates = [s for s in slices if s["name"] == "muon_update"]
                     self.assertTrue(updates and all(s["tid"] == 3 for s in updates))
-                    if min(s["ts"] for s in all_reduces) < backward_end:
-                        under["all_reduce"].append(step)
+                    if min(s["ts"] for s in muon_reduces) < backward_end:
+                        under["muon_reduce"].append(step)
                     if reduce_scatters and min(s["ts"] for s in reduce_scatters) < backward_end:
                         under["reduce_scatter"].append(step)
                     if min(end(s) for s in updates) < backward_end:
