@@ -117,12 +117,16 @@ void download_optimizer_state(BucketOptimizer& optimizer, int step, TrainState& 
   dynamic_cast<ZeroOptimizer&>(optimizer).download_state(state.master, state.adam_m, state.adam_v);
 }
 
-// The state read from `state_path` back into the optimizer; a speedrun state whose arrays do not fit this
-// run (another build's floatX, say) is an error naming the file.
+// The state read from `state_path` back into the optimizer (a speedrun state written by another number of
+// ranks re-sharded from all of them); a speedrun state whose arrays do not fit this run (another build's
+// floatX, say) is an error naming the file.
 void upload_optimizer_state(BucketOptimizer& optimizer, const ResumePoint& point, const std::string& state_path) {
   if (auto* speedrun = dynamic_cast<SpeedrunOptimizer*>(&optimizer)) {
     try {
-      speedrun->upload_state(point.arrays, static_cast<int>(point.written.step));
+      if (point.old_rank_arrays.empty())
+        speedrun->upload_state(point.arrays, static_cast<int>(point.written.step));
+      else
+        speedrun->upload_resharded_state(point.old_rank_arrays, static_cast<int>(point.written.step));
     } catch (const std::runtime_error& error) {
       throw FileError(state_path, error.what());
     }

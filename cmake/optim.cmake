@@ -1,10 +1,18 @@
 # cmake/optim.cmake: the speedrun optimizers' building blocks -- Polar Express and NorMuon on the device
 # (llmc_optim_math_<precision>, compiled once per target and precision), the sharded Adam kernels
-# (header-only), the Muon owner planner and cost model (pure C++) -- their tests against the numpy
-# oracle test/optim/optim_reference.py, and the cost table benchmark. Included after emu and kernels.
+# (header-only), the Muon owner planner and cost model and the optimizer's per-rank state plan (pure
+# C++) -- their tests against the numpy oracle test/optim/optim_reference.py, and the cost table
+# benchmark. Included after emu and kernels.
 
-add_library(llmc_muon_plan STATIC llmc/optim/muon_cost.cpp llmc/optim/muon_owners.cpp)
+add_library(llmc_muon_plan STATIC llmc/optim/muon_cost.cpp llmc/optim/muon_owners.cpp llmc/optim/normuon_shape.cpp)
 target_link_libraries(llmc_muon_plan PUBLIC llmc_flags)
+
+# What each rank of the speedrun optimizer holds, and the re-sharding of its checkpoints (pure C++).
+add_library(llmc_speedrun_state STATIC llmc/optim/speedrun_state_plan.cpp)
+target_link_libraries(llmc_speedrun_state PUBLIC llmc_muon_plan llmc_model)
+add_executable(test_speedrun_state_plan test/optim/test_speedrun_state_plan.cpp)
+target_link_libraries(test_speedrun_state_plan PRIVATE llmc_speedrun_state GTest::gtest_main)
+gtest_discover_tests(test_speedrun_state_plan PROPERTIES LABELS optim)
 
 add_executable(test_muon_owners test/optim/test_muon_owners.cpp)
 target_link_libraries(test_muon_owners PRIVATE llmc_muon_plan GTest::gtest_main)
@@ -21,11 +29,11 @@ set(LLMC_OPTIM_MATH_SOURCES llmc/optim/polar_express.cu llmc/optim/normuon.cu)
 foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(optim_math_sources llmc_optim_math_${precision}_emu ${LLMC_OPTIM_MATH_SOURCES})
   add_library(llmc_optim_math_${precision}_emu STATIC ${optim_math_sources})
-  target_link_libraries(llmc_optim_math_${precision}_emu PUBLIC llmc_emu)
+  target_link_libraries(llmc_optim_math_${precision}_emu PUBLIC llmc_emu llmc_muon_plan)
   set(math_targets llmc_optim_math_${precision}_emu)
   if(LLMC_BUILD_CUDA_TESTS AND (precision STREQUAL "bf16" OR LLMC_CUDA_FP32_TESTS))
     add_library(llmc_optim_math_${precision}_cuda STATIC ${LLMC_OPTIM_MATH_SOURCES})
-    target_link_libraries(llmc_optim_math_${precision}_cuda PUBLIC llmc_flags CUDA::cudart CUDA::cublasLt)
+    target_link_libraries(llmc_optim_math_${precision}_cuda PUBLIC llmc_flags CUDA::cudart CUDA::cublasLt llmc_muon_plan)
     # Only tests link it so far: the test architectures (one nvcc pass); a program linking it needs
     # LLMC_CUDA_ARCHITECTURES, as the trainer's libraries in cmake/trainer.cmake have.
     set_target_properties(llmc_optim_math_${precision}_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")

@@ -38,7 +38,7 @@ foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(optimizer_sources llmc_optimizer_${precision}_emu ${LLMC_OPTIMIZER_SOURCES})
   add_library(llmc_optimizer_${precision}_emu STATIC ${optimizer_sources})
   target_link_libraries(llmc_optimizer_${precision}_emu PUBLIC llmc_model_core_${precision}_emu llmc_comm_emu
-                        llmc_trace_emu llmc_data llmc_optim_math_${precision}_emu llmc_muon_plan)
+                        llmc_trace_emu llmc_data llmc_optim_math_${precision}_emu llmc_speedrun_state)
   set(core_targets llmc_model_core_${precision}_emu llmc_optimizer_${precision}_emu)
   if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR (LLMC_BUILD_CUDA_TESTS AND LLMC_CUDA_FP32_TESTS)))
     add_library(llmc_model_core_${precision}_cuda STATIC ${LLMC_MODEL_CORE_SOURCES})
@@ -46,7 +46,7 @@ foreach(precision IN ITEMS bf16 fp32)
                           CUDA::cublasLt)
     add_library(llmc_optimizer_${precision}_cuda STATIC ${LLMC_OPTIMIZER_SOURCES} ${LLMC_OPTIM_MATH_SOURCES})
     target_link_libraries(llmc_optimizer_${precision}_cuda PUBLIC llmc_model_core_${precision}_cuda llmc_comm llmc_trace
-                          llmc_data llmc_muon_plan)
+                          llmc_data llmc_speedrun_state)
     set_target_properties(llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda
                           PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_ARCHITECTURES}")
     list(APPEND core_targets llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda)

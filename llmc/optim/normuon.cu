@@ -11,11 +11,6 @@
 
 namespace llmc {
 
-NorMuonShapeRules normuon_shape_rules(int param_rows, int param_cols) {
-  const double ratio = static_cast<double>(param_rows) / static_cast<double>(param_cols);
-  return NorMuonShapeRules{param_rows < param_cols, std::sqrt(ratio > 1.0 ? ratio : 1.0)};
-}
-
 namespace {
 constexpr size_t kAlignment = 256;
 size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }

@@ -7,19 +7,11 @@
 #include <vector>
 
 #include "llmc/kernels/matmul_context.h"
+#include "llmc/optim/normuon_shape.h"
 #include "llmc/optim/polar_express.h"
 #include "llmc/precision.h"
 
 namespace llmc {
-
-// What the reference derives from a parameter's stored shape (for the attention tensor [C, 4C] read as
-// four [C, C] matrices, the stored shape, not the matrix's): the variance is per column when the
-// parameter has fewer rows than columns, else per row; the lr is scaled by max(1, rows/cols)^0.5.
-struct NorMuonShapeRules {
-  bool variance_per_column;
-  double lr_scale;
-};
-NorMuonShapeRules normuon_shape_rules(int param_rows, int param_cols);
 
 // The matrices of one step. P: float (block matrices) or floatX (gates; buffers in floatX too).
 template <typename P>

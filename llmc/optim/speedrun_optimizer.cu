@@ -28,6 +28,8 @@
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/model/speedrun_layout.h"
+#include "llmc/optim/speedrun_state_plan.h"
+#include "llmc/train/reshard.h"
 
 namespace llmc {
 
@@ -74,24 +76,6 @@ void traced(Tracer* tracer, cudaStream_t stream, const char* name, nlohmann::jso
   tracer->end(slice, stream);
 }
 
-// Sorts the spans by offset and merges neighbours of one owner: one collective each.
-template <class Span>
-void merge_spans(std::vector<Span>& spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.offset < b.offset; });
-  std::vector<Span> merged;
-  for (const Span& span : spans) {
-    if (!merged.empty() && merged.back().owner == span.owner && merged.back().offset + merged.back().length == span.offset)
-      merged.back().length += span.length;
-    else
-      merged.push_back(span);
-  }
-  spans = std::move(merged);
-}
-
-bool is_block_matrix(SpeedrunTensor kind) {
-  return kind == SpeedrunTensor::kQkvo || kind == SpeedrunTensor::kFc || kind == SpeedrunTensor::kProj;
-}
-
 // NorMuonRunner's view of a Muon batch whose buffers hold P values (float: block matrices through their
 // fp32 masters; floatX: the gates in place).
 template <typename P, typename Batch>
@@ -113,12 +97,9 @@ struct SpeedrunOptimizer::Runner {
   std::unique_ptr<NorMuonRunner> runner;
 };
 
-struct SpeedrunOptimizer::MuonBatch {
+// The plan's batch (llmc/optim/speedrun_state_plan.h) and its device buffers.
+struct SpeedrunOptimizer::MuonBatch : MuonBatchPlan {
   int runner = 0;
-  bool fp32 = false;  // block matrices: fp32 masters and gradients; gates: the floatX buffers themselves
-  int rows = 0, cols = 0, count = 0;
-  std::vector<size_t> unit_offset;  // per unit: element offset of its first matrix in the buffer
-  std::vector<int> unit_matrices;   // per unit: matrices
   float* master = nullptr;          // fp32: [count, rows, cols]
   float* grad32 = nullptr;          // fp32: [count, rows, cols], the averaged gradient widened
   void* params_table = nullptr;     // device P* [count]
@@ -129,16 +110,8 @@ struct SpeedrunOptimizer::MuonBatch {
   float* lr_multipliers = nullptr;  // device [count]
 };
 
-struct SpeedrunOptimizer::AdamSegment {
-  size_t offset = 0, length = 0;  // elements of the buffer (inside this rank's shard)
+struct SpeedrunOptimizer::AdamSegment : AdamSegmentPlan {
   double lr_multiplier = 1.0;
-  bool fp32_state = false;  // the scalars; the tables and the head keep floatX m and v
-  size_t state_offset = 0;  // into adam_m/v (floatX) or adam_m32/v32
-};
-
-struct SpeedrunOptimizer::MuonSpan {
-  int owner = 0;  // a rank, or kAllRanks (replicated)
-  size_t offset = 0, length = 0;
 };
 
 struct SpeedrunOptimizer::BucketPlan {
@@ -187,8 +160,9 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   CUDA_CHECK(cudaStreamCreateWithPriority(&update_stream_, cudaStreamNonBlocking, greatest_priority));
   buckets_.resize(layout.num_buckets());
-  build_muon();
-  build_adam();
+  rank_plan_ = plan_speedrun_rank(layout, comm.rank(), settings_.owners);
+  build_muon(rank_plan_);
+  build_adam(rank_plan_);
   const int num_buckets = layout.num_buckets();
   for (auto* events : {&grad_ready_, &reduced_, &updated_}) {
     events->resize(num_buckets);
@@ -229,46 +203,21 @@ size_t SpeedrunOptimizer::shard_begin(int bucket) const {
   return b.offset + static_cast<size_t>(comm_.rank()) * b.shard_size;
 }
 
-// The Muon tensors in backward order as the owner planner sees them (tensor_index: their layout tensors),
-// and each bucket's span of Muon tensors (the all-reduce's range).
-std::vector<MuonTensor> SpeedrunOptimizer::collect_muon_tensors(std::vector<int>& tensor_index) {
-  const ParamLayout& layout = model_.layout();
-  std::vector<MuonTensor> tensors;
-  for (int b = layout.num_buckets() - 1; b >= 0; b--) {
-    const ParamBucket& bucket = layout.buckets[b];
-    for (int t = bucket.first_tensor; t < bucket.first_tensor + bucket.num_tensors; t++) {
-      const TensorView& view = layout.tensors[t];
-      if (view.group != ParamGroup::kMuon) continue;
-      if (view.shape.size() != 2)
-        throw std::invalid_argument("SpeedrunOptimizer: Muon tensor " + view.name + " is not a matrix");
-      const SpeedrunTensor kind = speedrun_kind(view);
-      MuonTensor tensor;
-      tensor.name = view.name;
-      tensor.rows = static_cast<int>(view.shape[0]);
-      tensor.cols = kind == SpeedrunTensor::kQkvo ? tensor.rows : static_cast<int>(view.shape[1]);
-      tensor.matrices = kind == SpeedrunTensor::kQkvo ? 4 : 1;
-      if (static_cast<size_t>(tensor.rows) * tensor.cols * tensor.matrices != view.numel)
-        throw std::invalid_argument("SpeedrunOptimizer: Muon tensor " + view.name + " has an unexpected shape");
-      tensor.param_bytes = is_block_matrix(kind) ? 4 : 2;
-      tensors.push_back(tensor);
-      tensor_index.push_back(t);
-    }
-  }
-  return tensors;
-}
-
 // A batch's momentum and variance buffers (zero), lr multipliers and pointer tables; for fp32 batches the
 // masters (init_master fills them) and the widened gradients.
-void SpeedrunOptimizer::allocate_batch(MuonBatch& batch, bool variance_per_column,
-                                       const std::vector<float>& lr_multipliers) {
+void SpeedrunOptimizer::allocate_batch(MuonBatch& batch) {
   const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
   const size_t elements = batch.count * matrix;
-  const size_t stat = batch.count * static_cast<size_t>(variance_per_column ? batch.cols : batch.rows);
+  const size_t stat = batch.variance_elements();
   const size_t element_bytes = batch.fp32 ? sizeof(float) : sizeof(floatX);
   batch.momentum = allocate<char>(elements * element_bytes);
   batch.variance = allocate<char>(stat * element_bytes);
   batch.momentum_bytes = elements * element_bytes;
   batch.variance_bytes = stat * element_bytes;
+  std::vector<float> lr_multipliers;
+  for (size_t i = 0; i < batch.unit_offset.size(); i++)
+    lr_multipliers.insert(lr_multipliers.end(), batch.unit_matrices[i],
+                          static_cast<float>(batch.unit_is_fc[i] ? settings_.fc_lr_multiplier : 1.0));
   batch.lr_multipliers = allocate<float>(batch.count);
   CUDA_CHECK(cudaMemcpy(batch.lr_multipliers, lr_multipliers.data(), batch.count * sizeof(float),
                         cudaMemcpyHostToDevice));
@@ -295,120 +244,77 @@ void SpeedrunOptimizer::allocate_batch(MuonBatch& batch, bool variance_per_colum
   CUDA_CHECK(cudaMemcpy(batch.grads_table, grads_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
 }
 
-// The owner plan, and per bucket the batches of the matrices this rank updates (one per shape and type,
-// units in plan order) and the units other ranks own (broadcast after their update); one NorMuonRunner per
-// shape and type, sized for its largest batch.
-void SpeedrunOptimizer::build_muon() {
-  const ParamLayout& layout = model_.layout();
-  std::vector<int> tensor_index;  // MuonTensor -> layout tensor
-  const std::vector<MuonTensor> tensors = collect_muon_tensors(tensor_index);
-  plan_ = plan_muon_owners(tensors, comm_.world_size(), settings_.owners);
-
-  // Batches: key (bucket, rows, cols, fp32, stored-shape rules), units in plan order.
-  using Key = std::tuple<int, int, int, bool, bool, double>;
-  std::map<Key, std::vector<int>> batch_units;
-  std::vector<Key> batch_order;
-  for (int u = 0; u < static_cast<int>(plan_.units.size()); u++) {
-    const MuonOwnerUnit& unit = plan_.units[u];
-    const MuonTensor& tensor = tensors[unit.tensor];
-    const TensorView& view = layout.tensors[tensor_index[unit.tensor]];
-    const size_t offset = view.offset + static_cast<size_t>(unit.first_matrix) * tensor.rows * tensor.cols;
-    const size_t length = static_cast<size_t>(unit.matrices) * tensor.rows * tensor.cols;
-    buckets_[view.bucket].muon_spans.push_back({unit.owner, offset, length});
-    if (unit.owner != kAllRanks && unit.owner != comm_.rank()) continue;
-    const NorMuonShapeRules rules = normuon_shape_rules(static_cast<int>(view.shape[0]), static_cast<int>(view.shape[1]));
-    const Key key{view.bucket, tensor.rows, tensor.cols, tensor.param_bytes == 4, rules.variance_per_column,
-                  rules.lr_scale};
-    if (batch_units.count(key) == 0) batch_order.push_back(key);
-    batch_units[key].push_back(u);
-  }
-
-  for (BucketPlan& plan : buckets_) merge_spans(plan.muon_spans);
-
+// The plan's Muon batches and spans per bucket with their buffers; one NorMuonRunner per shape, type and
+// shape rules, sized for its largest batch.
+void SpeedrunOptimizer::build_muon(const SpeedrunRankPlan& plan) {
   std::map<std::tuple<int, int, bool, bool, double>, int> runner_of;
   std::vector<int> runner_max;
-  std::vector<std::tuple<int, int, NorMuonShapeRules>> runner_shape;
-  for (const Key& key : batch_order) {
-    const auto [bucket, rows, cols, fp32, per_column, lr_scale] = key;
-    MuonBatch batch;
-    batch.rows = rows;
-    batch.cols = cols;
-    batch.fp32 = fp32;
-    std::vector<float> lr_multipliers;
-    for (int u : batch_units[key]) {
-      const MuonOwnerUnit& unit = plan_.units[u];
-      const TensorView& view = layout.tensors[tensor_index[unit.tensor]];
-      batch.unit_offset.push_back(view.offset + static_cast<size_t>(unit.first_matrix) * rows * cols);
-      batch.unit_matrices.push_back(unit.matrices);
-      batch.count += unit.matrices;
-      const bool fc = speedrun_kind(view) == SpeedrunTensor::kFc;
-      lr_multipliers.insert(lr_multipliers.end(), unit.matrices,
-                            static_cast<float>(fc ? settings_.fc_lr_multiplier : 1.0));
+  std::vector<const MuonBatchPlan*> runner_shape;
+  for (size_t b = 0; b < plan.buckets.size(); b++) {
+    buckets_[b].muon_spans = plan.buckets[b].muon_spans;
+    for (const MuonBatchPlan& batch_plan : plan.buckets[b].batches) {
+      MuonBatch batch;
+      static_cast<MuonBatchPlan&>(batch) = batch_plan;
+      allocate_batch(batch);
+      const auto key = std::make_tuple(batch.rows, batch.cols, batch.fp32, batch.rules.variance_per_column,
+                                       batch.rules.lr_scale);
+      auto found = runner_of.find(key);
+      if (found == runner_of.end()) {
+        found = runner_of.emplace(key, static_cast<int>(runner_max.size())).first;
+        runner_max.push_back(0);
+        runner_shape.push_back(&batch_plan);
+      }
+      batch.runner = found->second;
+      runner_max[batch.runner] = std::max(runner_max[batch.runner], batch.count);
+      buckets_[b].batches.push_back(std::move(batch));
     }
-    allocate_batch(batch, per_column, lr_multipliers);
-    const auto runner_key = std::make_tuple(rows, cols, fp32, per_column, lr_scale);
-    auto found = runner_of.find(runner_key);
-    if (found == runner_of.end()) {
-      found = runner_of.emplace(runner_key, static_cast<int>(runner_max.size())).first;
-      runner_max.push_back(0);
-      runner_shape.emplace_back(rows, cols, NorMuonShapeRules{per_column, lr_scale});
-    }
-    batch.runner = found->second;
-    runner_max[batch.runner] = std::max(runner_max[batch.runner], batch.count);
-    buckets_[bucket].batches.push_back(std::move(batch));
   }
   for (size_t r = 0; r < runner_max.size(); r++) {
-    const auto [rows, cols, rules] = runner_shape[r];
+    const MuonBatchPlan& shape = *runner_shape[r];
     auto runner = std::make_unique<Runner>();
-    const size_t bytes = NorMuonRunner::workspace_bytes(rows, cols, rules.variance_per_column, runner_max[r]);
+    const size_t bytes =
+        NorMuonRunner::workspace_bytes(shape.rows, shape.cols, shape.rules.variance_per_column, runner_max[r]);
     CUDA_CHECK(cudaMalloc(&runner->workspace, bytes));
-    runner->runner = std::make_unique<NorMuonRunner>(rows, cols, rules, runner_max[r], runner->workspace, bytes,
-                                                     settings_.normuon);
+    runner->runner = std::make_unique<NorMuonRunner>(shape.rows, shape.cols, shape.rules, runner_max[r],
+                                                     runner->workspace, bytes, settings_.normuon);
     runners_.push_back(std::move(runner));
   }
 }
 
-// Per Adam bucket: the Adam tensors (for the saved gradients), this rank's segments of its shard with their
-// lr multiplier and state, the shard buffer of the reduce-scatter.
-void SpeedrunOptimizer::build_adam() {
+double SpeedrunOptimizer::adam_lr_multiplier(int kind) const {
+  switch (static_cast<SpeedrunTensor>(kind)) {
+    case SpeedrunTensor::kScalars: return settings_.scalar_lr_multiplier;
+    case SpeedrunTensor::kHead: return settings_.head_lr_multiplier;
+    default: return settings_.embed_lr_multiplier;  // embed and the value embeddings
+  }
+}
+
+// Per Adam bucket: the plan's Adam tensors and segments, the moments, the saved gradients and the shard
+// buffer of the reduce-scatter.
+void SpeedrunOptimizer::build_adam(const SpeedrunRankPlan& plan) {
   const ParamLayout& layout = model_.layout();
   for (int b = 0; b < layout.num_buckets(); b++) {
     const ParamBucket& bucket = layout.buckets[b];
-    BucketPlan& plan = buckets_[b];
-    const size_t begin = shard_begin(b), end = begin + bucket.shard_size;
-    size_t state_x = 0, state_32 = 0;
-    for (int t = bucket.first_tensor; t < bucket.first_tensor + bucket.num_tensors; t++) {
-      const TensorView& view = layout.tensors[t];
-      if (view.group != ParamGroup::kAdam) continue;
-      plan.adam_tensors.emplace_back(view.offset, view.numel);
-      const size_t from = std::max(begin, view.offset), to = std::min(end, view.offset + view.numel);
-      if (from >= to) continue;
+    const SpeedrunBucketPlan& from = plan.buckets[b];
+    BucketPlan& out = buckets_[b];
+    out.adam_tensors = from.adam_tensors;
+    for (const AdamSegmentPlan& segment_plan : from.adam_segments) {
       AdamSegment segment;
-      segment.offset = from;
-      segment.length = to - from;
-      const SpeedrunTensor kind = speedrun_kind(view);
-      segment.fp32_state = kind == SpeedrunTensor::kScalars;
-      segment.lr_multiplier = kind == SpeedrunTensor::kScalars ? settings_.scalar_lr_multiplier
-                              : kind == SpeedrunTensor::kHead  ? settings_.head_lr_multiplier
-                                                               : settings_.embed_lr_multiplier;
-      if (kind != SpeedrunTensor::kScalars && kind != SpeedrunTensor::kHead && kind != SpeedrunTensor::kEmbed &&
-          kind != SpeedrunTensor::kValueEmbed)
-        throw std::invalid_argument("SpeedrunOptimizer: Adam tensor " + view.name + " is of no Adam kind");
-      size_t& state = segment.fp32_state ? state_32 : state_x;
-      segment.state_offset = state;
-      state += segment.length;
-      plan.adam_segments.push_back(segment);
+      static_cast<AdamSegmentPlan&>(segment) = segment_plan;
+      segment.lr_multiplier = adam_lr_multiplier(segment.kind);
+      out.adam_segments.push_back(segment);
     }
-    if (!plan.has_adam()) continue;
-    plan.saved_grads = allocate<floatX>(bucket.padded_size);
-    if (comm_.world_size() > 1) plan.adam_grad_shard = allocate<floatX>(bucket.shard_size);
-    plan.adam_m = allocate<floatX>(state_x);
-    plan.adam_v = allocate<floatX>(state_x);
-    plan.adam_m32 = allocate<float>(state_32);
-    plan.adam_v32 = allocate<float>(state_32);
-    plan.adam_state_x = state_x;
-    plan.adam_state_32 = state_32;
-    state_bytes_ += bucket.padded_size * sizeof(floatX) + 2 * state_x * sizeof(floatX) + 2 * state_32 * sizeof(float);
+    if (!out.has_adam()) continue;
+    out.saved_grads = allocate<floatX>(bucket.padded_size);
+    if (comm_.world_size() > 1) out.adam_grad_shard = allocate<floatX>(bucket.shard_size);
+    out.adam_state_x = from.adam_state_x;
+    out.adam_state_32 = from.adam_state_32;
+    out.adam_m = allocate<floatX>(out.adam_state_x);
+    out.adam_v = allocate<floatX>(out.adam_state_x);
+    out.adam_m32 = allocate<float>(out.adam_state_32);
+    out.adam_v32 = allocate<float>(out.adam_state_32);
+    state_bytes_ += bucket.padded_size * sizeof(floatX) + 2 * out.adam_state_x * sizeof(floatX) +
+                    2 * out.adam_state_32 * sizeof(float);
   }
 }
 
@@ -440,36 +346,32 @@ struct SpeedrunOptimizer::StateBuffer {
   size_t bytes = 0;
 };
 
-// The arrays of download_state, in a fixed order: a function of the plan (this rank, the model, the world
-// size) and of the step's parity only.
+// The arrays of download_state in the plan's order (speedrun_state_arrays: a function of the model, the
+// world size, this rank and the step's parity), with where each lives on the device.
 std::vector<SpeedrunOptimizer::StateBuffer> SpeedrunOptimizer::state_buffers(int step) const {
-  std::vector<StateBuffer> buffers;
-  auto add = [&buffers](const std::string& name, int element_bytes, void* device, size_t bytes) {
-    if (bytes > 0) buffers.push_back({name, element_bytes, device, bytes});
-  };
-  constexpr int kX = static_cast<int>(sizeof(floatX));
   const bool adam_grads_saved = step >= 1 && !settings_.schedule.adam_steps_at(step - 1);
-  for (size_t b = 0; b < buckets_.size(); b++) {
-    const BucketPlan& plan = buckets_[b];
-    const std::string bucket = "b" + std::to_string(b) + ".";
-    for (size_t i = 0; i < plan.batches.size(); i++) {
-      const MuonBatch& batch = plan.batches[i];
-      const std::string prefix = bucket + "muon" + std::to_string(i) + ".";
-      const int element_bytes = batch.fp32 ? 4 : kX;
-      if (batch.fp32)
-        add(prefix + "master", 4, batch.master, static_cast<size_t>(batch.count) * batch.rows * batch.cols * 4);
-      add(prefix + "momentum", element_bytes, batch.momentum, batch.momentum_bytes);
-      add(prefix + "variance", element_bytes, batch.variance, batch.variance_bytes);
+  std::vector<StateBuffer> buffers;
+  for (const StateArrayPlan& array : state_arrays(adam_grads_saved)) {
+    const BucketPlan& plan = buckets_[array.bucket];
+    const MuonBatch* batch = array.batch >= 0 ? &plan.batches[array.batch] : nullptr;
+    void* device = nullptr;
+    switch (array.field) {
+      case SpeedrunStateField::kMaster: device = batch->master; break;
+      case SpeedrunStateField::kMomentum: device = batch->momentum; break;
+      case SpeedrunStateField::kVariance: device = batch->variance; break;
+      case SpeedrunStateField::kAdamM: device = plan.adam_m; break;
+      case SpeedrunStateField::kAdamV: device = plan.adam_v; break;
+      case SpeedrunStateField::kAdamM32: device = plan.adam_m32; break;
+      case SpeedrunStateField::kAdamV32: device = plan.adam_v32; break;
+      case SpeedrunStateField::kSavedGrads: device = plan.saved_grads; break;
     }
-    if (!plan.has_adam()) continue;
-    add(bucket + "adam.m", kX, plan.adam_m, plan.adam_state_x * kX);
-    add(bucket + "adam.v", kX, plan.adam_v, plan.adam_state_x * kX);
-    add(bucket + "adam.m32", 4, plan.adam_m32, plan.adam_state_32 * 4);
-    add(bucket + "adam.v32", 4, plan.adam_v32, plan.adam_state_32 * 4);
-    if (adam_grads_saved)
-      add(bucket + "adam.saved_grads", kX, plan.saved_grads, model_.layout().buckets[b].padded_size * kX);
+    buffers.push_back({array.name, array.element_bytes, device, array.elements() * array.element_bytes});
   }
   return buffers;
+}
+
+std::vector<StateArrayPlan> SpeedrunOptimizer::state_arrays(bool adam_grads_saved) const {
+  return speedrun_state_arrays(rank_plan_, model_.layout(), adam_grads_saved, static_cast<int>(sizeof(floatX)));
 }
 
 std::vector<NamedStateArray> SpeedrunOptimizer::download_state(int step) {
@@ -504,6 +406,18 @@ void SpeedrunOptimizer::upload_state(const std::vector<NamedStateArray>& arrays,
     CUDA_CHECK(cudaMemcpy(buffers[i].device, arrays[i].bytes.data(), buffers[i].bytes, cudaMemcpyHostToDevice));
   // Pageable cudaMemcpy may return before the device copy is done; the update stream is non-blocking.
   CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void SpeedrunOptimizer::upload_resharded_state(const std::vector<std::vector<NamedStateArray>>& old_rank_arrays,
+                                               int step) {
+  const int old_world = static_cast<int>(old_rank_arrays.size());
+  const bool adam_grads_saved = step >= 1 && !settings_.schedule.adam_steps_at(step - 1);
+  const ParamLayout old_layout = relayout(model_.layout(), old_world);
+  std::vector<std::vector<StateArrayPlan>> old_plans;
+  for (int rank = 0; rank < old_world; rank++)
+    old_plans.push_back(speedrun_state_arrays(plan_speedrun_rank(old_layout, rank, settings_.owners), old_layout,
+                                              adam_grads_saved, static_cast<int>(sizeof(floatX))));
+  upload_state(reshard_speedrun_state(old_rank_arrays, old_plans, state_arrays(adam_grads_saved)), step);
 }
 
 void SpeedrunOptimizer::begin_step(int step, float lr) {

@@ -16,6 +16,7 @@
 #include "llmc/optim/muon_owners.h"
 #include "llmc/optim/param_ready_gate.h"
 #include "llmc/optim/normuon.h"
+#include "llmc/optim/speedrun_state_plan.h"
 #include "llmc/optim/zero.h"  // OverlapMode
 #include "llmc/train/speedrun_schedule.h"
 #include "llmc/train/state.h"  // NamedStateArray
@@ -74,25 +75,29 @@ class SpeedrunOptimizer : public BucketOptimizer {
   // size (after init_master). Throws std::runtime_error naming the first array that is missing, extra or
   // of another size.
   void upload_state(const std::vector<NamedStateArray>& arrays, int step);
+  // The same from the arrays every rank of a run with another world size wrote after step `step`
+  // (old_rank_arrays[r]: rank r's), re-sharded by reshard_speedrun_state for this rank. Throws like it.
+  void upload_resharded_state(const std::vector<std::vector<NamedStateArray>>& old_rank_arrays, int step);
 
   // Device bytes of optimizer state on this rank (masters, momentum, variance, Adam moments, saved gradients).
   size_t state_bytes() const override { return state_bytes_; }
   std::string unfinished_collective() const override { return watch_.first_unfinished(); }
-  const MuonOwnerPlan& owner_plan() const { return plan_; }
+  const MuonOwnerPlan& owner_plan() const { return rank_plan_.owners; }
+  // The arrays download_state writes (after a step without Adam also the saved gradients), by plan.
+  std::vector<StateArrayPlan> state_arrays(bool adam_grads_saved) const;
 
  private:
-  struct MuonBatch;     // matrices of one shape and type in one bucket that this rank updates
-  struct AdamSegment;   // the part of an Adam tensor inside this rank's shard of its bucket
-  struct MuonSpan;      // contiguous Muon units of one owner (or replicated): one reduce, one broadcast
+  struct MuonBatch;     // a MuonBatchPlan and its buffers
+  struct AdamSegment;   // an AdamSegmentPlan and its lr multiplier
   struct Runner;        // a NorMuonRunner and its workspace
   struct BucketPlan;
   struct StateBuffer;   // one array of the state, where it lives on the device
 
   std::vector<StateBuffer> state_buffers(int step) const;
-  std::vector<MuonTensor> collect_muon_tensors(std::vector<int>& tensor_index);
-  void allocate_batch(MuonBatch& batch, bool variance_per_column, const std::vector<float>& lr_multipliers);
-  void build_muon();
-  void build_adam();
+  void allocate_batch(MuonBatch& batch);
+  void build_muon(const SpeedrunRankPlan& plan);
+  void build_adam(const SpeedrunRankPlan& plan);
+  double adam_lr_multiplier(int kind) const;
   bool adam_step() const { return settings_.schedule.adam_steps_at(step_ - 1); }
   void reduce_bucket(int bucket);  // comm stream
   void reduce_muon_span(const MuonSpan& span, int bucket);
@@ -110,7 +115,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   Tracer* tracer_;
   cudaStream_t compute_stream_, comm_stream_, update_stream_ = nullptr;
   MatmulContext matmul_;
-  MuonOwnerPlan plan_;
+  SpeedrunRankPlan rank_plan_;
   std::vector<BucketPlan> buckets_;
   std::vector<std::unique_ptr<Runner>> runners_;
   std::vector<void*> allocations_;

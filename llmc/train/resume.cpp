@@ -121,12 +121,13 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
     point.arrays = std::move(state.arrays);
     return point;
   }
-  if (optimizer == StateOptimizer::kSpeedrun) {
-    checked_state_header(prefix, manifest, 0, old_layout, model, optimizer);  // the optimizer's mismatch first
-    throw FileError(prefix, "was written by " + std::to_string(old_world) + " ranks, this run has " +
-                                std::to_string(new_world) +
-                                ": re-sharding the speedrun optimizer's state is not implemented (resume on " +
-                                std::to_string(old_world) + ")");
+  if (optimizer == StateOptimizer::kSpeedrun) {  // every old rank's arrays: the optimizer re-shards them
+    for (int old_rank = 0; old_rank < old_world; old_rank++) {
+      checked_state_header(prefix, manifest, old_rank, old_layout, model, optimizer);
+      point.old_rank_arrays.push_back(read_train_state(checkpoint_state_path(prefix, old_rank)).arrays);
+    }
+    point.written = checked_state_header(prefix, manifest, 0, old_layout, model, optimizer);
+    return point;
   }
   // Every old file is verified whole by exactly one rank; the pieces are read where they are needed.
   for (int old_rank = rank; old_rank < old_world; old_rank += new_world) {

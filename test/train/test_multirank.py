@@ -399,8 +399,8 @@ class SpeedrunOptimizer(MultiRankCase):
     """The speedrun optimizer (NorMuon + sharded Adam, --optimizer speedrun) in the trainer: 2 ranks, one
     packed sequence each, match 1 rank accumulating the same two sequences in losses and gradient norms,
     and the overlap modes agree bitwise (full writing a checkpoint after every step, none and rs only the
-    last: checkpoints change nothing); a 2-rank checkpoint resumes bit for bit on 2 ranks and is refused on
-    1. The optimizer's parameters themselves are compared bitwise across 1, 2 and 4 ranks by
+    last: checkpoints change nothing); a 2-rank checkpoint resumes bit for bit on 2 ranks, and checkpoints
+    re-shard 2 -> 1 and 1 -> 2. The optimizer's parameters themselves are compared bitwise across 1, 2 and 4 ranks by
     test/optim/test_speedrun_optimizer.cu."""
 
     @classmethod
@@ -414,7 +414,7 @@ class SpeedrunOptimizer(MultiRankCase):
         cls.train_data = os.path.join(data, "train_*.bin")
         args = ["--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", "1.0",
                 "--lr-schedule", "constant", "--grad-clip", "0", "--seed", "7", "--optimizer", "speedrun"]
-        cls.train("np1_accum", 1, args + ["--total-batch-tokens", "128"])
+        cls.train("np1_accum", 1, args + ["--total-batch-tokens", "128", "--checkpoint-every", "1"])
         for mode in ("none", "rs", "full"):
             every_step = ["--checkpoint-every", "1"] if mode == "full" else []
             cls.train(f"np2_{mode}", 2, args + ["--overlap", mode] + every_step)
@@ -452,11 +452,27 @@ class SpeedrunOptimizer(MultiRankCase):
                     state[word * 8:word * 8 + 8] = bytes(8)
                 states.append(state)
             self.assertTrue(states[0] == states[1], f"rank {rank}: state files differ")
-        # Another number of ranks: refused in one line naming the checkpoint and both numbers.
-        refused = self.train("np1_from_np2", 1, args + ["--resume", whole.checkpoint(1)])
-        self.assertNotEqual(refused.returncode, 0, refused.describe())
-        self.assertIn(f"{whole.checkpoint(1)}: was written by 2 ranks, this run has 1: re-sharding the speedrun "
-                      "optimizer's state is not implemented", refused.stdout + refused.stderr)
+
+    def test_resume_on_another_number_of_ranks_is_resharded(self):
+        # 2 ranks -> 1 after step 1 (the saved local Adam gradients become their mean over the old ranks) and
+        # 1 -> 2 after step 2 (Adam's moments and the Muon state move to their new owners): the resumed steps
+        # agree with the uninterrupted run on the new ranks as 2 ranks agree with 1 (the fp32 reduction order).
+        args = ["--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", "1.0",
+                "--lr-schedule", "constant", "--grad-clip", "0", "--seed", "7", "--optimizer", "speedrun"]
+        moves = (("np1_from_np2", 1, self.runs["np2_full"], 1, self.runs["np1_accum"], ["--total-batch-tokens", "128"]),
+                 ("np2_from_np1", 2, self.runs["np1_accum"], 2, self.runs["np2_full"], []))
+        for name, ranks, writer, after, reference, extra in moves:
+            with self.subTest(name):
+                self.assert_ok(writer)
+                resumed = self.train(name, ranks, args + extra + ["--resume", writer.checkpoint(after)])
+                self.assertEqual(resumed.returncode, 0, resumed.describe())
+                self.assertIn(f"(written by {3 - ranks} ranks, optimizer state re-sharded)", resumed.stdout)
+                self.assertEqual(sorted(resumed.steps), list(range(after + 1, STEPS + 1)), resumed.describe())
+                for step in range(after + 1, STEPS + 1):
+                    (loss, norm, line), (ref_loss, ref_norm, ref_line) = resumed.steps[step], reference.steps[step]
+                    self.assertLessEqual(abs(float(loss) - float(ref_loss)), PRINTED_TOL, f"{line} vs {ref_line}")
+                    self.assertLessEqual(abs(float(norm) - float(ref_norm)), PRINTED_TOL * float(ref_norm),
+                                         f"{line} vs {ref_line}")
 
     def test_full_mode_starts_both_optimizers_under_the_backward(self):
         # In full mode the first Muon reduce (block 11's gradients to their owner, on the comm stream), on Adam steps

@@ -1,0 +1,104 @@
+// What one rank of the speedrun optimizer holds, as a pure function of the model's layout, the world
+// size and the rank: its Muon batches (the matrices it updates), the Muon units' spans and owners, its
+// Adam shard segments, and the arrays of its checkpoint state in world-independent coordinates. The
+// optimizer allocates from this plan, and a checkpoint written by N ranks is re-sharded for M from it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/model/param_layout.h"
+#include "llmc/optim/muon_owners.h"
+#include "llmc/optim/normuon_shape.h"
+#include "llmc/train/state.h"  // NamedStateArray
+
+namespace llmc {
+
+// Matrices of one shape and type in one bucket that the rank updates (owned or replicated), units in plan
+// order; each unit is `unit_matrices[i]` matrices from parameter element `unit_offset[i]`.
+struct MuonBatchPlan {
+  int rows = 0, cols = 0, count = 0;
+  bool fp32 = false;  // block matrices (fp32 masters); gates update their floatX parameters in place
+  NorMuonShapeRules rules{false, 1.0};
+  std::vector<size_t> unit_offset;
+  std::vector<int> unit_matrices;
+  std::vector<bool> unit_is_fc;  // W_fc: lr multiplier 2
+  size_t variance_elements() const { return static_cast<size_t>(count) * (rules.variance_per_column ? cols : rows); }
+};
+
+// Contiguous Muon units of one owner (kAllRanks: replicated): one reduce to the owner and one broadcast.
+struct MuonSpan {
+  int owner = 0;
+  size_t offset = 0, length = 0;
+};
+
+// The part of an Adam tensor inside the rank's shard of its bucket, and where its moments sit.
+struct AdamSegmentPlan {
+  size_t offset = 0, length = 0;  // parameter elements
+  int kind = 0;                   // SpeedrunTensor
+  bool fp32_state = false;        // the scalars; the tables and the head keep floatX moments
+  size_t state_offset = 0;        // into the bucket's floatX or fp32 moment arrays
+};
+
+struct SpeedrunBucketPlan {
+  std::vector<MuonBatchPlan> batches;
+  std::vector<MuonSpan> muon_spans;                     // by offset, every Muon unit of the bucket
+  std::vector<std::pair<size_t, size_t>> adam_tensors;  // (offset, numel) of every Adam tensor
+  std::vector<AdamSegmentPlan> adam_segments;           // this rank's
+  size_t adam_state_x = 0, adam_state_32 = 0;           // elements of the floatX and fp32 moment arrays
+  bool has_adam() const { return !adam_tensors.empty(); }
+};
+
+struct SpeedrunRankPlan {
+  int rank = 0;
+  MuonOwnerPlan owners;
+  std::vector<SpeedrunBucketPlan> buckets;
+};
+
+// The Muon tensors in backward order as the owner planner sees them; tensor_index[i] is tensor i's
+// index in the layout. Throws std::invalid_argument for a Muon tensor that is not a matrix of its kind.
+std::vector<MuonTensor> layout_muon_tensors(const ParamLayout& layout, std::vector<int>* tensor_index);
+
+// The plan of rank `rank` of layout.world_size. Throws std::invalid_argument for a layout that is not a
+// speedrun layout.
+SpeedrunRankPlan plan_speedrun_rank(const ParamLayout& layout, int rank, const MuonOwnerOptions& owners);
+
+// Which field of the plan a state array holds.
+enum class SpeedrunStateField { kMaster, kMomentum, kVariance, kAdamM, kAdamV, kAdamM32, kAdamV32, kSavedGrads };
+
+// Elements [key, key + count) of the array's world-independent coordinates, stored next in the array.
+// Keys count parameter elements from the start of the array's bucket (a bucket's contents do not depend
+// on the world size, only its padding and so the later buckets' offsets do): masters, momentum, Adam
+// moments and saved gradients by element; a variance by its matrix's first element plus the statistic's
+// index.
+struct StatePiece {
+  size_t key = 0, count = 0;
+};
+
+struct StateArrayPlan {
+  std::string name;  // "b3.muon0.master", "b0.adam.m", ... (docs/optimizers.md)
+  SpeedrunStateField field = SpeedrunStateField::kMaster;
+  int bucket = 0, batch = -1;  // batch: for the Muon fields
+  int element_bytes = 4;
+  std::vector<StatePiece> pieces;
+  size_t elements() const;
+};
+
+// The arrays of a rank's checkpoint state in file order (non-empty ones only); saved gradients when the
+// checkpoint follows a step without Adam. x_bytes: sizeof(floatX) of the build.
+std::vector<StateArrayPlan> speedrun_state_arrays(const SpeedrunRankPlan& plan, const ParamLayout& layout,
+                                                  bool adam_grads_saved, int x_bytes);
+
+// Rank `new_rank`'s arrays under `new_arrays`, from every old rank's arrays (old_arrays[r] as written,
+// old_plans[r] their plans). Each element is copied from an old rank that held the same key (the lowest
+// such rank: replicated gates are the same on all); saved gradients, local to each rank, become the mean
+// over the old ranks (fp32, rounded once), so the next reduction sees the same mean. Throws
+// std::runtime_error naming the array and key when no old rank holds an element, or an array's size does
+// not match its plan.
+std::vector<NamedStateArray> reshard_speedrun_state(const std::vector<std::vector<NamedStateArray>>& old_arrays,
+                                                    const std::vector<std::vector<StateArrayPlan>>& old_plans,
+                                                    const std::vector<StateArrayPlan>& new_arrays);
+
+}  // namespace llmc
