@@ -8,7 +8,8 @@
 #   scripts/gpu/check.sh [--dry-run] [--pack DIR] [--budget SECONDS] [--stages KEY,...] [OUT_DIR]
 #
 # OUT_DIR defaults to $OUT (the device tool's result folder); --pack to gpukit/ (scripts/gpu/pack.sh);
-# --stages runs only the stages named (keys of STAGES below: tests,sanitizer,kernels,train,torch,ncu,generate).
+# --stages runs only the stages named (keys of STAGES below: tests,sanitizer,kernels,train,speedrun,torch,ncu,
+# generate).
 # --dry-run is for a machine without a GPU (CI runs it under scripts/gpu/bare_env.sh): every command runs
 # as far as it goes without a GPU; one that stops at the missing GPU counts as passed, anything else
 # (a library or MPI plugin missing, a script error) as failed, and the GPU-only tools are not run.
@@ -27,6 +28,7 @@ STAGES=(
   "sanitizer|75|30|sanitizer.log|compute-sanitizer memcheck and racecheck on the kernel tests"
   "kernels|50|20|kernels.log|kernel benchmark against the ceilings measured here"
   "train|90|40|train.log|train_gpt2 d12, T=1024: B=16 and 32, --grad-clip 1.0 and 0"
+  "speedrun|75|40|train.log|train_gpt2 --recipe modded-2025-10-31: one GPU's share of a record step (T=32768)"
   "torch|150|60|train.log|PyTorch peer (torch.compile, SDPA flash attention) on the same runs"
   "ncu|70|30|ncu.log|ncu on the attention kernels: occupancy, shared-memory throughput"
   "generate|60|20|kernels.log|generation: d12 tokens/s at batch 1 (KV cache), generate_gpt2's program tests"
@@ -34,6 +36,7 @@ STAGES=(
 MAX_RESULT_FILES=8
 KILL_GRACE=10          # seconds between a time limit's TERM and its KILL
 TRAIN_STEPS=40         # 10 untimed + 30 timed steps (report.py times steps 11..40)
+SPEEDRUN_STEPS=25      # 10 untimed + 15 timed
 RACECHECK_FILTER='LayerNorm*:Attention*:FlashAttention*:SequenceLengths/FlashAttention*:Classifier*:GlobalNorm*:Encoder*'
 RACECHECK_FILTER+=':*KvCache*'
 NCU_METRICS=gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__maximum_warps_per_active_cycle_pct
@@ -355,6 +358,17 @@ stage_train() {
       stop_memory_sampler "train_gpt2_b${batch}_clip${clip}"
     done
   done
+}
+
+# The record's model, optimizer and schedules on one GPU with one sequence of 32,768 tokens per step: what
+# each of the record's 8 GPUs computes per step, without the communication (docs/projection.md projects
+# it). Fixed windows of the data (the BOS loader needs shards of many whole documents; the speed is the same).
+stage_speedrun() {
+  start_memory_sampler
+  run_cmd speedrun_record_step --cap 70 -- "$WRAP/train_gpt2" --recipe modded-2025-10-31 --model speedrun -b 1 \
+    -t 32768 --total-batch-tokens 32768 --steps "$SPEEDRUN_STEPS" --val-tokens 0 --train-loader window \
+    --train-data "$PACK/data/tinyshakespeare/tinyshakespeare_train_*.bin"
+  stop_memory_sampler speedrun_record_step
 }
 
 stage_torch() {

@@ -21,6 +21,10 @@ import sys
 # as measured through PyTorch on this workplace's H200s.
 DOCUMENTED_CEILINGS = {"gemm_bf16_tflops": 790.0, "copy_gbps": 4300.0}
 TIMED_AFTER_STEP = 10  # check.sh runs 10 untimed steps, then the timed ones
+# docs/projection.md: one rank's compute per step at the assumed fractions of the H100's ceilings, and the
+# record's measured step (137.5 s / 2,245 steps), for the speedrun stage's row.
+PROJECTED_SPEEDRUN_COMPUTE_MS = 51.05
+RECORD_MS_PER_STEP = 61.3
 # Dense bf16 peaks of the spec sheets, as llmc/train/mfu.cpp (the PyTorch peer's MFU is computed here).
 SPEC_BF16_PEAKS = (("H200", 989.4e12), ("H100", 989.4e12), ("A100", 312.0e12))
 
@@ -156,33 +160,43 @@ def json_line(text):
     return None
 
 
-def train_figures(text):
-    """ms/step, tok/s, MFU (the log's), loss, B, T and FLOPs per token of a train_gpt2 log, or None."""
+def timed_steps(text):
+    """ms/step over the steps after TIMED_AFTER_STEP, the log's MFUs of those steps, the last loss and B, T of
+    a train_gpt2 log, or None."""
     steps = {}
-    model = batch = None
+    batch = None
     for line in text.splitlines():
-        step, model_match, batch_match = STEP_LINE.match(line), MODEL_LINE.match(line), BATCH_LINE.match(line)
+        step, batch_match = STEP_LINE.match(line), BATCH_LINE.match(line)
         if step:
             steps[int(step.group(1))] = (float(step.group(4)), step.group(3), step.group(6))
-        model = model or model_match
         batch = batch or batch_match
     first = TIMED_AFTER_STEP
-    if not steps or not model or not batch or max(steps) <= first or first not in steps:
+    if not steps or not batch or max(steps) <= first or first not in steps:
         return None
     last = max(steps)
     ms_per_step = (steps[last][0] - steps[first][0]) / (last - first)
     B, T = int(batch.group(1)), int(batch.group(2))
-    layers, channels, params = int(model.group(1)), int(model.group(2)), int(model.group(3))
-    mfus = [float(steps[s][2].rstrip("%")) for s in range(first + 1, last + 1) if s in steps and steps[s][2] != "n/a"]
     return {
         "ms_per_step": ms_per_step,
         "tokens_per_s": B * T / (ms_per_step / 1000) if ms_per_step > 0 else float("nan"),
-        "mfu_log": statistics.mean(mfus) if mfus else None,
+        "mfus": [float(steps[s][2].rstrip("%")) for s in range(first + 1, last + 1) if s in steps and steps[s][2] != "n/a"],
         "loss": steps[last][1],
         "B": B,
-        "flops_per_token": 6 * params + 6 * layers * channels * T,  # as llmc/train/mfu.cpp
+        "T": T,
         "steps": last - first,
     }
+
+
+def train_figures(text):
+    """ms/step, tok/s, MFU (the log's), loss, B, T and FLOPs per token of a GPT-2 train_gpt2 log, or None."""
+    figures = timed_steps(text)
+    model = next((m for m in map(MODEL_LINE.match, text.splitlines()) if m), None)
+    if not figures or not model:
+        return None
+    layers, channels, params = int(model.group(1)), int(model.group(2)), int(model.group(3))
+    figures["mfu_log"] = statistics.mean(figures["mfus"]) if figures["mfus"] else None
+    figures["flops_per_token"] = 6 * params + 6 * layers * channels * figures["T"]  # as llmc/train/mfu.cpp
+    return figures
 
 
 def generate_rows(text):
@@ -246,6 +260,8 @@ def stage_summary(row, commands, notes, context):
         parts.append(f"{len(context['bench'])} kernels timed")
     elif key in ("train", "torch"):
         parts.append(f"{sum(1 for c in own if context['runs'].get(c.label))} runs measured")
+    elif key == "speedrun" and context["speedrun"]:
+        parts.append(f"{context['speedrun']['ms_per_step']:.1f} ms/step")
     elif key == "ncu":
         parts.append(f"{len(context['ncu'])} kernels profiled")
     elif key == "generate" and own:
@@ -272,6 +288,17 @@ def kernel_table(bench, ceilings, source):
         ceiling = ceilings["gemm_bf16_tflops"] if unit == "TFLOP/s" else ceilings["copy_gbps"]
         out.append(f"| {name} | {ms:.3f} | {rate:.1f} {unit} | {100 * rate / ceiling:.0f}% |")
     return out + [""]
+
+
+def speedrun_table(figures):
+    return ["**Speedrun** (`--recipe modded-2025-10-31`, the record's model, one sequence of "
+            f"T={figures['T']} per step: what each of the record's 8 GPUs computes per step, without the "
+            "communication)", "",
+            "| run | ms/step | tok/s | peak GPU MiB | last loss | projected ms/step (docs/projection.md) | record ms/step |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            f"| speedrun_record_step | {figures['ms_per_step']:.2f} | {figures['tokens_per_s']:.0f} | "
+            f"{figures.get('peak_mib', 'n/a')} | {figures['loss']} | {PROJECTED_SPEEDRUN_COMPUTE_MS} (H100, compute "
+            f"at the assumed fractions) | {RECORD_MS_PER_STEP} (8xH100, with communication) |", ""]
 
 
 def spec_peak(gpu_name):
@@ -343,10 +370,14 @@ def build_report(work, out_dir):
         notes_by_stage.update(log_notes)
     ceilings, source = ceilings_of(commands)
     bench = bench_rows(commands["bench_kernels"].text()) if "bench_kernels" in commands else []
-    runs = {}
+    runs, speedrun = {}, None
     for label, command in commands.items():
         if label.startswith("train_gpt2_"):
             runs[label] = train_figures(command.text())
+        elif label == "speedrun_record_step":
+            speedrun = timed_steps(command.text())
+            if speedrun and command.peak_mib not in (None, "n/a"):
+                speedrun["peak_mib"] = command.peak_mib
         elif label.startswith("torch_"):
             peer = json_line(command.text())
             runs[label] = peer and {"ms_per_step": peer["ms_per_step"], "tokens_per_s": peer["tokens_per_s"],
@@ -359,7 +390,7 @@ def build_report(work, out_dir):
         if label in commands:
             ncu.update(ncu_rows(commands[label].text()))
     generation = generate_rows(commands["bench_generate"].text()) if "bench_generate" in commands else []
-    context = {"bench": bench, "runs": runs, "ncu": ncu, "generate": generation}
+    context = {"bench": bench, "runs": runs, "ncu": ncu, "generate": generation, "speedrun": speedrun}
 
     dry = facts.get("mode") == "dry"
     out = ["# GPU check report" + (" (DRY RUN: no GPU, nothing measured)" if dry else ""), "",
@@ -386,6 +417,8 @@ def build_report(work, out_dir):
         out += kernel_table(bench, ceilings, source)
     if any(runs.values()):
         out += training_table(runs, ceilings, spec_peak(facts.get("gpu", "")))
+    if speedrun:
+        out += speedrun_table(speedrun)
     if ncu:
         out += ncu_table(ncu)
     if generation:

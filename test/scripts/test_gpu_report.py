@@ -21,8 +21,8 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 REPORT = os.path.join(REPO, "scripts", "gpu", "report.py")
 MPI_SINGLETON_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 STAGES = [("a", "tests", "tests.log"), ("b", "sanitizer", "sanitizer.log"), ("c", "kernels", "kernels.log"),
-          ("d", "train", "train.log"), ("e", "torch", "train.log"), ("f", "ncu", "ncu.log"),
-          ("g", "generate", "kernels.log")]
+          ("d", "train", "train.log"), ("e", "speedrun", "train.log"), ("f", "torch", "train.log"),
+          ("g", "ncu", "ncu.log"), ("h", "generate", "kernels.log")]
 
 
 def write_shard(path, tokens):
@@ -86,12 +86,17 @@ class RealOutputs(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="test_gpu_report_")
         shard = os.path.join(cls.tmp.name, "toy_train_000001.bin")
-        write_shard(shard, np.random.default_rng(0).integers(0, 100, size=4000))  # the tiny preset has V=100
+        write_shard(shard, np.random.default_rng(0).integers(0, 96, size=4000))  # tiny: V=100, speedrun-tiny: V=96
         trainer = os.environ["LLMC_TRAIN_GPT2_EMU"]
         run = subprocess.run([trainer, "--model", "tiny", "-b", "4", "-t", "16", "--steps", "14", "--train-data", shard],
                              capture_output=True, text=True, timeout=120, env=dict(os.environ, **MPI_SINGLETON_ENV))
         assert run.returncode == 0, run.stdout + run.stderr
         cls.train_log = run.stdout
+        speedrun = subprocess.run([trainer, "--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", "14",
+                                   "--train-loader", "window", "--train-data", shard],  # speedrun-tiny: V=96
+                                  capture_output=True, text=True, timeout=120, env=dict(os.environ, **MPI_SINGLETON_ENV))
+        assert speedrun.returncode == 0, speedrun.stdout + speedrun.stderr
+        cls.speedrun_log = speedrun.stdout
         bench = subprocess.run([os.environ["LLMC_BENCH_KERNELS_EMU"], "--batch", "1", "--seq", "64", "--channels", "128",
                                 "--heads", "2", "--vocab", "200", "--params", "5000", "--repeats", "1"],
                                capture_output=True, text=True, timeout=120)
@@ -132,6 +137,20 @@ class RealOutputs(unittest.TestCase):
         self.assertEqual(row[5], "1234")  # peak memory from check.sh's sampler line
         last_loss = re.findall(r"^step:14/14 train_loss:(\S+)", self.train_log, re.M)[0]
         self.assertEqual(row[6], last_loss)
+
+    def test_speedrun_stage_is_read_from_the_timed_steps(self):
+        check = Check(tempfile.mkdtemp(dir=self.tmp.name))
+        check.stage("e", "speedrun", "train.log", [command_block("speedrun_record_step", self.speedrun_log, peak=4321)])
+        report = check.report()
+        times = {int(m.group(1)): int(m.group(2))
+                 for m in re.finditer(r"^step:(\d+)/14 train_loss:\S+ train_time:(\d+)ms", self.speedrun_log, re.M)}
+        expected_ms = (times[14] - times[10]) / 4
+        row = table_row(report, "speedrun_record_step")
+        self.assertAlmostEqual(float(row[1]), expected_ms, delta=0.006)
+        self.assertAlmostEqual(float(row[2]), 64 / (expected_ms / 1000), delta=max(1.0, 64 / expected_ms))
+        self.assertEqual(row[3], "4321")
+        self.assertEqual(row[4], re.findall(r"^step:14/14 train_loss:(\S+)", self.speedrun_log, re.M)[0])
+        self.assertIn(f"{expected_ms:.1f} ms/step", table_row(report, "e. speedrun title")[4])
 
     def test_speed_against_pytorch_is_their_ms_over_ours(self):
         report = self.make_report(torch_ms=1e9)
