@@ -133,8 +133,12 @@ void upload_optimizer_state(BucketOptimizer& optimizer, const ResumePoint& point
 }
 
 // --train-loader (auto: by the model family, llmc/train/train_batches.h).
-std::unique_ptr<TrainBatches> make_train_batches(const TrainOptions& opt, const CommContext& comm,
-                                                 const ModelFamily& family, int grad_accum) {
+TrainLoaderKind train_loader_kind(const TrainOptions& opt, const ModelFamily& family) {
+  return choose_train_loader(opt.train_loader, family.id(), family.vocab_size(), opt.shuffle);
+}
+
+std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const TrainOptions& opt,
+                                                 const CommContext& comm, const ModelFamily& family, int grad_accum) {
   TrainBatchesConfig config;
   config.pattern = opt.train_data;
   config.batch_size = opt.batch_size;
@@ -145,8 +149,7 @@ std::unique_ptr<TrainBatches> make_train_batches(const TrainOptions& opt, const 
   config.vocab_size = family.vocab_size();
   config.shuffle = opt.shuffle;
   config.seed = opt.seed;
-  return make_train_batches(choose_train_loader(opt.train_loader, family.id(), family.vocab_size(), opt.shuffle),
-                            config);
+  return make_train_batches(kind, config);
 }
 
 std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommContext& comm, int vocab_size) {
@@ -195,13 +198,14 @@ struct Run {
         resume_prefix(llmc::resume_prefix(opt.resume, opt.output_dir)),
         start(locate_model(opt.model, resume_prefix.empty() ? "" : checkpoint_model_path(resume_prefix),
                            comm.world_size())),
+        loader_kind(train_loader_kind(opt, *start.family)),  // before the model: a refusal costs nothing
         grad_accum(opt.grad_accum_steps(comm.world_size())),
         fp8_head(start.family->use_fp8_head(opt.fp8_head, opt.seq_len)),
         model(start.family->build(comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(),
                                   fp8_head)),
         tracer(!opt.trace_dir.empty(), comm.rank()),
         optimizer(make_optimizer(opt, start.family->id(), *model, comm, tracer)),
-        train_batches(make_train_batches(opt, comm, *start.family, grad_accum)),
+        train_batches(make_train_batches(loader_kind, opt, comm, *start.family, grad_accum)),
         val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
         windows(make_window_schedule(opt, *start.family, *model)) {
     model->set_gemm_algo_selection(parse_gemm_algo_selection(opt.gemm_algo));
@@ -222,6 +226,7 @@ struct Run {
   CommContext& comm;
   const std::string resume_prefix;  // "" when starting fresh
   ModelStart start;
+  const TrainLoaderKind loader_kind;
   const int grad_accum;
   const bool fp8_head;  // the speedrun model's head in FP8 (--fp8-head)
   std::unique_ptr<TrainableModel> model;

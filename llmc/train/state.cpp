@@ -106,7 +106,9 @@ void check_header(const std::string& path, const int64_t* header, int64_t file_b
   require(header[kBosMicroStep] >= 0 && (header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos) ||
                                          header[kBosMicroStep] == 0),
           "BOS loader micro-step " + std::to_string(header[kBosMicroStep]));
-  require(header[kVersion] < 4 || (header[kGradAccum] >= 1 && header[kGradAccum] <= (int64_t{1} << 24)),
+  // 0: unknown (older files; a window position does not need it), a BOS position counts steps of it.
+  const int64_t least_accum = header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos) ? 1 : 0;
+  require(header[kGradAccum] >= least_accum && header[kGradAccum] <= (int64_t{1} << 24),
           "gradient accumulation " + std::to_string(header[kGradAccum]));
   require(header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kZeroAdamW) ||
               header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kSpeedrun),

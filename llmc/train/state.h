@@ -70,7 +70,7 @@ struct TrainStateHeader {
   TrainLoaderKind train_loader = TrainLoaderKind::kWindow;
   DataLoaderPosition train_position;  // where the next training batch comes from (window loader)
   BosLoaderPosition bos_position;     // where the next training batch comes from (BOS loader)
-  int64_t grad_accum = 1;             // the writer's micro-steps per step (read as 0, unknown, from version 2-3 files)
+  int64_t grad_accum = 1;             // the writer's micro-steps per step (0: unknown, as read from version 2-3 files)
   int64_t batch_size = 0;             // the writer's B and T: the position counts batches of world_size*B*T tokens
   int64_t seq_len = 0;
   double train_time_ms = 0;           // cumulative, so the log's train_time continues
