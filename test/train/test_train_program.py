@@ -384,13 +384,15 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(state_without_time(f"{resumed}/ckpt_000003_state_rank0.bin"),
                          state_without_time(f"{out_dir}/ckpt_000003_state_rank0.bin"))
         # On two ranks without accumulation a step holds the same two sequences: step 3's loss, from the same
-        # parameters, is the same mean of the same two per-sequence losses (the update after it sums the
-        # gradients in another order).
+        # parameters, is the mean of the same two per-sequence losses, up to the rounding of that mean (float
+        # on the device on one rank, double across ranks): one printed unit. Other sequences would differ by
+        # far more (the model has learnt part of the pattern: the loss fell by ~0.7).
         checkpoint = f"{out_dir}/ckpt_000002"
-        two = run(data + ["--steps", 3, "--resume", checkpoint, "-o", f"{self.tmp}/bos_two_ranks"], mpi_ranks=2)
-        self.assertEqual(two.returncode, 0, two.stdout + two.stderr)
-        self.assertIn("sequences/step=2", two.stdout)
-        self.assertEqual(losses(two.stdout)[3], train[3])
+        if SETTINGS["mpiexec"] and (SETTINGS["gpus"] is None or SETTINGS["gpus"] >= 2):
+            two = run(data + ["--steps", 3, "--resume", checkpoint, "-o", f"{self.tmp}/bos_two_ranks"], mpi_ranks=2)
+            self.assertEqual(two.returncode, 0, two.stdout + two.stderr)
+            self.assertIn("sequences/step=2", two.stdout)
+            self.assertAlmostEqual(float(losses(two.stdout)[3]), float(train[3]), delta=1.01e-4)
         # Another step size, another loader, --shuffle, a model without BOS, a shard without documents: one line.
         state = f"{checkpoint}_state_rank0.bin"
         self.expect_failure(data + ["--steps", 3, "--resume", checkpoint], re.escape(state) +
