@@ -17,7 +17,7 @@ namespace llmc {
 struct TrainBatchesConfig {
   std::string pattern;     // shell glob of the train shards
   int64_t batch_size = 1;  // B: sequences per rank and micro-step
-  int64_t seq_len = 64;    // T
+  int64_t seq_len = 0;     // T (set by the caller)
   int rank = 0;
   int world_size = 1;
   int grad_accum = 1;      // micro-steps per optimizer step
