@@ -35,6 +35,7 @@
 #include "llmc/train/samples.h"
 #include "llmc/train/state.h"
 #include "llmc/train/stop_signals.h"
+#include "llmc/train/train_batches.h"
 #include "llmc/train/train_step.h"
 #include "llmc/train/watchdog.h"
 #include "llmc/train/window_schedule.h"
@@ -135,31 +136,35 @@ void upload_optimizer_state(BucketOptimizer& optimizer, const ResumePoint& point
   dynamic_cast<ZeroOptimizer&>(optimizer).upload_state(point.master, point.adam_m, point.adam_v);
 }
 
-// The fields both loaders share.
-template <class LoaderConfig>
-LoaderConfig loader_config(const std::string& pattern, const TrainOptions& opt, const CommContext& comm,
-                           int vocab_size) {
-  LoaderConfig config;
-  config.pattern = pattern;
+// --train-loader (auto: by the model family, llmc/train/train_batches.h).
+TrainLoaderKind train_loader_kind(const TrainOptions& opt, const ModelFamily& family) {
+  return choose_train_loader(opt.train_loader, family.id(), family.vocab_size(), opt.shuffle);
+}
+
+std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const TrainOptions& opt,
+                                                 const CommContext& comm, const ModelFamily& family, int grad_accum) {
+  TrainBatchesConfig config;
+  config.pattern = opt.train_data;
+  config.batch_size = opt.batch_size;
+  config.seq_len = opt.seq_len;
+  config.rank = comm.rank();
+  config.world_size = comm.world_size();
+  config.grad_accum = grad_accum;
+  config.vocab_size = family.vocab_size();
+  config.shuffle = opt.shuffle;
+  config.seed = opt.seed;
+  return make_train_batches(kind, config);
+}
+
+std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommContext& comm, int vocab_size) {
+  if (opt.val_tokens <= 0) return nullptr;
+  ValLoaderConfig config;
+  config.pattern = opt.val_data;
   config.batch_size = opt.batch_size;
   config.seq_len = opt.seq_len;
   config.rank = comm.rank();
   config.world_size = comm.world_size();
   config.vocab_size = vocab_size;
-  return config;
-}
-
-DataLoaderConfig train_loader_config(const TrainOptions& opt, const CommContext& comm, int vocab_size) {
-  DataLoaderConfig config = loader_config<DataLoaderConfig>(opt.train_data, opt, comm, vocab_size);
-  config.shuffle = opt.shuffle;
-  config.seed = opt.seed;
-  config.prefetch = true;
-  return config;
-}
-
-std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommContext& comm, int vocab_size) {
-  if (opt.val_tokens <= 0) return nullptr;
-  ValLoaderConfig config = loader_config<ValLoaderConfig>(opt.val_data, opt, comm, vocab_size);
   config.val_tokens = opt.val_tokens;
   return std::make_unique<ValLoader>(config);
 }
@@ -197,13 +202,14 @@ struct Run {
         resume_prefix(llmc::resume_prefix(opt.resume, opt.output_dir)),
         start(locate_model(opt.model, resume_prefix.empty() ? "" : checkpoint_model_path(resume_prefix),
                            comm.world_size())),
+        loader_kind(train_loader_kind(opt, *start.family)),  // before the model: a refusal costs nothing
         grad_accum(opt.grad_accum_steps(comm.world_size())),
         fp8_head(start.family->use_fp8_head(opt.fp8_head, opt.seq_len)),
         model(start.family->build(comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(),
                                   fp8_head)),
         tracer(!opt.trace_dir.empty(), comm.rank()),
         optimizer(make_optimizer(opt, start.family->id(), *model, comm, tracer)),
-        train_loader(train_loader_config(opt, comm, start.family->vocab_size())),
+        train_batches(make_train_batches(loader_kind, opt, comm, *start.family, grad_accum)),
         val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
         windows(make_window_schedule(opt, *start.family, *model)) {
     model->set_gemm_algo_selection(parse_gemm_algo_selection(opt.gemm_algo));
@@ -213,9 +219,9 @@ struct Run {
     if (resume_prefix.empty()) return;
     // Written by this many ranks or another: llmc/train/resume.h re-shards, and maps the data position.
     const ResumePoint point = read_resume_point(resume_prefix, comm.rank(), model->layout(), start.family->describe(),
-                                                state_optimizer(*optimizer));
+                                                state_optimizer(*optimizer), train_batches->kind());
     upload_optimizer_state(*optimizer, point, checkpoint_state_path(resume_prefix, comm.rank()));
-    train_loader.seek(resumed_position(point.written, train_loader));
+    train_batches->resume(point.written, checkpoint_state_path(resume_prefix, 0));
     loop = LoopState{static_cast<int>(point.written.step), point.written.train_time_ms, resume_prefix};
     resumed_from = point.written;
   }
@@ -224,12 +230,13 @@ struct Run {
   CommContext& comm;
   const std::string resume_prefix;  // "" when starting fresh
   ModelStart start;
+  const TrainLoaderKind loader_kind;
   const int grad_accum;
   const bool fp8_head;  // the speedrun model's head in FP8 (--fp8-head)
   std::unique_ptr<TrainableModel> model;
   Tracer tracer;
   std::unique_ptr<BucketOptimizer> optimizer;
-  DataLoader train_loader;
+  std::unique_ptr<TrainBatches> train_batches;  // --train-loader
   std::unique_ptr<ValLoader> val_loader;
   std::unique_ptr<WindowSchedule> windows;  // null: fixed windows
   LoopState loop;
@@ -259,6 +266,8 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
                                 ? ""
                                 : " (written by " + std::to_string(run.resumed_from.world_size) +
                                       " ranks, optimizer state re-sharded)"));
+  header.notes.push_back("train loader: " + run.train_batches->describe() + " (--train-loader " +
+                         run.opt.train_loader + ")");
   if (dynamic_cast<const ZeroOptimizer*>(run.optimizer.get()) == nullptr)
     header.notes.push_back("optimizer: speedrun (NorMuon + sharded Adam)");
   header.notes.push_back(std::string("head: ") + (run.fp8_head ? "fp8" : "bf16") + " (--fp8-head " + run.opt.fp8_head +
@@ -294,8 +303,9 @@ void save_checkpoint(const std::string& prefix, Run& run, TrainLog& log) {
   state.rank = run.comm.rank();
   state.world_size = run.comm.world_size();
   run.start.family->describe_state(state);
-  state.train_position = run.train_loader.position();
+  run.train_batches->save_position(state);
   state.batch_size = run.opt.batch_size;
+  state.grad_accum = run.grad_accum;
   state.seq_len = run.opt.seq_len;
   state.train_time_ms = run.loop.train_time_ms;
   download_optimizer_state(*run.optimizer, run.loop.step, state);
@@ -487,7 +497,7 @@ int stop_by_signal(Run& run, TrainLog& log, Guards& guards, int signal, int step
 int train_loop(Run& run, TrainLog& log, const DebugHooks& debug, Guards& guards, TrainingSamples* samples) {
   const TrainOptions& opt = run.opt;
   const LrSchedule schedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, parse_lr_decay(opt.lr_schedule)};
-  StepParts parts{*run.model, *run.optimizer, run.train_loader, run.tracer, run.comm, run.grad_accum};
+  StepParts parts{*run.model, *run.optimizer, *run.train_batches, run.tracer, run.comm, run.grad_accum};
   Batch batch(static_cast<size_t>(opt.batch_size) * opt.seq_len);
   StepFinisher finisher(run, log, debug, guards.watchdog, samples, parts, batch);
   const int first_step = run.loop.step + 1;

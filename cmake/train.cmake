@@ -10,7 +10,7 @@ target_link_libraries(llmc_checkpoint_files PUBLIC llmc_model PRIVATE nlohmann_j
 add_library(llmc_train_utils STATIC llmc/train/lr_schedule.cpp llmc/train/speedrun_schedule.cpp llmc/train/mfu.cpp
   llmc/train/log.cpp llmc/train/options.cpp llmc/train/debug_hooks.cpp llmc/train/checkpoint_dir.cpp
   llmc/train/reshard.cpp llmc/train/resume.cpp llmc/train/checkpoint_writer.cpp llmc/train/stop_signals.cpp
-  llmc/train/watchdog.cpp llmc/train/window_schedule.cpp llmc/train/recipe.cpp)
+  llmc/train/watchdog.cpp llmc/train/window_schedule.cpp llmc/train/recipe.cpp llmc/train/train_batches.cpp)
 target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model llmc_tokenizer
                       llmc_checkpoint_files PRIVATE nlohmann_json::nlohmann_json)
 # The trainer's samples (--sample-every) run the generation loop of llmc_generate (cmake/generate.cmake).
@@ -28,6 +28,10 @@ gtest_discover_tests(test_train_state PROPERTIES LABELS train)
 add_executable(test_speedrun_schedule test/train/test_speedrun_schedule.cpp)
 target_link_libraries(test_speedrun_schedule PRIVATE llmc_train_utils GTest::gtest_main)
 gtest_discover_tests(test_speedrun_schedule PROPERTIES LABELS train)
+
+add_executable(test_train_batches test/train/test_train_batches.cpp)
+target_link_libraries(test_train_batches PRIVATE llmc_train_utils GTest::gtest_main)
+gtest_discover_tests(test_train_batches PROPERTIES LABELS train)
 
 add_executable(test_recipe test/train/test_recipe.cpp)
 target_link_libraries(test_recipe PRIVATE llmc_train_utils GTest::gtest_main)

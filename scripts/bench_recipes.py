@@ -185,9 +185,11 @@ def main(argv):
     model_file = os.path.join(args.work_dir, "speedrun_model.bin")
     write_speedrun_model(model_file, args.speedrun_blocks, args.speedrun_heads, args.speedrun_head_dim,
                          tokens_per_step, args.window_block, args.seed)
+    # Both runs read the same fixed windows (--train-loader auto would pick the BOS loader for this model, and
+    # the text is one document): the comparison is of the models and optimizers, not of the loaders.
     speedrun_cmd = [args.trainer, "--model", model_file, "-b", "1", "-t", str(tokens_per_step),
                     "--optimizer", "speedrun", "--lr", "1.0", "--lr-schedule", "speedrun",
-                    "--window-schedule", "speedrun"] + data
+                    "--window-schedule", "speedrun", "--train-loader", "window"] + data
     gpt2_cmd = [args.trainer, "--model", args.gpt2_model, "-b", str(args.batch), "-t", str(args.seq_len),
                 "--optimizer", "zero-adamw", "--lr", f"{gpt2_lr:.6g}", "--warmup-steps", str(warmup),
                 "--lr-schedule", "cosine", "--final-lr-frac", "0.0", "--weight-decay", "0.1",

@@ -144,7 +144,14 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
                  "Signals that make every rank stop after the current step with a checkpoint (exit status 75): "
                  "comma-separated TERM, INT, HUP, USR1, USR2, or none")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the initialisation and the data shuffle")->capture_default_str();
-  app.add_flag("--shuffle", o.shuffle, "Shuffle shard and window order each epoch (deterministic from --seed)");
+  app.add_flag("--shuffle", o.shuffle,
+               "Shuffle shard and window order each epoch (deterministic from --seed; --train-loader window only)");
+  app.add_option("--train-loader", o.train_loader,
+                 "Training batches: window (llm.c's fixed windows of T+1 tokens), bos (the speedrun's whole "
+                 "documents, each starting with <|endoftext|> and cut to 2,048 tokens, packed into sequences; "
+                 "shards in order, docs/bos_loader.md) or auto (bos for a speedrun model whose vocabulary holds "
+                 "<|endoftext|>, window otherwise)")
+      ->capture_default_str()->check(one_of({"auto", "window", "bos"}));
   app.add_option("--overlap", o.overlap,
                  "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
                  "full (reduce-scatter, update and all-gather streamed during the backward)")
@@ -206,6 +213,9 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     throw std::invalid_argument("--" + std::string(o.lr_schedule == "speedrun" ? "lr" : "window") +
                                 "-schedule speedrun needs --steps >= 4 (three window phases and an extension "
                                 "step), got " + std::to_string(o.steps));
+  if (o.shuffle && o.train_loader == "bos")  // auto's choice is checked once the model is known (train_batches.h)
+    throw std::invalid_argument("--shuffle cannot be used with --train-loader bos: the BOS loader walks the shards "
+                                "in order; drop --shuffle or pass --train-loader window");
   parse_stop_signals(o.stop_signals);  // throws naming an unknown signal
 }
 

@@ -46,6 +46,7 @@ struct TrainOptions {
   std::string stop_signals = "TERM,INT,USR1";  // checkpoint and stop at the next step boundary
   uint64_t seed = 1337;
   bool shuffle = false;
+  std::string train_loader = "auto";   // auto | window | bos (auto: bos for speedrun models; train_batches.h)
   // distributed
   std::string overlap = "full";        // none | rs | full
   std::string optimizer = "auto";      // auto | zero-adamw | speedrun (auto: by the model family)

@@ -12,10 +12,11 @@ namespace {
 // modded-nanogpt's record of 2025-10-31, SPEEDRUN.md sections 2-3: the speedrun model, 2,205 + 40 steps
 // of 262,144 tokens (one packed sequence of 32,768 tokens per rank and micro-step; with fewer than 8
 // ranks, 8 / ranks micro-steps), the record's lr and window schedules, no warm-up, no gradient clipping,
-// validation every 250 steps and at the end on 10,485,760 tokens. The optimizer is the speedrun one
-// (--optimizer auto with the speedrun model), whose base lrs (Muon 0.03, Adam 0.008) the loop's lr
-// multiplies: --lr 1.0, times the schedule's multiplier. Weight decay belongs to the record's optimizers
-// (NorMuon's 1.2), AdamW's is off.
+// validation every 250 steps and at the end on 10,485,760 tokens; the training sequences are whole
+// documents packed from their <|endoftext|> on (the BOS loader, docs/bos_loader.md). The optimizer is the
+// speedrun one (--optimizer auto with the speedrun model), whose base lrs (Muon 0.03, Adam 0.008) the
+// loop's lr multiplies: --lr 1.0, times the schedule's multiplier. Weight decay belongs to the record's
+// optimizers (NorMuon's 1.2), AdamW's is off.
 const RecipeSettings kModded20251031 = {
     {"--model", "speedrun"},
     {"--batch-size", "1"},
@@ -30,12 +31,13 @@ const RecipeSettings kModded20251031 = {
     {"--grad-clip", "0"},
     {"--val-every", "250"},
     {"--val-tokens", "10485760"},
+    {"--train-loader", "bos"},
 };
 
 // llm.c's GPT-2 124M run (scripts/run_gpt2_124m.sh): d12, 64 x 1024 tokens per rank, 524,288 per step
 // (8 ranks; accumulation on fewer), 19,073 steps (10B tokens), AdamW lr 6e-4 with 700 warm-up steps,
 // cosine decay to 0, weight decay 0.1, gradient clipping at 1.0, validation every 250 steps on
-// 10,485,760 tokens.
+// 10,485,760 tokens, fixed windows of the shards as training batches.
 const RecipeSettings kLlmcGpt2124M = {
     {"--model", "d12"},
     {"--batch-size", "64"},
@@ -51,6 +53,7 @@ const RecipeSettings kLlmcGpt2124M = {
     {"--grad-clip", "1"},
     {"--val-every", "250"},
     {"--val-tokens", "10485760"},
+    {"--train-loader", "window"},
 };
 
 }  // namespace

@@ -80,7 +80,7 @@ void check_model_file(const std::string& prefix, const CheckpointManifest& manif
 // A state file's header, checked against the manifest and against the run that reads it.
 TrainStateHeader checked_state_header(const std::string& prefix, const CheckpointManifest& manifest, int old_rank,
                                       const ParamLayout& old_layout, const std::string& model,
-                                      StateOptimizer optimizer) {
+                                      StateOptimizer optimizer, TrainLoaderKind loader) {
   const std::string path = checkpoint_state_path(prefix, old_rank);
   const TrainStateHeader header = read_train_state_header(path);
   check_against_manifest(prefix, manifest, path, static_cast<uint64_t>(header.file_bytes), header.checksum);
@@ -94,6 +94,10 @@ TrainStateHeader checked_state_header(const std::string& prefix, const Checkpoin
   if (header.optimizer != optimizer)
     throw FileError(path, std::string("holds the state of --optimizer ") + state_optimizer_name(header.optimizer) +
                               ", this run uses --optimizer " + state_optimizer_name(optimizer));
+  if (header.train_loader != loader)
+    throw FileError(path, std::string("was written with --train-loader ") + train_loader_name(header.train_loader) +
+                              ", this run uses --train-loader " + train_loader_name(loader) +
+                              " (the data positions do not translate)");
   if (optimizer == StateOptimizer::kSpeedrun) return header;  // its arrays: checked by the optimizer
   if (header.shard_elements != shard_elements(old_layout))
     throw FileError(path, "holds " + std::to_string(header.shard_elements) + " elements per array, rank " +
@@ -105,14 +109,14 @@ TrainStateHeader checked_state_header(const std::string& prefix, const Checkpoin
 }  // namespace
 
 ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLayout& layout,
-                              const std::string& model, StateOptimizer optimizer) {
+                              const std::string& model, StateOptimizer optimizer, TrainLoaderKind loader) {
   const CheckpointManifest manifest = read_checkpoint_manifest(prefix);
   check_model_file(prefix, manifest);
   const int old_world = manifest.world_size, new_world = layout.world_size;
   const ParamLayout old_layout = relayout(layout, old_world);
   ResumePoint point;
   if (old_world == new_world) {
-    const TrainStateHeader header = checked_state_header(prefix, manifest, rank, old_layout, model, optimizer);
+    const TrainStateHeader header = checked_state_header(prefix, manifest, rank, old_layout, model, optimizer, loader);
     TrainState state = read_train_state(checkpoint_state_path(prefix, rank));  // verifies the checksum
     point.written = header;
     point.master = std::move(state.master);
@@ -123,15 +127,15 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
   }
   if (optimizer == StateOptimizer::kSpeedrun) {  // every old rank's arrays: the optimizer re-shards them
     for (int old_rank = 0; old_rank < old_world; old_rank++) {
-      checked_state_header(prefix, manifest, old_rank, old_layout, model, optimizer);
+      checked_state_header(prefix, manifest, old_rank, old_layout, model, optimizer, loader);
       point.old_rank_arrays.push_back(read_train_state(checkpoint_state_path(prefix, old_rank)).arrays);
     }
-    point.written = checked_state_header(prefix, manifest, 0, old_layout, model, optimizer);
+    point.written = checked_state_header(prefix, manifest, 0, old_layout, model, optimizer, loader);
     return point;
   }
   // Every old file is verified whole by exactly one rank; the pieces are read where they are needed.
   for (int old_rank = rank; old_rank < old_world; old_rank += new_world) {
-    checked_state_header(prefix, manifest, old_rank, old_layout, model, optimizer);
+    checked_state_header(prefix, manifest, old_rank, old_layout, model, optimizer, loader);
     verify_train_state(checkpoint_state_path(prefix, old_rank));
   }
   const size_t elements = static_cast<size_t>(shard_elements(layout));
@@ -143,7 +147,8 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
   for (const ShardCopy& copy : reshard_plan(old_layout, layout, rank)) {
     const std::string path = checkpoint_state_path(prefix, copy.source_rank);
     if (!header_read[copy.source_rank]) {
-      headers[copy.source_rank] = checked_state_header(prefix, manifest, copy.source_rank, old_layout, model, optimizer);
+      headers[copy.source_rank] =
+          checked_state_header(prefix, manifest, copy.source_rank, old_layout, model, optimizer, loader);
       header_read[copy.source_rank] = true;
     }
     const TrainStateHeader& header = headers[copy.source_rank];
@@ -154,7 +159,7 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
     read_train_state_range(path, header, StateArray::kAdamV, copy.source_offset, copy.count,
                            point.adam_v.data() + copy.target_offset);
   }
-  point.written = checked_state_header(prefix, manifest, 0, old_layout, model, optimizer);
+  point.written = checked_state_header(prefix, manifest, 0, old_layout, model, optimizer, loader);
   return point;
 }
 

@@ -27,9 +27,11 @@ struct ResumePoint {
 // rank r % M) to verify it, and in pieces by the ranks that need its elements; a speedrun state written by
 // another number of ranks is read whole by every rank (old_rank_arrays: SpeedrunOptimizer re-shards it).
 // Throws FileError naming the file and the problem: no manifest (incomplete checkpoint), a missing,
-// truncated, corrupt or swapped file, a state for another model or of another optimizer than `optimizer`.
+// truncated, corrupt or swapped file, a state for another model, of another optimizer than `optimizer` or
+// of another training loader than `loader`.
 ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLayout& layout,
-                              const std::string& model, StateOptimizer optimizer = StateOptimizer::kZeroAdamW);
+                              const std::string& model, StateOptimizer optimizer = StateOptimizer::kZeroAdamW,
+                              TrainLoaderKind loader = TrainLoaderKind::kWindow);
 
 // Where `loader` continues after the checkpoint: the same place in the data in tokens. The checkpoint's
 // position counts batches of (its ranks x its B x its T) tokens into a shard; the resumed run starts at

@@ -24,8 +24,12 @@ enum HeaderField {
   kFamily, kSpeedrunVocab, kSpeedrunBlocks, kSpeedrunHeads, kSpeedrunHeadDim, kSpeedrunMaxSeqLen, kSpeedrunWindowBlock,
   kBatchSize, kSeqLen,
   kOptimizer, kNamedArrays,  // version 3 (zero in version 2 files)
+  // Version 4 (zero in older files): the loader whose position words 11-13 hold (with the BOS loader: epoch,
+  // shard, document), the BOS loader's micro-step, the writer's gradient accumulation.
+  kTrainLoader, kBosMicroStep, kGradAccum,
   kChecksum = kTrainStateHeaderWords - 1,
 };
+static_assert(kGradAccum < kChecksum, "the header's words fit before the checksum");
 constexpr int64_t kHeaderBytes = kTrainStateHeaderWords * static_cast<int64_t>(sizeof(int64_t));
 constexpr size_t kChunkBytes = size_t{1} << 20;
 // A named array's record: the name's words, its element size, its element count.
@@ -46,9 +50,16 @@ void encode_header(const TrainStateHeader& s, int64_t* header) {
   header[kLayers] = s.config.num_layers;
   header[kHeads] = s.config.num_heads;
   header[kChannels] = s.config.channels;
-  header[kEpoch] = s.train_position.epoch;
-  header[kShardOrderIndex] = s.train_position.shard_order_index;
-  header[kBatchInShard] = s.train_position.batch_in_shard;
+  if (s.train_loader == TrainLoaderKind::kBos) {
+    header[kEpoch] = s.bos_position.epoch;
+    header[kShardOrderIndex] = s.bos_position.shard;
+    header[kBatchInShard] = s.bos_position.document;
+    header[kBosMicroStep] = s.bos_position.micro_step;
+  } else {
+    header[kEpoch] = s.train_position.epoch;
+    header[kShardOrderIndex] = s.train_position.shard_order_index;
+    header[kBatchInShard] = s.train_position.batch_in_shard;
+  }
   header[kTrainTimeMicros] = static_cast<int64_t>(s.train_time_ms * 1000.0);
   header[kShardElements] = s.shard_elements;
   header[kFamily] = static_cast<int64_t>(s.family);
@@ -62,6 +73,8 @@ void encode_header(const TrainStateHeader& s, int64_t* header) {
   header[kSeqLen] = s.seq_len;
   header[kOptimizer] = static_cast<int64_t>(s.optimizer);
   header[kNamedArrays] = s.named_arrays;
+  header[kTrainLoader] = static_cast<int64_t>(s.train_loader);
+  header[kGradAccum] = s.grad_accum;
 }
 
 // Checks every field a reader relies on; the values come from a file, so nothing is trusted.
@@ -87,6 +100,16 @@ void check_header(const std::string& path, const int64_t* header, int64_t file_b
   }
   require(header[kBatchSize] > 0 && header[kBatchSize] <= (int64_t{1} << 24), "batch size");
   require(header[kSeqLen] > 0 && header[kSeqLen] <= (int64_t{1} << 24), "sequence length");
+  require(header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kWindow) ||
+              header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos),
+          "unknown training loader " + std::to_string(header[kTrainLoader]));
+  require(header[kBosMicroStep] >= 0 && (header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos) ||
+                                         header[kBosMicroStep] == 0),
+          "BOS loader micro-step " + std::to_string(header[kBosMicroStep]));
+  // 0: unknown (older files; a window position does not need it), a BOS position counts steps of it.
+  const int64_t least_accum = header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos) ? 1 : 0;
+  require(header[kGradAccum] >= least_accum && header[kGradAccum] <= (int64_t{1} << 24),
+          "gradient accumulation " + std::to_string(header[kGradAccum]));
   require(header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kZeroAdamW) ||
               header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kSpeedrun),
           "unknown optimizer " + std::to_string(header[kOptimizer]));
@@ -174,7 +197,14 @@ TrainStateHeader decode_header(const std::string& path, const int64_t* header) {
   } catch (const std::invalid_argument& error) {
     throw FileError(path, std::string("corrupt optimizer-state header: ") + error.what());
   }
-  s.train_position = DataLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard]};
+  s.train_loader = static_cast<TrainLoaderKind>(header[kTrainLoader]);
+  if (s.train_loader == TrainLoaderKind::kBos) {
+    s.bos_position = BosLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard],
+                                       header[kBosMicroStep]};
+  } else {
+    s.train_position = DataLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard]};
+  }
+  s.grad_accum = header[kGradAccum];
   s.batch_size = header[kBatchSize];
   s.seq_len = header[kSeqLen];
   s.train_time_ms = static_cast<double>(header[kTrainTimeMicros]) / 1000.0;
@@ -201,6 +231,9 @@ FileHandle open_state(const std::string& path, int64_t* header, TrainStateHeader
                               std::to_string(kTrainStateVersion) + ")");
   if (header[kVersion] == 2 && (header[kOptimizer] != 0 || header[kNamedArrays] != 0))
     throw FileError(path, "corrupt optimizer-state header: a version 2 file with version 3 fields");
+  if (header[kVersion] < 4 && (header[kTrainLoader] != 0 || header[kBosMicroStep] != 0 || header[kGradAccum] != 0))
+    throw FileError(path, "corrupt optimizer-state header: a version " + std::to_string(header[kVersion]) +
+                              " file with version 4 fields");
   check_header(path, header, *file_bytes);
   *fields = decode_header(path, header);
   fields->file_bytes = *file_bytes;
@@ -227,6 +260,8 @@ void check_checksum(const std::string& path, const Checksum& checksum, uint64_t 
 const char* state_optimizer_name(StateOptimizer optimizer) {
   return optimizer == StateOptimizer::kSpeedrun ? "speedrun" : "zero-adamw";
 }
+
+const char* train_loader_name(TrainLoaderKind kind) { return kind == TrainLoaderKind::kBos ? "bos" : "window"; }
 
 std::string describe_state_model(const TrainStateHeader& state) {
   return state.family == ModelFamilyId::kSpeedrun ? "speedrun " + describe_speedrun_config(state.speedrun)

@@ -4,23 +4,29 @@
 // llmc/model/checkpoint.h; llmc/model/speedrun_model_file.h for the speedrun family); names and
 // completeness: llmc/train/checkpoint_dir.h.
 //
-// Format (version 3): 32 little-endian int64 header words (see HeaderField in state.cpp: magic "LLMSTAT1",
+// Format (version 4): 32 little-endian int64 header words (see HeaderField in state.cpp: magic "LLMSTAT1",
 // version, step, rank, world size, the GPT-2 shape, the loader position, train time in microseconds, the
 // shard's element count, the model family and the speedrun shape, the writer's B and T, the optimizer
-// (0 zero-adamw, 1 speedrun), the number of named arrays, and in word 31 the XXH3-64 checksum of the
+// (0 zero-adamw, 1 speedrun), the number of named arrays, the training loader (0 window, 1 bos), the BOS
+// loader's micro-step, the writer's gradient accumulation, and in word 31 the XXH3-64 checksum of the
 // whole file taken with word 31 zero), then
 //   zero-adamw: the master weights, m and v, each `shard elements` fp32 values (named arrays: 0);
 //   speedrun:   `named arrays` records, each 8 int64 words -- the name (48 bytes, NUL-padded, at least one
 //               NUL), the element size in bytes (2 or 4), the element count -- and then its elements'
 //               bytes (shard elements: 0). What the arrays are is the optimizer's business
 //               (SpeedrunOptimizer::download_state); the file only keeps them.
-// Version 2 files (before the optimizer word, whose place was zero) are read as zero-adamw states.
+// The loader position (words 11-13) is that of the loader word 27 names: the window loader's (epoch, shard
+// order index, batch in shard) or the BOS loader's (epoch, shard, document), whose micro-step is word 28.
+// Version 2 files (before the optimizer word, whose place was zero) are read as zero-adamw states; version
+// 2 and 3 files (before words 27-29, whose places were zero) as window-loader states whose writer's
+// gradient accumulation is unknown (0).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "llmc/atomic_file.h"
+#include "llmc/data/bos_loader.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/model/model_config.h"
 #include "llmc/model/speedrun_config.h"
@@ -28,7 +34,7 @@
 namespace llmc {
 
 constexpr int64_t kTrainStateMagic = 0x31545341544d4c4cLL;  // "LLMSTAT1" little-endian
-constexpr int64_t kTrainStateVersion = 3;
+constexpr int64_t kTrainStateVersion = 4;
 constexpr int64_t kTrainStateOldestVersion = 2;  // still read
 constexpr int kTrainStateHeaderWords = 32;
 
@@ -38,6 +44,11 @@ enum class ModelFamilyId : int64_t { kGPT2 = 0, kSpeedrun = 1 };
 // Which optimizer's state a file holds (a header word; --optimizer names them).
 enum class StateOptimizer : int64_t { kZeroAdamW = 0, kSpeedrun = 1 };
 const char* state_optimizer_name(StateOptimizer optimizer);  // "zero-adamw", "speedrun"
+
+// Which loader made the training batches (a header word; --train-loader names them): llm.c's fixed windows
+// (llmc/data/dataloader.h) or the speedrun's BOS-aligned documents (llmc/data/bos_loader.h).
+enum class TrainLoaderKind : int64_t { kWindow = 0, kBos = 1 };
+const char* train_loader_name(TrainLoaderKind kind);  // "window", "bos"
 
 // One of the speedrun optimizer's arrays, as raw bytes (bf16 or fp32 elements).
 struct NamedStateArray {
@@ -56,7 +67,10 @@ struct TrainStateHeader {
   ModelFamilyId family = ModelFamilyId::kGPT2;
   GPT2Config config;          // the model, for GPT-2
   SpeedrunConfig speedrun;    // the model, for the speedrun family
-  DataLoaderPosition train_position;  // where the next training batch comes from
+  TrainLoaderKind train_loader = TrainLoaderKind::kWindow;
+  DataLoaderPosition train_position;  // where the next training batch comes from (window loader)
+  BosLoaderPosition bos_position;     // where the next training batch comes from (BOS loader)
+  int64_t grad_accum = 1;             // the writer's micro-steps per step (0: unknown, as read from version 2-3 files)
   int64_t batch_size = 0;             // the writer's B and T: the position counts batches of world_size*B*T tokens
   int64_t seq_len = 0;
   double train_time_ms = 0;           // cumulative, so the log's train_time continues

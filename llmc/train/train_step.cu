@@ -43,7 +43,7 @@ void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch) {
       1.0f / static_cast<float>(static_cast<int64_t>(batch.inputs.size()) * parts.grad_accum);  // the loss is a mean
   for (int micro = 0; micro < parts.grad_accum; micro++) {
     const bool last_micro = micro == parts.grad_accum - 1;
-    parts.train_loader.next_batch(batch.inputs.data(), batch.targets.data());
+    parts.train_batches.next_batch(batch.inputs.data(), batch.targets.data());
     const Tracer::SliceId forward_slice =
         parts.tracer.begin(model.stream(), TraceTrack::kCompute, "forward", {{"micro_step", micro}});
     model.forward(batch.inputs.data(), batch.targets.data(), micro, /*compute_dlogits=*/true, dloss,

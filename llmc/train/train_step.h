@@ -6,11 +6,11 @@
 #include <cstddef>
 #include <vector>
 
-#include "llmc/data/dataloader.h"
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
 #include "llmc/model/trainable_model.h"
 #include "llmc/optim/bucket_optimizer.h"
+#include "llmc/train/train_batches.h"
 
 namespace llmc {
 
@@ -24,7 +24,7 @@ struct Batch {
 struct StepParts {
   TrainableModel& model;
   BucketOptimizer& optimizer;
-  DataLoader& train_loader;
+  TrainBatches& train_batches;
   Tracer& tracer;
   const CommContext& comm;
   int grad_accum;
@@ -39,7 +39,7 @@ struct StepResult {
 // waiting for the device: every forward waits per bucket (on the device) for the last update; the last
 // micro-step's backward hands each bucket to the optimizer the moment its gradients are final, and
 // finish_step() enqueues what is left for after the backward. The step's loss (mean over micro-steps) is
-// summed on the device. The batches come from the loader's prefetch thread.
+// summed on the device. The batches come from `train_batches` (--train-loader).
 void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch);
 
 // The loss (mean over ranks and micro-steps) and gradient norm of step `step`, the last enqueued step or

@@ -23,7 +23,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 bool same_state(const TrainState& a, const TrainState& b) {
   return a.step == b.step && a.rank == b.rank && a.world_size == b.world_size &&
-         describe_config(a.config) == describe_config(b.config) && a.train_position == b.train_position &&
+         describe_config(a.config) == describe_config(b.config) && a.train_loader == b.train_loader &&
+         a.train_position == b.train_position && a.bos_position == b.bos_position && a.grad_accum == b.grad_accum &&
          a.batch_size == b.batch_size && a.seq_len == b.seq_len && a.shard_elements == b.shard_elements &&
          same_bits(a.master, b.master) && same_bits(a.adam_m, b.adam_m) && same_bits(a.adam_v, b.adam_v);
 }

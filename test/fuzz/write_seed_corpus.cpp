@@ -75,6 +75,13 @@ void state_seeds(const fs::path& dir) {
     state.adam_v.push_back(0.001f * static_cast<float>(i));
   }
   write_train_state((dir / "rank1_of_2.bin").string(), state);
+  // The BOS loader's position (epoch, shard, document, micro-step) instead of the window loader's.
+  TrainState bos = state;
+  bos.train_loader = TrainLoaderKind::kBos;
+  bos.train_position = DataLoaderPosition{};
+  bos.bos_position = BosLoaderPosition{1, 2, 345, 0};
+  bos.grad_accum = 4;
+  write_train_state((dir / "bos_rank1_of_2.bin").string(), bos);
   state.family = ModelFamilyId::kSpeedrun;
   state.config = GPT2Config{};
   state.speedrun = small_speedrun();

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "llmc/data/dataloader.h"
 #include "llmc/data/shards.h"
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
@@ -175,22 +174,22 @@ struct Setup {
     s.overlap = parse_overlap_mode(o.overlap);
     return s;
   }
-  static DataLoaderConfig loader_config(const Options& o, const CommContext& comm, const GPT2Config& config,
-                                        const std::string& pattern) {
-    DataLoaderConfig c;
+  static TrainBatchesConfig loader_config(const Options& o, const CommContext& comm, const GPT2Config& config,
+                                          const std::string& pattern) {
+    TrainBatchesConfig c;
     c.pattern = pattern;
     c.batch_size = o.batch;
     c.seq_len = o.seq_len;
     c.rank = comm.rank();
     c.world_size = comm.world_size();
+    c.grad_accum = o.grad_accum;
     c.vocab_size = config.vocab_size;
-    c.prefetch = true;
     return c;
   }
   GPT2 model;
   Tracer tracer;
   ZeroOptimizer optimizer;
-  DataLoader loader;
+  WindowBatches loader;  // train_gpt2's GPT-2 default (--train-loader window)
   Batch batch;
   StepParts parts;
 };

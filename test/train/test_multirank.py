@@ -1,9 +1,9 @@
 """Data-parallel training with ZeRO-1 AdamW, tested end to end: train_gpt2 (fp32 emulated build) under
 mpirun with 1, 2 and 4 emulated ranks on the same global batch, the three overlap modes, clipping,
-gradient accumulation, the per-rank Chrome traces, a mutant run missing one cross-stream wait (the
-emulation's fault injection), a failing rank, resume from a multi-rank checkpoint on the same and on
-another number of ranks, stop signals sent to mpirun and to one rank, and the watchdog ending a job
-whose rank is stopped (SIGSTOP).
+gradient accumulation, the BOS-aligned loader with B > 1, the per-rank Chrome traces, a mutant run
+missing one cross-stream wait (the emulation's fault injection), a failing rank, resume from a
+multi-rank checkpoint on the same and on another number of ranks, stop signals sent to mpirun and to
+one rank, and the watchdog ending a job whose rank is stopped (SIGSTOP).
 
 Binaries come from the environment (set by cmake/multirank.cmake): LLMC_MPIEXEC, LLMC_TRAIN_FP32_EMU.
 Run: ctest --test-dir build -L multirank
@@ -393,6 +393,64 @@ class SpeedrunModel(MultiRankCase):
 
     def test_overlap_modes_agree_bitwise(self):
         self.assert_identical_runs(self.runs["np2_none"], self.runs["np2_full"], "speedrun: none vs full")
+
+
+class BosLoader(MultiRankCase):
+    """--train-loader bos with B > 1, on GPT-2 d1 (whose vocabulary holds the BOS token): each step deals
+    4 sequences of T+1 tokens from whole documents, rank r's micro-step k, row b taking sequence
+    (k*B + b) * ranks + r. 2 ranks of B=2 and 1 rank of B=2 accumulating 2 micro-steps therefore train on
+    exactly the batches of 1 rank of B=4, and match it within the reduction-order tolerance; step 1's
+    batch is the shard's documents packed in order, as an independent dealing in numpy has them."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        rng = np.random.default_rng(50256)
+        data = os.path.join(cls.directory, "bos_data")
+        os.makedirs(data)
+        # Documents of 3..40 tokens (a noisy counter, as the other classes' data) after a BOS each, behind
+        # the tail of a document cut by the shard's start (skipped).
+        cls.documents, tokens = [], [7, 8, 9]
+        while len(tokens) < 4096:
+            start = int(rng.integers(0, 100))
+            body = [(start + 7 * i + int(rng.integers(0, 3))) % 100 for i in range(int(rng.integers(3, 41)))]
+            cls.documents.append([50256] + body)
+            tokens += cls.documents[-1]
+        mr.write_shard(os.path.join(data, "train_000001.bin"), tokens)
+        cls.train_data = os.path.join(data, "train_*.bin")
+        args = ["--model", "d1", "-t", "16", "--steps", str(STEPS), "--lr", str(LR), "--lr-schedule", "constant",
+                "--weight-decay", "0.1", "--seed", "1337", "--train-loader", "bos"]
+        cls.train("np1_b4", 1, args + ["-b", "4"],
+                  extra_env={"LLMC_DEBUG_DUMP_DIR": os.path.join(cls.directory, "bos_dump")})
+        cls.train("np2_b2", 2, args + ["-b", "2"])
+        cls.train("np1_accum", 1, args + ["-b", "2", "--total-batch-tokens", "64"])
+
+    def test_step_one_is_the_documents_packed_in_order(self):
+        T, rows = 16, []
+        document = 0
+        for _ in range(4):  # sequence s takes whole documents until it holds T+1 tokens; the last one is cut
+            row = []
+            while len(row) < T + 1:
+                row += self.documents[document][:T + 1 - len(row)]
+                document += 1
+            rows.append(row)
+        with open(os.path.join(self.directory, "bos_dump", "inputs.bin"), "rb") as f:
+            inputs = np.frombuffer(f.read(), dtype=np.int32).reshape(4, T)
+        with open(os.path.join(self.directory, "bos_dump", "targets.bin"), "rb") as f:
+            targets = np.frombuffer(f.read(), dtype=np.int32).reshape(4, T)
+        self.assertEqual(inputs.tolist(), [row[:T] for row in rows])
+        self.assertEqual(targets.tolist(), [row[1:] for row in rows])
+
+    def test_ranks_and_accumulation_match_one_big_batch(self):
+        for name in ("np1_b4", "np2_b2", "np1_accum"):
+            self.assertIn("# train loader: bos (documents cut to 2048 tokens, sequences/step=4)",
+                          self.runs[name].stdout)
+        self.assert_close_runs(self.runs["np2_b2"], self.runs["np1_b4"], "bos: 2 ranks x B=2 vs 1 rank x B=4")
+        self.assert_close_runs(self.runs["np1_accum"], self.runs["np1_b4"], "bos: 2 micro-steps x B=2 vs B=4")
+        # ... which says something only if the parameters move far more than the tolerance.
+        initial = mr.read_model_params(os.path.join(self.directory, "bos_dump", "model.bin"))
+        moved = np.abs(self.runs["np1_b4"].final_params(STEPS) - initial)
+        self.assertGreater(float(np.max(moved)), 10 * PARAM_TOL)
 
 
 class SpeedrunOptimizer(MultiRankCase):

@@ -47,6 +47,7 @@ TEST(Recipe, ModdedRecordMatchesSpeedrunMd) {
   EXPECT_EQ(o.lr, 1.0);         // the speedrun optimizer's base lrs times 1
   EXPECT_EQ(o.val_every, 250);  // section 3: every 250 steps and at the end, on 10,485,760 tokens
   EXPECT_EQ(o.val_tokens, 10485760);
+  EXPECT_EQ(o.train_loader, "bos");  // section 3: whole documents from their BOS, packed
   EXPECT_NO_THROW(llmc::validate_train_options(o, 8));
   EXPECT_NO_THROW(llmc::validate_train_options(o, 1));
   // The log's option list shows the values in force, not the trainer's defaults.
@@ -70,19 +71,21 @@ TEST(Recipe, LlmcGpt2124MMatchesItsScript) {
   EXPECT_EQ(o.window_schedule, "fixed");
   EXPECT_EQ(o.val_every, 250);
   EXPECT_EQ(o.val_tokens, 10485760);
+  EXPECT_EQ(o.train_loader, "window");
   EXPECT_EQ(o.grad_accum_steps(8), 1);
 }
 
 TEST(Recipe, ExplicitOptionsWinWhereverTheyStand) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--recipe", "modded-2025-10-31", "--steps", "8", "--model", "speedrun-tiny",
-                                 "--lr-schedule", "cosine"},
-        std::vector<std::string>{"--steps", "8", "--model", "speedrun-tiny", "--lr-schedule", "cosine", "--recipe",
-                                 "modded-2025-10-31"}}) {
+                                 "--lr-schedule", "cosine", "--train-loader", "window"},
+        std::vector<std::string>{"--steps", "8", "--model", "speedrun-tiny", "--lr-schedule", "cosine",
+                                 "--train-loader", "window", "--recipe", "modded-2025-10-31"}}) {
     const TrainOptions o = parse(args);
     EXPECT_EQ(o.steps, 8);
     EXPECT_EQ(o.model, "speedrun-tiny");
     EXPECT_EQ(o.lr_schedule, "cosine");  // the trainer's default, given explicitly, still wins
+    EXPECT_EQ(o.train_loader, "window");
     EXPECT_EQ(o.window_schedule, "speedrun");
     EXPECT_EQ(o.seq_len, 32768);
   }
@@ -94,6 +97,7 @@ TEST(Recipe, NoneLeavesTheDefaultsAndUnknownOnesAreRefused) {
   EXPECT_EQ(o.model, defaults.model);
   EXPECT_EQ(o.lr_schedule, defaults.lr_schedule);
   EXPECT_EQ(o.window_schedule, "fixed");
+  EXPECT_EQ(o.train_loader, "auto");
   EXPECT_THROW(parse({"--recipe", "modded-2024"}), CLI::ValidationError);
   EXPECT_THROW(llmc::recipe_settings("modded-2024"), std::invalid_argument);
 }

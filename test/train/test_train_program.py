@@ -27,6 +27,8 @@ import unittest
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+from bench_recipes import write_speedrun_model  # noqa: E402  (a speedrun model file with GPT-2's vocabulary)
 SETTINGS = {"trainer": None, "mpiexec": None, "gpus": None}  # gpus: None for the emulated build
 
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
@@ -333,8 +335,9 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(read(f"{resumed}/ckpt_000008_model.bin"), read(f"{out_dir}/ckpt_000008_model.bin"))
         # The recipe sets every option not given; the ones given win (here: the model, its shape and the steps).
         # Its lr is 1.0: the speedrun optimizer (auto) multiplies its base lrs (0.03, 0.008) by it.
+        # (speedrun-tiny's V=96 has no BOS token: the recipe's BOS loader gives way to the window loader.)
         result = run(data + ["--recipe", "modded-2025-10-31", "--model", "speedrun-tiny", "--steps", 8,
-                             "--total-batch-tokens", 64])
+                             "--total-batch-tokens", 64, "--train-loader", "window"])
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         for option in ("recipe=\"modded-2025-10-31\"", "model=\"speedrun-tiny\"", "steps=8", "seq-len=64",
                        "lr-schedule=\"speedrun\"", "window-schedule=\"speedrun\"", "grad-clip=0", "lr=1.0"):
@@ -344,6 +347,71 @@ class TrainProgram(unittest.TestCase):
         self.assertIn("# optimizer: speedrun (NorMuon + sharded Adam)", result.stdout)
         self.expect_failure(self.tiny_args + ["--steps", 4, "--window-schedule", "speedrun"],
                             r"--window-schedule speedrun: GPT-2 models have no attention windows")
+
+    def test_bos_loader_trains_resumes_on_any_split_and_refuses_what_it_cannot_do(self):
+        # --train-loader auto picks the BOS loader (docs/bos_loader.md) for a speedrun model whose vocabulary
+        # holds <|endoftext|>: here a small one (L=8, C=32, V=50304; the presets are the record's size and the
+        # V=96 speedrun-tiny, which has no BOS token) on documents that each start with BOS, two sequences per
+        # step (one rank, two micro-steps), over two shards of about two steps each: step 3 comes from the second
+        # shard. AdamW (zero-adamw) keeps the steps cheap and the checkpoints re-shardable.
+        rng = np.random.default_rng(14)
+        pattern = rng.integers(0, 200, size=37)
+        for shard in (1, 2):
+            tokens = []
+            while len(tokens) < 300:
+                start = int(rng.integers(0, 37))
+                tokens += [50256] + [int(pattern[(start + i) % 37]) for i in range(int(rng.integers(4, 60)))]
+            write_shard(f"{self.tmp}/docs_train_{shard:06d}.bin", tokens)
+        model = f"{self.tmp}/speedrun_gpt2_vocab.bin"
+        write_speedrun_model(model, 8, 2, 16, 64, 8, 1)
+        data = ["--train-data", f"{self.tmp}/docs_train_*.bin", "--model", model, "-b", 1, "-t", 64, "--lr", "1e-2",
+                "--optimizer", "zero-adamw", "--fp8-head", "off"]
+        args = data + ["--total-batch-tokens", 128, "--steps", 3, "--checkpoint-every", 2]
+        out_dir, log = self.train_run("bos", args)
+        self.assertIn("# train loader: bos (documents cut to 2048 tokens, sequences/step=2) (--train-loader auto)\n",
+                      log)
+        train = losses(log)
+        self.assertEqual(sorted(train), [1, 2, 3])
+        self.assertLess(float(train[3]), float(train[1]))
+        # Resumed after step 2 on one rank: bit for bit.
+        resumed = f"{self.tmp}/bos_resumed"
+        os.makedirs(resumed)
+        for suffix in ("model.bin", "state_rank0.bin", "manifest.json"):
+            shutil.copy(f"{out_dir}/ckpt_000002_{suffix}", resumed)
+        _, resumed_log = self.train_run("bos_resumed", args + ["--resume", "latest"])
+        self.assertEqual(losses(resumed_log), {s: l for s, l in train.items() if s > 2})
+        self.assertEqual(read(f"{resumed}/ckpt_000003_model.bin"), read(f"{out_dir}/ckpt_000003_model.bin"))
+        self.assertEqual(state_without_time(f"{resumed}/ckpt_000003_state_rank0.bin"),
+                         state_without_time(f"{out_dir}/ckpt_000003_state_rank0.bin"))
+        # On two ranks without accumulation a step holds the same two sequences: step 3's loss, from the same
+        # parameters, is the mean of the same two per-sequence losses, up to the rounding of that mean (float
+        # on the device on one rank, double across ranks): one printed unit. Other sequences would differ by
+        # far more (the model has learnt part of the pattern: the loss fell by ~0.7).
+        checkpoint = f"{out_dir}/ckpt_000002"
+        if SETTINGS["mpiexec"] and (SETTINGS["gpus"] is None or SETTINGS["gpus"] >= 2):
+            two = run(data + ["--steps", 3, "--resume", checkpoint, "-o", f"{self.tmp}/bos_two_ranks"], mpi_ranks=2)
+            self.assertEqual(two.returncode, 0, two.stdout + two.stderr)
+            self.assertIn("sequences/step=2", two.stdout)
+            self.assertAlmostEqual(float(losses(two.stdout)[3]), float(train[3]), delta=1.01e-4)
+        # Another step size, another loader, --shuffle, a model without BOS, a shard without documents: one line.
+        state = f"{checkpoint}_state_rank0.bin"
+        self.expect_failure(data + ["--steps", 3, "--resume", checkpoint], re.escape(state) +
+                            r": its BOS loader position counts steps of 2 \(1 ranks x 2 micro-steps x B=1\) "
+                            r"sequences of T=64, this run deals 1 \(1 ranks x 1 micro-steps x B=1\) of T=64")
+        output = self.expect_failure(data + ["--total-batch-tokens", 128, "--steps", 3, "--resume", checkpoint,
+                                             "--train-loader", "window"],
+                                     re.escape(state) + r": was written with --train-loader bos, this run uses "
+                                     r"--train-loader window")
+        self.assertEqual(len([line for line in output.splitlines() if "was written with" in line]), 1)
+        self.expect_failure(data + ["--steps", 1, "--shuffle"],
+                            r"--shuffle cannot be used with --train-loader bos \(auto's choice for a speedrun model\)")
+        self.expect_failure(["--train-data", f"{self.tmp}/docs_train_*.bin", "--model", "speedrun-tiny", "-b", 1,
+                             "-t", 64, "--steps", 1, "--train-loader", "bos"],
+                            r"--train-loader bos: the model's vocabulary \(96 tokens\) has no BOS token 50256")
+        output = self.expect_failure(["--train-data", f"{self.tmp}/toy_train_*.bin"] + data[2:] + ["--steps", 1],
+                                     re.escape(f"{self.tmp}/toy_train_000001.bin") +
+                                     r": no document start \(token 50256\)")
+        self.assertEqual(len([line for line in output.splitlines() if "no document start" in line]), 1)
 
     def test_output_directory_and_its_parents_are_created(self):
         out_dir = f"{self.tmp}/not/there/yet"

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "llmc/atomic_file.h"
@@ -46,7 +47,7 @@ TrainState sample_state(size_t elements) {
   s.step = 1234; s.rank = 3; s.world_size = 4;
   s.config = GPT2Config{64, 300, 384, 2, 4, 64};
   s.train_position = DataLoaderPosition{2, 5, 77};
-  s.batch_size = 8; s.seq_len = 64;
+  s.batch_size = 8; s.seq_len = 64; s.grad_accum = 3;
   s.train_time_ms = 98765.432;
   for (size_t i = 0; i < elements; i++) {
     s.master.push_back(0.001f * static_cast<float>(i) - 0.3f);
@@ -90,9 +91,11 @@ TEST_F(StateFiles, RoundTripIsExact) {
   EXPECT_EQ(r.world_size, 4);
   EXPECT_EQ(r.config.padded_vocab_size, 384);
   EXPECT_EQ(r.config.channels, 64);
+  EXPECT_EQ(r.train_loader, TrainLoaderKind::kWindow);
   EXPECT_EQ(r.train_position, s.train_position);
   EXPECT_EQ(r.batch_size, 8);
   EXPECT_EQ(r.seq_len, 64);
+  EXPECT_EQ(r.grad_accum, 3);
   EXPECT_NEAR(r.train_time_ms, s.train_time_ms, 1e-3);
   EXPECT_EQ(r.shard_elements, 1000);
   EXPECT_EQ(r.checksum, written.checksum);
@@ -105,6 +108,45 @@ TEST_F(StateFiles, RoundTripIsExact) {
   std::vector<float> piece(3);
   read_train_state_range(path, header, StateArray::kAdamV, 10, 3, piece.data());
   EXPECT_EQ(piece, std::vector<float>(s.adam_v.begin() + 10, s.adam_v.begin() + 13));
+}
+
+// The BOS loader's position (epoch, shard, document, micro-step) in words 11-13 and 28, named by word 27.
+TEST_F(StateFiles, BosLoaderPositionRoundTrips) {
+  TrainState s = sample_state(2);
+  s.train_loader = TrainLoaderKind::kBos;
+  s.train_position = DataLoaderPosition{};
+  s.bos_position = BosLoaderPosition{3, 1, 4097, 2};
+  write_train_state(path("bos.bin"), s);
+  const TrainState r = read_train_state(path("bos.bin"));
+  EXPECT_EQ(r.train_loader, TrainLoaderKind::kBos);
+  EXPECT_EQ(r.bos_position, s.bos_position);
+  EXPECT_EQ(r.train_position, DataLoaderPosition{});
+  EXPECT_EQ(r.grad_accum, 3);
+  std::string bytes = read_all(path("bos.bin"));
+  const int64_t* words = reinterpret_cast<const int64_t*>(bytes.data());
+  EXPECT_EQ(words[11], 3);
+  EXPECT_EQ(words[12], 1);
+  EXPECT_EQ(words[13], 4097);
+  EXPECT_EQ(words[27], 1);
+  EXPECT_EQ(words[28], 2);
+  EXPECT_EQ(words[29], 3);
+  // A window state with a micro-step, an unknown loader, no gradient accumulation: corrupt (checked before
+  // the checksum, which these edits break too).
+  for (const auto& [word, value, needle] : std::vector<std::tuple<int, int64_t, std::string>>{
+           {27, 2, "unknown training loader 2"}, {29, 0, "gradient accumulation 0"}}) {
+    std::string edited = bytes;
+    std::memcpy(&edited[static_cast<size_t>(word) * 8], &value, 8);
+    write_all(path("edited.bin"), edited);
+    expect_error([&] { read_train_state(path("edited.bin")); },
+                 {path("edited.bin") + ": corrupt optimizer-state header: " + needle});
+  }
+  write_train_state(path("window.bin"), sample_state(2));
+  std::string window = read_all(path("window.bin"));
+  const int64_t micro_step = 1;
+  std::memcpy(&window[28 * 8], &micro_step, 8);
+  write_all(path("window_micro.bin"), window);
+  expect_error([&] { read_train_state(path("window_micro.bin")); },
+               {path("window_micro.bin") + ": corrupt optimizer-state header: BOS loader micro-step 1"});
 }
 
 TEST_F(StateFiles, SpeedrunFamilyRoundTrips) {
@@ -257,7 +299,9 @@ TEST_F(StateFiles, Version2FilesAreStillRead) {
   EXPECT_EQ(r.step, 40);
   EXPECT_EQ(r.rank, 1);
   EXPECT_EQ(r.config.padded_vocab_size, 384);
+  EXPECT_EQ(r.train_loader, TrainLoaderKind::kWindow);
   EXPECT_EQ(r.train_position, (DataLoaderPosition{1, 2, 3}));
+  EXPECT_EQ(r.grad_accum, 0);  // not recorded before version 4
   EXPECT_NEAR(r.train_time_ms, 5.0, 1e-9);
   EXPECT_EQ(r.master, (std::vector<float>{1.5f, -2.0f}));
   EXPECT_EQ(r.adam_m, (std::vector<float>{0.25f, 0.5f}));
@@ -268,11 +312,24 @@ TEST_F(StateFiles, Version2FilesAreStillRead) {
   write_all(path("v2_speedrun.bin"), file_with(with_optimizer));
   expect_error([&] { read_train_state(path("v2_speedrun.bin")); },
                {path("v2_speedrun.bin") + ": corrupt optimizer-state header: a version 2 file with version 3 fields"});
-  std::vector<int64_t> version4 = header;
-  version4[1] = 4;
-  write_all(path("v4.bin"), file_with(version4));
-  expect_error([&] { read_train_state(path("v4.bin")); },
-               {path("v4.bin") + ": unsupported optimizer-state version 4 (this build reads versions 2 to 3)"});
+  // Version 3 (the optimizer words, before the loader words): read as a window-loader state.
+  std::vector<int64_t> version3 = header;
+  version3[1] = 3;
+  write_all(path("v3.bin"), file_with(version3));
+  const TrainState v3 = read_train_state(path("v3.bin"));
+  EXPECT_EQ(v3.train_loader, TrainLoaderKind::kWindow);
+  EXPECT_EQ(v3.train_position, (DataLoaderPosition{1, 2, 3}));
+  EXPECT_EQ(v3.grad_accum, 0);
+  std::vector<int64_t> v3_bos = version3;
+  v3_bos[27] = 1;
+  write_all(path("v3_bos.bin"), file_with(v3_bos));
+  expect_error([&] { read_train_state(path("v3_bos.bin")); },
+               {path("v3_bos.bin") + ": corrupt optimizer-state header: a version 3 file with version 4 fields"});
+  std::vector<int64_t> version5 = header;
+  version5[1] = 5;
+  write_all(path("v5.bin"), file_with(version5));
+  expect_error([&] { read_train_state(path("v5.bin")); },
+               {path("v5.bin") + ": unsupported optimizer-state version 5 (this build reads versions 2 to 4)"});
 }
 
 TEST_F(StateFiles, BadFilesAreNamed) {

@@ -162,10 +162,19 @@ TEST(TrainOptions, ContradictionsAreNamed) {
   EXPECT_THROW(validate_train_options(o, 1), std::invalid_argument);
   o.warmup_steps = 0;
   EXPECT_NO_THROW(validate_train_options(o, 1));
+  o.shuffle = true;
+  o.train_loader = "bos";
+  try { validate_train_options(o, 1); FAIL() << "no error"; } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "--shuffle cannot be used with --train-loader bos: the BOS loader walks the "
+                                     "shards in order; drop --shuffle or pass --train-loader window");
+  }
+  o.train_loader = "window";
+  EXPECT_NO_THROW(validate_train_options(o, 1));
   CLI::App app;
   TrainOptions parsed;
   add_train_options(app, parsed);
   EXPECT_THROW(app.parse(std::vector<std::string>{"bogus", "--overlap"}), CLI::ValidationError);
+  EXPECT_THROW(app.parse(std::vector<std::string>{"documents", "--train-loader"}), CLI::ValidationError);
 }
 
 TEST(TrainOptions, SpeedrunSchedulesNeedFourSteps) {

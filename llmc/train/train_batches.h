@@ -1,0 +1,90 @@
+// The trainer's training micro-batches (--train-loader): one interface over llm.c's fixed windows
+// (llmc/data/dataloader.h) and the speedrun's BOS-aligned documents (llmc/data/bos_loader.h), each
+// filling B*T inputs and targets per micro-step and saving its place in a checkpoint's state header so
+// that a resumed run continues bit for bit (docs/bos_loader.md "In the trainer").
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "llmc/data/bos_loader.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/train/state.h"
+
+namespace llmc {
+
+struct TrainBatchesConfig {
+  std::string pattern;     // shell glob of the train shards
+  int64_t batch_size = 1;  // B: sequences per rank and micro-step
+  int64_t seq_len = 0;     // T (set by the caller)
+  int rank = 0;
+  int world_size = 1;
+  int grad_accum = 1;      // micro-steps per optimizer step
+  int vocab_size = 50257;
+  bool shuffle = false;    // window only
+  uint64_t seed = 0;       // of the shuffle
+};
+
+class TrainBatches {
+ public:
+  virtual ~TrainBatches() = default;
+  virtual TrainLoaderKind kind() const = 0;
+  // This rank's next micro-batch: B*T inputs and the B*T targets (each the token after its input).
+  virtual void next_batch(int32_t* inputs, int32_t* targets) = 0;
+  // The kind and the position of the next micro-batch, into a state about to be saved.
+  virtual void save_position(TrainStateHeader& state) const = 0;
+  // Continues where the writer of `written` (a state of this kind) stopped. Throws FileError naming
+  // `where` when this run cannot continue that position.
+  virtual void resume(const TrainStateHeader& written, const std::string& where) = 0;
+  // For the log header: "window" or "bos (documents cut to 2048 tokens, 8 sequences per step)".
+  virtual std::string describe() const = 0;
+};
+
+// llm.c's loader: rank r takes windows r*B .. r*B+B-1 of each global batch (with a background prefetch).
+// A checkpoint of another world_size*B*T continues at the same token (resume.h's resumed_position).
+class WindowBatches final : public TrainBatches {
+ public:
+  explicit WindowBatches(const TrainBatchesConfig& config);
+  TrainLoaderKind kind() const override { return TrainLoaderKind::kWindow; }
+  void next_batch(int32_t* inputs, int32_t* targets) override { loader_.next_batch(inputs, targets); }
+  void save_position(TrainStateHeader& state) const override;
+  void resume(const TrainStateHeader& written, const std::string& where) override;
+  std::string describe() const override;
+
+ private:
+  DataLoader loader_;
+};
+
+// The speedrun's loader with B rows per micro-step: a BosLoader dealing world_size * grad_accum * B
+// sequences per step, called B times per micro-step, so that rank r's micro-step k, row b is sequence
+// (k*B + b) * world_size + r of the step. Which sequences a step trains on therefore depends only on
+// world_size * grad_accum * B, not on how it splits into ranks, micro-steps and rows; a position saved at
+// a step boundary continues on any split with the same product (and T), and is refused otherwise.
+class BosBatches final : public TrainBatches {
+ public:
+  explicit BosBatches(const TrainBatchesConfig& config, const BosLoaderPosition& start = BosLoaderPosition{});
+  TrainLoaderKind kind() const override { return TrainLoaderKind::kBos; }
+  void next_batch(int32_t* inputs, int32_t* targets) override;
+  void save_position(TrainStateHeader& state) const override;
+  void resume(const TrainStateHeader& written, const std::string& where) override;
+  std::string describe() const override;
+  int64_t sequences_per_step() const { return loader_->sequences_per_step(); }
+  BosLoaderPosition position() const { return loader_->position(); }
+
+ private:
+  BosLoaderConfig loader_config_;
+  int64_t batch_size_;
+  std::unique_ptr<BosLoader> loader_;  // replaced by resume()
+  PackedSequence sequence_;
+};
+
+// --train-loader `option` (auto, window, bos) for a model of `family` with `vocab_size` tokens: auto is bos
+// for a speedrun model whose vocabulary holds the BOS token (which the model finds documents by), window
+// otherwise (GPT-2: llm.c's behaviour; the speedrun-tiny test preset, V = 96). Throws std::invalid_argument
+// naming the options: bos for a vocabulary without the BOS token, bos (chosen or auto's) with --shuffle.
+TrainLoaderKind choose_train_loader(const std::string& option, ModelFamilyId family, int vocab_size, bool shuffle);
+
+std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const TrainBatchesConfig& config);
+
+}  // namespace llmc
