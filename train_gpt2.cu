@@ -141,16 +141,24 @@ TrainLoaderKind train_loader_kind(const TrainOptions& opt, const ModelFamily& fa
   return choose_train_loader(opt.train_loader, family.id(), family.vocab_size(), opt.shuffle);
 }
 
-std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const TrainOptions& opt,
-                                                 const CommContext& comm, const ModelFamily& family, int grad_accum) {
-  TrainBatchesConfig config;
-  config.pattern = opt.train_data;
+// The fields both loaders' configurations share.
+template <class LoaderConfig>
+LoaderConfig loader_config(const std::string& pattern, const TrainOptions& opt, const CommContext& comm,
+                           int vocab_size) {
+  LoaderConfig config;
+  config.pattern = pattern;
   config.batch_size = opt.batch_size;
   config.seq_len = opt.seq_len;
   config.rank = comm.rank();
   config.world_size = comm.world_size();
+  config.vocab_size = vocab_size;
+  return config;
+}
+
+std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const TrainOptions& opt,
+                                                 const CommContext& comm, const ModelFamily& family, int grad_accum) {
+  TrainBatchesConfig config = loader_config<TrainBatchesConfig>(opt.train_data, opt, comm, family.vocab_size());
   config.grad_accum = grad_accum;
-  config.vocab_size = family.vocab_size();
   config.shuffle = opt.shuffle;
   config.seed = opt.seed;
   return make_train_batches(kind, config);
@@ -158,13 +166,7 @@ std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const Tra
 
 std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommContext& comm, int vocab_size) {
   if (opt.val_tokens <= 0) return nullptr;
-  ValLoaderConfig config;
-  config.pattern = opt.val_data;
-  config.batch_size = opt.batch_size;
-  config.seq_len = opt.seq_len;
-  config.rank = comm.rank();
-  config.world_size = comm.world_size();
-  config.vocab_size = vocab_size;
+  ValLoaderConfig config = loader_config<ValLoaderConfig>(opt.val_data, opt, comm, vocab_size);
   config.val_tokens = opt.val_tokens;
   return std::make_unique<ValLoader>(config);
 }

@@ -153,6 +153,22 @@ ncclResult_t check_mpi_count(const char* function, size_t count) {
   return ncclSuccess;
 }
 
+// The checks every reduction call starts with: the communicator, the datatype and op, the count.
+ncclResult_t check_reduction_call(const char* function, ncclComm_t comm, ncclDataType_t type, ncclRedOp_t op,
+                                  size_t count) {
+  if (ncclResult_t r = check_comm(function, comm); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_reduction(function, type, op); r != ncclSuccess) return r;
+  return check_mpi_count(function, count);
+}
+
+ncclResult_t check_root(const char* function, int root, const ncclComm* comm) {
+  if (root < 0 || root >= comm->nranks) {
+    return fail(ncclInvalidArgument, std::string(function) + ": root " + std::to_string(root) +
+                                         " is not a rank of the communicator");
+  }
+  return ncclSuccess;
+}
+
 void mpi_or_throw(int code, const char* call) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING] = {0};
@@ -488,9 +504,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
   const char* function = "ncclReduceScatter";
-  if (ncclResult_t r = check_comm(function, comm); r != ncclSuccess) return r;
-  if (ncclResult_t r = check_reduction(function, datatype, op); r != ncclSuccess) return r;
-  if (ncclResult_t r = check_mpi_count(function, recvcount); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_reduction_call(function, comm, datatype, op, recvcount); r != ncclSuccess) return r;
   const size_t element = datatype_size(datatype);
   const size_t recv_bytes = recvcount * element;
   const size_t send_bytes = recv_bytes * static_cast<size_t>(comm->nranks);
@@ -513,9 +527,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   const char* function = "ncclAllReduce";
-  if (ncclResult_t r = check_comm(function, comm); r != ncclSuccess) return r;
-  if (ncclResult_t r = check_reduction(function, datatype, op); r != ncclSuccess) return r;
-  if (ncclResult_t r = check_mpi_count(function, count); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_reduction_call(function, comm, datatype, op, count); r != ncclSuccess) return r;
   const size_t bytes = count * datatype_size(datatype);
   if (ncclResult_t r = check_device_buffer(function, "sendbuff", sendbuff, bytes); r != ncclSuccess) return r;
   if (ncclResult_t r = check_device_buffer(function, "recvbuff", recvbuff, bytes); r != ncclSuccess) return r;
@@ -534,13 +546,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                         int root, ncclComm_t comm, cudaStream_t stream) {
   const char* function = "ncclReduce";
-  if (ncclResult_t r = check_comm(function, comm); r != ncclSuccess) return r;
-  if (ncclResult_t r = check_reduction(function, datatype, op); r != ncclSuccess) return r;
-  if (ncclResult_t r = check_mpi_count(function, count); r != ncclSuccess) return r;
-  if (root < 0 || root >= comm->nranks) {
-    return fail(ncclInvalidArgument, std::string(function) + ": root " + std::to_string(root) +
-                                         " is not a rank of the communicator");
-  }
+  if (ncclResult_t r = check_reduction_call(function, comm, datatype, op, count); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_root(function, root, comm); r != ncclSuccess) return r;
   const size_t bytes = count * datatype_size(datatype);
   if (ncclResult_t r = check_device_buffer(function, "sendbuff", sendbuff, bytes); r != ncclSuccess) return r;
   if (comm->rank == root) {
@@ -590,10 +597,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
     return fail(ncclInvalidArgument, std::string(function) + ": unknown datatype " +
                                          std::to_string(static_cast<int>(datatype)));
   }
-  if (root < 0 || root >= comm->nranks) {
-    return fail(ncclInvalidArgument, std::string(function) + ": root " + std::to_string(root) +
-                                         " is not a rank of the communicator");
-  }
+  if (ncclResult_t r = check_root(function, root, comm); r != ncclSuccess) return r;
   const size_t bytes = count * element;
   if (ncclResult_t r = check_mpi_count(function, bytes); r != ncclSuccess) return r;
   if (comm->rank == root) {

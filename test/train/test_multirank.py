@@ -461,6 +461,9 @@ class SpeedrunOptimizer(MultiRankCase):
     re-shard 2 -> 1 and 1 -> 2. The optimizer's parameters themselves are compared bitwise across 1, 2 and 4 ranks by
     test/optim/test_speedrun_optimizer.cu."""
 
+    ARGS = ["--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", "1.0",
+            "--lr-schedule", "constant", "--grad-clip", "0", "--seed", "7", "--optimizer", "speedrun"]
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -470,8 +473,7 @@ class SpeedrunOptimizer(MultiRankCase):
         tokens = (np.arange(4096) * 7 + rng.integers(0, 3, 4096)) % 96  # speedrun-tiny: V = 96
         mr.write_shard(os.path.join(data, "train_000001.bin"), tokens)
         cls.train_data = os.path.join(data, "train_*.bin")
-        args = ["--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", "1.0",
-                "--lr-schedule", "constant", "--grad-clip", "0", "--seed", "7", "--optimizer", "speedrun"]
+        args = cls.ARGS
         cls.train("np1_accum", 1, args + ["--total-batch-tokens", "128", "--checkpoint-every", "1"])
         for mode in ("none", "rs", "full"):
             every_step = ["--checkpoint-every", "1"] if mode == "full" else []
@@ -491,8 +493,7 @@ class SpeedrunOptimizer(MultiRankCase):
         # for the train-time word and the checksum over it).
         whole = self.runs["np2_full"]
         self.assert_ok(whole)
-        args = ["--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", "1.0",
-                "--lr-schedule", "constant", "--grad-clip", "0", "--seed", "7", "--optimizer", "speedrun"]
+        args = self.ARGS
         resumed = self.train("np2_resumed", 2, args + ["--resume", whole.checkpoint(1)])
         self.assertEqual(resumed.returncode, 0, resumed.describe())
         self.assertEqual(sorted(resumed.steps), list(range(2, STEPS + 1)), resumed.describe())
@@ -515,8 +516,7 @@ class SpeedrunOptimizer(MultiRankCase):
         # 2 ranks -> 1 after step 1 (the saved local Adam gradients become their mean over the old ranks) and
         # 1 -> 2 after step 2 (Adam's moments and the Muon state move to their new owners): the resumed steps
         # agree with the uninterrupted run on the new ranks as 2 ranks agree with 1 (the fp32 reduction order).
-        args = ["--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", "1.0",
-                "--lr-schedule", "constant", "--grad-clip", "0", "--seed", "7", "--optimizer", "speedrun"]
+        args = self.ARGS
         moves = (("np1_from_np2", 1, self.runs["np2_full"], 1, self.runs["np1_accum"], ["--total-batch-tokens", "128"]),
                  ("np2_from_np1", 2, self.runs["np1_accum"], 2, self.runs["np2_full"], []))
         for name, ranks, writer, after, reference, extra in moves:
