@@ -217,6 +217,10 @@ void CommContext::all_reduce_avg(__nv_bfloat16* data, size_t count, cudaStream_t
   NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type<__nv_bfloat16>(), ncclAvg, nccl_comm_, stream));
 }
 
+void CommContext::group_start() const { NCCL_CHECK(ncclGroupStart()); }
+
+void CommContext::group_end() const { NCCL_CHECK(ncclGroupEnd()); }
+
 void CommContext::reduce_avg(float* data, size_t count, int root, cudaStream_t stream) const {
   NCCL_CHECK(ncclReduce(data, data, count, nccl_type<float>(), ncclAvg, root, nccl_comm_, stream));
 }

@@ -72,6 +72,10 @@ class CommContext : public RankGroup {
   [[noreturn]] void abort_job(const std::string& why, int exit_code) const;
 
   // ---- stream-ordered collectives on device buffers (NCCL; all ranks, same order) ----
+  // The collectives enqueued between group_start() and group_end() start together at group_end (one
+  // launch where there would be one per call; NCCL groups): record events after group_end, not between.
+  void group_start() const;
+  void group_end() const;
   // recv[i] = mean over ranks of send[rank * recv_count + i]; send holds world_size * recv_count
   // elements. In place when recv == send + rank * recv_count.
   void reduce_scatter_avg(const float* send, float* recv, size_t recv_count, cudaStream_t stream) const;

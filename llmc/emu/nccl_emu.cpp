@@ -51,9 +51,18 @@ namespace {
 using llmc::emu::EmulatedDevice;
 using llmc::emu::MemoryKind;
 
-// NCCL's last-error text and group nesting are per host thread in this emulation.
+// A collective called inside ncclGroupStart/End, held until the outermost ncclGroupEnd.
+struct DeferredCall {
+  const char* function;
+  ncclComm* comm;
+  cudaStream_t stream;
+  std::function<void()> work;
+};
+
+// NCCL's last-error text, group nesting and a group's calls are per host thread, as in NCCL.
 thread_local std::string last_error_text;
 thread_local int group_depth = 0;
+thread_local std::vector<DeferredCall> deferred_calls;
 
 ncclResult_t fail(ncclResult_t code, const std::string& text) {
   last_error_text = text;
@@ -308,7 +317,7 @@ void CUDART_CB run_host_task(void* task) {
 }
 
 // Puts `work` on `stream` (cudaLaunchHostFunc: the stream's worker runs it in stream order).
-ncclResult_t enqueue(const char* function, ncclComm* comm, cudaStream_t stream, std::function<void()> work) {
+ncclResult_t enqueue_now(const char* function, ncclComm* comm, cudaStream_t stream, std::function<void()> work) {
   {
     std::lock_guard<std::mutex> lock(comm->mutex);
     ++comm->pending;
@@ -330,6 +339,17 @@ ncclResult_t enqueue(const char* function, ncclComm* comm, cudaStream_t stream, 
                                             cudaGetErrorString(code));
   }
   return ncclSuccess;
+}
+
+// Enqueues `work` now, or inside a group at the outermost ncclGroupEnd: NCCL launches a group's operations
+// only then, so work recorded on the stream between a grouped call and ncclGroupEnd (an event, a kernel)
+// runs before the collective, here as on a GPU.
+ncclResult_t enqueue(const char* function, ncclComm* comm, cudaStream_t stream, std::function<void()> work) {
+  if (group_depth > 0) {
+    deferred_calls.push_back({function, comm, stream, std::move(work)});
+    return ncclSuccess;
+  }
+  return enqueue_now(function, comm, stream, std::move(work));
 }
 
 void wait_until_idle(ncclComm* comm) {
@@ -487,8 +507,8 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   return ncclSuccess;
 }
 
-// Calls inside a group are enqueued at once, in call order: a valid schedule for collectives,
-// which the project only groups on one communicator.
+// Calls inside a group are enqueued at the outermost ncclGroupEnd, in call order: a valid schedule for
+// collectives, which the project only groups on one communicator.
 ncclResult_t ncclGroupStart() {
   ++group_depth;
   return ncclSuccess;
@@ -496,7 +516,13 @@ ncclResult_t ncclGroupStart() {
 
 ncclResult_t ncclGroupEnd() {
   if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: not inside ncclGroupStart");
-  --group_depth;
+  if (--group_depth > 0) return ncclSuccess;
+  std::vector<DeferredCall> calls;
+  calls.swap(deferred_calls);
+  for (DeferredCall& call : calls) {
+    if (ncclResult_t r = enqueue_now(call.function, call.comm, call.stream, std::move(call.work)); r != ncclSuccess)
+      return r;
+  }
   return ncclSuccess;
 }
 

@@ -145,9 +145,9 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
       tracer_(tracer),
       compute_stream_(model.stream()),
       comm_stream_(comm.comm_stream()),
-      // Per step at most a reduce-scatter and an all-gather per bucket, a reduce (or all-reduce) and a
-      // broadcast per Muon matrix (4 per tensor) and the norm's all-reduce; four steps' worth (two in flight).
-      watch_(comm.device(), 4 * (2 * model.layout().buckets.size() + 8 * model.layout().tensors.size() + 1)),
+      // Per step and bucket at most a reduce-scatter, a group of Muon reduces, a group of broadcasts and an
+      // all-gather, and the norm's all-reduce; four steps' worth (at most two are in flight).
+      watch_(comm.device(), 4 * (4 * model.layout().buckets.size() + 1)),
       params_ready_(model.layout().num_buckets()) {
   const ParamLayout& layout = model.layout();
   for (int b = 0; b < layout.num_buckets(); b++)
@@ -478,23 +478,23 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
     size_t bytes = 0;
     for (const MuonSpan& span : plan.muon_spans) bytes += span.length * sizeof(floatX);
     traced(tracer_, comm_stream_, "muon_reduce", {{"bucket", bucket}, {"bytes", bytes}}, [&] {
-      for (const MuonSpan& span : plan.muon_spans) reduce_muon_span(span, bucket);
+      comm_.group_start();
+      for (const MuonSpan& span : plan.muon_spans) reduce_muon_span(span);
+      comm_.group_end();
     });
+    watch_.enqueued("muon_reduce", &bucket_labels_[bucket], step_, comm_stream_);
   }
   CUDA_CHECK(cudaEventRecord(reduced_[bucket], comm_stream_));
 }
 
 // The mean gradient of a span where it is needed: on its owner (a reduce), or on every rank for a replicated
-// span (an all-reduce). The other ranks' gradients stay local: nothing reads them.
-void SpeedrunOptimizer::reduce_muon_span(const MuonSpan& span, int bucket) {
+// span (an all-reduce). The other ranks' gradients stay local: nothing reads them. Inside the bucket's group.
+void SpeedrunOptimizer::reduce_muon_span(const MuonSpan& span) {
   floatX* grads = model_.grads() + span.offset;
-  if (span.owner == kAllRanks) {
+  if (span.owner == kAllRanks)
     comm_.all_reduce_avg(grads, span.length, comm_stream_);
-    watch_.enqueued("all_reduce", &bucket_labels_[bucket], step_, comm_stream_);
-  } else {
+  else
     comm_.reduce_avg(grads, span.length, span.owner, comm_stream_);
-    watch_.enqueued("reduce", &bucket_labels_[bucket], step_, comm_stream_);
-  }
 }
 
 void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
@@ -559,10 +559,15 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
   CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, updated_[bucket], 0));
   BucketPlan& plan = buckets_[bucket];
   floatX* params = model_.params();
-  for (const MuonSpan& span : plan.muon_spans) {
-    if (span.owner == kAllRanks || comm_.world_size() == 1) continue;  // every rank updated it
-    traced(tracer_, comm_stream_, "broadcast", {{"bucket", bucket}, {"root", span.owner}},
-           [&] { comm_.broadcast(params + span.offset, span.length, span.owner, comm_stream_); });
+  const bool owned_spans = std::any_of(plan.muon_spans.begin(), plan.muon_spans.end(),
+                                      [](const MuonSpan& span) { return span.owner != kAllRanks; });
+  if (comm_.world_size() > 1 && owned_spans) {
+    traced(tracer_, comm_stream_, "broadcast", {{"bucket", bucket}}, [&] {
+      comm_.group_start();  // one launch for the bucket's owners
+      for (const MuonSpan& span : plan.muon_spans)
+        if (span.owner != kAllRanks) comm_.broadcast(params + span.offset, span.length, span.owner, comm_stream_);
+      comm_.group_end();
+    });
     watch_.enqueued("broadcast", &bucket_labels_[bucket], step_, comm_stream_);
   }
   if (plan.has_adam() && adam_step() && comm_.world_size() > 1) {

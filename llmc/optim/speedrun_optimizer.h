@@ -100,7 +100,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   double adam_lr_multiplier(int kind) const;
   bool adam_step() const { return settings_.schedule.adam_steps_at(step_ - 1); }
   void reduce_bucket(int bucket);  // comm stream
-  void reduce_muon_span(const MuonSpan& span, int bucket);
+  void reduce_muon_span(const MuonSpan& span);
   void update_bucket(int bucket);  // update stream
   void share_bucket(int bucket);   // comm stream, then param_ready[bucket]
   void update_muon(const MuonBatch& batch);

@@ -309,6 +309,32 @@ TEST(Collectives, MaxAndInt32Sum) {
   EXPECT_EQ(int_out.download_raw(), expected_sum);
 }
 
+// NCCL launches a group's collectives at ncclGroupEnd: an event recorded on the stream between a grouped call
+// and ncclGroupEnd completes before the collective, which has not touched the data yet (the emulation
+// defers the calls as NCCL does, so that a wait placed inside a group fails here as on a GPU).
+TEST(Collectives, GroupedCallsStartAtGroupEnd) {
+  CommContext& comm = comm_context();
+  const int world = comm.world_size(), rank = comm.rank();
+  const size_t count = 257;
+  std::vector<float> mine(count), expected(count);
+  for (size_t i = 0; i < count; ++i) {
+    mine[i] = fp32_input(rank, i);
+    expected[i] = static_cast<float>(exact_sum(fp32_input, world, i));
+  }
+  DeviceBuffer<float> data(mine);
+  cudaEvent_t inside_group;
+  CUDA_CHECK(cudaEventCreateWithFlags(&inside_group, cudaEventDisableTiming));
+  NCCL_CHECK(ncclGroupStart());
+  NCCL_CHECK(ncclAllReduce(data.get(), data.get(), count, ncclFloat32, ncclSum, comm.nccl(), comm.comm_stream()));
+  CUDA_CHECK(cudaEventRecord(inside_group, comm.comm_stream()));
+  CUDA_CHECK(cudaEventSynchronize(inside_group));  // done: nothing is ahead of it on the stream
+  EXPECT_EQ(data.download_raw(), mine);
+  NCCL_CHECK(ncclGroupEnd());
+  CUDA_CHECK(cudaStreamSynchronize(comm.comm_stream()));
+  EXPECT_EQ(data.download_raw(), expected);
+  CUDA_CHECK(cudaEventDestroy(inside_group));
+}
+
 // What real NCCL supports (fp16) or leaves undefined (bad overlap), the emulation refuses by name.
 TEST(Collectives, EmulationRejectsWhatItCannotDoCorrectly) {
   if (!LLMC_IS_EMULATION) GTEST_SKIP() << "emulation-only behaviour";
