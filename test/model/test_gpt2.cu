@@ -13,6 +13,7 @@
 #include "llmc/model/model_config.h"
 #include "llmc/model/param_init.h"
 #include "test/support/gpu_test.h"
+#include "test/support/stream_test.h"
 #include "test/reference/reference_gpt2.h"
 
 namespace {
@@ -74,17 +75,7 @@ void expect_grads_close(const GPT2Layout& layout, const std::vector<float>& got,
     }
 }
 
-class GPT2Model : public ::testing::Test {
- protected:
-  void SetUp() override {
-    LLMC_REQUIRE_GPU();
-    CUDA_CHECK(cudaStreamCreate(&stream));
-  }
-  void TearDown() override {
-    if (stream) CUDA_CHECK(cudaStreamDestroy(stream));
-  }
-  cudaStream_t stream = nullptr;
-};
+class GPT2Model : public llmc::test::StreamTest {};
 
 // One forward + backward of the device model and of the reference on the same parameters and batch.
 void expect_model_matches_reference(const GPT2Config& config, int B, uint64_t param_seed, uint32_t batch_seed,

@@ -22,6 +22,7 @@
 #include "llmc/model/speedrun_model.h"
 #include "test/reference/reference_speedrun.h"
 #include "test/support/gpu_test.h"
+#include "test/support/stream_test.h"
 
 namespace {
 
@@ -141,17 +142,7 @@ void expect_grads_close(const SpeedrunLayout& layout, const std::vector<float>& 
     }
 }
 
-class SpeedrunModelTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    LLMC_REQUIRE_GPU();
-    CUDA_CHECK(cudaStreamCreate(&stream));
-  }
-  void TearDown() override {
-    if (stream) CUDA_CHECK(cudaStreamDestroy(stream));
-  }
-  cudaStream_t stream = nullptr;
-};
+class SpeedrunModelTest : public llmc::test::StreamTest {};
 
 // One forward + backward of the device model and of the reference on the same parameters and batch.
 void expect_model_matches_reference(const SpeedrunConfig& config, int short_blocks, int long_blocks, uint64_t seed,
@@ -233,12 +224,25 @@ TEST_F(SpeedrunModelTest, GradientsAccumulateAndBucketsReportInBackwardOrder) {
   EXPECT_EQ(static_cast<int>(expected.size()), model.layout().num_buckets());
 }
 
+// A training step's loss and gradients.
+struct LossAndGrads {
+  double loss;
+  std::vector<float> grads;
+};
+
+// `run` (a training step of a fresh model) twice: the same loss and gradients, bit for bit.
+template <class Run>
+void expect_bitwise_repeatable(Run run) {
+  const LossAndGrads first = run();
+  const LossAndGrads second = run();
+  EXPECT_EQ(second.loss, first.loss);
+  EXPECT_TRUE(second.grads == first.grads) << "gradients differ between two identical runs";
+}
+
 TEST_F(SpeedrunModelTest, TwoRunsAreBitwiseIdenticalAndValidationGivesTheSameLoss) {
   const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
   const Batch batch = random_batch(config.max_seq_len, config.vocab_size, 5);
-  std::vector<float> first_grads;
-  double first_loss = 0.0;
-  for (int run = 0; run < 2; run++) {
+  expect_bitwise_repeatable([&] {
     SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
     ref::SpeedrunParams params = test_params(config, 9);
     model.upload_params(to_layout(model.layout(), params));
@@ -247,15 +251,8 @@ TEST_F(SpeedrunModelTest, TwoRunsAreBitwiseIdenticalAndValidationGivesTheSameLos
     model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
     EXPECT_EQ(model.mean_loss(1), validation_loss);
     model.backward(true);
-    const std::vector<float> grads = model.download_grads();
-    if (run == 0) {
-      first_grads = grads;
-      first_loss = model.mean_loss(1);
-    } else {
-      EXPECT_EQ(model.mean_loss(1), first_loss);
-      EXPECT_TRUE(grads == first_grads) << "gradients differ between two identical runs";
-    }
-  }
+    return LossAndGrads{model.mean_loss(1), model.download_grads()};
+  });
 }
 
 // SPEEDRUN.md section 4: the zero head gives uniform logits of 15, so the loss is ln V per token, and
@@ -420,9 +417,7 @@ TEST_F(SpeedrunModelTest, Fp8HeadRunsAreBitwiseIdenticalAndValidationStaysBf16) 
     bf16_model.forward(batch.inputs.data(), batch.targets.data(), 0, false, 0.0f);
     bf16_validation = bf16_model.mean_loss(1);
   }
-  std::vector<float> first_grads;
-  double first_loss = 0.0;
-  for (int run = 0; run < 2; run++) {
+  expect_bitwise_repeatable([&] {
     SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos, SpeedrunHead::kFp8);
     model.upload_params(to_layout(model.layout(), params));
     model.forward(batch.inputs.data(), batch.targets.data(), 0, false, 0.0f);
@@ -430,15 +425,8 @@ TEST_F(SpeedrunModelTest, Fp8HeadRunsAreBitwiseIdenticalAndValidationStaysBf16) 
     model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f / 64);
     EXPECT_NE(model.mean_loss(1), bf16_validation) << "the training forward did not run the FP8 head";
     model.backward(true);
-    const std::vector<float> grads = model.download_grads();
-    if (run == 0) {
-      first_grads = grads;
-      first_loss = model.mean_loss(1);
-    } else {
-      EXPECT_EQ(model.mean_loss(1), first_loss);
-      EXPECT_TRUE(grads == first_grads) << "gradients differ between two identical runs";
-    }
-  }
+    return LossAndGrads{model.mean_loss(1), model.download_grads()};
+  });
 }
 
 // The workspace and the fp32 dW_head are part of the activations; shapes off the multiples of 16 refuse.
