@@ -45,13 +45,6 @@ elseif(LLMC_HAVE_CUDA)
   set_tests_properties(gpu_test_binaries PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
 endif()
 
-# Emulated test binaries compile at -O1 in Release builds: code generation is most of a fresh build (one
-# kernel test source: 20 s of CPU at -O3, 12 s at -O1) and their tests run a third longer at most
-# (kernels_bf16_emu: 3.6 s -> 5.0 s of CPU, with the emulation itself at -O1 too). Results are the same
-# (no fast-math, no contraction under -std=c++17). Programs and the emulation library stay at -O3.
-function(llmc_emu_test_optimisation target)
-  target_compile_options(${target} PRIVATE $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
-endfunction()
 
 # Writes, for each .cu in SOURCES, a .cpp under the build tree that #includes it, so that g++ compiles the
 # very same file (PURPOSE goes into the wrapper's comment). Result (list of .cpp paths) in OUT_VAR.
@@ -99,7 +92,6 @@ function(llmc_add_cu_test)
   endif()
   llmc_emu_wrap_sources(emu_sources ${ARG_NAME}_emu ${ARG_SOURCES})
   add_executable(${ARG_NAME}_emu ${emu_sources})
-  llmc_emu_test_optimisation(${ARG_NAME}_emu)
   target_link_libraries(${ARG_NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest
                         ${ARG_LIBS} ${ARG_EMU_LIBS})
   foreach(schedule IN ITEMS default ${ARG_ALSO_SCHEDULES})

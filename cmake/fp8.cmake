@@ -34,7 +34,6 @@ llmc_kernel_mutant(fp8_mutant_fixed_grad_scale test/kernels/test_fp8_mutant.cu "
 
 llmc_emu_wrap_sources(fp8_mutant_control_sources fp8_mutant_control_emu test/kernels/test_fp8_mutant.cu)
 add_executable(fp8_mutant_control_emu ${fp8_mutant_control_sources})
-llmc_emu_test_optimisation(fp8_mutant_control_emu)
 target_compile_definitions(fp8_mutant_control_emu PRIVATE LLMC_FP8_MUTANT_CONTROL)
 target_link_libraries(fp8_mutant_control_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest)
 gtest_discover_tests(fp8_mutant_control_emu TEST_PREFIX "fp8_mutant_control." DISCOVERY_MODE PRE_TEST

@@ -41,7 +41,6 @@ gtest_discover_tests(test_sampler PROPERTIES LABELS generate)
 # emulated), and 20 greedy tokens of generate_gpt2 (fp32 emulated).
 llmc_emu_wrap_sources(forward_probe_sources forward_probe_fp32_emu test/generate/forward_probe.cu)
 add_executable(forward_probe_fp32_emu ${forward_probe_sources})
-llmc_emu_test_optimisation(forward_probe_fp32_emu)
 target_link_libraries(forward_probe_fp32_emu PRIVATE llmc_model_core_fp32_emu CLI11::CLI11 nlohmann_json::nlohmann_json)
 add_test(NAME hf_transformers_oracle
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/generate/check_hf_transformers.py
@@ -75,8 +74,6 @@ endif()
 # smoke-tested running the decoder at d1 so that the benchmark cannot rot).
 llmc_add_cu_executable(NAME bench_generate BENCHMARK SOURCES test/generate/bench_generate.cu LIBS llmc_generate CLI11::CLI11
   EMU_LIBS llmc_model_core_bf16_emu CUDA_LIBS llmc_model_core_bf16_cuda)
-# Its emulated build is a smoke test (CPU timings of the emulation say nothing of a GPU): -O1, as the tests.
-llmc_emu_test_optimisation(bench_generate_emu)
 add_test(NAME generate_bench_smoke_emu
   COMMAND bench_generate_emu --model d1 --prompt-tokens 5 --new-tokens 3 --contexts 8 --run)
 set_tests_properties(generate_bench_smoke_emu PROPERTIES LABELS generate TIMEOUT 120)

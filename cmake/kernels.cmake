@@ -47,7 +47,6 @@ llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
 llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES}
                       test/kernels/test_encoder_layernorm.cu test/kernels/test_classifier_optimizer.cu)
 add_executable(kernel_mutants_fp32_emu ${llmc_kernel_mutant_sources})
-llmc_emu_test_optimisation(kernel_mutants_fp32_emu)
 target_link_libraries(kernel_mutants_fp32_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
 target_compile_definitions(kernel_mutants_fp32_emu PRIVATE LLMC_FP32 LLMC_KERNEL_MUTANTS)
 add_test(NAME kernels_mutants_emu
@@ -58,8 +57,6 @@ set_tests_properties(kernels_mutants_emu PROPERTIES LABELS kernels TIMEOUT 300)
 # Per-kernel timing at a chosen model size (bench_kernels on a GPU, bench_kernels_emu on the CPU).
 # The emulated build is smoke-tested at a tiny size so that the benchmark cannot rot.
 llmc_add_cu_executable(NAME bench_kernels BENCHMARK SOURCES test/kernels/bench_kernels.cu LIBS CLI11::CLI11 llmc_shards)
-# Its emulated build is a smoke test (CPU timings of the emulation say nothing of a GPU): -O1, as the tests.
-llmc_emu_test_optimisation(bench_kernels_emu)
 add_test(NAME kernels_bench_smoke_emu
   COMMAND bench_kernels_emu --batch 1 --seq 64 --channels 128 --heads 2 --vocab 200 --params 5000 --repeats 1)
 set_tests_properties(kernels_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
@@ -93,7 +90,6 @@ function(llmc_kernel_mutant NAME TEST_SOURCE HEADERS FILE LINE)
   endforeach()
   llmc_emu_wrap_sources(sources ${NAME}_emu ${TEST_SOURCE})
   add_executable(${NAME}_emu ${sources})
-  llmc_emu_test_optimisation(${NAME}_emu)
   target_include_directories(${NAME}_emu BEFORE PRIVATE ${directory}/include)
   target_link_libraries(${NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
   gtest_discover_tests(${NAME}_emu TEST_PREFIX "${NAME}." DISCOVERY_MODE PRE_TEST
@@ -119,8 +115,6 @@ llmc_kernel_mutant(kv_cache_mutant_without_barrier test/kernels/test_kv_cache_mu
 # FLOPs and ceilings, and is smoke-tested running the kernels at a tiny size).
 llmc_add_cu_executable(NAME bench_window_attention BENCHMARK SOURCES test/kernels/bench_window_attention.cu
                        LIBS CLI11::CLI11 llmc_data)
-# Its emulated build is a smoke test (CPU timings of the emulation say nothing of a GPU): -O1, as the tests.
-llmc_emu_test_optimisation(bench_window_attention_emu)
 add_test(NAME window_attention_bench_smoke_emu
   COMMAND bench_window_attention_emu --tokens 300 --heads 1 --windows 64,1000 --run --repeats 1 --simple)
 set_tests_properties(window_attention_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
@@ -129,8 +123,6 @@ set_tests_properties(window_attention_bench_smoke_emu PROPERTIES LABELS kernels 
 # on a GPU. Smoke-tested emulated at a tiny shape, plus the record-shape rows without running (--dry-run).
 llmc_add_cu_executable(NAME bench_speedrun_kernels BENCHMARK SOURCES test/kernels/bench_speedrun_kernels.cu
                        LIBS CLI11::CLI11)
-# Its emulated build is a smoke test (CPU timings of the emulation say nothing of a GPU): -O1, as the tests.
-llmc_emu_test_optimisation(bench_speedrun_kernels_emu)
 add_test(NAME kernels_speedrun_bench_smoke_emu
   COMMAND bench_speedrun_kernels_emu --tokens 64 --channels 64 --heads 2 --vocab 256 --repeats 1)
 add_test(NAME kernels_speedrun_bench_rows_emu COMMAND bench_speedrun_kernels_emu --dry-run)
