@@ -158,9 +158,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(one_of({"none", "rs", "full"}));
   app.add_option("--optimizer", o.optimizer,
                  "zero-adamw (ZeRO-1 AdamW on every tensor), speedrun (NorMuon on the block matrices and gates, "
-                 "sharded Adam on the embeddings, head and scalars; no --grad-clip; its checkpoints resume on as "
-                 "many ranks) or auto "
-                 "(speedrun for the speedrun models, zero-adamw for GPT-2)")
+                 "sharded Adam on the embeddings, head and scalars; no --grad-clip) or auto (speedrun for the "
+                 "speedrun models, zero-adamw for GPT-2); checkpoints of either resume on any number of ranks")
       ->capture_default_str()->check(one_of({"auto", "zero-adamw", "speedrun"}));
   app.add_option("--trace", o.trace_dir, "Write a Chrome trace-event JSON per rank into this directory");
   app.add_option("--sample-every", o.sample_every,
