@@ -218,6 +218,16 @@ class Equivalence(MultiRankCase):
             self.assertLess(self.runs[name].state_bytes * ranks, total + padding_bytes, name)
 
 
+def speedrun_tiny_shard(directory, name, seed, stride):
+    """A shard of 4,096 tokens of a noisy counter below speedrun-tiny's V = 96 in directory/name; its glob."""
+    data = os.path.join(directory, name)
+    os.makedirs(data)
+    rng = np.random.default_rng(seed)
+    tokens = (np.arange(4096) * stride + rng.integers(0, 3, 4096)) % 96
+    mr.write_shard(os.path.join(data, "train_000001.bin"), tokens)
+    return os.path.join(data, "train_*.bin")
+
+
 def slices_by_step(trace):
     steps = {}
     for event in trace:
@@ -366,12 +376,7 @@ class SpeedrunModel(MultiRankCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        rng = np.random.default_rng(96)
-        data = os.path.join(cls.directory, "speedrun_data")
-        os.makedirs(data)
-        tokens = (np.arange(4096) * 5 + rng.integers(0, 3, 4096)) % 96  # speedrun-tiny: V = 96
-        mr.write_shard(os.path.join(data, "train_000001.bin"), tokens)
-        cls.train_data = os.path.join(data, "train_*.bin")
+        cls.train_data = speedrun_tiny_shard(cls.directory, "speedrun_data", seed=96, stride=5)
         args = ["--model", "speedrun-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", str(LR),
                 "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "0", "--seed", "7",
                 "--optimizer", "zero-adamw"]
@@ -467,12 +472,7 @@ class SpeedrunOptimizer(MultiRankCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        rng = np.random.default_rng(97)
-        data = os.path.join(cls.directory, "speedrun_optimizer_data")
-        os.makedirs(data)
-        tokens = (np.arange(4096) * 7 + rng.integers(0, 3, 4096)) % 96  # speedrun-tiny: V = 96
-        mr.write_shard(os.path.join(data, "train_000001.bin"), tokens)
-        cls.train_data = os.path.join(data, "train_*.bin")
+        cls.train_data = speedrun_tiny_shard(cls.directory, "speedrun_optimizer_data", seed=97, stride=7)
         args = cls.ARGS
         cls.train("np1_accum", 1, args + ["--total-batch-tokens", "128", "--checkpoint-every", "1"])
         for mode in ("none", "rs", "full"):
