@@ -114,17 +114,17 @@ struct SpeedrunOptimizer::AdamSegment : AdamSegmentPlan {
   double lr_multiplier = 1.0;
 };
 
+// A bucket's plan (rank_plan_: its Muon spans, Adam tensors and moment sizes) with this rank's buffers.
 struct SpeedrunOptimizer::BucketPlan {
+  const SpeedrunBucketPlan* spec = nullptr;  // rank_plan_.buckets[bucket]
   std::vector<MuonBatch> batches;
-  std::vector<MuonSpan> muon_spans;  // every Muon unit of the bucket, by offset, contiguous ones of one owner merged
-  std::vector<std::pair<size_t, size_t>> adam_tensors;  // (offset, numel) of every Adam tensor
   std::vector<AdamSegment> adam_segments;
   floatX* adam_grad_shard = nullptr;  // world > 1: the reduce-scatter's output
   floatX* saved_grads = nullptr;      // [padded_size]: the even step's local Adam gradients
-  floatX *adam_m = nullptr, *adam_v = nullptr;
-  float *adam_m32 = nullptr, *adam_v32 = nullptr;
-  size_t adam_state_x = 0, adam_state_32 = 0;  // elements of adam_m/v and of adam_m32/v32
-  bool has_adam() const { return !adam_tensors.empty(); }
+  floatX *adam_m = nullptr, *adam_v = nullptr;     // spec->adam_state_x elements
+  float *adam_m32 = nullptr, *adam_v32 = nullptr;  // spec->adam_state_32 elements
+  const std::vector<MuonSpan>& muon_spans() const { return spec->muon_spans; }
+  bool has_adam() const { return spec->has_adam(); }
 };
 
 template <class T>
@@ -159,10 +159,11 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   int least_priority = 0, greatest_priority = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   CUDA_CHECK(cudaStreamCreateWithPriority(&update_stream_, cudaStreamNonBlocking, greatest_priority));
-  buckets_.resize(layout.num_buckets());
   rank_plan_ = plan_speedrun_rank(layout, comm.rank(), settings_.owners);
-  build_muon(rank_plan_);
-  build_adam(rank_plan_);
+  buckets_.resize(layout.num_buckets());
+  for (int b = 0; b < layout.num_buckets(); b++) buckets_[b].spec = &rank_plan_.buckets[b];
+  build_muon();
+  build_adam();
   const int num_buckets = layout.num_buckets();
   for (auto* events : {&grad_ready_, &reduced_, &updated_}) {
     events->resize(num_buckets);
@@ -173,7 +174,7 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   for (cudaEvent_t& event : norm_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   size_t norm_elements = 0;  // the most a step's norm reads
   for (const BucketPlan& plan : buckets_) {
-    for (const MuonSpan& span : plan.muon_spans) norm_elements += span.length;
+    for (const MuonSpan& span : plan.muon_spans()) norm_elements += span.length;
     for (const AdamSegment& segment : plan.adam_segments) norm_elements += segment.length;
   }
   norm_scratch_floats_ = global_norm_scratch_floats(norm_elements);
@@ -244,15 +245,14 @@ void SpeedrunOptimizer::allocate_batch(MuonBatch& batch) {
   CUDA_CHECK(cudaMemcpy(batch.grads_table, grads_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
 }
 
-// The plan's Muon batches and spans per bucket with their buffers; one NorMuonRunner per shape, type and
-// shape rules, sized for its largest batch.
-void SpeedrunOptimizer::build_muon(const SpeedrunRankPlan& plan) {
+// The plan's Muon batches per bucket with their buffers; one NorMuonRunner per shape, type and shape rules,
+// sized for its largest batch.
+void SpeedrunOptimizer::build_muon() {
   std::map<std::tuple<int, int, bool, bool, double>, int> runner_of;
   std::vector<int> runner_max;
   std::vector<const MuonBatchPlan*> runner_shape;
-  for (size_t b = 0; b < plan.buckets.size(); b++) {
-    buckets_[b].muon_spans = plan.buckets[b].muon_spans;
-    for (const MuonBatchPlan& batch_plan : plan.buckets[b].batches) {
+  for (BucketPlan& bucket : buckets_) {
+    for (const MuonBatchPlan& batch_plan : bucket.spec->batches) {
       MuonBatch batch;
       static_cast<MuonBatchPlan&>(batch) = batch_plan;
       allocate_batch(batch);
@@ -266,7 +266,7 @@ void SpeedrunOptimizer::build_muon(const SpeedrunRankPlan& plan) {
       }
       batch.runner = found->second;
       runner_max[batch.runner] = std::max(runner_max[batch.runner], batch.count);
-      buckets_[b].batches.push_back(std::move(batch));
+      bucket.batches.push_back(std::move(batch));
     }
   }
   for (size_t r = 0; r < runner_max.size(); r++) {
@@ -289,15 +289,14 @@ double SpeedrunOptimizer::adam_lr_multiplier(int kind) const {
   }
 }
 
-// Per Adam bucket: the plan's Adam tensors and segments, the moments, the saved gradients and the shard
-// buffer of the reduce-scatter.
-void SpeedrunOptimizer::build_adam(const SpeedrunRankPlan& plan) {
+// Per Adam bucket: the plan's segments with their lr multipliers, the moments, the saved gradients and the
+// shard buffer of the reduce-scatter.
+void SpeedrunOptimizer::build_adam() {
   const ParamLayout& layout = model_.layout();
   for (int b = 0; b < layout.num_buckets(); b++) {
     const ParamBucket& bucket = layout.buckets[b];
-    const SpeedrunBucketPlan& from = plan.buckets[b];
     BucketPlan& out = buckets_[b];
-    out.adam_tensors = from.adam_tensors;
+    const SpeedrunBucketPlan& from = *out.spec;
     for (const AdamSegmentPlan& segment_plan : from.adam_segments) {
       AdamSegment segment;
       static_cast<AdamSegmentPlan&>(segment) = segment_plan;
@@ -307,14 +306,12 @@ void SpeedrunOptimizer::build_adam(const SpeedrunRankPlan& plan) {
     if (!out.has_adam()) continue;
     out.saved_grads = allocate<floatX>(bucket.padded_size);
     if (comm_.world_size() > 1) out.adam_grad_shard = allocate<floatX>(bucket.shard_size);
-    out.adam_state_x = from.adam_state_x;
-    out.adam_state_32 = from.adam_state_32;
-    out.adam_m = allocate<floatX>(out.adam_state_x);
-    out.adam_v = allocate<floatX>(out.adam_state_x);
-    out.adam_m32 = allocate<float>(out.adam_state_32);
-    out.adam_v32 = allocate<float>(out.adam_state_32);
-    state_bytes_ += bucket.padded_size * sizeof(floatX) + 2 * out.adam_state_x * sizeof(floatX) +
-                    2 * out.adam_state_32 * sizeof(float);
+    out.adam_m = allocate<floatX>(from.adam_state_x);
+    out.adam_v = allocate<floatX>(from.adam_state_x);
+    out.adam_m32 = allocate<float>(from.adam_state_32);
+    out.adam_v32 = allocate<float>(from.adam_state_32);
+    state_bytes_ += bucket.padded_size * sizeof(floatX) + 2 * from.adam_state_x * sizeof(floatX) +
+                    2 * from.adam_state_32 * sizeof(float);
   }
 }
 
@@ -349,9 +346,8 @@ struct SpeedrunOptimizer::StateBuffer {
 // The arrays of download_state in the plan's order (speedrun_state_arrays: a function of the model, the
 // world size, this rank and the step's parity), with where each lives on the device.
 std::vector<SpeedrunOptimizer::StateBuffer> SpeedrunOptimizer::state_buffers(int step) const {
-  const bool adam_grads_saved = step >= 1 && !settings_.schedule.adam_steps_at(step - 1);
   std::vector<StateBuffer> buffers;
-  for (const StateArrayPlan& array : state_arrays(adam_grads_saved)) {
+  for (const StateArrayPlan& array : state_arrays(step)) {
     const BucketPlan& plan = buckets_[array.bucket];
     const MuonBatch* batch = array.batch >= 0 ? &plan.batches[array.batch] : nullptr;
     void* device = nullptr;
@@ -370,8 +366,9 @@ std::vector<SpeedrunOptimizer::StateBuffer> SpeedrunOptimizer::state_buffers(int
   return buffers;
 }
 
-std::vector<StateArrayPlan> SpeedrunOptimizer::state_arrays(bool adam_grads_saved) const {
-  return speedrun_state_arrays(rank_plan_, model_.layout(), adam_grads_saved, static_cast<int>(sizeof(floatX)));
+std::vector<StateArrayPlan> SpeedrunOptimizer::state_arrays(int step) const {
+  return speedrun_state_arrays(rank_plan_, model_.layout(), adam_grads_saved_after(step),
+                               static_cast<int>(sizeof(floatX)));
 }
 
 std::vector<NamedStateArray> SpeedrunOptimizer::download_state(int step) {
@@ -411,13 +408,12 @@ void SpeedrunOptimizer::upload_state(const std::vector<NamedStateArray>& arrays,
 void SpeedrunOptimizer::upload_resharded_state(const std::vector<std::vector<NamedStateArray>>& old_rank_arrays,
                                                int step) {
   const int old_world = static_cast<int>(old_rank_arrays.size());
-  const bool adam_grads_saved = step >= 1 && !settings_.schedule.adam_steps_at(step - 1);
   const ParamLayout old_layout = relayout(model_.layout(), old_world);
   std::vector<std::vector<StateArrayPlan>> old_plans;
   for (int rank = 0; rank < old_world; rank++)
     old_plans.push_back(speedrun_state_arrays(plan_speedrun_rank(old_layout, rank, settings_.owners), old_layout,
-                                              adam_grads_saved, static_cast<int>(sizeof(floatX))));
-  upload_state(reshard_speedrun_state(old_rank_arrays, old_plans, state_arrays(adam_grads_saved)), step);
+                                              adam_grads_saved_after(step), static_cast<int>(sizeof(floatX))));
+  upload_state(reshard_speedrun_state(old_rank_arrays, old_plans, state_arrays(step)), step);
 }
 
 void SpeedrunOptimizer::begin_step(int step, float lr) {
@@ -462,11 +458,11 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
   const bool distributed = comm_.world_size() > 1;
   if (plan.has_adam()) {
     if (!adam_step()) {  // the next backward overwrites them: keep this step's local gradients
-      for (const auto& [offset, numel] : plan.adam_tensors)
+      for (const auto& [offset, numel] : plan.spec->adam_tensors)
         memcpy_async(plan.saved_grads + (offset - b.offset), grads + offset, numel * sizeof(floatX),
                      cudaMemcpyDeviceToDevice, comm_stream_);
     } else {
-      for (const auto& [offset, numel] : plan.adam_tensors)
+      for (const auto& [offset, numel] : plan.spec->adam_tensors)
         add_into(grads + offset, plan.saved_grads + (offset - b.offset), numel, comm_stream_);
       if (distributed)
         traced(tracer_, comm_stream_, "reduce_scatter", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}},
@@ -474,12 +470,12 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
       if (distributed) watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
     }
   }
-  if (distributed && !plan.muon_spans.empty()) {
+  if (distributed && !plan.muon_spans().empty()) {
     size_t bytes = 0;
-    for (const MuonSpan& span : plan.muon_spans) bytes += span.length * sizeof(floatX);
+    for (const MuonSpan& span : plan.muon_spans()) bytes += span.length * sizeof(floatX);
     traced(tracer_, comm_stream_, "muon_reduce", {{"bucket", bucket}, {"bytes", bytes}}, [&] {
       comm_.group_start();
-      for (const MuonSpan& span : plan.muon_spans) reduce_muon_span(span);
+      for (const MuonSpan& span : plan.muon_spans()) reduce_muon_span(span);
       comm_.group_end();
     });
     watch_.enqueued("muon_reduce", &bucket_labels_[bucket], step_, comm_stream_);
@@ -559,12 +555,12 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
   CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, updated_[bucket], 0));
   BucketPlan& plan = buckets_[bucket];
   floatX* params = model_.params();
-  const bool owned_spans = std::any_of(plan.muon_spans.begin(), plan.muon_spans.end(),
+  const bool owned_spans = std::any_of(plan.muon_spans().begin(), plan.muon_spans().end(),
                                       [](const MuonSpan& span) { return span.owner != kAllRanks; });
   if (comm_.world_size() > 1 && owned_spans) {
     traced(tracer_, comm_stream_, "broadcast", {{"bucket", bucket}}, [&] {
       comm_.group_start();  // one launch for the bucket's owners
-      for (const MuonSpan& span : plan.muon_spans)
+      for (const MuonSpan& span : plan.muon_spans())
         if (span.owner != kAllRanks) comm_.broadcast(params + span.offset, span.length, span.owner, comm_stream_);
       comm_.group_end();
     });
@@ -614,7 +610,7 @@ void SpeedrunOptimizer::enqueue_grad_norm() {
   const bool adam = adam_step();
   for (int bucket : ready_order_) {
     const BucketPlan& plan = buckets_[bucket];
-    for (const MuonSpan& span : plan.muon_spans)
+    for (const MuonSpan& span : plan.muon_spans())
       if (span.owner == comm_.rank() || (span.owner == kAllRanks && comm_.rank() == 0))
         segments.add(model_.grads() + span.offset, span.length);
     if (!adam) continue;

@@ -83,8 +83,6 @@ class SpeedrunOptimizer : public BucketOptimizer {
   size_t state_bytes() const override { return state_bytes_; }
   std::string unfinished_collective() const override { return watch_.first_unfinished(); }
   const MuonOwnerPlan& owner_plan() const { return rank_plan_.owners; }
-  // The arrays download_state writes (after a step without Adam also the saved gradients), by plan.
-  std::vector<StateArrayPlan> state_arrays(bool adam_grads_saved) const;
 
  private:
   struct MuonBatch;     // a MuonBatchPlan and its buffers
@@ -95,8 +93,13 @@ class SpeedrunOptimizer : public BucketOptimizer {
 
   std::vector<StateBuffer> state_buffers(int step) const;
   void allocate_batch(MuonBatch& batch);
-  void build_muon(const SpeedrunRankPlan& plan);
-  void build_adam(const SpeedrunRankPlan& plan);
+  void build_muon();
+  void build_adam();
+  // Whether the state after step `step` holds the saved local Adam gradients (a step without Adam, whose
+  // gradients the next step adds).
+  bool adam_grads_saved_after(int step) const { return step >= 1 && !settings_.schedule.adam_steps_at(step - 1); }
+  // The arrays download_state(step) writes, by the plan.
+  std::vector<StateArrayPlan> state_arrays(int step) const;
   double adam_lr_multiplier(int kind) const;
   bool adam_step() const { return settings_.schedule.adam_steps_at(step_ - 1); }
   void reduce_bucket(int bucket);  // comm stream
@@ -115,7 +118,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   Tracer* tracer_;
   cudaStream_t compute_stream_, comm_stream_, update_stream_ = nullptr;
   MatmulContext matmul_;
-  SpeedrunRankPlan rank_plan_;
+  SpeedrunRankPlan rank_plan_;  // never changes after construction: buckets_[b].spec points into it
   std::vector<BucketPlan> buckets_;
   std::vector<std::unique_ptr<Runner>> runners_;
   std::vector<void*> allocations_;
