@@ -127,10 +127,11 @@ ResumePoint read_resume_point(const std::string& prefix, int rank, const ParamLa
   }
   if (optimizer == StateOptimizer::kSpeedrun) {  // every old rank's arrays: the optimizer re-shards them
     for (int old_rank = 0; old_rank < old_world; old_rank++) {
-      checked_state_header(prefix, manifest, old_rank, old_layout, model, optimizer, loader);
+      const TrainStateHeader header = checked_state_header(prefix, manifest, old_rank, old_layout, model, optimizer,
+                                                           loader);
+      if (old_rank == 0) point.written = header;
       point.old_rank_arrays.push_back(read_train_state(checkpoint_state_path(prefix, old_rank)).arrays);
     }
-    point.written = checked_state_header(prefix, manifest, 0, old_layout, model, optimizer, loader);
     return point;
   }
   // Every old file is verified whole by exactly one rank; the pieces are read where they are needed.
