@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Runs a command as the bare GPU machine would see this one: in a private mount namespace in which what
 # that machine lacks is hidden: OpenMPI (with PMIx, hwloc, libevent and its programs), GoogleTest,
-# Boost, the CLI11, nlohmann-json and PCRE2 headers, and NCCL outside a Python wheel. The GPU kit's CI
-# test runs `check.sh --dry-run` under it, so that a library missing from the pack fails here, not on
-# the GPU. (PCRE2's runtime library stays visible: grep needs it, here and on any Debian or Ubuntu.)
+# Boost, the CLI11, nlohmann-json and PCRE2 headers, and every NCCL that check.sh could find (the
+# system's library folders, ldconfig's cache, and the NVIDIA wheels on python3's path: site-packages,
+# the user site, PYTHONPATH; LD_LIBRARY_PATH is emptied). The GPU kit's CI test runs
+# `check.sh --dry-run` under it, so that a library missing from the pack fails here, not on the GPU,
+# whatever this machine's Python has installed. (PCRE2's runtime library stays visible: grep needs it.)
 #
 #   scripts/gpu/bare_env.sh [--provide SRC:DST]... [--] COMMAND [ARGS...]
 #
-# --provide bind-mounts the file SRC onto DST (created) before anything is hidden: how the CI test
-# stands in for the nvidia-nccl-cu13 wheel with this machine's libnccl.so.2. Needs root (unshare -m);
-# exits 77 with a one-line reason when a private mount namespace cannot be made.
+# --provide bind-mounts the file SRC (opened before anything is hidden) onto DST (created) after
+# everything is hidden, so that what it provides is the one copy there is: how the CI test stands in
+# for the nvidia-nccl-cu13 wheel with this machine's libnccl.so.2. Needs root (unshare -m); exits 77
+# with a one-line reason when a private mount namespace cannot be made.
 set -euo pipefail
 
 # Basename globs hidden in each kind of directory. A hidden entry is absent from its directory, so the
@@ -49,7 +52,24 @@ filter_specs() {
   add /usr/include "$INCLUDE_GLOBS"
   add /usr/share "$SHARE_GLOBS"
   add /etc "$ETC_GLOBS"
+  for dir in $(other_nccl_dirs); do
+    add "$dir" "$LIB_GLOBS"
+  done
   printf '%s\n' "${specs[@]}"
+}
+
+# Every other folder holding an NCCL that the loader or check.sh could find: ldconfig's cache, and the
+# NVIDIA wheels' lib folders on python3's path (check.sh's candidate_library_dirs searches the same).
+other_nccl_dirs() {
+  { ldconfig -p 2>/dev/null | awk '$1 ~ /^libnccl/ && $NF ~ /^\// {print $NF}' | xargs -r -n 1 dirname
+    python3 - <<'EOF_PY' 2>/dev/null
+import glob, os, sys
+for entry in sys.path:
+    for pattern in ("nvidia/*/lib/libnccl*", "nvidia/*/*/lib/libnccl*"):
+        for library in glob.glob(os.path.join(entry, pattern)):
+            print(os.path.dirname(library))
+EOF_PY
+  } | sort -u
 }
 
 # Inside the namespace: each filtered DIR is bound to WORK/orig/N, a view of it is made in WORK/view/N
@@ -60,13 +80,17 @@ inside_namespace() {
   local work=$1
   shift
   mount -t tmpfs bare_env "$work"
+  # Each provided file is held at WORK/provided/N while its source is still visible (it may sit in a
+  # folder about to be filtered) and bound onto its destination once everything is hidden.
+  local -a provided_dsts=()
+  mkdir -p "$work/provided"
   while [[ ${1:-} == --provide ]]; do
     local src=${2%%:*} dst=${2#*:}
     shift 2
     [[ -f $src ]] || die "--provide: $src is not a file"
-    mkdir -p "$(dirname "$dst")"
-    : >"$dst"
-    mount --bind "$src" "$dst"
+    : >"$work/provided/${#provided_dsts[@]}"
+    mount --bind "$src" "$work/provided/${#provided_dsts[@]}"
+    provided_dsts+=("$dst")
   done
   [[ ${1:-} == -- ]] && shift
   local -a specs
@@ -88,6 +112,12 @@ for index, spec in enumerate(specs):
 EOF_PY
   for index in "${!specs[@]}"; do
     mount --bind "$work/view/$index" "${specs[index]%%=*}"
+  done
+  for index in "${!provided_dsts[@]}"; do
+    local dst=${provided_dsts[index]}
+    mkdir -p "$(dirname "$dst")"
+    : >"$dst"
+    mount --bind "$work/provided/$index" "$dst"
   done
   export LD_LIBRARY_PATH=
   "$@"

@@ -60,17 +60,29 @@ class GpuKit(unittest.TestCase):
         # Where the GPU machine's nvidia-nccl-cu13 wheel keeps libnccl.so.2, on PYTHONPATH.
         cls.wheel = os.path.join(cls.tmp, "wheel")
         cls.nccl_in_wheel = os.path.join(cls.wheel, "nvidia", "nccl", "lib", "libnccl.so.2")
+        # An NCCL wheel on this machine's own Python path (as `pip install torch` leaves one in
+        # site-packages), planted on every machine so that the hiding is tested the same everywhere.
+        cls.planted_site = os.path.join(cls.tmp, "planted_site")
+        planted = os.path.join(cls.planted_site, "nvidia", "nccl", "lib", "libnccl.so.2")
+        os.makedirs(os.path.dirname(planted))
+        try:
+            os.link(os.path.realpath(SETTINGS["nccl"]), planted)
+        except OSError:  # another file system: a copy
+            shutil.copyfile(os.path.realpath(SETTINGS["nccl"]), planted)
+        cls.planted_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [cls.planted_site, os.environ.get("PYTHONPATH")])))
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def dry_run(self, pack, out_name, *check_args, with_nccl_wheel=True):
-        """check.sh --dry-run under bare_env.sh: (exit status, console output, {result file: text})."""
+        """check.sh --dry-run under bare_env.sh, started with an NCCL planted on this machine's Python path
+        (which bare_env.sh hides): (exit status, console output, {result file: text})."""
         out = os.path.join(self.tmp, out_name)
         wheel = ["--provide", f"{SETTINGS['nccl']}:{self.nccl_in_wheel}", "--", "env", f"PYTHONPATH={self.wheel}"]
         result = run([BARE_ENV] + (wheel if with_nccl_wheel else ["--"]) + [CHECK_SH, "--dry-run", "--pack", pack] +
-                     list(check_args) + [out])
+                     list(check_args) + [out], env=self.planted_env)
         files = {name: read(os.path.join(out, name)) for name in os.listdir(out)} if os.path.isdir(out) else {}
         return result.returncode, result.stdout + result.stderr, files
 
@@ -82,7 +94,7 @@ class GpuKit(unittest.TestCase):
         listed = dict((path, int(size)) for size, path in re.findall(r"(?m)^(\d+) (\S+)$", manifest))
         for name in ("train_gpt2", "bench_kernels", "bench_window_attention", "kernels_bf16_cuda", "gpt2_bf16_cuda", "train_steps_bf16_cuda",
                      "emu_tests_cuda", "comm_collectives_cuda", "comm_trace_cuda", "generate_gpt2", "bench_generate",
-                     "gpt2_decoder_bf16_cuda"):
+                     "gpt2_decoder_bf16_cuda", "speedrun_model_bf16_cuda", "fp8_cuda", "optim_math_bf16_cuda"):
             self.assertTrue(os.access(os.path.join(self.pack, "bin", name), os.X_OK), name)
         for path in ("lib/libmpi.so.40", "lib/openmpi/mca_ess_singleton.so", "data/gpt2/encoder.json",
                      "data/gpt2/vocab.bpe", "data/tinyshakespeare/tinyshakespeare_train_000001.bin",
@@ -104,9 +116,26 @@ class GpuKit(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertTrue(os.path.exists(nccl), "hidden only inside the namespace")
 
+    def test_hidden_environment_has_no_nccl_anywhere_the_check_looks(self):
+        # Every NCCL python3's path (site-packages, the user site, PYTHONPATH with the planted wheel) or
+        # ldconfig's cache could give check.sh, listed outside the namespace and then looked for inside it.
+        lister = ("import glob, os, subprocess, sys\n"
+                  "found = [p for e in sys.path for g in ('nvidia/*/lib/libnccl*', 'nvidia/*/*/lib/libnccl*')"
+                  " for p in glob.glob(os.path.join(e, g))]\n"
+                  "cache = subprocess.run(['ldconfig', '-p'], capture_output=True, text=True).stdout.split('\\n')\n"
+                  "found += [l.split(' => ')[-1] for l in cache if l.strip().startswith('libnccl') and ' => ' in l]\n"
+                  "print('\\n'.join(p for p in found if os.path.exists(p)))\n")
+        outside = run(["python3", "-c", lister], env=self.planted_env).stdout.split()
+        self.assertIn(os.path.join(self.planted_site, "nvidia", "nccl", "lib", "libnccl.so.2"), outside)
+        inside = run([BARE_ENV, "--", "python3", "-c", lister], env=self.planted_env)
+        self.assertEqual(inside.returncode, 0, inside.stdout + inside.stderr)
+        self.assertEqual(inside.stdout.split(), [], inside.stderr)
+
     def test_dry_run_passes_every_stage_with_the_pack_alone(self):
         status, console, files = self.dry_run(self.pack, "out_ok")
         self.assertEqual(status, 0, console)
+        # The one NCCL there is: the wheel's (not the planted one, nor any this machine has).
+        self.assertRegex(console, rf"(?m)^check: CUDA runtime .*; NCCL {re.escape(self.nccl_in_wheel)}$")
         self.assertLessEqual(len(files), MAX_RESULT_FILES)
         for name in files:
             self.assertRegex(name, r"^[A-Za-z0-9._-]+$")
@@ -150,6 +179,7 @@ class GpuKit(unittest.TestCase):
         self.assertRegex(console, r"libhwloc\.so\.15\[unloadable\] \(needed by")
 
     def test_nccl_only_from_the_python_wheel(self):
+        # Without the wheel, no NCCL is found, though this machine has some (the system's, the planted one).
         status, console, _ = self.dry_run(self.pack, "out_no_wheel", with_nccl_wheel=False)
         self.assertEqual(status, 2, console)
         self.assertRegex(console, r"libnccl\.so\.2 \(needed by")
