@@ -18,7 +18,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 # repository root.
 PROGRAMS=(train_gpt2 bench_kernels bench_window_attention generate_gpt2 bench_generate)
 TEST_BINARIES=(kernels_bf16_cuda gpt2_bf16_cuda train_steps_bf16_cuda emu_tests_cuda comm_collectives_cuda
-  comm_trace_cuda gpt2_decoder_bf16_cuda)
+  comm_trace_cuda gpt2_decoder_bf16_cuda speedrun_model_bf16_cuda fp8_cuda optim_math_bf16_cuda)
 # On the GPU machine's image (glibc and libstdc++ newer than Debian 12's), or found there by check.sh
 # (the CUDA toolkit; NCCL in the nvidia-nccl-cu13 Python wheel; the driver): never packed.
 BASE_LIBRARIES=(linux-vdso.so.1 ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1
@@ -58,7 +58,7 @@ cache_value() {  # cache_value NAME: a variable of the build tree's CMakeCache.t
 # Builds (unless --no-build) and checks that the build tree has the CUDA targets for the H200.
 prepare_build() {
   if ((BUILD)); then
-    # The GPU test binaries are built only on request where there is no GPU (LLMC_CUDA_TESTS): request them.
+    # A tree configured with -DLLMC_CUDA_TESTS=OFF has no GPU test binaries: request them.
     if [[ ! -f $BUILD_DIR/CMakeCache.txt || $(cache_value LLMC_CUDA_TESTS) != ON ]]; then
       cmake -S "$REPO" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DLLMC_CUDA_TESTS=ON >/dev/null
     fi
