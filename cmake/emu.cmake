@@ -41,7 +41,7 @@ if(LLMC_BUILD_CUDA_TESTS)
 elseif(LLMC_HAVE_CUDA)
   # Said once, as a skipped test, rather than silently: the GPU twins exist but were not built.
   add_test(NAME gpu_test_binaries
-    COMMAND sh -c "echo 'skipped: no GPU: the GPU test binaries and benchmarks are not built (LLMC_CUDA_TESTS=OFF; make CUDA_TESTS=ON builds them)'; exit 77")
+    COMMAND sh -c "echo 'skipped: no GPU: the GPU test binaries and benchmarks are not built (LLMC_CUDA_TESTS=OFF)'; exit 77")
   set_tests_properties(gpu_test_binaries PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
 endif()
 
