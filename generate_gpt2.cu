@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/atomic_file.h"
-#include "llmc/cuda_common.h"
+#include "llmc/base/atomic_file.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/generate/generate_options.h"
 #include "llmc/generate/generation.h"
 #include "llmc/generate/load_decoder.h"

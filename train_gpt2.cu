@@ -1,7 +1,7 @@
 // train_gpt2: trains GPT-2 on token shards, data-parallel over MPI ranks (one GPU each) with a ZeRO-1
 // AdamW whose communication overlaps the backward pass. train() sets a run up and runs the loop;
 // enqueue_train_step() is one optimizer step, and it talks to the model and the optimizer only through
-// their per-bucket hooks (llmc/model/trainable_model.h, llmc/optim/bucket_optimizer.h). The rest lives
+// their per-bucket hooks (llmc/family/trainable_model.h, llmc/optim/bucket_optimizer.h). The rest lives
 // in llmc/.
 #include <CLI/CLI.hpp>
 
@@ -15,25 +15,25 @@
 #include <type_traits>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 #include "llmc/optim/speedrun_optimizer.h"
 #include "llmc/optim/zero.h"
-#include "llmc/train/checkpoint_dir.h"
-#include "llmc/train/checkpoint_writer.h"
+#include "llmc/checkpoint/checkpoint_dir.h"
+#include "llmc/checkpoint/checkpoint_writer.h"
 #include "llmc/train/debug_hooks.h"
 #include "llmc/train/log.h"
-#include "llmc/train/lr_schedule.h"
+#include "llmc/schedule/lr_schedule.h"
 #include "llmc/train/mfu.h"
-#include "llmc/train/model_family.h"
+#include "llmc/family/model_family.h"
 #include "llmc/train/options.h"
-#include "llmc/train/resume.h"
+#include "llmc/checkpoint/resume.h"
 #include "llmc/train/run_info.h"
 #include "llmc/train/samples.h"
-#include "llmc/train/state.h"
+#include "llmc/checkpoint/state_file.h"
 #include "llmc/train/stop_signals.h"
 #include "llmc/train/train_batches.h"
 #include "llmc/train/train_step.h"
@@ -219,7 +219,7 @@ struct Run {
     model->upload_params(start.params);
     optimizer->init_master(start.params);
     if (resume_prefix.empty()) return;
-    // Written by this many ranks or another: llmc/train/resume.h re-shards, and maps the data position.
+    // Written by this many ranks or another: llmc/checkpoint/resume.h re-shards, and maps the data position.
     const ResumePoint point = read_resume_point(resume_prefix, comm.rank(), model->layout(), start.family->describe(),
                                                 state_optimizer(*optimizer), train_batches->kind());
     upload_optimizer_state(*optimizer, point, checkpoint_state_path(resume_prefix, comm.rank()));
@@ -296,7 +296,7 @@ std::unique_ptr<TrainingSamples> make_samples(Run& run) {
 bool writes_checkpoints(const Run& run) { return !run.opt.output_dir.empty(); }
 
 // The model file once (rank 0) and every rank's optimizer shard, complete on every rank or not at all
-// (llmc/train/checkpoint_writer.h); then, with --keep-checkpoints, the oldest ones go.
+// (llmc/checkpoint/checkpoint_writer.h); then, with --keep-checkpoints, the oldest ones go.
 void save_checkpoint(const std::string& prefix, Run& run, TrainLog& log) {
   run.optimizer->wait_for_all_params();
   const std::vector<float> params = run.comm.is_main_rank() ? run.model->download_params() : std::vector<float>();

@@ -6,7 +6,7 @@
 # The shared file helpers ("path: problem" errors, file handles, directories), checksums and the atomic writer.
 # XXH3 checksums come from libxxhash's header (inlined: nothing to link).
 find_path(LLMC_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
-add_library(llmc_files STATIC llmc/file_io.cpp llmc/atomic_file.cpp llmc/checksum.cpp)
+add_library(llmc_files STATIC llmc/base/file_io.cpp llmc/base/atomic_file.cpp llmc/base/checksum.cpp)
 target_include_directories(llmc_files SYSTEM PRIVATE ${LLMC_XXHASH_INCLUDE_DIR})
 target_link_libraries(llmc_files PUBLIC llmc_flags)
 

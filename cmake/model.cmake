@@ -3,16 +3,16 @@
 # references of GPT-2 and of the speedrun model used as test oracles (llmc_reference).
 
 add_library(llmc_model STATIC
-  llmc/model/model_config.cpp
-  llmc/model/param_layout.cpp
-  llmc/model/gpt2_layout.cpp
-  llmc/model/param_init.cpp
-  llmc/model/checkpoint.cpp
-  llmc/model/speedrun_config.cpp
-  llmc/model/speedrun_layout.cpp
-  llmc/model/speedrun_init.cpp
-  llmc/model/speedrun_model_file.cpp
-  llmc/model/yarn.cpp)
+  llmc/model/gpt2/gpt2_config.cpp
+  llmc/family/param_layout.cpp
+  llmc/model/gpt2/gpt2_layout.cpp
+  llmc/model/gpt2/gpt2_init.cpp
+  llmc/model/gpt2/gpt2_model_file.cpp
+  llmc/model/modded44/speedrun_config.cpp
+  llmc/model/modded44/speedrun_layout.cpp
+  llmc/model/modded44/speedrun_init.cpp
+  llmc/model/modded44/speedrun_model_file.cpp
+  llmc/model/modded44/yarn.cpp)
 target_link_libraries(llmc_model PUBLIC llmc_flags llmc_files)
 
 add_library(llmc_reference STATIC

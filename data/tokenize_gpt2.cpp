@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "llmc/data/shards.h"
-#include "llmc/file_io.h"
-#include "llmc/parallel_for.h"
+#include "llmc/base/file_io.h"
+#include "llmc/base/parallel_for.h"
 #include "llmc/tokenizer/document_reader.h"
 #include "llmc/tokenizer/parallel_encode.h"
 #include "llmc/tokenizer/tokenizer.h"

@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 
 namespace {
 

@@ -26,7 +26,7 @@ PARAMS_LINE = re.compile(r"# model: .* parameters:(\d+)")
 
 
 def speedrun_structure(L):
-    """(attention, mlp) per block, as llmc/model/speedrun_config.cpp: block 0 is empty, block 7L/12 has no
+    """(attention, mlp) per block, as llmc/model/modded44/speedrun_config.cpp: block 0 is empty, block 7L/12 has no
     attention."""
     attention_free = 7 * L // 12
     return [(False, False)] + [(i != attention_free, True) for i in range(1, L)]
@@ -49,7 +49,7 @@ def gpt2_block_params(L, C):
 
 def write_speedrun_model(path, L, H, D, T, window_block, seed):
     """An fp32 speedrun model file (docs/speedrun_model.md "Model file") initialised with the distributions
-    of llmc/model/speedrun_init.cpp (numpy's generator, so not the same draws): embed and the three value
+    of llmc/model/modded44/speedrun_init.cpp (numpy's generator, so not the same draws): embed and the three value
     embeddings N(0, 1) rounded to bf16, W_q,k,v and fc U(-a, a) with a = sqrt(3) / (2 sqrt(C)), W_o, proj,
     the gates and the head 0, the scalars at their initial values."""
     C, V = H * D, PADDED_VOCAB

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
-STATE_TIME_WORD, STATE_CHECKSUM_WORD = 14, 31  # llmc/train/state.cpp: train time (us), checksum
+STATE_TIME_WORD, STATE_CHECKSUM_WORD = 14, 31  # llmc/checkpoint/state_file.cpp: train time (us), checksum
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 STEP_LINE = re.compile(r"^step:(\d+)/")
 

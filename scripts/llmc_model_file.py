@@ -4,7 +4,7 @@ A file is a 256 x int32 header (magic 20240326, version 3 = fp32 / 5 = bf16, max
 then the parameters in llm.c's order: wte (Vp, C), wpe (maxT, C), each per-layer tensor stacked over the
 L layers (ln1w, ln1b, qkvw (3C, C), qkvb, attprojw (C, C), attprojb, ln2w, ln2b, fcw (4C, C), fcb,
 fcprojw (C, 4C), fcprojb), lnfw, lnfb. Linear weights are (out, in): y = x @ W^T + b. The C++ side of
-the same format is llmc/model/checkpoint.h.
+the same format is llmc/model/gpt2/gpt2_model_file.h.
 """
 import glob
 import os
@@ -35,7 +35,7 @@ def shapes(cfg):
 
 
 def padded_vocab(vocab_size, multiple=128):
-    """Vp as llmc/model/model_config.h pads it (50257 -> 50304)."""
+    """Vp as llmc/model/gpt2/gpt2_config.h pads it (50257 -> 50304)."""
     return (vocab_size + multiple - 1) // multiple * multiple
 
 
@@ -44,7 +44,7 @@ def bf16_bits_to_float32(bits):
 
 
 def float32_to_bf16_bits(values):
-    """Round to nearest even, as llmc/bf16_bits.h does (NaN stays a quiet NaN)."""
+    """Round to nearest even, as llmc/base/bf16_bits.h does (NaN stays a quiet NaN)."""
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     nan = np.isnan(values)
@@ -62,7 +62,7 @@ def resolve(argument):
         steps = []
         for path in glob.glob(os.path.join(argument, "ckpt_*_model.bin")):
             match = re.fullmatch(r"ckpt_(\d+)_model\.bin", os.path.basename(path))
-            # Complete once its manifest, written last, exists (llmc/train/checkpoint_dir.h).
+            # Complete once its manifest, written last, exists (llmc/checkpoint/checkpoint_dir.h).
             if match and os.path.isfile(path[:-len("_model.bin")] + "_manifest.json"):
                 steps.append((int(match.group(1)), path))
         if steps:

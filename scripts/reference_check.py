@@ -9,7 +9,7 @@ compared with what train_gpt2 computed.
                                          exit 77 without a GPU, for the GPU build's CTest entry)
 
 A dump holds model.bin (llm.c fp32 file of the exact parameters used), inputs.bin and targets.bin
-(int32, B*T), grads.bin (float32 in the trainer's bucketed layout, see llmc/model/param_layout.h) and
+(int32, B*T), grads.bin (float32 in the trainer's bucketed layout, see llmc/family/param_layout.h) and
 meta.json (loss, B, T, precision). Exit 0 when all agree, 1 on a mismatch or bad dump, 77 (CTest's
 skip) when JAX is not installed.
 """
@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(REPO, "test", "reference"))
 from check_reference_jax import (LLMC_ORDER, import_jax_float64_cpu, make_loss,  # noqa: E402
                                  read_llmc_checkpoint)
 
-# The trainer's parameter layout (llmc/model/param_layout.cpp): buckets [wte, wpe], one per layer, [lnfw, lnfb];
+# The trainer's parameter layout (llmc/family/param_layout.cpp): buckets [wte, wpe], one per layer, [lnfw, lnfb];
 # each tensor starts at a multiple of 8 elements inside its bucket; a bucket is padded to a multiple of
 # world_size * 32 elements.
 LAYER_KINDS = ["ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw",

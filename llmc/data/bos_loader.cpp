@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "llmc/data/shards.h"
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 
 namespace llmc {
 namespace {

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 
 namespace llmc {
 namespace {

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <utility>
 
-#include "llmc/atomic_file.h"
-#include "llmc/file_io.h"
+#include "llmc/base/atomic_file.h"
+#include "llmc/base/file_io.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "shard format is little-endian");
 

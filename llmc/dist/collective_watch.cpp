@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 
 namespace llmc {
 

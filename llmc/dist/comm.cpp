@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <exception>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 
 namespace llmc {
 

@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/cleanup_report.h"
+#include "llmc/base/cleanup_report.h"
 
 namespace llmc {
 
@@ -60,6 +60,6 @@ inline void mpi_report(int code, const char* call, const char* file, int line) {
 
 #define NCCL_CHECK(call) ::llmc::nccl_check((call), #call, __FILE__, __LINE__)
 #define MPI_CHECK(call) ::llmc::mpi_check((call), #call, __FILE__, __LINE__)
-// For destructors: report a failure (llmc/cleanup_report.h) instead of throwing.
+// For destructors: report a failure (llmc/base/cleanup_report.h) instead of throwing.
 #define NCCL_REPORT(call) ::llmc::nccl_report((call), #call, __FILE__, __LINE__)
 #define MPI_REPORT(call) ::llmc::mpi_report((call), #call, __FILE__, __LINE__)

@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "llmc/atomic_file.h"
-#include "llmc/cuda_common.h"
+#include "llmc/base/atomic_file.h"
+#include "llmc/cuda/cuda_common.h"
 
 namespace llmc {
 

@@ -9,10 +9,10 @@
 #include <limits>
 #include <vector>
 
-#include "llmc/emu/fp8.h"
+#include "llmc/emu/fp8_convert.h"
 #include "llmc/kernels/fp8_gemm_args.h"
-#include "llmc/parallel_for.h"
-#include "llmc/precision.h"
+#include "llmc/base/parallel_for.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc::emu {
 

@@ -6,8 +6,8 @@
 
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/gemm_args.h"
-#include "llmc/parallel_for.h"
-#include "llmc/precision.h"
+#include "llmc/base/parallel_for.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 

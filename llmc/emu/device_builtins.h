@@ -1,6 +1,6 @@
 // Device-side CUDA for the emulated (g++) build: qualifiers, threadIdx & co, __syncthreads, warp
 // shuffles and votes, atomics, the math intrinsics kernels use, and cache-hinted loads/stores.
-// Included through llmc/cuda_common.h after the real CUDA headers; never include it directly.
+// Included through llmc/cuda/cuda_common.h after the real CUDA headers; never include it directly.
 #pragma once
 
 #ifndef LLMC_EMULATION
@@ -382,4 +382,4 @@ template <class T> inline void __stcg(T* address, T value) { *address = value; }
 template <class T> inline void __stwb(T* address, T value) { *address = value; }
 template <class T> inline void __stwt(T* address, T value) { *address = value; }
 
-#include "llmc/emu/cp_async.h"  // cp.async: copies that land only at their wait_group
+#include "llmc/emu/cp_async_queue.h"  // cp.async: copies that land only at their wait_group

@@ -85,7 +85,7 @@ class EmulatedDevice {
   const cudaDeviceProp& properties() const { return properties_; }
 
   // Whether new device allocations are filled with the uninitialised-memory pattern (default: yes).
-  // A benchmark that enqueues a full-size step without executing it (llmc/launch_observer.h) turns it
+  // A benchmark that enqueues a full-size step without executing it (llmc/base/launch_observer.h) turns it
   // off, so that gigabytes of activations are reserved but never touched.
   void set_fill_new_memory(bool fill) { fill_new_memory_.store(fill); }
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "llmc/emu/emulated_device.h"
-#include "llmc/launch_observer.h"
+#include "llmc/base/launch_observer.h"
 
 using llmc::emu::EmulatedDevice;
 using llmc::emu::MemoryKind;

@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "llmc/generate/decoder.h"
+#include "llmc/family/decoder.h"
 #include "llmc/generate/sampler.h"
 
 namespace llmc {

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "llmc/file_io.h"
-#include "llmc/generate/gpt2_decoder.h"
-#include "llmc/model/checkpoint.h"
-#include "llmc/model/param_init.h"
+#include "llmc/base/file_io.h"
+#include "llmc/model/gpt2/gpt2_decoder.h"
+#include "llmc/model/gpt2/gpt2_model_file.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 
 namespace llmc {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "llmc/generate/decoder.h"
+#include "llmc/family/decoder.h"
 #include "llmc/generate/model_source.h"
 
 namespace llmc {

@@ -5,9 +5,9 @@
 
 #include <stdexcept>
 
-#include "llmc/file_io.h"
-#include "llmc/model/model_config.h"
-#include "llmc/train/checkpoint_dir.h"
+#include "llmc/base/file_io.h"
+#include "llmc/model/gpt2/gpt2_config.h"
+#include "llmc/checkpoint/checkpoint_dir.h"
 
 namespace llmc {
 

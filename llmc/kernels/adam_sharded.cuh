@@ -9,10 +9,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/optim/adam_sharded_settings.h"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 

@@ -8,11 +8,11 @@
 #include <cmath>
 #include <cstddef>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/optim/adamw_settings.h"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 

@@ -8,11 +8,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 
@@ -85,7 +85,7 @@ inline size_t bias_grad_scratch_floats(int N, int OC) {
   return fold_scratch(plan.slices, plan.chunks, column_sum_slice<floatX>()).floats();
 }
 
-// Bytes and FLOPs of one bias_grad call (llmc/launch_observer.h).
+// Bytes and FLOPs of one bias_grad call (llmc/base/launch_observer.h).
 inline KernelCost bias_grad_cost(int N, int OC, bool accumulate) {
   const ColumnSumPlan plan = column_sum_plan(N, OC);
   const double nc = static_cast<double>(N) * OC,

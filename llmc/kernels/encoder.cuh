@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 
@@ -224,7 +224,7 @@ __global__ void encoder_backward_runs_wpe_kernel(Tx* dwte, Tx* dwpe, const float
   }
 }
 
-// Bytes and FLOPs of the two launches (llmc/launch_observer.h).
+// Bytes and FLOPs of the two launches (llmc/base/launch_observer.h).
 inline KernelCost encoder_backward_chunks_cost(const EncoderBackwardPlan& plan, int C) {
   const double x = sizeof(floatX), nc = static_cast<double>(plan.positions) * C;
   return KernelCost{nc * x + 2.0 * plan.distinct * C * x + 8.0 * plan.positions + 8.0 * plan.chunks() * C, nc};

@@ -15,10 +15,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/kernels/mma_tile.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 #if !defined(LLMC_FP32)
 

@@ -8,10 +8,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/cuda_common.h"
-#include "llmc/fp8.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/fp8.h"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <type_traits>
 
-#include "llmc/cuda_common.h"
-#include "llmc/fp8.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/fp8.h"
 #include "llmc/kernels/fp8_cast.cuh"
 #include "llmc/kernels/fp8_cast_transpose.cuh"
 #include "llmc/kernels/fp8_matmul.cuh"

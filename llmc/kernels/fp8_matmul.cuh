@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/fp8_gemm_args.h"
 #include "llmc/kernels/matmul.cuh"
 

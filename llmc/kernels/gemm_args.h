@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/launch_observer.h"
-#include "llmc/precision.h"
+#include "llmc/base/launch_observer.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 
@@ -31,7 +31,7 @@ struct GemmArgs {
   long long stride_a = 0, stride_b = 0, stride_d = 0;  // elements between consecutive batch matrices
 };
 
-// Minimum HBM traffic and FLOPs of one GEMM call (llmc/launch_observer.h): each operand read once, D
+// Minimum HBM traffic and FLOPs of one GEMM call (llmc/base/launch_observer.h): each operand read once, D
 // written (and C read when beta != 0), the bias read and the pre-GELU output written.
 inline KernelCost gemm_cost(const GemmArgs& g) {
   const double x = sizeof(floatX), m = g.m, n = g.n, k = g.k, batch = g.batch;

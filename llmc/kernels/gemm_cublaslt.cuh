@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cublas_check.h"
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cublas_check.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/gemm_args.h"
 #include "llmc/kernels/matmul_context.h"

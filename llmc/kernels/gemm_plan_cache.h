@@ -13,7 +13,7 @@
 #include <unordered_map>
 
 #include "llmc/kernels/gemm_args.h"
-#include "llmc/launch_observer.h"
+#include "llmc/base/launch_observer.h"
 
 namespace llmc {
 
@@ -114,7 +114,7 @@ struct GemmPlanKeyHash {
   }
 };
 
-// Plans by key; a plan is built (and the thread's LaunchObserver told, llmc/launch_observer.h) on the
+// Plans by key; a plan is built (and the thread's LaunchObserver told, llmc/base/launch_observer.h) on the
 // first call with its key only. Plans live as long as the cache and never move.
 template <class Plan>
 class GemmPlanCache {

@@ -8,11 +8,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 
@@ -221,7 +221,7 @@ inline size_t layernorm_backward_scratch_floats(int N, int C) {
   return fold_scratch(1, layernorm_backward_plan(N, C).blocks, 2 * C).floats();
 }
 
-// Bytes and FLOPs of one layernorm_backward call (llmc/launch_observer.h): dout and inp read once (the
+// Bytes and FLOPs of one layernorm_backward call (llmc/base/launch_observer.h): dout and inp read once (the
 // second pass over a row hits L1), dinp written (and read when accumulated), the block partials.
 inline KernelCost layernorm_backward_cost(int N, int C, bool accumulate_dinp) {
   const double nc = static_cast<double>(N) * C, x = sizeof(floatX);

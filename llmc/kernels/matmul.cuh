@@ -26,12 +26,12 @@
 #include <thread>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/bias_grad.cuh"
 #include "llmc/kernels/gemm_args.h"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/matmul_context.h"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 #if defined(LLMC_EMULATION)
 #include "llmc/emu/cpu_gemm.h"

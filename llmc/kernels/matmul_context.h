@@ -9,12 +9,12 @@
 #include <thread>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/gemm_args.h"
 #include "llmc/kernels/gemm_plan_cache.h"
 
 #if !defined(LLMC_EMULATION)
-#include "llmc/cublas_check.h"
+#include "llmc/cuda/cublas_check.h"
 #endif
 
 namespace llmc {

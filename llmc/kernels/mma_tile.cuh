@@ -1,14 +1,14 @@
 // Warp-level tile products on tensor cores for the attention kernels (head sizes 64 and 128): a
 // warp multiplies 16-row slices of bf16 tiles held row-major in padded shared memory, with fp32
-// accumulators in the mma.m16n8k16 fragment layout (llmc/kernels/mma.cuh). A warp may own several
+// accumulators in the mma.m16n8k16 fragment layout (llmc/cuda/mma.cuh). A warp may own several
 // 16-row m-tiles: each B fragment it loads from shared memory then serves all of them.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-#include "llmc/cuda_common.h"
-#include "llmc/kernels/mma.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/mma.cuh"
 #include "llmc/kernels/reduction.cuh"
 
 namespace llmc {

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "llmc/cuda_common.h"
-#include "llmc/precision.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 

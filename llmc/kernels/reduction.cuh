@@ -17,9 +17,9 @@
 #include <cuda/atomic>
 #endif
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/mutant.h"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 
@@ -35,7 +35,7 @@ inline unsigned elementwise_grid(size_t n, int block) {
   return blocks < 1 ? 1u : static_cast<unsigned>(blocks);
 }
 
-// 16-byte alignment, the precondition of the Packed128 loads and stores (llmc/cuda_common.h).
+// 16-byte alignment, the precondition of the Packed128 loads and stores (llmc/cuda/cuda_common.h).
 inline bool is_aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 // Launcher preconditions of the packet-only kernels: `count` (a row length or stride) is a positive whole

@@ -3,10 +3,10 @@
 // per-row 1/rms kept in fp32 for the backward. One warp per row, 16-byte packets.
 #pragma once
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 

@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/window_attention_backward.cuh"
 #include "llmc/kernels/window_attention_forward.cuh"
 #include "llmc/kernels/window_attention_geometry.cuh"

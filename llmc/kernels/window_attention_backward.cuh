@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "llmc/cuda_common.h"
-#include "llmc/kernels/cp_async.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/async_copies.cuh"
 #include "llmc/kernels/mma_tile.cuh"
 #include "llmc/kernels/window_attention_geometry.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 #if !defined(LLMC_FP32)
 

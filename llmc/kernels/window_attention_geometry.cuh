@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "llmc/cuda_common.h"
-#include "llmc/kernels/cp_async.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/async_copies.cuh"
 #include "llmc/kernels/reduction.cuh"
 
 #if !defined(LLMC_FP32)

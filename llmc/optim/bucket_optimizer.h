@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/trainable_model.h"
+#include "llmc/family/trainable_model.h"
 
 namespace llmc {
 

@@ -9,7 +9,7 @@
 #include "llmc/kernels/matmul_context.h"
 #include "llmc/optim/normuon_shape.h"
 #include "llmc/optim/polar_express.h"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 
 namespace llmc {
 

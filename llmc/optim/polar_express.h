@@ -6,9 +6,9 @@
 #include <cstddef>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/matmul_context.h"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc {
 

@@ -21,15 +21,15 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
 #include "llmc/kernels/adam_sharded.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/model/speedrun_layout.h"
+#include "llmc/model/modded44/speedrun_layout.h"
 #include "llmc/optim/speedrun_state_plan.h"
-#include "llmc/train/reshard.h"
+#include "llmc/checkpoint/reshard.h"
 
 namespace llmc {
 

@@ -18,8 +18,8 @@
 #include "llmc/optim/normuon.h"
 #include "llmc/optim/speedrun_state_plan.h"
 #include "llmc/optim/zero.h"  // OverlapMode
-#include "llmc/train/speedrun_schedule.h"
-#include "llmc/train/state.h"  // NamedStateArray
+#include "llmc/schedule/speedrun_schedule.h"
+#include "llmc/checkpoint/state_file.h"  // NamedStateArray
 
 namespace llmc {
 

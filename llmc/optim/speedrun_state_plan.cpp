@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "llmc/bf16_bits.h"
-#include "llmc/model/speedrun_layout.h"
+#include "llmc/base/bf16_bits.h"
+#include "llmc/model/modded44/speedrun_layout.h"
 
 namespace llmc {
 

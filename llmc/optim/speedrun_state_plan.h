@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/model/param_layout.h"
+#include "llmc/family/param_layout.h"
 #include "llmc/optim/muon_owners.h"
 #include "llmc/optim/normuon_shape.h"
-#include "llmc/train/state.h"  // NamedStateArray
+#include "llmc/checkpoint/state_file.h"  // NamedStateArray
 
 namespace llmc {
 

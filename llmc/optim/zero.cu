@@ -20,7 +20,7 @@
 #include <stdexcept>
 
 #include "llmc/dist/comm.h"
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/adamw.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/dist/trace.h"

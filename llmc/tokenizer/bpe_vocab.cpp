@@ -10,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 
 namespace llmc {
 namespace {

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <utility>
 
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 #include "llmc/tokenizer/parallel_encode.h"
 
 namespace llmc {

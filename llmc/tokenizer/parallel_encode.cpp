@@ -1,11 +1,11 @@
-// Chunking at safe cuts and a fork-join over chunks (llmc/parallel_for.h); results are concatenated in text order
+// Chunking at safe cuts and a fork-join over chunks (llmc/base/parallel_for.h); results are concatenated in text order
 // so the output does not depend on the number of threads.
 #include "llmc/tokenizer/parallel_encode.h"
 
 #include <algorithm>
 #include <memory>
 
-#include "llmc/parallel_for.h"
+#include "llmc/base/parallel_for.h"
 
 namespace llmc {
 namespace {

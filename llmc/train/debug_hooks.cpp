@@ -8,8 +8,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "llmc/atomic_file.h"
-#include "llmc/file_io.h"
+#include "llmc/base/atomic_file.h"
+#include "llmc/base/file_io.h"
 
 namespace llmc {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 #include "llmc/train/run_info.h"
 
 namespace llmc {

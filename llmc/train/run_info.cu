@@ -1,7 +1,7 @@
 // Collects the build's git commit and the device/driver/runtime versions (see run_info.h).
 #include "llmc/train/run_info.h"
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/train/build_commit.h"
 
 namespace llmc {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/generate/decoder.h"
+#include "llmc/family/decoder.h"
 #include "llmc/tokenizer/tokenizer.h"
 
 namespace llmc {

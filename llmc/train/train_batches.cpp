@@ -5,8 +5,8 @@
 #include <stdexcept>
 
 #include "llmc/data/document_packing.h"
-#include "llmc/file_io.h"
-#include "llmc/train/resume.h"
+#include "llmc/base/file_io.h"
+#include "llmc/checkpoint/resume.h"
 
 namespace llmc {
 namespace {

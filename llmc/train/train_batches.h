@@ -10,7 +10,7 @@
 
 #include "llmc/data/bos_loader.h"
 #include "llmc/data/dataloader.h"
-#include "llmc/train/state.h"
+#include "llmc/checkpoint/state_file.h"
 
 namespace llmc {
 

@@ -1,6 +1,6 @@
 // One optimizer step of training, as train_gpt2 runs it and the step benchmark measures it
 // (test/train/bench_step.cu): the micro-steps' forwards and backwards, with the optimizer's per-bucket
-// hooks (llmc/optim/bucket_optimizer.h), on any TrainableModel (llmc/model/trainable_model.h).
+// hooks (llmc/optim/bucket_optimizer.h), on any TrainableModel (llmc/family/trainable_model.h).
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,7 @@
 
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
-#include "llmc/model/trainable_model.h"
+#include "llmc/family/trainable_model.h"
 #include "llmc/optim/bucket_optimizer.h"
 #include "llmc/train/train_batches.h"
 

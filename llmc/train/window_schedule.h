@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/train/speedrun_schedule.h"
+#include "llmc/schedule/speedrun_schedule.h"
 
 namespace llmc {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/file_io.h"
-#include "llmc/parallel_for.h"
+#include "llmc/base/file_io.h"
+#include "llmc/base/parallel_for.h"
 #include "test/support/test_helpers.h"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "llmc/dist/comm.h"
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 
 namespace {
 

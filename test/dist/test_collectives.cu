@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "llmc/dist/comm.h"
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "test/dist/comm_test_context.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"

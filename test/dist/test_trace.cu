@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/dist/trace.h"
 #include "test/support/stream_gate.h"
 #include "test/support/test_helpers.h"

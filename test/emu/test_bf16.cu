@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "test/support/device_buffer.h"
 
 namespace {

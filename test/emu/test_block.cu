@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "test/support/device_buffer.h"
 
 namespace {

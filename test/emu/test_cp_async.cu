@@ -1,4 +1,4 @@
-// Tests of cp.async (llmc/kernels/cp_async.cuh): on both targets a double-buffered pipeline, the
+// Tests of cp.async (llmc/cuda/async_copies.cuh): on both targets a double-buffered pipeline, the
 // zero-fill form and 4-byte copies give exact results; in the emulation a copy is poison until its wait_group covers
 // it, so a missing wait, a too-weak wait or a missing barrier after the wait is observed, and misuse
 // that is undefined on a GPU (exiting with copies in flight, touching a destination or source in
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/kernels/cp_async.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/async_copies.cuh"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/kernels/mma.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/mma.cuh"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
 

@@ -1,5 +1,5 @@
-// The FP8 conversions of llmc/fp8.h in a kernel (the GPU's cvt.rn.satfinite on sm_90; the emulation's model
-// llmc/emu/fp8.h in the emulated build) against an independent model: ml_dtypes' float8_e4m3fn / float8_e5m2
+// The FP8 conversions of llmc/cuda/fp8.h in a kernel (the GPU's cvt.rn.satfinite on sm_90; the emulation's model
+// llmc/emu/fp8_convert.h in the emulated build) against an independent model: ml_dtypes' float8_e4m3fn / float8_e5m2
 // with the instruction's saturation (test/emu/fp8_reference.py). All 256 codes decode; encoding is checked on
 // every code's value, every midpoint between neighbours (exact ties, both parities) and the floats beside it,
 // the subnormal and overflow boundaries, specials and random floats. On the host, the emulation's model also
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/emu/fp8.h"
-#include "llmc/fp8.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/emu/fp8_convert.h"
+#include "llmc/cuda/fp8.h"
 #include "test/support/device_buffer.h"
 #include "test/support/python_oracle.h"
 

@@ -1,4 +1,4 @@
-// Tests of the tensor-core device functions (llmc/kernels/mma.cuh), run by both targets: fragments built
+// Tests of the tensor-core device functions (llmc/cuda/mma.cuh), run by both targets: fragments built
 // by the documented layout and by ldmatrix must give the plain matrix product. With small-integer
 // inputs every partial sum is exact in fp32, so the comparison is bitwise; with general bf16
 // inputs it is bounded by fp32 accumulation error.
@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/kernels/mma.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/mma.cuh"
 #include "test/support/device_buffer.h"
 
 namespace {

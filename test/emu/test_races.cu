@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
 

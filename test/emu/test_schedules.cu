@@ -11,8 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/kernels/mma.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/mma.cuh"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
 #include "test/support/stream_gate.h"

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "test/support/device_buffer.h"
 #include "test/support/stream_gate.h"
 

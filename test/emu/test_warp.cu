@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "test/support/device_buffer.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 #include "test/fuzz/fuzz_support.h"
 #include "test/fuzz/tokenizer_fixture.h"
 

@@ -1,8 +1,8 @@
-// Fuzz target: a checkpoint manifest (llmc/train/manifest.h), the JSON a resume trusts to say which files
+// Fuzz target: a checkpoint manifest (llmc/checkpoint/manifest.h), the JSON a resume trusts to say which files
 // make a complete checkpoint: read it, and a write/read round trip must give back the same manifest.
 #include <cstdint>
 
-#include "llmc/train/manifest.h"
+#include "llmc/checkpoint/manifest.h"
 #include "test/fuzz/fuzz_support.h"
 
 using namespace llmc;

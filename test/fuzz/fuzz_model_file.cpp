@@ -1,4 +1,4 @@
-// Fuzz target: an llm.c model file (llmc/model/checkpoint.h), as --model and --resume read it: the header
+// Fuzz target: an llm.c model file (llmc/model/gpt2/gpt2_model_file.h), as --model and --resume read it: the header
 // (checked against the file size and, when tagged, the checksum), the parameters, then a write/read round
 // trip in the file's precision that must give back the same values. A tagged input is read twice: as it
 // is, and with its checksum recomputed, so that mutations also reach what lies behind the checksum check.
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checksum.h"
-#include "llmc/model/checkpoint.h"
+#include "llmc/base/checksum.h"
+#include "llmc/model/gpt2/gpt2_model_file.h"
 #include "test/fuzz/fuzz_support.h"
 
 using namespace llmc;

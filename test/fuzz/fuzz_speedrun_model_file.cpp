@@ -1,4 +1,4 @@
-// Fuzz target: a speedrun model file (llmc/model/speedrun_model_file.h), as --model and --resume read it:
+// Fuzz target: a speedrun model file (llmc/model/modded44/speedrun_model_file.h), as --model and --resume read it:
 // the header (magic, version, architecture, dtype, shape, tensor count, size), the parameters, then a
 // write/read round trip in the file's dtype that must give back the same values. (This format has no
 // checksum field; a checkpoint's manifest carries its checksum.)
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "llmc/model/speedrun_model_file.h"
+#include "llmc/model/modded44/speedrun_model_file.h"
 #include "test/fuzz/fuzz_support.h"
 
 using namespace llmc;

@@ -1,4 +1,4 @@
-// Fuzz target: a per-rank optimizer-state file (llmc/train/state.h), read every way a resume reads it:
+// Fuzz target: a per-rank optimizer-state file (llmc/checkpoint/state_file.h), read every way a resume reads it:
 // the header alone, the whole file (checksum verified), the checksum alone, ranges of each array; the
 // ways must agree, and a write/read round trip must give back the same state. Each input is read twice:
 // as it is, and with its checksum word recomputed, so that mutations also reach what lies behind the
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checksum.h"
-#include "llmc/train/state.h"
+#include "llmc/base/checksum.h"
+#include "llmc/checkpoint/state_file.h"
 #include "test/fuzz/fuzz_support.h"
 
 using namespace llmc;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 
 namespace llmc::fuzz {
 

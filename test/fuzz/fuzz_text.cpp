@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 #include "llmc/tokenizer/utf8.h"
 #include "test/fuzz/fuzz_support.h"
 #include "test/fuzz/tokenizer_fixture.h"

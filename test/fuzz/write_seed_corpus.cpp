@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "llmc/data/shards.h"
-#include "llmc/model/checkpoint.h"
-#include "llmc/model/speedrun_model_file.h"
-#include "llmc/train/manifest.h"
-#include "llmc/train/state.h"
+#include "llmc/model/gpt2/gpt2_model_file.h"
+#include "llmc/model/modded44/speedrun_model_file.h"
+#include "llmc/checkpoint/manifest.h"
+#include "llmc/checkpoint/state_file.h"
 
 using namespace llmc;
 namespace fs = std::filesystem;

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/generate/generation.h"
-#include "llmc/generate/gpt2_decoder.h"
-#include "llmc/model/model_config.h"
-#include "llmc/model/param_init.h"
-#include "llmc/precision.h"
+#include "llmc/model/gpt2/gpt2_decoder.h"
+#include "llmc/model/gpt2/gpt2_config.h"
+#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/cuda/precision.h"
 
 using namespace llmc;
 

@@ -1,5 +1,5 @@
 // Test helper for the Hugging Face oracle (check_hf_transformers.py): runs one model file over a token
-// sequence through both of our forwards -- the training model (llmc/model/gpt2.h: logits and mean loss
+// sequence through both of our forwards -- the training model (llmc/model/gpt2/gpt2.h: logits and mean loss
 // of predicting tokens[1..n) from tokens[0..n-1)) and the KV-cache decoder (the same positions' logits)
 // -- and writes them for Python to compare.
 //
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/generate/gpt2_decoder.h"
-#include "llmc/model/checkpoint.h"
-#include "llmc/model/gpt2.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/model/gpt2/gpt2_decoder.h"
+#include "llmc/model/gpt2/gpt2_model_file.h"
+#include "llmc/model/gpt2/gpt2.h"
 
 using namespace llmc;
 

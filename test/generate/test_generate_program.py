@@ -173,7 +173,7 @@ class GenerateProgram(unittest.TestCase):
         run = f"{self.tmp}/run"
         os.makedirs(run, exist_ok=True)
         shutil.copyfile(self.random_model, f"{run}/ckpt_000010_model.bin")
-        open(f"{run}/ckpt_000010_manifest.json", "wb").close()  # complete (llmc/train/checkpoint_dir.h)
+        open(f"{run}/ckpt_000010_manifest.json", "wb").close()  # complete (llmc/checkpoint/checkpoint_dir.h)
         args = ["--prompt", "Hi", "--max-new-tokens", 4, "--seed", 3]
         _, by_file = self.run_ok("--model", self.random_model, *args)
         _, by_prefix = self.run_ok("--model", f"{run}/ckpt_000010", *args)

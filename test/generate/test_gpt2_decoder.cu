@@ -1,4 +1,4 @@
-// The KV-cache GPT-2 decoder (llmc/generate/gpt2_decoder.h) against the double-precision reference
+// The KV-cache GPT-2 decoder (llmc/model/gpt2/gpt2_decoder.h) against the double-precision reference
 // model recomputing the whole sequence for every new token: the logits of each step and the greedy
 // tokens; a prefill in one pass, in chunks and token by token agree; reset() starts over bit for bit;
 // the trainer's live parameter buffer (any world size) serves as well as a copy; bad input is refused
@@ -11,11 +11,11 @@
 #include <stdexcept>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/generate/gpt2_decoder.h"
-#include "llmc/model/gpt2.h"
-#include "llmc/model/model_config.h"
-#include "llmc/model/param_init.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/model/gpt2/gpt2_decoder.h"
+#include "llmc/model/gpt2/gpt2.h"
+#include "llmc/model/gpt2/gpt2_config.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 #include "test/reference/reference_gpt2.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"

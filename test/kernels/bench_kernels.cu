@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/data/shards.h"
 #include "llmc/kernels/adamw.cuh"
 #include "llmc/kernels/attention.cuh"
@@ -22,7 +22,7 @@
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 #include "test/kernels/bench_support.h"
 
 namespace {

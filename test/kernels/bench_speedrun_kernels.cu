@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/attention_gate.cuh"
 #include "llmc/kernels/embedding.cuh"
 #include "llmc/kernels/fp8_head.cuh"
@@ -26,7 +26,7 @@
 #include "llmc/kernels/scalar_vector.cuh"
 #include "llmc/kernels/smear_gate.cuh"
 #include "llmc/kernels/softcap_cross_entropy.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 #include "test/kernels/bench_support.h"
 
 namespace {

@@ -6,9 +6,9 @@
 #include <functional>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace bench {
 

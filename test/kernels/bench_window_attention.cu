@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/data/document_packing.h"
 #include "llmc/kernels/simple_window_attention.cuh"
 #include "llmc/kernels/window_attention.cuh"

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "llmc/emu/fp8.h"
+#include "llmc/emu/fp8_convert.h"
 
 namespace llmc::test {
 

@@ -1,6 +1,6 @@
 // The FP8 head's cast kernels, fp32 and bf16 inputs, e4m3 and e5m2 outputs: fp8_cast and fp8_cast_transpose
 // (with and without its straight copy, tiles cut at the edges) give exactly the codes of the emulation's
-// conversion model (llmc/emu/fp8.h, itself checked against ml_dtypes in test_fp8_format.cu) applied to
+// conversion model (llmc/emu/fp8_convert.h, itself checked against ml_dtypes in test_fp8_format.cu) applied to
 // in / scale with IEEE division, for values from underflow to saturation; misuse is refused.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "llmc/fp8.h"
+#include "llmc/cuda/fp8.h"
 #include "llmc/kernels/fp8_cast.cuh"
 #include "llmc/kernels/fp8_cast_transpose.cuh"
 #include "test/support/device_buffer.h"

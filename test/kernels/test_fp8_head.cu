@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "llmc/emu/fp8.h"
+#include "llmc/emu/fp8_convert.h"
 #include "llmc/kernels/fp8_head.cuh"
 #include "test/kernels/fp8_test_support.h"
 #include "test/support/device_buffer.h"

@@ -10,7 +10,7 @@
 
 #include "llmc/kernels/qk_norm_rope.cuh"
 #include "llmc/kernels/rmsnorm.cuh"
-#include "llmc/model/yarn.h"
+#include "llmc/model/modded44/yarn.h"
 #include "test/reference/reference_speedrun_ops.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"

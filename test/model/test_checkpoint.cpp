@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bf16_bits.h"
-#include "llmc/model/checkpoint.h"
-#include "llmc/model/param_init.h"
+#include "llmc/base/bf16_bits.h"
+#include "llmc/model/gpt2/gpt2_model_file.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 #include "test/support/test_helpers.h"
 
 #ifdef LLMC_TEST_HAVE_CUDA_BF16

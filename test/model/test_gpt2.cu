@@ -1,4 +1,4 @@
-// Whole-model tests of the device GPT-2 (llmc/model/gpt2.cu) against the double-precision reference: the
+// Whole-model tests of the device GPT-2 (llmc/model/gpt2/gpt2.cu) against the double-precision reference: the
 // loss and every parameter gradient on a tiny config, gradient accumulation over micro-steps, and
 // bitwise determinism. Built for fp32 (tight tolerances) and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/model/gpt2.h"
-#include "llmc/model/model_config.h"
-#include "llmc/model/param_init.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/model/gpt2/gpt2.h"
+#include "llmc/model/gpt2/gpt2_config.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 #include "test/support/gpu_test.h"
 #include "test/support/stream_test.h"
 #include "test/reference/reference_gpt2.h"

@@ -8,9 +8,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "llmc/model/model_config.h"
-#include "llmc/model/param_init.h"
-#include "llmc/model/gpt2_layout.h"
+#include "llmc/model/gpt2/gpt2_config.h"
+#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/model/gpt2/gpt2_layout.h"
 
 using namespace llmc;
 

@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "llmc/model/speedrun_config.h"
-#include "llmc/model/yarn.h"
+#include "llmc/model/modded44/speedrun_config.h"
+#include "llmc/model/modded44/yarn.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Tests of the speedrun model's bucketed parameter layout (llmc/model/speedrun_layout.h) and its
+// Tests of the speedrun model's bucketed parameter layout (llmc/model/modded44/speedrun_layout.h) and its
 // initialisation: the record's parameter count from SPEEDRUN.md, bucket order (embeddings, blocks
 // 1..L-1, head), the Adam/Muon groups and reference dtypes, the model file's tensor order, shard
 // invariants for world sizes 1..8, and the init against the double reference's.
@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "llmc/model/speedrun_init.h"
-#include "llmc/model/speedrun_layout.h"
+#include "llmc/model/modded44/speedrun_init.h"
+#include "llmc/model/modded44/speedrun_layout.h"
 #include "test/reference/reference_speedrun.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Whole-model tests of the device speedrun model (llmc/model/speedrun_model.cu) through the trainer's
+// Whole-model tests of the device speedrun model (llmc/model/modded44/speedrun_model.cu) through the trainer's
 // TrainableModel interface, against the double-precision reference (test/reference/reference_speedrun.h):
 // the loss and every parameter gradient (simple attention path; in the bf16 build also the window
 // attention kernel at head size 128), after a YaRN window change, gradient accumulation with the bucket
@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bf16_bits.h"
-#include "llmc/cuda_common.h"
+#include "llmc/base/bf16_bits.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/fp8_head.cuh"
-#include "llmc/model/speedrun_init.h"
-#include "llmc/model/speedrun_model.h"
+#include "llmc/model/modded44/speedrun_init.h"
+#include "llmc/model/modded44/speedrun_model.h"
 #include "test/reference/reference_speedrun.h"
 #include "test/support/gpu_test.h"
 #include "test/support/stream_test.h"

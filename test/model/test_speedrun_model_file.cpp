@@ -1,4 +1,4 @@
-// Tests of the speedrun model file (llmc/model/speedrun_model_file.h): fp32 round trips exact across world
+// Tests of the speedrun model file (llmc/model/modded44/speedrun_model_file.h): fp32 round trips exact across world
 // sizes, reference-dtype files round exactly the bf16 tensors, the tensor order and dtypes checked against
 // a file written by hand from the reference's tensor list, and a one-line error naming the file for
 // every kind of bad file.
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bf16_bits.h"
-#include "llmc/model/speedrun_init.h"
-#include "llmc/model/speedrun_model_file.h"
+#include "llmc/base/bf16_bits.h"
+#include "llmc/model/modded44/speedrun_init.h"
+#include "llmc/model/modded44/speedrun_model_file.h"
 #include "test/reference/reference_speedrun.h"
 #include "test/support/test_helpers.h"
 

@@ -15,11 +15,11 @@
 #include <random>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/dist/comm.h"
 #include "llmc/kernels/adam_sharded.cuh"
-#include "llmc/model/speedrun_config.h"
-#include "llmc/model/speedrun_layout.h"
+#include "llmc/model/modded44/speedrun_config.h"
+#include "llmc/model/modded44/speedrun_layout.h"
 #include "llmc/optim/muon_cost.h"
 #include "llmc/optim/normuon.h"
 #include "llmc/optim/speedrun_optimizer.h"

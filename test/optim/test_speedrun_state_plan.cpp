@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bf16_bits.h"
-#include "llmc/model/speedrun_config.h"
-#include "llmc/model/speedrun_layout.h"
+#include "llmc/base/bf16_bits.h"
+#include "llmc/model/modded44/speedrun_config.h"
+#include "llmc/model/modded44/speedrun_layout.h"
 #include "llmc/optim/speedrun_state_plan.h"
 
 namespace {

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "llmc/dist/comm.h"
-#include "llmc/cuda_common.h"
-#include "llmc/model/gpt2.h"
-#include "llmc/model/model_config.h"
-#include "llmc/model/param_init.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/model/gpt2/gpt2.h"
+#include "llmc/model/gpt2/gpt2_config.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 #include "llmc/optim/zero.h"
 #include "test/support/gpu_test.h"
 #include "test/reference/reference_gpt2.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/param_init.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 
 namespace gradient_check {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/checkpoint.h"
-#include "llmc/model/param_init.h"
+#include "llmc/model/gpt2/gpt2_model_file.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 #include "test/reference/reference_gpt2.h"
 
 namespace {

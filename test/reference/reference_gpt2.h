@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "llmc/model/gpt2_layout.h"
+#include "llmc/model/gpt2/gpt2_layout.h"
 
 namespace ref {
 

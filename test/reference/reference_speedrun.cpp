@@ -6,9 +6,9 @@
 #include <random>
 #include <stdexcept>
 
-#include "llmc/bf16_bits.h"
-#include "llmc/model/param_init.h"
-#include "llmc/model/yarn.h"
+#include "llmc/base/bf16_bits.h"
+#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/model/modded44/yarn.h"
 #include "test/reference/reference_ops.h"
 #include "test/reference/reference_speedrun_ops.h"
 #include "test/reference/window_attention_reference.h"

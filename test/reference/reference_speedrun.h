@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/speedrun_config.h"
+#include "llmc/model/modded44/speedrun_config.h"
 
 namespace ref {
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "llmc/atomic_file.h"
-#include "llmc/file_io.h"
-#include "llmc/model/param_init.h"
-#include "llmc/model/speedrun_config.h"
-#include "llmc/model/yarn.h"
+#include "llmc/base/atomic_file.h"
+#include "llmc/base/file_io.h"
+#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/model/modded44/speedrun_config.h"
+#include "llmc/model/modded44/yarn.h"
 #include "test/reference/reference_speedrun.h"
 
 namespace {

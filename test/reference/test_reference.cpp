@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/param_init.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 #include "test/reference/gradient_check.h"
 #include "test/reference/reference_gpt2.h"
 #include "test/reference/reference_ops.h"

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bf16_bits.h"
-#include "llmc/model/param_init.h"
-#include "llmc/model/speedrun_config.h"
+#include "llmc/base/bf16_bits.h"
+#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/model/modded44/speedrun_config.h"
 #include "test/reference/gradient_check.h"
 #include "test/reference/reference_speedrun.h"
 #include "test/reference/reference_speedrun_ops.h"

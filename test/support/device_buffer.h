@@ -9,8 +9,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/precision.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
 
 namespace llmc::test {
 

@@ -17,8 +17,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "llmc/cuda_common.h"
-#include "llmc/precision.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
 #include "test/support/device_buffer.h"
 
 namespace llmc::test {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/file_io.h"
+#include "llmc/base/file_io.h"
 #include "test/support/test_helpers.h"
 
 #if !defined(LLMC_PYTHON_EXECUTABLE) || !defined(LLMC_SOURCE_DIR)

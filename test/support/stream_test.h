@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "test/support/gpu_test.h"
 
 namespace llmc::test {

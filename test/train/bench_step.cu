@@ -2,7 +2,7 @@
 // train_gpt2's step (llmc/train/train_step.h: GPT-2 + ZeRO-1 AdamW) at a chosen size, and per step the
 // launches (kernels, GEMMs, memsets, copies), the GEMM plans built, the calls that block the host, the
 // host time spent in the step call, and per kernel the bytes and FLOPs its launcher accounts
-// (llmc/launch_observer.h) with the time they take at the H200's ceilings (790 TFLOP/s bf16 dense,
+// (llmc/base/launch_observer.h) with the time they take at the H200's ceilings (790 TFLOP/s bf16 dense,
 // 4.3 TB/s). The emulated build enqueues the step without executing anything (a d12 step would take
 // hours on a CPU), so it runs at full size anywhere; on a GPU the step runs and the measured time of
 // every row and of the whole step is printed beside the ceilings.
@@ -22,14 +22,14 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/data/shards.h"
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
-#include "llmc/launch_observer.h"
-#include "llmc/model/gpt2.h"
-#include "llmc/model/model_config.h"
-#include "llmc/model/param_init.h"
+#include "llmc/base/launch_observer.h"
+#include "llmc/model/gpt2/gpt2.h"
+#include "llmc/model/gpt2/gpt2_config.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 #include "llmc/optim/zero.h"
 #include "llmc/train/train_step.h"
 

@@ -14,7 +14,7 @@ import numpy as np
 
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 MODEL_MAGIC, MODEL_VERSION_FP32 = 20240326, 3
-STATE_HEADER_BYTES = 32 * 8  # llmc/train/state.cpp: 32 int64 header words, then (zero-adamw) master, m, v (fp32)
+STATE_HEADER_BYTES = 32 * 8  # llmc/checkpoint/state_file.cpp: 32 int64 header words, then (zero-adamw) master, m, v (fp32)
 
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -67,7 +67,7 @@ def read_model_params(path):
 
 
 def read_speedrun_params(path):
-    """The parameters of an fp32 speedrun model file (llmc/model/speedrun_model_file.h, dtype 0), flat."""
+    """The parameters of an fp32 speedrun model file (llmc/model/modded44/speedrun_model_file.h, dtype 0), flat."""
     with open(path, "rb") as f:
         raw = f.read()
     header = np.frombuffer(raw[:1024], dtype=np.int32)

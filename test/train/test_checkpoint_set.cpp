@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "llmc/data/shards.h"
-#include "llmc/model/checkpoint.h"
-#include "llmc/model/speedrun_layout.h"
-#include "llmc/model/speedrun_model_file.h"
-#include "llmc/train/checkpoint_dir.h"
-#include "llmc/train/checkpoint_writer.h"
-#include "llmc/train/reshard.h"
-#include "llmc/train/resume.h"
+#include "llmc/model/gpt2/gpt2_model_file.h"
+#include "llmc/model/modded44/speedrun_layout.h"
+#include "llmc/model/modded44/speedrun_model_file.h"
+#include "llmc/checkpoint/checkpoint_dir.h"
+#include "llmc/checkpoint/checkpoint_writer.h"
+#include "llmc/checkpoint/reshard.h"
+#include "llmc/checkpoint/resume.h"
 #include "test/support/test_helpers.h"
 
 using namespace llmc;

@@ -211,7 +211,7 @@ class Equivalence(MultiRankCase):
         self.assertGreaterEqual(total, 3 * 4 * num_params)
         self.assertLess(total, 3 * 4 * (num_params + 32 * (2 + 2 + 16 * 2)))
         for name, ranks in (("np2_full", 2), ("np4_full", 4)):
-            # 1/N of it, up to the padding: llmc/model/param_layout.h rounds each of the L + 2 buckets up to a
+            # 1/N of it, up to the padding: llmc/family/param_layout.h rounds each of the L + 2 buckets up to a
             # multiple of N * 32 elements so that the N shards are equal and aligned.
             padding_bytes = 3 * 4 * (2 + 2) * ranks * 32
             self.assertGreaterEqual(self.runs[name].state_bytes * ranks, total, name)

@@ -1,8 +1,8 @@
-// The speedrun schedules (llmc/train/speedrun_schedule.h) against the values SPEEDRUN.md sections 2-3
+// The speedrun schedules (llmc/schedule/speedrun_schedule.h) against the values SPEEDRUN.md sections 2-3
 // quotes from the reference, an independent double-precision YaRN computation, and the scaled-down
 // schedule that crosses every phase in a few steps; the record stretched to a run's --steps, and the
 // trainer's window schedule (llmc/train/window_schedule.h) against a recording stand-in for the model.
-#include "llmc/train/speedrun_schedule.h"
+#include "llmc/schedule/speedrun_schedule.h"
 #include "llmc/train/window_schedule.h"
 
 #include <gtest/gtest.h>

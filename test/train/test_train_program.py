@@ -32,7 +32,7 @@ from bench_recipes import write_speedrun_model  # noqa: E402  (a speedrun model 
 SETTINGS = {"trainer": None, "mpiexec": None, "gpus": None}  # gpus: None for the emulated build
 
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
-# llmc/train/state.cpp: the state file's int64 header word 14 = train time (us), 31 = the checksum (which
+# llmc/checkpoint/state_file.cpp: the state file's int64 header word 14 = train time (us), 31 = the checksum (which
 # covers the time).
 STATE_TIME_WORD, STATE_CHECKSUM_WORD = 14, 31
 EXIT_STOPPED_BY_SIGNAL, EXIT_INTERRUPTED = 75, 130

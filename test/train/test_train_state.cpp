@@ -16,11 +16,11 @@
 #include <tuple>
 #include <vector>
 
-#include "llmc/atomic_file.h"
-#include "llmc/train/checkpoint_dir.h"
+#include "llmc/base/atomic_file.h"
+#include "llmc/checkpoint/checkpoint_dir.h"
 #include "llmc/train/log.h"
-#include "llmc/train/manifest.h"
-#include "llmc/train/state.h"
+#include "llmc/checkpoint/manifest.h"
+#include "llmc/checkpoint/state_file.h"
 #include "test/support/test_helpers.h"
 
 using namespace llmc;

@@ -11,7 +11,7 @@
 #include <regex>
 #include <string>
 
-#include "llmc/train/lr_schedule.h"
+#include "llmc/schedule/lr_schedule.h"
 #include "llmc/train/mfu.h"
 #include "llmc/train/log.h"
 #include "llmc/train/options.h"

@@ -11,10 +11,10 @@
 #include <cstddef>
 #include <cstring>
 
-#include "llmc/cuda_common.h"
+#include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/flash_attention.cuh"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/precision.h"
+#include "llmc/cuda/precision.h"
 
 namespace mutants {
 

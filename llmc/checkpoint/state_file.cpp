@@ -1,0 +1,369 @@
+// Reading and writing the per-rank optimizer/loop state of a checkpoint (see state.h).
+#include "llmc/checkpoint/state_file.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include "llmc/base/checksum.h"
+#include "llmc/base/file_io.h"
+
+namespace llmc {
+
+namespace {
+
+// The words of the state file's header (the rest are zero).
+enum HeaderField {
+  kMagic, kVersion, kStep, kRank, kWorldSize, kMaxSeqLen, kVocab, kPaddedVocab, kLayers, kHeads, kChannels,
+  kEpoch, kShardOrderIndex, kBatchInShard, kTrainTimeMicros, kShardElements,
+  // The model family; the speedrun family's shape (zero for GPT-2, whose shape is in words 5..10, zero for
+  // the speedrun family).
+  kFamily, kSpeedrunVocab, kSpeedrunBlocks, kSpeedrunHeads, kSpeedrunHeadDim, kSpeedrunMaxSeqLen, kSpeedrunWindowBlock,
+  kBatchSize, kSeqLen,
+  kOptimizer, kNamedArrays,  // version 3 (zero in version 2 files)
+  // Version 4 (zero in older files): the loader whose position words 11-13 hold (with the BOS loader: epoch,
+  // shard, document), the BOS loader's micro-step, the writer's gradient accumulation.
+  kTrainLoader, kBosMicroStep, kGradAccum,
+  kChecksum = kTrainStateHeaderWords - 1,
+};
+static_assert(kGradAccum < kChecksum, "the header's words fit before the checksum");
+constexpr int64_t kHeaderBytes = kTrainStateHeaderWords * static_cast<int64_t>(sizeof(int64_t));
+constexpr size_t kChunkBytes = size_t{1} << 20;
+// A named array's record: the name's words, its element size, its element count.
+constexpr int kRecordWords = 8;
+constexpr int kRecordNameWords = kStateArrayNameBytes / 8;
+static_assert(kRecordNameWords + 2 == kRecordWords, "a record is the name, the element size and the count");
+
+void encode_header(const TrainStateHeader& s, int64_t* header) {
+  std::fill(header, header + kTrainStateHeaderWords, 0);
+  header[kMagic] = kTrainStateMagic;
+  header[kVersion] = kTrainStateVersion;
+  header[kStep] = s.step;
+  header[kRank] = s.rank;
+  header[kWorldSize] = s.world_size;
+  header[kMaxSeqLen] = s.config.max_seq_len;
+  header[kVocab] = s.config.vocab_size;
+  header[kPaddedVocab] = s.config.padded_vocab_size;
+  header[kLayers] = s.config.num_layers;
+  header[kHeads] = s.config.num_heads;
+  header[kChannels] = s.config.channels;
+  if (s.train_loader == TrainLoaderKind::kBos) {
+    header[kEpoch] = s.bos_position.epoch;
+    header[kShardOrderIndex] = s.bos_position.shard;
+    header[kBatchInShard] = s.bos_position.document;
+    header[kBosMicroStep] = s.bos_position.micro_step;
+  } else {
+    header[kEpoch] = s.train_position.epoch;
+    header[kShardOrderIndex] = s.train_position.shard_order_index;
+    header[kBatchInShard] = s.train_position.batch_in_shard;
+  }
+  header[kTrainTimeMicros] = static_cast<int64_t>(s.train_time_ms * 1000.0);
+  header[kShardElements] = s.shard_elements;
+  header[kFamily] = static_cast<int64_t>(s.family);
+  header[kSpeedrunVocab] = s.speedrun.vocab_size;
+  header[kSpeedrunBlocks] = s.speedrun.num_blocks;
+  header[kSpeedrunHeads] = s.speedrun.num_heads;
+  header[kSpeedrunHeadDim] = s.speedrun.head_dim;
+  header[kSpeedrunMaxSeqLen] = s.speedrun.max_seq_len;
+  header[kSpeedrunWindowBlock] = s.speedrun.window_block;
+  header[kBatchSize] = s.batch_size;
+  header[kSeqLen] = s.seq_len;
+  header[kOptimizer] = static_cast<int64_t>(s.optimizer);
+  header[kNamedArrays] = s.named_arrays;
+  header[kTrainLoader] = static_cast<int64_t>(s.train_loader);
+  header[kGradAccum] = s.grad_accum;
+}
+
+// Checks every field a reader relies on; the values come from a file, so nothing is trusted.
+void check_header(const std::string& path, const int64_t* header, int64_t file_bytes) {
+  auto require = [&](bool holds, const std::string& problem) {
+    if (!holds) throw FileError(path, "corrupt optimizer-state header: " + problem);
+  };
+  require(header[kWorldSize] >= 1 && header[kWorldSize] <= 4096, "world size " + std::to_string(header[kWorldSize]));
+  require(header[kRank] >= 0 && header[kRank] < header[kWorldSize], "rank " + std::to_string(header[kRank]));
+  require(header[kStep] >= 0, "step " + std::to_string(header[kStep]));
+  for (int word : {kEpoch, kShardOrderIndex, kBatchInShard, kTrainTimeMicros})
+    require(header[word] >= 0, "word " + std::to_string(word) + " is negative");
+  require(header[kFamily] == static_cast<int64_t>(ModelFamilyId::kGPT2) ||
+              header[kFamily] == static_cast<int64_t>(ModelFamilyId::kSpeedrun),
+          "unknown model family " + std::to_string(header[kFamily]));
+  // The family's shape words are plausible sizes, the other family's are zero.
+  const bool gpt2 = header[kFamily] == static_cast<int64_t>(ModelFamilyId::kGPT2);
+  for (int word : {kMaxSeqLen, kVocab, kPaddedVocab, kLayers, kHeads, kChannels, kSpeedrunVocab, kSpeedrunBlocks,
+                   kSpeedrunHeads, kSpeedrunHeadDim, kSpeedrunMaxSeqLen, kSpeedrunWindowBlock}) {
+    const bool used = (word < kEpoch) == gpt2;
+    require(used ? header[word] > 0 && header[word] <= (int64_t{1} << 24) : header[word] == 0,
+            "model shape word " + std::to_string(word));
+  }
+  require(header[kBatchSize] > 0 && header[kBatchSize] <= (int64_t{1} << 24), "batch size");
+  require(header[kSeqLen] > 0 && header[kSeqLen] <= (int64_t{1} << 24), "sequence length");
+  require(header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kWindow) ||
+              header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos),
+          "unknown training loader " + std::to_string(header[kTrainLoader]));
+  require(header[kBosMicroStep] >= 0 && (header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos) ||
+                                         header[kBosMicroStep] == 0),
+          "BOS loader micro-step " + std::to_string(header[kBosMicroStep]));
+  // 0: unknown (older files; a window position does not need it), a BOS position counts steps of it.
+  const int64_t least_accum = header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos) ? 1 : 0;
+  require(header[kGradAccum] >= least_accum && header[kGradAccum] <= (int64_t{1} << 24),
+          "gradient accumulation " + std::to_string(header[kGradAccum]));
+  require(header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kZeroAdamW) ||
+              header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kSpeedrun),
+          "unknown optimizer " + std::to_string(header[kOptimizer]));
+  if (header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kSpeedrun)) {
+    require(header[kShardElements] == 0, "a speedrun state with ZeRO shard elements");
+    require(header[kNamedArrays] >= 0 && header[kNamedArrays] <= kMaxNamedStateArrays,
+            "named array count " + std::to_string(header[kNamedArrays]));
+    return;  // its size: open_state walks the records
+  }
+  require(header[kNamedArrays] == 0, "a zero-adamw state with named arrays");
+  const int64_t elements = header[kShardElements];
+  const int64_t element_bytes = 3 * static_cast<int64_t>(sizeof(float));
+  if (elements < 0 || elements > (file_bytes - kHeaderBytes) / element_bytes + 1 ||
+      kHeaderBytes + elements * element_bytes != file_bytes) {
+    throw FileError(path, "file has " + std::to_string(file_bytes) + " bytes, the header promises 3 x " +
+                              std::to_string(elements) + " floats after its " + std::to_string(kHeaderBytes) +
+                              " (truncated or corrupt)");
+  }
+}
+
+// A named array's record (the file positioned at it): its name, element size and the byte count that
+// follows, each checked, and `left` (the file's bytes after the record) large enough for them.
+struct ArrayRecord {
+  int64_t words[kRecordWords];
+  std::string name;
+  int element_bytes = 0;
+  int64_t bytes = 0;
+};
+
+ArrayRecord read_record(const std::string& path, FILE* in, int64_t left) {
+  ArrayRecord record;
+  if (left < kRecordWords * 8 || std::fread(record.words, sizeof(int64_t), kRecordWords, in) != kRecordWords)
+    throw FileError(path, "truncated optimizer state: a named array's record is cut short");
+  left -= kRecordWords * 8;
+  const char* name = reinterpret_cast<const char*>(record.words);
+  const size_t length = strnlen(name, kStateArrayNameBytes);
+  if (length == 0 || length == kStateArrayNameBytes)
+    throw FileError(path, "corrupt optimizer-state array record: its name is empty or not terminated");
+  record.name.assign(name, length);
+  const int64_t element_bytes = record.words[kRecordNameWords], count = record.words[kRecordNameWords + 1];
+  if (element_bytes != 2 && element_bytes != 4)
+    throw FileError(path, "corrupt optimizer-state array " + record.name + ": element size " +
+                              std::to_string(element_bytes));
+  if (count < 0 || count > left / element_bytes)
+    throw FileError(path, "optimizer-state array " + record.name + " promises " + std::to_string(count) +
+                              " elements, the file has " + std::to_string(left) + " bytes left (truncated or corrupt)");
+  record.element_bytes = static_cast<int>(element_bytes);
+  record.bytes = count * element_bytes;
+  return record;
+}
+
+// A speedrun state's records end exactly at the end of the file (the file left after the header).
+void check_records(const std::string& path, FILE* in, int64_t arrays, int64_t file_bytes) {
+  int64_t at = kHeaderBytes;
+  for (int64_t i = 0; i < arrays; i++) {
+    const ArrayRecord record = read_record(path, in, file_bytes - at);
+    at += kRecordWords * 8 + record.bytes;
+    if (std::fseek(in, static_cast<long>(at), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
+  }
+  if (at != file_bytes)
+    throw FileError(path, "file has " + std::to_string(file_bytes) + " bytes, its " + std::to_string(arrays) +
+                              " named arrays end at " + std::to_string(at) + " (trailing bytes)");
+  if (std::fseek(in, static_cast<long>(kHeaderBytes), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
+}
+
+TrainStateHeader decode_header(const std::string& path, const int64_t* header) {
+  TrainStateHeader s;
+  s.step = header[kStep];
+  s.rank = static_cast<int>(header[kRank]);
+  s.world_size = static_cast<int>(header[kWorldSize]);
+  s.family = static_cast<ModelFamilyId>(header[kFamily]);
+  try {
+    if (s.family == ModelFamilyId::kGPT2) {
+      s.config = GPT2Config{static_cast<int>(header[kMaxSeqLen]), static_cast<int>(header[kVocab]),
+                            static_cast<int>(header[kPaddedVocab]), static_cast<int>(header[kLayers]),
+                            static_cast<int>(header[kHeads]), static_cast<int>(header[kChannels])};
+      validate_config(s.config);
+    } else {
+      s.speedrun = SpeedrunConfig{static_cast<int>(header[kSpeedrunVocab]), static_cast<int>(header[kSpeedrunBlocks]),
+                                  static_cast<int>(header[kSpeedrunHeads]), static_cast<int>(header[kSpeedrunHeadDim]),
+                                  static_cast<int>(header[kSpeedrunMaxSeqLen]),
+                                  static_cast<int>(header[kSpeedrunWindowBlock])};
+      validate_speedrun_config(s.speedrun);
+    }
+  } catch (const std::invalid_argument& error) {
+    throw FileError(path, std::string("corrupt optimizer-state header: ") + error.what());
+  }
+  s.train_loader = static_cast<TrainLoaderKind>(header[kTrainLoader]);
+  if (s.train_loader == TrainLoaderKind::kBos) {
+    s.bos_position = BosLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard],
+                                       header[kBosMicroStep]};
+  } else {
+    s.train_position = DataLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard]};
+  }
+  s.grad_accum = header[kGradAccum];
+  s.batch_size = header[kBatchSize];
+  s.seq_len = header[kSeqLen];
+  s.train_time_ms = static_cast<double>(header[kTrainTimeMicros]) / 1000.0;
+  s.shard_elements = header[kShardElements];
+  s.optimizer = static_cast<StateOptimizer>(header[kOptimizer]);
+  s.named_arrays = header[kNamedArrays];
+  s.checksum = static_cast<uint64_t>(header[kChecksum]);
+  return s;
+}
+
+// Opens `path`, reads its header words and checks all of them (every reader, whichever part of the file it
+// reads, refuses the same files); the file is left positioned after the header.
+FileHandle open_state(const std::string& path, int64_t* header, TrainStateHeader* fields, int64_t* file_bytes) {
+  FileHandle in = open_file(path, "rb", "optimizer state");
+  struct stat info;
+  if (::fstat(fileno(in.get()), &info) != 0) throw_errno_file_error(path, "cannot stat");
+  *file_bytes = static_cast<int64_t>(info.st_size);
+  if (std::fread(header, sizeof(int64_t), kTrainStateHeaderWords, in.get()) != kTrainStateHeaderWords)
+    throw FileError(path, "file is shorter than the optimizer-state header");
+  if (header[kMagic] != kTrainStateMagic) throw FileError(path, "not an optimizer-state file (wrong magic)");
+  if (header[kVersion] < kTrainStateOldestVersion || header[kVersion] > kTrainStateVersion)
+    throw FileError(path, "unsupported optimizer-state version " + std::to_string(header[kVersion]) +
+                              " (this build reads versions " + std::to_string(kTrainStateOldestVersion) + " to " +
+                              std::to_string(kTrainStateVersion) + ")");
+  if (header[kVersion] == 2 && (header[kOptimizer] != 0 || header[kNamedArrays] != 0))
+    throw FileError(path, "corrupt optimizer-state header: a version 2 file with version 3 fields");
+  if (header[kVersion] < 4 && (header[kTrainLoader] != 0 || header[kBosMicroStep] != 0 || header[kGradAccum] != 0))
+    throw FileError(path, "corrupt optimizer-state header: a version " + std::to_string(header[kVersion]) +
+                              " file with version 4 fields");
+  check_header(path, header, *file_bytes);
+  *fields = decode_header(path, header);
+  fields->file_bytes = *file_bytes;
+  if (fields->optimizer == StateOptimizer::kSpeedrun) check_records(path, in.get(), fields->named_arrays, *file_bytes);
+  return in;
+}
+
+// Hashes the header as the checksum covers it (its own word zero).
+void hash_header(Checksum& checksum, const int64_t* header) {
+  int64_t copy[kTrainStateHeaderWords];
+  std::copy(header, header + kTrainStateHeaderWords, copy);
+  copy[kChecksum] = 0;
+  checksum.update(copy, sizeof copy);
+}
+
+void check_checksum(const std::string& path, const Checksum& checksum, uint64_t stored) {
+  if (checksum.digest() != stored)
+    throw FileError(path, "checksum mismatch: the file is corrupt (header says " + checksum_hex(stored) +
+                              ", the contents hash to " + checksum_hex(checksum.digest()) + ")");
+}
+
+}  // namespace
+
+const char* state_optimizer_name(StateOptimizer optimizer) {
+  return optimizer == StateOptimizer::kSpeedrun ? "speedrun" : "zero-adamw";
+}
+
+const char* train_loader_name(TrainLoaderKind kind) { return kind == TrainLoaderKind::kBos ? "bos" : "window"; }
+
+std::string describe_state_model(const TrainStateHeader& state) {
+  return state.family == ModelFamilyId::kSpeedrun ? "speedrun " + describe_speedrun_config(state.speedrun)
+                                                  : describe_config(state.config);
+}
+
+WrittenFile write_train_state(const std::string& path, const TrainState& s) {
+  if (s.adam_m.size() != s.master.size() || s.adam_v.size() != s.master.size())
+    throw std::invalid_argument(path + ": optimizer state arrays differ in size");
+  const bool speedrun = s.optimizer == StateOptimizer::kSpeedrun;
+  if (speedrun ? !s.master.empty() : !s.arrays.empty())
+    throw std::invalid_argument(path + ": a " + state_optimizer_name(s.optimizer) + " state with another's arrays");
+  for (const NamedStateArray& array : s.arrays)
+    if (array.name.empty() || array.name.size() >= kStateArrayNameBytes ||
+        (array.element_bytes != 2 && array.element_bytes != 4) || array.bytes.size() % array.element_bytes != 0)
+      throw std::invalid_argument(path + ": optimizer state array '" + array.name + "' cannot be stored");
+  TrainStateHeader fields = s;
+  fields.shard_elements = static_cast<int64_t>(s.master.size());
+  fields.named_arrays = static_cast<int64_t>(s.arrays.size());
+  int64_t header[kTrainStateHeaderWords];
+  encode_header(fields, header);
+  AtomicFileWriter out(path);
+  out.write(header, sizeof header);
+  for (const std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v})
+    out.write(array->data(), array->size() * sizeof(float));
+  for (const NamedStateArray& array : s.arrays) {
+    int64_t record[kRecordWords] = {};
+    std::memcpy(record, array.name.data(), array.name.size());
+    record[kRecordNameWords] = array.element_bytes;
+    record[kRecordNameWords + 1] = static_cast<int64_t>(array.bytes.size()) / array.element_bytes;
+    out.write(record, sizeof record);
+    out.write(array.bytes.data(), array.bytes.size());
+  }
+  const int64_t checksum = static_cast<int64_t>(out.checksum());
+  out.patch(kChecksum * sizeof(int64_t), &checksum, sizeof checksum);
+  return out.commit();
+}
+
+TrainStateHeader read_train_state_header(const std::string& path) {
+  int64_t header[kTrainStateHeaderWords];
+  int64_t file_bytes = 0;
+  TrainStateHeader fields;
+  open_state(path, header, &fields, &file_bytes);
+  return fields;
+}
+
+TrainState read_train_state(const std::string& path) {
+  int64_t header[kTrainStateHeaderWords];
+  int64_t file_bytes = 0;
+  TrainState s;
+  const FileHandle in = open_state(path, header, &s, &file_bytes);
+  Checksum checksum;
+  hash_header(checksum, header);
+  for (std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v}) {
+    array->resize(static_cast<size_t>(s.shard_elements));
+    if (std::fread(array->data(), sizeof(float), array->size(), in.get()) != array->size())
+      throw FileError(path, "read failed (file changed or I/O error)");
+    checksum.update(array->data(), array->size() * sizeof(float));
+  }
+  int64_t at = kHeaderBytes + 3 * s.shard_elements * static_cast<int64_t>(sizeof(float));
+  for (int64_t i = 0; i < s.named_arrays; i++) {  // sizes already checked by open_state
+    const ArrayRecord record = read_record(path, in.get(), s.file_bytes - at);
+    NamedStateArray array{record.name, record.element_bytes, std::vector<char>(static_cast<size_t>(record.bytes))};
+    if (std::fread(array.bytes.data(), 1, array.bytes.size(), in.get()) != array.bytes.size())
+      throw FileError(path, "read failed (file changed or I/O error)");
+    checksum.update(record.words, sizeof record.words);
+    checksum.update(array.bytes.data(), array.bytes.size());
+    at += kRecordWords * 8 + record.bytes;
+    s.arrays.push_back(std::move(array));
+  }
+  check_checksum(path, checksum, s.checksum);
+  return s;
+}
+
+void verify_train_state(const std::string& path) {
+  int64_t header[kTrainStateHeaderWords];
+  int64_t file_bytes = 0;
+  TrainStateHeader fields;
+  const FileHandle in = open_state(path, header, &fields, &file_bytes);
+  Checksum checksum;
+  hash_header(checksum, header);
+  std::vector<char> chunk(kChunkBytes);
+  for (int64_t left = file_bytes - kHeaderBytes; left > 0;) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(chunk.size())));
+    if (std::fread(chunk.data(), 1, want, in.get()) != want) throw FileError(path, "read failed (file changed or I/O error)");
+    checksum.update(chunk.data(), want);
+    left -= static_cast<int64_t>(want);
+  }
+  check_checksum(path, checksum, static_cast<uint64_t>(header[kChecksum]));
+}
+
+void read_train_state_range(const std::string& path, const TrainStateHeader& header, StateArray array, int64_t first,
+                            int64_t count, float* out) {
+  if (first < 0 || count < 0 || first + count > header.shard_elements)
+    throw std::out_of_range(path + ": elements " + std::to_string(first) + ".." + std::to_string(first + count) +
+                            " outside the shard's " + std::to_string(header.shard_elements));
+  const FileHandle in = open_file(path, "rb", "optimizer state");
+  const int64_t offset =
+      kHeaderBytes + (static_cast<int64_t>(array) * header.shard_elements + first) * static_cast<int64_t>(sizeof(float));
+  if (std::fseek(in.get(), static_cast<long>(offset), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
+  if (std::fread(out, sizeof(float), static_cast<size_t>(count), in.get()) != static_cast<size_t>(count))
+    throw FileError(path, "read failed (file changed or I/O error)");
+}
+
+}  // namespace llmc

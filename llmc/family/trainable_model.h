@@ -1,0 +1,66 @@
+// What the training loop and the optimizer need from a model family (GPT-2: llmc/model/gpt2/gpt2.h; the
+// speedrun model of ARCHITECTURE.md "Phase 2": llmc/model/modded44/speedrun_model.h): parameters and gradients in one bucketed buffer each (ParamLayout),
+// and forward and backward passes that call a hook per bucket, so that the optimizer can start each
+// bucket's communication the moment its gradients are final and the next forward waits per bucket.
+// The loop in train_gpt2.cu sees only this; layers and kernels stay inside the family.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "llmc/kernels/gemm_plan_cache.h"
+#include "llmc/family/param_layout.h"
+#include "llmc/cuda/precision.h"
+
+namespace llmc {
+
+// Called with a bucket index. Forward: before the first kernel that reads the bucket's parameters
+// (so the caller can make the compute stream wait for that bucket's all-gather). Backward: right
+// after the last kernel that writes the bucket's gradients or reads its parameters has been enqueued.
+using BucketHook = std::function<void(int bucket)>;
+
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+
+  // The buffers (layout order). The backward makes buckets final in decreasing index order.
+  virtual const ParamLayout& layout() const = 0;
+  virtual floatX* params() = 0;
+  virtual floatX* grads() = 0;
+  virtual cudaStream_t stream() const = 0;  // the compute stream every pass is enqueued on
+  // What the backward computes just before `bucket` is final ("layer 3"), for traces.
+  virtual std::string bucket_name(int bucket) const = 0;
+  // Device bytes of everything but the parameter and gradient buffers (activations, workspaces).
+  virtual size_t activation_bytes() const = 0;
+  // How the GEMMs choose their algorithm (llmc/kernels/matmul.cuh); set before the first pass.
+  virtual void set_gemm_algo_selection(GemmAlgoSelection selection) = 0;
+
+  // Forward over one micro-batch (host token arrays). With targets, the per-position losses go to loss
+  // slot `loss_slot`; with compute_dlogits the backward's starting gradient is prepared, scaled by dloss
+  // (1 / (tokens per step) for a mean). Asynchronous on stream().
+  virtual void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits,
+                       float dloss, const BucketHook& before_bucket_use = nullptr) = 0;
+  // Backward of the last forward, which must have computed dlogits. With first_micro_step the step's
+  // gradients start here: the model overwrites them (each bucket's first writer stores instead of adding)
+  // or zeroes them first; otherwise gradients accumulate. on_bucket_ready is called as each bucket becomes
+  // final. The model keeps what it needs of the forward's tokens.
+  virtual void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) = 0;
+  // Enqueues the mean of the losses in slots [0, num_slots) into result `result` (0 or 1), which
+  // read_mean_loss(result) returns once the stream has reached it (waiting for that point only). Two
+  // results let a trainer read step s's loss after enqueuing step s + 1, so the device never idles.
+  virtual void enqueue_mean_loss(int num_slots, int result) = 0;
+  virtual double read_mean_loss(int result) = 0;
+  // Both at once (waits for the stream).
+  double mean_loss(int num_slots) {
+    enqueue_mean_loss(num_slots, 0);
+    return read_mean_loss(0);
+  }
+  // Host <-> device copies of the whole buffers (layout order, as float). Synchronous.
+  virtual void upload_params(const std::vector<float>& host_params) = 0;
+  virtual std::vector<float> download_params() const = 0;
+  virtual std::vector<float> download_grads() const = 0;
+};
+
+}  // namespace llmc

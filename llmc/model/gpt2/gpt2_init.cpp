@@ -1,0 +1,61 @@
+// GPT-2 random initialization (see param_init.h).
+#include "llmc/model/gpt2/gpt2_init.h"
+
+#include <cmath>
+
+namespace llmc {
+
+double NormalSampler::uniform_open_closed() {
+  // Top 53 bits give a double in [0, 1) exactly; shifting by one ulp step makes it (0, 1] so log() is finite.
+  const uint64_t bits = engine_() >> 11;
+  return (static_cast<double>(bits) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+double NormalSampler::next() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  const double two_pi = 6.283185307179586476925286766559;
+  const double radius = std::sqrt(-2.0 * std::log(uniform_open_closed()));
+  const double angle = two_pi * uniform_open_closed();
+  spare_ = radius * std::sin(angle);
+  has_spare_ = true;
+  return radius * std::cos(angle);
+}
+
+std::vector<float> init_gpt2_params(const GPT2Layout& layout, uint64_t seed) {
+  std::vector<float> params(layout.total_size, 0.0f);
+  NormalSampler normal(seed);
+  const double residual_std = kInitStd / std::sqrt(2.0 * layout.config.num_layers);
+  for (const TensorView& view : layout.tensors) {
+    float* out = params.data() + view.offset;
+    switch (gpt2_kind(view)) {
+      case TensorKind::kLn1w:
+      case TensorKind::kLn2w:
+      case TensorKind::kLnfw:
+        for (size_t i = 0; i < view.numel; i++) out[i] = 1.0f;
+        break;
+      case TensorKind::kWte: {
+        // Only the real vocabulary rows; padded rows stay 0 like llm.c.
+        const size_t real = static_cast<size_t>(layout.config.vocab_size) * view.shape[1];
+        for (size_t i = 0; i < real; i++) out[i] = static_cast<float>(kInitStd * normal.next());
+        break;
+      }
+      case TensorKind::kWpe:
+      case TensorKind::kQkvw:
+      case TensorKind::kFcw:
+        for (size_t i = 0; i < view.numel; i++) out[i] = static_cast<float>(kInitStd * normal.next());
+        break;
+      case TensorKind::kAttprojw:
+      case TensorKind::kFcprojw:
+        for (size_t i = 0; i < view.numel; i++) out[i] = static_cast<float>(residual_std * normal.next());
+        break;
+      default:  // biases
+        break;
+    }
+  }
+  return params;
+}
+
+}  // namespace llmc

@@ -1,0 +1,194 @@
+// llm.c-format checkpoint files, mapped to and from the bucketed parameter layout (see checkpoint.h).
+#include "llmc/model/gpt2/gpt2_model_file.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "llmc/base/atomic_file.h"
+#include "llmc/base/bf16_bits.h"
+#include "llmc/base/checksum.h"
+#include "llmc/base/file_io.h"
+
+namespace llmc {
+
+namespace {
+
+// The words of llm.c's header that are used (the rest are zero).
+enum HeaderField { kMagic, kVersion, kMaxSeqLen, kVocab, kLayers, kHeads, kChannels, kPaddedVocab };
+constexpr int kChecksumLowWord = kCheckpointChecksumTagWord + 1, kChecksumHighWord = kCheckpointChecksumTagWord + 2;
+
+// The header as the checksum covers it: the checksum's own two words zero.
+void hash_header(Checksum& checksum, const int32_t* header) {
+  int32_t copy[kCheckpointHeaderInts];
+  std::copy(header, header + kCheckpointHeaderInts, copy);
+  copy[kChecksumLowWord] = copy[kChecksumHighWord] = 0;
+  checksum.update(copy, sizeof copy);
+}
+
+size_t element_bytes(CheckpointDtype dtype) { return dtype == CheckpointDtype::kFp32 ? 4 : 2; }
+
+// Calls visit(view) for every tensor instance in llm.c's file order: each kind in enum order (which
+// is llm.c's order), and per-layer kinds for layers 0..L-1, so the layer copies of a kind are adjacent.
+template <typename Visit>
+void for_each_in_file_order(const GPT2Layout& layout, Visit visit) {
+  for (int k = 0; k < kNumTensorKinds; k++) {
+    const TensorKind kind = static_cast<TensorKind>(k);
+    if (is_layer_tensor(kind)) {
+      for (int layer = 0; layer < layout.config.num_layers; layer++) visit(layout.tensor(kind, layer));
+    } else {
+      visit(layout.tensor(kind));
+    }
+  }
+}
+
+std::string config_mismatch(const GPT2Config& file, const GPT2Config& expected) {
+  std::string fields;
+  auto check = [&](const char* name, int in_file, int wanted) {
+    if (in_file != wanted)
+      fields += std::string(fields.empty() ? "" : ", ") + name + " is " + std::to_string(in_file) + " (expected " +
+                std::to_string(wanted) + ")";
+  };
+  check("maxT", file.max_seq_len, expected.max_seq_len);
+  check("V", file.vocab_size, expected.vocab_size);
+  check("L", file.num_layers, expected.num_layers);
+  check("NH", file.num_heads, expected.num_heads);
+  check("C", file.channels, expected.channels);
+  check("Vp", file.padded_vocab_size, expected.padded_vocab_size);
+  return fields;
+}
+
+}  // namespace
+
+int64_t count_parameters(const GPT2Config& c) {
+  const int64_t C = c.channels, L = c.num_layers;
+  const int64_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+  return int64_t{c.padded_vocab_size} * C + int64_t{c.max_seq_len} * C + L * per_layer + 2 * C;
+}
+
+CheckpointInfo read_checkpoint_header(const std::string& path) {
+  const FileHandle in = open_file(path, "rb", "checkpoint");
+  int32_t header[kCheckpointHeaderInts];
+  if (std::fread(header, sizeof(int32_t), kCheckpointHeaderInts, in.get()) != kCheckpointHeaderInts)
+    throw FileError(path, "truncated checkpoint: shorter than its 1024-byte header");
+  if (header[kMagic] != kCheckpointMagic)
+    throw FileError(path, "not a GPT-2 checkpoint: magic is " + std::to_string(header[kMagic]) + ", expected " +
+                               std::to_string(kCheckpointMagic));
+  CheckpointInfo info;
+  if (header[kVersion] == kCheckpointVersionFp32) info.dtype = CheckpointDtype::kFp32;
+  else if (header[kVersion] == kCheckpointVersionBf16) info.dtype = CheckpointDtype::kBf16;
+  else
+    throw FileError(path, "unsupported checkpoint version " + std::to_string(header[kVersion]) + " (supported: 3 = fp32, " +
+                               "5 = bf16)");
+  info.config.max_seq_len = header[kMaxSeqLen];
+  info.config.vocab_size = header[kVocab];
+  info.config.num_layers = header[kLayers];
+  info.config.num_heads = header[kHeads];
+  info.config.channels = header[kChannels];
+  info.config.padded_vocab_size = header[kPaddedVocab];
+  try {
+    validate_config(info.config);
+  } catch (const std::invalid_argument& error) {
+    throw FileError(path, error.what());
+  }
+  info.num_parameters = count_parameters(info.config);
+  if (header[kCheckpointChecksumTagWord] == kCheckpointChecksumTag) {
+    info.has_checksum = true;
+    info.checksum = static_cast<uint64_t>(static_cast<uint32_t>(header[kChecksumLowWord])) |
+                    static_cast<uint64_t>(static_cast<uint32_t>(header[kChecksumHighWord])) << 32;
+  } else if (header[kCheckpointChecksumTagWord] != 0) {
+    throw FileError(path, "corrupt checkpoint header: word " + std::to_string(kCheckpointChecksumTagWord) + " is " +
+                              std::to_string(header[kCheckpointChecksumTagWord]) + ", neither 0 nor the checksum tag");
+  }
+
+  struct stat file_stat;
+  if (::stat(path.c_str(), &file_stat) != 0) throw_errno_file_error(path, "cannot stat checkpoint");
+  const int64_t expected_bytes = int64_t{kCheckpointHeaderInts} * 4 +
+                                 info.num_parameters * static_cast<int64_t>(element_bytes(info.dtype));
+  const int64_t actual_bytes = static_cast<int64_t>(file_stat.st_size);
+  if (actual_bytes < expected_bytes)
+    throw FileError(path, "truncated checkpoint: " + std::to_string(actual_bytes) + " bytes, the header (" +
+                               describe_config(info.config) + ") needs " + std::to_string(expected_bytes));
+  if (actual_bytes > expected_bytes)
+    throw FileError(path, "checkpoint has " + std::to_string(actual_bytes - expected_bytes) +
+                               " trailing bytes after the parameters of " + describe_config(info.config));
+  return info;
+}
+
+void read_checkpoint(const std::string& path, const GPT2Layout& layout, std::vector<float>& params) {
+  const CheckpointInfo info = read_checkpoint_header(path);
+  const std::string mismatch = config_mismatch(info.config, layout.config);
+  if (!mismatch.empty()) throw FileError(path, "checkpoint does not match the model: " + mismatch);
+
+  const FileHandle in = open_file(path, "rb", "checkpoint");
+  int32_t header[kCheckpointHeaderInts];
+  if (std::fread(header, sizeof header, 1, in.get()) != 1) throw FileError(path, "read failed in the header");
+  Checksum checksum;
+  hash_header(checksum, header);
+  // Read into a fresh buffer so a failure part-way leaves the caller's params untouched.
+  std::vector<float> loaded(layout.total_size, 0.0f);
+  std::vector<uint16_t> staging;
+  for_each_in_file_order(layout, [&](const TensorView& view) {
+    float* dst = loaded.data() + view.offset;
+    size_t got;
+    if (info.dtype == CheckpointDtype::kFp32) {
+      got = std::fread(dst, sizeof(float), view.numel, in.get());
+      checksum.update(dst, got * sizeof(float));
+    } else {
+      staging.resize(view.numel);
+      got = std::fread(staging.data(), sizeof(uint16_t), view.numel, in.get());
+      checksum.update(staging.data(), got * sizeof(uint16_t));
+      for (size_t i = 0; i < got; i++) dst[i] = bf16_bits_to_float(staging[i]);
+    }
+    if (got != view.numel) throw FileError(path, "read failed in tensor " + view.name + " (file changed or I/O error)");
+  });
+  if (info.has_checksum && checksum.digest() != info.checksum)
+    throw FileError(path, "checksum mismatch: the file is corrupt (header says " + checksum_hex(info.checksum) +
+                              ", the contents hash to " + checksum_hex(checksum.digest()) + ")");
+  params.swap(loaded);
+}
+
+std::vector<float> load_checkpoint(const std::string& path, int world_size, GPT2Layout* layout_out) {
+  const CheckpointInfo info = read_checkpoint_header(path);
+  GPT2Layout layout = make_param_layout(info.config, world_size);
+  std::vector<float> params;
+  read_checkpoint(path, layout, params);
+  if (layout_out != nullptr) *layout_out = std::move(layout);
+  return params;
+}
+
+WrittenFile write_checkpoint(const std::string& path, const GPT2Layout& layout, const float* params,
+                             CheckpointDtype dtype) {
+  int32_t header[kCheckpointHeaderInts] = {};
+  header[kMagic] = kCheckpointMagic;
+  header[kVersion] = dtype == CheckpointDtype::kFp32 ? kCheckpointVersionFp32 : kCheckpointVersionBf16;
+  header[kMaxSeqLen] = layout.config.max_seq_len;
+  header[kVocab] = layout.config.vocab_size;
+  header[kLayers] = layout.config.num_layers;
+  header[kHeads] = layout.config.num_heads;
+  header[kChannels] = layout.config.channels;
+  header[kPaddedVocab] = layout.config.padded_vocab_size;
+  header[kCheckpointChecksumTagWord] = kCheckpointChecksumTag;  // the checksum words stay 0 until the end
+  AtomicFileWriter out(path);
+  out.write(header, sizeof header);
+  std::vector<uint16_t> staging;
+  for_each_in_file_order(layout, [&](const TensorView& view) {
+    const float* src = params + view.offset;
+    if (dtype == CheckpointDtype::kFp32) {
+      out.write(src, view.numel * sizeof(float));
+    } else {
+      staging.resize(view.numel);
+      for (size_t i = 0; i < view.numel; i++) staging[i] = float_to_bf16_bits(src[i]);
+      out.write(staging.data(), view.numel * sizeof(uint16_t));
+    }
+  });
+  const uint64_t checksum = out.checksum();
+  const int32_t checksum_words[2] = {static_cast<int32_t>(static_cast<uint32_t>(checksum)),
+                                     static_cast<int32_t>(static_cast<uint32_t>(checksum >> 32))};
+  out.patch(kChecksumLowWord * sizeof(int32_t), checksum_words, sizeof checksum_words);
+  return out.commit();
+}
+
+}  // namespace llmc

@@ -1,0 +1,182 @@
+// Speedrun model files, mapped to and from the bucketed layout (see speedrun_model_file.h).
+#include "llmc/model/modded44/speedrun_model_file.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "llmc/base/atomic_file.h"
+#include "llmc/base/bf16_bits.h"
+#include "llmc/base/file_io.h"
+
+namespace llmc {
+
+namespace {
+
+constexpr int kHeaderInts = 256;
+// The words of the header that are used (the rest are zero).
+enum HeaderField {
+  kMagic,
+  kVersion,
+  kArchitecture,
+  kDtype,
+  kVocab,
+  kBlocks,
+  kHeads,
+  kHeadDim,
+  kMaxSeqLen,
+  kWindowBlock,
+  kNumScalars,
+  kNumTensors,
+};
+
+bool stored_as_bf16(const TensorView& view, SpeedrunFileDtype dtype) {
+  return dtype == SpeedrunFileDtype::kReference && view.reference_dtype == ParamDtype::kBf16;
+}
+
+int64_t data_bytes(const SpeedrunLayout& layout, SpeedrunFileDtype dtype) {
+  int64_t bytes = 0;
+  for (const TensorView& view : layout.tensors)
+    bytes += static_cast<int64_t>(view.numel) * (stored_as_bf16(view, dtype) ? 2 : 4);
+  return bytes;
+}
+
+std::string config_mismatch(const SpeedrunConfig& file, const SpeedrunConfig& expected) {
+  std::string fields;
+  auto check = [&](const char* name, int in_file, int wanted) {
+    if (in_file != wanted)
+      fields += std::string(fields.empty() ? "" : ", ") + name + " is " + std::to_string(in_file) + " (expected " +
+                std::to_string(wanted) + ")";
+  };
+  check("V", file.vocab_size, expected.vocab_size);
+  check("L", file.num_blocks, expected.num_blocks);
+  check("H", file.num_heads, expected.num_heads);
+  check("D", file.head_dim, expected.head_dim);
+  check("T", file.max_seq_len, expected.max_seq_len);
+  check("window_block", file.window_block, expected.window_block);
+  return fields;
+}
+
+}  // namespace
+
+SpeedrunModelFileInfo read_speedrun_model_header(const std::string& path) {
+  const FileHandle in = open_file(path, "rb", "model file");
+  int32_t header[kHeaderInts];
+  if (std::fread(header, sizeof(int32_t), kHeaderInts, in.get()) != kHeaderInts)
+    throw FileError(path, "truncated model file: shorter than its 1024-byte header");
+  if (header[kMagic] != kSpeedrunModelMagic)
+    throw FileError(path, "not a speedrun model file: magic is " + std::to_string(header[kMagic]) + ", expected " +
+                              std::to_string(kSpeedrunModelMagic));
+  if (header[kVersion] != kSpeedrunModelVersion)
+    throw FileError(path, "unsupported speedrun model file version " + std::to_string(header[kVersion]) +
+                              " (supported: " + std::to_string(kSpeedrunModelVersion) + ")");
+  if (header[kArchitecture] != kSpeedrunArchitectureRecord20251031)
+    throw FileError(path, "unknown speedrun architecture " + std::to_string(header[kArchitecture]) +
+                              " (supported: 1 = the 2025-10-31 record's structure)");
+  if (header[kDtype] != static_cast<int32_t>(SpeedrunFileDtype::kFp32) &&
+      header[kDtype] != static_cast<int32_t>(SpeedrunFileDtype::kReference))
+    throw FileError(path,
+                    "unknown dtype field " + std::to_string(header[kDtype]) + " (0 = fp32, 1 = reference dtypes)");
+  SpeedrunModelFileInfo info;
+  info.dtype = static_cast<SpeedrunFileDtype>(header[kDtype]);
+  info.config.vocab_size = header[kVocab];
+  info.config.num_blocks = header[kBlocks];
+  info.config.num_heads = header[kHeads];
+  info.config.head_dim = header[kHeadDim];
+  info.config.max_seq_len = header[kMaxSeqLen];
+  info.config.window_block = header[kWindowBlock];
+  SpeedrunLayout layout;
+  try {
+    layout = make_speedrun_layout(info.config, 1);
+  } catch (const std::invalid_argument& error) {
+    throw FileError(path, error.what());
+  }
+  if (header[kNumScalars] != static_cast<int32_t>(layout.tensor(SpeedrunTensor::kScalars).numel) ||
+      header[kNumTensors] != static_cast<int32_t>(layout.tensors.size()))
+    throw FileError(path, "header promises " + std::to_string(header[kNumTensors]) + " tensors and " +
+                              std::to_string(header[kNumScalars]) + " scalars, the structure of " +
+                              describe_speedrun_config(info.config) + " has " + std::to_string(layout.tensors.size()) +
+                              " and " + std::to_string(layout.tensor(SpeedrunTensor::kScalars).numel));
+  info.num_parameters = static_cast<int64_t>(layout.num_parameters);
+  info.data_bytes = data_bytes(layout, info.dtype);
+  struct stat file_stat;
+  if (::stat(path.c_str(), &file_stat) != 0) throw_errno_file_error(path, "cannot stat model file");
+  const int64_t expected = int64_t{kHeaderInts} * 4 + info.data_bytes, actual = file_stat.st_size;
+  if (actual < expected)
+    throw FileError(path, "truncated model file: " + std::to_string(actual) + " bytes, the header (" +
+                              describe_speedrun_config(info.config) + ") needs " + std::to_string(expected));
+  if (actual > expected)
+    throw FileError(path, "model file has " + std::to_string(actual - expected) +
+                              " trailing bytes after the parameters of " + describe_speedrun_config(info.config));
+  return info;
+}
+
+void read_speedrun_model(const std::string& path, const SpeedrunLayout& layout, std::vector<float>& params) {
+  const SpeedrunModelFileInfo info = read_speedrun_model_header(path);
+  const std::string mismatch = config_mismatch(info.config, layout.config);
+  if (!mismatch.empty()) throw FileError(path, "model file does not match the model: " + mismatch);
+  const FileHandle in = open_file(path, "rb", "model file");
+  if (std::fseek(in.get(), long{kHeaderInts} * 4, SEEK_SET) != 0)
+    throw_errno_file_error(path, "cannot seek past the header");
+  std::vector<float> loaded(layout.total_size, 0.0f);
+  std::vector<uint16_t> staging;
+  for (int index : speedrun_file_order(layout)) {
+    const TensorView& view = layout.tensors[static_cast<size_t>(index)];
+    float* dst = loaded.data() + view.offset;
+    size_t got;
+    if (stored_as_bf16(view, info.dtype)) {
+      staging.resize(view.numel);
+      got = std::fread(staging.data(), sizeof(uint16_t), view.numel, in.get());
+      for (size_t i = 0; i < got; i++) dst[i] = bf16_bits_to_float(staging[i]);
+    } else {
+      got = std::fread(dst, sizeof(float), view.numel, in.get());
+    }
+    if (got != view.numel) throw FileError(path, "read failed in tensor " + view.name + " (file changed or I/O error)");
+  }
+  params.swap(loaded);
+}
+
+std::vector<float> load_speedrun_model(const std::string& path, int world_size, SpeedrunLayout* layout_out) {
+  const SpeedrunModelFileInfo info = read_speedrun_model_header(path);
+  SpeedrunLayout layout = make_speedrun_layout(info.config, world_size);
+  std::vector<float> params;
+  read_speedrun_model(path, layout, params);
+  if (layout_out != nullptr) *layout_out = std::move(layout);
+  return params;
+}
+
+WrittenFile write_speedrun_model(const std::string& path, const SpeedrunLayout& layout, const float* params,
+                                 SpeedrunFileDtype dtype) {
+  int32_t header[kHeaderInts] = {};
+  const SpeedrunConfig& c = layout.config;
+  header[kMagic] = kSpeedrunModelMagic;
+  header[kVersion] = kSpeedrunModelVersion;
+  header[kArchitecture] = kSpeedrunArchitectureRecord20251031;
+  header[kDtype] = static_cast<int32_t>(dtype);
+  header[kVocab] = c.vocab_size;
+  header[kBlocks] = c.num_blocks;
+  header[kHeads] = c.num_heads;
+  header[kHeadDim] = c.head_dim;
+  header[kMaxSeqLen] = c.max_seq_len;
+  header[kWindowBlock] = c.window_block;
+  header[kNumScalars] = static_cast<int32_t>(layout.tensor(SpeedrunTensor::kScalars).numel);
+  header[kNumTensors] = static_cast<int32_t>(layout.tensors.size());
+  AtomicFileWriter out(path);
+  out.write(header, sizeof header);
+  std::vector<uint16_t> staging;
+  for (int index : speedrun_file_order(layout)) {
+    const TensorView& view = layout.tensors[static_cast<size_t>(index)];
+    const float* src = params + view.offset;
+    if (stored_as_bf16(view, dtype)) {
+      staging.resize(view.numel);
+      for (size_t i = 0; i < view.numel; i++) staging[i] = float_to_bf16_bits(src[i]);
+      out.write(staging.data(), view.numel * sizeof(uint16_t));
+    } else {
+      out.write(src, view.numel * sizeof(float));
+    }
+  }
+  return out.commit();
+}
+
+}  // namespace llmc
