@@ -3,10 +3,11 @@
 # tests, with the test of llmc/'s top-level helpers (test/base/). The unit tests write their own tiny files
 # into a temporary directory (about a second); the Python check of the BOS loader tokenizes the shared
 # texts first (about ten seconds).
-# The shared file helpers ("path: problem" errors, file handles, directories), checksums and the atomic writer.
-# XXH3 checksums come from libxxhash's header (inlined: nothing to link).
+# The host helpers of llmc/base/ ("path: problem" errors, file handles, directories), checksums, the atomic
+# writer and the seeded normal sampler. XXH3 checksums come from libxxhash's header (inlined: nothing to link).
 find_path(LLMC_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
-add_library(llmc_files STATIC llmc/base/file_io.cpp llmc/base/atomic_file.cpp llmc/base/checksum.cpp)
+add_library(llmc_files STATIC llmc/base/file_io.cpp llmc/base/atomic_file.cpp llmc/base/checksum.cpp
+  llmc/base/normal_sampler.cpp)
 target_include_directories(llmc_files SYSTEM PRIVATE ${LLMC_XXHASH_INCLUDE_DIR})
 target_link_libraries(llmc_files PUBLIC llmc_flags)
 

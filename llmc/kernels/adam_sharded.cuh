@@ -11,7 +11,7 @@
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/optim/adam_sharded_settings.h"
+#include "llmc/kernels/adam_sharded_settings.h"
 #include "llmc/cuda/precision.h"
 
 namespace llmc {

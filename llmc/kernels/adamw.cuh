@@ -11,7 +11,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
-#include "llmc/optim/adamw_settings.h"
+#include "llmc/kernels/adamw_settings.h"
 #include "llmc/cuda/precision.h"
 
 namespace llmc {

@@ -15,7 +15,6 @@
 #include "llmc/model/modded44/speedrun_model.h"
 #include "llmc/model/modded44/speedrun_model_file.h"
 #include "llmc/cuda/precision.h"
-#include "llmc/train/mfu.h"
 #include "llmc/family/model_family.h"
 
 namespace llmc {
@@ -51,7 +50,7 @@ class GPT2Family : public ModelFamily {
                      fp32 || kFp32Build ? CheckpointDtype::kFp32 : CheckpointDtype::kBf16);
   }
   double flops_per_token(const TrainableModel& model, int seq_len) const override {
-    return training_flops_per_token(static_cast<int64_t>(model.layout().num_parameters), config_.num_layers,
+    return gpt2_training_flops_per_token(static_cast<int64_t>(model.layout().num_parameters), config_.num_layers,
                                     config_.channels, seq_len);
   }
   std::unique_ptr<CausalDecoder> make_decoder(TrainableModel& model, int max_chunk) const override {

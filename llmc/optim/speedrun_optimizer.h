@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "llmc/dist/collective_watch.h"
-#include "llmc/optim/adam_sharded_settings.h"
+#include "llmc/kernels/adam_sharded_settings.h"
 #include "llmc/kernels/matmul_context.h"
 #include "llmc/optim/bucket_optimizer.h"
 #include "llmc/optim/muon_owners.h"

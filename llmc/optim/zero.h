@@ -11,7 +11,7 @@
 
 #include "llmc/dist/collective_watch.h"
 #include "llmc/family/trainable_model.h"
-#include "llmc/optim/adamw_settings.h"
+#include "llmc/kernels/adamw_settings.h"
 #include "llmc/optim/bucket_optimizer.h"
 #include "llmc/optim/param_ready_gate.h"
 

@@ -1,13 +1,9 @@
-// FLOPs per token and the bf16 peak table behind the MFU figure of the step log (see mfu.h).
+// The bf16 peak table behind the MFU figure of the step log (see mfu.h).
 #include "llmc/train/mfu.h"
 
 #include <cstdio>
 
 namespace llmc {
-
-double training_flops_per_token(int64_t num_params, int num_layers, int channels, int seq_len) {
-  return 6.0 * static_cast<double>(num_params) + 6.0 * static_cast<double>(num_layers) * channels * seq_len;
-}
 
 std::optional<double> bf16_peak_flops(const std::string& device_name) {
   auto has = [&](const char* part) { return device_name.find(part) != std::string::npos; };

@@ -1,16 +1,11 @@
-// Model FLOPs utilisation: FLOPs per token of GPT-2 training and the bf16 dense peak of known GPUs.
-// Unknown GPUs (and the emulated device) have no peak, so MFU is reported as "n/a", never guessed.
+// Model FLOPs utilisation: the bf16 dense peak of known GPUs and the figure (each model family counts its
+// own FLOPs per token: TrainableModel::flops_per_token). Unknown GPUs (and the emulated device) have no
+// peak, so MFU is reported as "n/a", never guessed.
 #pragma once
-#include <cstdint>
 #include <optional>
 #include <string>
 
 namespace llmc {
-
-// The usual estimate (PaLM / llm.c style): 6 FLOPs per parameter per token for forward + backward,
-// plus 6*L*C*T for the attention score and value products. num_params counts the real (unpadded)
-// parameters. For GPT-2 124M at T=1024 this is ~0.80 GFLOP per token.
-double training_flops_per_token(int64_t num_params, int num_layers, int channels, int seq_len);
 
 // Dense bf16 tensor-core peak in FLOP/s, from the vendors' data sheets, matched on the device name
 // (H100 SXM / H200: 989.4e12, H100 PCIe: 756e12, A100: 312e12). nullopt for anything else.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/base/normal_sampler.h"
 
 namespace gradient_check {
 

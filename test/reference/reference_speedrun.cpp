@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "llmc/base/bf16_bits.h"
-#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/base/normal_sampler.h"
 #include "llmc/model/modded44/yarn.h"
 #include "test/reference/reference_ops.h"
 #include "test/reference/reference_speedrun_ops.h"

@@ -12,7 +12,7 @@
 
 #include "llmc/base/atomic_file.h"
 #include "llmc/base/file_io.h"
-#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/base/normal_sampler.h"
 #include "llmc/model/modded44/speedrun_config.h"
 #include "llmc/model/modded44/yarn.h"
 #include "test/reference/reference_speedrun.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "llmc/base/bf16_bits.h"
-#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/base/normal_sampler.h"
 #include "llmc/model/modded44/speedrun_config.h"
 #include "test/reference/gradient_check.h"
 #include "test/reference/reference_speedrun.h"

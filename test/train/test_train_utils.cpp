@@ -12,6 +12,7 @@
 #include <string>
 
 #include "llmc/schedule/lr_schedule.h"
+#include "llmc/model/gpt2/gpt2_config.h"
 #include "llmc/train/mfu.h"
 #include "llmc/train/log.h"
 #include "llmc/train/options.h"
@@ -80,8 +81,8 @@ TEST(LrSchedule, SpeedrunIsTheRecordsMultiplierTimesMaxLr) {
 TEST(Mfu, FlopsPerTokenOfGpt2Small) {
   // 124,439,808 real parameters (V = 50257) at T = 1024: 6N + 6*12*768*1024 = 0.8029 GFLOP.
   // 6 * 124,439,808 = 746,638,848 and 6 * 12 * 768 * 1024 = 56,623,104 (worked out by hand).
-  EXPECT_DOUBLE_EQ(training_flops_per_token(124439808, 12, 768, 1024), 803261952.0);
-  EXPECT_NEAR(training_flops_per_token(124439808, 12, 768, 1024) / 1e9, 0.80, 0.01);
+  EXPECT_DOUBLE_EQ(gpt2_training_flops_per_token(124439808, 12, 768, 1024), 803261952.0);
+  EXPECT_NEAR(gpt2_training_flops_per_token(124439808, 12, 768, 1024) / 1e9, 0.80, 0.01);
 }
 
 TEST(Mfu, PeakTableAndUnknownDevices) {

@@ -66,4 +66,8 @@ std::string describe_config(const GPT2Config& c) {
          " V=" + std::to_string(c.vocab_size) + " Vp=" + std::to_string(c.padded_vocab_size);
 }
 
+double gpt2_training_flops_per_token(int64_t num_params, int num_layers, int channels, int seq_len) {
+  return 6.0 * static_cast<double>(num_params) + 6.0 * static_cast<double>(num_layers) * channels * seq_len;
+}
+
 }  // namespace llmc

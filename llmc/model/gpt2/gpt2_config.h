@@ -1,7 +1,7 @@
 // GPT-2 model shapes: the config struct, named presets ("d12" = GPT-2 124M, "tiny" for tests) and
 // validation. Everything else (parameter layout, checkpoints, kernels) is sized from a GPT2Config.
 #pragma once
-
+#include <cstdint>
 #include <string>
 
 namespace llmc {
@@ -32,5 +32,10 @@ void validate_config(const GPT2Config& config);
 
 // "L=12 NH=12 C=768 T=1024 V=50257 Vp=50304", for logs and error messages.
 std::string describe_config(const GPT2Config& config);
+
+// Training FLOPs per token, the usual estimate (PaLM / llm.c style): 6 per parameter for forward +
+// backward, plus 6*L*C*T for the attention score and value products. num_params counts the real
+// (unpadded) parameters. For GPT-2 124M at T=1024 this is ~0.80 GFLOP per token.
+double gpt2_training_flops_per_token(int64_t num_params, int num_layers, int channels, int seq_len);
 
 }  // namespace llmc

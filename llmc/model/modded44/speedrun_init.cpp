@@ -5,7 +5,7 @@
 #include <random>
 
 #include "llmc/base/bf16_bits.h"
-#include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/base/normal_sampler.h"
 
 namespace llmc {
 
