@@ -22,18 +22,16 @@
 #include "llmc/base/file_io.h"
 #include "llmc/optim/speedrun_optimizer.h"
 #include "llmc/optim/zero.h"
+#include "llmc/checkpoint/checkpoint.h"
 #include "llmc/checkpoint/checkpoint_dir.h"
-#include "llmc/checkpoint/checkpoint_writer.h"
 #include "llmc/train/debug_hooks.h"
 #include "llmc/train/log.h"
 #include "llmc/schedule/lr_schedule.h"
 #include "llmc/train/mfu.h"
-#include "llmc/family/model_family.h"
+#include "llmc/model/registry.h"
 #include "llmc/train/options.h"
-#include "llmc/checkpoint/resume.h"
 #include "llmc/train/run_info.h"
 #include "llmc/train/samples.h"
-#include "llmc/checkpoint/state_file.h"
 #include "llmc/train/stop_signals.h"
 #include "llmc/train/train_batches.h"
 #include "llmc/train/train_step.h"
@@ -84,12 +82,12 @@ OptimizerSettings optimizer_settings(const TrainOptions& opt) {
 
 // --optimizer (auto: the model family's own). The speedrun optimizer has no clipping: --grad-clip is
 // refused here rather than ignored.
-std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, ModelFamilyId family, TrainableModel& model,
-                                                CommContext& comm, Tracer& tracer) {
-  const bool speedrun =
-      opt.optimizer == "speedrun" || (opt.optimizer == "auto" && family == ModelFamilyId::kSpeedrun);
+std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, const ModelFamily& family,
+                                                TrainableModel& model, CommContext& comm, Tracer& tracer) {
+  const bool family_speedrun = family.default_optimizer() == StateOptimizer::kSpeedrun;
+  const bool speedrun = opt.optimizer == "speedrun" || (opt.optimizer == "auto" && family_speedrun);
   if (!speedrun) return std::make_unique<ZeroOptimizer>(model, comm, optimizer_settings(opt), &tracer);
-  if (family != ModelFamilyId::kSpeedrun)
+  if (!family_speedrun)
     throw std::invalid_argument("--optimizer speedrun needs a speedrun model (--model speedrun, speedrun-tiny or its file)");
   if (opt.effective_grad_clip(/*speedrun_optimizer=*/true) > 0)
     throw std::invalid_argument("--optimizer speedrun has no gradient clipping: drop --grad-clip or pass 0");
@@ -101,44 +99,9 @@ std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, ModelFa
   return std::make_unique<SpeedrunOptimizer>(model, comm, settings, &tracer);
 }
 
-// Which optimizer's state this run's checkpoints hold (a state file's header word).
-StateOptimizer state_optimizer(const BucketOptimizer& optimizer) {
-  return dynamic_cast<const SpeedrunOptimizer*>(&optimizer) != nullptr ? StateOptimizer::kSpeedrun
-                                                                       : StateOptimizer::kZeroAdamW;
-}
-
-// This rank's optimizer state after step `step` into `state`: ZeRO's three fp32 shards, or the speedrun
-// optimizer's named arrays.
-void download_optimizer_state(BucketOptimizer& optimizer, int step, TrainState& state) {
-  state.optimizer = state_optimizer(optimizer);
-  if (auto* speedrun = dynamic_cast<SpeedrunOptimizer*>(&optimizer)) {
-    state.arrays = speedrun->download_state(step);
-    return;
-  }
-  dynamic_cast<ZeroOptimizer&>(optimizer).download_state(state.master, state.adam_m, state.adam_v);
-}
-
-// The state read from `state_path` back into the optimizer (a speedrun state written by another number of
-// ranks re-sharded from all of them); a speedrun state whose arrays do not fit this run (another build's
-// floatX, say) is an error naming the file.
-void upload_optimizer_state(BucketOptimizer& optimizer, const ResumePoint& point, const std::string& state_path) {
-  if (auto* speedrun = dynamic_cast<SpeedrunOptimizer*>(&optimizer)) {
-    try {
-      if (point.old_rank_arrays.empty())
-        speedrun->upload_state(point.arrays, static_cast<int>(point.written.step));
-      else
-        speedrun->upload_resharded_state(point.old_rank_arrays, static_cast<int>(point.written.step));
-    } catch (const std::runtime_error& error) {
-      throw FileError(state_path, error.what());
-    }
-    return;
-  }
-  dynamic_cast<ZeroOptimizer&>(optimizer).upload_state(point.master, point.adam_m, point.adam_v);
-}
-
 // --train-loader (auto: by the model family, llmc/train/train_batches.h).
 TrainLoaderKind train_loader_kind(const TrainOptions& opt, const ModelFamily& family) {
-  return choose_train_loader(opt.train_loader, family.id(), family.vocab_size(), opt.shuffle);
+  return choose_train_loader(opt.train_loader, family.trains_on_documents(), family.vocab_size(), opt.shuffle);
 }
 
 // The fields both loaders' configurations share.
@@ -173,15 +136,26 @@ std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommCo
 
 // --window-schedule speedrun: the record's windows stretched to --steps, set on the model before each step
 // (fixed: the model keeps its first windows). Setting the first ones fails at once for GPT-2.
-std::unique_ptr<WindowSchedule> make_window_schedule(const TrainOptions& opt, const ModelFamily& family,
-                                                     TrainableModel& model) {
+std::unique_ptr<WindowSchedule> make_window_schedule(const TrainOptions& opt, FamilyModel& model) {
   if (opt.window_schedule != "speedrun") return nullptr;
   const SpeedrunSchedule schedule = SpeedrunSchedule::for_total_steps(opt.steps);
   const AttentionWindows first = schedule.windows(0);
-  family.set_attention_windows(model, first.short_blocks, first.long_blocks, /*apply_yarn=*/false);
-  return std::make_unique<WindowSchedule>(schedule, [&family, &model](const AttentionWindows& windows, bool yarn) {
-    return family.set_attention_windows(model, windows.short_blocks, windows.long_blocks, yarn);
+  model.set_attention_windows(first.short_blocks, first.long_blocks, /*apply_yarn=*/false);
+  return std::make_unique<WindowSchedule>(schedule, [&model](const AttentionWindows& windows, bool yarn) {
+    return model.set_attention_windows(windows.short_blocks, windows.long_blocks, yarn);
   });
+}
+
+// What this run's checkpoints must match to be resumed.
+ResumeExpectations resume_expectations(const ModelFamily& family, const BucketOptimizer& optimizer,
+                                       TrainLoaderKind loader) {
+  ResumeExpectations expected;
+  expected.model = family.state_model();
+  expected.describe_model = describe_state_model;
+  expected.model_file_digest = [&family](const std::string& path) { return family.model_file_digest(path); };
+  expected.optimizer = optimizer.state_kind();
+  expected.loader = loader;
+  return expected;
 }
 
 void log_lines(TrainLog& log, const std::vector<std::string>& lines) {
@@ -210,22 +184,22 @@ struct Run {
         model(start.family->build(comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(),
                                   fp8_head)),
         tracer(!opt.trace_dir.empty(), comm.rank()),
-        optimizer(make_optimizer(opt, start.family->id(), *model, comm, tracer)),
+        optimizer(make_optimizer(opt, *start.family, *model, comm, tracer)),
         train_batches(make_train_batches(loader_kind, opt, comm, *start.family, grad_accum)),
         val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
-        windows(make_window_schedule(opt, *start.family, *model)) {
+        windows(make_window_schedule(opt, *model)) {
     model->set_gemm_algo_selection(parse_gemm_algo_selection(opt.gemm_algo));
-    if (start.params.empty()) start.params = start.family->init_params(*model, opt.seed);
+    if (start.params.empty()) start.params = model->init_params(opt.seed);
     model->upload_params(start.params);
     optimizer->init_master(start.params);
     if (resume_prefix.empty()) return;
-    // Written by this many ranks or another: llmc/checkpoint/resume.h re-shards, and maps the data position.
-    const ResumePoint point = read_resume_point(resume_prefix, comm.rank(), model->layout(), start.family->describe(),
-                                                state_optimizer(*optimizer), train_batches->kind());
-    upload_optimizer_state(*optimizer, point, checkpoint_state_path(resume_prefix, comm.rank()));
-    train_batches->resume(point.written, checkpoint_state_path(resume_prefix, 0));
-    loop = LoopState{static_cast<int>(point.written.step), point.written.train_time_ms, resume_prefix};
-    resumed_from = point.written;
+    // Written by this many ranks or another: the optimizer re-shards its own state, the loader maps its position.
+    const CheckpointReader checkpoint(resume_prefix, comm.rank(), comm.world_size(),
+                                      resume_expectations(*start.family, *optimizer, train_batches->kind()));
+    optimizer->restore_state(checkpoint);
+    train_batches->resume(checkpoint.written(), checkpoint.state_path(0));
+    loop = LoopState{static_cast<int>(checkpoint.written().step), checkpoint.written().train_time_ms, resume_prefix};
+    resumed_from = checkpoint.written();
   }
 
   const TrainOptions& opt;
@@ -235,7 +209,7 @@ struct Run {
   const TrainLoaderKind loader_kind;
   const int grad_accum;
   const bool fp8_head;  // the speedrun model's head in FP8 (--fp8-head)
-  std::unique_ptr<TrainableModel> model;
+  std::unique_ptr<FamilyModel> model;
   Tracer tracer;
   std::unique_ptr<BucketOptimizer> optimizer;
   std::unique_ptr<TrainBatches> train_batches;  // --train-loader
@@ -270,7 +244,7 @@ LogHeader describe_run(const Run& run, const std::string& options_text, const De
                                       " ranks, optimizer state re-sharded)"));
   header.notes.push_back("train loader: " + run.train_batches->describe() + " (--train-loader " +
                          run.opt.train_loader + ")");
-  if (dynamic_cast<const ZeroOptimizer*>(run.optimizer.get()) == nullptr)
+  if (run.optimizer->state_kind() == StateOptimizer::kSpeedrun)
     header.notes.push_back("optimizer: speedrun (NorMuon + sharded Adam)");
   header.notes.push_back(std::string("head: ") + (run.fp8_head ? "fp8" : "bf16") + " (--fp8-head " + run.opt.fp8_head +
                          "), activations " + std::to_string(header.activation_bytes) + " bytes");
@@ -286,7 +260,7 @@ constexpr int kSampleChunk = 64;
 
 std::unique_ptr<TrainingSamples> make_samples(Run& run) {
   if (run.opt.sample_every == 0 || !run.comm.is_main_rank()) return nullptr;
-  return std::make_unique<TrainingSamples>(run.start.family->make_decoder(*run.model, kSampleChunk), run.opt.vocab_dir,
+  return std::make_unique<TrainingSamples>(run.model->make_decoder(kSampleChunk), run.opt.vocab_dir,
                                            run.opt.sample_prompt, run.opt.sample_tokens, run.opt.seed);
 }
 
@@ -297,24 +271,25 @@ bool writes_checkpoints(const Run& run) { return !run.opt.output_dir.empty(); }
 
 // The model file once (rank 0) and every rank's optimizer shard, complete on every rank or not at all
 // (llmc/checkpoint/checkpoint_writer.h); then, with --keep-checkpoints, the oldest ones go.
-void save_checkpoint(const std::string& prefix, Run& run, TrainLog& log) {
+void write_run_checkpoint(const std::string& prefix, Run& run, TrainLog& log) {
   run.optimizer->wait_for_all_params();
   const std::vector<float> params = run.comm.is_main_rank() ? run.model->download_params() : std::vector<float>();
   TrainState state;
   state.step = run.loop.step;
   state.rank = run.comm.rank();
   state.world_size = run.comm.world_size();
-  run.start.family->describe_state(state);
+  state.model = run.start.family->state_model();
   run.train_batches->save_position(state);
   state.batch_size = run.opt.batch_size;
   state.grad_accum = run.grad_accum;
   state.seq_len = run.opt.seq_len;
   state.train_time_ms = run.loop.train_time_ms;
-  download_optimizer_state(*run.optimizer, run.loop.step, state);
+  state.optimizer = run.optimizer->state_kind();
+  state.arrays = run.optimizer->save_state(run.loop.step);
   const ModelFileWriter write_model = [&run, &params](const std::string& path) {
-    return run.start.family->write_model_file(path, *run.model, params, /*fp32=*/false);
+    return run.model->write_model_file(path, params, /*fp32=*/false);
   };
-  write_checkpoint_files(prefix, run.comm, CheckpointContents{write_model, state});
+  save_checkpoint(prefix, run.comm, CheckpointContents{write_model, state});
   run.loop.last_checkpoint = prefix;
   log.line("# checkpoint " + prefix);
   if (!run.comm.is_main_rank()) return;
@@ -328,7 +303,7 @@ class ThroughputMeter {
   explicit ThroughputMeter(const Run& run)
       : tokens_per_step_(static_cast<double>(run.opt.batch_size) * run.opt.seq_len * run.grad_accum *
                          run.comm.world_size()),
-        flops_per_token_(run.start.family->flops_per_token(*run.model, run.opt.seq_len)),
+        flops_per_token_(run.model->flops_per_token(run.opt.seq_len)),
         world_size_(run.comm.world_size()) {
     if (!kFp32Build) peak_flops_ = bf16_peak_flops(collect_run_info().device_name);
   }
@@ -462,7 +437,7 @@ class StepFinisher {
     }
     if (writes_checkpoints(run_) && due(opt.checkpoint_every, step, last_step)) {
       watchdog_.begin(Watchdog::Activity::kCheckpoint, step);
-      save_checkpoint(checkpoint_prefix(opt.output_dir, step), run_, log_);
+      write_run_checkpoint(checkpoint_prefix(opt.output_dir, step), run_, log_);
     }
   }
 
@@ -484,7 +459,7 @@ int stop_by_signal(Run& run, TrainLog& log, Guards& guards, int signal, int step
   if (writes_checkpoints(run)) {
     const std::string prefix = checkpoint_prefix(run.opt.output_dir, step);
     guards.watchdog.begin(Watchdog::Activity::kCheckpoint, step);
-    if (run.loop.last_checkpoint != prefix) save_checkpoint(prefix, run, log);
+    if (run.loop.last_checkpoint != prefix) write_run_checkpoint(prefix, run, log);
     how = "resume with --resume " + run.loop.last_checkpoint;
   }
   log.line("# stopped by signal " + signal_name(signal) + " at step " + std::to_string(step) + "; " + how);
@@ -550,8 +525,7 @@ int train(const TrainOptions& opt, const std::string& options_text, CommContext&
   for (const std::string& line : format_log_header(describe_run(run, options_text, debug))) log.line(line);
   try {
     if (debug.dumps() && comm.is_main_rank())
-      run.start.family->write_model_file(debug.prepare_model_dump(), *run.model, run.model->download_params(),
-                                         /*fp32=*/true);
+      run.model->write_model_file(debug.prepare_model_dump(), run.model->download_params(), /*fp32=*/true);
     Watchdog watchdog(
         opt.timeout, [&run] { return run.optimizer->unfinished_collective(); },
         [&comm](const std::string& why) { comm.abort_job(why, kExitWatchdog); });

@@ -51,7 +51,7 @@ if(LLMC_FUZZ)
 else()
   # Regenerates the seed corpus from the current writers (run by hand: docs/robustness.md).
   add_executable(write_seed_corpus test/fuzz/write_seed_corpus.cpp)
-  target_link_libraries(write_seed_corpus PRIVATE llmc_checkpoint_files llmc_shards)
+  target_link_libraries(write_seed_corpus PRIVATE llmc_checkpoint_files llmc_shards llmc_model)
 endif()
 
 llmc_add_fuzz_target(shard LIBS llmc_data MAX_LEN 4096)

@@ -1,15 +1,15 @@
 # cmake/train.cmake: the trainer's host-side utilities (options and recipes, lr schedules incl. the speedrun's
 # and its window schedule, MFU, step log and its header, checkpoints: state files, manifests, the
-# all-or-nothing writer, resume and re-sharding, pruning; stop signals, the watchdog; test hooks,
-# samples) and their tests.
+# all-or-nothing writer, the reader, pruning; ZeRO's state arrays and their re-sharding; stop signals, the
+# watchdog; test hooks, samples) and their tests.
 # The checkpoint's own files (per-rank state, manifest): a library of their own, so the fuzz targets link
 # only these readers.
 add_library(llmc_checkpoint_files STATIC llmc/checkpoint/state_file.cpp llmc/checkpoint/manifest.cpp)
-target_link_libraries(llmc_checkpoint_files PUBLIC llmc_model PRIVATE nlohmann_json::nlohmann_json)
+target_link_libraries(llmc_checkpoint_files PUBLIC llmc_flags llmc_files PRIVATE nlohmann_json::nlohmann_json)
 
 add_library(llmc_train_utils STATIC llmc/schedule/lr_schedule.cpp llmc/schedule/speedrun_schedule.cpp llmc/train/mfu.cpp
   llmc/train/log.cpp llmc/train/options.cpp llmc/train/debug_hooks.cpp llmc/checkpoint/checkpoint_dir.cpp
-  llmc/checkpoint/reshard.cpp llmc/checkpoint/resume.cpp llmc/checkpoint/checkpoint_writer.cpp llmc/train/stop_signals.cpp
+  llmc/optim/zero_state.cpp llmc/checkpoint/checkpoint_reader.cpp llmc/checkpoint/checkpoint_writer.cpp llmc/train/stop_signals.cpp
   llmc/train/watchdog.cpp llmc/train/window_schedule.cpp llmc/train/recipe.cpp llmc/train/train_batches.cpp)
 target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model llmc_tokenizer
                       llmc_checkpoint_files PRIVATE nlohmann_json::nlohmann_json)

@@ -24,8 +24,9 @@ target_include_directories(llmc_build_commit PRIVATE ${CMAKE_SOURCE_DIR})
 # them once each keeps the build short.
 # The KV-cache decoder (llmc/generate/) reads the same parameters, so it lives here too: the trainer's
 # samples and ./generate_gpt2 both use it.
-set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2/gpt2.cu llmc/model/modded44/speedrun_model.cu llmc/cuda/device_arena.cu
-    llmc/train/run_info.cu llmc/model/registry.cu llmc/model/gpt2/gpt2_decoder.cu)
+set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2/gpt2.cu llmc/model/gpt2/gpt2_family.cu llmc/model/gpt2/gpt2_decoder.cu
+    llmc/model/modded44/speedrun_model.cu llmc/model/modded44/speedrun_family.cu llmc/cuda/device_arena.cu
+    llmc/train/run_info.cu llmc/model/registry.cpp)
 # The optimizer library also holds the training step that drives model and optimizer (train_step.cu). The
 # speedrun optimizer uses Polar Express and NorMuon (llmc_optim_math_<precision>_emu when emulated; the
 # GPU library compiles their sources itself, for the program architectures).

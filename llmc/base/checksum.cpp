@@ -6,6 +6,9 @@
 #include <xxhash.h>
 
 #include <cstdio>
+#include <vector>
+
+#include "llmc/base/file_io.h"
 
 namespace llmc {
 
@@ -29,6 +32,18 @@ std::string checksum_hex(uint64_t checksum) {
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(checksum));
   return text;
+}
+
+FileDigest whole_file_digest(const std::string& path, const std::string& what) {
+  const FileHandle in = open_file(path, "rb", what);
+  Checksum checksum;
+  std::vector<char> chunk(size_t{1} << 20);
+  FileDigest digest;
+  for (size_t got; (got = std::fread(chunk.data(), 1, chunk.size(), in.get())) > 0; digest.bytes += got)
+    checksum.update(chunk.data(), got);
+  if (std::ferror(in.get())) throw_errno_file_error(path, "read failed");
+  digest.checksum = checksum.digest();
+  return digest;
 }
 
 }  // namespace llmc

@@ -27,4 +27,14 @@ class Checksum {
 // 16 lower-case hex digits, as manifests and error messages print a checksum.
 std::string checksum_hex(uint64_t checksum);
 
+// A file's size and checksum, as a checkpoint's manifest records them.
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;
+};
+
+// The checksum of every byte of the file, streamed. Throws FileError naming the file (a `what`, e.g. "model
+// file") when it cannot be read.
+FileDigest whole_file_digest(const std::string& path, const std::string& what);
+
 }  // namespace llmc

@@ -1,5 +1,4 @@
-// The all-or-nothing checkpoint write (see checkpoint_writer.h).
-#include "llmc/checkpoint/checkpoint_writer.h"
+// The all-or-nothing checkpoint write (see checkpoint.h).
 
 #include <algorithm>
 #include <cstdint>
@@ -8,8 +7,8 @@
 #include <exception>
 #include <vector>
 
+#include "llmc/checkpoint/checkpoint.h"
 #include "llmc/checkpoint/checkpoint_dir.h"
-#include "llmc/checkpoint/manifest.h"
 
 namespace llmc {
 
@@ -62,7 +61,7 @@ CheckpointManifest make_manifest(const std::string& prefix, int64_t step, const 
 
 }  // namespace
 
-void write_checkpoint_files(const std::string& prefix, const RankGroup& ranks, const CheckpointContents& contents) {
+void save_checkpoint(const std::string& prefix, const RankGroup& ranks, const CheckpointContents& contents) {
   // A checkpoint of this step may exist from an earlier run: it stops being complete before any of its
   // files is replaced.
   if (ranks.rank() == 0) std::remove(checkpoint_manifest_path(prefix).c_str());

@@ -1,4 +1,4 @@
-// Reading and writing the per-rank optimizer/loop state of a checkpoint (see state.h).
+// Reading and writing the per-rank optimizer/loop state of a checkpoint (see state_file.h).
 #include "llmc/checkpoint/state_file.h"
 
 #include <sys/stat.h>
@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 
 #include "llmc/base/checksum.h"
@@ -17,25 +18,38 @@ namespace {
 
 // The words of the state file's header (the rest are zero).
 enum HeaderField {
-  kMagic, kVersion, kStep, kRank, kWorldSize, kMaxSeqLen, kVocab, kPaddedVocab, kLayers, kHeads, kChannels,
-  kEpoch, kShardOrderIndex, kBatchInShard, kTrainTimeMicros, kShardElements,
-  // The model family; the speedrun family's shape (zero for GPT-2, whose shape is in words 5..10, zero for
-  // the speedrun family).
-  kFamily, kSpeedrunVocab, kSpeedrunBlocks, kSpeedrunHeads, kSpeedrunHeadDim, kSpeedrunMaxSeqLen, kSpeedrunWindowBlock,
-  kBatchSize, kSeqLen,
+  kMagic, kVersion, kStep, kRank, kWorldSize,
+  kShape,  // kShape .. kShape + 5: the model's shape words (up to version 4: a GPT-2 state's only)
+  kEpoch = kShape + kStateModelShapeWords, kShardOrderIndex, kBatchInShard, kTrainTimeMicros,
+  kLegacyShardElements,  // up to version 4: the count of each of a zero-adamw state's three arrays
+  kFamily,
+  kLegacyShape,  // kLegacyShape .. + 5: up to version 4, a speedrun-family state's shape words
+  kBatchSize = kLegacyShape + kStateModelShapeWords, kSeqLen,
   kOptimizer, kNamedArrays,  // version 3 (zero in version 2 files)
   // Version 4 (zero in older files): the loader whose position words 11-13 hold (with the BOS loader: epoch,
   // shard, document), the BOS loader's micro-step, the writer's gradient accumulation.
   kTrainLoader, kBosMicroStep, kGradAccum,
   kChecksum = kTrainStateHeaderWords - 1,
 };
+static_assert(kEpoch == 11 && kFamily == 16 && kBatchSize == 23 && kGradAccum == 29, "the documented layout");
 static_assert(kGradAccum < kChecksum, "the header's words fit before the checksum");
 constexpr int64_t kHeaderBytes = kTrainStateHeaderWords * static_cast<int64_t>(sizeof(int64_t));
 constexpr size_t kChunkBytes = size_t{1} << 20;
+constexpr int64_t kMaxShapeWord = int64_t{1} << 24;
 // A named array's record: the name's words, its element size, its element count.
 constexpr int kRecordWords = 8;
 constexpr int kRecordNameWords = kStateArrayNameBytes / 8;
 static_assert(kRecordNameWords + 2 == kRecordWords, "a record is the name, the element size and the count");
+
+// Up to version 4, a zero-adamw state: three unnamed fp32 arrays instead of records.
+bool is_legacy_zero(const int64_t* header) {
+  return header[kVersion] < 5 && header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kZeroAdamW);
+}
+
+// Where a file of this version and family keeps the model's shape.
+int shape_word(const int64_t* header) {
+  return header[kVersion] < 5 && header[kFamily] != static_cast<int64_t>(ModelFamilyId::kGPT2) ? kLegacyShape : kShape;
+}
 
 void encode_header(const TrainStateHeader& s, int64_t* header) {
   std::fill(header, header + kTrainStateHeaderWords, 0);
@@ -44,12 +58,7 @@ void encode_header(const TrainStateHeader& s, int64_t* header) {
   header[kStep] = s.step;
   header[kRank] = s.rank;
   header[kWorldSize] = s.world_size;
-  header[kMaxSeqLen] = s.config.max_seq_len;
-  header[kVocab] = s.config.vocab_size;
-  header[kPaddedVocab] = s.config.padded_vocab_size;
-  header[kLayers] = s.config.num_layers;
-  header[kHeads] = s.config.num_heads;
-  header[kChannels] = s.config.channels;
+  std::copy(s.model.shape.begin(), s.model.shape.end(), header + kShape);
   if (s.train_loader == TrainLoaderKind::kBos) {
     header[kEpoch] = s.bos_position.epoch;
     header[kShardOrderIndex] = s.bos_position.shard;
@@ -61,14 +70,7 @@ void encode_header(const TrainStateHeader& s, int64_t* header) {
     header[kBatchInShard] = s.train_position.batch_in_shard;
   }
   header[kTrainTimeMicros] = static_cast<int64_t>(s.train_time_ms * 1000.0);
-  header[kShardElements] = s.shard_elements;
-  header[kFamily] = static_cast<int64_t>(s.family);
-  header[kSpeedrunVocab] = s.speedrun.vocab_size;
-  header[kSpeedrunBlocks] = s.speedrun.num_blocks;
-  header[kSpeedrunHeads] = s.speedrun.num_heads;
-  header[kSpeedrunHeadDim] = s.speedrun.head_dim;
-  header[kSpeedrunMaxSeqLen] = s.speedrun.max_seq_len;
-  header[kSpeedrunWindowBlock] = s.speedrun.window_block;
+  header[kFamily] = static_cast<int64_t>(s.model.family);
   header[kBatchSize] = s.batch_size;
   header[kSeqLen] = s.seq_len;
   header[kOptimizer] = static_cast<int64_t>(s.optimizer);
@@ -77,9 +79,27 @@ void encode_header(const TrainStateHeader& s, int64_t* header) {
   header[kGradAccum] = s.grad_accum;
 }
 
+// The model's words: its family is known; its shape words are sizes where the file keeps them and zero in
+// the words it does not use (a version 4 file of one family that also names the other's shape is corrupt).
+void check_model_words(const int64_t* header, const std::function<void(bool, const std::string&)>& require) {
+  require(header[kFamily] == static_cast<int64_t>(ModelFamilyId::kGPT2) ||
+              header[kFamily] == static_cast<int64_t>(ModelFamilyId::kSpeedrun),
+          "unknown model family " + std::to_string(header[kFamily]));
+  const int used = shape_word(header);
+  const bool legacy = header[kVersion] < 5;
+  for (int first : {kShape, kLegacyShape}) {
+    for (int word = first; word < first + kStateModelShapeWords; word++) {
+      const bool ok = first != used ? header[word] == 0
+                      : legacy      ? header[word] > 0 && header[word] <= kMaxShapeWord
+                                    : header[word] >= 0 && header[word] <= kMaxShapeWord;
+      require(ok, "model shape word " + std::to_string(word));
+    }
+  }
+}
+
 // Checks every field a reader relies on; the values come from a file, so nothing is trusted.
 void check_header(const std::string& path, const int64_t* header, int64_t file_bytes) {
-  auto require = [&](bool holds, const std::string& problem) {
+  const std::function<void(bool, const std::string&)> require = [&](bool holds, const std::string& problem) {
     if (!holds) throw FileError(path, "corrupt optimizer-state header: " + problem);
   };
   require(header[kWorldSize] >= 1 && header[kWorldSize] <= 4096, "world size " + std::to_string(header[kWorldSize]));
@@ -87,17 +107,7 @@ void check_header(const std::string& path, const int64_t* header, int64_t file_b
   require(header[kStep] >= 0, "step " + std::to_string(header[kStep]));
   for (int word : {kEpoch, kShardOrderIndex, kBatchInShard, kTrainTimeMicros})
     require(header[word] >= 0, "word " + std::to_string(word) + " is negative");
-  require(header[kFamily] == static_cast<int64_t>(ModelFamilyId::kGPT2) ||
-              header[kFamily] == static_cast<int64_t>(ModelFamilyId::kSpeedrun),
-          "unknown model family " + std::to_string(header[kFamily]));
-  // The family's shape words are plausible sizes, the other family's are zero.
-  const bool gpt2 = header[kFamily] == static_cast<int64_t>(ModelFamilyId::kGPT2);
-  for (int word : {kMaxSeqLen, kVocab, kPaddedVocab, kLayers, kHeads, kChannels, kSpeedrunVocab, kSpeedrunBlocks,
-                   kSpeedrunHeads, kSpeedrunHeadDim, kSpeedrunMaxSeqLen, kSpeedrunWindowBlock}) {
-    const bool used = (word < kEpoch) == gpt2;
-    require(used ? header[word] > 0 && header[word] <= (int64_t{1} << 24) : header[word] == 0,
-            "model shape word " + std::to_string(word));
-  }
+  check_model_words(header, require);
   require(header[kBatchSize] > 0 && header[kBatchSize] <= (int64_t{1} << 24), "batch size");
   require(header[kSeqLen] > 0 && header[kSeqLen] <= (int64_t{1} << 24), "sequence length");
   require(header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kWindow) ||
@@ -113,14 +123,15 @@ void check_header(const std::string& path, const int64_t* header, int64_t file_b
   require(header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kZeroAdamW) ||
               header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kSpeedrun),
           "unknown optimizer " + std::to_string(header[kOptimizer]));
-  if (header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kSpeedrun)) {
-    require(header[kShardElements] == 0, "a speedrun state with ZeRO shard elements");
+  if (!is_legacy_zero(header)) {
+    require(header[kLegacyShardElements] == 0, header[kVersion] < 5 ? "a speedrun state with ZeRO shard elements"
+                                                                     : "word 15 is not zero");
     require(header[kNamedArrays] >= 0 && header[kNamedArrays] <= kMaxNamedStateArrays,
             "named array count " + std::to_string(header[kNamedArrays]));
     return;  // its size: open_state walks the records
   }
   require(header[kNamedArrays] == 0, "a zero-adamw state with named arrays");
-  const int64_t elements = header[kShardElements];
+  const int64_t elements = header[kLegacyShardElements];
   const int64_t element_bytes = 3 * static_cast<int64_t>(sizeof(float));
   if (elements < 0 || elements > (file_bytes - kHeaderBytes) / element_bytes + 1 ||
       kHeaderBytes + elements * element_bytes != file_bytes) {
@@ -161,7 +172,7 @@ ArrayRecord read_record(const std::string& path, FILE* in, int64_t left) {
   return record;
 }
 
-// A speedrun state's records end exactly at the end of the file (the file left after the header).
+// The records end exactly at the end of the file (the file left after the header).
 void check_records(const std::string& path, FILE* in, int64_t arrays, int64_t file_bytes) {
   int64_t at = kHeaderBytes;
   for (int64_t i = 0; i < arrays; i++) {
@@ -175,28 +186,13 @@ void check_records(const std::string& path, FILE* in, int64_t arrays, int64_t fi
   if (std::fseek(in, static_cast<long>(kHeaderBytes), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
 }
 
-TrainStateHeader decode_header(const std::string& path, const int64_t* header) {
+TrainStateHeader decode_header(const int64_t* header) {
   TrainStateHeader s;
   s.step = header[kStep];
   s.rank = static_cast<int>(header[kRank]);
   s.world_size = static_cast<int>(header[kWorldSize]);
-  s.family = static_cast<ModelFamilyId>(header[kFamily]);
-  try {
-    if (s.family == ModelFamilyId::kGPT2) {
-      s.config = GPT2Config{static_cast<int>(header[kMaxSeqLen]), static_cast<int>(header[kVocab]),
-                            static_cast<int>(header[kPaddedVocab]), static_cast<int>(header[kLayers]),
-                            static_cast<int>(header[kHeads]), static_cast<int>(header[kChannels])};
-      validate_config(s.config);
-    } else {
-      s.speedrun = SpeedrunConfig{static_cast<int>(header[kSpeedrunVocab]), static_cast<int>(header[kSpeedrunBlocks]),
-                                  static_cast<int>(header[kSpeedrunHeads]), static_cast<int>(header[kSpeedrunHeadDim]),
-                                  static_cast<int>(header[kSpeedrunMaxSeqLen]),
-                                  static_cast<int>(header[kSpeedrunWindowBlock])};
-      validate_speedrun_config(s.speedrun);
-    }
-  } catch (const std::invalid_argument& error) {
-    throw FileError(path, std::string("corrupt optimizer-state header: ") + error.what());
-  }
+  s.model.family = static_cast<ModelFamilyId>(header[kFamily]);
+  std::copy(header + shape_word(header), header + shape_word(header) + kStateModelShapeWords, s.model.shape.begin());
   s.train_loader = static_cast<TrainLoaderKind>(header[kTrainLoader]);
   if (s.train_loader == TrainLoaderKind::kBos) {
     s.bos_position = BosLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard],
@@ -208,9 +204,9 @@ TrainStateHeader decode_header(const std::string& path, const int64_t* header) {
   s.batch_size = header[kBatchSize];
   s.seq_len = header[kSeqLen];
   s.train_time_ms = static_cast<double>(header[kTrainTimeMicros]) / 1000.0;
-  s.shard_elements = header[kShardElements];
   s.optimizer = static_cast<StateOptimizer>(header[kOptimizer]);
-  s.named_arrays = header[kNamedArrays];
+  s.named_arrays = is_legacy_zero(header) ? 3 : header[kNamedArrays];
+  s.version = header[kVersion];
   s.checksum = static_cast<uint64_t>(header[kChecksum]);
   return s;
 }
@@ -235,9 +231,9 @@ FileHandle open_state(const std::string& path, int64_t* header, TrainStateHeader
     throw FileError(path, "corrupt optimizer-state header: a version " + std::to_string(header[kVersion]) +
                               " file with version 4 fields");
   check_header(path, header, *file_bytes);
-  *fields = decode_header(path, header);
+  *fields = decode_header(header);
   fields->file_bytes = *file_bytes;
-  if (fields->optimizer == StateOptimizer::kSpeedrun) check_records(path, in.get(), fields->named_arrays, *file_bytes);
+  if (!is_legacy_zero(header)) check_records(path, in.get(), header[kNamedArrays], *file_bytes);
   return in;
 }
 
@@ -263,30 +259,19 @@ const char* state_optimizer_name(StateOptimizer optimizer) {
 
 const char* train_loader_name(TrainLoaderKind kind) { return kind == TrainLoaderKind::kBos ? "bos" : "window"; }
 
-std::string describe_state_model(const TrainStateHeader& state) {
-  return state.family == ModelFamilyId::kSpeedrun ? "speedrun " + describe_speedrun_config(state.speedrun)
-                                                  : describe_config(state.config);
-}
-
 WrittenFile write_train_state(const std::string& path, const TrainState& s) {
-  if (s.adam_m.size() != s.master.size() || s.adam_v.size() != s.master.size())
-    throw std::invalid_argument(path + ": optimizer state arrays differ in size");
-  const bool speedrun = s.optimizer == StateOptimizer::kSpeedrun;
-  if (speedrun ? !s.master.empty() : !s.arrays.empty())
-    throw std::invalid_argument(path + ": a " + state_optimizer_name(s.optimizer) + " state with another's arrays");
   for (const NamedStateArray& array : s.arrays)
     if (array.name.empty() || array.name.size() >= kStateArrayNameBytes ||
         (array.element_bytes != 2 && array.element_bytes != 4) || array.bytes.size() % array.element_bytes != 0)
       throw std::invalid_argument(path + ": optimizer state array '" + array.name + "' cannot be stored");
+  if (static_cast<int64_t>(s.arrays.size()) > kMaxNamedStateArrays)
+    throw std::invalid_argument(path + ": more than " + std::to_string(kMaxNamedStateArrays) + " state arrays");
   TrainStateHeader fields = s;
-  fields.shard_elements = static_cast<int64_t>(s.master.size());
   fields.named_arrays = static_cast<int64_t>(s.arrays.size());
   int64_t header[kTrainStateHeaderWords];
   encode_header(fields, header);
   AtomicFileWriter out(path);
   out.write(header, sizeof header);
-  for (const std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v})
-    out.write(array->data(), array->size() * sizeof(float));
   for (const NamedStateArray& array : s.arrays) {
     int64_t record[kRecordWords] = {};
     std::memcpy(record, array.name.data(), array.name.size());
@@ -308,6 +293,25 @@ TrainStateHeader read_train_state_header(const std::string& path) {
   return fields;
 }
 
+namespace {
+
+void read_exactly(const std::string& path, FILE* in, void* out, size_t bytes) {
+  if (std::fread(out, 1, bytes, in) != bytes) throw FileError(path, "read failed (file changed or I/O error)");
+}
+
+// Up to version 4: a zero-adamw state's three unnamed arrays, as the named arrays they are read as.
+void read_legacy_zero_arrays(const std::string& path, FILE* in, TrainState& s, Checksum& checksum) {
+  const size_t elements = static_cast<size_t>((s.file_bytes - kHeaderBytes) / (3 * sizeof(float)));
+  for (const char* name : kLegacyZeroArrayNames) {
+    NamedStateArray array{name, 4, std::vector<char>(elements * sizeof(float))};
+    read_exactly(path, in, array.bytes.data(), array.bytes.size());
+    checksum.update(array.bytes.data(), array.bytes.size());
+    s.arrays.push_back(std::move(array));
+  }
+}
+
+}  // namespace
+
 TrainState read_train_state(const std::string& path) {
   int64_t header[kTrainStateHeaderWords];
   int64_t file_bytes = 0;
@@ -315,22 +319,19 @@ TrainState read_train_state(const std::string& path) {
   const FileHandle in = open_state(path, header, &s, &file_bytes);
   Checksum checksum;
   hash_header(checksum, header);
-  for (std::vector<float>* array : {&s.master, &s.adam_m, &s.adam_v}) {
-    array->resize(static_cast<size_t>(s.shard_elements));
-    if (std::fread(array->data(), sizeof(float), array->size(), in.get()) != array->size())
-      throw FileError(path, "read failed (file changed or I/O error)");
-    checksum.update(array->data(), array->size() * sizeof(float));
-  }
-  int64_t at = kHeaderBytes + 3 * s.shard_elements * static_cast<int64_t>(sizeof(float));
-  for (int64_t i = 0; i < s.named_arrays; i++) {  // sizes already checked by open_state
-    const ArrayRecord record = read_record(path, in.get(), s.file_bytes - at);
-    NamedStateArray array{record.name, record.element_bytes, std::vector<char>(static_cast<size_t>(record.bytes))};
-    if (std::fread(array.bytes.data(), 1, array.bytes.size(), in.get()) != array.bytes.size())
-      throw FileError(path, "read failed (file changed or I/O error)");
-    checksum.update(record.words, sizeof record.words);
-    checksum.update(array.bytes.data(), array.bytes.size());
-    at += kRecordWords * 8 + record.bytes;
-    s.arrays.push_back(std::move(array));
+  if (is_legacy_zero(header)) {
+    read_legacy_zero_arrays(path, in.get(), s, checksum);
+  } else {
+    int64_t at = kHeaderBytes;
+    for (int64_t i = 0; i < s.named_arrays; i++) {  // sizes already checked by open_state
+      const ArrayRecord record = read_record(path, in.get(), s.file_bytes - at);
+      NamedStateArray array{record.name, record.element_bytes, std::vector<char>(static_cast<size_t>(record.bytes))};
+      read_exactly(path, in.get(), array.bytes.data(), array.bytes.size());
+      checksum.update(record.words, sizeof record.words);
+      checksum.update(array.bytes.data(), array.bytes.size());
+      at += kRecordWords * 8 + record.bytes;
+      s.arrays.push_back(std::move(array));
+    }
   }
   check_checksum(path, checksum, s.checksum);
   return s;
@@ -346,24 +347,57 @@ void verify_train_state(const std::string& path) {
   std::vector<char> chunk(kChunkBytes);
   for (int64_t left = file_bytes - kHeaderBytes; left > 0;) {
     const size_t want = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(chunk.size())));
-    if (std::fread(chunk.data(), 1, want, in.get()) != want) throw FileError(path, "read failed (file changed or I/O error)");
+    read_exactly(path, in.get(), chunk.data(), want);
     checksum.update(chunk.data(), want);
     left -= static_cast<int64_t>(want);
   }
   check_checksum(path, checksum, static_cast<uint64_t>(header[kChecksum]));
 }
 
-void read_train_state_range(const std::string& path, const TrainStateHeader& header, StateArray array, int64_t first,
-                            int64_t count, float* out) {
-  if (first < 0 || count < 0 || first + count > header.shard_elements)
-    throw std::out_of_range(path + ": elements " + std::to_string(first) + ".." + std::to_string(first + count) +
-                            " outside the shard's " + std::to_string(header.shard_elements));
+namespace {
+
+// Where array `name`'s elements start in the file, its element size and count.
+struct ArrayPlace {
+  int64_t offset = 0;
+  int element_bytes = 0;
+  int64_t count = 0;
+};
+
+ArrayPlace find_array(const std::string& path, FILE* in, const TrainStateHeader& header, const std::string& name) {
+  if (header.version < 5 && header.optimizer == StateOptimizer::kZeroAdamW) {
+    const int64_t elements = (header.file_bytes - kHeaderBytes) / (3 * static_cast<int64_t>(sizeof(float)));
+    for (int i = 0; i < 3; i++)
+      if (name == kLegacyZeroArrayNames[i]) return ArrayPlace{kHeaderBytes + i * elements * 4, 4, elements};
+    throw FileError(path, "has no optimizer-state array " + name);
+  }
+  int64_t at = kHeaderBytes;
+  for (int64_t i = 0; i < header.named_arrays; i++) {
+    if (std::fseek(in, static_cast<long>(at), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
+    const ArrayRecord record = read_record(path, in, header.file_bytes - at);
+    at += kRecordWords * 8;
+    if (record.name == name) return ArrayPlace{at, record.element_bytes, record.bytes / record.element_bytes};
+    at += record.bytes;
+  }
+  throw FileError(path, "has no optimizer-state array " + name);
+}
+
+}  // namespace
+
+int64_t train_state_array_elements(const std::string& path, const TrainStateHeader& header, const std::string& name) {
   const FileHandle in = open_file(path, "rb", "optimizer state");
-  const int64_t offset =
-      kHeaderBytes + (static_cast<int64_t>(array) * header.shard_elements + first) * static_cast<int64_t>(sizeof(float));
-  if (std::fseek(in.get(), static_cast<long>(offset), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
-  if (std::fread(out, sizeof(float), static_cast<size_t>(count), in.get()) != static_cast<size_t>(count))
-    throw FileError(path, "read failed (file changed or I/O error)");
+  return find_array(path, in.get(), header, name).count;
+}
+
+void read_train_state_elements(const std::string& path, const TrainStateHeader& header, const std::string& name,
+                               int64_t first, int64_t count, void* out) {
+  const FileHandle in = open_file(path, "rb", "optimizer state");
+  const ArrayPlace place = find_array(path, in.get(), header, name);
+  if (first < 0 || count < 0 || first + count > place.count)
+    throw std::out_of_range(path + ": elements " + std::to_string(first) + ".." + std::to_string(first + count) +
+                            " outside array " + name + "'s " + std::to_string(place.count));
+  if (std::fseek(in.get(), static_cast<long>(place.offset + first * place.element_bytes), SEEK_SET) != 0)
+    throw_errno_file_error(path, "cannot seek");
+  read_exactly(path, in.get(), out, static_cast<size_t>(count * place.element_bytes));
 }
 
 }  // namespace llmc

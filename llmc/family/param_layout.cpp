@@ -69,4 +69,11 @@ ParamLayout place_param_layout(const std::vector<std::vector<TensorSpec>>& bucke
   return layout;
 }
 
+ParamLayout relayout(const ParamLayout& layout, int world_size) {
+  std::vector<std::vector<TensorSpec>> buckets(layout.buckets.size());
+  for (const TensorView& view : layout.tensors)
+    buckets[static_cast<size_t>(view.bucket)].push_back(static_cast<const TensorSpec&>(view));
+  return place_param_layout(buckets, world_size);
+}
+
 }  // namespace llmc

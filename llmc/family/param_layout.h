@@ -70,4 +70,8 @@ struct ParamLayout {
 // world_size (1..4096), empty buckets, empty shapes and duplicate names. Throws std::invalid_argument.
 ParamLayout place_param_layout(const std::vector<std::vector<TensorSpec>>& buckets, int world_size);
 
+// The same model laid out for `world_size` ranks: the tensors placed again, bucket by bucket
+// (place_param_layout), which moves only the buckets' padding. Works for every family's layout.
+ParamLayout relayout(const ParamLayout& layout, int world_size);
+
 }  // namespace llmc

@@ -1,15 +1,21 @@
-// What the training loop and the optimizer need from a model family (GPT-2: llmc/model/gpt2/gpt2.h; the
-// speedrun model of ARCHITECTURE.md "Phase 2": llmc/model/modded44/speedrun_model.h): parameters and gradients in one bucketed buffer each (ParamLayout),
-// and forward and backward passes that call a hook per bucket, so that the optimizer can start each
-// bucket's communication the moment its gradients are final and the next forward waits per bucket.
-// The loop in train_gpt2.cu sees only this; layers and kernels stay inside the family.
+// What the training loop and the optimizer need from a model of any family (GPT-2: llmc/model/gpt2/gpt2.h;
+// the #44 speedrun model: llmc/model/modded44/speedrun_model.h): parameters and gradients in one bucketed
+// buffer each (ParamLayout), and forward and backward passes that call a hook per bucket, so that the
+// optimizer can start each bucket's communication the moment its gradients are final and the next forward
+// waits per bucket. FamilyModel adds what only the family knows of its model (its initialisation, model
+// file, FLOPs, decoder, attention windows), which the trainer asks for. The trainer sees only these two;
+// layers and kernels stay inside the family.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "llmc/base/atomic_file.h"
+#include "llmc/family/decoder.h"
 #include "llmc/kernels/gemm_plan_cache.h"
 #include "llmc/family/param_layout.h"
 #include "llmc/cuda/precision.h"
@@ -61,6 +67,25 @@ class TrainableModel {
   virtual void upload_params(const std::vector<float>& host_params) = 0;
   virtual std::vector<float> download_params() const = 0;
   virtual std::vector<float> download_grads() const = 0;
+};
+
+// A family's device model as the trainer holds it (ModelFamily::build).
+class FamilyModel : public TrainableModel {
+ public:
+  // Initial parameters from the seed, layout order (the same for every world size).
+  virtual std::vector<float> init_params(uint64_t seed) const = 0;
+  // The family's model file of `params` (layout order) at `path`, atomically: fp32 with `fp32` or in the
+  // fp32 build, else the family's 16-bit format. Returns its size and checksum, for the manifest.
+  virtual WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const = 0;
+  // Training FLOPs per token at sequences of seq_len tokens, for the MFU figure.
+  virtual double flops_per_token(int seq_len) const = 0;
+  // A KV-cache decoder over this model's live parameter buffer (the trainer's samples), with activations for
+  // chunks of at most max_chunk tokens. Throws std::invalid_argument naming --sample-every without one.
+  virtual std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) = 0;
+  // The attention windows, in blocks (with apply_yarn a change of the long window applies YaRN); returns the
+  // attention scale in force. Throws std::invalid_argument naming --window-schedule for a model without
+  // windows.
+  virtual double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) = 0;
 };
 
 }  // namespace llmc

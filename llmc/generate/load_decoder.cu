@@ -39,13 +39,13 @@ std::unique_ptr<CausalDecoder> load_decoder(const ModelSource& source, uint64_t 
     return make_gpt2(layout, init_gpt2_params(layout, init_seed), max_chunk, stream);
   }
   const int32_t magic = read_magic(source.file);
-  if (magic == kCheckpointMagic) {
+  if (magic == kGpt2ModelMagic) {
     GPT2Layout layout;
-    const std::vector<float> params = load_checkpoint(source.file, /*world_size=*/1, &layout);
+    const std::vector<float> params = load_gpt2_model_file(source.file, /*world_size=*/1, &layout);
     return make_gpt2(layout, params, max_chunk, stream);
   }
   throw FileError(source.file, "not a model file of a known family (GPT-2 llm.c files start with " +
-                                    std::to_string(kCheckpointMagic) + ", this one with " + std::to_string(magic) + ")");
+                                    std::to_string(kGpt2ModelMagic) + ", this one with " + std::to_string(magic) + ")");
 }
 
 }  // namespace llmc

@@ -1,7 +1,8 @@
-// What the training loop needs from an optimizer (ZeRO-1 AdamW today; the optimizer groups of
-// ARCHITECTURE.md "Phase 2" next): hooks around the model's passes, per bucket, and a begin/finish pair
-// per step, so that an optimizer can start its communication as each bucket's gradients become final
-// and the next forward waits only for the buckets it is about to read. One step, as train_step()
+// What the training loop needs from an optimizer (ZeRO-1 AdamW: zero.h; the speedrun's NorMuon + sharded
+// Adam: speedrun_optimizer.h): hooks around the model's passes, per bucket, and a begin/finish pair per
+// step, so that an optimizer can start its communication as each bucket's gradients become final and the
+// next forward waits only for the buckets it is about to read; and its state, which it owns: it saves it
+// as named arrays and restores it from a checkpoint written by any number of ranks. One step, as train_step()
 // (llmc/train/train_step.cu) enqueues it, none of it waiting on the host:
 //   for each micro-step: model.forward(..., before_bucket_use());
 //                        on the first one: before_first_backward() (the backward overwrites the gradients)
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/checkpoint/checkpoint.h"
 #include "llmc/family/trainable_model.h"
 
 namespace llmc {
@@ -41,6 +43,15 @@ class BucketOptimizer {
   // The optimizer's own copies of the parameters (fp32 masters) from the full host parameter buffer
   // (layout order, the same on every rank); its other state starts at zero.
   virtual void init_master(const std::vector<float>& host_params) = 0;
+  // Which optimizer's state this is (a state file's header word; --optimizer's name for it).
+  virtual StateOptimizer state_kind() const = 0;
+  // This rank's state after optimizer step `step` (1-based), as the named arrays its checkpoint keeps.
+  // Waits for every pending update.
+  virtual std::vector<NamedStateArray> save_state(int step) = 0;
+  // The state saved after step checkpoint.written().step, by this rank of a run of as many ranks or
+  // re-sharded from every old rank's arrays for another world size; called after init_master. Throws
+  // FileError naming the state file whose arrays do not fit this optimizer (another build's floatX, say).
+  virtual void restore_state(const CheckpointReader& checkpoint) = 0;
   // Device bytes of optimizer state on this rank (for the log).
   virtual size_t state_bytes() const = 0;
   // For the watchdog, from any thread: the oldest collective of this rank that has not completed, or "".

@@ -29,7 +29,7 @@
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/model/modded44/speedrun_layout.h"
 #include "llmc/optim/speedrun_state_plan.h"
-#include "llmc/checkpoint/reshard.h"
+#include "llmc/base/file_io.h"
 
 namespace llmc {
 
@@ -414,6 +414,24 @@ void SpeedrunOptimizer::upload_resharded_state(const std::vector<std::vector<Nam
     old_plans.push_back(speedrun_state_arrays(plan_speedrun_rank(old_layout, rank, settings_.owners), old_layout,
                                               adam_grads_saved_after(step), static_cast<int>(sizeof(floatX))));
   upload_state(reshard_speedrun_state(old_rank_arrays, old_plans, state_arrays(step)), step);
+}
+
+void SpeedrunOptimizer::restore_state(const CheckpointReader& checkpoint) {
+  const int step = static_cast<int>(checkpoint.written().step);
+  try {
+    if (checkpoint.old_world_size() == checkpoint.world_size()) {
+      upload_state(checkpoint.arrays(checkpoint.rank()), step);
+      return;
+    }
+    std::vector<std::vector<NamedStateArray>> old_rank_arrays;
+    for (int old_rank = 0; old_rank < checkpoint.old_world_size(); old_rank++)
+      old_rank_arrays.push_back(checkpoint.arrays(old_rank));
+    upload_resharded_state(old_rank_arrays, step);
+  } catch (const FileError&) {
+    throw;
+  } catch (const std::runtime_error& error) {
+    throw FileError(checkpoint.state_path(checkpoint.rank()), error.what());
+  }
 }
 
 void SpeedrunOptimizer::begin_step(int step, float lr) {

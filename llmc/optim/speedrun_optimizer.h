@@ -19,7 +19,6 @@
 #include "llmc/optim/speedrun_state_plan.h"
 #include "llmc/optim/zero.h"  // OverlapMode
 #include "llmc/schedule/speedrun_schedule.h"
-#include "llmc/checkpoint/state_file.h"  // NamedStateArray
 
 namespace llmc {
 
@@ -66,6 +65,12 @@ class SpeedrunOptimizer : public BucketOptimizer {
   float grad_norm(int step) override;
   void wait_for_all_params() override;
 
+  // Checkpoints (see BucketOptimizer): save_state is download_state; restore_state uploads this rank's arrays
+  // (upload_state) or, for another world size, every old rank's re-sharded (upload_resharded_state), and
+  // names the state file when they do not fit.
+  StateOptimizer state_kind() const override { return StateOptimizer::kSpeedrun; }
+  std::vector<NamedStateArray> save_state(int step) override { return download_state(step); }
+  void restore_state(const CheckpointReader& checkpoint) override;
   // This rank's state after step `step` (the last one begun; waits for its updates), for a checkpoint:
   // per bucket the fp32 masters, momentum and variance of each batch of matrices it updates, the Adam
   // moments of its shard and, after a step without Adam (the next one adds them), the saved local Adam

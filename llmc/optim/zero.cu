@@ -24,6 +24,7 @@
 #include "llmc/kernels/adamw.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/dist/trace.h"
+#include "llmc/optim/zero_state.h"
 
 namespace llmc {
 
@@ -284,6 +285,18 @@ void ZeroOptimizer::upload_state(const std::vector<float>& master, const std::ve
   // the (non-blocking) comm stream is not ordered after the legacy stream: this wait orders the state
   // before the updates, instead of the compute stream's events (it is a blocking stream today).
   CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
+std::vector<NamedStateArray> ZeroOptimizer::save_state(int step) {
+  (void)step;  // the state is the same whatever the step
+  ZeroShards shards;
+  download_state(shards.master, shards.adam_m, shards.adam_v);
+  return zero_state_arrays(shards);
+}
+
+void ZeroOptimizer::restore_state(const CheckpointReader& checkpoint) {
+  const ZeroShards shards = read_zero_state(checkpoint, model_.layout());
+  upload_state(shards.master, shards.adam_m, shards.adam_v);
 }
 
 }  // namespace llmc

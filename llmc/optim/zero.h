@@ -55,7 +55,11 @@ class ZeroOptimizer : public BucketOptimizer {
   float grad_norm(int step) override;
   void wait_for_all_params() override;
 
-  // This rank's shard state, concatenated over buckets (for checkpoints). Synchronous.
+  // Checkpoints (see BucketOptimizer): the named arrays master, adam_m and adam_v (llmc/optim/zero_state.h).
+  StateOptimizer state_kind() const override { return StateOptimizer::kZeroAdamW; }
+  std::vector<NamedStateArray> save_state(int step) override;
+  void restore_state(const CheckpointReader& checkpoint) override;
+  // This rank's shard state, concatenated over buckets. Synchronous.
   void download_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v);
   void upload_state(const std::vector<float>& master, const std::vector<float>& m, const std::vector<float>& v);
   // Bytes of optimizer state (master + m + v) held by this rank.

@@ -6,7 +6,6 @@
 
 #include "llmc/data/document_packing.h"
 #include "llmc/base/file_io.h"
-#include "llmc/checkpoint/resume.h"
 
 namespace llmc {
 namespace {
@@ -46,6 +45,16 @@ std::string step_split(int64_t world_size, int64_t grad_accum, int64_t batch_siz
 }
 
 }  // namespace
+
+DataLoaderPosition resumed_position(const TrainStateHeader& written, const DataLoader& loader) {
+  const DataLoaderPosition& at = written.train_position;
+  const int64_t tokens_per_batch = written.world_size * written.batch_size * written.seq_len;  // < 2^60 (checked)
+  if (at.batch_in_shard > INT64_MAX / tokens_per_batch)
+    throw std::runtime_error("checkpoint: data position batch " + std::to_string(at.batch_in_shard) +
+                             " is beyond any shard");
+  const int64_t tokens_into_shard = at.batch_in_shard * tokens_per_batch;
+  return loader.position_at_tokens(at.epoch, at.shard_order_index, tokens_into_shard);
+}
 
 WindowBatches::WindowBatches(const TrainBatchesConfig& config) : loader_(window_config(config)) {}
 
@@ -106,7 +115,8 @@ std::string BosBatches::describe() const {
          "sequences/step=" + std::to_string(sequences_per_step()) + ")";
 }
 
-TrainLoaderKind choose_train_loader(const std::string& option, ModelFamilyId family, int vocab_size, bool shuffle) {
+TrainLoaderKind choose_train_loader(const std::string& option, bool family_trains_on_documents, int vocab_size,
+                                    bool shuffle) {
   const bool holds_bos = vocab_size > kBosToken;
   TrainLoaderKind kind = TrainLoaderKind::kWindow;
   if (option == "bos") {
@@ -116,7 +126,7 @@ TrainLoaderKind choose_train_loader(const std::string& option, ModelFamilyId fam
                                   " to find documents by; use --train-loader window");
     kind = TrainLoaderKind::kBos;
   } else if (option == "auto") {
-    kind = family == ModelFamilyId::kSpeedrun && holds_bos ? TrainLoaderKind::kBos : TrainLoaderKind::kWindow;
+    kind = family_trains_on_documents && holds_bos ? TrainLoaderKind::kBos : TrainLoaderKind::kWindow;
   } else if (option != "window") {
     throw std::invalid_argument("--train-loader '" + option + "': expected auto, window or bos");
   }

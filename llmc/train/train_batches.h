@@ -41,8 +41,15 @@ class TrainBatches {
   virtual std::string describe() const = 0;
 };
 
+// Where `loader` continues after a checkpoint: the same place in the data in tokens. The checkpoint's
+// position counts batches of (its ranks x its B x its T) tokens into a shard; the resumed run starts at
+// its first batch that begins at or after that token (the next shard if none is left in this one). With
+// the same global batch this is exactly where the writer stopped; otherwise less than one of this run's
+// batches is skipped, and nothing is seen twice.
+DataLoaderPosition resumed_position(const TrainStateHeader& written, const DataLoader& loader);
+
 // llm.c's loader: rank r takes windows r*B .. r*B+B-1 of each global batch (with a background prefetch).
-// A checkpoint of another world_size*B*T continues at the same token (resume.h's resumed_position).
+// A checkpoint of another world_size*B*T continues at the same token (resumed_position).
 class WindowBatches final : public TrainBatches {
  public:
   explicit WindowBatches(const TrainBatchesConfig& config);
@@ -79,11 +86,13 @@ class BosBatches final : public TrainBatches {
   PackedSequence sequence_;
 };
 
-// --train-loader `option` (auto, window, bos) for a model of `family` with `vocab_size` tokens: auto is bos
-// for a speedrun model whose vocabulary holds the BOS token (which the model finds documents by), window
-// otherwise (GPT-2: llm.c's behaviour; the speedrun-tiny test preset, V = 96). Throws std::invalid_argument
-// naming the options: bos for a vocabulary without the BOS token, bos (chosen or auto's) with --shuffle.
-TrainLoaderKind choose_train_loader(const std::string& option, ModelFamilyId family, int vocab_size, bool shuffle);
+// --train-loader `option` (auto, window, bos) for a model with `vocab_size` tokens of a family that does or
+// does not train on documents (ModelFamily::trains_on_documents): auto is bos for such a family (the
+// speedrun model) when the vocabulary holds the BOS token it finds documents by, window otherwise (GPT-2:
+// llm.c's behaviour; the speedrun-tiny test preset, V = 96). Throws std::invalid_argument naming the
+// options: bos for a vocabulary without the BOS token, bos (chosen or auto's) with --shuffle.
+TrainLoaderKind choose_train_loader(const std::string& option, bool family_trains_on_documents, int vocab_size,
+                                    bool shuffle);
 
 std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const TrainBatchesConfig& config);
 

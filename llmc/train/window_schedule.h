@@ -1,6 +1,6 @@
 // --window-schedule speedrun: drives a model's attention windows through SpeedrunSchedule::windows,
 // step by step, with the YaRN update at each change of the long window, and gives the log its lines.
-// Host-only; the model is reached through a callback (ModelFamily::set_attention_windows in the trainer).
+// Host-only; the model is reached through a callback (TrainableModel::set_attention_windows in the trainer).
 #pragma once
 
 #include <functional>

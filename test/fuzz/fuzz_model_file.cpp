@@ -21,7 +21,7 @@ namespace {
 // The input with header words 254, 255 set to the XXH3-64 of the file with them zero (as the writer does).
 std::string with_repaired_checksum(const uint8_t* data, size_t size) {
   std::string bytes(reinterpret_cast<const char*>(data), size);
-  const size_t at = (kCheckpointChecksumTagWord + 1) * sizeof(int32_t);
+  const size_t at = (kGpt2ModelChecksumTagWord + 1) * sizeof(int32_t);
   std::memset(&bytes[at], 0, sizeof(uint64_t));
   Checksum checksum;
   checksum.update(bytes.data(), bytes.size());
@@ -31,19 +31,19 @@ std::string with_repaired_checksum(const uint8_t* data, size_t size) {
 }
 
 void read_and_round_trip(const fuzz::InputFile& input) {
-  CheckpointInfo info;
+  Gpt2ModelFileInfo info;
   GPT2Layout layout;
   std::vector<float> params;
   const bool loaded = reads_cleanly(
       [&] {
-        info = read_checkpoint_header(input.path());
-        params = load_checkpoint(input.path(), /*world_size=*/3, &layout);
+        info = read_gpt2_model_header(input.path());
+        params = load_gpt2_model_file(input.path(), /*world_size=*/3, &layout);
       },
       input.path());
   if (!loaded) return;
-  write_checkpoint(input.copy(), layout, params.data(), info.dtype);
+  write_gpt2_model_file(input.copy(), layout, params.data(), info.dtype);
   std::vector<float> again;
-  read_checkpoint(input.copy(), layout, again);
+  read_gpt2_model_file(input.copy(), layout, again);
   if (!same_values(params, again)) finding("a model file round trip changed the parameters");
 }
 }  // namespace
@@ -51,9 +51,9 @@ void read_and_round_trip(const fuzz::InputFile& input) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   read_and_round_trip(fuzz::InputFile(data, size, "_model.bin"));
   int32_t tag = 0;
-  if (size < kCheckpointHeaderInts * sizeof(int32_t)) return 0;
-  std::memcpy(&tag, data + kCheckpointChecksumTagWord * sizeof(int32_t), sizeof tag);
-  if (tag != kCheckpointChecksumTag) return 0;
+  if (size < kGpt2ModelHeaderInts * sizeof(int32_t)) return 0;
+  std::memcpy(&tag, data + kGpt2ModelChecksumTagWord * sizeof(int32_t), sizeof tag);
+  if (tag != kGpt2ModelChecksumTag) return 0;
   const std::string repaired = with_repaired_checksum(data, size);
   const auto* repaired_bytes = reinterpret_cast<const uint8_t*>(repaired.data());
   read_and_round_trip(fuzz::InputFile(repaired_bytes, repaired.size(), "_model.bin"));

@@ -4,6 +4,7 @@
 // Run it again when a format changes: `build/write_seed_corpus test/fuzz/corpus`.
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -43,8 +44,8 @@ void model_seeds(const fs::path& dir) {
   std::vector<float> params(layout.total_size, 0.0f);
   for (const TensorView& view : layout.tensors)
     for (size_t i = 0; i < view.numel; i++) params[view.offset + i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
-  write_checkpoint((dir / "fp32.bin").string(), layout, params.data(), CheckpointDtype::kFp32);
-  write_checkpoint((dir / "bf16.bin").string(), layout, params.data(), CheckpointDtype::kBf16);
+  write_gpt2_model_file((dir / "fp32.bin").string(), layout, params.data(), Gpt2FileDtype::kFp32);
+  write_gpt2_model_file((dir / "bf16.bin").string(), layout, params.data(), Gpt2FileDtype::kBf16);
 }
 
 // The smallest speedrun shape the config allows (L even >= 8, D a multiple of 4, C >= 12).
@@ -64,15 +65,19 @@ void state_seeds(const fs::path& dir) {
   state.step = 7;
   state.rank = 1;
   state.world_size = 2;
-  state.config = small_config();
+  state.model = gpt2_state_model(small_config());
   state.train_position = DataLoaderPosition{0, 1, 2};
   state.batch_size = 2;
   state.seq_len = 3;
   state.train_time_ms = 12.5;
-  for (int i = 0; i < 6; i++) {
-    state.master.push_back(0.1f * static_cast<float>(i));
-    state.adam_m.push_back(0.01f * static_cast<float>(i));
-    state.adam_v.push_back(0.001f * static_cast<float>(i));
+  // ZeRO's three arrays of 6 floats each.
+  const float scales[3] = {0.1f, 0.01f, 0.001f};
+  for (int a = 0; a < 3; a++) {
+    std::vector<float> values;
+    for (int i = 0; i < 6; i++) values.push_back(scales[a] * static_cast<float>(i));
+    NamedStateArray array{kLegacyZeroArrayNames[a], 4, std::vector<char>(values.size() * sizeof(float))};
+    std::memcpy(array.bytes.data(), values.data(), array.bytes.size());
+    state.arrays.push_back(std::move(array));
   }
   write_train_state((dir / "rank1_of_2.bin").string(), state);
   // The BOS loader's position (epoch, shard, document, micro-step) instead of the window loader's.
@@ -82,15 +87,11 @@ void state_seeds(const fs::path& dir) {
   bos.bos_position = BosLoaderPosition{1, 2, 345, 0};
   bos.grad_accum = 4;
   write_train_state((dir / "bos_rank1_of_2.bin").string(), bos);
-  state.family = ModelFamilyId::kSpeedrun;
-  state.config = GPT2Config{};
-  state.speedrun = small_speedrun();
+  state.model = speedrun_state_model(small_speedrun());
   write_train_state((dir / "speedrun_rank1_of_2.bin").string(), state);
   // The speedrun optimizer's state: named arrays of 2- and 4-byte elements instead of the three shards.
   state.optimizer = StateOptimizer::kSpeedrun;
-  state.master.clear();
-  state.adam_m.clear();
-  state.adam_v.clear();
+  state.arrays.clear();
   state.arrays.push_back({"b0.muon0.master", 4, std::vector<char>(16, 1)});
   state.arrays.push_back({"b1.adam.saved_grads", 2, std::vector<char>(6, 2)});
   write_train_state((dir / "speedrun_optimizer_rank1_of_2.bin").string(), state);

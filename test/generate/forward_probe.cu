@@ -41,7 +41,7 @@ std::vector<int> parse_tokens(const std::string& list) {
 
 int run(const std::string& model_file, const std::vector<int>& tokens, const std::string& out_dir) {
   GPT2Layout layout;
-  const std::vector<float> params = load_checkpoint(model_file, 1, &layout);
+  const std::vector<float> params = load_gpt2_model_file(model_file, 1, &layout);
   const GPT2Config& cfg = layout.config;
   const int T = static_cast<int>(tokens.size()) - 1, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
   cudaStream_t stream = nullptr;

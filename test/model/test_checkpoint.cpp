@@ -111,8 +111,8 @@ void write_llmc_file_by_hand(const std::string& file, const GPT2Config& c) {
 void expect_error(const std::string& file, const GPT2Layout* layout, const std::string& fragment) {
   std::vector<float> params(3, 7.0f);
   try {
-    if (layout != nullptr) read_checkpoint(file, *layout, params);
-    else read_checkpoint_header(file);
+    if (layout != nullptr) read_gpt2_model_file(file, *layout, params);
+    else read_gpt2_model_header(file);
     ADD_FAILURE() << "no error for " << file << " (expected '" << fragment << "')";
   } catch (const std::runtime_error& error) {
     const std::string what = error.what();
@@ -127,17 +127,17 @@ void expect_error(const std::string& file, const GPT2Layout* layout, const std::
 TEST_F(Checkpoint, Fp32RoundTripIsExactAcrossWorldSizes) {
   const GPT2Layout layout4 = make_param_layout(odd_config(), 4);
   const std::vector<float> params = init_gpt2_params(layout4, 11);
-  write_checkpoint(path("model.bin"), layout4, params.data(), CheckpointDtype::kFp32);
-  const CheckpointInfo info = read_checkpoint_header(path("model.bin"));
-  EXPECT_EQ(info.dtype, CheckpointDtype::kFp32);
+  write_gpt2_model_file(path("model.bin"), layout4, params.data(), Gpt2FileDtype::kFp32);
+  const Gpt2ModelFileInfo info = read_gpt2_model_header(path("model.bin"));
+  EXPECT_EQ(info.dtype, Gpt2FileDtype::kFp32);
   EXPECT_EQ(info.num_parameters, static_cast<int64_t>(layout4.num_parameters));
   EXPECT_EQ(read_bytes(path("model.bin")).size(), 1024 + 4 * layout4.num_parameters);
   std::vector<float> same;
-  read_checkpoint(path("model.bin"), layout4, same);
+  read_gpt2_model_file(path("model.bin"), layout4, same);
   EXPECT_EQ(same, params);  // includes the zero padding
   // Loading for another world size places each tensor at that layout's offsets.
   GPT2Layout layout1;
-  const std::vector<float> other = load_checkpoint(path("model.bin"), 1, &layout1);
+  const std::vector<float> other = load_gpt2_model_file(path("model.bin"), 1, &layout1);
   ASSERT_EQ(layout1.world_size, 1);
   for (size_t t = 0; t < layout4.tensors.size(); t++)
     for (size_t i = 0; i < layout4.tensors[t].numel; i++)
@@ -148,11 +148,11 @@ TEST_F(Checkpoint, Fp32RoundTripIsExactAcrossWorldSizes) {
 TEST_F(Checkpoint, Bf16RoundTripWithinRounding) {
   const GPT2Layout layout = make_param_layout(config_from_name("tiny"), 2);
   std::vector<float> params = init_gpt2_params(layout, 5);
-  write_checkpoint(path("model_bf16.bin"), layout, params.data(), CheckpointDtype::kBf16);
+  write_gpt2_model_file(path("model_bf16.bin"), layout, params.data(), Gpt2FileDtype::kBf16);
   EXPECT_EQ(read_bytes(path("model_bf16.bin")).size(), 1024 + 2 * layout.num_parameters);
-  EXPECT_EQ(read_checkpoint_header(path("model_bf16.bin")).dtype, CheckpointDtype::kBf16);
+  EXPECT_EQ(read_gpt2_model_header(path("model_bf16.bin")).dtype, Gpt2FileDtype::kBf16);
   std::vector<float> loaded;
-  read_checkpoint(path("model_bf16.bin"), layout, loaded);
+  read_gpt2_model_file(path("model_bf16.bin"), layout, loaded);
   ASSERT_EQ(loaded.size(), params.size());
   for (size_t i = 0; i < params.size(); i++) {
     // bf16 keeps 8 significant bits: rounding to nearest errs by at most half an ulp = 2^-8 relative.
@@ -196,7 +196,7 @@ TEST_F(Checkpoint, ReadsLlmcOrderWrittenByHand) {
   write_llmc_file_by_hand(path("llmc.bin"), config);
   const GPT2Layout layout = make_param_layout(config, 3);
   std::vector<float> params;
-  read_checkpoint(path("llmc.bin"), layout, params);
+  read_gpt2_model_file(path("llmc.bin"), layout, params);
   ASSERT_EQ(params.size(), layout.total_size);
   std::vector<bool> is_real(layout.total_size, false);
   for (const TensorView& view : layout.tensors) {
@@ -212,7 +212,7 @@ TEST_F(Checkpoint, ReadsLlmcOrderWrittenByHand) {
   }
   // Writing our buffer back gives the hand-written file byte for byte, but for the checksum words
   // 253..255 (zero in llm.c's files): the tag "XXH3" and the XXH3-64 of the file with words 254, 255 zero.
-  write_checkpoint(path("ours.bin"), layout, params.data(), CheckpointDtype::kFp32);
+  write_gpt2_model_file(path("ours.bin"), layout, params.data(), Gpt2FileDtype::kFp32);
   std::vector<char> ours = read_bytes(path("ours.bin")), theirs = read_bytes(path("llmc.bin"));
   ASSERT_EQ(ours.size(), theirs.size());
   int32_t tag = 0;
@@ -231,11 +231,11 @@ TEST_F(Checkpoint, FlippedBitsAreCaughtByTheChecksum) {
   std::vector<float> params(layout.total_size, 0.0f);
   for (const TensorView& view : layout.tensors)
     for (size_t i = 0; i < view.numel; i++) params[view.offset + i] = 0.001f * static_cast<float>(i % 977) - 0.4f;
-  for (CheckpointDtype dtype : {CheckpointDtype::kFp32, CheckpointDtype::kBf16}) {
-    write_checkpoint(path("good.bin"), layout, params.data(), dtype);
+  for (Gpt2FileDtype dtype : {Gpt2FileDtype::kFp32, Gpt2FileDtype::kBf16}) {
+    write_gpt2_model_file(path("good.bin"), layout, params.data(), dtype);
     const std::vector<char> good = read_bytes(path("good.bin"));
     std::vector<float> loaded;
-    read_checkpoint(path("good.bin"), layout, loaded);  // the intact file verifies
+    read_gpt2_model_file(path("good.bin"), layout, loaded);  // the intact file verifies
     // One bit anywhere the size checks cannot see: a parameter, the last byte, the checksum itself,
     // an unused header word.
     for (size_t byte : {size_t{1024 + 5}, good.size() / 2, good.size() - 1, size_t{4 * 254 + 3}, size_t{4 * 100}}) {
@@ -291,7 +291,7 @@ TEST_F(Checkpoint, FailedWriteLeavesNothingBehind) {
   const std::vector<float> params(layout.total_size, 1.0f);
   const std::string target = path("no_such_dir/model.bin");
   try {
-    write_checkpoint(target, layout, params.data(), CheckpointDtype::kFp32);
+    write_gpt2_model_file(target, layout, params.data(), Gpt2FileDtype::kFp32);
     FAIL() << "write into a missing directory succeeded";
   } catch (const std::runtime_error& error) {
     EXPECT_NE(std::string(error.what()).find(target), std::string::npos) << error.what();

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
           llmc::gpt2_kind(view) == llmc::TensorKind::kWte ? static_cast<size_t>(cfg.vocab_size) * cfg.channels : view.numel;
       for (size_t i = 0; i < real; i++) params[view.offset + i] += static_cast<float>(0.2 * normal.next());
     }
-    llmc::write_checkpoint(out_dir + "/model.bin", layout, params.data(), llmc::CheckpointDtype::kFp32);
+    llmc::write_gpt2_model_file(out_dir + "/model.bin", layout, params.data(), llmc::Gpt2FileDtype::kFp32);
 
     std::vector<int32_t> tokens_file = {B, T};
     std::vector<int> tokens(static_cast<size_t>(B) * T), targets(static_cast<size_t>(B) * T);

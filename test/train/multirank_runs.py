@@ -14,7 +14,9 @@ import numpy as np
 
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 MODEL_MAGIC, MODEL_VERSION_FP32 = 20240326, 3
-STATE_HEADER_BYTES = 32 * 8  # llmc/checkpoint/state_file.cpp: 32 int64 header words, then (zero-adamw) master, m, v (fp32)
+STATE_HEADER_BYTES = 32 * 8  # llmc/checkpoint/state_file.cpp: 32 int64 header words, then the named arrays
+STATE_RECORD_BYTES = 8 * 8   # each array's record: its name (48 bytes), element size, count
+STATE_NAMED_ARRAYS_WORD = 26
 
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -77,13 +79,25 @@ def read_speedrun_params(path):
 
 
 def read_state(path):
-    """(header int64 words, master, m, v) of one rank's optimizer-state file."""
+    """(header int64 words, master, m, v) of one rank's zero-adamw optimizer-state file
+    (llmc/checkpoint/state_file.h): version 5's named arrays master, adam_m and adam_v, each after its
+    record of 8 words (name, element size, count); version 2-4's three unnamed fp32 arrays."""
     with open(path, "rb") as f:
         raw = f.read()
     header = np.frombuffer(raw[:STATE_HEADER_BYTES], dtype=np.int64)
-    payload = np.frombuffer(raw[STATE_HEADER_BYTES:], dtype=np.float32)
-    n = len(payload) // 3
-    return header, payload[:n], payload[n:2 * n], payload[2 * n:]
+    if header[1] < 5:
+        payload = np.frombuffer(raw[STATE_HEADER_BYTES:], dtype=np.float32)
+        n = len(payload) // 3
+        return header, payload[:n], payload[n:2 * n], payload[2 * n:]
+    arrays, at = {}, STATE_HEADER_BYTES
+    for _ in range(int(header[STATE_NAMED_ARRAYS_WORD])):
+        name = raw[at:at + 48].split(b"\0")[0].decode()
+        element_bytes, count = np.frombuffer(raw[at + 48:at + STATE_RECORD_BYTES], dtype=np.int64)
+        at += STATE_RECORD_BYTES
+        arrays[name] = np.frombuffer(raw[at:at + element_bytes * count], dtype=np.float32 if element_bytes == 4
+                                     else np.uint16)
+        at += int(element_bytes * count)
+    return header, arrays["master"], arrays["adam_m"], arrays["adam_v"]
 
 
 STEP_LINE = re.compile(r"^step:(\d+)/(\d+) train_loss:(\S+) .* norm:(\S+)")

@@ -23,10 +23,10 @@
 #include "llmc/model/gpt2/gpt2_model_file.h"
 #include "llmc/model/modded44/speedrun_layout.h"
 #include "llmc/model/modded44/speedrun_model_file.h"
+#include "llmc/checkpoint/checkpoint.h"
 #include "llmc/checkpoint/checkpoint_dir.h"
-#include "llmc/checkpoint/checkpoint_writer.h"
-#include "llmc/checkpoint/reshard.h"
-#include "llmc/checkpoint/resume.h"
+#include "llmc/optim/zero_state.h"
+#include "llmc/train/train_batches.h"
 #include "test/support/test_helpers.h"
 
 using namespace llmc;
@@ -101,11 +101,32 @@ class ThreadRanks {
 GPT2Config odd_config() {  // C = 12: tensors need alignment gaps, buckets padding
   return GPT2Config{5, 21, 24, 3, 3, 12};
 }
-// The model as describe_state_model names it (what the trainer passes to read_resume_point).
+// The model as the registry's describe_state_model names it.
 const std::string kModel = describe_config(odd_config());
 
 // The smallest speedrun shape the config allows (L even >= 8, D a multiple of 4, C >= 12).
 SpeedrunConfig small_speedrun() { return SpeedrunConfig{8, 8, 1, 12, 8, 4}; }
+
+// What the registry's describe_state_model says of the two families (it lives with the device models).
+std::string describe(const StateModel& model) {
+  return model.family == ModelFamilyId::kGPT2 ? describe_config(gpt2_config_of(model))
+                                              : "speedrun " + describe_speedrun_config(speedrun_config_of(model));
+}
+
+// A run of the GPT-2 model odd_config() with ZeRO AdamW and the window loader, as the trainer expects it.
+ResumeExpectations gpt2_run() {
+  ResumeExpectations expected;
+  expected.model = gpt2_state_model(odd_config());
+  expected.describe_model = describe;
+  expected.model_file_digest = gpt2_model_file_digest;
+  return expected;
+}
+
+// What ZeRO resumes with on rank `rank` of a run laid out as `layout` (its world size).
+ZeroShards resume(const std::string& prefix, int rank, const ParamLayout& layout,
+                  const ResumeExpectations& expected = gpt2_run()) {
+  return read_zero_state(CheckpointReader(prefix, rank, layout.world_size, expected), layout);
+}
 
 // Two layouts of one model are the same placement: buckets and tensors at the same offsets.
 void expect_same_placement(const ParamLayout& a, const ParamLayout& b, const std::string& what) {
@@ -140,19 +161,19 @@ std::vector<float> direct_shard(const ParamLayout& layout, int rank, int array) 
   return shard;
 }
 
-TrainState state_of(const GPT2Layout& layout, int rank, int64_t step) {
+// Rank r's ZeRO state as the optimizer saves it: its shards of the three arrays.
+TrainState state_of(const ParamLayout& layout, const StateModel& model, int rank, int64_t step) {
   TrainState state;
   state.step = step;
   state.rank = rank;
   state.world_size = layout.world_size;
-  state.config = layout.config;
+  state.model = model;
   state.train_position = DataLoaderPosition{1, 0, 3};
   state.batch_size = 2;
   state.seq_len = 4;
   state.train_time_ms = 1500.0;
-  state.master = direct_shard(layout, rank, 0);
-  state.adam_m = direct_shard(layout, rank, 1);
-  state.adam_v = direct_shard(layout, rank, 2);
+  state.arrays = zero_state_arrays(
+      ZeroShards{direct_shard(layout, rank, 0), direct_shard(layout, rank, 1), direct_shard(layout, rank, 2)});
   return state;
 }
 
@@ -166,12 +187,12 @@ class CheckpointSet : public llmc::test::TempDirTest {
     const GPT2Layout layout = make_param_layout(odd_config(), world);
     const std::vector<float> params(layout.total_size, 0.25f);
     const ModelFileWriter write_model = [&](const std::string& path) {
-      return write_checkpoint(path, layout, params.data(), CheckpointDtype::kFp32);
+      return write_gpt2_model_file(path, layout, params.data(), Gpt2FileDtype::kFp32);
     };
     ThreadRanks ranks(world);
     for (const std::exception_ptr& error : ranks.run([&](const RankGroup& group) {
-           const TrainState state = state_of(layout, group.rank(), step);
-           write_checkpoint_files(prefix, group, CheckpointContents{write_model, state});
+           const TrainState state = state_of(layout, gpt2_state_model(odd_config()), group.rank(), step);
+           save_checkpoint(prefix, group, CheckpointContents{write_model, state});
          }))
       if (error) std::rethrow_exception(error);
     return prefix;
@@ -228,9 +249,10 @@ TEST_F(CheckpointSet, WriterProducesACompleteCheckpoint) {
   for (const std::string& file : {checkpoint_model_path(prefix), checkpoint_manifest_path(prefix),
                                   checkpoint_state_path(prefix, 0), checkpoint_state_path(prefix, 2)})
     EXPECT_TRUE(exists(file)) << file;
-  const ResumePoint point = read_resume_point(prefix, 1, make_param_layout(odd_config(), 3), kModel);
-  EXPECT_EQ(point.written.step, 40);
-  EXPECT_EQ(point.master, direct_shard(make_param_layout(odd_config(), 3), 1, 0));
+  const CheckpointReader checkpoint(prefix, 1, 3, gpt2_run());
+  EXPECT_EQ(checkpoint.written().step, 40);
+  EXPECT_EQ(read_zero_state(checkpoint, make_param_layout(odd_config(), 3)).master,
+            direct_shard(make_param_layout(odd_config(), 3), 1, 0));
 }
 
 TEST_F(CheckpointSet, OneRankFailingStopsEveryRankAndLeavesNothing) {
@@ -241,12 +263,12 @@ TEST_F(CheckpointSet, OneRankFailingStopsEveryRankAndLeavesNothing) {
   const GPT2Layout layout = make_param_layout(odd_config(), 3);
   const std::vector<float> params(layout.total_size, 0.25f);
   const ModelFileWriter write_model = [&](const std::string& path) {
-    return write_checkpoint(path, layout, params.data(), CheckpointDtype::kFp32);
+    return write_gpt2_model_file(path, layout, params.data(), Gpt2FileDtype::kFp32);
   };
   ThreadRanks ranks(3);
   const std::vector<std::exception_ptr> errors = ranks.run([&](const RankGroup& group) {
-    const TrainState state = state_of(layout, group.rank(), 20);
-    write_checkpoint_files(prefix, group, CheckpointContents{write_model, state});
+    const TrainState state = state_of(layout, gpt2_state_model(odd_config()), group.rank(), 20);
+    save_checkpoint(prefix, group, CheckpointContents{write_model, state});
   });
   for (size_t r = 0; r < errors.size(); r++) {
     ASSERT_TRUE(errors[r]) << "rank " << r << " went on";
@@ -263,7 +285,7 @@ TEST_F(CheckpointSet, OneRankFailingStopsEveryRankAndLeavesNothing) {
   for (const auto& entry : std::filesystem::directory_iterator(dir()))
     EXPECT_EQ(entry.path().filename().string().rfind("ckpt_000010_", 0), 0u) << entry.path() << " was left";
   EXPECT_EQ(latest_checkpoint_prefix(dir()), previous);
-  read_resume_point(previous, 0, layout, kModel);  // intact: every checksum still holds
+  resume(previous, 0, layout);  // intact: every checksum still holds
 }
 
 TEST_F(CheckpointSet, ResumesOnAnotherNumberOfRanks) {
@@ -271,13 +293,14 @@ TEST_F(CheckpointSet, ResumesOnAnotherNumberOfRanks) {
     const std::string prefix = write_set(from_world, 100 + from_world * 10 + to_world);
     const ParamLayout to = make_param_layout(odd_config(), to_world);
     for (int rank = 0; rank < to_world; rank++) {
-      const ResumePoint point = read_resume_point(prefix, rank, to, kModel);
+      const CheckpointReader checkpoint(prefix, rank, to_world, gpt2_run());
+      const ZeroShards shards = read_zero_state(checkpoint, to);
       const std::string where = std::to_string(from_world) + " -> " + std::to_string(to_world) + ", rank " +
                                 std::to_string(rank);
-      EXPECT_EQ(point.written.world_size, from_world) << where;
-      EXPECT_EQ(point.master, direct_shard(to, rank, 0)) << where;
-      EXPECT_EQ(point.adam_m, direct_shard(to, rank, 1)) << where;
-      EXPECT_EQ(point.adam_v, direct_shard(to, rank, 2)) << where;
+      EXPECT_EQ(checkpoint.written().world_size, from_world) << where;
+      EXPECT_EQ(shards.master, direct_shard(to, rank, 0)) << where;
+      EXPECT_EQ(shards.adam_m, direct_shard(to, rank, 1)) << where;
+      EXPECT_EQ(shards.adam_v, direct_shard(to, rank, 2)) << where;
     }
   }
 }
@@ -295,20 +318,20 @@ TEST_F(CheckpointSet, DamagedCheckpointsAreRefusedNamingTheFile) {
   std::string flipped = saved;
   flipped[flipped.size() - 3] ^= 0x40;
   std::ofstream(rank1, std::ios::binary) << flipped;
-  expect_error([&] { read_resume_point(prefix, 1, two, kModel); }, {rank1 + ": checksum mismatch"});
-  expect_error([&] { read_resume_point(prefix, 0, one, kModel); }, {rank1 + ": checksum mismatch"});
+  expect_error([&] { resume(prefix, 1, two); }, {rank1 + ": checksum mismatch"});
+  expect_error([&] { resume(prefix, 0, one); }, {rank1 + ": checksum mismatch"});
   // Rank 0's file in rank 1's place: a valid file, but not the one the manifest lists.
   std::filesystem::copy_file(checkpoint_state_path(prefix, 0), rank1, std::filesystem::copy_options::overwrite_existing);
-  expect_error([&] { read_resume_point(prefix, 1, two, kModel); }, {rank1 + ": does not match the checkpoint's manifest"});
+  expect_error([&] { resume(prefix, 1, two); }, {rank1 + ": does not match the checkpoint's manifest"});
   std::ofstream(rank1, std::ios::binary) << saved;
-  read_resume_point(prefix, 1, two, kModel);
+  resume(prefix, 1, two);
   // Truncated model file; then no manifest at all.
   const std::string model = checkpoint_model_path(prefix), model_bytes = bytes_of(model);
   std::ofstream(model, std::ios::binary) << model_bytes.substr(0, model_bytes.size() - 8);
-  expect_error([&] { read_resume_point(prefix, 0, two, kModel); }, {model + ": truncated"});
+  expect_error([&] { resume(prefix, 0, two); }, {model + ": truncated"});
   std::ofstream(model, std::ios::binary) << model_bytes;
   std::filesystem::remove(checkpoint_manifest_path(prefix));
-  expect_error([&] { read_resume_point(prefix, 0, two, kModel); },
+  expect_error([&] { resume(prefix, 0, two); },
                {checkpoint_manifest_path(prefix) + ": missing", "not a complete checkpoint"});
 }
 
@@ -343,7 +366,9 @@ TEST_F(CheckpointSet, DataPositionCarriesOverInTokens) {
 TEST_F(CheckpointSet, ResumeRefusesTheStateOfAnotherModel) {
   const std::string prefix = write_set(2, 60);
   const std::string speedrun = "speedrun " + describe_speedrun_config(small_speedrun());
-  expect_error([&] { read_resume_point(prefix, 0, make_param_layout(odd_config(), 2), speedrun); },
+  ResumeExpectations expected = gpt2_run();
+  expected.model = speedrun_state_model(small_speedrun());
+  expect_error([&] { CheckpointReader(prefix, 0, 2, expected); },
                {checkpoint_state_path(prefix, 0) + ": optimizer state is for " + kModel, "the model file is " + speedrun});
 }
 
@@ -357,19 +382,15 @@ TEST_F(CheckpointSet, SpeedrunCheckpointIsVerifiedThroughItsManifest) {
   const std::string prefix = checkpoint_prefix(dir(), 70);
   ThreadRanks ranks(2);
   for (const std::exception_ptr& error : ranks.run([&](const RankGroup& group) {
-         TrainState state = state_of(make_param_layout(odd_config(), 2), group.rank(), 70);
-         state.family = ModelFamilyId::kSpeedrun;
-         state.config = GPT2Config{};
-         state.speedrun = small_speedrun();
-         state.master = direct_shard(layout, group.rank(), 0);
-         state.adam_m = direct_shard(layout, group.rank(), 1);
-         state.adam_v = direct_shard(layout, group.rank(), 2);
-         write_checkpoint_files(prefix, group, CheckpointContents{write_model, state});
+         const TrainState state = state_of(layout, speedrun_state_model(small_speedrun()), group.rank(), 70);
+         save_checkpoint(prefix, group, CheckpointContents{write_model, state});
        }))
     if (error) std::rethrow_exception(error);
-  const std::string model = "speedrun " + describe_speedrun_config(small_speedrun());
+  ResumeExpectations expected = gpt2_run();
+  expected.model = speedrun_state_model(small_speedrun());
+  expected.model_file_digest = [](const std::string& path) { return whole_file_digest(path, "model file"); };
   const ParamLayout three = make_speedrun_layout(small_speedrun(), 3);
-  EXPECT_EQ(read_resume_point(prefix, 2, three, model).adam_v, direct_shard(three, 2, 2));  // 2 -> 3 ranks
+  EXPECT_EQ(resume(prefix, 2, three, expected).adam_v, direct_shard(three, 2, 2));  // 2 -> 3 ranks
   const std::string path = checkpoint_model_path(prefix);
   std::string bytes;
   {
@@ -378,5 +399,5 @@ TEST_F(CheckpointSet, SpeedrunCheckpointIsVerifiedThroughItsManifest) {
   }
   bytes[bytes.size() / 2] ^= 0x01;
   std::ofstream(path, std::ios::binary) << bytes;
-  expect_error([&] { read_resume_point(prefix, 0, three, model); }, {path + ": does not match the checkpoint's manifest"});
+  expect_error([&] { resume(prefix, 0, three, expected); }, {path + ": does not match the checkpoint's manifest"});
 }

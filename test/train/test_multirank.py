@@ -193,7 +193,7 @@ class Equivalence(MultiRankCase):
                 self.assert_close_runs(self.runs[name], self.runs["np1"], name)
 
     def test_optimizer_state_is_sharded_and_reported(self):
-        # The header reports this rank's master + m + v bytes; each rank's state file holds the same.
+        # The header reports this rank's master + m + v bytes; each rank's state file holds the same arrays.
         for name, ranks in (("np1", 1), ("np2_full", 2), ("np4_full", 4)):
             run = self.runs[name]
             self.assert_ok(run)
@@ -203,7 +203,9 @@ class Equivalence(MultiRankCase):
             states = sorted(glob.glob(run.checkpoint(STEPS) + "_state_rank*.bin"))
             self.assertEqual(len(states), ranks)
             for path in states:
-                self.assertEqual(os.path.getsize(path) - mr.STATE_HEADER_BYTES, reported[0], path)
+                self.assertEqual(sum(array.nbytes for array in mr.read_state(path)[1:]), reported[0], path)
+                self.assertEqual(os.path.getsize(path) - mr.STATE_HEADER_BYTES - 3 * mr.STATE_RECORD_BYTES,
+                                 reported[0], path)
             run.state_bytes = reported[0]
         total = self.runs["np1"].state_bytes
         num_params = self.runs["np1"].final_params(STEPS).size

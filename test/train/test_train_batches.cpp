@@ -21,7 +21,6 @@
 namespace {
 
 using llmc::BosBatches;
-using llmc::ModelFamilyId;
 using llmc::TrainBatchesConfig;
 using llmc::TrainLoaderKind;
 using llmc::test::expect_error;
@@ -243,22 +242,22 @@ std::string invalid_argument_of(Call call) {
 
 TEST(ChooseTrainLoader, AutoIsBosForSpeedrunModelsWhoseVocabularyHoldsBos) {
   using llmc::choose_train_loader;
-  EXPECT_EQ(choose_train_loader("auto", ModelFamilyId::kSpeedrun, 50304, false), TrainLoaderKind::kBos);
-  EXPECT_EQ(choose_train_loader("auto", ModelFamilyId::kSpeedrun, 96, false), TrainLoaderKind::kWindow);
-  EXPECT_EQ(choose_train_loader("auto", ModelFamilyId::kGPT2, 50257, false), TrainLoaderKind::kWindow);
-  EXPECT_EQ(choose_train_loader("auto", ModelFamilyId::kGPT2, 50257, true), TrainLoaderKind::kWindow);
-  EXPECT_EQ(choose_train_loader("bos", ModelFamilyId::kGPT2, 50257, false), TrainLoaderKind::kBos);
-  EXPECT_EQ(choose_train_loader("window", ModelFamilyId::kSpeedrun, 50304, true), TrainLoaderKind::kWindow);
-  EXPECT_EQ(invalid_argument_of([] { choose_train_loader("bos", ModelFamilyId::kSpeedrun, 96, false); }),
+  EXPECT_EQ(choose_train_loader("auto", /*family_trains_on_documents=*/true, 50304, false), TrainLoaderKind::kBos);
+  EXPECT_EQ(choose_train_loader("auto", /*family_trains_on_documents=*/true, 96, false), TrainLoaderKind::kWindow);
+  EXPECT_EQ(choose_train_loader("auto", /*family_trains_on_documents=*/false, 50257, false), TrainLoaderKind::kWindow);
+  EXPECT_EQ(choose_train_loader("auto", /*family_trains_on_documents=*/false, 50257, true), TrainLoaderKind::kWindow);
+  EXPECT_EQ(choose_train_loader("bos", /*family_trains_on_documents=*/false, 50257, false), TrainLoaderKind::kBos);
+  EXPECT_EQ(choose_train_loader("window", /*family_trains_on_documents=*/true, 50304, true), TrainLoaderKind::kWindow);
+  EXPECT_EQ(invalid_argument_of([] { choose_train_loader("bos", /*family_trains_on_documents=*/true, 96, false); }),
             "--train-loader bos: the model's vocabulary (96 tokens) has no BOS token 50256 to find documents by; "
             "use --train-loader window");
-  EXPECT_EQ(invalid_argument_of([] { choose_train_loader("bos", ModelFamilyId::kGPT2, 50257, true); }),
+  EXPECT_EQ(invalid_argument_of([] { choose_train_loader("bos", /*family_trains_on_documents=*/false, 50257, true); }),
             "--shuffle cannot be used with --train-loader bos: the BOS loader walks the shards in order; drop "
             "--shuffle or pass --train-loader window");
-  EXPECT_EQ(invalid_argument_of([] { choose_train_loader("auto", ModelFamilyId::kSpeedrun, 50304, true); }),
+  EXPECT_EQ(invalid_argument_of([] { choose_train_loader("auto", /*family_trains_on_documents=*/true, 50304, true); }),
             "--shuffle cannot be used with --train-loader bos (auto's choice for a speedrun model): the BOS loader "
             "walks the shards in order; drop --shuffle or pass --train-loader window");
-  EXPECT_NE(invalid_argument_of([] { choose_train_loader("documents", ModelFamilyId::kGPT2, 50257, false); }), "");
+  EXPECT_NE(invalid_argument_of([] { choose_train_loader("documents", /*family_trains_on_documents=*/false, 50257, false); }), "");
 }
 
 }  // namespace

@@ -42,18 +42,37 @@ class StateFiles : public llmc::test::TempDirTest {
   StateFiles() : TempDirTest("llmc_test_train_state") {}
 };
 
+NamedStateArray float_array(const std::string& name, const std::vector<float>& values) {
+  NamedStateArray array{name, 4, std::vector<char>(values.size() * sizeof(float))};
+  std::memcpy(array.bytes.data(), values.data(), array.bytes.size());
+  return array;
+}
+std::vector<float> floats_of(const NamedStateArray& array) {
+  std::vector<float> values(array.bytes.size() / sizeof(float));
+  std::memcpy(values.data(), array.bytes.data(), array.bytes.size());
+  return values;
+}
+
+// A GPT-2 shape as its family records it (maxT, V, Vp, L, NH, C).
+const StateModel kGpt2Model{ModelFamilyId::kGPT2, {64, 300, 384, 2, 4, 64}};
+// speedrun-tiny as its family records it (V, L, H, D, T, window block).
+const StateModel kSpeedrunModel{ModelFamilyId::kSpeedrun, {96, 8, 2, 16, 128, 16}};
+
+// A ZeRO-like state: master weights and two moments of `elements` floats each, as named fp32 arrays.
 TrainState sample_state(size_t elements) {
   TrainState s;
   s.step = 1234; s.rank = 3; s.world_size = 4;
-  s.config = GPT2Config{64, 300, 384, 2, 4, 64};
+  s.model = kGpt2Model;
   s.train_position = DataLoaderPosition{2, 5, 77};
   s.batch_size = 8; s.seq_len = 64; s.grad_accum = 3;
   s.train_time_ms = 98765.432;
+  std::vector<float> master, m, v;
   for (size_t i = 0; i < elements; i++) {
-    s.master.push_back(0.001f * static_cast<float>(i) - 0.3f);
-    s.adam_m.push_back(1e-7f * static_cast<float>(i));
-    s.adam_v.push_back(1e-9f * static_cast<float>(i * i));
+    master.push_back(0.001f * static_cast<float>(i) - 0.3f);
+    m.push_back(1e-7f * static_cast<float>(i));
+    v.push_back(1e-9f * static_cast<float>(i * i));
   }
+  s.arrays = {float_array("master", master), float_array("adam_m", m), float_array("adam_v", v)};
   return s;
 }
 
@@ -84,30 +103,37 @@ TEST_F(StateFiles, RoundTripIsExact) {
   EXPECT_EQ(path, dir() + "/ckpt_001234_state_rank3.bin");
   const WrittenFile written = write_train_state(path, s);
   EXPECT_FALSE(exists(path + ".tmp"));
-  EXPECT_EQ(written.bytes, 32 * 8 + 3 * 4 * 1000u);
+  EXPECT_EQ(written.bytes, 32 * 8 + 3 * (64 + 4 * 1000u));  // the header, then per array its record and floats
   const TrainState r = read_train_state(path);
   EXPECT_EQ(r.step, 1234);
   EXPECT_EQ(r.rank, 3);
   EXPECT_EQ(r.world_size, 4);
-  EXPECT_EQ(r.config.padded_vocab_size, 384);
-  EXPECT_EQ(r.config.channels, 64);
+  EXPECT_EQ(r.model, kGpt2Model);
+  EXPECT_EQ(r.version, 5);
   EXPECT_EQ(r.train_loader, TrainLoaderKind::kWindow);
   EXPECT_EQ(r.train_position, s.train_position);
   EXPECT_EQ(r.batch_size, 8);
   EXPECT_EQ(r.seq_len, 64);
   EXPECT_EQ(r.grad_accum, 3);
   EXPECT_NEAR(r.train_time_ms, s.train_time_ms, 1e-3);
-  EXPECT_EQ(r.shard_elements, 1000);
+  EXPECT_EQ(r.named_arrays, 3);
   EXPECT_EQ(r.checksum, written.checksum);
-  EXPECT_EQ(r.master, s.master);
-  EXPECT_EQ(r.adam_m, s.adam_m);
-  EXPECT_EQ(r.adam_v, s.adam_v);
+  ASSERT_EQ(r.arrays.size(), 3u);
+  for (size_t i = 0; i < 3; i++) {
+    EXPECT_EQ(r.arrays[i].name, s.arrays[i].name);
+    EXPECT_EQ(floats_of(r.arrays[i]), floats_of(s.arrays[i]));
+  }
   const TrainStateHeader header = read_train_state_header(path);
   EXPECT_EQ(header.checksum, written.checksum);
   verify_train_state(path);
+  const std::vector<float> adam_v = floats_of(s.arrays[2]);
   std::vector<float> piece(3);
-  read_train_state_range(path, header, StateArray::kAdamV, 10, 3, piece.data());
-  EXPECT_EQ(piece, std::vector<float>(s.adam_v.begin() + 10, s.adam_v.begin() + 13));
+  EXPECT_EQ(train_state_array_elements(path, header, "adam_v"), 1000);
+  read_train_state_elements(path, header, "adam_v", 10, 3, piece.data());
+  EXPECT_EQ(piece, std::vector<float>(adam_v.begin() + 10, adam_v.begin() + 13));
+  EXPECT_THROW(read_train_state_elements(path, header, "adam_v", 998, 3, piece.data()), std::out_of_range);
+  expect_error([&] { read_train_state_elements(path, header, "other", 0, 1, piece.data()); },
+               {path + ": has no optimizer-state array other"});
 }
 
 // The BOS loader's position (epoch, shard, document, micro-step) in words 11-13 and 28, named by word 27.
@@ -152,20 +178,19 @@ TEST_F(StateFiles, BosLoaderPositionRoundTrips) {
 TEST_F(StateFiles, SpeedrunFamilyRoundTrips) {
   // (That a resume refuses the state of another model: test_checkpoint_set's CheckpointSet tests.)
   TrainState s = sample_state(4);
-  s.family = ModelFamilyId::kSpeedrun;
-  s.config = GPT2Config{};  // the GPT-2 shape words are zero for the speedrun family
-  s.speedrun = speedrun_config_from_name("speedrun-tiny");
+  s.model = kSpeedrunModel;
   write_train_state(path("speedrun.bin"), s);
   const TrainState r = read_train_state(path("speedrun.bin"));
-  EXPECT_EQ(r.family, ModelFamilyId::kSpeedrun);
-  EXPECT_EQ(describe_state_model(r), "speedrun " + describe_speedrun_config(s.speedrun));
-  EXPECT_EQ(describe_state_model(r), describe_state_model(s));
-  EXPECT_EQ(r.adam_v, s.adam_v);
-  // The other family's shape words must be zero: a speedrun state that also names a GPT-2 shape is corrupt.
-  s.config = GPT2Config{64, 300, 384, 2, 4, 64};
-  write_train_state(path("both.bin"), s);
+  EXPECT_EQ(r.model.family, ModelFamilyId::kSpeedrun);
+  EXPECT_EQ(r.model, kSpeedrunModel);
+  EXPECT_EQ(floats_of(r.arrays[2]), floats_of(s.arrays[2]));
+  // Version 5 keeps every family's shape in words 5-10: the words that held the speedrun shape up to
+  // version 4 (17-22) must be zero.
+  std::string both = read_all(path("speedrun.bin"));
+  both[17 * 8] = 1;
+  write_all(path("both.bin"), both);
   expect_error([&] { read_train_state(path("both.bin")); },
-               {path("both.bin") + ": corrupt optimizer-state header: model shape word 5"});
+               {path("both.bin") + ": corrupt optimizer-state header: model shape word 17"});
   TrainState unknown = sample_state(4);
   write_train_state(path("family.bin"), unknown);
   std::string bytes = read_all(path("family.bin"));
@@ -177,9 +202,8 @@ TEST_F(StateFiles, SpeedrunFamilyRoundTrips) {
 // A speedrun optimizer's state: named arrays of bf16 (2-byte) and fp32 elements, no ZeRO arrays.
 TrainState speedrun_state() {
   TrainState s = sample_state(0);
-  s.family = ModelFamilyId::kSpeedrun;
-  s.config = GPT2Config{};
-  s.speedrun = speedrun_config_from_name("speedrun-tiny");
+  s.arrays.clear();
+  s.model = kSpeedrunModel;
   s.optimizer = StateOptimizer::kSpeedrun;
   s.arrays.push_back({"b0.muon0.master", 4, std::vector<char>(4 * 6)});
   s.arrays.push_back({"b0.muon0.momentum", 2, std::vector<char>(2 * 5)});
@@ -198,7 +222,6 @@ TEST_F(StateFiles, SpeedrunOptimizerArraysRoundTrip) {
   const TrainState r = read_train_state(path("speedrun.bin"));
   EXPECT_EQ(r.optimizer, StateOptimizer::kSpeedrun);
   EXPECT_EQ(r.named_arrays, 3);
-  EXPECT_EQ(r.shard_elements, 0);
   EXPECT_EQ(r.step, s.step);
   EXPECT_EQ(r.train_position, s.train_position);
   ASSERT_EQ(r.arrays.size(), 3u);
@@ -242,9 +265,9 @@ TEST_F(StateFiles, BadSpeedrunRecordsAreNamed) {
   expect_bad("huge.bin", huge, "b0.muon0.master promises");
   expect_bad("truncated.bin", good.substr(0, good.size() - 1), "promises 3 elements");
   expect_bad("trailing.bin", good + "x", "trailing bytes");
-  std::string count = good;
-  count[25 * 8] = 0;  // header word 25: a zero-adamw state, yet with named arrays
-  expect_bad("count.bin", count, "a zero-adamw state with named arrays");
+  std::string legacy_word = good;
+  legacy_word[15 * 8] = 1;  // header word 15: the count of a version 4 zero-adamw state's arrays, zero since
+  expect_bad("legacy_word.bin", legacy_word, "word 15 is not zero");
   std::string optimizer = good;
   optimizer[25 * 8] = 5;
   expect_bad("optimizer.bin", optimizer, "unknown optimizer 5");
@@ -255,22 +278,17 @@ TEST_F(StateFiles, BadSpeedrunRecordsAreNamed) {
   expect_error([&] { read_train_state(path("flipped.bin")); }, {path("flipped.bin") + ": checksum mismatch"});
   expect_error([&] { verify_train_state(path("flipped.bin")); }, {path("flipped.bin") + ": checksum mismatch"});
   // What cannot be stored is refused before any file exists.
-  TrainState mixed = speedrun_state();
-  mixed.master.assign(2, 0.0f);
-  mixed.adam_m.assign(2, 0.0f);
-  mixed.adam_v.assign(2, 0.0f);
-  EXPECT_THROW(write_train_state(path("mixed.bin"), mixed), std::invalid_argument);
   TrainState named = speedrun_state();
   named.arrays[0].name = std::string(48, 'n');
   EXPECT_THROW(write_train_state(path("named.bin"), named), std::invalid_argument);
   TrainState odd = speedrun_state();
   odd.arrays[1].bytes.resize(3);
   EXPECT_THROW(write_train_state(path("odd.bin"), odd), std::invalid_argument);
-  EXPECT_FALSE(exists(path("mixed.bin")) || exists(path("named.bin")) || exists(path("odd.bin")));
+  EXPECT_FALSE(exists(path("named.bin")) || exists(path("odd.bin")));
 }
 
-// A version 2 file (before the optimizer word), built word by word from its documented layout: still read,
-// as a zero-adamw state; a version 2 file with version 3's words set is corrupt.
+// Files of versions 2-4, built word by word from their documented layout: still read. A version 2 file
+// (before the optimizer word) is a zero-adamw state; one with version 3's words set is corrupt.
 TEST_F(StateFiles, Version2FilesAreStillRead) {
   std::vector<int64_t> header(32, 0);
   header[0] = 0x31545341544d4c4cLL;  // "LLMSTAT1"
@@ -298,15 +316,26 @@ TEST_F(StateFiles, Version2FilesAreStillRead) {
   EXPECT_EQ(r.optimizer, StateOptimizer::kZeroAdamW);
   EXPECT_EQ(r.step, 40);
   EXPECT_EQ(r.rank, 1);
-  EXPECT_EQ(r.config.padded_vocab_size, 384);
+  EXPECT_EQ(r.model, kGpt2Model);
   EXPECT_EQ(r.train_loader, TrainLoaderKind::kWindow);
   EXPECT_EQ(r.train_position, (DataLoaderPosition{1, 2, 3}));
   EXPECT_EQ(r.grad_accum, 0);  // not recorded before version 4
   EXPECT_NEAR(r.train_time_ms, 5.0, 1e-9);
-  EXPECT_EQ(r.master, (std::vector<float>{1.5f, -2.0f}));
-  EXPECT_EQ(r.adam_m, (std::vector<float>{0.25f, 0.5f}));
-  EXPECT_EQ(r.adam_v, (std::vector<float>{3e-8f, 4e-8f}));
-  EXPECT_EQ(read_train_state_header(path("v2.bin")).file_bytes, 32 * 8 + 24);
+  // The three unnamed arrays, read as the named arrays ZeroOptimizer saves (and read in pieces too).
+  ASSERT_EQ(r.arrays.size(), 3u);
+  EXPECT_EQ(r.named_arrays, 3);
+  EXPECT_EQ(r.arrays[0].name, "master");
+  EXPECT_EQ(r.arrays[1].name, "adam_m");
+  EXPECT_EQ(r.arrays[2].name, "adam_v");
+  EXPECT_EQ(floats_of(r.arrays[0]), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(floats_of(r.arrays[1]), (std::vector<float>{0.25f, 0.5f}));
+  EXPECT_EQ(floats_of(r.arrays[2]), (std::vector<float>{3e-8f, 4e-8f}));
+  const TrainStateHeader v2_header = read_train_state_header(path("v2.bin"));
+  EXPECT_EQ(v2_header.file_bytes, 32 * 8 + 24);
+  EXPECT_EQ(train_state_array_elements(path("v2.bin"), v2_header, "adam_m"), 2);
+  float piece = 0.0f;
+  read_train_state_elements(path("v2.bin"), v2_header, "adam_v", 1, 1, &piece);
+  EXPECT_EQ(piece, 4e-8f);
   std::vector<int64_t> with_optimizer = header;
   with_optimizer[25] = 1;
   write_all(path("v2_speedrun.bin"), file_with(with_optimizer));
@@ -325,11 +354,33 @@ TEST_F(StateFiles, Version2FilesAreStillRead) {
   write_all(path("v3_bos.bin"), file_with(v3_bos));
   expect_error([&] { read_train_state(path("v3_bos.bin")); },
                {path("v3_bos.bin") + ": corrupt optimizer-state header: a version 3 file with version 4 fields"});
-  std::vector<int64_t> version5 = header;
-  version5[1] = 5;
-  write_all(path("v5.bin"), file_with(version5));
-  expect_error([&] { read_train_state(path("v5.bin")); },
-               {path("v5.bin") + ": unsupported optimizer-state version 5 (this build reads versions 2 to 4)"});
+  // Version 4 (the loader words): a zero-adamw state still holds unnamed arrays.
+  std::vector<int64_t> version4 = header;
+  version4[1] = 4;
+  version4[29] = 1;  // the writer's gradient accumulation
+  write_all(path("v4.bin"), file_with(version4));
+  const TrainState v4 = read_train_state(path("v4.bin"));
+  EXPECT_EQ(v4.grad_accum, 1);
+  EXPECT_EQ(floats_of(v4.arrays[0]), (std::vector<float>{1.5f, -2.0f}));
+  // A version 4 speedrun-family state kept its shape in words 17-22, words 5-10 zero; a version 4 file
+  // whose family names both shapes is corrupt.
+  std::vector<int64_t> v4_speedrun = version4;
+  v4_speedrun[16] = 1;
+  for (int i = 0; i < 6; i++) {
+    v4_speedrun[5 + i] = 0;
+    v4_speedrun[17 + i] = kSpeedrunModel.shape[static_cast<size_t>(i)];
+  }
+  write_all(path("v4_speedrun.bin"), file_with(v4_speedrun));
+  EXPECT_EQ(read_train_state(path("v4_speedrun.bin")).model, kSpeedrunModel);
+  v4_speedrun[5] = 64;
+  write_all(path("v4_both.bin"), file_with(v4_speedrun));
+  expect_error([&] { read_train_state(path("v4_both.bin")); },
+               {path("v4_both.bin") + ": corrupt optimizer-state header: model shape word 5"});
+  std::vector<int64_t> version6 = header;
+  version6[1] = 6;
+  write_all(path("v6.bin"), file_with(version6));
+  expect_error([&] { read_train_state(path("v6.bin")); },
+               {path("v6.bin") + ": unsupported optimizer-state version 6 (this build reads versions 2 to 5)"});
 }
 
 TEST_F(StateFiles, BadFilesAreNamed) {
@@ -353,10 +404,6 @@ TEST_F(StateFiles, BadFilesAreNamed) {
   bad_rank[3 * 8] = 9;  // rank 9 of 4
   write_all(path("bad_rank.bin"), bad_rank);
   expect_read_error(path("bad_rank.bin"), "corrupt optimizer-state header: rank 9");
-  TrainState mismatched = sample_state(10);
-  mismatched.adam_v.resize(9);
-  EXPECT_THROW(write_train_state(path("mismatch.bin"), mismatched), std::invalid_argument);
-  EXPECT_FALSE(exists(path("mismatch.bin")));
 }
 
 TEST_F(StateFiles, FlippedBitsAreCaughtByTheChecksum) {

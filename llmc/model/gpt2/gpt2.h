@@ -16,7 +16,7 @@
 
 namespace llmc {
 
-class GPT2 : public TrainableModel {
+class GPT2 : public FamilyModel {
  public:
   // Allocates parameters, gradients and activations for micro-batches of (batch_size, seq_len) and
   // up to `loss_slots` micro-steps of per-position losses. Throws llmc::CudaError (with the number of
@@ -52,6 +52,14 @@ class GPT2 : public TrainableModel {
   void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
+
+  // What only the family knows (llmc/model/gpt2/gpt2_family.cu): llm.c's initialisation, llm.c's model file,
+  // 6 FLOPs per parameter plus attention's, the KV-cache decoder; no attention windows.
+  std::vector<float> init_params(uint64_t seed) const override;
+  WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const override;
+  double flops_per_token(int seq_len) const override;
+  std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
+  double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) override;
 
   // The logits of the last forward, (B*T, Vp) in layout order as float; meaningless after a forward that
   // computed dlogits (they replace the logits). Synchronous.

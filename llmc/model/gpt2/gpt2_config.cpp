@@ -70,4 +70,15 @@ double gpt2_training_flops_per_token(int64_t num_params, int num_layers, int cha
   return 6.0 * static_cast<double>(num_params) + 6.0 * static_cast<double>(num_layers) * channels * seq_len;
 }
 
+StateModel gpt2_state_model(const GPT2Config& c) {
+  return StateModel{ModelFamilyId::kGPT2,
+                    {c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels}};
+}
+
+GPT2Config gpt2_config_of(const StateModel& model) {
+  const auto& w = model.shape;
+  return GPT2Config{static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]),
+                    static_cast<int>(w[3]), static_cast<int>(w[4]), static_cast<int>(w[5])};
+}
+
 }  // namespace llmc

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "llmc/checkpoint/state_file.h"
+
 namespace llmc {
 
 struct GPT2Config {
@@ -37,5 +39,9 @@ std::string describe_config(const GPT2Config& config);
 // backward, plus 6*L*C*T for the attention score and value products. num_params counts the real
 // (unpadded) parameters. For GPT-2 124M at T=1024 this is ~0.80 GFLOP per token.
 double gpt2_training_flops_per_token(int64_t num_params, int num_layers, int channels, int seq_len);
+
+// The shape as GPT-2's checkpoint state files record it (words: maxT, V, Vp, L, NH, C), and back.
+StateModel gpt2_state_model(const GPT2Config& config);
+GPT2Config gpt2_config_of(const StateModel& model);
 
 }  // namespace llmc

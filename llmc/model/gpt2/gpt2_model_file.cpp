@@ -18,17 +18,17 @@ namespace {
 
 // The words of llm.c's header that are used (the rest are zero).
 enum HeaderField { kMagic, kVersion, kMaxSeqLen, kVocab, kLayers, kHeads, kChannels, kPaddedVocab };
-constexpr int kChecksumLowWord = kCheckpointChecksumTagWord + 1, kChecksumHighWord = kCheckpointChecksumTagWord + 2;
+constexpr int kChecksumLowWord = kGpt2ModelChecksumTagWord + 1, kChecksumHighWord = kGpt2ModelChecksumTagWord + 2;
 
 // The header as the checksum covers it: the checksum's own two words zero.
 void hash_header(Checksum& checksum, const int32_t* header) {
-  int32_t copy[kCheckpointHeaderInts];
-  std::copy(header, header + kCheckpointHeaderInts, copy);
+  int32_t copy[kGpt2ModelHeaderInts];
+  std::copy(header, header + kGpt2ModelHeaderInts, copy);
   copy[kChecksumLowWord] = copy[kChecksumHighWord] = 0;
   checksum.update(copy, sizeof copy);
 }
 
-size_t element_bytes(CheckpointDtype dtype) { return dtype == CheckpointDtype::kFp32 ? 4 : 2; }
+size_t element_bytes(Gpt2FileDtype dtype) { return dtype == Gpt2FileDtype::kFp32 ? 4 : 2; }
 
 // Calls visit(view) for every tensor instance in llm.c's file order: each kind in enum order (which
 // is llm.c's order), and per-layer kinds for layers 0..L-1, so the layer copies of a kind are adjacent.
@@ -68,17 +68,17 @@ int64_t count_parameters(const GPT2Config& c) {
   return int64_t{c.padded_vocab_size} * C + int64_t{c.max_seq_len} * C + L * per_layer + 2 * C;
 }
 
-CheckpointInfo read_checkpoint_header(const std::string& path) {
+Gpt2ModelFileInfo read_gpt2_model_header(const std::string& path) {
   const FileHandle in = open_file(path, "rb", "checkpoint");
-  int32_t header[kCheckpointHeaderInts];
-  if (std::fread(header, sizeof(int32_t), kCheckpointHeaderInts, in.get()) != kCheckpointHeaderInts)
+  int32_t header[kGpt2ModelHeaderInts];
+  if (std::fread(header, sizeof(int32_t), kGpt2ModelHeaderInts, in.get()) != kGpt2ModelHeaderInts)
     throw FileError(path, "truncated checkpoint: shorter than its 1024-byte header");
-  if (header[kMagic] != kCheckpointMagic)
+  if (header[kMagic] != kGpt2ModelMagic)
     throw FileError(path, "not a GPT-2 checkpoint: magic is " + std::to_string(header[kMagic]) + ", expected " +
-                               std::to_string(kCheckpointMagic));
-  CheckpointInfo info;
-  if (header[kVersion] == kCheckpointVersionFp32) info.dtype = CheckpointDtype::kFp32;
-  else if (header[kVersion] == kCheckpointVersionBf16) info.dtype = CheckpointDtype::kBf16;
+                               std::to_string(kGpt2ModelMagic));
+  Gpt2ModelFileInfo info;
+  if (header[kVersion] == kGpt2ModelVersionFp32) info.dtype = Gpt2FileDtype::kFp32;
+  else if (header[kVersion] == kGpt2ModelVersionBf16) info.dtype = Gpt2FileDtype::kBf16;
   else
     throw FileError(path, "unsupported checkpoint version " + std::to_string(header[kVersion]) + " (supported: 3 = fp32, " +
                                "5 = bf16)");
@@ -94,18 +94,18 @@ CheckpointInfo read_checkpoint_header(const std::string& path) {
     throw FileError(path, error.what());
   }
   info.num_parameters = count_parameters(info.config);
-  if (header[kCheckpointChecksumTagWord] == kCheckpointChecksumTag) {
+  if (header[kGpt2ModelChecksumTagWord] == kGpt2ModelChecksumTag) {
     info.has_checksum = true;
     info.checksum = static_cast<uint64_t>(static_cast<uint32_t>(header[kChecksumLowWord])) |
                     static_cast<uint64_t>(static_cast<uint32_t>(header[kChecksumHighWord])) << 32;
-  } else if (header[kCheckpointChecksumTagWord] != 0) {
-    throw FileError(path, "corrupt checkpoint header: word " + std::to_string(kCheckpointChecksumTagWord) + " is " +
-                              std::to_string(header[kCheckpointChecksumTagWord]) + ", neither 0 nor the checksum tag");
+  } else if (header[kGpt2ModelChecksumTagWord] != 0) {
+    throw FileError(path, "corrupt checkpoint header: word " + std::to_string(kGpt2ModelChecksumTagWord) + " is " +
+                              std::to_string(header[kGpt2ModelChecksumTagWord]) + ", neither 0 nor the checksum tag");
   }
 
   struct stat file_stat;
   if (::stat(path.c_str(), &file_stat) != 0) throw_errno_file_error(path, "cannot stat checkpoint");
-  const int64_t expected_bytes = int64_t{kCheckpointHeaderInts} * 4 +
+  const int64_t expected_bytes = int64_t{kGpt2ModelHeaderInts} * 4 +
                                  info.num_parameters * static_cast<int64_t>(element_bytes(info.dtype));
   const int64_t actual_bytes = static_cast<int64_t>(file_stat.st_size);
   if (actual_bytes < expected_bytes)
@@ -117,13 +117,13 @@ CheckpointInfo read_checkpoint_header(const std::string& path) {
   return info;
 }
 
-void read_checkpoint(const std::string& path, const GPT2Layout& layout, std::vector<float>& params) {
-  const CheckpointInfo info = read_checkpoint_header(path);
+void read_gpt2_model_file(const std::string& path, const GPT2Layout& layout, std::vector<float>& params) {
+  const Gpt2ModelFileInfo info = read_gpt2_model_header(path);
   const std::string mismatch = config_mismatch(info.config, layout.config);
   if (!mismatch.empty()) throw FileError(path, "checkpoint does not match the model: " + mismatch);
 
   const FileHandle in = open_file(path, "rb", "checkpoint");
-  int32_t header[kCheckpointHeaderInts];
+  int32_t header[kGpt2ModelHeaderInts];
   if (std::fread(header, sizeof header, 1, in.get()) != 1) throw FileError(path, "read failed in the header");
   Checksum checksum;
   hash_header(checksum, header);
@@ -133,7 +133,7 @@ void read_checkpoint(const std::string& path, const GPT2Layout& layout, std::vec
   for_each_in_file_order(layout, [&](const TensorView& view) {
     float* dst = loaded.data() + view.offset;
     size_t got;
-    if (info.dtype == CheckpointDtype::kFp32) {
+    if (info.dtype == Gpt2FileDtype::kFp32) {
       got = std::fread(dst, sizeof(float), view.numel, in.get());
       checksum.update(dst, got * sizeof(float));
     } else {
@@ -150,33 +150,33 @@ void read_checkpoint(const std::string& path, const GPT2Layout& layout, std::vec
   params.swap(loaded);
 }
 
-std::vector<float> load_checkpoint(const std::string& path, int world_size, GPT2Layout* layout_out) {
-  const CheckpointInfo info = read_checkpoint_header(path);
+std::vector<float> load_gpt2_model_file(const std::string& path, int world_size, GPT2Layout* layout_out) {
+  const Gpt2ModelFileInfo info = read_gpt2_model_header(path);
   GPT2Layout layout = make_param_layout(info.config, world_size);
   std::vector<float> params;
-  read_checkpoint(path, layout, params);
+  read_gpt2_model_file(path, layout, params);
   if (layout_out != nullptr) *layout_out = std::move(layout);
   return params;
 }
 
-WrittenFile write_checkpoint(const std::string& path, const GPT2Layout& layout, const float* params,
-                             CheckpointDtype dtype) {
-  int32_t header[kCheckpointHeaderInts] = {};
-  header[kMagic] = kCheckpointMagic;
-  header[kVersion] = dtype == CheckpointDtype::kFp32 ? kCheckpointVersionFp32 : kCheckpointVersionBf16;
+WrittenFile write_gpt2_model_file(const std::string& path, const GPT2Layout& layout, const float* params,
+                             Gpt2FileDtype dtype) {
+  int32_t header[kGpt2ModelHeaderInts] = {};
+  header[kMagic] = kGpt2ModelMagic;
+  header[kVersion] = dtype == Gpt2FileDtype::kFp32 ? kGpt2ModelVersionFp32 : kGpt2ModelVersionBf16;
   header[kMaxSeqLen] = layout.config.max_seq_len;
   header[kVocab] = layout.config.vocab_size;
   header[kLayers] = layout.config.num_layers;
   header[kHeads] = layout.config.num_heads;
   header[kChannels] = layout.config.channels;
   header[kPaddedVocab] = layout.config.padded_vocab_size;
-  header[kCheckpointChecksumTagWord] = kCheckpointChecksumTag;  // the checksum words stay 0 until the end
+  header[kGpt2ModelChecksumTagWord] = kGpt2ModelChecksumTag;  // the checksum words stay 0 until the end
   AtomicFileWriter out(path);
   out.write(header, sizeof header);
   std::vector<uint16_t> staging;
   for_each_in_file_order(layout, [&](const TensorView& view) {
     const float* src = params + view.offset;
-    if (dtype == CheckpointDtype::kFp32) {
+    if (dtype == Gpt2FileDtype::kFp32) {
       out.write(src, view.numel * sizeof(float));
     } else {
       staging.resize(view.numel);
@@ -189,6 +189,13 @@ WrittenFile write_checkpoint(const std::string& path, const GPT2Layout& layout, 
                                      static_cast<int32_t>(static_cast<uint32_t>(checksum >> 32))};
   out.patch(kChecksumLowWord * sizeof(int32_t), checksum_words, sizeof checksum_words);
   return out.commit();
+}
+
+FileDigest gpt2_model_file_digest(const std::string& path) {
+  const Gpt2ModelFileInfo info = read_gpt2_model_header(path);
+  if (!info.has_checksum) throw FileError(path, "has no checksum, but a checkpoint's model file must");
+  const int64_t bytes = int64_t{kGpt2ModelHeaderInts} * 4 + info.num_parameters * (info.dtype == Gpt2FileDtype::kFp32 ? 4 : 2);
+  return FileDigest{static_cast<uint64_t>(bytes), info.checksum};
 }
 
 }  // namespace llmc

@@ -1,4 +1,4 @@
-// GPT-2 model checkpoint files in llm.c's format, so llm.c's tools can read ours and we can read its:
+// GPT-2 model files in llm.c's format, so llm.c's tools can read ours and we can read its:
 // a 256 x int32 header (magic 20240326, version 3 = fp32 / 5 = bf16, maxT, V, L, NH, C, Vp) followed by
 // the parameters in llm.c's order (wte, wpe, then each per-layer tensor stacked over layers, lnfw, lnfb).
 // This file maps between that order and our bucketed GPT2Layout. Writing is atomic (temp + rename).
@@ -12,23 +12,24 @@
 #include <vector>
 
 #include "llmc/base/atomic_file.h"
+#include "llmc/base/checksum.h"
 #include "llmc/model/gpt2/gpt2_config.h"
 #include "llmc/model/gpt2/gpt2_layout.h"
 
 namespace llmc {
 
-constexpr int32_t kCheckpointMagic = 20240326;
-constexpr int32_t kCheckpointVersionFp32 = 3;
-constexpr int32_t kCheckpointVersionBf16 = 5;
-constexpr int kCheckpointHeaderInts = 256;
-constexpr int kCheckpointChecksumTagWord = 253;
-constexpr int32_t kCheckpointChecksumTag = 0x33485858;  // "XXH3" little-endian
+constexpr int32_t kGpt2ModelMagic = 20240326;
+constexpr int32_t kGpt2ModelVersionFp32 = 3;
+constexpr int32_t kGpt2ModelVersionBf16 = 5;
+constexpr int kGpt2ModelHeaderInts = 256;
+constexpr int kGpt2ModelChecksumTagWord = 253;
+constexpr int32_t kGpt2ModelChecksumTag = 0x33485858;  // "XXH3" little-endian
 
-enum class CheckpointDtype { kFp32, kBf16 };
+enum class Gpt2FileDtype { kFp32, kBf16 };
 
-struct CheckpointInfo {
+struct Gpt2ModelFileInfo {
   GPT2Config config;
-  CheckpointDtype dtype;
+  Gpt2FileDtype dtype;
   int64_t num_parameters;  // real parameters stored in the file (Vp rows of wte included)
   bool has_checksum = false;
   uint64_t checksum = 0;   // as stored in the header (valid when has_checksum)
@@ -41,21 +42,26 @@ int64_t count_parameters(const GPT2Config& config);
 // for: unreadable file, file shorter than the header, wrong magic, unsupported version, invalid
 // config, file size that does not match the config (truncated or trailing bytes), a checksum word
 // that is neither absent nor tagged.
-CheckpointInfo read_checkpoint_header(const std::string& path);
+Gpt2ModelFileInfo read_gpt2_model_header(const std::string& path);
 
 // Reads the file into `params` (resized to layout.total_size, in layout order, padding 0). The file's
 // config must equal layout.config, otherwise std::runtime_error names the file and the mismatched fields.
 // bf16 files are widened exactly to float. A file with a checksum is verified: a mismatch throws
 // "<path>: checksum mismatch ...", and `params` is left untouched.
-void read_checkpoint(const std::string& path, const GPT2Layout& layout, std::vector<float>& params);
+void read_gpt2_model_file(const std::string& path, const GPT2Layout& layout, std::vector<float>& params);
 
 // Convenience: reads the header, builds the layout for `world_size` and loads the parameters.
-std::vector<float> load_checkpoint(const std::string& path, int world_size, GPT2Layout* layout_out);
+std::vector<float> load_gpt2_model_file(const std::string& path, int world_size, GPT2Layout* layout_out);
 
 // Writes `params` (layout.total_size floats in layout order) to `path` in llm.c order; bf16 rounds to
 // nearest even, and the header carries the checksum. Writes `path + ".tmp"` then renames, so a failure
 // leaves neither a half-written `path` nor the temp. Throws FileError naming the file and the cause.
-WrittenFile write_checkpoint(const std::string& path, const GPT2Layout& layout, const float* params,
-                             CheckpointDtype dtype);
+WrittenFile write_gpt2_model_file(const std::string& path, const GPT2Layout& layout, const float* params,
+                             Gpt2FileDtype dtype);
+
+// The file's size and checksum as a checkpoint's manifest records them: the size its header implies and the
+// checksum the header carries (checked against the contents when the model is read). Throws like
+// read_gpt2_model_header, and FileError for a file without a checksum (a checkpoint's model file has one).
+FileDigest gpt2_model_file_digest(const std::string& path);
 
 }  // namespace llmc

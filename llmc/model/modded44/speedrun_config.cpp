@@ -77,4 +77,15 @@ std::string describe_speedrun_config(const SpeedrunConfig& c) {
          " window_block=" + std::to_string(c.window_block);
 }
 
+StateModel speedrun_state_model(const SpeedrunConfig& c) {
+  return StateModel{ModelFamilyId::kSpeedrun,
+                    {c.vocab_size, c.num_blocks, c.num_heads, c.head_dim, c.max_seq_len, c.window_block}};
+}
+
+SpeedrunConfig speedrun_config_of(const StateModel& model) {
+  const auto& w = model.shape;
+  return SpeedrunConfig{static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]),
+                        static_cast<int>(w[3]), static_cast<int>(w[4]), static_cast<int>(w[5])};
+}
+
 }  // namespace llmc

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "llmc/checkpoint/state_file.h"
+
 namespace llmc {
 
 // Width of the slices x[t][0:12] that feed the smear gate and the attention output gates.
@@ -71,5 +73,9 @@ void validate_speedrun_config(const SpeedrunConfig& config);
 
 // "V=50304 L=12 H=6 D=128 C=768 T=32768 window_block=128", for logs and errors.
 std::string describe_speedrun_config(const SpeedrunConfig& config);
+
+// The shape as the family's checkpoint state files record it (words: V, L, H, D, T, window block), and back.
+StateModel speedrun_state_model(const SpeedrunConfig& config);
+SpeedrunConfig speedrun_config_of(const StateModel& model);
 
 }  // namespace llmc

@@ -302,7 +302,7 @@ std::vector<float> SpeedrunModel::download_grads() const {
   return download_as_float(grads_, layout_.total_size, stream_);
 }
 
-void SpeedrunModel::set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) {
+double SpeedrunModel::set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) {
   if (short_blocks < 1 || long_blocks < 1)
     throw std::invalid_argument("set_attention_windows: windows must be at least one block (short " +
                                 std::to_string(short_blocks) + ", long " + std::to_string(long_blocks) + ")");
@@ -312,6 +312,7 @@ void SpeedrunModel::set_attention_windows(int short_blocks, int long_blocks, boo
   }
   short_blocks_ = short_blocks;
   long_blocks_ = long_blocks;
+  return attn_scale();
 }
 
 void SpeedrunModel::rebuild_rope_tables() {

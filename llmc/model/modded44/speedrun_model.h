@@ -30,7 +30,7 @@ constexpr int kSpeedrunBosToken = 50256;
 // forward without compute_dlogits use the bf16 head either way, as the reference does.
 enum class SpeedrunHead { kBf16, kFp8 };
 
-class SpeedrunModel : public TrainableModel {
+class SpeedrunModel : public FamilyModel {
  public:
   // Allocates parameters, gradients and activations for sequences of seq_len tokens (at most
   // config.max_seq_len) and up to `loss_slots` micro-steps of per-position losses. The attention windows
@@ -66,12 +66,20 @@ class SpeedrunModel : public TrainableModel {
   // attention scale (SPEEDRUN.md section 1; the record does so at each training change, not for the
   // final validation's wider window) and rebuilds the tables. Throws std::invalid_argument for
   // non-positive windows.
-  void set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn);
+  // Returns the attention scale in force.
+  double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) override;
   int short_window_tokens() const { return short_blocks_ * layout_.config.window_block; }
   int long_window_tokens() const { return long_blocks_ * layout_.config.window_block; }
   double attn_scale() const { return yarn_.attn_scale(); }
   // The RoPE tables as the kernels read them (seq_len x D/2 each, row-major, widened to float).
   void download_rope_tables(std::vector<float>& cos_table, std::vector<float>& sin_table) const;
+
+  // What only the family knows (llmc/model/modded44/speedrun_family.cu): the record's initialisation, the
+  // family's model file, 6 FLOPs per GEMM parameter; no decoder yet.
+  std::vector<float> init_params(uint64_t seed) const override;
+  WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const override;
+  double flops_per_token(int seq_len) const override;
+  std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
 
   // Host <-> device copies of the whole parameter / gradient buffer (layout order, as float). Synchronous.
   void upload_params(const std::vector<float>& host_params) override;

@@ -1,0 +1,104 @@
+// The #44 speedrun model as a model family, and what only the family knows of its device model (see
+// speedrun_family.h, speedrun_model.h).
+#include "llmc/model/modded44/speedrun_family.h"
+
+#include <stdexcept>
+#include <type_traits>
+
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
+#include "llmc/kernels/fp8_head.cuh"
+#include "llmc/kernels/fp8_matmul.cuh"
+#include "llmc/model/modded44/speedrun_init.h"
+#include "llmc/model/modded44/speedrun_model.h"
+#include "llmc/model/modded44/speedrun_model_file.h"
+
+namespace llmc {
+
+namespace {
+
+constexpr bool kFp32Build = std::is_same<floatX, float>::value;
+
+class SpeedrunFamily : public ModelFamily {
+ public:
+  explicit SpeedrunFamily(const SpeedrunConfig& config) : config_(config) {}
+  std::string describe() const override { return "speedrun " + describe_speedrun_config(config_); }
+  int vocab_size() const override { return config_.vocab_size; }
+  // auto: on wherever it can run. The emulated device is sm_90, so emulated runs take the FP8 path the GPU
+  // takes (its GEMMs emulated with the accumulator model of docs/fp8.md).
+  bool use_fp8_head(const std::string& choice, int seq_len) const override {
+    if (choice == "off") return false;
+    const bool shape_fits = fp8_head_shape_fits(seq_len, config_.channels(), config_.vocab_size);
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const bool supported = fp8_gemm_supported(device);
+    if (choice == "on" && !shape_fits)
+      throw std::invalid_argument("--fp8-head on: the FP8 head needs --seq-len (" + std::to_string(seq_len) +
+                                  "), the width (" + std::to_string(config_.channels()) + ") and the vocabulary (" +
+                                  std::to_string(config_.vocab_size) + ") to be multiples of 16");
+    if (choice == "on" && !supported)
+      throw std::invalid_argument("--fp8-head on: this GPU has no FP8 GEMMs (compute capability 8.9 or newer "
+                                  "needed); use --fp8-head off");
+    return shape_fits && supported;
+  }
+  bool trains_on_documents() const override { return true; }  // the record's BOS-aligned loader
+  StateOptimizer default_optimizer() const override { return StateOptimizer::kSpeedrun; }
+  std::unique_ptr<FamilyModel> build(int world_size, int batch_size, int seq_len, int loss_slots,
+                                        cudaStream_t stream, bool fp8_head) const override {
+    if (batch_size != 1)
+      throw std::invalid_argument("--batch-size " + std::to_string(batch_size) +
+                                  ": the speedrun model trains one packed sequence per rank and micro-step; use -b 1 "
+                                  "and set the sequence length with -t");
+    if (seq_len > config_.max_seq_len)
+      throw std::invalid_argument("--seq-len " + std::to_string(seq_len) + " exceeds the speedrun model's maximum " +
+                                  std::to_string(config_.max_seq_len));
+    return std::make_unique<SpeedrunModel>(config_, world_size, seq_len, loss_slots, stream, kSpeedrunBosToken,
+                                           fp8_head ? SpeedrunHead::kFp8 : SpeedrunHead::kBf16);
+  }
+  StateModel state_model() const override { return speedrun_state_model(config_); }
+  // The format has no checksum field: the whole file is hashed.
+  FileDigest model_file_digest(const std::string& path) const override { return whole_file_digest(path, "model file"); }
+
+ private:
+  SpeedrunConfig config_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelFamily> make_speedrun_family(const SpeedrunConfig& config) {
+  return std::make_unique<SpeedrunFamily>(config);
+}
+
+// ---- SpeedrunModel's family methods -----------------------------------------------------------------------
+
+std::vector<float> SpeedrunModel::init_params(uint64_t seed) const { return init_speedrun_params(layout_, seed); }
+
+WrittenFile SpeedrunModel::write_model_file(const std::string& path, const std::vector<float>& params,
+                                            bool fp32) const {
+  return write_speedrun_model(path, layout_, params.data(),
+                              fp32 || kFp32Build ? SpeedrunFileDtype::kFp32 : SpeedrunFileDtype::kReference);
+}
+
+// 6 FLOPs per token per parameter of the GEMMs (block matrices and head, ~0.69 GFLOP at the record's
+// shapes, SPEEDRUN.md section 4); the embeddings' gathers are no FLOPs, and attention (~5% at the
+// record's windows, which change over a run) is left out.
+double SpeedrunModel::flops_per_token(int seq_len) const {
+  (void)seq_len;
+  size_t gemm_params = 0;
+  for (const TensorView& view : layout_.tensors) {
+    const SpeedrunTensor kind = speedrun_kind(view);
+    if (kind == SpeedrunTensor::kQkvo || kind == SpeedrunTensor::kFc || kind == SpeedrunTensor::kProj ||
+        kind == SpeedrunTensor::kHead)
+      gemm_params += view.numel;
+  }
+  return 6.0 * static_cast<double>(gemm_params);
+}
+
+std::unique_ptr<CausalDecoder> SpeedrunModel::make_decoder(int max_chunk) {
+  (void)max_chunk;
+  throw std::invalid_argument(
+      "--sample-every: the speedrun model has no KV-cache decoder yet (samples need a GPT-2 "
+      "model)");
+}
+
+}  // namespace llmc
