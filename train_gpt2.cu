@@ -189,7 +189,7 @@ struct Run {
         val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
         windows(make_window_schedule(opt, *model)) {
     model->set_gemm_algo_selection(parse_gemm_algo_selection(opt.gemm_algo));
-    if (start.params.empty()) start.params = model->init_params(opt.seed);
+    if (start.params.empty()) start.params = start.family->init_params(opt.seed, comm.world_size());
     model->upload_params(start.params);
     optimizer->init_master(start.params);
     if (resume_prefix.empty()) return;

@@ -12,7 +12,8 @@ add_library(llmc_model STATIC
   llmc/model/modded44/speedrun_layout.cpp
   llmc/model/modded44/speedrun_init.cpp
   llmc/model/modded44/speedrun_model_file.cpp
-  llmc/model/modded44/yarn.cpp)
+  llmc/model/modded44/yarn.cpp
+  llmc/model/presets.cpp)
 target_link_libraries(llmc_model PUBLIC llmc_flags llmc_files)
 
 add_library(llmc_reference STATIC

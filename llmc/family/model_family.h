@@ -1,13 +1,15 @@
 // What the trainer asks of a model family before it has a model: what a --model name or file is (its
 // registry entry, llmc/model/registry.h, makes one of these), how to build the device model, whether it
-// trains with the FP8 head, and how its checkpoints record it. Once built, the model itself answers the
-// rest (FamilyModel: its initialisation, model file, FLOPs, decoder, windows); nothing outside a
-// family's folder knows its types.
+// trains with the FP8 head, its initial parameters, a decoder for generation, and how its checkpoints
+// record it. Once built, the model itself answers the rest (FamilyModel: its model file, FLOPs, decoder
+// over the live buffer, windows); nothing outside a family's folder knows its types.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "llmc/base/checksum.h"
 #include "llmc/checkpoint/state_file.h"
@@ -31,6 +33,14 @@ class ModelFamily {
   // The optimizer --optimizer auto picks for this family. Every family trains with ZeRO AdamW; the
   // speedrun optimizer reads the #44 family's tensor roles and runs only where it is the family's own.
   virtual StateOptimizer default_optimizer() const = 0;
+  // Initial parameters from the seed, in the layout order of `world_size` ranks (the same values for
+  // every world size).
+  virtual std::vector<float> init_params(uint64_t seed, int world_size) const = 0;
+  // A KV-cache decoder with its own copy of `params` (layout order for one rank), for generate_gpt2, with
+  // activations for chunks of at most max_chunk tokens. Throws std::invalid_argument for a family without
+  // one.
+  virtual std::unique_ptr<CausalDecoder> make_decoder(const std::vector<float>& params, int max_chunk,
+                                                      cudaStream_t stream) const = 0;
   // The device model for micro-batches of (batch_size, seq_len) and `loss_slots` micro-steps, with the FP8
   // head when fp8_head (as use_fp8_head decided). Throws std::invalid_argument naming the option for a
   // shape the family cannot train.

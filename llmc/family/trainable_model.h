@@ -2,8 +2,8 @@
 // the #44 speedrun model: llmc/model/modded44/speedrun_model.h): parameters and gradients in one bucketed
 // buffer each (ParamLayout), and forward and backward passes that call a hook per bucket, so that the
 // optimizer can start each bucket's communication the moment its gradients are final and the next forward
-// waits per bucket. FamilyModel adds what only the family knows of its model (its initialisation, model
-// file, FLOPs, decoder, attention windows), which the trainer asks for. The trainer sees only these two;
+// waits per bucket. FamilyModel adds what only the family knows of its model (its model file, FLOPs,
+// decoder, attention windows), which the trainer asks for. The trainer sees only these two;
 // layers and kernels stay inside the family.
 #pragma once
 #include <cuda_runtime.h>
@@ -72,8 +72,6 @@ class TrainableModel {
 // A family's device model as the trainer holds it (ModelFamily::build).
 class FamilyModel : public TrainableModel {
  public:
-  // Initial parameters from the seed, layout order (the same for every world size).
-  virtual std::vector<float> init_params(uint64_t seed) const = 0;
   // The family's model file of `params` (layout order) at `path`, atomically: fp32 with `fp32` or in the
   // fp32 build, else the family's 16-bit format. Returns its size and checksum, for the manifest.
   virtual WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const = 0;

@@ -6,8 +6,8 @@
 #include <stdexcept>
 
 #include "llmc/base/file_io.h"
-#include "llmc/model/gpt2/gpt2_config.h"
 #include "llmc/checkpoint/checkpoint_dir.h"
+#include "llmc/model/presets.h"
 
 namespace llmc {
 
@@ -30,12 +30,9 @@ ModelSource resolve_model_source(const std::string& argument) {
       throw std::runtime_error("--model " + argument + ": directory without a complete checkpoint (ckpt_*_manifest.json)");
     source.file = source.label = checkpoint_model_path(prefix);
   } else {
-    try {
-      (void)config_from_name(argument);
-    } catch (const std::invalid_argument&) {
+    if (!is_model_preset(argument))
       throw std::runtime_error("--model " + argument + ": not a model file, checkpoint prefix (" +
                                checkpoint_model_path(argument) + "), run directory or preset (dN, tiny, small)");
-    }
     source.preset = argument;
     source.label = argument + " (random weights)";
   }

@@ -14,21 +14,14 @@ namespace llmc {
 
 namespace {
 
-bool is_speedrun_preset(const std::string& name) { return name == "speedrun" || name == "speedrun-tiny"; }
-
 ModelStart preset(const std::string& model) {
-  ModelStart start;
-  if (is_speedrun_preset(model)) {
-    start.family = make_speedrun_family(speedrun_config_from_name(model));
-    return start;
-  }
-  try {
-    start.family = make_gpt2_family(config_from_name(model));
-  } catch (const std::invalid_argument&) {
+  if (!is_model_preset(model))
     throw std::invalid_argument("--model '" + model +
                                 "' is neither a model file nor a preset (dN with N in 1..64, tiny, small, speedrun, "
                                 "speedrun-tiny)");
-  }
+  ModelStart start;
+  start.family = is_speedrun_preset(model) ? make_speedrun_family(speedrun_config_from_name(model))
+                                           : make_gpt2_family(config_from_name(model));
   return start;
 }
 

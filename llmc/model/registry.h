@@ -9,6 +9,7 @@
 
 #include "llmc/checkpoint/state_file.h"
 #include "llmc/family/model_family.h"
+#include "llmc/model/presets.h"
 
 namespace llmc {
 

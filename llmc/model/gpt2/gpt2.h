@@ -53,9 +53,8 @@ class GPT2 : public FamilyModel {
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
 
-  // What only the family knows (llmc/model/gpt2/gpt2_family.cu): llm.c's initialisation, llm.c's model file,
-  // 6 FLOPs per parameter plus attention's, the KV-cache decoder; no attention windows.
-  std::vector<float> init_params(uint64_t seed) const override;
+  // What only the family knows (llmc/model/gpt2/gpt2_family.cu): llm.c's model file, 6 FLOPs per
+  // parameter plus attention's, the KV-cache decoder; no attention windows.
   WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const override;
   double flops_per_token(int seq_len) const override;
   std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;

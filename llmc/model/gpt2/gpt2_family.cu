@@ -36,6 +36,14 @@ class GPT2Family : public ModelFamily {
     if (fp8_head) throw std::invalid_argument("--fp8-head on: GPT-2 models have no FP8 head");
     return std::make_unique<GPT2>(config_, world_size, batch_size, seq_len, loss_slots, stream);
   }
+  std::vector<float> init_params(uint64_t seed, int world_size) const override {
+    return init_gpt2_params(make_param_layout(config_, world_size), seed);
+  }
+  std::unique_ptr<CausalDecoder> make_decoder(const std::vector<float>& params, int max_chunk,
+                                              cudaStream_t stream) const override {
+    return std::make_unique<GPT2Decoder>(make_param_layout(config_, /*world_size=*/1), params,
+                                         std::min(max_chunk, config_.max_seq_len), stream);
+  }
   StateModel state_model() const override { return gpt2_state_model(config_); }
   FileDigest model_file_digest(const std::string& path) const override { return gpt2_model_file_digest(path); }
 
@@ -50,8 +58,6 @@ std::unique_ptr<ModelFamily> make_gpt2_family(const GPT2Config& config) {
 }
 
 // ---- GPT2's family methods ------------------------------------------------------------------------------
-
-std::vector<float> GPT2::init_params(uint64_t seed) const { return init_gpt2_params(layout_, seed); }
 
 WrittenFile GPT2::write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const {
   return write_gpt2_model_file(path, layout_, params.data(),

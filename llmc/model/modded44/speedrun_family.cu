@@ -55,6 +55,12 @@ class SpeedrunFamily : public ModelFamily {
     return std::make_unique<SpeedrunModel>(config_, world_size, seq_len, loss_slots, stream, kSpeedrunBosToken,
                                            fp8_head ? SpeedrunHead::kFp8 : SpeedrunHead::kBf16);
   }
+  std::vector<float> init_params(uint64_t seed, int world_size) const override {
+    return init_speedrun_params(make_speedrun_layout(config_, world_size), seed);
+  }
+  std::unique_ptr<CausalDecoder> make_decoder(const std::vector<float>&, int, cudaStream_t) const override {
+    throw std::invalid_argument("the speedrun model has no KV-cache decoder yet (generation needs a GPT-2 model)");
+  }
   StateModel state_model() const override { return speedrun_state_model(config_); }
   // The format has no checksum field: the whole file is hashed.
   FileDigest model_file_digest(const std::string& path) const override { return whole_file_digest(path, "model file"); }
@@ -70,8 +76,6 @@ std::unique_ptr<ModelFamily> make_speedrun_family(const SpeedrunConfig& config) 
 }
 
 // ---- SpeedrunModel's family methods -----------------------------------------------------------------------
-
-std::vector<float> SpeedrunModel::init_params(uint64_t seed) const { return init_speedrun_params(layout_, seed); }
 
 WrittenFile SpeedrunModel::write_model_file(const std::string& path, const std::vector<float>& params,
                                             bool fp32) const {

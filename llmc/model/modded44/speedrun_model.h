@@ -74,9 +74,8 @@ class SpeedrunModel : public FamilyModel {
   // The RoPE tables as the kernels read them (seq_len x D/2 each, row-major, widened to float).
   void download_rope_tables(std::vector<float>& cos_table, std::vector<float>& sin_table) const;
 
-  // What only the family knows (llmc/model/modded44/speedrun_family.cu): the record's initialisation, the
-  // family's model file, 6 FLOPs per GEMM parameter; no decoder yet.
-  std::vector<float> init_params(uint64_t seed) const override;
+  // What only the family knows (llmc/model/modded44/speedrun_family.cu): the family's model file, 6 FLOPs
+  // per GEMM parameter; no decoder yet.
   WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const override;
   double flops_per_token(int seq_len) const override;
   std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;

@@ -1,0 +1,12 @@
+// The presets of every model family, known on the host (no CUDA), so that a --model argument can be
+// checked before anything touches the device; the registry (registry.h) builds their families.
+#pragma once
+#include <string>
+
+namespace llmc {
+
+// Whether `name` is a preset of some family: dN (N in 1..64), tiny, small (GPT-2); speedrun, speedrun-tiny.
+bool is_model_preset(const std::string& name);
+bool is_speedrun_preset(const std::string& name);  // speedrun, speedrun-tiny
+
+}  // namespace llmc
