@@ -60,13 +60,30 @@ foreach(precision IN ITEMS bf16 fp32)
   endforeach()
 endforeach()
 
+# The trainer (llmc/train/trainer.h: the run's wiring and its loop): host code that depends on the precision,
+# compiled with g++ for each target (HOST_ONLY, as the programs), once per precision and shared by
+# train_gpt2 and the step benchmark.
+set(LLMC_TRAINER_SOURCES llmc/train/training_run.cu llmc/train/trainer.cu)
+foreach(precision IN ITEMS bf16 fp32)
+  llmc_emu_wrap_sources(trainer_sources llmc_trainer_${precision}_emu ${LLMC_TRAINER_SOURCES})
+  add_library(llmc_trainer_${precision}_emu STATIC ${trainer_sources})
+  target_link_libraries(llmc_trainer_${precision}_emu PUBLIC llmc_optimizer_${precision}_emu ${LLMC_TRAINER_LIBS})
+endforeach()
+if(LLMC_HAVE_CUDA)
+  llmc_wrap_cu_for_gxx(trainer_cuda_sources llmc_trainer_bf16_cuda "for the GPU build (host-only code)"
+                       ${LLMC_TRAINER_SOURCES})
+  add_library(llmc_trainer_bf16_cuda STATIC ${trainer_cuda_sources})
+  target_link_libraries(llmc_trainer_bf16_cuda PUBLIC llmc_flags CUDA::cudart llmc_optimizer_bf16_cuda
+                        ${LLMC_TRAINER_LIBS})
+endif()
+
 llmc_add_cu_executable(NAME train_gpt2 USER_BINARY HOST_ONLY SOURCES train_gpt2.cu LIBS ${LLMC_TRAINER_LIBS}
-  EMU_LIBS llmc_optimizer_bf16_emu CUDA_LIBS llmc_optimizer_bf16_cuda)
+  EMU_LIBS llmc_trainer_bf16_emu CUDA_LIBS llmc_trainer_bf16_cuda)
 
 # fp32 emulated trainer (build tree only): the same code with floatX = float, for the reference checks.
 llmc_emu_wrap_sources(train_gpt2_fp32_emu_sources train_gpt2_fp32_emu train_gpt2.cu)
 add_executable(train_gpt2_fp32_emu ${train_gpt2_fp32_emu_sources})
-target_link_libraries(train_gpt2_fp32_emu PRIVATE llmc_optimizer_fp32_emu ${LLMC_TRAINER_LIBS})
+target_link_libraries(train_gpt2_fp32_emu PRIVATE llmc_trainer_fp32_emu ${LLMC_TRAINER_LIBS})
 
 # The device models (GPT-2, speedrun) against their references (loss and every gradient, accumulation,
 # determinism).
@@ -120,11 +137,13 @@ set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONF
 # The step benchmark (docs/benchmarks.md "Training step"): bench_step on a GPU; bench_step_emu enqueues a
 # full-size step without executing it (launches, host waits, bytes, FLOPs, ceilings). Smoke-tested at a
 # tiny size, as enqueued only and executed, so that it cannot rot.
-llmc_add_cu_executable(NAME bench_step BENCHMARK SOURCES test/train/bench_step.cu LIBS ${LLMC_TRAINER_LIBS}
-  EMU_LIBS llmc_optimizer_bf16_emu CUDA_LIBS llmc_optimizer_bf16_cuda)
+llmc_add_cu_executable(NAME bench_step BENCHMARK HOST_ONLY SOURCES test/train/bench_step.cu LIBS ${LLMC_TRAINER_LIBS}
+  EMU_LIBS llmc_trainer_bf16_emu CUDA_LIBS llmc_trainer_bf16_cuda)
 add_test(NAME train_bench_step_smoke_emu COMMAND bench_step_emu --model tiny -b 2 -t 16 --steps 2)
 add_test(NAME train_bench_step_executed_emu COMMAND bench_step_emu --model tiny -b 2 -t 16 --steps 2 --execute)
-set_tests_properties(train_bench_step_smoke_emu train_bench_step_executed_emu PROPERTIES LABELS trainer TIMEOUT 120
+# The same wiring as train_gpt2's: the speedrun model with its own optimizer.
+add_test(NAME train_bench_step_speedrun_emu COMMAND bench_step_emu --model speedrun-tiny -b 1 -t 64 --steps 2)
+set_tests_properties(train_bench_step_smoke_emu train_bench_step_executed_emu train_bench_step_speedrun_emu PROPERTIES LABELS trainer TIMEOUT 120
                      ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
 
 # (train_steps_*: ten AdamW steps of the device model + ZeRO optimizer vs the reference, above.)

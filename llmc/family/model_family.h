@@ -13,6 +13,7 @@
 
 #include "llmc/base/checksum.h"
 #include "llmc/checkpoint/state_file.h"
+#include "llmc/family/fp8_head_choice.h"
 #include "llmc/family/trainable_model.h"
 
 namespace llmc {
@@ -26,7 +27,7 @@ class ModelFamily {
   // Whether the model trains with the FP8 head, for --fp8-head `choice` (on, off, auto) on the current device
   // and sequences of seq_len tokens. Throws std::invalid_argument naming --fp8-head when `on` cannot be had
   // (a family without one, a GPU without FP8 GEMMs, a shape that is not a multiple of 16).
-  virtual bool use_fp8_head(const std::string& choice, int seq_len) const = 0;
+  virtual bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const = 0;
   // Whether --train-loader auto gives this family BOS-aligned whole documents (the speedrun's loader)
   // rather than llm.c's fixed windows.
   virtual bool trains_on_documents() const = 0;

@@ -12,23 +12,13 @@
 #include <string>
 #include <unordered_map>
 
+#include "llmc/kernels/gemm_algo_selection.h"
 #include "llmc/kernels/gemm_args.h"
 #include "llmc/base/launch_observer.h"
 
 namespace llmc {
 
 enum class GemmEpilogue : uint8_t { kNone, kBias, kGeluAux, kGeluAuxBias };
-
-// How a GEMM plan chooses its algorithm (--gemm-algo): the heuristic's first answer, or the fastest
-// candidate timed at the first call (GPU only; the choice can differ between runs, and with it the last
-// bits of the results, so only the heuristic keeps runs bitwise reproducible).
-enum class GemmAlgoSelection { kHeuristic, kFastest };
-
-inline GemmAlgoSelection parse_gemm_algo_selection(const std::string& name) {
-  if (name == "heuristic") return GemmAlgoSelection::kHeuristic;
-  if (name == "fastest") return GemmAlgoSelection::kFastest;
-  throw std::invalid_argument("unknown GEMM algorithm selection '" + name + "' (expected heuristic or fastest)");
-}
 
 // Largest power of two (up to 256) dividing the address: which vector widths the GEMM may load with.
 inline uint32_t pointer_alignment(const void* pointer) {

@@ -17,7 +17,7 @@
 #include "llmc/optim/param_ready_gate.h"
 #include "llmc/optim/normuon.h"
 #include "llmc/optim/speedrun_state_plan.h"
-#include "llmc/optim/zero.h"  // OverlapMode
+#include "llmc/optim/overlap_mode.h"
 #include "llmc/schedule/speedrun_schedule.h"
 
 namespace llmc {

@@ -42,13 +42,6 @@ void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* n
 }
 }  // namespace
 
-OverlapMode parse_overlap_mode(const std::string& name) {
-  if (name == "none") return OverlapMode::kNone;
-  if (name == "rs") return OverlapMode::kReduceScatter;
-  if (name == "full") return OverlapMode::kFull;
-  throw std::invalid_argument("unknown overlap mode '" + name + "' (expected none, rs or full)");
-}
-
 ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const OptimizerSettings& settings,
                              Tracer* tracer)
     : model_(model),

@@ -13,19 +13,13 @@
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/adamw_settings.h"
 #include "llmc/optim/bucket_optimizer.h"
+#include "llmc/optim/overlap_mode.h"
 #include "llmc/optim/param_ready_gate.h"
 
 namespace llmc {
 
 class CommContext;
 class Tracer;
-
-enum class OverlapMode {  // --overlap none | rs | full
-  kNone,           // every collective and update after the whole backward (the baseline)
-  kReduceScatter,  // reduce-scatters during the backward, updates + all-gathers after it, in reverse layer order
-  kFull,           // reduce-scatter, update and all-gather of each bucket as soon as its gradients are final
-};
-OverlapMode parse_overlap_mode(const std::string& name);  // throws std::invalid_argument
 
 struct OptimizerSettings {
   AdamWSettings adamw;     // weight decay on 2-D tensors only

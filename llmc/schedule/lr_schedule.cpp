@@ -10,12 +10,9 @@
 namespace llmc {
 
 LrDecay parse_lr_decay(const std::string& name) {
-  if (name == "cosine") return LrDecay::kCosine;
-  if (name == "linear") return LrDecay::kLinear;
-  if (name == "constant") return LrDecay::kConstant;
-  if (name == "speedrun") return LrDecay::kSpeedrun;
-  throw std::invalid_argument("unknown learning-rate schedule '" + name +
-                              "' (expected cosine, linear, constant or speedrun)");
+  if (const auto decay = value_named(name, kLrDecayNames)) return *decay;
+  throw std::invalid_argument("unknown learning-rate schedule '" + name + "' (expected " + names_listed(kLrDecayNames) +
+                              ")");
 }
 
 double LrSchedule::at(int step) const {

@@ -4,12 +4,17 @@
 #pragma once
 #include <string>
 
+#include "llmc/base/enum_names.h"
+
 namespace llmc {
 
 // kSpeedrun: max_lr * SpeedrunSchedule::for_total_steps(total_steps).lr_multiplier(step) (1 for the first
 // half of the scheduled steps, then linear down to 0.1; llmc/schedule/speedrun_schedule.h); final_fraction
 // is not used.
 enum class LrDecay { kCosine, kLinear, kConstant, kSpeedrun };
+inline constexpr EnumName<LrDecay> kLrDecayNames[] = {
+    {LrDecay::kCosine, "cosine"}, {LrDecay::kLinear, "linear"}, {LrDecay::kConstant, "constant"},
+    {LrDecay::kSpeedrun, "speedrun"}};
 
 LrDecay parse_lr_decay(const std::string& name);  // "cosine" | "linear" | "constant" | "speedrun"; throws otherwise
 

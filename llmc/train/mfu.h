@@ -14,4 +14,23 @@ std::optional<double> bf16_peak_flops(const std::string& device_name);
 // "41.3%" or "n/a" (no peak known, or a non-bf16 build).
 std::string format_mfu(double flops_per_second, std::optional<double> peak_flops);
 
+// The step line's throughput figures from a step's duration: tokens/s over all ranks and the MFU of one rank.
+class ThroughputMeter {
+ public:
+  ThroughputMeter(double tokens_per_step, double flops_per_token, int world_size, std::optional<double> peak_flops)
+      : tokens_per_step_(tokens_per_step),
+        flops_per_token_(flops_per_token),
+        world_size_(world_size),
+        peak_flops_(peak_flops) {}
+  double tokens_per_second(double step_ms) const { return tokens_per_step_ / (step_ms / 1000.0); }
+  std::string mfu(double step_ms) const {
+    return format_mfu(flops_per_token_ * tokens_per_second(step_ms) / world_size_, peak_flops_);
+  }
+
+ private:
+  double tokens_per_step_, flops_per_token_;
+  int world_size_;
+  std::optional<double> peak_flops_;
+};
+
 }  // namespace llmc

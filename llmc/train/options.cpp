@@ -76,6 +76,21 @@ CLI::Validator one_of(std::vector<std::string> choices) {
       "{" + listed + "}");
 }
 
+// An option whose values are the names of an enum's table: parsed once, into the enum. Its callback runs for
+// the default too, so that --recipe (which sets option defaults) reaches the field.
+template <class Enum, size_t N>
+CLI::Option* add_choice(CLI::App& app, const std::string& name, Enum& field, const EnumName<Enum> (&table)[N],
+                        const std::string& help) {
+  std::vector<std::string> names;
+  for (const EnumName<Enum>& entry : table) names.push_back(entry.name);
+  return app
+      .add_option_function<std::string>(
+          name, [&field, &table](const std::string& text) { field = *value_named(text, table); }, help)
+      ->default_str(name_of(field, table))
+      ->check(one_of(names))
+      ->run_callback_for_default();
+}
+
 }  // namespace
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
@@ -106,14 +121,12 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(at_least(1));
   app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(at_least(0));
   app.add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps")->capture_default_str()->check(at_least(0));
-  app.add_option("--lr-schedule", o.lr_schedule,
-                 "Decay after warmup; speedrun: the record's multiplier of --lr (1, then linear to 0.1 over the "
-                 "second half of the scheduled steps), stretched to --steps (docs/optimizers.md)")
-      ->capture_default_str()->check(one_of({"cosine", "linear", "constant", "speedrun"}));
-  app.add_option("--window-schedule", o.window_schedule,
-                 "Attention windows of a speedrun model: fixed (long 3, short 1 blocks) or speedrun (the record's "
-                 "3/7/11/13 blocks with YaRN at each change, 20 for the final validation), stretched to --steps")
-      ->capture_default_str()->check(one_of({"fixed", "speedrun"}));
+  add_choice(app, "--lr-schedule", o.lr_schedule, kLrDecayNames,
+             "Decay after warmup; speedrun: the record's multiplier of --lr (1, then linear to 0.1 over the "
+             "second half of the scheduled steps), stretched to --steps (docs/optimizers.md)");
+  add_choice(app, "--window-schedule", o.window_schedule, kWindowScheduleNames,
+             "Attention windows of a speedrun model: fixed (long 3, short 1 blocks) or speedrun (the record's "
+             "3/7/11/13 blocks with YaRN at each change, 20 for the final validation), stretched to --steps");
   app.add_option("--final-lr-frac", o.final_lr_frac, "Learning rate at the last step, as a fraction of --lr")
       ->capture_default_str()->check(between(0.0, 1.0));
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (2-D tensors only)")
@@ -146,21 +159,18 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--seed", o.seed, "Seed of the initialisation and the data shuffle")->capture_default_str();
   app.add_flag("--shuffle", o.shuffle,
                "Shuffle shard and window order each epoch (deterministic from --seed; --train-loader window only)");
-  app.add_option("--train-loader", o.train_loader,
-                 "Training batches: window (llm.c's fixed windows of T+1 tokens), bos (the speedrun's whole "
-                 "documents, each starting with <|endoftext|> and cut to 2,048 tokens, packed into sequences; "
-                 "shards in order, docs/bos_loader.md) or auto (bos for a speedrun model whose vocabulary holds "
-                 "<|endoftext|>, window otherwise)")
-      ->capture_default_str()->check(one_of({"auto", "window", "bos"}));
-  app.add_option("--overlap", o.overlap,
-                 "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
-                 "full (reduce-scatter, update and all-gather streamed during the backward)")
-      ->capture_default_str()->check(one_of({"none", "rs", "full"}));
-  app.add_option("--optimizer", o.optimizer,
-                 "zero-adamw (ZeRO-1 AdamW on every tensor), speedrun (NorMuon on the block matrices and gates, "
-                 "sharded Adam on the embeddings, head and scalars; no --grad-clip) or auto (speedrun for the "
-                 "speedrun models, zero-adamw for GPT-2); checkpoints of either resume on any number of ranks")
-      ->capture_default_str()->check(one_of({"auto", "zero-adamw", "speedrun"}));
+  add_choice(app, "--train-loader", o.train_loader, kTrainLoaderChoiceNames,
+             "Training batches: window (llm.c's fixed windows of T+1 tokens), bos (the speedrun's whole "
+             "documents, each starting with <|endoftext|> and cut to 2,048 tokens, packed into sequences; "
+             "shards in order, docs/bos_loader.md) or auto (bos for a speedrun model whose vocabulary holds "
+             "<|endoftext|>, window otherwise)");
+  add_choice(app, "--overlap", o.overlap, kOverlapModeNames,
+             "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
+             "full (reduce-scatter, update and all-gather streamed during the backward)");
+  add_choice(app, "--optimizer", o.optimizer, kOptimizerChoiceNames,
+             "zero-adamw (ZeRO-1 AdamW on every tensor), speedrun (NorMuon on the block matrices and gates, "
+             "sharded Adam on the embeddings, head and scalars; no --grad-clip) or auto (speedrun for the "
+             "speedrun models, zero-adamw for GPT-2); checkpoints of either resume on any number of ranks");
   app.add_option("--trace", o.trace_dir, "Write a Chrome trace-event JSON per rank into this directory");
   app.add_option("--sample-every", o.sample_every,
                  "Print a sample of the model every N steps, from rank 0, outside the timed part (0 = never)")
@@ -173,15 +183,13 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   o.vocab_dir = default_vocab_dir();
   app.add_option("--vocab", o.vocab_dir, "GPT-2 BPE files of the samples (r50k_base.tiktoken, or encoder.json + "
                  "vocab.bpe)")->capture_default_str();
-  app.add_option("--gemm-algo", o.gemm_algo,
-                 "GEMM algorithm per shape: heuristic (cuBLASLt's first choice, runs bitwise reproducible) or "
-                 "fastest (the fastest of its top candidates and split-K variants, timed at first use on a GPU)")
-      ->capture_default_str()->check(one_of({"heuristic", "fastest"}));
-  app.add_option("--fp8-head", o.fp8_head,
-                 "Training forward and backward of a speedrun model's head on FP8 tensor cores, as the record "
-                 "(validation stays bf16): on, off, or auto (on where the GPU has FP8 GEMMs, compute capability "
-                 "8.9+, and the sequence length, width and vocabulary are multiples of 16; off for GPT-2 models)")
-      ->capture_default_str()->check(one_of({"on", "off", "auto"}));
+  add_choice(app, "--gemm-algo", o.gemm_algo, kGemmAlgoSelectionNames,
+             "GEMM algorithm per shape: heuristic (cuBLASLt's first choice, runs bitwise reproducible) or "
+             "fastest (the fastest of its top candidates and split-K variants, timed at first use on a GPU)");
+  add_choice(app, "--fp8-head", o.fp8_head, kFp8HeadChoiceNames,
+             "Training forward and backward of a speedrun model's head on FP8 tensor cores, as the record "
+             "(validation stays bf16): on, off, or auto (on where the GPU has FP8 GEMMs, compute capability "
+             "8.9+, and the sequence length, width and vocabulary are multiples of 16; off for GPT-2 models)");
 }
 
 void validate_train_options(const TrainOptions& o, int world_size) {
@@ -208,11 +216,12 @@ void validate_train_options(const TrainOptions& o, int world_size) {
   if (o.keep_checkpoints > 0 && o.output_dir.empty())
     throw std::invalid_argument("--keep-checkpoints needs --output-dir (where the checkpoints are)");
   // The speedrun schedules stretched to --steps (SpeedrunSchedule::for_total_steps) need every phase.
-  if ((o.lr_schedule == "speedrun" || o.window_schedule == "speedrun") && o.steps < 4)
-    throw std::invalid_argument("--" + std::string(o.lr_schedule == "speedrun" ? "lr" : "window") +
+  const bool speedrun_lr = o.lr_schedule == LrDecay::kSpeedrun;
+  if ((speedrun_lr || o.window_schedule == WindowScheduleKind::kSpeedrun) && o.steps < 4)
+    throw std::invalid_argument("--" + std::string(speedrun_lr ? "lr" : "window") +
                                 "-schedule speedrun needs --steps >= 4 (three window phases and an extension "
                                 "step), got " + std::to_string(o.steps));
-  if (o.shuffle && o.train_loader == "bos")  // auto's choice is checked once the model is known (train_batches.h)
+  if (o.shuffle && o.train_loader == TrainLoaderChoice::kBos)  // auto's choice is checked once the model is known (train_batches.h)
     throw std::invalid_argument("--shuffle cannot be used with --train-loader bos: the BOS loader walks the shards "
                                 "in order; drop --shuffle or pass --train-loader window");
   parse_stop_signals(o.stop_signals);  // throws naming an unknown signal

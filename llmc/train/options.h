@@ -1,9 +1,17 @@
-// The trainer's command-line options: one struct holding every hyperparameter in one visible place,
-// their CLI11 definitions (so --help documents exactly what is parsed), and the cross-checks. (Test
-// hooks are not options: llmc/train/debug_hooks.h.)
+// The trainer's command-line options: one struct holding every hyperparameter in one visible place, parsed
+// once into typed values (the choices into their enums), their CLI11 definitions (so --help documents
+// exactly what is parsed), and the cross-checks. (Test hooks are not options: llmc/train/debug_hooks.h.)
 #pragma once
 #include <cstdint>
 #include <string>
+
+#include "llmc/base/enum_names.h"
+#include "llmc/family/fp8_head_choice.h"
+#include "llmc/kernels/gemm_algo_selection.h"
+#include "llmc/optim/overlap_mode.h"
+#include "llmc/schedule/lr_schedule.h"
+#include "llmc/train/train_batches.h"
+#include "llmc/train/window_schedule.h"
 
 namespace CLI { class App; }
 
@@ -12,6 +20,11 @@ namespace llmc {
 // --grad-clip not given: 1.0 with ZeRO AdamW (llm.c's recipe), off with the speedrun optimizer (the record
 // clips nothing, SPEEDRUN.md section 2).
 constexpr double kGradClipAuto = -1.0;
+
+// --optimizer: ZeRO-1 AdamW, the speedrun's NorMuon + sharded Adam, or the model family's own.
+enum class OptimizerChoice { kAuto, kZeroAdamW, kSpeedrun };
+inline constexpr EnumName<OptimizerChoice> kOptimizerChoiceNames[] = {
+    {OptimizerChoice::kAuto, "auto"}, {OptimizerChoice::kZeroAdamW, "zero-adamw"}, {OptimizerChoice::kSpeedrun, "speedrun"}};
 
 struct TrainOptions {
   // recipe: "" (none), "modded-2025-10-31" or "llmc-gpt2-124m"; sets the defaults below (llmc/train/recipe.h)
@@ -29,8 +42,8 @@ struct TrainOptions {
   // optimizer
   double lr = 6e-4;
   int warmup_steps = 0;
-  std::string lr_schedule = "cosine";  // cosine | linear | constant | speedrun
-  std::string window_schedule = "fixed";  // fixed | speedrun (speedrun models' attention windows)
+  LrDecay lr_schedule = LrDecay::kCosine;                          // cosine | linear | constant | speedrun
+  WindowScheduleKind window_schedule = WindowScheduleKind::kFixed;  // fixed | speedrun (speedrun models' windows)
   double final_lr_frac = 0.0;
   double weight_decay = 0.0;
   double grad_clip = kGradClipAuto;    // 0 = off; see effective_grad_clip()
@@ -46,10 +59,10 @@ struct TrainOptions {
   std::string stop_signals = "TERM,INT,USR1";  // checkpoint and stop at the next step boundary
   uint64_t seed = 1337;
   bool shuffle = false;
-  std::string train_loader = "auto";   // auto | window | bos (auto: bos for speedrun models; train_batches.h)
+  TrainLoaderChoice train_loader = TrainLoaderChoice::kAuto;  // auto | window | bos (auto: train_batches.h)
   // distributed
-  std::string overlap = "full";        // none | rs | full
-  std::string optimizer = "auto";      // auto | zero-adamw | speedrun (auto: by the model family)
+  OverlapMode overlap = OverlapMode::kFull;         // none | rs | full
+  OptimizerChoice optimizer = OptimizerChoice::kAuto;  // auto | zero-adamw | speedrun (auto: by the model family)
   std::string trace_dir;
   // samples: rank 0 prints sample_tokens tokens continuing sample_prompt every sample_every steps
   int sample_every = 0;                // 0 = never
@@ -57,8 +70,8 @@ struct TrainOptions {
   std::string sample_prompt;           // "" = start from <|endoftext|>
   std::string vocab_dir;               // the GPT-2 BPE files the samples are encoded and decoded with
   // performance
-  std::string gemm_algo = "heuristic";  // heuristic | fastest
-  std::string fp8_head = "auto";        // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)
+  GemmAlgoSelection gemm_algo = GemmAlgoSelection::kHeuristic;  // heuristic | fastest
+  Fp8HeadChoice fp8_head = Fp8HeadChoice::kAuto;  // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)
 
   int grad_accum_steps(int world_size) const;
   // The clipping threshold in force: --grad-clip, or its default for the optimizer chosen.

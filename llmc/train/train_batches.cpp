@@ -115,24 +115,22 @@ std::string BosBatches::describe() const {
          "sequences/step=" + std::to_string(sequences_per_step()) + ")";
 }
 
-TrainLoaderKind choose_train_loader(const std::string& option, bool family_trains_on_documents, int vocab_size,
+TrainLoaderKind choose_train_loader(TrainLoaderChoice option, bool family_trains_on_documents, int vocab_size,
                                     bool shuffle) {
   const bool holds_bos = vocab_size > kBosToken;
   TrainLoaderKind kind = TrainLoaderKind::kWindow;
-  if (option == "bos") {
+  if (option == TrainLoaderChoice::kBos) {
     if (!holds_bos)
       throw std::invalid_argument("--train-loader bos: the model's vocabulary (" + std::to_string(vocab_size) +
                                   " tokens) has no BOS token " + std::to_string(kBosToken) +
                                   " to find documents by; use --train-loader window");
     kind = TrainLoaderKind::kBos;
-  } else if (option == "auto") {
+  } else if (option == TrainLoaderChoice::kAuto) {
     kind = family_trains_on_documents && holds_bos ? TrainLoaderKind::kBos : TrainLoaderKind::kWindow;
-  } else if (option != "window") {
-    throw std::invalid_argument("--train-loader '" + option + "': expected auto, window or bos");
   }
   if (kind == TrainLoaderKind::kBos && shuffle)
     throw std::invalid_argument(std::string("--shuffle cannot be used with --train-loader bos") +
-                                (option == "auto" ? " (auto's choice for a speedrun model)" : "") +
+                                (option == TrainLoaderChoice::kAuto ? " (auto's choice for a speedrun model)" : "") +
                                 ": the BOS loader walks the shards in order; drop --shuffle or pass "
                                 "--train-loader window");
   return kind;

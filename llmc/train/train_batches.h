@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "llmc/base/enum_names.h"
 #include "llmc/data/bos_loader.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/checkpoint/state_file.h"
@@ -91,7 +92,10 @@ class BosBatches final : public TrainBatches {
 // speedrun model) when the vocabulary holds the BOS token it finds documents by, window otherwise (GPT-2:
 // llm.c's behaviour; the speedrun-tiny test preset, V = 96). Throws std::invalid_argument naming the
 // options: bos for a vocabulary without the BOS token, bos (chosen or auto's) with --shuffle.
-TrainLoaderKind choose_train_loader(const std::string& option, bool family_trains_on_documents, int vocab_size,
+enum class TrainLoaderChoice { kAuto, kWindow, kBos };
+inline constexpr EnumName<TrainLoaderChoice> kTrainLoaderChoiceNames[] = {
+    {TrainLoaderChoice::kAuto, "auto"}, {TrainLoaderChoice::kWindow, "window"}, {TrainLoaderChoice::kBos, "bos"}};
+TrainLoaderKind choose_train_loader(TrainLoaderChoice option, bool family_trains_on_documents, int vocab_size,
                                     bool shuffle);
 
 std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const TrainBatchesConfig& config);

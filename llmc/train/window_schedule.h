@@ -7,9 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "llmc/base/enum_names.h"
 #include "llmc/schedule/speedrun_schedule.h"
 
 namespace llmc {
+
+// --window-schedule: a speedrun model's windows fixed at the record's first ones, or the record's schedule.
+enum class WindowScheduleKind { kFixed, kSpeedrun };
+inline constexpr EnumName<WindowScheduleKind> kWindowScheduleNames[] = {
+    {WindowScheduleKind::kFixed, "fixed"}, {WindowScheduleKind::kSpeedrun, "speedrun"}};
 
 class WindowSchedule {
  public:

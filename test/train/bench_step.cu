@@ -1,5 +1,6 @@
 // The per-step benchmark of the training machinery (docs/benchmarks.md "Training step"): one rank of
-// train_gpt2's step (llmc/train/train_step.h: GPT-2 + ZeRO-1 AdamW) at a chosen size, and per step the
+// train_gpt2's step (llmc/train/train_step.h) on the trainer's own wiring (llmc/train/training_run.h: any
+// model preset with its family's optimizer, or --optimizer's) at a chosen size, and per step the
 // launches (kernels, GEMMs, memsets, copies), the GEMM plans built, the calls that block the host, the
 // host time spent in the step call, and per kernel the bytes and FLOPs its launcher accounts
 // (llmc/base/launch_observer.h) with the time they take at the H200's ceilings (790 TFLOP/s bf16 dense,
@@ -27,11 +28,9 @@
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
 #include "llmc/base/launch_observer.h"
-#include "llmc/model/gpt2/gpt2.h"
-#include "llmc/model/gpt2/gpt2_config.h"
-#include "llmc/model/gpt2/gpt2_init.h"
-#include "llmc/optim/zero.h"
+#include "llmc/model/registry.h"
 #include "llmc/train/train_step.h"
+#include "llmc/train/training_run.h"
 
 namespace {
 
@@ -51,6 +50,7 @@ struct Options {
   int batch = 32, seq_len = 1024, grad_accum = 1, warmup = 1, steps = 2;
   std::string overlap = "full";
   std::string gemm_algo = "heuristic";
+  std::string optimizer = "auto";
   double grad_clip = 0.0;
   std::string data;      // token shard glob; empty: Zipf tokens
   bool execute = false;  // emulated build: run the kernels too (tiny sizes only)
@@ -152,44 +152,32 @@ std::string write_zipf_shard(const std::string& directory, int vocab, int64_t to
   return path;
 }
 
-// Everything one rank trains with, as train_gpt2 builds it (fresh initialisation, no validation).
+// The trainer's options for this benchmark: the model with its family's optimizer (weight decay 0.1), a fresh
+// initialisation from seed 1337, fixed windows of the token shards, no validation; lr comes with each step.
+TrainOptions train_options(const Options& o, const CommContext& comm, const std::string& pattern) {
+  TrainOptions t;
+  t.model = o.model;
+  t.batch_size = o.batch;
+  t.seq_len = o.seq_len;
+  t.total_batch_tokens = static_cast<int64_t>(o.batch) * o.seq_len * o.grad_accum * comm.world_size();
+  t.steps = o.warmup + 2 * o.steps + 4;  // every step run here, and the speedrun schedules' minimum
+  t.weight_decay = 0.1;
+  t.grad_clip = o.grad_clip;
+  t.overlap = parse_overlap_mode(o.overlap);
+  t.gemm_algo = parse_gemm_algo_selection(o.gemm_algo);
+  if (const auto optimizer = value_named(o.optimizer, kOptimizerChoiceNames)) t.optimizer = *optimizer;
+  else throw std::invalid_argument("--optimizer '" + o.optimizer + "': expected " + names_listed(kOptimizerChoiceNames));
+  t.train_data = pattern;
+  t.train_loader = TrainLoaderChoice::kWindow;  // train_gpt2's GPT-2 default, for every model here
+  t.seed = 1337;
+  return t;
+}
+
+// Everything one rank trains with, as train_gpt2 builds it.
 struct Setup {
-  Setup(const Options& o, const GPT2Config& config, CommContext& comm, const std::string& pattern,
-        cudaStream_t stream)
-      : model(config, comm.world_size(), o.batch, o.seq_len, o.grad_accum, stream),
-        tracer(false, comm.rank()),
-        optimizer(model, comm, settings(o), &tracer),
-        loader(loader_config(o, comm, config, pattern)),
-        batch(static_cast<size_t>(o.batch) * o.seq_len),
-        parts{model, optimizer, loader, tracer, comm, o.grad_accum} {
-    model.set_gemm_algo_selection(parse_gemm_algo_selection(o.gemm_algo));
-    const std::vector<float> params = init_gpt2_params(model.layout(), 1337);
-    model.upload_params(params);
-    optimizer.init_master(params);
-  }
-  static OptimizerSettings settings(const Options& o) {
-    OptimizerSettings s;
-    s.adamw.weight_decay = 0.1f;
-    s.grad_clip = static_cast<float>(o.grad_clip);
-    s.overlap = parse_overlap_mode(o.overlap);
-    return s;
-  }
-  static TrainBatchesConfig loader_config(const Options& o, const CommContext& comm, const GPT2Config& config,
-                                          const std::string& pattern) {
-    TrainBatchesConfig c;
-    c.pattern = pattern;
-    c.batch_size = o.batch;
-    c.seq_len = o.seq_len;
-    c.rank = comm.rank();
-    c.world_size = comm.world_size();
-    c.grad_accum = o.grad_accum;
-    c.vocab_size = config.vocab_size;
-    return c;
-  }
-  GPT2 model;
-  Tracer tracer;
-  ZeroOptimizer optimizer;
-  WindowBatches loader;  // train_gpt2's GPT-2 default (--train-loader window)
+  Setup(const TrainOptions& options, CommContext& comm)
+      : run(options, comm), batch(static_cast<size_t>(options.batch_size) * options.seq_len), parts(run.step_parts()) {}
+  TrainingRun run;
   Batch batch;
   StepParts parts;
 };
@@ -268,7 +256,7 @@ void print_summary(const StepObserver& observer, int steps, double host_ms_per_s
 }
 
 int run(const Options& o) {
-  const GPT2Config config = config_from_name(o.model);
+  const ModelStart model = locate_model(o.model, "", /*world_size=*/1);  // a preset: its family, no parameters
   const bool execute = !kEmulated || o.execute;
 #if defined(LLMC_EMULATION)
   if (!execute) emu::EmulatedDevice::instance().set_fill_new_memory(false);  // reserve, never touch
@@ -278,19 +266,19 @@ int run(const Options& o) {
     temporary = (std::filesystem::temp_directory_path() / ("bench_step_" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(temporary);
     const int64_t needed = static_cast<int64_t>(o.batch) * o.seq_len * o.grad_accum * (o.warmup + o.steps + 2) + 1;
-    pattern = write_zipf_shard(temporary, config.vocab_size, needed);
+    pattern = write_zipf_shard(temporary, model.family->vocab_size(), needed);
   }
   CommContext comm;
-  cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&stream));
   int status = 0;
   {
-    Setup setup(o, config, comm, pattern, stream);
-    std::printf("bench_step (%s, %s): model %s (%s), B=%d T=%d, grad_accum %d, overlap %s, grad_clip %g, "
-                "gemm_algo %s, tokens %s\n",
+    const TrainOptions options = train_options(o, comm, pattern);
+    Setup setup(options, comm);
+    std::printf("bench_step (%s, %s): model %s (%s), B=%d T=%d, grad_accum %d, optimizer %s, overlap %s, "
+                "grad_clip %g, gemm_algo %s, tokens %s\n",
                 kPrecisionName, kEmulated ? (execute ? "emulated, executed" : "emulated, nothing executed") : "GPU",
-                o.model.c_str(), describe_config(config).c_str(), o.batch, o.seq_len, o.grad_accum,
-                o.overlap.c_str(), o.grad_clip, o.gemm_algo.c_str(), o.data.empty() ? "Zipf(1.1) synthetic" : o.data.c_str());
+                o.model.c_str(), model.family->describe().c_str(), o.batch, o.seq_len, o.grad_accum,
+                state_optimizer_name(setup.run.optimizer->state_kind()), o.overlap.c_str(), o.grad_clip,
+                o.gemm_algo.c_str(), o.data.empty() ? "Zipf(1.1) synthetic" : o.data.c_str());
     StepObserver first_step(execute, false);
     ReadObserver first_reads;
     run_steps(setup, 1, o.warmup, &first_step, &first_reads);
@@ -315,7 +303,6 @@ int run(const Options& o) {
     if (execute) std::printf("measured step time %.2f ms (%d steps, no observer)\n", measured_ms, o.steps);
     print_table(observer, observed, execute);
   }
-  CUDA_CHECK(cudaStreamDestroy(stream));
   if (!temporary.empty()) std::filesystem::remove_all(temporary);
   return status;
 }
@@ -326,13 +313,14 @@ int main(int argc, char** argv) {
   CLI::App app{"Per-step launches, host waits, host time and per-kernel bytes, FLOPs and H200 ceiling times of "
                "train_gpt2's step (one rank); measured times on a GPU."};
   Options o;
-  app.add_option("--model", o.model, "model preset (dN, tiny, small)");
+  app.add_option("--model", o.model, "model preset (dN, tiny, small; speedrun, speedrun-tiny with -b 1)");
   app.add_option("-b,--batch", o.batch, "micro-batch size B")->check(CLI::PositiveNumber);
   app.add_option("-t,--seq-len", o.seq_len, "sequence length T")->check(CLI::PositiveNumber);
   app.add_option("--grad-accum", o.grad_accum, "micro-steps per step")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "steps before the observed ones")->check(CLI::PositiveNumber);
   app.add_option("--steps", o.steps, "observed (emulated) or timed (GPU) steps")->check(CLI::PositiveNumber);
   app.add_option("--overlap", o.overlap, "optimizer overlap mode: none, rs, full");
+  app.add_option("--optimizer", o.optimizer, "zero-adamw, speedrun or auto (the family's own)");
   app.add_option("--grad-clip", o.grad_clip, "gradient clipping threshold (0 = off)");
   app.add_option("--gemm-algo", o.gemm_algo, "GEMM algorithm selection: heuristic or fastest (GPU: timed)");
   app.add_option("--data", o.data, "token shard glob (default: a synthetic Zipf(1.1) shard)");

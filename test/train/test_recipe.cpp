@@ -40,14 +40,14 @@ TEST(Recipe, ModdedRecordMatchesSpeedrunMd) {
   EXPECT_EQ(o.total_batch_tokens, 262144);
   EXPECT_EQ(o.grad_accum_steps(8), 1);
   EXPECT_EQ(o.grad_accum_steps(1), 8);
-  EXPECT_EQ(o.lr_schedule, "speedrun");
-  EXPECT_EQ(o.window_schedule, "speedrun");
+  EXPECT_EQ(o.lr_schedule, llmc::LrDecay::kSpeedrun);
+  EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kSpeedrun);
   EXPECT_EQ(o.warmup_steps, 0);
   EXPECT_EQ(o.grad_clip, 0.0);  // section 2: no gradient clipping
   EXPECT_EQ(o.lr, 1.0);         // the speedrun optimizer's base lrs times 1
   EXPECT_EQ(o.val_every, 250);  // section 3: every 250 steps and at the end, on 10,485,760 tokens
   EXPECT_EQ(o.val_tokens, 10485760);
-  EXPECT_EQ(o.train_loader, "bos");  // section 3: whole documents from their BOS, packed
+  EXPECT_EQ(o.train_loader, llmc::TrainLoaderChoice::kBos);  // section 3: whole documents from their BOS, packed
   EXPECT_NO_THROW(llmc::validate_train_options(o, 8));
   EXPECT_NO_THROW(llmc::validate_train_options(o, 1));
   // The log's option list shows the values in force, not the trainer's defaults.
@@ -64,14 +64,14 @@ TEST(Recipe, LlmcGpt2124MMatchesItsScript) {
   EXPECT_EQ(o.steps, 19073);  // 10B tokens: 19,073 x 524,288 = 9.9996e9
   EXPECT_EQ(o.lr, 6e-4);
   EXPECT_EQ(o.warmup_steps, 700);
-  EXPECT_EQ(o.lr_schedule, "cosine");
+  EXPECT_EQ(o.lr_schedule, llmc::LrDecay::kCosine);
   EXPECT_EQ(o.final_lr_frac, 0.0);
   EXPECT_EQ(o.weight_decay, 0.1);
   EXPECT_EQ(o.grad_clip, 1.0);
-  EXPECT_EQ(o.window_schedule, "fixed");
+  EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kFixed);
   EXPECT_EQ(o.val_every, 250);
   EXPECT_EQ(o.val_tokens, 10485760);
-  EXPECT_EQ(o.train_loader, "window");
+  EXPECT_EQ(o.train_loader, llmc::TrainLoaderChoice::kWindow);
   EXPECT_EQ(o.grad_accum_steps(8), 1);
 }
 
@@ -84,9 +84,9 @@ TEST(Recipe, ExplicitOptionsWinWhereverTheyStand) {
     const TrainOptions o = parse(args);
     EXPECT_EQ(o.steps, 8);
     EXPECT_EQ(o.model, "speedrun-tiny");
-    EXPECT_EQ(o.lr_schedule, "cosine");  // the trainer's default, given explicitly, still wins
-    EXPECT_EQ(o.train_loader, "window");
-    EXPECT_EQ(o.window_schedule, "speedrun");
+    EXPECT_EQ(o.lr_schedule, llmc::LrDecay::kCosine);  // the trainer's default, given explicitly, still wins
+    EXPECT_EQ(o.train_loader, llmc::TrainLoaderChoice::kWindow);
+    EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kSpeedrun);
     EXPECT_EQ(o.seq_len, 32768);
   }
 }
@@ -96,8 +96,8 @@ TEST(Recipe, NoneLeavesTheDefaultsAndUnknownOnesAreRefused) {
   EXPECT_EQ(o.recipe, "");
   EXPECT_EQ(o.model, defaults.model);
   EXPECT_EQ(o.lr_schedule, defaults.lr_schedule);
-  EXPECT_EQ(o.window_schedule, "fixed");
-  EXPECT_EQ(o.train_loader, "auto");
+  EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kFixed);
+  EXPECT_EQ(o.train_loader, llmc::TrainLoaderChoice::kAuto);
   EXPECT_THROW(parse({"--recipe", "modded-2024"}), CLI::ValidationError);
   EXPECT_THROW(llmc::recipe_settings("modded-2024"), std::invalid_argument);
 }

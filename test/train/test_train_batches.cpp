@@ -242,22 +242,26 @@ std::string invalid_argument_of(Call call) {
 
 TEST(ChooseTrainLoader, AutoIsBosForSpeedrunModelsWhoseVocabularyHoldsBos) {
   using llmc::choose_train_loader;
-  EXPECT_EQ(choose_train_loader("auto", /*family_trains_on_documents=*/true, 50304, false), TrainLoaderKind::kBos);
-  EXPECT_EQ(choose_train_loader("auto", /*family_trains_on_documents=*/true, 96, false), TrainLoaderKind::kWindow);
-  EXPECT_EQ(choose_train_loader("auto", /*family_trains_on_documents=*/false, 50257, false), TrainLoaderKind::kWindow);
-  EXPECT_EQ(choose_train_loader("auto", /*family_trains_on_documents=*/false, 50257, true), TrainLoaderKind::kWindow);
-  EXPECT_EQ(choose_train_loader("bos", /*family_trains_on_documents=*/false, 50257, false), TrainLoaderKind::kBos);
-  EXPECT_EQ(choose_train_loader("window", /*family_trains_on_documents=*/true, 50304, true), TrainLoaderKind::kWindow);
-  EXPECT_EQ(invalid_argument_of([] { choose_train_loader("bos", /*family_trains_on_documents=*/true, 96, false); }),
+  using llmc::TrainLoaderChoice;
+  constexpr bool kDocuments = true, kWindows = false;  // whether the family trains on documents
+  EXPECT_EQ(choose_train_loader(TrainLoaderChoice::kAuto, kDocuments, 50304, false), TrainLoaderKind::kBos);
+  EXPECT_EQ(choose_train_loader(TrainLoaderChoice::kAuto, kDocuments, 96, false), TrainLoaderKind::kWindow);
+  EXPECT_EQ(choose_train_loader(TrainLoaderChoice::kAuto, kWindows, 50257, false), TrainLoaderKind::kWindow);
+  EXPECT_EQ(choose_train_loader(TrainLoaderChoice::kAuto, kWindows, 50257, true), TrainLoaderKind::kWindow);
+  EXPECT_EQ(choose_train_loader(TrainLoaderChoice::kBos, kWindows, 50257, false), TrainLoaderKind::kBos);
+  EXPECT_EQ(choose_train_loader(TrainLoaderChoice::kWindow, kDocuments, 50304, true), TrainLoaderKind::kWindow);
+  EXPECT_EQ(invalid_argument_of([] { choose_train_loader(TrainLoaderChoice::kBos, kDocuments, 96, false); }),
             "--train-loader bos: the model's vocabulary (96 tokens) has no BOS token 50256 to find documents by; "
             "use --train-loader window");
-  EXPECT_EQ(invalid_argument_of([] { choose_train_loader("bos", /*family_trains_on_documents=*/false, 50257, true); }),
+  EXPECT_EQ(invalid_argument_of([] { choose_train_loader(TrainLoaderChoice::kBos, kWindows, 50257, true); }),
             "--shuffle cannot be used with --train-loader bos: the BOS loader walks the shards in order; drop "
             "--shuffle or pass --train-loader window");
-  EXPECT_EQ(invalid_argument_of([] { choose_train_loader("auto", /*family_trains_on_documents=*/true, 50304, true); }),
+  EXPECT_EQ(invalid_argument_of([] { choose_train_loader(TrainLoaderChoice::kAuto, kDocuments, 50304, true); }),
             "--shuffle cannot be used with --train-loader bos (auto's choice for a speedrun model): the BOS loader "
             "walks the shards in order; drop --shuffle or pass --train-loader window");
-  EXPECT_NE(invalid_argument_of([] { choose_train_loader("documents", /*family_trains_on_documents=*/false, 50257, false); }), "");
+  // A name outside the table is refused by --train-loader's parse (the options' tests); the table has these.
+  EXPECT_FALSE(llmc::value_named("documents", llmc::kTrainLoaderChoiceNames).has_value());
+  EXPECT_EQ(llmc::value_named("bos", llmc::kTrainLoaderChoiceNames), TrainLoaderChoice::kBos);
 }
 
 }  // namespace

@@ -164,12 +164,12 @@ TEST(TrainOptions, ContradictionsAreNamed) {
   o.warmup_steps = 0;
   EXPECT_NO_THROW(validate_train_options(o, 1));
   o.shuffle = true;
-  o.train_loader = "bos";
+  o.train_loader = llmc::TrainLoaderChoice::kBos;
   try { validate_train_options(o, 1); FAIL() << "no error"; } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "--shuffle cannot be used with --train-loader bos: the BOS loader walks the "
                                      "shards in order; drop --shuffle or pass --train-loader window");
   }
-  o.train_loader = "window";
+  o.train_loader = llmc::TrainLoaderChoice::kWindow;
   EXPECT_NO_THROW(validate_train_options(o, 1));
   CLI::App app;
   TrainOptions parsed;
@@ -183,7 +183,7 @@ TEST(TrainOptions, SpeedrunSchedulesNeedFourSteps) {
   TrainOptions o;
   add_train_options(app, o);
   app.parse(std::vector<std::string>{"3", "--steps", "speedrun", "--window-schedule"});  // reversed
-  EXPECT_EQ(o.window_schedule, "speedrun");
+  EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kSpeedrun);
   try { validate_train_options(o, 1); FAIL() << "no error"; } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("--window-schedule speedrun needs --steps >= 4"), std::string::npos)
         << e.what();

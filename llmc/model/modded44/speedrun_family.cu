@@ -26,17 +26,17 @@ class SpeedrunFamily : public ModelFamily {
   int vocab_size() const override { return config_.vocab_size; }
   // auto: on wherever it can run. The emulated device is sm_90, so emulated runs take the FP8 path the GPU
   // takes (its GEMMs emulated with the accumulator model of docs/fp8.md).
-  bool use_fp8_head(const std::string& choice, int seq_len) const override {
-    if (choice == "off") return false;
+  bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const override {
+    if (choice == Fp8HeadChoice::kOff) return false;
     const bool shape_fits = fp8_head_shape_fits(seq_len, config_.channels(), config_.vocab_size);
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     const bool supported = fp8_gemm_supported(device);
-    if (choice == "on" && !shape_fits)
+    if (choice == Fp8HeadChoice::kOn && !shape_fits)
       throw std::invalid_argument("--fp8-head on: the FP8 head needs --seq-len (" + std::to_string(seq_len) +
                                   "), the width (" + std::to_string(config_.channels()) + ") and the vocabulary (" +
                                   std::to_string(config_.vocab_size) + ") to be multiples of 16");
-    if (choice == "on" && !supported)
+    if (choice == Fp8HeadChoice::kOn && !supported)
       throw std::invalid_argument("--fp8-head on: this GPU has no FP8 GEMMs (compute capability 8.9 or newer "
                                   "needed); use --fp8-head off");
     return shape_fits && supported;

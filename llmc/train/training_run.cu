@@ -1,0 +1,203 @@
+// One training run's wiring (see training_run.h).
+#include "llmc/train/training_run.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "llmc/checkpoint/checkpoint.h"
+#include "llmc/checkpoint/checkpoint_dir.h"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/optim/speedrun_optimizer.h"
+#include "llmc/optim/zero.h"
+#include "llmc/schedule/speedrun_schedule.h"
+#include "llmc/train/run_info.h"
+
+namespace llmc {
+
+namespace {
+
+cudaStream_t create_compute_stream() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  return stream;
+}
+
+OptimizerSettings zero_settings(const TrainOptions& opt) {
+  OptimizerSettings settings;
+  settings.adamw.weight_decay = static_cast<float>(opt.weight_decay);
+  settings.grad_clip = static_cast<float>(opt.effective_grad_clip(/*speedrun_optimizer=*/false));
+  settings.overlap = opt.overlap;
+  return settings;
+}
+
+// --optimizer (auto: the model family's own). The speedrun optimizer has no clipping: --grad-clip is
+// refused here rather than ignored.
+std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, const ModelFamily& family,
+                                                TrainableModel& model, CommContext& comm, Tracer& tracer) {
+  const bool family_speedrun = family.default_optimizer() == StateOptimizer::kSpeedrun;
+  const bool speedrun = opt.optimizer == OptimizerChoice::kSpeedrun ||
+                        (opt.optimizer == OptimizerChoice::kAuto && family_speedrun);
+  if (!speedrun) return std::make_unique<ZeroOptimizer>(model, comm, zero_settings(opt), &tracer);
+  if (!family_speedrun)
+    throw std::invalid_argument("--optimizer speedrun needs a speedrun model (--model speedrun, speedrun-tiny or its file)");
+  if (opt.effective_grad_clip(/*speedrun_optimizer=*/true) > 0)
+    throw std::invalid_argument("--optimizer speedrun has no gradient clipping: drop --grad-clip or pass 0");
+  SpeedrunOptimizerSettings settings;
+  // The Muon momentum's schedule: the record's stretched to --steps, as --lr-schedule speedrun's (at least
+  // the 4 steps that stretch needs).
+  settings.schedule = SpeedrunSchedule::for_total_steps(std::max(4, opt.steps));
+  settings.overlap = opt.overlap;
+  return std::make_unique<SpeedrunOptimizer>(model, comm, settings, &tracer);
+}
+
+// The fields both loaders' configurations share.
+template <class LoaderConfig>
+LoaderConfig loader_config(const std::string& pattern, const TrainOptions& opt, const CommContext& comm,
+                           int vocab_size) {
+  LoaderConfig config;
+  config.pattern = pattern;
+  config.batch_size = opt.batch_size;
+  config.seq_len = opt.seq_len;
+  config.rank = comm.rank();
+  config.world_size = comm.world_size();
+  config.vocab_size = vocab_size;
+  return config;
+}
+
+std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const TrainOptions& opt,
+                                                 const CommContext& comm, const ModelFamily& family, int grad_accum) {
+  TrainBatchesConfig config = loader_config<TrainBatchesConfig>(opt.train_data, opt, comm, family.vocab_size());
+  config.grad_accum = grad_accum;
+  config.shuffle = opt.shuffle;
+  config.seed = opt.seed;
+  return make_train_batches(kind, config);
+}
+
+std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommContext& comm, int vocab_size) {
+  if (opt.val_tokens <= 0) return nullptr;
+  ValLoaderConfig config = loader_config<ValLoaderConfig>(opt.val_data, opt, comm, vocab_size);
+  config.val_tokens = opt.val_tokens;
+  return std::make_unique<ValLoader>(config);
+}
+
+// --window-schedule speedrun: the record's windows stretched to --steps, set on the model before each step
+// (fixed: the model keeps its first windows). Setting the first ones fails at once for GPT-2.
+std::unique_ptr<WindowSchedule> make_window_schedule(const TrainOptions& opt, FamilyModel& model) {
+  if (opt.window_schedule != WindowScheduleKind::kSpeedrun) return nullptr;
+  const SpeedrunSchedule schedule = SpeedrunSchedule::for_total_steps(opt.steps);
+  const AttentionWindows first = schedule.windows(0);
+  model.set_attention_windows(first.short_blocks, first.long_blocks, /*apply_yarn=*/false);
+  return std::make_unique<WindowSchedule>(schedule, [&model](const AttentionWindows& windows, bool yarn) {
+    return model.set_attention_windows(windows.short_blocks, windows.long_blocks, yarn);
+  });
+}
+
+// What this run's checkpoints must match to be resumed.
+ResumeExpectations resume_expectations(const ModelFamily& family, const BucketOptimizer& optimizer,
+                                       TrainLoaderKind loader) {
+  ResumeExpectations expected;
+  expected.model = family.state_model();
+  expected.describe_model = describe_state_model;
+  expected.model_file_digest = [&family](const std::string& path) { return family.model_file_digest(path); };
+  expected.optimizer = optimizer.state_kind();
+  expected.loader = loader;
+  return expected;
+}
+
+}  // namespace
+
+TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
+    : opt(options),
+      comm(communicator),
+      resume_prefix(llmc::resume_prefix(opt.resume, opt.output_dir)),
+      start(locate_model(opt.model, resume_prefix.empty() ? "" : checkpoint_model_path(resume_prefix),
+                         comm.world_size())),
+      // before the model: a refusal costs nothing
+      loader_kind(choose_train_loader(opt.train_loader, start.family->trains_on_documents(),
+                                      start.family->vocab_size(), opt.shuffle)),
+      grad_accum(opt.grad_accum_steps(comm.world_size())),
+      fp8_head(start.family->use_fp8_head(opt.fp8_head, opt.seq_len)),
+      model(start.family->build(comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(),
+                                fp8_head)),
+      tracer(!opt.trace_dir.empty(), comm.rank()),
+      optimizer(make_optimizer(opt, *start.family, *model, comm, tracer)),
+      train_batches(make_train_batches(loader_kind, opt, comm, *start.family, grad_accum)),
+      val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
+      windows(make_window_schedule(opt, *model)) {
+  model->set_gemm_algo_selection(opt.gemm_algo);
+  if (start.params.empty()) start.params = start.family->init_params(opt.seed, comm.world_size());
+  model->upload_params(start.params);
+  optimizer->init_master(start.params);
+  if (resume_prefix.empty()) return;
+  // Written by this many ranks or another: the optimizer re-shards its own state, the loader maps its position.
+  const CheckpointReader checkpoint(resume_prefix, comm.rank(), comm.world_size(),
+                                    resume_expectations(*start.family, *optimizer, train_batches->kind()));
+  optimizer->restore_state(checkpoint);
+  train_batches->resume(checkpoint.written(), checkpoint.state_path(0));
+  loop = LoopState{static_cast<int>(checkpoint.written().step), checkpoint.written().train_time_ms, resume_prefix};
+  resumed_from = checkpoint.written();
+}
+
+LogHeader TrainingRun::describe(const std::string& options_text, const DebugHooks& debug) const {
+  LogHeader header;
+  header.run = collect_run_info();
+  header.precision = kPrecisionName;
+  header.world_size = comm.world_size();
+  header.model = start.family->describe();
+  header.num_parameters = model->layout().num_parameters;
+  header.model_source = start.file.empty() ? "init seed " + std::to_string(opt.seed) : "from " + start.file;
+  header.options_text = options_text;
+  header.batch_size = opt.batch_size;
+  header.seq_len = opt.seq_len;
+  header.grad_accum = grad_accum;
+  header.activation_bytes = model->activation_bytes();
+  header.optimizer_state_bytes = optimizer->state_bytes();
+  header.overlap = name_of(opt.overlap, kOverlapModeNames);
+  if (opt.resume == "latest" && resume_prefix.empty())
+    header.notes.push_back("--resume latest: no checkpoint in " + opt.output_dir + ", starting fresh");
+  if (!resume_prefix.empty())
+    header.notes.push_back("resumed from " + resume_prefix + " at step " + std::to_string(loop.step) +
+                           (resumed_from.world_size == comm.world_size()
+                                ? ""
+                                : " (written by " + std::to_string(resumed_from.world_size) +
+                                      " ranks, optimizer state re-sharded)"));
+  header.notes.push_back("train loader: " + train_batches->describe() + " (--train-loader " +
+                         name_of(opt.train_loader, kTrainLoaderChoiceNames) + ")");
+  if (optimizer->state_kind() == StateOptimizer::kSpeedrun)
+    header.notes.push_back("optimizer: speedrun (NorMuon + sharded Adam)");
+  header.notes.push_back(std::string("head: ") + (fp8_head ? "fp8" : "bf16") + " (--fp8-head " +
+                         name_of(opt.fp8_head, kFp8HeadChoiceNames) + "), activations " +
+                         std::to_string(header.activation_bytes) + " bytes");
+  if (debug.any()) header.notes.push_back("debug: " + debug.describe());
+  if (opt.lr_schedule == LrDecay::kSpeedrun || windows)
+    header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(opt.steps).describe());
+  return header;
+}
+
+void TrainingRun::write_checkpoint(const std::string& prefix, TrainLog& log) {
+  optimizer->wait_for_all_params();
+  const std::vector<float> params = comm.is_main_rank() ? model->download_params() : std::vector<float>();
+  TrainState state;
+  state.step = loop.step;
+  state.rank = comm.rank();
+  state.world_size = comm.world_size();
+  state.model = start.family->state_model();
+  train_batches->save_position(state);
+  state.batch_size = opt.batch_size;
+  state.grad_accum = grad_accum;
+  state.seq_len = opt.seq_len;
+  state.train_time_ms = loop.train_time_ms;
+  state.optimizer = optimizer->state_kind();
+  state.arrays = optimizer->save_state(loop.step);
+  const ModelFileWriter write_model = [this, &params](const std::string& path) {
+    return model->write_model_file(path, params, /*fp32=*/false);
+  };
+  save_checkpoint(prefix, comm, CheckpointContents{write_model, state});
+  loop.last_checkpoint = prefix;
+  log.line("# checkpoint " + prefix);
+  if (!comm.is_main_rank()) return;
+  for (const std::string& problem : prune_checkpoints(opt.output_dir, opt.keep_checkpoints))
+    log.line("# warning: --keep-checkpoints could not delete " + problem);
+}
+
+}  // namespace llmc

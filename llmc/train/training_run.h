@@ -1,0 +1,64 @@
+// One training run's wiring, built from the options in dependency order: the model (a preset initialised
+// from the seed, a model file, or the model file of the checkpoint being resumed, through the model
+// registry), the optimizer (--optimizer, or the family's own) and its master weights, the training and
+// validation loaders, the window schedule, and what a resumed checkpoint restores (the optimizer's state,
+// the loader's position, the loop's step and time). The trainer (trainer.h) runs it; the step benchmark
+// (test/train/bench_step.cu) builds one to measure its step.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "llmc/checkpoint/state_file.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/dist/comm.h"
+#include "llmc/dist/trace.h"
+#include "llmc/model/registry.h"
+#include "llmc/optim/bucket_optimizer.h"
+#include "llmc/train/debug_hooks.h"
+#include "llmc/train/log.h"
+#include "llmc/train/options.h"
+#include "llmc/train/train_batches.h"
+#include "llmc/train/train_step.h"
+#include "llmc/train/window_schedule.h"
+
+namespace llmc {
+
+// The loop's own state, saved with every checkpoint.
+struct LoopState {
+  int step = 0;  // optimizer steps done
+  double train_time_ms = 0.0;
+  std::string last_checkpoint;  // prefix; "" for none
+};
+
+struct TrainingRun {
+  // Throws std::invalid_argument naming the option for a combination the model cannot train, FileError for a
+  // bad model file or checkpoint.
+  TrainingRun(const TrainOptions& options, CommContext& comm);
+
+  // The pieces one step works with (llmc/train/train_step.h).
+  StepParts step_parts() { return StepParts{*model, *optimizer, *train_batches, tracer, comm, grad_accum}; }
+  // The log header: the run's environment, model, options, shapes and how it was set up.
+  LogHeader describe(const std::string& options_text, const DebugHooks& debug) const;
+  // Collective: checkpoint `prefix` of the state after loop.step (the model file once, every rank's
+  // optimizer state; complete on every rank or not at all, llmc/checkpoint/checkpoint.h); then, with
+  // --keep-checkpoints, the oldest ones go.
+  void write_checkpoint(const std::string& prefix, TrainLog& log);
+
+  const TrainOptions& opt;
+  CommContext& comm;
+  const std::string resume_prefix;  // "" when starting fresh
+  ModelStart start;
+  const TrainLoaderKind loader_kind;
+  const int grad_accum;
+  const bool fp8_head;  // the speedrun model's head in FP8 (--fp8-head)
+  std::unique_ptr<FamilyModel> model;
+  Tracer tracer;
+  std::unique_ptr<BucketOptimizer> optimizer;
+  std::unique_ptr<TrainBatches> train_batches;  // --train-loader
+  std::unique_ptr<ValLoader> val_loader;        // null: no validation
+  std::unique_ptr<WindowSchedule> windows;      // null: fixed windows
+  LoopState loop;
+  TrainStateHeader resumed_from;  // what the checkpoint's writer saw (when resuming)
+};
+
+}  // namespace llmc
