@@ -4,6 +4,7 @@
 
 add_library(llmc_emu STATIC
   llmc/emu/block_runner.cpp
+  llmc/emu/cublaslt.cpp
   llmc/emu/emulated_device.cpp
   llmc/emu/kernel_symbols.cpp
   llmc/emu/runtime_api.cpp
@@ -167,6 +168,7 @@ llmc_add_cu_test(NAME emu_tests LABELS emu ALSO_SCHEDULES reverse drift
     test/emu/test_streams.cu
     test/emu/test_bf16.cu
     test/emu/test_mma.cu
+    test/emu/test_cublaslt.cu
     test/emu/test_cp_async.cu
     test/emu/test_errors.cu
     test/emu/test_faults.cu

@@ -1,7 +1,8 @@
 # cmake/scripts.cmake: tests of the speedrun workflow's Python and shell tools (label "scripts"):
 # compare_runs.py statistics, add_record.py, the 8xH100 projection (project_speedrun.py), the FineWeb
 # downloader against a local HTTP server, the tokenizing data scripts (through ./tokenize_gpt2), the run
-# scripts' dry runs, and that every path the README and docs/ name exists. Seconds each.
+# scripts' dry runs, that every path the README and docs/ name exists, and that llmc/'s includes follow
+# docs/architecture.md's layers. Seconds each.
 set(LLMC_SCRIPTS_TEST_DIR ${CMAKE_SOURCE_DIR}/test/scripts)
 set(LLMC_SCRIPTS_ENV "LLMC_SHARED_DIR=${LLMC_SHARED_DIR}")
 if(TARGET tokenize_gpt2)
@@ -23,6 +24,7 @@ llmc_scripts_test(scripts_project_speedrun test_project_speedrun)
 llmc_scripts_test(scripts_fineweb_download test_fineweb_download)
 llmc_scripts_test(scripts_run_scripts test_run_scripts)
 llmc_scripts_test(scripts_doc_paths test_doc_paths)
+llmc_scripts_test(scripts_layering test_layering)
 if(TARGET tokenize_gpt2)
   llmc_scripts_test(scripts_data_tokenize test_data_scripts)
 else()

@@ -41,14 +41,25 @@ constexpr int kRecordWords = 8;
 constexpr int kRecordNameWords = kStateArrayNameBytes / 8;
 static_assert(kRecordNameWords + 2 == kRecordWords, "a record is the name, the element size and the count");
 
+// A header word's value of an enumerated field.
+template <class Enum>
+constexpr int64_t word_of(Enum value) {
+  return static_cast<int64_t>(value);
+}
+// An enumerated field from its (checked) header word.
+template <class Enum>
+constexpr Enum field_of(int64_t word) {
+  return static_cast<Enum>(word);
+}
+
 // Up to version 4, a zero-adamw state: three unnamed fp32 arrays instead of records.
 bool is_legacy_zero(const int64_t* header) {
-  return header[kVersion] < 5 && header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kZeroAdamW);
+  return header[kVersion] < 5 && header[kOptimizer] == word_of(StateOptimizer::kZeroAdamW);
 }
 
 // Where a file of this version and family keeps the model's shape.
 int shape_word(const int64_t* header) {
-  return header[kVersion] < 5 && header[kFamily] != static_cast<int64_t>(ModelFamilyId::kGPT2) ? kLegacyShape : kShape;
+  return header[kVersion] < 5 && header[kFamily] != word_of(ModelFamilyId::kGPT2) ? kLegacyShape : kShape;
 }
 
 void encode_header(const TrainStateHeader& s, int64_t* header) {
@@ -70,20 +81,20 @@ void encode_header(const TrainStateHeader& s, int64_t* header) {
     header[kBatchInShard] = s.train_position.batch_in_shard;
   }
   header[kTrainTimeMicros] = static_cast<int64_t>(s.train_time_ms * 1000.0);
-  header[kFamily] = static_cast<int64_t>(s.model.family);
+  header[kFamily] = word_of(s.model.family);
   header[kBatchSize] = s.batch_size;
   header[kSeqLen] = s.seq_len;
-  header[kOptimizer] = static_cast<int64_t>(s.optimizer);
+  header[kOptimizer] = word_of(s.optimizer);
   header[kNamedArrays] = s.named_arrays;
-  header[kTrainLoader] = static_cast<int64_t>(s.train_loader);
+  header[kTrainLoader] = word_of(s.train_loader);
   header[kGradAccum] = s.grad_accum;
 }
 
 // The model's words: its family is known; its shape words are sizes where the file keeps them and zero in
 // the words it does not use (a version 4 file of one family that also names the other's shape is corrupt).
 void check_model_words(const int64_t* header, const std::function<void(bool, const std::string&)>& require) {
-  require(header[kFamily] == static_cast<int64_t>(ModelFamilyId::kGPT2) ||
-              header[kFamily] == static_cast<int64_t>(ModelFamilyId::kSpeedrun),
+  require(header[kFamily] == word_of(ModelFamilyId::kGPT2) ||
+              header[kFamily] == word_of(ModelFamilyId::kSpeedrun),
           "unknown model family " + std::to_string(header[kFamily]));
   const int used = shape_word(header);
   const bool legacy = header[kVersion] < 5;
@@ -110,18 +121,18 @@ void check_header(const std::string& path, const int64_t* header, int64_t file_b
   check_model_words(header, require);
   require(header[kBatchSize] > 0 && header[kBatchSize] <= (int64_t{1} << 24), "batch size");
   require(header[kSeqLen] > 0 && header[kSeqLen] <= (int64_t{1} << 24), "sequence length");
-  require(header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kWindow) ||
-              header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos),
+  require(header[kTrainLoader] == word_of(TrainLoaderKind::kWindow) ||
+              header[kTrainLoader] == word_of(TrainLoaderKind::kBos),
           "unknown training loader " + std::to_string(header[kTrainLoader]));
-  require(header[kBosMicroStep] >= 0 && (header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos) ||
+  require(header[kBosMicroStep] >= 0 && (header[kTrainLoader] == word_of(TrainLoaderKind::kBos) ||
                                          header[kBosMicroStep] == 0),
           "BOS loader micro-step " + std::to_string(header[kBosMicroStep]));
   // 0: unknown (older files; a window position does not need it), a BOS position counts steps of it.
-  const int64_t least_accum = header[kTrainLoader] == static_cast<int64_t>(TrainLoaderKind::kBos) ? 1 : 0;
+  const int64_t least_accum = header[kTrainLoader] == word_of(TrainLoaderKind::kBos) ? 1 : 0;
   require(header[kGradAccum] >= least_accum && header[kGradAccum] <= (int64_t{1} << 24),
           "gradient accumulation " + std::to_string(header[kGradAccum]));
-  require(header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kZeroAdamW) ||
-              header[kOptimizer] == static_cast<int64_t>(StateOptimizer::kSpeedrun),
+  require(header[kOptimizer] == word_of(StateOptimizer::kZeroAdamW) ||
+              header[kOptimizer] == word_of(StateOptimizer::kSpeedrun),
           "unknown optimizer " + std::to_string(header[kOptimizer]));
   if (!is_legacy_zero(header)) {
     require(header[kLegacyShardElements] == 0, header[kVersion] < 5 ? "a speedrun state with ZeRO shard elements"
@@ -191,9 +202,9 @@ TrainStateHeader decode_header(const int64_t* header) {
   s.step = header[kStep];
   s.rank = static_cast<int>(header[kRank]);
   s.world_size = static_cast<int>(header[kWorldSize]);
-  s.model.family = static_cast<ModelFamilyId>(header[kFamily]);
+  s.model.family = field_of<ModelFamilyId>(header[kFamily]);
   std::copy(header + shape_word(header), header + shape_word(header) + kStateModelShapeWords, s.model.shape.begin());
-  s.train_loader = static_cast<TrainLoaderKind>(header[kTrainLoader]);
+  s.train_loader = field_of<TrainLoaderKind>(header[kTrainLoader]);
   if (s.train_loader == TrainLoaderKind::kBos) {
     s.bos_position = BosLoaderPosition{header[kEpoch], header[kShardOrderIndex], header[kBatchInShard],
                                        header[kBosMicroStep]};
@@ -204,7 +215,7 @@ TrainStateHeader decode_header(const int64_t* header) {
   s.batch_size = header[kBatchSize];
   s.seq_len = header[kSeqLen];
   s.train_time_ms = static_cast<double>(header[kTrainTimeMicros]) / 1000.0;
-  s.optimizer = static_cast<StateOptimizer>(header[kOptimizer]);
+  s.optimizer = field_of<StateOptimizer>(header[kOptimizer]);
   s.named_arrays = is_legacy_zero(header) ? 3 : header[kNamedArrays];
   s.version = header[kVersion];
   s.checksum = static_cast<uint64_t>(header[kChecksum]);

@@ -1,6 +1,6 @@
-// Checked cuBLASLt calls, the GPU build's sibling of CUDA_CHECK (the emulated build has no cuBLAS; its
-// GEMM runs on the CPU): CUBLAS_CHECK(call) throws llmc::CublasError naming the call, the source
-// location and cuBLAS' status string; CUBLAS_REPORT(call) is for destructors.
+// Checked cuBLASLt calls, the sibling of CUDA_CHECK (in the emulated build against the CPU cuBLASLt of
+// llmc/emu/cublaslt.cpp): CUBLAS_CHECK(call) throws llmc::CublasError naming the call, the source location
+// and cuBLAS' status string; CUBLAS_REPORT(call) is for destructors.
 #pragma once
 
 #include <cublasLt.h>

@@ -1,6 +1,5 @@
-// The FP8 GEMM of the emulated build (Fp8GemmArgs, llmc/kernels/fp8_gemm_args.h): decodes the fp8 operands and
-// sums their products with a model of the Hopper FP8 tensor core's accumulator, run by fp8_gemm() of
-// llmc/kernels/fp8_matmul.cuh as a stream-ordered host function.
+// The arithmetic of the emulated cuBLASLt's FP8 GEMMs (llmc/emu/cublaslt.cpp): decodes the fp8 operands and
+// sums their products with a model of the Hopper FP8 tensor core's accumulator.
 #pragma once
 
 #include <cmath>
@@ -9,12 +8,29 @@
 #include <limits>
 #include <vector>
 
-#include "llmc/emu/fp8_convert.h"
-#include "llmc/kernels/fp8_gemm_args.h"
+#include <cuda_bf16.h>
+#include <library_types.h>
+
 #include "llmc/base/parallel_for.h"
-#include "llmc/cuda/precision.h"
+#include "llmc/emu/fp8_convert.h"
 
 namespace llmc::emu {
+
+// One FP8 GEMM, row-major and K-major: D (M,N) = alpha * a_scale * b_scale * A (M,K) @ B^T (B stored (N,K))
+// + beta * D, dense. A and B are e4m3 or e5m2, D bf16 or fp32; the scales point to one float each (null: 1).
+struct CpuFp8Gemm {
+  void* d = nullptr;
+  cudaDataType_t d_type = CUDA_R_16BF;
+  const void* a = nullptr;
+  cudaDataType_t a_type = CUDA_R_8F_E4M3;
+  const void* b = nullptr;
+  cudaDataType_t b_type = CUDA_R_8F_E4M3;
+  int m = 0, n = 0, k = 0;
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  float alpha = 1.0f, beta = 0.0f;
+  bool fast_accumulation = false;
+};
 
 // The accumulator model. Products of two fp8 values are exact (at most 4 + 4 significant bits). One FP8 MMA
 // (wgmma, K = 32 on sm_90) adds its 32 products to the accumulator the way the FP8 tensor core does it: every
@@ -128,7 +144,7 @@ struct DecodedFp8Operands {
   std::vector<char> a_row_finite, panel_finite;
 };
 
-inline DecodedFp8Operands decode_fp8_operands(const Fp8GemmArgs& g) {
+inline DecodedFp8Operands decode_fp8_operands(const CpuFp8Gemm& g) {
   const Fp8DecodeTable& a_table = fp8_decode_table(g.a_type == CUDA_R_8F_E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2);
   const Fp8DecodeTable& b_table = fp8_decode_table(g.b_type == CUDA_R_8F_E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2);
   const uint8_t* a = static_cast<const uint8_t*>(g.a);
@@ -154,7 +170,7 @@ inline DecodedFp8Operands decode_fp8_operands(const Fp8GemmArgs& g) {
 }
 
 // The epilogue: D = (alpha * a_scale * b_scale) * sum + beta * D in fp32, rounded once to D's type.
-inline void store_fp8_gemm_result(const Fp8GemmArgs& g, size_t index, float sum, float scale) {
+inline void store_fp8_gemm_result(const CpuFp8Gemm& g, size_t index, float sum, float scale) {
   float value = scale * sum;
   if (g.d_type == CUDA_R_32F) {
     float* d = static_cast<float*>(g.d);
@@ -167,7 +183,7 @@ inline void store_fp8_gemm_result(const Fp8GemmArgs& g, size_t index, float sum,
   }
 }
 
-inline void cpu_fp8_gemm(const Fp8GemmArgs& g, int threads) {
+inline void cpu_fp8_gemm(const CpuFp8Gemm& g, int threads) {
   const DecodedFp8Operands decoded = decode_fp8_operands(g);
   const float scale = g.alpha * (g.a_scale != nullptr ? *g.a_scale : 1.0f) * (g.b_scale != nullptr ? *g.b_scale : 1.0f);
   const int panels = static_cast<int>(decoded.panel_finite.size());

@@ -1,15 +1,56 @@
-// The GEMM of the emulated build: a blocked CPU GEMM with fp32 accumulation over the operands of a
-// GemmArgs, run by llmc/kernels/matmul.cuh's gemm() as a stream-ordered host function.
+// The arithmetic of the emulated cuBLASLt's bf16 and fp32 GEMMs (llmc/emu/cublaslt.cpp): a blocked CPU GEMM
+// with fp32 accumulation over row-major operands of either element type, with cuBLASLt's epilogues (beta
+// times C, the bias, GELU with its pre-activation kept).
 #pragma once
+#include <cuda_bf16.h>
 
+#include <cstring>
 #include <vector>
 
-#include "llmc/kernels/gelu.cuh"
-#include "llmc/kernels/gemm_args.h"
 #include "llmc/base/parallel_for.h"
-#include "llmc/cuda/precision.h"
 
-namespace llmc {
+namespace llmc::emu {
+
+enum class GemmElement { kF32, kBF16 };
+
+// One (batched) GEMM, row-major: D (M,N) = alpha * op(A) @ op(B) + beta * C [+ bias over rows], then with
+// `gelu` pre_gelu = that value and D = gelu(it). op(A) is A (M,K) or, with trans_a, A stored (K,M); likewise
+// op(B) (K,N) or B stored (N,K). Leading dimensions in elements; strides between batch matrices too.
+struct CpuGemm {
+  GemmElement element = GemmElement::kBF16;
+  void* d = nullptr;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* c = nullptr;     // the addend of beta
+  const void* bias = nullptr;  // (N) or null
+  void* pre_gelu = nullptr;    // with gelu
+  bool gelu = false;
+  int m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  long long lda = 0, ldb = 0, ldc = 0, ldd = 0, ld_pre_gelu = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  int batch = 1;
+  long long stride_a = 0, stride_b = 0, stride_c = 0, stride_d = 0;
+};
+
+// cuBLASLt's GELU epilogue: the tanh approximation.
+inline float gelu_epilogue(float x) {
+  const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+template <class T>
+float element_to_float(T value);
+template <>
+inline float element_to_float<float>(float value) { return value; }
+template <>
+inline float element_to_float<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
+template <class T>
+T element_from_float(float value);
+template <>
+inline float element_from_float<float>(float value) { return value; }
+template <>
+inline __nv_bfloat16 element_from_float<__nv_bfloat16>(float value) { return __float2bfloat16(value); }
 
 // Both operands are first converted to fp32 and packed: op(A) as (M,K) rows, op(B) as panels of
 // kPanelColumns columns, each panel (K, kPanelColumns) contiguous and zero-padded. A micro-kernel then
@@ -26,20 +67,21 @@ struct PackedGemmOperands {
   int panels = 0;
 };
 
-inline void pack_gemm_operands(const GemmArgs& g, int batch_index, PackedGemmOperands& packed) {
-  const floatX* a = g.a + batch_index * g.stride_a;
-  const floatX* b = g.b + batch_index * g.stride_b;
+template <class T>
+void pack_gemm_operands(const CpuGemm& g, int batch_index, PackedGemmOperands& packed) {
+  const T* a = static_cast<const T*>(g.a) + batch_index * g.stride_a;
+  const T* b = static_cast<const T*>(g.b) + batch_index * g.stride_b;
   packed.a.resize(static_cast<size_t>(g.m) * g.k);
   for (int i = 0; i < g.m; i++)
     for (int kk = 0; kk < g.k; kk++)
       packed.a[static_cast<size_t>(i) * g.k + kk] =
-          to_float(g.trans_a ? a[static_cast<size_t>(kk) * g.m + i] : a[static_cast<size_t>(i) * g.k + kk]);
+          element_to_float(g.trans_a ? a[kk * g.lda + i] : a[i * g.lda + kk]);
   packed.panels = (g.n + kPanelColumns - 1) / kPanelColumns;
   packed.b.assign(static_cast<size_t>(packed.panels) * g.k * kPanelColumns, 0.0f);
   for (int kk = 0; kk < g.k; kk++)
     for (int j = 0; j < g.n; j++)
       packed.b[(static_cast<size_t>(j / kPanelColumns) * g.k + kk) * kPanelColumns + j % kPanelColumns] =
-          to_float(g.trans_b ? b[static_cast<size_t>(j) * g.k + kk] : b[static_cast<size_t>(kk) * g.n + j]);
+          element_to_float(g.trans_b ? b[j * g.ldb + kk] : b[kk * g.ldb + j]);
 }
 
 // D block [row, row + kPanelRows) x [panel columns], accumulators in vector registers (GCC vector
@@ -48,8 +90,9 @@ inline void pack_gemm_operands(const GemmArgs& g, int batch_index, PackedGemmOpe
 typedef float CpuFloat4 __attribute__((vector_size(16)));
 constexpr int kVectorsPerPanelRow = kPanelColumns / 4;
 
-inline void gemm_micro_kernel(const GemmArgs& g, const float* a_rows, const float* panel, int valid_rows, int row,
-                              int column, floatX* d) {
+template <class T>
+void gemm_micro_kernel(const CpuGemm& g, int batch_index, const float* a_rows, const float* panel, int valid_rows,
+                       int row, int column) {
   CpuFloat4 vector_accumulator[kPanelRows][kVectorsPerPanelRow] = {};
   const int depth = g.k;
   for (int kk = 0; kk < depth; kk++) {
@@ -64,26 +107,28 @@ inline void gemm_micro_kernel(const GemmArgs& g, const float* a_rows, const floa
   float accumulator[kPanelRows][kPanelColumns];
   std::memcpy(accumulator, vector_accumulator, sizeof(accumulator));
   const int valid_columns = g.n - column < kPanelColumns ? g.n - column : kPanelColumns;
-  const floatX* addend = g.c != nullptr ? g.c + (d - g.d) : d;  // C of this batch matrix (D unless given)
+  T* d = static_cast<T*>(g.d) + batch_index * g.stride_d;
+  const T* c = g.c != nullptr ? static_cast<const T*>(g.c) + batch_index * g.stride_c : nullptr;
+  const T* bias = static_cast<const T*>(g.bias);
+  T* pre_gelu = static_cast<T*>(g.pre_gelu);
   for (int r = 0; r < valid_rows; r++) {
     for (int j = 0; j < valid_columns; j++) {
-      const size_t index = static_cast<size_t>(row + r) * g.n + column + j;
+      const long long i = row + r, jj = column + j;
       float value = g.alpha * accumulator[r][j];
-      if (g.beta != 0.0f) value += g.beta * to_float(addend[index]);
-      if (g.bias != nullptr) value += to_float(g.bias[column + j]);
-      if (g.pre_gelu != nullptr) {
-        g.pre_gelu[index] = from_float<floatX>(value);
-        value = gelu_tanh(value);
+      if (g.beta != 0.0f) value += g.beta * element_to_float(c[i * g.ldc + jj]);
+      if (bias != nullptr) value += element_to_float(bias[jj]);
+      if (g.gelu) {
+        pre_gelu[i * g.ld_pre_gelu + jj] = element_from_float<T>(value);
+        value = gelu_epilogue(value);
       }
-      d[index] = from_float<floatX>(value);
+      d[i * g.ldd + jj] = element_from_float<T>(value);
     }
   }
 }
 
 // Rows [row_begin, row_end) of one batch matrix.
-inline void cpu_gemm_rows(const GemmArgs& g, const PackedGemmOperands& packed, int batch_index, int row_begin,
-                          int row_end) {
-  floatX* d = g.d + batch_index * g.stride_d;
+template <class T>
+void cpu_gemm_rows(const CpuGemm& g, const PackedGemmOperands& packed, int batch_index, int row_begin, int row_end) {
   constexpr size_t kChunkBytes = static_cast<size_t>(192) << 10;  // the panels of one chunk stay in L2
   int panels_per_chunk = static_cast<int>(kChunkBytes / (static_cast<size_t>(g.k) * kPanelColumns * sizeof(float)));
   if (panels_per_chunk < 1) panels_per_chunk = 1;
@@ -98,13 +143,14 @@ inline void cpu_gemm_rows(const GemmArgs& g, const PackedGemmOperands& packed, i
           a_rows[static_cast<size_t>(r) * g.k + kk] =
               r < valid_rows ? packed.a[static_cast<size_t>(row + r) * g.k + kk] : 0.0f;
       for (int p = first_panel; p < last_panel; p++)
-        gemm_micro_kernel(g, a_rows.data(), packed.b.data() + static_cast<size_t>(p) * g.k * kPanelColumns, valid_rows,
-                          row, p * kPanelColumns, d);
+        gemm_micro_kernel<T>(g, batch_index, a_rows.data(), packed.b.data() + static_cast<size_t>(p) * g.k * kPanelColumns,
+                             valid_rows, row, p * kPanelColumns);
     }
   }
 }
 
-inline void cpu_gemm(const GemmArgs& g, int threads) {
+template <class T>
+void cpu_gemm_typed(const CpuGemm& g, int threads) {
   PackedGemmOperands packed;
   const double flops_per_batch = 2.0 * g.m * g.n * g.k;
   constexpr double kFlopsPerThread = 4e6;  // below this a thread costs more than it saves
@@ -113,9 +159,9 @@ inline void cpu_gemm(const GemmArgs& g, int threads) {
   if (workers > g.m / kPanelRows) workers = g.m / kPanelRows;
   if (workers < 1) workers = 1;
   for (int p = 0; p < g.batch; p++) {
-    pack_gemm_operands(g, p, packed);
+    pack_gemm_operands<T>(g, p, packed);
     if (workers == 1) {
-      cpu_gemm_rows(g, packed, p, 0, g.m);
+      cpu_gemm_rows<T>(g, packed, p, 0, g.m);
       continue;
     }
     // Row ranges in whole micro-kernel blocks; the last range takes the remainder.
@@ -124,9 +170,16 @@ inline void cpu_gemm(const GemmArgs& g, int threads) {
     parallel_for(static_cast<size_t>(workers), workers, [&](int, size_t range) {
       const int begin = static_cast<int>(range) * rows_per_range;
       const int end = begin + rows_per_range < g.m ? begin + rows_per_range : g.m;
-      if (begin < end) cpu_gemm_rows(g, packed, p, begin, end);
+      if (begin < end) cpu_gemm_rows<T>(g, packed, p, begin, end);
     });
   }
 }
 
-}  // namespace llmc
+inline void cpu_gemm(const CpuGemm& g, int threads) {
+  if (g.element == GemmElement::kF32)
+    cpu_gemm_typed<float>(g, threads);
+  else
+    cpu_gemm_typed<__nv_bfloat16>(g, threads);
+}
+
+}  // namespace llmc::emu

@@ -149,6 +149,18 @@ cudaError_t EmulatedDevice::release(void* pointer, MemoryKind kind) {
   return cudaSuccess;
 }
 
+cudaError_t EmulatedDevice::release_in_stream_order(void* pointer) {
+  {
+    std::lock_guard<std::mutex> lock(memory_mutex_);
+    auto found = allocations_.find(reinterpret_cast<uintptr_t>(pointer));
+    if (found == allocations_.end() || found->second.kind != MemoryKind::kDevice) return cudaErrorInvalidValue;
+    device_bytes_in_use_ -= found->second.bytes;
+    allocations_.erase(found);
+  }
+  std::free(pointer);
+  return cudaSuccess;
+}
+
 cudaError_t EmulatedDevice::classify(const void* pointer, size_t bytes, MemoryKind* kind) const {
   const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
   std::lock_guard<std::mutex> lock(memory_mutex_);

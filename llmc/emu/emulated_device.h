@@ -54,6 +54,9 @@ class EmulatedDevice {
   // ---- memory ----
   cudaError_t allocate(void** pointer, size_t bytes, MemoryKind kind);
   cudaError_t release(void* pointer, MemoryKind kind);
+  // cudaFreeAsync's release, run by the stream that reached it: no device-wide synchronisation (the stream's
+  // earlier tasks are done; another stream still using the memory is the program's race, as on a GPU).
+  cudaError_t release_in_stream_order(void* pointer);
   // Kind of the memory at [pointer, pointer+bytes); device ranges past their allocation's end
   // are errors (a GPU faults on them).
   cudaError_t classify(const void* pointer, size_t bytes, MemoryKind* kind) const;

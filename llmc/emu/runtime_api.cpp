@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -236,6 +237,23 @@ cudaError_t cudaMalloc(void** pointer, size_t bytes) {
   return record(device().allocate(pointer, bytes, MemoryKind::kDevice));
 }
 cudaError_t cudaFree(void* pointer) { return record(device().release(pointer, MemoryKind::kDevice)); }
+// Stream-ordered allocation: the memory exists from the call on (at least as early as a GPU makes it usable
+// to the stream's later work), and cudaFreeAsync releases it when the stream reaches the free, after every
+// earlier task of the stream, so a use of it enqueued before the free still finds it.
+cudaError_t cudaMallocAsync(void** pointer, size_t bytes, cudaStream_t stream) {
+  (void)stream;
+  return record(device().allocate(pointer, bytes, MemoryKind::kDevice));
+}
+cudaError_t cudaFreeAsync(void* pointer, cudaStream_t stream) {
+  MemoryKind kind;
+  if (device().classify(pointer, 1, &kind) != cudaSuccess || kind != MemoryKind::kDevice)
+    return record(cudaErrorInvalidValue);
+  device().enqueue(stream, [pointer] {
+    if (device().release_in_stream_order(pointer) != cudaSuccess)
+      std::fprintf(stderr, "emulation: cudaFreeAsync: %p is no longer a device allocation\n", pointer);
+  });
+  return cudaSuccess;
+}
 cudaError_t cudaMallocHost(void** pointer, size_t bytes) {
   return record(device().allocate(pointer, bytes, MemoryKind::kPinnedHost));
 }

@@ -1,6 +1,6 @@
-// The description of one FP8 GEMM, shared by its two back ends: cuBLASLt on sm_89/sm_90 in the GPU build
-// (llmc/kernels/fp8_matmul.cuh) and the emulation's CPU model (llmc/emu/cpu_fp8_gemm.h). Both refuse, with
-// the same message, every call that cuBLASLt's FP8 kernels refuse on Hopper, so the emulation is as strict.
+// The description of one FP8 GEMM of llmc/kernels/fp8_matmul.cuh. validate_fp8_gemm refuses, in both builds,
+// every call that cuBLASLt's FP8 kernels refuse on Hopper, with a message naming the rule; the emulated
+// cuBLASLt (llmc/emu/cublaslt.cpp) refuses the same calls.
 #pragma once
 
 #include <cuda_runtime.h>  // cudaDataType_t (library_types.h)

@@ -1,7 +1,7 @@
-// fp8_gemm(): the FP8 GEMM of the FP8 head (Fp8GemmArgs, llmc/kernels/fp8_gemm_args.h). GPU build: cuBLASLt
-// with CUDA_R_8F_E4M3/E5M2 operands, per-tensor scales through A/B_SCALE_POINTER and the fast-accumulation
-// flag (sm_89 or newer). Emulated build: the CPU model of llmc/emu/cpu_fp8_gemm.h, enqueued with
-// cudaLaunchHostFunc so that it runs in stream order like a kernel.
+// fp8_gemm(): the FP8 GEMM of the FP8 head (Fp8GemmArgs, llmc/kernels/fp8_gemm_args.h) on cuBLASLt with
+// CUDA_R_8F_E4M3/E5M2 operands, per-tensor scales through A/B_SCALE_POINTER and the fast-accumulation flag
+// (sm_89 or newer). The emulated build runs the same calls on its CPU cuBLASLt (llmc/emu/cublaslt.cpp), whose
+// FP8 arithmetic models the tensor core's accumulator (llmc/emu/cpu_fp8_gemm.h).
 #pragma once
 
 #include <cstdint>
@@ -13,9 +13,6 @@
 #include "llmc/kernels/fp8_gemm_args.h"
 #include "llmc/kernels/matmul.cuh"
 
-#if defined(LLMC_EMULATION)
-#include "llmc/emu/cpu_fp8_gemm.h"
-#endif
 
 namespace llmc {
 
@@ -32,40 +29,6 @@ inline size_t fp8_gemm_element_bytes(cudaDataType_t type) {
   return type == CUDA_R_32F ? 4 : type == CUDA_R_16BF ? 2 : 1;
 }
 
-#if defined(LLMC_EMULATION)
-struct CpuFp8GemmJob {
-  Fp8GemmArgs args;
-  int threads;
-};
-
-inline void run_cpu_fp8_gemm_job(void* job_pointer) {
-  CpuFp8GemmJob* job = static_cast<CpuFp8GemmJob*>(job_pointer);
-  emu::cpu_fp8_gemm(job->args, job->threads);
-  delete job;
-}
-
-// A GPU kernel reading host memory or past an allocation faults: the emulation refuses such pointers.
-inline void require_device_range(const void* pointer, size_t bytes, const char* what) {
-  emu::MemoryKind kind;
-  const cudaError_t status = emu::EmulatedDevice::instance().classify(pointer, bytes, &kind);
-  if (status != cudaSuccess || kind != emu::MemoryKind::kDevice)
-    throw std::invalid_argument(std::string("fp8_gemm: ") + what +
-                                " is not (entirely) device memory (an illegal address on a GPU)");
-}
-
-inline void fp8_gemm(MatmulContext& context, const Fp8GemmArgs& g, cudaStream_t stream) {
-  validate_fp8_gemm(g);
-  require_device_range(g.a, static_cast<size_t>(g.m) * g.k, "A");
-  require_device_range(g.b, static_cast<size_t>(g.n) * g.k, "B");
-  require_device_range(g.d, static_cast<size_t>(g.m) * g.n * fp8_gemm_element_bytes(g.d_type), "D");
-  if (g.a_scale != nullptr) require_device_range(g.a_scale, sizeof(float), "the A scale");
-  if (g.b_scale != nullptr) require_device_range(g.b_scale, sizeof(float), "the B scale");
-  std::unique_ptr<CpuFp8GemmJob> job(new CpuFp8GemmJob{g, context.cpu_threads()});
-  CUDA_CHECK(cudaLaunchHostFunc(stream, run_cpu_fp8_gemm_job, job.get()));
-  job.release();  // enqueued: run_cpu_fp8_gemm_job owns it now
-}
-
-#else
 // Row-major D = A B^T is the column-major D^T (N,M) = B_cm^T A_cm where B_cm is our B read as a column-major
 // (K,N) matrix and A_cm our A as (K,M): cuBLASLt's first operand is our B with TRANSA = T, its second our A
 // with TRANSB = N -- the TN layout its FP8 kernels require. Its A scale is therefore our B's, and vice versa.
@@ -122,6 +85,5 @@ inline void fp8_gemm(MatmulContext& context, const Fp8GemmArgs& g, cudaStream_t 
                               g.d, desc.output, g.d, desc.output, &heuristic.algo, context.workspace(),
                               context.workspace_bytes(), stream));
 }
-#endif
 
 }  // namespace llmc

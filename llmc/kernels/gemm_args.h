@@ -1,5 +1,5 @@
-// The description of one (batched) GEMM shared by both GEMM back ends: cuBLASLt in the GPU build
-// (llmc/kernels/matmul.cuh) and the CPU GEMM of the emulation (llmc/emu/cpu_gemm.h).
+// The description of one (batched) GEMM of the GEMM wrapper (llmc/kernels/matmul.cuh), row-major; the
+// wrapper turns it into cuBLASLt's column-major call.
 #pragma once
 
 #include <stdexcept>

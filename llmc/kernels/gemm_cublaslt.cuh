@@ -1,12 +1,8 @@
-// The GPU back end of gemm() (llmc/kernels/matmul.cuh): cuBLASLt plans built once per key -- descriptors,
-// layouts, candidate algorithms -- and, with GemmAlgoSelection::kFastest, the timing of the candidates on
-// the stream at the first call (the host never waits for it: a later call reads the events once they are
-// complete and switches to the fastest). GPU build only.
+// gemm() (llmc/kernels/matmul.cuh) on cuBLASLt: plans built once per key -- descriptors, layouts,
+// candidate algorithms -- and, with GemmAlgoSelection::kFastest, the timing of the candidates on the stream
+// at the first call (the host never waits for it: a later call reads the events once they are complete and
+// switches to the fastest). Both builds: the emulated one links the CPU cuBLASLt of llmc/emu/cublaslt.cpp.
 #pragma once
-
-#if defined(LLMC_EMULATION)
-#error "gemm_cublaslt.cuh is the GPU back end; the emulated build uses llmc/emu/cpu_gemm.h"
-#endif
 
 #include <algorithm>
 #include <cstdint>

@@ -1,10 +1,9 @@
 // The one GEMM interface of the trainer. Row-major semantics throughout:
 //   D (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C + bias (N)   [optionally then GELU]
 // (C = D unless GemmArgs::c names a separate addend)
-// batched over `batch` matrices with element strides. GPU build: cuBLASLt (bf16 in/out with fp32
-// compute; fp32 build: fp32, no TF32), GELU and bias as cuBLASLt epilogues. Emulated build
-// (LLMC_EMULATION): a blocked CPU GEMM with fp32 accumulation, enqueued with cudaLaunchHostFunc so it
-// runs in stream order like a kernel. On top: matmul_forward / matmul_backward of a linear layer.
+// batched over `batch` matrices with element strides, on cuBLASLt (bf16 in/out with fp32 compute; fp32
+// build: fp32, no TF32), GELU and bias as cuBLASLt epilogues; the emulated build runs the same calls on its
+// CPU cuBLASLt (llmc/emu/cublaslt.cpp). On top: matmul_forward / matmul_backward of a linear layer.
 //
 // Plans (llmc/kernels/gemm_plan_cache.h): the first call with a given key (shape, layouts, epilogue, type,
 // batch and strides, alignments) builds the cuBLASLt descriptors and chooses the algorithm; every later
@@ -13,7 +12,7 @@
 // heuristic's top candidates -- plus split-K variants when the output has fewer tiles than the GPU has
 // SMs (the 768x768 weight gradients with K = B*T) -- timed on the stream at the first call without the
 // host waiting: the heuristic's choice runs until the timings are in, read at a later call. The emulated
-// build has nothing to choose or time: its plans are empty and only mark the key as seen.
+// cuBLASLt offers one algorithm per shape, so there is nothing to time.
 #pragma once
 
 #include <cstddef>
@@ -23,49 +22,18 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/bias_grad.cuh"
 #include "llmc/kernels/gemm_args.h"
 #include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/gemm_cublaslt.cuh"
 #include "llmc/kernels/matmul_context.h"
 #include "llmc/cuda/precision.h"
 
-#if defined(LLMC_EMULATION)
-#include "llmc/emu/cpu_gemm.h"
-#else
-#include "llmc/kernels/gemm_cublaslt.cuh"
-#endif
-
 namespace llmc {
 
-#if defined(LLMC_EMULATION)
-struct CpuGemmJob {
-  GemmArgs args;
-  int threads;
-};
-
-// cudaLaunchHostFunc callback: runs the GEMM when the stream reaches it, then frees the job.
-inline void run_cpu_gemm_job(void* job_pointer) {
-  CpuGemmJob* job = static_cast<CpuGemmJob*>(job_pointer);
-  cpu_gemm(job->args, job->threads);
-  delete job;
-}
-
-inline void gemm(MatmulContext& context, const GemmArgs& g, cudaStream_t stream) {
-  validate_gemm(g);
-  context.plans().find_or_build(gemm_plan_key(g, gemm_epilogue(g, g.pre_gelu != nullptr)),
-                                [](const GemmPlanKey&) { return std::make_unique<GemmPlan>(); });
-  observed_launch(LaunchKind::kGemm, stream, gemm_cost(g), [&] { return gemm_name(g); }, [&] {
-    std::unique_ptr<CpuGemmJob> job(new CpuGemmJob{g, context.cpu_threads()});
-    CUDA_CHECK(cudaLaunchHostFunc(stream, run_cpu_gemm_job, job.get()));  // on failure job is freed here
-    job.release();  // enqueued: run_cpu_gemm_job owns it now
-  });
-}
-
-#endif
 // ---- linear layer ----------------------------------------------------------------------------
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC; may be null). With pre_gelu non-null, pre_gelu
 // gets that value and out gets gelu(pre_gelu) (the fc layer of the MLP).

@@ -1,27 +1,21 @@
 // What the GEMM wrapper (llmc/kernels/matmul.cuh) keeps between calls: the MatmulContext with its plan
-// cache (llmc/kernels/gemm_plan_cache.h), the cuBLASLt handle and workspace on a GPU, and how plans
-// choose their algorithm (GemmAlgoSelection). The cuBLASLt plans themselves: llmc/kernels/gemm_cublaslt.cuh.
+// cache (llmc/kernels/gemm_plan_cache.h), the cuBLASLt handle and workspace, and how plans choose their
+// algorithm (GemmAlgoSelection). The cuBLASLt plans themselves: llmc/kernels/gemm_cublaslt.cuh. Both builds
+// run this code: the emulated one against the CPU cuBLASLt of llmc/emu/cublaslt.cpp.
 #pragma once
 
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "llmc/cuda/cublas_check.h"
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/gemm_args.h"
 #include "llmc/kernels/gemm_plan_cache.h"
 
-#if !defined(LLMC_EMULATION)
-#include "llmc/cuda/cublas_check.h"
-#endif
-
 namespace llmc {
 
-#if defined(LLMC_EMULATION)
-struct GemmPlan {};  // the CPU GEMM needs nothing per shape
-#else
 // A cuBLASLt plan: descriptors and layouts of its key, the candidate algorithms, the chosen one, and
 // while the candidates are being timed the events bracketing their runs.
 struct GemmPlan {
@@ -43,37 +37,26 @@ struct GemmPlan {
     if (operation) CUBLAS_REPORT(cublasLtMatmulDescDestroy(operation));
   }
 };
-#endif
 
 // What the GEMM needs that outlives one call: the plans, the cuBLASLt handle, its workspace and the SM
-// count (GPU build), the CPU thread count (emulated build). Create one per device/stream set; not copyable.
+// count. Create one per device/stream set; not copyable.
 class MatmulContext {
  public:
   static constexpr size_t kDefaultWorkspaceBytes = static_cast<size_t>(32) << 20;  // cuBLAS' recommendation for Hopper
 
-  explicit MatmulContext(size_t workspace_bytes = kDefaultWorkspaceBytes, int cpu_threads = 0,
+  explicit MatmulContext(size_t workspace_bytes = kDefaultWorkspaceBytes,
                          GemmAlgoSelection selection = GemmAlgoSelection::kHeuristic)
-      : selection_(selection) {
-#if defined(LLMC_EMULATION)
-    (void)workspace_bytes;
-    const unsigned hardware = std::thread::hardware_concurrency();
-    cpu_threads_ = cpu_threads > 0 ? cpu_threads : (hardware > 0 ? static_cast<int>(hardware) : 1);
-#else
-    (void)cpu_threads;
+      : selection_(selection), workspace_bytes_(workspace_bytes) {
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device));
     CUBLAS_CHECK(cublasLtCreate(&handle_));
-    workspace_bytes_ = workspace_bytes;
     CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-#endif
   }
   ~MatmulContext() {
-#if !defined(LLMC_EMULATION)
     plans_ = GemmPlanCache<GemmPlan>();  // the plans' descriptors go before the handle
     CUDA_REPORT(cudaFree(workspace_));
     CUBLAS_REPORT(cublasLtDestroy(handle_));
-#endif
   }
   MatmulContext(const MatmulContext&) = delete;
   MatmulContext& operator=(const MatmulContext&) = delete;
@@ -82,27 +65,18 @@ class MatmulContext {
   // Applies to plans built from now on (set it before the first GEMM).
   void set_selection(GemmAlgoSelection selection) { selection_ = selection; }
   GemmPlanCache<GemmPlan>& plans() { return plans_; }
-
-#if defined(LLMC_EMULATION)
-  int cpu_threads() const { return cpu_threads_; }
-#else
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   int multiprocessors() const { return multiprocessors_; }
-#endif
 
  private:
   GemmAlgoSelection selection_;
   GemmPlanCache<GemmPlan> plans_;
-#if defined(LLMC_EMULATION)
-  int cpu_threads_ = 1;
-#else
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int multiprocessors_ = 0;
-#endif
 };
 
 // The key of a call with `epilogue`, its plan built on first use by `build`.

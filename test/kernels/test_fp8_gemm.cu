@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "llmc/kernels/fp8_matmul.cuh"
+#if defined(LLMC_EMULATION)
+#include "llmc/emu/cpu_fp8_gemm.h"  // the accumulator model itself
+#endif
 #include "test/kernels/fp8_test_support.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
@@ -285,10 +288,11 @@ TEST(Fp8Gemm, EmulationRefusesHostMemory) {
   g.b = d_b.get();
   g.m = g.n = g.k = 16;
   llmc::MatmulContext context;
-  expect_invalid([&] { llmc::fp8_gemm(context, g, nullptr); }, {"A is not", "device memory"});
+  // cuBLASLt's operands are fp8_gemm's swapped (its column-major TN call): our A is its B, our A scale its B scale.
+  expect_invalid([&] { llmc::fp8_gemm(context, g, nullptr); }, {"operand B is not", "device memory"});
   g.a = d_b.get();
   g.a_scale = &host_scale;
-  expect_invalid([&] { llmc::fp8_gemm(context, g, nullptr); }, {"A scale", "device memory"});
+  expect_invalid([&] { llmc::fp8_gemm(context, g, nullptr); }, {"the B scale", "device memory"});
 }
 
 }  // namespace

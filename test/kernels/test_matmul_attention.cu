@@ -147,7 +147,7 @@ TEST(GemmPlans, FastestSelectionKeepsResults) {
   DeviceBuffer<floatX> d_a(a.size()), d_b(b.size()), d_d(d_initial.size());
   d_a.upload(a);
   d_b.upload(b);
-  llmc::MatmulContext context(llmc::MatmulContext::kDefaultWorkspaceBytes, 0, llmc::GemmAlgoSelection::kFastest);
+  llmc::MatmulContext context(llmc::MatmulContext::kDefaultWorkspaceBytes, llmc::GemmAlgoSelection::kFastest);
   llmc::GemmArgs g;
   g.d = d_d.get();
   g.a = d_a.get();
@@ -218,7 +218,7 @@ TEST(GemmWrapper, RejectsBadShapes) {
   EXPECT_THROW(llmc::gemm(context, g, nullptr), std::invalid_argument);
 }
 
-// Big enough that the emulated CPU GEMM splits the rows over threads (130 rows: an uneven split);
+// Big enough that the emulated CPU GEMM splits the rows over the machine's cores (130 rows: an uneven split);
 // on a GPU the same shapes go through cuBLASLt.
 TEST(MatmulKernel, LargerForwardMatchesReference) {
   LLMC_REQUIRE_GPU();
@@ -231,7 +231,7 @@ TEST(MatmulKernel, LargerForwardMatchesReference) {
   d_inp.upload(inp);
   d_weight.upload(weight);
   d_bias.upload(bias);
-  llmc::MatmulContext context(llmc::MatmulContext::kDefaultWorkspaceBytes, /*cpu_threads=*/4);
+  llmc::MatmulContext context;
   llmc::matmul_forward(context, d_out.get(), nullptr, d_inp.get(), d_weight.get(), d_bias.get(), N, C, OC, nullptr);
   std::vector<double> expected(static_cast<size_t>(N) * OC);
   ref::matmul_forward(expected.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
