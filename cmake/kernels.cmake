@@ -17,6 +17,7 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_flash_attention.cu
   test/kernels/test_window_attention.cu
   test/kernels/test_kv_cache.cu
+  test/kernels/test_convert.cu
   ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
 
 # Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).

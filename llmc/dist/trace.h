@@ -35,6 +35,14 @@ struct OverlapFigures {
 OverlapFigures compute_overlap(const std::vector<TraceInterval>& compute,
                                const std::vector<TraceInterval>& comm);
 
+class Tracer;
+
+// Runs `work` (which enqueues on `stream`) inside a named slice of `track`; without a tracer (null) or with a
+// disabled one nothing is recorded.
+template <class Work>
+void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* name, nlohmann::json args,
+            Work&& work);
+
 class Tracer {
  public:
   using SliceId = size_t;
@@ -83,5 +91,17 @@ class Tracer {
   std::vector<cudaEvent_t> free_events_;
   std::vector<nlohmann::json> slices_;
 };
+
+template <class Work>
+void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* name, nlohmann::json args,
+            Work&& work) {
+  if (tracer == nullptr) {
+    work();
+    return;
+  }
+  const Tracer::SliceId slice = tracer->begin(stream, track, name, std::move(args));
+  work();
+  tracer->end(slice, stream);
+}
 
 }  // namespace llmc

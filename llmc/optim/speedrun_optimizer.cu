@@ -25,6 +25,7 @@
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
 #include "llmc/kernels/adam_sharded.cuh"
+#include "llmc/kernels/convert.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/model/modded44/speedrun_layout.h"
@@ -34,47 +35,6 @@
 namespace llmc {
 
 namespace {
-
-template <typename In, typename Out>
-__global__ void convert_kernel(Out* out, const In* in, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    out[i] = from_float<Out>(to_float(in[i]));
-}
-
-// out[i] = Out(in[i]) (a copy, or one rounding).
-template <typename In, typename Out>
-void convert(Out* out, const In* in, size_t n, cudaStream_t stream) {
-  constexpr int kBlock = 256;
-  if (n == 0) return;
-  LLMC_LAUNCH((convert_kernel<In, Out>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, out, in, n);
-}
-
-__global__ void add_into_kernel(floatX* grads, const floatX* saved, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    grads[i] = from_float<floatX>(to_float(grads[i]) + to_float(saved[i]));
-}
-
-// grads[i] = floatX(grads[i] + saved[i]): the two steps' gradients of an Adam tensor, one rounding.
-void add_into(floatX* grads, const floatX* saved, size_t n, cudaStream_t stream) {
-  constexpr int kBlock = 256;
-  if (n == 0) return;
-  LLMC_LAUNCH(add_into_kernel, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, grads, saved, n);
-}
-
-// Runs `work` (which enqueues on `stream`) inside a named trace slice on `track` (comm unless given).
-template <class Work>
-void traced(Tracer* tracer, cudaStream_t stream, const char* name, nlohmann::json args, Work&& work,
-            TraceTrack track = TraceTrack::kComm) {
-  if (tracer == nullptr) {
-    work();
-    return;
-  }
-  const Tracer::SliceId slice = tracer->begin(stream, track, name, std::move(args));
-  work();
-  tracer->end(slice, stream);
-}
 
 // NorMuonRunner's view of a Muon batch whose buffers hold P values (float: block matrices through their
 // fp32 masters; floatX: the gates in place).
@@ -171,7 +131,6 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   }
   CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
-  for (cudaEvent_t& event : norm_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   size_t norm_elements = 0;  // the most a step's norm reads
   for (const BucketPlan& plan : buckets_) {
     for (const MuonSpan& span : plan.muon_spans()) norm_elements += span.length;
@@ -180,7 +139,6 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   norm_scratch_floats_ = global_norm_scratch_floats(norm_elements);
   norm_squared_ = allocate<float>(1);
   norm_scratch_ = allocate<float>(norm_scratch_floats_);  // zero: the fold's counters
-  CUDA_CHECK(cudaMallocHost(&norm_host_, 2 * sizeof(float)));
   // The zeroed state (cudaMemset, legacy stream) before the first update on the non-blocking streams.
   CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -192,8 +150,6 @@ SpeedrunOptimizer::~SpeedrunOptimizer() {
     for (cudaEvent_t event : *events) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaEventDestroy(backward_done_));
   CUDA_REPORT(cudaEventDestroy(step_done_));
-  for (cudaEvent_t event : norm_ready_) CUDA_REPORT(cudaEventDestroy(event));
-  CUDA_REPORT(cudaFreeHost(norm_host_));
   for (const auto& runner : runners_) CUDA_REPORT(cudaFree(runner->workspace));
   for (void* pointer : allocations_) CUDA_REPORT(cudaFree(pointer));
   CUDA_REPORT(cudaStreamDestroy(update_stream_));
@@ -483,7 +439,7 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
       for (const auto& [offset, numel] : plan.spec->adam_tensors)
         add_into(grads + offset, plan.saved_grads + (offset - b.offset), numel, comm_stream_);
       if (distributed)
-        traced(tracer_, comm_stream_, "reduce_scatter", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}},
+        traced(tracer_, comm_stream_, TraceTrack::kComm, "reduce_scatter", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}},
                [&] { comm_.reduce_scatter_avg(grads + b.offset, plan.adam_grad_shard, b.shard_size, comm_stream_); });
       if (distributed) watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
     }
@@ -491,7 +447,7 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
   if (distributed && !plan.muon_spans().empty()) {
     size_t bytes = 0;
     for (const MuonSpan& span : plan.muon_spans()) bytes += span.length * sizeof(floatX);
-    traced(tracer_, comm_stream_, "muon_reduce", {{"bucket", bucket}, {"bytes", bytes}}, [&] {
+    traced(tracer_, comm_stream_, TraceTrack::kComm, "muon_reduce", {{"bucket", bucket}, {"bytes", bytes}}, [&] {
       comm_.group_start();
       for (const MuonSpan& span : plan.muon_spans()) reduce_muon_span(span);
       comm_.group_end();
@@ -560,12 +516,13 @@ void SpeedrunOptimizer::update_bucket(int bucket) {
   CUDA_CHECK(cudaStreamWaitEvent(update_stream_, reduced_[bucket], 0));
   const BucketPlan& plan = buckets_[bucket];
   if (!plan.batches.empty())
-    traced(tracer_, update_stream_, "muon_update", {{"bucket", bucket}, {"batches", plan.batches.size()}}, [&] {
-      for (const MuonBatch& batch : plan.batches) update_muon(batch);
-    }, TraceTrack::kUpdate);
+    traced(tracer_, update_stream_, TraceTrack::kUpdate, "muon_update",
+           {{"bucket", bucket}, {"batches", plan.batches.size()}}, [&] {
+             for (const MuonBatch& batch : plan.batches) update_muon(batch);
+           });
   if (plan.has_adam() && adam_step())
-    traced(tracer_, update_stream_, "adam_update", {{"bucket", bucket}}, [&] { update_adam(bucket); },
-           TraceTrack::kUpdate);
+    traced(tracer_, update_stream_, TraceTrack::kUpdate, "adam_update", {{"bucket", bucket}},
+           [&] { update_adam(bucket); });
   CUDA_CHECK(cudaEventRecord(updated_[bucket], update_stream_));
 }
 
@@ -576,7 +533,7 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
   const bool owned_spans = std::any_of(plan.muon_spans().begin(), plan.muon_spans().end(),
                                       [](const MuonSpan& span) { return span.owner != kAllRanks; });
   if (comm_.world_size() > 1 && owned_spans) {
-    traced(tracer_, comm_stream_, "broadcast", {{"bucket", bucket}}, [&] {
+    traced(tracer_, comm_stream_, TraceTrack::kComm, "broadcast", {{"bucket", bucket}}, [&] {
       comm_.group_start();  // one launch for the bucket's owners
       for (const MuonSpan& span : plan.muon_spans())
         if (span.owner != kAllRanks) comm_.broadcast(params + span.offset, span.length, span.owner, comm_stream_);
@@ -586,7 +543,7 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
   }
   if (plan.has_adam() && adam_step() && comm_.world_size() > 1) {
     const ParamBucket& b = model_.layout().buckets[bucket];
-    traced(tracer_, comm_stream_, "all_gather", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}}, [&] {
+    traced(tracer_, comm_stream_, TraceTrack::kComm, "all_gather", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}}, [&] {
       comm_.all_gather(params + shard_begin(bucket), params + b.offset, b.shard_size, comm_stream_);
     });
     watch_.enqueued("all_gather", &bucket_labels_[bucket], step_, comm_stream_);
@@ -638,7 +595,7 @@ void SpeedrunOptimizer::enqueue_grad_norm() {
                                           : model_.grads() + segment.offset,
                    segment.length);
   }
-  traced(tracer_, comm_stream_, "grad_norm", {{"elements", segments.total()}}, [&] {
+  traced(tracer_, comm_stream_, TraceTrack::kComm, "grad_norm", {{"elements", segments.total()}}, [&] {
     global_norm_squared(norm_squared_, segments, /*accumulate=*/false, norm_scratch_, norm_scratch_floats_,
                         comm_stream_);
   });
@@ -646,16 +603,9 @@ void SpeedrunOptimizer::enqueue_grad_norm() {
     comm_.all_reduce_sum_float(norm_squared_, 1, comm_stream_);
     watch_.enqueued("all_reduce", &norm_label_, step_, comm_stream_);
   }
-  memcpy_async(norm_host_ + step_ % 2, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_);
-  CUDA_CHECK(cudaEventRecord(norm_ready_[step_ % 2], comm_stream_));
+  norm_readback_.enqueue(step_, norm_squared_, comm_stream_);
 }
 
-float SpeedrunOptimizer::grad_norm(int step) {
-  if (step != step_ && step != step_ - 1)
-    throw std::out_of_range("grad_norm: step " + std::to_string(step) + " is neither the last step (" +
-                            std::to_string(step_) + ") nor the one before it");
-  CUDA_CHECK(cudaEventSynchronize(norm_ready_[step % 2]));
-  return std::sqrt(norm_host_[step % 2]);
-}
+float SpeedrunOptimizer::grad_norm(int step) { return norm_readback_.read(step, step_); }
 
 }  // namespace llmc

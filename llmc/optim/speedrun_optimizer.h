@@ -13,6 +13,7 @@
 #include "llmc/kernels/adam_sharded_settings.h"
 #include "llmc/kernels/matmul_context.h"
 #include "llmc/optim/bucket_optimizer.h"
+#include "llmc/optim/grad_norm_readback.h"
 #include "llmc/optim/muon_owners.h"
 #include "llmc/optim/param_ready_gate.h"
 #include "llmc/optim/normuon.h"
@@ -130,11 +131,10 @@ class SpeedrunOptimizer : public BucketOptimizer {
   size_t state_bytes_ = 0;
   std::vector<cudaEvent_t> grad_ready_, reduced_, updated_;
   cudaEvent_t backward_done_ = nullptr, step_done_ = nullptr;
-  cudaEvent_t norm_ready_[2] = {nullptr, nullptr};  // by step parity
+  GradNormReadback norm_readback_;
   float* norm_squared_ = nullptr;                   // device
   float* norm_scratch_ = nullptr;
   size_t norm_scratch_floats_ = 0;
-  float* norm_host_ = nullptr;  // pinned: the squared norms of steps with even and odd numbers
   bool step_done_pending_ = false;
   std::vector<int> ready_order_;
   std::vector<std::string> bucket_labels_;  // "bucket 3 (layer 2)", for the watch

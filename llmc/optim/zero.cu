@@ -28,20 +28,6 @@
 
 namespace llmc {
 
-namespace {
-// Runs `work` (which enqueues on `stream`) inside a named trace slice; a disabled Tracer records nothing.
-template <class Work>
-void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* name, nlohmann::json args, Work&& work) {
-  if (tracer == nullptr) {
-    work();
-    return;
-  }
-  const Tracer::SliceId slice = tracer->begin(stream, track, name, std::move(args));
-  work();
-  tracer->end(slice, stream);
-}
-}  // namespace
-
 ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const OptimizerSettings& settings,
                              Tracer* tracer)
     : model_(model),
@@ -103,19 +89,15 @@ ZeroOptimizer::ZeroOptimizer(TrainableModel& model, CommContext& comm, const Opt
   // stream: without this wait the zeros would precede the first update there only through the compute
   // stream's events (it is a blocking stream today).
   CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  CUDA_CHECK(cudaMallocHost(&norm_host_, 2 * sizeof(float)));
   grad_ready_.resize(num_buckets);
   for (cudaEvent_t& event : grad_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
-  for (cudaEvent_t& event : norm_ready_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
   CUDA_REPORT(cudaStreamSynchronize(comm_stream_));
   for (cudaEvent_t event : grad_ready_) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaEventDestroy(backward_done_));
-  for (cudaEvent_t event : norm_ready_) CUDA_REPORT(cudaEventDestroy(event));
-  CUDA_REPORT(cudaFreeHost(norm_host_));
   for (float* buffer : {master_, adam_m_, adam_v_, norm_squared_, norm_scratch_}) CUDA_REPORT(cudaFree(buffer));
 }
 
@@ -143,7 +125,7 @@ void ZeroOptimizer::begin_step(int step, float lr) {
 
 void ZeroOptimizer::before_first_backward() {
   if (!norm_pending_) return;
-  CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, norm_ready_[step_ % 2], 0));
+  norm_readback_.make_wait(compute_stream_, step_);
   norm_pending_ = false;
 }
 
@@ -226,8 +208,7 @@ void ZeroOptimizer::enqueue_grad_norm() {
     watch_.enqueued("all_reduce", &norm_label_, step_, comm_stream_);
   }
   if (settings_.grad_clip > 0.0f) clip_scale(norm_squared_ + 1, norm_squared_, settings_.grad_clip, comm_stream_);
-  memcpy_async(norm_host_ + step_ % 2, norm_squared_, sizeof(float), cudaMemcpyDeviceToHost, comm_stream_);
-  CUDA_CHECK(cudaEventRecord(norm_ready_[step_ % 2], comm_stream_));
+  norm_readback_.enqueue(step_, norm_squared_, comm_stream_);
   norm_pending_ = true;
 }
 
@@ -250,13 +231,7 @@ void ZeroOptimizer::finish_step() {
   }
 }
 
-float ZeroOptimizer::grad_norm(int step) {
-  if (step != step_ && step != step_ - 1)
-    throw std::out_of_range("grad_norm: step " + std::to_string(step) + " is neither the last step (" +
-                            std::to_string(step_) + ") nor the one before it");
-  CUDA_CHECK(cudaEventSynchronize(norm_ready_[step % 2]));
-  return std::sqrt(norm_host_[step % 2]);
-}
+float ZeroOptimizer::grad_norm(int step) { return norm_readback_.read(step, step_); }
 
 void ZeroOptimizer::download_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) {
   CUDA_CHECK(cudaStreamSynchronize(comm_stream_));

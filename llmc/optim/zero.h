@@ -13,6 +13,7 @@
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/adamw_settings.h"
 #include "llmc/optim/bucket_optimizer.h"
+#include "llmc/optim/grad_norm_readback.h"
 #include "llmc/optim/overlap_mode.h"
 #include "llmc/optim/param_ready_gate.h"
 
@@ -87,11 +88,10 @@ class ZeroOptimizer : public BucketOptimizer {
   float* norm_squared_ = nullptr;  // device: the squared norm, then the clipping factor
   float* norm_scratch_ = nullptr;
   size_t norm_scratch_floats_ = 0;
-  float* norm_host_ = nullptr;  // pinned: the squared norms of steps with even and odd numbers
   std::vector<cudaEvent_t> grad_ready_;
   std::vector<int> ready_order_;  // buckets in the order the backward reported them this step
   cudaEvent_t backward_done_ = nullptr;
-  cudaEvent_t norm_ready_[2] = {nullptr, nullptr};  // by step parity
+  GradNormReadback norm_readback_;
   bool norm_pending_ = false;                       // a norm the next backward must wait for
   std::vector<std::string> bucket_labels_;          // "bucket 3 (layer 2)", for the watch
   const std::string norm_label_ = "the gradient norm";
