@@ -8,8 +8,12 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
@@ -149,6 +153,54 @@ TEST(CublasLt, BiasAndGeluAuxEpilogues) {
       const double gelu = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
       EXPECT_NEAR(d[at(i, j, m)], gelu, 1e-5 * (1.0 + std::fabs(gelu))) << i << ", " << j;
     }
+}
+
+// The fp32 accumulation over K: for every K its error stays within the bound of a blocked sum (each block of
+// 16 products in order, then the blocks: 16 + K/16 additions, each off by at most half an ulp), which a
+// serial sum over K exceeds; in the emulation it is also below what a serial fp32 sum of the same products
+// makes (the model of a tiled accumulator, llmc/emu/cpu_gemm.h; at K = 65,536 2.3e-6 against 4.5e-6). Random positive fp32 values, so
+// the exact sum is far from zero and the error is relative to it.
+TEST(CublasLt, AccumulationErrorGrowsAsATiledSumNotASerialOne) {
+  LLMC_REQUIRE_GPU();
+  const int m = 4, n = 8;
+  std::mt19937 rng(2808);
+  std::uniform_real_distribution<float> uniform(0.5f, 1.0f);
+  for (const int k : {1024, 16384, 65536}) {
+    SCOPED_TRACE("K = " + std::to_string(k));
+    std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
+    for (float& value : a) value = uniform(rng);
+    for (float& value : b) value = uniform(rng);
+    DeviceBuffer<float> d_a(a), d_b(b), d_d(static_cast<size_t>(m) * n);
+    Call call;
+    call.a = Call::layout(m, k, m, 1, 0);
+    call.b = Call::layout(k, n, k, 1, 0);
+    call.d = Call::layout(m, n, m, 1, 0);
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasLtMatmulAlgo_t algo = call.algorithm();
+    CUBLAS_CHECK(cublasLtMatmul(call.handle, call.op, &alpha, d_a.get(), call.a, d_b.get(), call.b, &beta, d_d.get(),
+                                call.d, d_d.get(), call.d, &algo, nullptr, 0, nullptr));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> d = d_d.download_raw();
+    double worst = 0.0, worst_serial = 0.0;
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++) {
+        double exact = 0.0;
+        float serial = 0.0f;
+        for (int kk = 0; kk < k; kk++) {
+          const float product = a[at(i, kk, m)] * b[at(kk, j, k)];
+          exact += static_cast<double>(a[at(i, kk, m)]) * b[at(kk, j, k)];
+          serial += product;
+        }
+        worst = std::max(worst, std::fabs(d[at(i, j, m)] - exact) / exact);
+        worst_serial = std::max(worst_serial, std::fabs(serial - exact) / exact);
+      }
+    const double unit = std::ldexp(1.0, -24);
+    EXPECT_LE(worst, (16 + k / 16 + 1) * unit) << "serial fp32 sum: " << worst_serial;
+    if (LLMC_IS_EMULATION) {
+      EXPECT_LT(worst, worst_serial) << "blocked " << worst;
+    }
+    std::printf("K=%d: relative error %.3g (a serial fp32 sum of the same products: %.3g)\n", k, worst, worst_serial);
+  }
 }
 
 #if defined(LLMC_EMULATION)
