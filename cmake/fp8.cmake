@@ -1,4 +1,4 @@
-# cmake/fp8.cmake: the FP8 head's building blocks (SPEEDRUN.md section 1; docs/fp8.md) -- the FP8 formats
+# cmake/fp8.cmake: the FP8 head's building blocks (docs/fp8.md) -- the FP8 formats
 # (llmc/cuda/fp8.h, the emulation's model llmc/emu/fp8_convert.h), the FP8 GEMM (llmc/kernels/fp8_matmul.cuh, its CPU
 # emulation llmc/emu/cpu_fp8_gemm.h), the cast kernels and the head -- and their tests: the formats against
 # ml_dtypes (test/emu/fp8_reference.py), the GEMM and the head against double references.

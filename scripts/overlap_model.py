@@ -15,7 +15,7 @@ The written model of the machine (every number is a parameter; defaults and thei
     latency = 60 us: fitted so that t(128 MiB) matches the 8xH100 ring reduce_scatter_perf figure of
       https://github.com/NVIDIA/nccl/issues/1047 (134217728 B, fp32: 377.2 us, busbw 311.3 GB/s); the
       same issue's larger sizes follow the formula within 4% (256 MiB: 331 GB/s measured, 338 model;
-      1 GiB: 349 measured, 361 model). FACTS.md: ~310-360 GB/s for large messages, less for ~10 MB.
+      1 GiB: 349 measured, 361 model). Published 8xH100 figures: ~310-360 GB/s for large messages, less for ~10 MB.
       Smaller messages (our 14 MB layer buckets) are an extrapolation of this fit: ~133 GB/s.
   * The shard update (AdamW, memory-bound) reads bf16 param + grad and fp32 master, m, v and writes
     bf16 param and fp32 master, m, v: 30 bytes per element at 3.35 TB/s (H100 SXM HBM3), on the comm
@@ -41,7 +41,7 @@ RING_LATENCY = 60e-6     # s
 HBM_BANDWIDTH = 3.35e12  # bytes/s
 ADAMW_BYTES_PER_ELEMENT = 2 + 2 + 4 + 4 + 4 + 2 + 4 + 4 + 4
 # llm.c: GPT-2 124M on 8xH100, ~140 ms per step of 524,288 tokens = 65,536 tokens per GPU at
-# ~0.80 GFLOP per token (FACTS.md): ~374 TFLOP/s achieved per GPU (38% of the 989 TFLOP/s bf16 peak).
+# ~0.80 GFLOP per token (6N + 6LCT at T = 1024): ~374 TFLOP/s achieved per GPU (38% of the 989 TFLOP/s bf16 peak).
 ACHIEVED_FLOPS = 65536 * 0.80e9 / 0.140
 
 

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Sequence, Tuple
 
-# The record's recipe (SPEEDRUN.md sections 1 and 3).
+# The record's recipe (docs/recipes.md: the model, the windows, the steps).
 C = 768
 HEADS = 6
 HEAD_DIM = 128
@@ -29,7 +29,7 @@ LONG_WINDOW_BLOCKS = (4, 11)
 WINDOW_UNIT = 128  # tokens per window block
 # (steps, long window in 128-token blocks); short = long // 2.
 WINDOW_PHASES = ((735, 3), (735, 7), (735, 11), (40, 13))
-RECORD_MS_PER_STEP = 61.3   # SPEEDRUN.md section 4 (137.5 s / 2,245 steps in the logs)
+RECORD_MS_PER_STEP = 61.3   # the record's logs: 137.5 s / 2,245 steps (docs/recipes.md)
 RECORD_SECONDS = 137.5
 ADAM_TABLES = 5             # embed, ve0..2, head: [V, C] each
 SCALARS = 64
@@ -41,7 +41,7 @@ GPT2_HEADS = 12
 GPT2_SEQ = 1024
 GPT2_TOKENS_PER_STEP = 524288
 GPT2_STEPS = 19073
-GPT2_MEASURED_MS = 140.0    # FACTS.md: ~140 ms per step on 8xH100, 3.28 in ~45 min
+GPT2_MEASURED_MS = 140.0    # llm.c's published 8xH100 run: ~140 ms per step, 3.28 in ~45 min
 GPT2_MEASURED_MIN = 45.0
 
 # Attention FLOPs per visible (query, key) pair and head, in units of head_dim: forward Q K^T and P V

@@ -3,7 +3,7 @@
 # distinct seeds to a FineWeb val loss below 3.28, logs in runs/<NAME>/run<k>.log where
 # scripts/compare_runs.py reads them; with RUNS >= 2 it ends with compare_runs' table.
 #
-# The recipe is the trainer's --recipe (README "Recipes"; values in llmc/train/recipe.cpp):
+# The recipe is the trainer's --recipe (docs/recipes.md; values in llmc/train/recipe.cpp):
 #   RECIPE=modded-2025-10-31 (default): modded-nanogpt's record of 2025-10-31: the speedrun model,
 #     2,245 steps of 262,144 tokens (one packed sequence of 32,768 tokens per GPU), the record's lr
 #     and window schedules, validation every 250 steps and at the end on 10,485,760 val tokens.

@@ -17,7 +17,7 @@ namespace llmc {
 constexpr size_t kBucketAlignElements = 32;
 constexpr size_t kTensorAlignElements = 8;
 
-// Which optimizer owns a tensor (SPEEDRUN.md section 2): Adam (embeddings, head, scalars) or Muon
+// Which optimizer owns a tensor (docs/recipes.md, "The optimizer"): Adam (embeddings, head, scalars) or Muon
 // (block matrices and gates). GPT-2 tensors are all kAdam (AdamW).
 enum class ParamGroup { kAdam, kMuon };
 // The storage dtype a tensor has in the reference implementation of its family (the device buffer is

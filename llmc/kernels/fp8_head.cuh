@@ -1,4 +1,4 @@
-// The FP8 head of the speedrun model (SPEEDRUN.md section 1; docs/fp8.md), training forward and backward:
+// The FP8 head of the speedrun model (docs/fp8.md), training forward and backward:
 //   z  = (x_s w_s) e4m3(x / x_s) e4m3(W / w_s)^T            fast accumulation, z in Tx (bf16)
 //   g8 = e5m2(dz / g_s)
 //   dx = (g_s w_s) g8 e4m3(W / w_s)                         no fast accumulation, dx in Tx

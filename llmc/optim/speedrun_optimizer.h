@@ -1,4 +1,4 @@
-// The speedrun recipe's optimizers (SPEEDRUN.md section 2) behind the BucketOptimizer hooks: NorMuon on
+// The speedrun recipe's optimizers (docs/recipes.md, "The optimizer") behind the BucketOptimizer hooks: NorMuon on
 // the block matrices and gates, dealt to owner ranks by plan_muon_owners, and the sharded Adam with bf16
 // state on the embeddings, head and scalars, stepping on odd steps with two steps of gradients. Every
 // collective starts from the backward's bucket hook; the updates run on their own stream.

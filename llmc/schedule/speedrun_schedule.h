@@ -1,4 +1,4 @@
-// The schedules of the modded-nanogpt speedrun recipe (2025-10-31 record, SPEEDRUN.md sections 2-3):
+// The schedules of the modded-nanogpt speedrun recipe (2025-10-31 record, docs/recipes.md):
 // lr multiplier, Muon momentum, attention windows, validation and Adam steps, and the YaRN state of the
 // RoPE frequencies and attention scale. Steps are 0-based, as in the training loop. Pure functions.
 #pragma once
@@ -29,7 +29,7 @@ struct SpeedrunSchedule {
 
   // The record's values.
   static SpeedrunSchedule record();
-  // The same phases in few steps, for tests (SPEEDRUN.md section 6): windows change at scheduled/3 and
+  // The same phases in few steps, for tests (docs/optimizers.md, "Schedules"): windows change at scheduled/3 and
   // 2 scheduled/3 and at scheduled, the lr decays over the second half, momentum warms up for
   // max(2, scheduled/6) steps and cools down over the last 2; extension max(2, scheduled/6) steps,
   // validation every scheduled/2 steps. scheduled_steps >= 6.

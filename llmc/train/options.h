@@ -18,7 +18,7 @@ namespace CLI { class App; }
 namespace llmc {
 
 // --grad-clip not given: 1.0 with ZeRO AdamW (llm.c's recipe), off with the speedrun optimizer (the record
-// clips nothing, SPEEDRUN.md section 2).
+// clips nothing, docs/recipes.md).
 constexpr double kGradClipAuto = -1.0;
 
 // --optimizer: ZeRO-1 AdamW, the speedrun's NorMuon + sharded Adam, or the model family's own.

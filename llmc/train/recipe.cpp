@@ -9,7 +9,7 @@ namespace llmc {
 
 namespace {
 
-// modded-nanogpt's record of 2025-10-31, SPEEDRUN.md sections 2-3: the speedrun model, 2,205 + 40 steps
+// modded-nanogpt's record of 2025-10-31 (docs/recipes.md): the speedrun model, 2,205 + 40 steps
 // of 262,144 tokens (one packed sequence of 32,768 tokens per rank and micro-step; with fewer than 8
 // ranks, 8 / ranks micro-steps), the record's lr and window schedules, no warm-up, no gradient clipping,
 // validation every 250 steps and at the end on 10,485,760 tokens; the training sequences are whole

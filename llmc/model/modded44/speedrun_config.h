@@ -27,7 +27,7 @@ struct SpeedrunConfig {
   int hidden() const { return 4 * channels(); }          // MLP width
 };
 
-// What block i does (SPEEDRUN.md section 1; for L != 12 the same rules scaled, see speedrun_structure).
+// What block i does (docs/speedrun_model.md, "Structure"; for L != 12 the same rules scaled, see speedrun_structure).
 struct SpeedrunBlock {
   bool attention = false;
   bool mlp = false;
@@ -50,7 +50,7 @@ struct SpeedrunStructure {
 // Throws std::invalid_argument for odd L or L < 8.
 SpeedrunStructure speedrun_structure(int num_blocks);
 
-// Index of each scalar in the fp32 scalar vector (SPEEDRUN.md: [0:L) skip_w, [L:3L) block lambda
+// Index of each scalar in the fp32 scalar vector (docs/speedrun_model.md: [0:L) skip_w, [L:3L) block lambda
 // pairs, [3L:5L) sa lambda pairs, [5L] smear_lambda, [5L+1] backout_lambda, then padding with 1s).
 struct SpeedrunScalarIndex {
   int num_blocks;

@@ -84,7 +84,7 @@ WrittenFile SpeedrunModel::write_model_file(const std::string& path, const std::
 }
 
 // 6 FLOPs per token per parameter of the GEMMs (block matrices and head, ~0.69 GFLOP at the record's
-// shapes, SPEEDRUN.md section 4); the embeddings' gathers are no FLOPs, and attention (~5% at the
+// shapes, docs/recipes.md); the embeddings' gathers are no FLOPs, and attention (~5% at the
 // record's windows, which change over a run) is left out.
 double SpeedrunModel::flops_per_token(int seq_len) const {
   (void)seq_len;

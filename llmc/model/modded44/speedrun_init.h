@@ -1,4 +1,4 @@
-// The speedrun model's initialisation (SPEEDRUN.md section 1): embeddings and value embeddings N(0,1);
+// The speedrun model's initialisation (docs/recipes.md, "The model"): embeddings and value embeddings N(0,1);
 // W_q, W_k, W_v and W_fc ~ U(-a, a) with a = sqrt(3) * 0.5 / sqrt(C); W_o, W_proj, head and gates zero;
 // the scalar vector as the record sets it. Each value is rounded to its reference storage dtype
 // (bf16 tables, fp32 matrices), so every build starts from the same numbers. Deterministic from the

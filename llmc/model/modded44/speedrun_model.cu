@@ -1,5 +1,5 @@
 // The speedrun model's forward and backward on the device (see speedrun_model.h): the order of kernels
-// is SPEEDRUN.md section 1 read top to bottom (and bottom to top for the backward); kernels live in
+// is the model of docs/recipes.md read top to bottom (and bottom to top for the backward); kernels live in
 // llmc/kernels/, the double-precision oracle in test/reference/reference_speedrun.cpp.
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// The speedrun model on the device (modded-nanogpt's 2025-10-31 record, SPEEDRUN.md section 1), a
+// The speedrun model on the device (modded-nanogpt's 2025-10-31 record, docs/recipes.md), a
 // TrainableModel (llmc/family/trainable_model.h): parameters and gradients in one bucketed floatX buffer
 // each (llmc/model/modded44/speedrun_layout.h), the activations of one packed sequence of T tokens, and the
 // forward and backward over the blocks, built from the kernels of llmc/kernels. The backward reports
@@ -63,7 +63,7 @@ class SpeedrunModel : public FamilyModel {
 
   // Attention windows in blocks of config.window_block tokens (a key at distance > window is masked).
   // With apply_yarn, a change of the long window applies YaRN to the RoPE frequencies and the
-  // attention scale (SPEEDRUN.md section 1; the record does so at each training change, not for the
+  // attention scale (docs/recipes.md, "The schedules"; the record does so at each training change, not for the
   // final validation's wider window) and rebuilds the tables. Throws std::invalid_argument for
   // non-positive windows.
   // Returns the attention scale in force.
