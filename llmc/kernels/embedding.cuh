@@ -1,12 +1,7 @@
 // The speedrun model's four embedding tables (embed, ve0, ve1, ve2; [V, C] floatX): one gather launch for
-// all of them, and a deterministic scatter-add backward without a serial per-token tail. The backward
-// sorts the positions by token once per batch on the host (stable counting sort, O(T + V); the loader
-// has the tokens there anyway) and splits the sorted list into chunks of 32 positions: a thread per
-// (chunk, 16-byte column packet) sums its chunk's positions of each token run in order and adds the
-// total into the table row when the run lies inside the chunk; a run that crosses chunk boundaries
-// leaves one fp32 partial per chunk, and a second kernel adds those partials in chunk order. The longest
-// serial sum is 32 positions plus (count / 32 + 2) partials, even for the most frequent token of
-// Zipf-distributed text. No float atomics; bitwise repeatable.
+// all of them, and their backward by the deterministic scatter-add by token of llmc/kernels/token_scatter.cuh
+// (the positions sorted by token once per batch on the host: the loader has the tokens there anyway), all
+// four tables in each of its launches.
 #pragma once
 
 #include <algorithm>
@@ -18,13 +13,13 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/token_scatter.cuh"
 #include "llmc/cuda/precision.h"
 
 namespace llmc {
 
-constexpr int kEmbeddingMaxTables = 4;
-constexpr int kEmbeddingChunk = 32;  // sorted positions per chunk
-constexpr int kEmbeddingBlock = 128;
+constexpr int kEmbeddingMaxTables = kTokenScatterMaxTables;
+constexpr int kEmbeddingChunk = kTokenScatterChunk;  // sorted positions per chunk
 
 // Up to four tables read or written with the same tokens, e.g. {embed, ve0, ve1, ve2}.
 template <typename Tx>
@@ -33,12 +28,9 @@ struct EmbeddingGather {
   const Tx* tables[kEmbeddingMaxTables] = {};  // [V, C]
   Tx* outputs[kEmbeddingMaxTables] = {};       // [T, C]
 };
+// Up to four table gradients accumulated from their douts [T, C] with the same tokens.
 template <typename Tx>
-struct EmbeddingScatter {
-  int count = 0;
-  Tx* table_grads[kEmbeddingMaxTables] = {};  // [V, C], accumulated
-  const Tx* douts[kEmbeddingMaxTables] = {};  // [T, C]
-};
+using EmbeddingScatter = TokenScatter<Tx>;
 
 template <typename Tx>
 __global__ void embedding_forward_kernel(EmbeddingGather<Tx> args, const int* tokens, int T, int C) {
@@ -71,7 +63,8 @@ class EmbeddingBackwardPlan {
 
   int tokens() const { return tokens_; }
   int chunks() const { return static_cast<int>(ceil_div(tokens_, kEmbeddingChunk)); }
-  int crossing_runs() const { return crossing_runs_; }
+  int crossing_runs() const { return stats_.crossing_runs; }
+  const TokenSortStats& stats() const { return stats_; }
   int channels() const { return channels_; }
   const int* sorted_positions() const { return device_table_; }
   const int* sorted_tokens() const { return device_table_ + max_tokens_; }
@@ -82,7 +75,8 @@ class EmbeddingBackwardPlan {
 
  private:
   int max_tokens_, vocab_size_, channels_;
-  int tokens_ = 0, crossing_runs_ = 0;
+  int tokens_ = 0;
+  TokenSortStats stats_;
   std::vector<int> counts_;      // [V] scratch of the counting sort
   std::vector<int> host_table_;  // sorted positions, sorted tokens, runs: the upload
   int* device_table_ = nullptr;
@@ -124,109 +118,18 @@ inline void EmbeddingBackwardPlan::prepare(const int* tokens_host, int T, cudaSt
                                   ")");
   if (upload_pending_) CUDA_CHECK(cudaEventSynchronize(upload_done_));
   tokens_ = T;
-  // Stable counting sort: counts_[v + 1] -> first sorted index of token v.
-  std::fill(counts_.begin(), counts_.end(), 0);
-  for (int t = 0; t < T; t++) counts_[tokens_host[t] + 1]++;
-  for (int v = 0; v < vocab_size_; v++) counts_[v + 1] += counts_[v];
   int* sorted_positions = host_table_.data();
   int* sorted_tokens = sorted_positions + max_tokens_;
-  for (int t = 0; t < T; t++) {
-    const int index = counts_[tokens_host[t]]++;
-    sorted_positions[index] = t;
-    sorted_tokens[index] = tokens_host[t];
-  }
-  // Runs that span more than one chunk.
-  int* runs = sorted_tokens + max_tokens_;
-  crossing_runs_ = 0;
-  for (int first = 0; first < T;) {
-    int end = first + 1;
-    while (end < T && sorted_tokens[end] == sorted_tokens[first]) end++;
-    if (first / kEmbeddingChunk != (end - 1) / kEmbeddingChunk) {
-      runs[3 * crossing_runs_] = sorted_tokens[first];
-      runs[3 * crossing_runs_ + 1] = first;
-      runs[3 * crossing_runs_ + 2] = end - first;
-      crossing_runs_++;
-    }
-    first = end;
-  }
+  stats_ = sort_positions_by_token(tokens_host, T, vocab_size_, sorted_positions, sorted_tokens,
+                                   sorted_tokens + max_tokens_, counts_);
   // Sorted positions and tokens at their fixed offsets, then the runs.
   CUDA_CHECK(cudaMemcpyAsync(device_table_, host_table_.data(), static_cast<size_t>(T) * sizeof(int),
                              cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemcpyAsync(device_table_ + max_tokens_, sorted_tokens,
-                             (static_cast<size_t>(max_tokens_) + 3 * static_cast<size_t>(crossing_runs_)) * sizeof(int),
+                             (static_cast<size_t>(max_tokens_) + 3 * static_cast<size_t>(stats_.crossing_runs)) * sizeof(int),
                              cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaEventRecord(upload_done_, stream));
   upload_pending_ = true;
-}
-
-// Adds an fp32 packet of sums into one table row's packet (floatX, rounded once).
-template <typename Tx>
-__device__ __forceinline__ void add_to_row(Tx* target, const float (&sum)[Packed128<Tx>::size]) {
-  using Packet = Packed128<Tx>;
-  const Packet old = load128(target);
-  Packet result;
-  for (int j = 0; j < Packet::size; j++) result[j] = from_float<Tx>(to_float(old[j]) + sum[j]);
-  store128(target, result);
-}
-
-// Thread = (chunk blockIdx.x, packet p, table blockIdx.z). Walks the chunk's sorted positions in order.
-template <typename Tx>
-__global__ void embedding_backward_chunks_kernel(EmbeddingScatter<Tx> args, float* partials, const int* positions,
-                                                 const int* tokens, int T, int C) {
-  using Packet = Packed128<Tx>;
-  constexpr int S = Packet::size;
-  const int p = blockIdx.y * blockDim.x + threadIdx.x;
-  if (p >= C / S) return;
-  const int chunk = blockIdx.x, table = blockIdx.z, num_chunks = gridDim.x;
-  const int i0 = chunk * kEmbeddingChunk, i1 = i0 + kEmbeddingChunk < T ? i0 + kEmbeddingChunk : T;
-  float sum[S] = {};
-  int run_start = i0;
-  for (int i = i0; i < i1; i++) {
-    const int token = tokens[i];
-    const Packet g = load128(args.douts[table] + static_cast<size_t>(positions[i]) * C + p * S);
-    for (int j = 0; j < S; j++) sum[j] += to_float(g[j]);
-    if (i + 1 < i1 && tokens[i + 1] == token) continue;
-    const bool crosses_start = run_start == i0 && i0 > 0 && tokens[i0 - 1] == token;
-    const bool crosses_end = i + 1 == i1 && i1 < T && tokens[i1] == token;
-    if (!crosses_start && !crosses_end) {
-      add_to_row<Tx>(args.table_grads[table] + static_cast<size_t>(token) * C + p * S, sum);
-    } else {  // slot 2c: the run that enters the chunk; 2c + 1: the one that starts in it and leaves
-      const int slot = 2 * chunk + (crosses_start ? 0 : 1);
-      float* target = partials + (static_cast<size_t>(table) * 2 * num_chunks + slot) * C + p * S;
-      for (int q = 0; q < S; q += f128::size) {
-        f128 packet;
-        for (int j = 0; j < f128::size; j++) packet[j] = sum[q + j];
-        store128(target + q, packet);
-      }
-    }
-    for (int j = 0; j < S; j++) sum[j] = 0.0f;
-    run_start = i + 1;
-  }
-}
-
-// Thread = (crossing run blockIdx.x, packet p, table blockIdx.z): the run's partials are slot 2 c0 + 1 of its
-// first chunk c0, then slot 2c of every later chunk up to c1, summed in chunk order.
-template <typename Tx>
-__global__ void embedding_backward_runs_kernel(EmbeddingScatter<Tx> args, const float* partials, const int* runs,
-                                               int num_chunks, int C) {
-  using Packet = Packed128<Tx>;
-  constexpr int S = Packet::size;
-  const int p = blockIdx.y * blockDim.x + threadIdx.x;
-  if (p >= C / S) return;
-  const int table = blockIdx.z;
-  const int token = runs[3 * blockIdx.x], first = runs[3 * blockIdx.x + 1], count = runs[3 * blockIdx.x + 2];
-  const int c0 = first / kEmbeddingChunk, c1 = (first + count - 1) / kEmbeddingChunk;
-  const float* base = partials + static_cast<size_t>(table) * 2 * num_chunks * C + p * S;
-  float sum[S] = {};
-  auto add_slot = [&](int slot) {
-    for (int q = 0; q < S; q += f128::size) {
-      const f128 packet = load128(base + static_cast<size_t>(slot) * C + q);
-      for (int j = 0; j < f128::size; j++) sum[q + j] += packet[j];
-    }
-  };
-  if (LLMC_MUTANT("embedding.drop_first_partial", true, false)) add_slot(2 * c0 + 1);
-  for (int c = c0 + 1; c <= c1; c++) add_slot(2 * c);
-  add_to_row<Tx>(args.table_grads[table] + static_cast<size_t>(token) * C + p * S, sum);
 }
 
 namespace detail {
@@ -260,18 +163,8 @@ inline void embedding_backward(const EmbeddingScatter<floatX>& args, const Embed
     throw std::invalid_argument("embedding_backward: C = " + std::to_string(C) + " but the plan was made for " +
                                 std::to_string(plan.channels()));
   if (plan.tokens() == 0) throw std::logic_error("embedding_backward: the plan was never prepared");
-  const int packets = C / Packed128<floatX>::size;
-  const unsigned column_blocks = static_cast<unsigned>(ceil_div(packets, kEmbeddingBlock));
-  const unsigned block =
-      static_cast<unsigned>(packets < kEmbeddingBlock ? ceil_div(packets, kWarpSize) * kWarpSize : kEmbeddingBlock);
-  LLMC_LAUNCH(embedding_backward_chunks_kernel<floatX>,
-              dim3(static_cast<unsigned>(plan.chunks()), column_blocks, static_cast<unsigned>(args.count)), dim3(block),
-              0, stream, args, plan.partials(), plan.sorted_positions(), plan.sorted_tokens(), plan.tokens(), C);
-  if (plan.crossing_runs() > 0)
-    LLMC_LAUNCH(embedding_backward_runs_kernel<floatX>,
-                dim3(static_cast<unsigned>(plan.crossing_runs()), column_blocks, static_cast<unsigned>(args.count)),
-                dim3(block), 0, stream, args, static_cast<const float*>(plan.partials()), plan.runs(), plan.chunks(),
-                C);
+  token_scatter_add(args, plan.sorted_positions(), plan.sorted_tokens(), plan.runs(), plan.tokens(), plan.stats(), C,
+                    plan.partials(), stream);
 }
 
 }  // namespace llmc

@@ -1,14 +1,8 @@
 // Token + position embedding: forward out[b,t,:] = wte[token[b,t],:] + wpe[t,:] in 16-byte packets, and a
-// DETERMINISTIC backward without a serial per-token tail. The backward's plan groups the positions by
-// token on the host, where the tokens are anyway (a stable counting sort, O(B*T + V), built when the batch
-// is staged for upload: build_encoder_backward_plan). Its sorted list is cut into chunks of
-// kEncoderChunk positions; a thread per (chunk, 16-byte column packet) sums its chunk's positions of each
-// token in order and adds a token's total into dwte when the token's run of positions lies inside the
-// chunk. A run crossing chunk boundaries (a frequent token) leaves one fp32 partial per chunk instead,
-// which a second kernel adds in chunk order. So no thread sums more than kEncoderChunk positions plus
-// (count / kEncoderChunk + 2) partials, even for the most frequent token of real text (thousands of
-// positions per batch); no float atomics, bitwise-identical results from run to run. (The speedrun's
-// embedding kernels use the same scheme.)
+// DETERMINISTIC backward: dwte by the scatter-add by token that the speedrun's embeddings use too
+// (llmc/kernels/token_scatter.cuh: positions sorted by token on the host when the batch is staged for
+// upload, build_encoder_backward_plan; no float atomics, no serial per-token tail), dwpe by a sum over the
+// batch per position.
 #pragma once
 
 #include <cstddef>
@@ -21,13 +15,14 @@
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/token_scatter.cuh"
 #include "llmc/cuda/precision.h"
 
 namespace llmc {
 
-constexpr int kEncoderChunk = 32;   // sorted positions per chunk: the longest serial sum of a thread
-constexpr int kEncoderBlock = 128;  // threads (column packets) per block at most
-constexpr int kEncoderWpeRows = 8;  // positions t per block of the wpe gradient
+constexpr int kEncoderChunk = kTokenScatterChunk;  // sorted positions per chunk: the longest serial sum of a thread
+constexpr int kEncoderBlock = 128;                 // threads (column packets) per block at most
+constexpr int kEncoderWpeRows = 8;                 // positions t per block of the wpe gradient
 
 template <typename Tx, bool kVector>
 __global__ void encoder_forward_kernel(Tx* out, const int* tokens, const Tx* wte, const Tx* wpe, int B, int T, int C) {
@@ -84,48 +79,27 @@ struct EncoderBackwardPlan {
 inline size_t encoder_backward_table_ints(int max_positions) {
   return 2 * static_cast<size_t>(max_positions) + 3 * static_cast<size_t>(ceil_div(max_positions, kEncoderChunk));
 }
-// Floats of device scratch for the crossing runs' partials: two per chunk (the run entering it, the run
-// starting in it and leaving) and column.
+// Floats of device scratch for the crossing runs' partials.
 inline size_t encoder_backward_partial_floats(int max_positions, int C) {
-  return 2 * static_cast<size_t>(ceil_div(max_positions, kEncoderChunk)) * C;
+  return token_scatter_partial_floats(max_positions, C);
 }
 
 // Builds the plan of tokens[0, positions) into table (encoder_backward_table_ints(positions) ints, laid out
-// for that size). counts: scratch of at least V + 1 ints. Throws std::invalid_argument for a token outside
-// [0, V). Stable counting sort: positions of one token stay in increasing order.
+// for that size: sorted positions, their tokens, the crossing runs). counts: scratch. Throws
+// std::invalid_argument for a token outside [0, V). Stable: positions of one token stay in increasing order.
 inline EncoderBackwardPlan build_encoder_backward_plan(const int* tokens, int positions, int V, int* table,
                                                        std::vector<int>& counts) {
-  counts.assign(static_cast<size_t>(V) + 1, 0);
-  for (int i = 0; i < positions; i++) {
+  for (int i = 0; i < positions; i++)
     if (tokens[i] < 0 || tokens[i] >= V)
       throw std::invalid_argument("encoder backward: token id " + std::to_string(tokens[i]) + " at position " +
                                   std::to_string(i) + " outside [0, " + std::to_string(V) + ")");
-    counts[static_cast<size_t>(tokens[i]) + 1]++;
-  }
-  for (int v = 0; v < V; v++) counts[static_cast<size_t>(v) + 1] += counts[static_cast<size_t>(v)];
-  int* sorted_positions = table;
-  int* sorted_tokens = table + positions;
-  for (int i = 0; i < positions; i++) {
-    const int index = counts[static_cast<size_t>(tokens[i])]++;
-    sorted_positions[index] = i;
-    sorted_tokens[index] = tokens[i];
-  }
+  const TokenSortStats stats = sort_positions_by_token(tokens, positions, V, table, table + positions,
+                                                       table + 2 * static_cast<size_t>(positions), counts);
   EncoderBackwardPlan plan;
   plan.positions = positions;
-  int* runs = table + 2 * static_cast<size_t>(positions);
-  for (int first = 0; first < positions;) {
-    int end = first + 1;
-    while (end < positions && sorted_tokens[end] == sorted_tokens[first]) end++;
-    plan.distinct++;
-    if (end - first > plan.longest_run) plan.longest_run = end - first;
-    if (first / kEncoderChunk != (end - 1) / kEncoderChunk) {
-      int* run = runs + 3 * static_cast<size_t>(plan.crossing_runs++);
-      run[0] = sorted_tokens[first];
-      run[1] = first;
-      run[2] = end - first;
-    }
-    first = end;
-  }
+  plan.distinct = stats.distinct;
+  plan.crossing_runs = stats.crossing_runs;
+  plan.longest_run = stats.longest_run;
   return plan;
 }
 
@@ -142,73 +116,17 @@ inline size_t encoder_backward_table_used(const EncoderBackwardPlan& plan) {
   return 2 * static_cast<size_t>(plan.positions) + 3 * static_cast<size_t>(plan.crossing_runs);
 }
 
-// Thread = (chunk blockIdx.x, column packet). Walks the chunk's sorted positions in order.
+// Blocks of kEncoderWpeRows rows t of dwpe each, t < wpe_rows: dwpe[t] (+)= sum over b of dout[b, t] in b
+// order for t < T, and 0 for t >= T (wpe_rows > T only when overwriting). Thread = column packet.
 template <typename Tx, bool kVector>
-__global__ void encoder_backward_chunks_kernel(Tx* dwte, float* partials, const Tx* dout, const int* table,
-                                               int positions, int C) {
+__global__ void encoder_backward_wpe_kernel(Tx* dwpe, const Tx* dout, int B, int T, int wpe_rows, int C,
+                                            bool accumulate_wpe) {
   constexpr int P = packet_size<Tx>();
   const int c = (blockIdx.y * blockDim.x + threadIdx.x) * P;
   if (c >= C) return;
-  const int* sorted_positions = table;
-  const int* sorted_tokens = table + positions;
-  const int chunk = blockIdx.x;
-  const int i0 = chunk * kEncoderChunk, i1 = i0 + kEncoderChunk < positions ? i0 + kEncoderChunk : positions;
-  float sum[P] = {};
-  int run_start = i0;
-  for (int i = i0; i < i1; i++) {
-    const int token = sorted_tokens[i];
-    float row[P];
-    load_packet<Tx, kVector>(row, dout + static_cast<size_t>(sorted_positions[i]) * C, c, C);
-    for (int j = 0; j < P; j++) sum[j] += row[j];
-    if (i + 1 < i1 && sorted_tokens[i + 1] == token) continue;
-    const bool crosses_start = run_start == i0 && i0 > 0 && sorted_tokens[i0 - 1] == token;
-    const bool crosses_end = LLMC_MUTANT("encoder_backward.ignores_crossing_end",
-                                         i + 1 == i1 && i1 < positions && sorted_tokens[i1] == token, false);
-    if (!crosses_start && !crosses_end) {
-      Tx* target = dwte + static_cast<size_t>(token) * C;
-      float old[P];
-      load_packet<Tx, kVector>(old, target, c, C);
-      for (int j = 0; j < P; j++) old[j] += sum[j];
-      store_packet<Tx, kVector>(target, c, C, old);
-    } else {  // slot 2 chunk: the run entering the chunk; 2 chunk + 1: the run starting in it and leaving
-      float* slot = partials + static_cast<size_t>(2 * chunk + (crosses_start ? 0 : 1)) * C;
-      for (int j = 0; j < P; j++)
-        if (c + j < C) slot[c + j] = sum[j];
-    }
-    for (int j = 0; j < P; j++) sum[j] = 0.0f;
-    run_start = i + 1;
-  }
-}
-
-// Blocks [0, crossing_runs): one crossing run each (its partials: slot 2 c0 + 1 of its first chunk c0, then
-// slot 2c of every later chunk up to its last, in chunk order). Blocks from crossing_runs on: kEncoderWpeRows
-// rows t of dwpe each, t < wpe_rows: dwpe[t] (+)= sum over b of dout[b, t] in b order for t < T, and 0 for
-// t >= T (wpe_rows > T only when overwriting). Thread = column packet.
-template <typename Tx, bool kVector>
-__global__ void encoder_backward_runs_wpe_kernel(Tx* dwte, Tx* dwpe, const float* partials, const Tx* dout,
-                                                 const int* runs, int crossing_runs, int B, int T, int wpe_rows, int C,
-                                                 bool accumulate_wpe) {
-  constexpr int P = packet_size<Tx>();
-  const int c = (blockIdx.y * blockDim.x + threadIdx.x) * P;
-  if (c >= C) return;
-  float sum[P] = {};
-  if (static_cast<int>(blockIdx.x) < crossing_runs) {
-    const int* run = runs + 3 * static_cast<size_t>(blockIdx.x);
-    const int token = run[0], c0 = run[1] / kEncoderChunk, c1 = (run[1] + run[2] - 1) / kEncoderChunk;
-    for (int chunk = c0; chunk <= c1; chunk++) {
-      const float* slot = partials + static_cast<size_t>(chunk == c0 ? 2 * chunk + 1 : 2 * chunk) * C;
-      for (int j = 0; j < P; j++) sum[j] += c + j < C ? slot[c + j] : 0.0f;
-    }
-    Tx* target = dwte + static_cast<size_t>(token) * C;
-    float old[P];
-    load_packet<Tx, kVector>(old, target, c, C);
-    for (int j = 0; j < P; j++) old[j] += sum[j];
-    store_packet<Tx, kVector>(target, c, C, old);
-    return;
-  }
-  const int t0 = (static_cast<int>(blockIdx.x) - crossing_runs) * kEncoderWpeRows;
+  const int t0 = static_cast<int>(blockIdx.x) * kEncoderWpeRows;
   for (int t = t0; t < t0 + kEncoderWpeRows && t < wpe_rows; t++) {
-    for (int j = 0; j < P; j++) sum[j] = 0.0f;
+    float sum[P] = {};
     for (int b = 0; b < B && t < T; b++) {
       float row[P];
       load_packet<Tx, kVector>(row, dout + (static_cast<size_t>(b) * T + t) * C, c, C);
@@ -224,24 +142,18 @@ __global__ void encoder_backward_runs_wpe_kernel(Tx* dwte, Tx* dwpe, const float
   }
 }
 
-// Bytes and FLOPs of the two launches (llmc/base/launch_observer.h).
-inline KernelCost encoder_backward_chunks_cost(const EncoderBackwardPlan& plan, int C) {
-  const double x = sizeof(floatX), nc = static_cast<double>(plan.positions) * C;
-  return KernelCost{nc * x + 2.0 * plan.distinct * C * x + 8.0 * plan.positions + 8.0 * plan.chunks() * C, nc};
-}
-inline KernelCost encoder_backward_runs_wpe_cost(const EncoderBackwardPlan& plan, int B, int T, int wpe_rows, int C,
-                                                 bool accumulate_wpe) {
+inline KernelCost encoder_backward_wpe_cost(int B, int T, int wpe_rows, int C, bool accumulate_wpe) {
   const double x = sizeof(floatX), tc = static_cast<double>(T) * C;
-  const double written = static_cast<double>(wpe_rows) * C * x;
-  return KernelCost{static_cast<double>(B) * tc * x + written + (accumulate_wpe ? tc * x : 0.0) +
-                        plan.crossing_runs * (2.0 * C * x + 12.0) + 8.0 * plan.chunks() * C,
-                    static_cast<double>(B) * tc + 2.0 * plan.chunks() * C};
+  return KernelCost{static_cast<double>(B) * tc * x + static_cast<double>(wpe_rows) * C * x +
+                        (accumulate_wpe ? tc * x : 0.0),
+                    static_cast<double>(B) * tc};
 }
 
 // dwte (V,C) += and dwpe (maxT,C) (+)= from dout (B,T,C), for the batch whose plan is `plan`, its table
 // uploaded to device_table (stream-ordered before this call). dwpe accumulates when accumulate_wpe; otherwise
 // all its maxT rows are overwritten (rows t >= T with 0). dwte always accumulates (the tied LM head writes it
-// first). partials: encoder_backward_partial_floats(B*T, C) floats of device scratch. Two launches.
+// first). partials: encoder_backward_partial_floats(B*T, C) floats of device scratch. Two or three launches
+// (the token scatter's one or two, then dwpe's).
 inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* device_table,
                              const EncoderBackwardPlan& plan, int B, int T, int maxT, int C, bool accumulate_wpe,
                              float* partials, cudaStream_t stream) {
@@ -251,30 +163,26 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
   if (T > maxT)
     throw std::invalid_argument("encoder_backward: T = " + std::to_string(T) +
                                 " exceeds maxT = " + std::to_string(maxT));
+  TokenScatter<floatX> wte;
+  wte.count = 1;
+  wte.table_grads[0] = dwte;
+  wte.douts[0] = dout;
+  const TokenSortStats stats{plan.distinct, plan.crossing_runs, plan.longest_run};
+  token_scatter_add(wte, device_table, device_table + plan.positions, device_table + 2 * static_cast<size_t>(plan.positions),
+                    plan.positions, stats, C, partials, stream);
   const int packets = static_cast<int>(ceil_div(C, packet_size<floatX>()));
   const unsigned column_blocks = static_cast<unsigned>(ceil_div(packets, kEncoderBlock));
   const dim3 block(
       static_cast<unsigned>(packets < kEncoderBlock ? ceil_div(packets, kWarpSize) * kWarpSize : kEncoderBlock));
-  const bool vector = rows_are_packets<floatX>(C, dwte, dwpe, dout);
-  const dim3 chunks_grid(static_cast<unsigned>(plan.chunks()), column_blocks);
-  const KernelCost chunks_cost = encoder_backward_chunks_cost(plan, C);
-  if (vector)
-    LLMC_LAUNCH_COSTED(chunks_cost, (encoder_backward_chunks_kernel<floatX, true>), chunks_grid, block, 0, stream, dwte,
-                       partials, dout, device_table, plan.positions, C);
-  else
-    LLMC_LAUNCH_COSTED(chunks_cost, (encoder_backward_chunks_kernel<floatX, false>), chunks_grid, block, 0, stream,
-                       dwte, partials, dout, device_table, plan.positions, C);
-  const int* runs = device_table + 2 * static_cast<size_t>(plan.positions);
   const int wpe_rows = accumulate_wpe ? T : maxT;
-  const dim3 runs_grid(static_cast<unsigned>(plan.crossing_runs + ceil_div(wpe_rows, kEncoderWpeRows)), column_blocks);
-  const KernelCost runs_cost = encoder_backward_runs_wpe_cost(plan, B, T, wpe_rows, C, accumulate_wpe);
-  const float* const_partials = partials;
-  if (vector)
-    LLMC_LAUNCH_COSTED(runs_cost, (encoder_backward_runs_wpe_kernel<floatX, true>), runs_grid, block, 0, stream, dwte,
-                       dwpe, const_partials, dout, runs, plan.crossing_runs, B, T, wpe_rows, C, accumulate_wpe);
+  const dim3 wpe_grid(static_cast<unsigned>(ceil_div(wpe_rows, kEncoderWpeRows)), column_blocks);
+  const KernelCost wpe_cost = encoder_backward_wpe_cost(B, T, wpe_rows, C, accumulate_wpe);
+  if (rows_are_packets<floatX>(C, dwpe, dout))
+    LLMC_LAUNCH_COSTED(wpe_cost, (encoder_backward_wpe_kernel<floatX, true>), wpe_grid, block, 0, stream, dwpe, dout, B,
+                       T, wpe_rows, C, accumulate_wpe);
   else
-    LLMC_LAUNCH_COSTED(runs_cost, (encoder_backward_runs_wpe_kernel<floatX, false>), runs_grid, block, 0, stream, dwte,
-                       dwpe, const_partials, dout, runs, plan.crossing_runs, B, T, wpe_rows, C, accumulate_wpe);
+    LLMC_LAUNCH_COSTED(wpe_cost, (encoder_backward_wpe_kernel<floatX, false>), wpe_grid, block, 0, stream, dwpe, dout,
+                       B, T, wpe_rows, C, accumulate_wpe);
 }
 
 }  // namespace llmc
