@@ -8,8 +8,8 @@ set(LLMC_SPEEDRUN_KERNEL_TEST_SOURCES
   test/kernels/test_rmsnorm_rope.cu
   test/kernels/test_softcap_relu2.cu
   test/kernels/test_gates_mixes.cu
-  test/kernels/test_embedding_kernels.cu
-  test/kernels/test_simple_attention.cu)
+  test/kernels/test_embedding.cu
+  test/kernels/test_simple_window_attention.cu)
 set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_encoder_layernorm.cu
   test/kernels/test_matmul_attention.cu
