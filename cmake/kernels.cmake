@@ -16,7 +16,8 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_bias_grad.cu
   test/kernels/test_residual.cu
   test/kernels/test_gelu.cu
-  test/kernels/test_matmul_attention.cu
+  test/kernels/test_matmul.cu
+  test/kernels/test_attention.cu
   test/kernels/test_classifier.cu
   test/kernels/test_global_norm.cu
   test/kernels/test_adamw.cu
