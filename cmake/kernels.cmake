@@ -5,9 +5,14 @@
 
 # The speedrun model's kernels (docs/speedrun_model.md); also built as the mutant binary below.
 set(LLMC_SPEEDRUN_KERNEL_TEST_SOURCES
-  test/kernels/test_rmsnorm_rope.cu
-  test/kernels/test_softcap_relu2.cu
-  test/kernels/test_gates_mixes.cu
+  test/kernels/test_rmsnorm.cu
+  test/kernels/test_qk_norm_rope.cu
+  test/kernels/test_softcap_cross_entropy.cu
+  test/kernels/test_relu_squared.cu
+  test/kernels/test_smear_gate.cu
+  test/kernels/test_attention_gate.cu
+  test/kernels/test_residual_mix.cu
+  test/kernels/test_scalar_vector.cu
   test/kernels/test_embedding.cu
   test/kernels/test_simple_window_attention.cu)
 set(LLMC_KERNEL_TEST_SOURCES
