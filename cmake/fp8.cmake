@@ -5,7 +5,7 @@
 
 set(LLMC_FP8_TEST_SOURCES
   test/emu/test_fp8_format.cu
-  test/kernels/test_fp8_gemm.cu
+  test/kernels/test_fp8_matmul.cu
   test/kernels/test_fp8_cast.cu
   test/kernels/test_fp8_head.cu)
 

@@ -5,15 +5,27 @@
 
 # The speedrun model's kernels (docs/speedrun_model.md); also built as the mutant binary below.
 set(LLMC_SPEEDRUN_KERNEL_TEST_SOURCES
-  test/kernels/test_rmsnorm_rope.cu
-  test/kernels/test_softcap_relu2.cu
-  test/kernels/test_gates_mixes.cu
-  test/kernels/test_embedding_kernels.cu
-  test/kernels/test_simple_attention.cu)
+  test/kernels/test_rmsnorm.cu
+  test/kernels/test_qk_norm_rope.cu
+  test/kernels/test_softcap_cross_entropy.cu
+  test/kernels/test_relu_squared.cu
+  test/kernels/test_smear_gate.cu
+  test/kernels/test_attention_gate.cu
+  test/kernels/test_residual_mix.cu
+  test/kernels/test_scalar_vector.cu
+  test/kernels/test_embedding.cu
+  test/kernels/test_simple_window_attention.cu)
 set(LLMC_KERNEL_TEST_SOURCES
-  test/kernels/test_encoder_layernorm.cu
-  test/kernels/test_matmul_attention.cu
-  test/kernels/test_classifier_optimizer.cu
+  test/kernels/test_encoder.cu
+  test/kernels/test_layernorm.cu
+  test/kernels/test_bias_grad.cu
+  test/kernels/test_residual.cu
+  test/kernels/test_gelu.cu
+  test/kernels/test_matmul.cu
+  test/kernels/test_attention.cu
+  test/kernels/test_classifier.cu
+  test/kernels/test_global_norm.cu
+  test/kernels/test_adamw.cu
   test/kernels/test_flash_attention.cu
   test/kernels/test_window_attention.cu
   test/kernels/test_kv_cache.cu
@@ -46,7 +58,8 @@ llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
 # to a plausible bug one at a time; the driver expects the named tests to fail under each mutant and to
 # pass without one.
 llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES}
-                      test/kernels/test_encoder_layernorm.cu test/kernels/test_classifier_optimizer.cu)
+                      test/kernels/test_encoder.cu test/kernels/test_layernorm.cu test/kernels/test_bias_grad.cu
+                      test/kernels/test_classifier.cu test/kernels/test_global_norm.cu test/kernels/test_adamw.cu)
 add_executable(kernel_mutants_fp32_emu ${llmc_kernel_mutant_sources})
 target_link_libraries(kernel_mutants_fp32_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
 target_compile_definitions(kernel_mutants_fp32_emu PRIVATE LLMC_FP32 LLMC_KERNEL_MUTANTS)

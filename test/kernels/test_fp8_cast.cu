@@ -1,7 +1,8 @@
-// The FP8 head's cast kernels, fp32 and bf16 inputs, e4m3 and e5m2 outputs: fp8_cast and fp8_cast_transpose
-// (with and without its straight copy, tiles cut at the edges) give exactly the codes of the emulation's
-// conversion model (llmc/emu/fp8_convert.h, itself checked against ml_dtypes in test_fp8_format.cu) applied to
-// in / scale with IEEE division, for values from underflow to saturation; misuse is refused.
+// The FP8 head's cast kernels, llmc/kernels/fp8_cast.cuh and fp8_cast_transpose.cuh (one file for both: each test
+// checks both kernels' codes for the same inputs), fp32 and bf16 inputs, e4m3 and e5m2 outputs: fp8_cast and
+// fp8_cast_transpose (with and without its straight copy, tiles cut at the edges) give exactly the codes of the
+// emulation's conversion model (llmc/emu/fp8_convert.h, itself checked against ml_dtypes in test_fp8_format.cu)
+// applied to in / scale with IEEE division, for values from underflow to saturation; misuse is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>

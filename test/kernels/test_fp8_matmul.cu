@@ -1,7 +1,8 @@
-// fp8_gemm() (cuBLASLt FP8 on a GPU, the CPU accumulator model emulated) against a double reference of the
-// decoded operands: every operand type combination the head uses, bf16 and fp32 output, fast accumulation on
-// and off, scales, alpha and beta, with the tolerance of test/kernels/fp8_test_support.h; the calls cuBLASLt's
-// FP8 kernels refuse are refused; in the emulation, the fast-accumulation flag changes the result as modelled.
+// fp8_gemm() of llmc/kernels/fp8_matmul.cuh (cuBLASLt FP8 on a GPU, the CPU accumulator model emulated) against
+// a double reference of the decoded operands: every operand type combination the head uses, bf16 and fp32 output,
+// fast accumulation on and off, scales, alpha and beta, with the tolerance of test/kernels/fp8_test_support.h; the
+// calls cuBLASLt's FP8 kernels refuse are refused; in the emulation, the fast-accumulation flag changes the result
+// as modelled.
 #include <gtest/gtest.h>
 
 #include <cmath>

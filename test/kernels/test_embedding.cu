@@ -1,6 +1,6 @@
-// Speedrun kernel tests: the four embedding gathers and their deterministic scatter-add backward on
-// Zipf-distributed tokens (hot tokens spanning many chunks, runs meeting chunk boundaries exactly),
-// against the double-precision reference. Built for fp32 and bf16, emulated and on a GPU.
+// Speedrun kernel tests of llmc/kernels/embedding.cuh: the four embedding gathers and their deterministic
+// scatter-add backward on Zipf-distributed tokens (hot tokens spanning many chunks, runs meeting chunk
+// boundaries exactly), against the double-precision reference. Built for fp32 and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
