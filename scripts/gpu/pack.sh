@@ -27,7 +27,8 @@ BASE_LIBRARIES=(linux-vdso.so.1 ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libdl.s
 # OpenMPI plugins that need a network stack, OpenSHMEM or PMIx are left out: one rank on one node
 # (an MPI singleton) uses none of them, and their libraries are not on the GPU machine.
 UNNEEDED_PLUGIN_LIBRARIES='^(libuc[mpst]|libfabric|libpsm|libinfinipath|libibverbs|librdmacm|libnl-|libefa|liboshmem|libpmix|libmunge|libnuma|libmca_common_(ucx|ofi|verbs))'
-MAX_PACK_MIB=52
+# The device tool carries the working tree (about 3.5 MB) and the pack together, 64 MiB at most.
+MAX_PACK_MIB=56
 
 die() {
   echo "pack.sh: $*" >&2

@@ -24,7 +24,7 @@ CHECK_SH = os.path.join(REPO, "scripts", "gpu", "check.sh")
 BARE_ENV = os.path.join(REPO, "scripts", "gpu", "bare_env.sh")
 STAGE_KEYS = ["tests", "sanitizer", "kernels", "train", "speedrun", "torch", "ncu", "generate"]
 MAX_RESULT_FILES = 8  # what the device tool brings back
-MAX_PACK_BYTES = 52 << 20
+MAX_PACK_BYTES = 56 << 20
 SETTINGS = {}
 
 
