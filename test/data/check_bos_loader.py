@@ -4,7 +4,7 @@
 The shared King James Bible (one document per chapter, some longer than 2,048 tokens) and
 tiny-shakespeare (one document per speech) are written as JSONL documents and tokenized by
 ./tokenize_gpt2 into several shards each. bos_loader_probe writes what the C++ loaders deal to every
-rank; this file deals the same from the shards by the rule of SPEEDRUN.md section 3 (written here from
+rank; this file deals the same from the shards by the rule of the record (docs/recipes.md) (written here from
 that text, not from the C++): every step, sequence 0 takes consecutive documents (BOS to next BOS) until
 it holds exactly T+1 tokens, then sequence 1, ...; documents cut to the first max_doc tokens, a
 sequence's last document cut to fill it; a step that does not fit the rest of a shard is dealt from the

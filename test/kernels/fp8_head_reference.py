@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Float64 oracle of the FP8 head for test/kernels/test_fp8_head.cu, written from SPEEDRUN.md section 1:
+"""Float64 oracle of the FP8 head for test/kernels/test_fp8_head.cu, written from the record (docs/recipes.md):
 scales x_s = sqrt(C)/448 (sqrt(768)/448 in the record), w_s = 2^-9, g_s = 1/448, as float32;
 x8 = e4m3(x / x_s), w8 = e4m3(W / w_s), g8 = e5m2(dz / g_s) with the division in float32 and the
 conversion by ml_dtypes (round to nearest even) saturated to the largest finite value as the GPU's

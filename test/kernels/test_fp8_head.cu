@@ -1,5 +1,5 @@
 // The FP8 head (llmc/kernels/fp8_head.cuh), bf16 and fp32 activations, against an independent float64 oracle
-// written from SPEEDRUN.md (test/kernels/fp8_head_reference.py: the record's scales, ml_dtypes' conversions):
+// written from docs/recipes.md (test/kernels/fp8_head_reference.py: the record's scales, ml_dtypes' conversions):
 //   1. the fp8 copies the head makes (x8, w8, g8 and their transposes) hold exactly the oracle's values;
 //   2. z, dx and dW equal the oracle's double products of those values within the accumulator bound of
 //      test/kernels/fp8_test_support.h (fast accumulation for z only) plus the epilogue and output roundings;

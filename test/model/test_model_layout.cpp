@@ -85,7 +85,7 @@ TEST(GPT2Layout, D12CountMatchesLlmcPublishedFigure) {
   const GPT2Layout layout = make_param_layout(config_from_name("d12"), 1);
   EXPECT_EQ(static_cast<long long>(layout.num_parameters), gpt2_parameter_formula(50304, 1024, 12, 768));
   EXPECT_EQ(layout.num_parameters, 124475904u);  // llm.c's printed num_parameters for GPT-2 124M, Vp = 50304
-  // One transformer layer is 7,087,872 parameters (FACTS.md); all d12 sizes are multiples of 32,
+  // One transformer layer is 7,087,872 parameters (12 C^2 + 13 C at C = 768); all d12 sizes are multiples of 32,
   // so with one rank a layer bucket has no padding at all.
   EXPECT_EQ(layout.buckets[1].size, 7087872u);
   EXPECT_EQ(layout.buckets[1].padded_size, 7087872u);

@@ -1,5 +1,5 @@
 // Tests of the speedrun model's shapes and structure (block roles, scalar layout, presets, validation)
-// against the record's list in SPEEDRUN.md, and of the RoPE/YaRN state against the published attention
+// against the record's list in docs/recipes.md, and of the RoPE/YaRN state against the published attention
 // scales and a double-precision evaluation of the YaRN formula.
 #include <gtest/gtest.h>
 

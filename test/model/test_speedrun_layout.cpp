@@ -1,5 +1,5 @@
 // Tests of the speedrun model's bucketed parameter layout (llmc/model/modded44/speedrun_layout.h) and its
-// initialisation: the record's parameter count from SPEEDRUN.md, bucket order (embeddings, blocks
+// initialisation: the record's parameter count from docs/recipes.md, bucket order (embeddings, blocks
 // 1..L-1, head), the Adam/Muon groups and reference dtypes, the model file's tensor order, shard
 // invariants for world sizes 1..8, and the init against the double reference's.
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@ TEST(SpeedrunLayout, RecordCountsMatchTheSpec) {
   const size_t matrices = 10 * 4 * C * C + 11 * 2 * C * 4 * C;  // qkvo x10, fc + proj x11: 75.5M
   const size_t gates = 10 * H * 12 + 12, scalars = 64;
   EXPECT_EQ(layout.num_parameters, tables + matrices + gates + scalars);
-  EXPECT_EQ(layout.num_parameters, 268665628u);  // SPEEDRUN.md: ~268.7M
+  EXPECT_EQ(layout.num_parameters, 268665628u);  // docs/recipes.md: ~268.7M
   EXPECT_EQ(layout.group_parameters(ParamGroup::kMuon), matrices + gates);
   EXPECT_EQ(layout.group_parameters(ParamGroup::kAdam), tables + scalars);
   // Embeddings, blocks 1..11 (block 0 has no parameters), head.

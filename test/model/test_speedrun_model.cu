@@ -264,7 +264,7 @@ TEST_F(SpeedrunModelTest, TwoRunsAreBitwiseIdenticalAndValidationGivesTheSameLos
   });
 }
 
-// SPEEDRUN.md section 4: the zero head gives uniform logits of 15, so the loss is ln V per token, and
+// the record (docs/recipes.md): the zero head gives uniform logits of 15, so the loss is ln V per token, and
 // every gradient except the head's is exactly zero (dx = dz W_head = 0 upstream of the head).
 TEST_F(SpeedrunModelTest, FreshModelLossIsLnVAndOnlyTheHeadHasGradients) {
   const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Float64 numpy oracle of the speedrun optimizers for test/optim/*.cu: Polar Express, one NorMuon step and
-one sharded-Adam step as SPEEDRUN.md section 2 describes them, written independently of the C++ code.
+one sharded-Adam step as the record (docs/recipes.md) describes them, written independently of the C++ code.
 
 Besides the exact (float64) results it returns the tolerances the tests use, derived from the arithmetic:
   * a first-order running error bound (absolute values throughout) for a single Polar Express step and

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Cross-checks the C++ double-precision reference speedrun model against an independent model written
-here in JAX float64 from SPEEDRUN.md section 1 (autodiff for the gradients).
+here in JAX float64 from the record (docs/recipes.md) (autodiff for the gradients).
 
 Runs speedrun_dump, which writes two cases ("random": perturbed parameters so every path carries
 gradient; "fresh": the record's initialisation) with the batch, the windows, the YaRN step and our loss
@@ -19,9 +19,9 @@ import tempfile
 
 import numpy as np
 
-FLT_EPSILON = float(np.finfo(np.float32).eps)  # rms_norm's eps=None for bf16/fp32 inputs (SPEEDRUN.md 6)
+FLT_EPSILON = float(np.finfo(np.float32).eps)  # rms_norm's eps=None for bf16/fp32 inputs (the record (docs/recipes.md))
 
-# The record's 12 blocks (SPEEDRUN.md section 1).
+# The record's 12 blocks (the record (docs/recipes.md)).
 ATTENTION_BLOCKS = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11]
 MLP_BLOCKS = list(range(1, 12))
 VALUE_EMBED_OF_BLOCK = {1: 1, 2: 2, 9: 0, 10: 1, 11: 2}

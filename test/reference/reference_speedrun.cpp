@@ -1,5 +1,5 @@
 // Double-precision CPU reference of the speedrun model (see reference_speedrun.h). Written for reading:
-// each part of SPEEDRUN.md section 1 is one step of block_forward / block_backward, in the same order.
+// each part of the record (docs/recipes.md) is one step of block_forward / block_backward, in the same order.
 #include "test/reference/reference_speedrun.h"
 
 #include <cmath>

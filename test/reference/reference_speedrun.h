@@ -1,4 +1,4 @@
-// Double-precision CPU reference of the speedrun model (SPEEDRUN.md section 1, modded-nanogpt's
+// Double-precision CPU reference of the speedrun model (the record (docs/recipes.md), modded-nanogpt's
 // 2025-10-31 record): forward with the SUM cross-entropy over one rank's packed sequence, backward of
 // every parameter, and the record's initialisation. The oracle that the device model is checked
 // against; itself checked by finite differences and by an independent JAX float64 implementation.
@@ -44,7 +44,7 @@ std::vector<NamedTensor> named_tensors(SpeedrunParams& params, const llmc::Speed
 // All tensors allocated with their shapes and filled with zeros.
 SpeedrunParams zero_speedrun_params(const llmc::SpeedrunConfig& config);
 // The record's initialisation: embeddings N(0,1); W_q, W_k, W_v, W_fc ~ U(-a, a) with
-// a = sqrt(3) * 0.5 / sqrt(C); W_o, W_proj, head and gates 0; scalars as SPEEDRUN.md (skip -1.5, block
+// a = sqrt(3) * 0.5 / sqrt(C); W_o, W_proj, head and gates 0; scalars as docs/recipes.md (skip -1.5, block
 // lambdas (1, 0), sa lambdas (0.5, 0.5), smear 0, backout 0.5, padding 1). Values are rounded to their
 // storage dtype (bf16 or fp32), so a device model can hold exactly the same numbers.
 SpeedrunParams init_speedrun_params(const llmc::SpeedrunConfig& config, uint64_t seed);

@@ -1,6 +1,6 @@
 """Tests of scripts/project_speedrun.py (the 8xH100 projection) against hand computations.
 
-Oracles: the block-matrix and head FLOPs written out here from the shapes of SPEEDRUN.md (6 x weights x
+Oracles: the block-matrix and head FLOPs written out here from the shapes of docs/recipes.md (6 x weights x
 tokens per linear layer), the record's published ~0.69 GFLOP per token, attention pairs counted by brute
 force over every (query, key) pair at tiny shapes, and the benchmark's own per-step total, which the
 script's rescaling must reproduce at the benchmark's ceilings. Inputs: the recorded outputs of the two
@@ -49,7 +49,7 @@ class FlopCounts(unittest.TestCase):
         self.assertEqual(sum(g.flops for g in ps.block_gemms()), 10 * attn + 11 * mlp)
 
     def test_block_gemms_are_six_times_the_block_parameters(self):
-        block_params = 10 * 4 * C * C + 22 * 4 * C * C   # SPEEDRUN.md: 75.5M in block matrices
+        block_params = 10 * 4 * C * C + 22 * 4 * C * C   # docs/recipes.md: 75.5M in block matrices
         self.assertAlmostEqual(block_params / 1e6, 75.5, delta=0.05)
         self.assertEqual(sum(g.flops for g in ps.block_gemms()), 6 * block_params * T)
 
@@ -64,7 +64,7 @@ class FlopCounts(unittest.TestCase):
 
     def test_matmul_work_per_token_is_the_published_figure(self):
         per_token = (sum(g.flops for g in ps.block_gemms()) + sum(g.flops for g in ps.head_gemms())) / T
-        self.assertAlmostEqual(per_token / 1e9, 0.69, delta=0.01)   # SPEEDRUN.md section 4
+        self.assertAlmostEqual(per_token / 1e9, 0.69, delta=0.01)   # the record (docs/recipes.md)
 
     def test_visible_pairs_against_brute_force(self):
         for seq_len, window, doc_len in [(40, 5, 0), (40, 5, 7), (33, 0, 0), (33, 40, 0), (50, 8, 9),

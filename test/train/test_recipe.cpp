@@ -1,5 +1,5 @@
 // --recipe (llmc/train/recipe.h) through the trainer's own options: the modded-nanogpt 2025-10-31
-// record's values against SPEEDRUN.md sections 2-3, llm.c's GPT-2 124M run against
+// record's values against the record (docs/recipes.md), llm.c's GPT-2 124M run against
 // scripts/run_gpt2_124m.sh, and options given explicitly winning over the recipe.
 #include "llmc/train/recipe.h"
 

@@ -1,4 +1,4 @@
-// The speedrun schedules (llmc/schedule/speedrun_schedule.h) against the values SPEEDRUN.md sections 2-3
+// The speedrun schedules (llmc/schedule/speedrun_schedule.h) against the values the record (docs/recipes.md)
 // quotes from the reference, an independent double-precision YaRN computation, and the scaled-down
 // schedule that crosses every phase in a few steps; the record stretched to a run's --steps, and the
 // trainer's window schedule (llmc/train/window_schedule.h) against a recording stand-in for the model.
@@ -29,7 +29,7 @@ TEST(SpeedrunSchedule, LrMultiplierMatchesTheRecord) {
   const SpeedrunSchedule s = SpeedrunSchedule::record();
   for (int step = 0; step <= 1102; step++) ASSERT_EQ(s.lr_multiplier(step), 1.0) << step;
   EXPECT_LT(s.lr_multiplier(1103), 1.0);
-  EXPECT_NEAR(s.lr_multiplier(1500), 0.6755, 5e-5);  // SPEEDRUN.md quotes four digits
+  EXPECT_NEAR(s.lr_multiplier(1500), 0.6755, 5e-5);  // docs/recipes.md quotes four digits
   EXPECT_NEAR(s.lr_multiplier(2000), 0.2673, 5e-5);
   for (int step = 2205; step < s.total_steps(); step++)
     ASSERT_NEAR(s.lr_multiplier(step), 0.10018, 1e-12) << step;  // x = 0.9999: 0.0002 + 0.9998 * 0.1
@@ -81,7 +81,7 @@ TEST(SpeedrunSchedule, AdamOnOddSteps) {
 TEST(Yarn, AttentionScaleAtEachWindowChange) {
   const SpeedrunSchedule s = SpeedrunSchedule::record();
   EXPECT_EQ(llmc::yarn_state_at(s, 734).attention_scale, 0.1);
-  EXPECT_NEAR(llmc::yarn_state_at(s, 735).attention_scale, 0.116946, 5e-7);  // SPEEDRUN.md: six digits
+  EXPECT_NEAR(llmc::yarn_state_at(s, 735).attention_scale, 0.116946, 5e-7);  // docs/recipes.md: six digits
   EXPECT_NEAR(llmc::yarn_state_at(s, 1470).attention_scale, 0.127518, 5e-7);
   EXPECT_NEAR(llmc::yarn_state_at(s, 2205).attention_scale, 0.131778, 5e-7);
   // The final validation's wider window does not re-apply YaRN.

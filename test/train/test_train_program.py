@@ -181,7 +181,7 @@ class TrainProgram(unittest.TestCase):
         self.assertIn("# model: speedrun V=96 L=12 H=2 D=16", log)
         train = losses(log)
         self.assertEqual(sorted(train), list(range(1, 7)))
-        # The zero-initialised head gives uniform logits: ln(96) at the first step (SPEEDRUN.md section 4).
+        # The zero-initialised head gives uniform logits: ln(96) at the first step (the record (docs/recipes.md)).
         self.assertAlmostEqual(float(train[1]), np.log(96), delta=1e-3)
         self.assertLess(float(train[6]), float(train[1]))
         resumed = f"{self.tmp}/speedrun_resumed"
@@ -309,7 +309,7 @@ class TrainProgram(unittest.TestCase):
             x = min(0.9999, (step - 1) / 7)
             multiplier = 1.0 if x < 0.5 else 1.0 - 0.9 * (x - 0.5) / 0.5
             self.assertAlmostEqual(lr[step], 3e-3 * multiplier, delta=1e-4 * 3e-3, msg=f"step {step}")
-        # YaRN multiplies the attention scale by 1 + 0.2 ln(new / old) at each change (SPEEDRUN.md: 0.116946,
+        # YaRN multiplies the attention scale by 1 + 0.2 ln(new / old) at each change (docs/recipes.md: 0.116946,
         # 0.127518, 0.131778).
         scale, old, expected = 0.1, 3, []
         for step, short, new in ((4, 3, 7), (6, 5, 11), (8, 6, 13)):

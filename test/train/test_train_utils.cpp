@@ -56,7 +56,7 @@ TEST(LrSchedule, LinearAndConstant) {
   EXPECT_EQ(parse_lr_decay("linear"), LrDecay::kLinear);
 }
 
-// --lr-schedule speedrun: --lr times the record's multiplier (SPEEDRUN.md section 2: 1.0 through step
+// --lr-schedule speedrun: --lr times the record's multiplier (the record (docs/recipes.md): 1.0 through step
 // 1102, 0.6755 at 1500, 0.2673 at 2000, 0.10018 in the extension), stretched to the run's --steps.
 TEST(LrSchedule, SpeedrunIsTheRecordsMultiplierTimesMaxLr) {
   const LrSchedule record{0.008, 0, 2245, 0.0, LrDecay::kSpeedrun};
