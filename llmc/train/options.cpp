@@ -91,9 +91,8 @@ CLI::Option* add_choice(CLI::App& app, const std::string& name, Enum& field, con
       ->run_callback_for_default();
 }
 
-}  // namespace
-
-void add_train_options(CLI::App& app, TrainOptions& o) {
+// The recipe: applied once the command line is parsed, to every option it did not give.
+void add_recipe_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--recipe", o.recipe,
                  "Set the defaults of a whole recipe: modded-2025-10-31 (the speedrun record: speedrun model, 2,245 "
                  "steps of 262,144 tokens, speedrun lr and window schedules) or llmc-gpt2-124m (llm.c's GPT-2 "
@@ -106,72 +105,96 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       throw CLI::ValidationError("--recipe", error.what());
     }
   });
+}
+
+// Data: the shards, the training loader, the data order.
+void add_data_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--train-data", o.train_data, "Glob of training token shards")->capture_default_str();
   app.add_option("--val-data", o.val_data, "Glob of validation token shards")->capture_default_str();
+  add_choice(app, "--train-loader", o.train_loader, kTrainLoaderChoiceNames,
+             "Training batches: window (llm.c's fixed windows of T+1 tokens), bos (the speedrun's whole "
+             "documents, each starting with <|endoftext|> and cut to 2,048 tokens, packed into sequences; "
+             "shards in order, docs/bos_loader.md) or auto (bos for a speedrun model whose vocabulary holds "
+             "<|endoftext|>, window otherwise)");
+  app.add_flag("--shuffle", o.shuffle,
+               "Shuffle shard and window order each epoch (deterministic from --seed; --train-loader window only)");
+  app.add_option("--seed", o.seed, "Seed of the initialisation and the data shuffle")->capture_default_str();
+}
+
+// The model and how its GEMMs run.
+void add_model_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--model", o.model,
                  "dN (GPT-2 shape with N layers; d12 = 124M), a GPT-2 test preset (tiny, small), speedrun (the "
                  "modded-nanogpt 2025-10-31 record's model; -b 1) or its test preset speedrun-tiny, or a model file "
                  "(llm.c GPT-2 or speedrun) to start from")->capture_default_str();
-  app.add_option("--batch-size,-b", o.batch_size, "Micro-batch size B (sequences per rank per micro-step)")
-      ->capture_default_str()->check(at_least(1));
-  app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(at_least(1));
-  app.add_option("--total-batch-tokens", o.total_batch_tokens,
-                 "Tokens per optimizer step over all ranks; gradient accumulation makes up the difference "
-                 "(-1 = B*T*ranks, no accumulation)")->capture_default_str();
-  app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(at_least(1));
+  add_choice(app, "--fp8-head", o.fp8_head, kFp8HeadChoiceNames,
+             "Training forward and backward of a speedrun model's head on FP8 tensor cores, as the record "
+             "(validation stays bf16): on, off, or auto (on where the GPU has FP8 GEMMs, compute capability "
+             "8.9+, and the sequence length, width and vocabulary are multiples of 16; off for GPT-2 models)");
+
+  add_choice(app, "--gemm-algo", o.gemm_algo, kGemmAlgoSelectionNames,
+             "GEMM algorithm per shape: heuristic (cuBLASLt's first choice, runs bitwise reproducible) or "
+             "fastest (the fastest of its top candidates and split-K variants, timed at first use on a GPU)");
+}
+
+// The optimizer and its communication.
+void add_optimizer_options(CLI::App& app, TrainOptions& o) {
+  add_choice(app, "--optimizer", o.optimizer, kOptimizerChoiceNames,
+             "zero-adamw (ZeRO-1 AdamW on every tensor), speedrun (NorMuon on the block matrices and gates, "
+             "sharded Adam on the embeddings, head and scalars; no --grad-clip) or auto (speedrun for the "
+             "speedrun models, zero-adamw for GPT-2); checkpoints of either resume on any number of ranks");
   app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(at_least(0));
-  app.add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps")->capture_default_str()->check(at_least(0));
-  add_choice(app, "--lr-schedule", o.lr_schedule, kLrDecayNames,
-             "Decay after warmup; speedrun: the record's multiplier of --lr (1, then linear to 0.1 over the "
-             "second half of the scheduled steps), stretched to --steps (docs/optimizers.md)");
-  add_choice(app, "--window-schedule", o.window_schedule, kWindowScheduleNames,
-             "Attention windows of a speedrun model: fixed (long 3, short 1 blocks) or speedrun (the record's "
-             "3/7/11/13 blocks with YaRN at each change, 20 for the final validation), stretched to --steps");
-  app.add_option("--final-lr-frac", o.final_lr_frac, "Learning rate at the last step, as a fraction of --lr")
-      ->capture_default_str()->check(between(0.0, 1.0));
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (2-D tensors only)")
       ->capture_default_str()->check(at_least(0));
   app.add_option("--grad-clip", o.grad_clip,
                  "Clip the global gradient norm to this value (0 = off); default 1.0 with --optimizer zero-adamw, "
                  "off with speedrun (which has no clipping)")
       ->check(at_least(0));
-  app.add_option("--val-every", o.val_every, "Evaluate every N steps (0 = only after the last step)")
-      ->capture_default_str()->check(at_least(0));
-  app.add_option("--val-tokens", o.val_tokens,
-                 "Evaluate exactly the first N tokens of the val shards (a multiple of B*T*ranks; 0 = no validation)")
-      ->capture_default_str()->check(at_least(0));
+  add_choice(app, "--overlap", o.overlap, kOverlapModeNames,
+             "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
+             "full (reduce-scatter, update and all-gather streamed during the backward)");
+}
+
+// The schedule and the batch.
+void add_schedule_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(at_least(1));
+  app.add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps")->capture_default_str()->check(at_least(0));
+  add_choice(app, "--lr-schedule", o.lr_schedule, kLrDecayNames,
+             "Decay after warmup; speedrun: the record's multiplier of --lr (1, then linear to 0.1 over the "
+             "second half of the scheduled steps), stretched to --steps (docs/optimizers.md)");
+  app.add_option("--final-lr-frac", o.final_lr_frac, "Learning rate at the last step, as a fraction of --lr")
+      ->capture_default_str()->check(between(0.0, 1.0));
+  add_choice(app, "--window-schedule", o.window_schedule, kWindowScheduleNames,
+             "Attention windows of a speedrun model: fixed (long 3, short 1 blocks) or speedrun (the record's "
+             "3/7/11/13 blocks with YaRN at each change, 20 for the final validation), stretched to --steps");
+  app.add_option("--batch-size,-b", o.batch_size, "Micro-batch size B (sequences per rank per micro-step)")
+      ->capture_default_str()->check(at_least(1));
+  app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(at_least(1));
+  app.add_option("--total-batch-tokens", o.total_batch_tokens,
+                 "Tokens per optimizer step over all ranks; gradient accumulation makes up the difference "
+                 "(-1 = B*T*ranks, no accumulation)")->capture_default_str();
+}
+
+// Checkpoints and resuming.
+void add_checkpoint_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--output-dir,-o", o.output_dir, "Directory for log.txt and checkpoints (empty = log to stdout only)");
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "Write a checkpoint every N steps (0 = only after the last step); needs --output-dir")
       ->capture_default_str()->check(at_least(0));
-  app.add_option("--output-dir,-o", o.output_dir, "Directory for log.txt and checkpoints (empty = log to stdout only)");
   app.add_option("--resume", o.resume,
                  "Resume from a checkpoint: its path prefix (DIR/ckpt_000100) or 'latest' (newest in --output-dir)");
   app.add_option("--keep-checkpoints", o.keep_checkpoints,
                  "Keep the newest N complete checkpoints, deleting older ones once a new one is complete (0 = keep all)")
       ->capture_default_str()->check(at_least(0));
-  app.add_option("--timeout", o.timeout,
-                 "Seconds a step, validation, sample or checkpoint may take before the watchdog ends every rank "
-                 "(0 = automatic: 20x the measured step time, at least 60 s; 10 min for validation, samples, "
-                 "checkpoints and the first steps)")->capture_default_str()->check(at_least(0));
-  app.add_option("--stop-signals", o.stop_signals,
-                 "Signals that make every rank stop after the current step with a checkpoint (exit status 75): "
-                 "comma-separated TERM, INT, HUP, USR1, USR2, or none")->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of the initialisation and the data shuffle")->capture_default_str();
-  app.add_flag("--shuffle", o.shuffle,
-               "Shuffle shard and window order each epoch (deterministic from --seed; --train-loader window only)");
-  add_choice(app, "--train-loader", o.train_loader, kTrainLoaderChoiceNames,
-             "Training batches: window (llm.c's fixed windows of T+1 tokens), bos (the speedrun's whole "
-             "documents, each starting with <|endoftext|> and cut to 2,048 tokens, packed into sequences; "
-             "shards in order, docs/bos_loader.md) or auto (bos for a speedrun model whose vocabulary holds "
-             "<|endoftext|>, window otherwise)");
-  add_choice(app, "--overlap", o.overlap, kOverlapModeNames,
-             "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
-             "full (reduce-scatter, update and all-gather streamed during the backward)");
-  add_choice(app, "--optimizer", o.optimizer, kOptimizerChoiceNames,
-             "zero-adamw (ZeRO-1 AdamW on every tensor), speedrun (NorMuon on the block matrices and gates, "
-             "sharded Adam on the embeddings, head and scalars; no --grad-clip) or auto (speedrun for the "
-             "speedrun models, zero-adamw for GPT-2); checkpoints of either resume on any number of ranks");
-  app.add_option("--trace", o.trace_dir, "Write a Chrome trace-event JSON per rank into this directory");
+}
+
+// Validation and samples.
+void add_evaluation_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--val-every", o.val_every, "Evaluate every N steps (0 = only after the last step)")
+      ->capture_default_str()->check(at_least(0));
+  app.add_option("--val-tokens", o.val_tokens,
+                 "Evaluate exactly the first N tokens of the val shards (a multiple of B*T*ranks; 0 = no validation)")
+      ->capture_default_str()->check(at_least(0));
   app.add_option("--sample-every", o.sample_every,
                  "Print a sample of the model every N steps, from rank 0, outside the timed part (0 = never)")
       ->capture_default_str()
@@ -183,13 +206,31 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   o.vocab_dir = default_vocab_dir();
   app.add_option("--vocab", o.vocab_dir, "GPT-2 BPE files of the samples (r50k_base.tiktoken, or encoder.json + "
                  "vocab.bpe)")->capture_default_str();
-  add_choice(app, "--gemm-algo", o.gemm_algo, kGemmAlgoSelectionNames,
-             "GEMM algorithm per shape: heuristic (cuBLASLt's first choice, runs bitwise reproducible) or "
-             "fastest (the fastest of its top candidates and split-K variants, timed at first use on a GPU)");
-  add_choice(app, "--fp8-head", o.fp8_head, kFp8HeadChoiceNames,
-             "Training forward and backward of a speedrun model's head on FP8 tensor cores, as the record "
-             "(validation stays bf16): on, off, or auto (on where the GPU has FP8 GEMMs, compute capability "
-             "8.9+, and the sequence length, width and vocabulary are multiples of 16; off for GPT-2 models)");
+}
+
+// Diagnostics and long runs.
+void add_diagnostic_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--trace", o.trace_dir, "Write a Chrome trace-event JSON per rank into this directory");
+  app.add_option("--timeout", o.timeout,
+                 "Seconds a step, validation, sample or checkpoint may take before the watchdog ends every rank "
+                 "(0 = automatic: 20x the measured step time, at least 60 s; 10 min for validation, samples, "
+                 "checkpoints and the first steps)")->capture_default_str()->check(at_least(0));
+  app.add_option("--stop-signals", o.stop_signals,
+                 "Signals that make every rank stop after the current step with a checkpoint (exit status 75): "
+                 "comma-separated TERM, INT, HUP, USR1, USR2, or none")->capture_default_str();
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& app, TrainOptions& o) {
+  add_recipe_options(app, o);
+  add_data_options(app, o);
+  add_model_options(app, o);
+  add_optimizer_options(app, o);
+  add_schedule_options(app, o);
+  add_checkpoint_options(app, o);
+  add_evaluation_options(app, o);
+  add_diagnostic_options(app, o);
 }
 
 void validate_train_options(const TrainOptions& o, int world_size) {
