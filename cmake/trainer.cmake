@@ -104,6 +104,10 @@ foreach(precision IN ITEMS bf16 fp32)
     EMU_LIBS llmc_optimizer_${precision}_emu CUDA_LIBS llmc_optimizer_${precision}_cuda)
 endforeach()
 
+# The trainer's loss scale against the record's (fp32 emulated: the trainer's GPU library is bf16 only).
+llmc_add_cu_test(NAME loss_scale_fp32 LABELS trainer TIMEOUT 300 EMU_ONLY
+  SOURCES test/train/test_loss_scale.cu LIBS llmc_reference llmc_model EMU_LIBS llmc_trainer_fp32_emu)
+
 # The speedrun optimizer on 1, 2 and 4 emulated ranks against the composition of NorMuonRunner and the
 # sharded Adam kernel on one rank, bitwise, and its overlap modes against each other (every rank runs every
 # test: test/dist/comm_test_main.cpp). bf16 only: the test's exact mean over ranks relies on bf16 gradients.

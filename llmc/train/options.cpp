@@ -21,6 +21,11 @@ double TrainOptions::effective_grad_clip(bool speedrun_optimizer) const {
   return speedrun_optimizer ? 0.0 : 1.0;
 }
 
+LossReduction TrainOptions::effective_loss_reduction(bool speedrun_optimizer) const {
+  if (loss_reduction != LossReduction::kAuto) return loss_reduction;
+  return speedrun_optimizer ? LossReduction::kSum : LossReduction::kMean;
+}
+
 int TrainOptions::grad_accum_steps(int world_size) const {
   const int64_t tokens_per_micro_step = static_cast<int64_t>(batch_size) * seq_len * world_size;
   const int64_t total = total_batch_tokens > 0 ? total_batch_tokens : tokens_per_micro_step;
@@ -150,6 +155,10 @@ void add_optimizer_options(CLI::App& app, TrainOptions& o) {
                  "Clip the global gradient norm to this value (0 = off); default 1.0 with --optimizer zero-adamw, "
                  "off with speedrun (which has no clipping)")
       ->check(at_least(0));
+  add_choice(app, "--loss-reduction", o.loss_reduction, kLossReductionNames,
+             "The loss the backward differentiates: mean (over every token of the step) or sum (over each "
+             "micro-step's tokens, averaged over micro-steps and ranks: the speedrun record's); auto: sum with "
+             "--optimizer speedrun, mean with zero-adamw. The logged loss is a per-token mean either way");
   add_choice(app, "--overlap", o.overlap, kOverlapModeNames,
              "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
              "full (reduce-scatter, update and all-gather streamed during the backward)");

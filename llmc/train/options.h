@@ -10,6 +10,7 @@
 #include "llmc/kernels/gemm_algo_selection.h"
 #include "llmc/optim/overlap_mode.h"
 #include "llmc/schedule/lr_schedule.h"
+#include "llmc/train/loss_reduction.h"
 #include "llmc/train/train_batches.h"
 #include "llmc/train/window_schedule.h"
 
@@ -47,6 +48,7 @@ struct TrainOptions {
   double final_lr_frac = 0.0;
   double weight_decay = 0.0;
   double grad_clip = kGradClipAuto;    // 0 = off; see effective_grad_clip()
+  LossReduction loss_reduction = LossReduction::kAuto;  // auto | mean | sum; see effective_loss_reduction()
   // evaluation, checkpoints, output
   int val_every = 0;                   // 0 = only at the end
   int64_t val_tokens = 0;              // 0 = no validation
@@ -73,9 +75,11 @@ struct TrainOptions {
   GemmAlgoSelection gemm_algo = GemmAlgoSelection::kHeuristic;  // heuristic | fastest
   Fp8HeadChoice fp8_head = Fp8HeadChoice::kAuto;  // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)
 
-  int grad_accum_steps(int world_size) const;
+  int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)
   // The clipping threshold in force: --grad-clip, or its default for the optimizer chosen.
-  double effective_grad_clip(bool speedrun_optimizer) const;  // total_batch_tokens / (B*T*world_size)
+  double effective_grad_clip(bool speedrun_optimizer) const;
+  // The loss the backward differentiates: --loss-reduction, or its default for the optimizer chosen.
+  LossReduction effective_loss_reduction(bool speedrun_optimizer) const;
 };
 
 // Every option with its help text and its allowed values; a value outside them fails the parse with

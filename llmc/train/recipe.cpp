@@ -12,6 +12,7 @@ namespace {
 // modded-nanogpt's record of 2025-10-31 (docs/recipes.md): the speedrun model, 2,205 + 40 steps
 // of 262,144 tokens (one packed sequence of 32,768 tokens per rank and micro-step; with fewer than 8
 // ranks, 8 / ranks micro-steps), the record's lr and window schedules, no warm-up, no gradient clipping,
+// the loss summed over each rank's sequence (the record's reduction; averaged over ranks by the collectives),
 // validation every 250 steps and at the end on 10,485,760 tokens; the training sequences are whole
 // documents packed from their <|endoftext|> on (the BOS loader, docs/bos_loader.md). The optimizer is the
 // speedrun one (--optimizer auto with the speedrun model), whose base lrs (Muon 0.03, Adam 0.008) the
@@ -29,6 +30,7 @@ const RecipeSettings kModded20251031 = {
     {"--window-schedule", "speedrun"},
     {"--weight-decay", "0"},
     {"--grad-clip", "0"},
+    {"--loss-reduction", "sum"},
     {"--val-every", "250"},
     {"--val-tokens", "10485760"},
     {"--train-loader", "bos"},
@@ -51,6 +53,7 @@ const RecipeSettings kLlmcGpt2124M = {
     {"--window-schedule", "fixed"},
     {"--weight-decay", "0.1"},
     {"--grad-clip", "1"},
+    {"--loss-reduction", "mean"},
     {"--val-every", "250"},
     {"--val-tokens", "10485760"},
     {"--train-loader", "window"},

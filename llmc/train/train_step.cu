@@ -39,8 +39,7 @@ class BackwardTracing {
 void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch) {
   TrainableModel& model = parts.model;
   BucketOptimizer& optimizer = parts.optimizer;
-  const float dloss =
-      1.0f / static_cast<float>(static_cast<int64_t>(batch.inputs.size()) * parts.grad_accum);  // the loss is a mean
+  const float dloss = parts.loss_gradient_scale;
   for (int micro = 0; micro < parts.grad_accum; micro++) {
     const bool last_micro = micro == parts.grad_accum - 1;
     parts.train_batches.next_batch(batch.inputs.data(), batch.targets.data());

@@ -28,6 +28,7 @@ struct StepParts {
   Tracer& tracer;
   const CommContext& comm;
   int grad_accum;
+  float loss_gradient_scale;  // each token's dloss (llmc/train/loss_reduction.h)
 };
 
 struct StepResult {

@@ -121,6 +121,7 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
                                 fp8_head)),
       tracer(!opt.trace_dir.empty(), comm.rank()),
       optimizer(make_optimizer(opt, *start.family, *model, comm, tracer)),
+      loss_reduction(opt.effective_loss_reduction(optimizer->state_kind() == StateOptimizer::kSpeedrun)),
       train_batches(make_train_batches(loader_kind, opt, comm, *start.family, grad_accum)),
       val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
       windows(make_window_schedule(opt, *model)) {
@@ -165,6 +166,10 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
                          name_of(opt.train_loader, kTrainLoaderChoiceNames) + ")");
   if (optimizer->state_kind() == StateOptimizer::kSpeedrun)
     header.notes.push_back("optimizer: speedrun (NorMuon + sharded Adam)");
+  header.notes.push_back(std::string("loss gradient: ") +
+                         (loss_reduction == LossReduction::kSum ? "sum over each micro-step's tokens"
+                                                                : "mean over the step's tokens") +
+                         " (--loss-reduction " + name_of(opt.loss_reduction, kLossReductionNames) + ")");
   header.notes.push_back(std::string("head: ") + (fp8_head ? "fp8" : "bf16") + " (--fp8-head " +
                          name_of(opt.fp8_head, kFp8HeadChoiceNames) + "), activations " +
                          std::to_string(header.activation_bytes) + " bytes");

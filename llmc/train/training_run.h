@@ -36,7 +36,10 @@ struct TrainingRun {
   TrainingRun(const TrainOptions& options, CommContext& comm);
 
   // The pieces one step works with (llmc/train/train_step.h).
-  StepParts step_parts() { return StepParts{*model, *optimizer, *train_batches, tracer, comm, grad_accum}; }
+  StepParts step_parts() {
+    return StepParts{*model, *optimizer, *train_batches, tracer, comm, grad_accum,
+                     loss_gradient_scale(loss_reduction, int64_t{opt.batch_size} * opt.seq_len, grad_accum)};
+  }
   // The log header: the run's environment, model, options, shapes and how it was set up.
   LogHeader describe(const std::string& options_text, const DebugHooks& debug) const;
   // Collective: checkpoint `prefix` of the state after loop.step (the model file once, every rank's
@@ -54,6 +57,7 @@ struct TrainingRun {
   std::unique_ptr<FamilyModel> model;
   Tracer tracer;
   std::unique_ptr<BucketOptimizer> optimizer;
+  const LossReduction loss_reduction;           // --loss-reduction resolved: mean or sum
   std::unique_ptr<TrainBatches> train_batches;  // --train-loader
   std::unique_ptr<ValLoader> val_loader;        // null: no validation
   std::unique_ptr<WindowSchedule> windows;      // null: fixed windows

@@ -15,21 +15,22 @@
 #include <string>
 #include <vector>
 
-#include "llmc/base/bf16_bits.h"
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/fp8_head.cuh"
 #include "llmc/model/modded44/speedrun_init.h"
 #include "llmc/model/modded44/speedrun_model.h"
 #include "test/reference/reference_speedrun.h"
 #include "test/support/gpu_test.h"
+#include "test/support/speedrun_test_inputs.h"
 #include "test/support/stream_test.h"
 
 namespace {
 
 using namespace llmc;
+using namespace llmc::test;  // the speedrun test inputs
 
 constexpr bool kFp32 = std::is_same<floatX, float>::value;
-constexpr int kBos = 3;  // the test vocabularies' document separator
+constexpr int kBos = kSpeedrunTestBos;
 
 // Tolerances, relative to each tensor's largest reference gradient (and to the loss). fp32: every kernel
 // rounds once per stored value (u = 2^-24) and sums at most 4C = 128 (GEMMs), V = 96 (head) or T = 64
@@ -43,79 +44,6 @@ constexpr int kBos = 3;  // the test vocabularies' document separator
 // full reductions over T whose terms cancel).
 constexpr double kGradTolerance = kFp32 ? 2e-3 : 8e-2;
 constexpr double kLossTolerance = kFp32 ? 1e-5 : 1e-2;
-
-double round_to_floatx(double x) {
-  return kFp32 ? static_cast<double>(static_cast<float>(x))
-               : static_cast<double>(bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x))));
-}
-
-// The record's init with the zero-initialised tensors (W_o, W_proj, head, gates) and the scalars made
-// random, so every path carries gradient; every value rounded to what the device holds (floatX).
-ref::SpeedrunParams test_params(const SpeedrunConfig& config, uint64_t seed) {
-  ref::SpeedrunParams params = ref::init_speedrun_params(config, seed);
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::uniform_real_distribution<double> small(-0.2, 0.2), scalar(-0.6, 0.6);
-  const size_t C = static_cast<size_t>(config.channels());
-  for (ref::NamedTensor& tensor : ref::named_tensors(params, config)) {
-    std::vector<double>& values = *tensor.values;
-    const bool qkvo = tensor.name.find("qkvo") != std::string::npos;
-    for (size_t i = 0; i < values.size(); i++) {
-      if (tensor.name == "scalars")
-        values[i] += scalar(rng);
-      else if (tensor.name == "head" || tensor.name.find("gate") != std::string::npos ||
-               tensor.name.find("proj") != std::string::npos || (qkvo && i >= 3 * C * C))
-        values[i] = small(rng);
-      values[i] = round_to_floatx(values[i]);
-    }
-  }
-  return params;
-}
-
-std::vector<float> to_layout(const SpeedrunLayout& layout, ref::SpeedrunParams& params) {
-  std::vector<float> buffer(layout.total_size, 0.0f);
-  for (const ref::NamedTensor& tensor : ref::named_tensors(params, layout.config)) {
-    const TensorView& view = layout.find(tensor.name);
-    for (size_t i = 0; i < view.numel; i++) buffer[view.offset + i] = static_cast<float>((*tensor.values)[i]);
-  }
-  return buffer;
-}
-
-struct Batch {
-  std::vector<int> inputs, targets, cu_seqlens;
-};
-
-// Random tokens with a few document starts (kBos); cu_seqlens as the model derives them.
-Batch random_batch(int T, int V, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> token(0, V - 1);
-  Batch batch;
-  for (int t = 0; t < T; t++) {
-    int input = token(rng);
-    if (input == kBos) input = kBos + 1;
-    if (t > 0 && rng() % 9 == 0) input = kBos;
-    batch.inputs.push_back(input);
-    batch.targets.push_back(token(rng));
-  }
-  batch.cu_seqlens.push_back(0);
-  for (int t = 1; t < T; t++)
-    if (batch.inputs[static_cast<size_t>(t)] == kBos) batch.cu_seqlens.push_back(t);
-  batch.cu_seqlens.push_back(T);
-  return batch;
-}
-
-// A reference with the device model's RoPE tables (widened) and attention scale.
-void use_model_rope(ref::ReferenceSpeedrun& reference, const SpeedrunModel& model) {
-  std::vector<float> cos_table, sin_table;
-  model.download_rope_tables(cos_table, sin_table);
-  reference.set_rope_tables(std::vector<double>(cos_table.begin(), cos_table.end()),
-                            std::vector<double>(sin_table.begin(), sin_table.end()), model.attn_scale());
-}
-
-double reference_forward(ref::ReferenceSpeedrun& reference, const SpeedrunModel& model, const Batch& batch) {
-  return reference.forward(batch.inputs.data(), batch.targets.data(), batch.cu_seqlens.data(),
-                           static_cast<int>(batch.cu_seqlens.size()), model.seq_len(), model.short_window_tokens(),
-                           model.long_window_tokens());
-}
 
 // Each tensor's largest error within `tolerance` of its largest reference gradient (LLMC_TEST_VERBOSE=1 shows
 // how close each comes).
@@ -160,7 +88,7 @@ void expect_model_matches_reference(const SpeedrunConfig& config, int short_bloc
   if (long_blocks != 3) model.set_attention_windows(short_blocks, long_blocks, /*apply_yarn=*/true);
   ref::SpeedrunParams params = test_params(config, seed);
   model.upload_params(to_layout(model.layout(), params));
-  const Batch batch = random_batch(model.seq_len(), config.vocab_size, static_cast<uint32_t>(seed) + 1);
+  const SpeedrunBatch batch = random_batch(model.seq_len(), config.vocab_size, static_cast<uint32_t>(seed) + 1);
 
   ref::ReferenceSpeedrun reference(config);
   reference.params = params;
@@ -215,7 +143,7 @@ TEST_F(SpeedrunModelTest, GradientsAccumulateAndBucketsReportInBackwardOrder) {
   std::vector<int> reported;
   const float dloss = 1.0f / static_cast<float>(model.seq_len() * micro_steps);
   for (int micro = 0; micro < micro_steps; micro++) {
-    const Batch batch = random_batch(model.seq_len(), config.vocab_size, 100 + micro);
+    const SpeedrunBatch batch = random_batch(model.seq_len(), config.vocab_size, 100 + micro);
     ref_loss_sum += reference_forward(reference, model, batch);
     reference.backward(1.0);
     model.forward(batch.inputs.data(), batch.targets.data(), micro, true, dloss);
@@ -250,7 +178,7 @@ void expect_bitwise_repeatable(Run run) {
 
 TEST_F(SpeedrunModelTest, TwoRunsAreBitwiseIdenticalAndValidationGivesTheSameLoss) {
   const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
-  const Batch batch = random_batch(config.max_seq_len, config.vocab_size, 5);
+  const SpeedrunBatch batch = random_batch(config.max_seq_len, config.vocab_size, 5);
   expect_bitwise_repeatable([&] {
     SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
     ref::SpeedrunParams params = test_params(config, 9);
@@ -270,7 +198,7 @@ TEST_F(SpeedrunModelTest, FreshModelLossIsLnVAndOnlyTheHeadHasGradients) {
   const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
   SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
   model.upload_params(init_speedrun_params(model.layout(), 1337));
-  const Batch batch = random_batch(model.seq_len(), config.vocab_size, 77);
+  const SpeedrunBatch batch = random_batch(model.seq_len(), config.vocab_size, 77);
   model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
   model.backward(true);
   // Per token: log(sum of V equal terms) in fp32: V roundings of the sum plus the log's, ~(V + 2) u32 relative.
@@ -350,7 +278,7 @@ TEST_F(SpeedrunModelTest, Fp8HeadLossAndEveryGradientMatchReference) {
   double ref_loss_sum = 0.0;
   const float dloss = 1.0f / static_cast<float>(model.seq_len() * micro_steps);
   for (int micro = 0; micro < micro_steps; micro++) {
-    const Batch batch = random_batch(model.seq_len(), config.vocab_size, 200 + micro);
+    const SpeedrunBatch batch = random_batch(model.seq_len(), config.vocab_size, 200 + micro);
     ref_loss_sum += reference_forward(reference, model, batch);
     reference.backward(1.0);
     model.forward(batch.inputs.data(), batch.targets.data(), micro, true, dloss);
@@ -373,7 +301,7 @@ TEST_F(SpeedrunModelTest, Fp8HeadGradientScaleFollowsTheLossScale) {
   EXPECT_EQ(fp8_head_grad_scale(0x1p-15f), static_cast<float>(0x1p-15 / 448.0));
   EXPECT_THROW(fp8_head_grad_scale(0.0f), std::invalid_argument);
   const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
-  const Batch batch = random_batch(config.max_seq_len, config.vocab_size, 13);
+  const SpeedrunBatch batch = random_batch(config.max_seq_len, config.vocab_size, 13);
   ref::SpeedrunParams params = test_params(config, 13);
   std::vector<float> grads[2];
   double losses[2];
@@ -400,7 +328,7 @@ TEST_F(SpeedrunModelTest, Fp8HeadGradientScaleFollowsTheLossScale) {
 // bit); two runs give the same losses and gradients bit for bit.
 TEST_F(SpeedrunModelTest, Fp8HeadRunsAreBitwiseIdenticalAndValidationStaysBf16) {
   const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
-  const Batch batch = random_batch(config.max_seq_len, config.vocab_size, 21);
+  const SpeedrunBatch batch = random_batch(config.max_seq_len, config.vocab_size, 21);
   ref::SpeedrunParams params = test_params(config, 21);
   double bf16_validation = 0.0;
   {

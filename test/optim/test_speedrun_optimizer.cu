@@ -26,72 +26,13 @@
 #include "test/dist/comm_test_context.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
+#include "test/support/stand_in_speedrun_model.h"
 
 namespace {
 
 using namespace llmc;
 using llmc::test::DeviceBuffer;
-
-// A TrainableModel without layers: the buffers of a speedrun layout; backward() copies the gradients set by
-// set_grads() into the gradient buffer bucket by bucket, from the last, calling the hook after each;
-// forward() calls before_bucket_use for every bucket in order.
-class StandInModel : public TrainableModel {
- public:
-  StandInModel(const SpeedrunConfig& config, int world_size)
-      : layout_(make_speedrun_layout(config, world_size)),
-        params_(layout_.total_size),
-        grads_(layout_.total_size),
-        pending_(layout_.total_size) {
-    CUDA_CHECK(cudaStreamCreate(&stream_));
-    grads_.fill_zero();
-  }
-  ~StandInModel() override { CUDA_REPORT(cudaStreamDestroy(stream_)); }
-
-  const ParamLayout& layout() const override { return layout_; }
-  floatX* params() override { return params_.get(); }
-  floatX* grads() override { return grads_.get(); }
-  cudaStream_t stream() const override { return stream_; }
-  std::string bucket_name(int bucket) const override { return "bucket " + std::to_string(bucket); }
-  size_t activation_bytes() const override { return 0; }
-  void set_gemm_algo_selection(GemmAlgoSelection) override {}
-  void forward(const int*, const int*, int, bool, float, const BucketHook& before_bucket_use) override {
-    for (int b = 0; b < layout_.num_buckets(); b++)
-      if (before_bucket_use) before_bucket_use(b);
-  }
-  void backward(bool first_micro_step, const BucketHook& on_bucket_ready) override {
-    if (!first_micro_step) throw std::logic_error("the stand-in model has no gradient accumulation");
-    for (int b = layout_.num_buckets() - 1; b >= 0; b--) {
-      const ParamBucket& bucket = layout_.buckets[b];
-      CUDA_CHECK(cudaMemcpyAsync(grads_.get() + bucket.offset, pending_.get() + bucket.offset,
-                                 bucket.padded_size * sizeof(floatX), cudaMemcpyDeviceToDevice, stream_));
-      if (on_bucket_ready) on_bucket_ready(b);
-    }
-  }
-  void enqueue_mean_loss(int, int) override {}
-  double read_mean_loss(int) override { return 0.0; }
-  void upload_params(const std::vector<float>& host) override { params_.upload_raw(to_x(host)); }
-  std::vector<float> download_params() const override { return to_f(params_.download_raw()); }
-  std::vector<float> download_grads() const override { return to_f(grads_.download_raw()); }
-  // The gradients the next backward delivers (synchronous).
-  void set_grads(const std::vector<float>& host) { pending_.upload_raw(to_x(host)); }
-  floatX* pending() { return pending_.get(); }
-
-  static std::vector<floatX> to_x(const std::vector<float>& host) {
-    std::vector<floatX> out(host.size());
-    for (size_t i = 0; i < host.size(); i++) out[i] = from_float<floatX>(host[i]);
-    return out;
-  }
-  static std::vector<float> to_f(const std::vector<floatX>& host) {
-    std::vector<float> out(host.size());
-    for (size_t i = 0; i < host.size(); i++) out[i] = to_float(host[i]);
-    return out;
-  }
-
- private:
-  SpeedrunLayout layout_;
-  DeviceBuffer<floatX> params_, grads_, pending_;
-  cudaStream_t stream_ = nullptr;
-};
+using llmc::test::StandInModel;
 
 // Values representable in floatX (so host and device agree), zero in the padding.
 std::vector<float> random_buffer(const ParamLayout& layout, double scale, unsigned seed) {

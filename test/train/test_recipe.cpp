@@ -44,6 +44,7 @@ TEST(Recipe, ModdedRecordMatchesSpeedrunMd) {
   EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kSpeedrun);
   EXPECT_EQ(o.warmup_steps, 0);
   EXPECT_EQ(o.grad_clip, 0.0);  // section 2: no gradient clipping
+  EXPECT_EQ(o.loss_reduction, llmc::LossReduction::kSum);  // the training loss is the SUM over the rank's tokens
   EXPECT_EQ(o.lr, 1.0);         // the speedrun optimizer's base lrs times 1
   EXPECT_EQ(o.val_every, 250);  // section 3: every 250 steps and at the end, on 10,485,760 tokens
   EXPECT_EQ(o.val_tokens, 10485760);
@@ -68,6 +69,7 @@ TEST(Recipe, LlmcGpt2124MMatchesItsScript) {
   EXPECT_EQ(o.final_lr_frac, 0.0);
   EXPECT_EQ(o.weight_decay, 0.1);
   EXPECT_EQ(o.grad_clip, 1.0);
+  EXPECT_EQ(o.loss_reduction, llmc::LossReduction::kMean);  // train_gpt2.cu's mean loss
   EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kFixed);
   EXPECT_EQ(o.val_every, 250);
   EXPECT_EQ(o.val_tokens, 10485760);
