@@ -108,6 +108,17 @@ endforeach()
 llmc_add_cu_test(NAME loss_scale_fp32 LABELS trainer TIMEOUT 300 EMU_ONLY
   SOURCES test/train/test_loss_scale.cu LIBS llmc_reference llmc_model EMU_LIBS llmc_trainer_fp32_emu)
 
+# The speedrun model's training in each build against the double-precision model's gradients, as a table
+# (docs/speedrun_model.md "Agreement with the record's arithmetic"); smoke-tested at 4 steps.
+foreach(precision IN ITEMS bf16 fp32)
+  llmc_emu_wrap_sources(agreement_sources speedrun_agreement_probe_${precision}_emu test/train/speedrun_agreement_probe.cu)
+  add_executable(speedrun_agreement_probe_${precision}_emu ${agreement_sources})
+  target_link_libraries(speedrun_agreement_probe_${precision}_emu PRIVATE llmc_trainer_${precision}_emu llmc_reference GTest::gtest)
+  add_test(NAME speedrun_agreement_probe_${precision}_smoke COMMAND speedrun_agreement_probe_${precision}_emu --steps 4)
+  set_tests_properties(speedrun_agreement_probe_${precision}_smoke PROPERTIES LABELS trainer TIMEOUT 120
+                       ENVIRONMENT "${LLMC_MPI_ROOT_ENV}")
+endforeach()
+
 # The speedrun optimizer on 1, 2 and 4 emulated ranks against the composition of NorMuonRunner and the
 # sharded Adam kernel on one rank, bitwise, and its overlap modes against each other (every rank runs every
 # test: test/dist/comm_test_main.cpp). bf16 only: the test's exact mean over ranks relies on bf16 gradients.
