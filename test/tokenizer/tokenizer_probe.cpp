@@ -4,6 +4,7 @@
 //   tokenizer_probe lines VOCAB_DIR FILE          -> each line of FILE (JSON string per line) encoded
 //                                                    on its own, one line of ids per input line
 //   tokenizer_probe bench VOCAB_DIR FILE THREADS REPEATS -> {"seconds": best, "bytes": .., "tokens": ..}
+//   tokenizer_probe prefixes VOCAB_DIR PADDED_VOCAB  -> the token prefix table, ids separated by spaces
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/tokenizer/parallel_encode.h"
+#include "llmc/tokenizer/token_prefixes.h"
 #include "llmc/tokenizer/tokenizer.h"
 
 namespace {
@@ -41,10 +43,14 @@ void print_ids(const std::vector<int32_t>& ids) {
 int main(int argc, char** argv) {
   try {
     if (argc < 4) {
-      std::cerr << "usage: tokenizer_probe ids|lines|bench VOCAB_DIR FILE [THREADS REPEATS]\n";
+      std::cerr << "usage: tokenizer_probe ids|lines|bench VOCAB_DIR FILE [THREADS REPEATS] | prefixes VOCAB_DIR PADDED_VOCAB\n";
       return 2;
     }
     const std::string mode = argv[1];
+    if (mode == "prefixes") {
+      print_ids(llmc::token_prefix_table(llmc::load_bpe_vocab_dir(argv[2]), std::stoi(argv[3])));
+      return 0;
+    }
     const llmc::Gpt2Tokenizer tokenizer = llmc::Gpt2Tokenizer::from_directory(argv[2]);
     const std::string text = read_file(argv[3]);
     llmc::EncodeContext context(tokenizer);
