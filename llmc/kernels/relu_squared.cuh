@@ -1,5 +1,6 @@
-// ReLU^2, the speedrun model's MLP activation: a = relu(h)^2, backward dh = 2 relu(h) da, elementwise in
-// 16-byte packets (scalar fallback for unaligned or ragged tensors). A kernel of its own for now: cuBLASLt
+// ReLU^2, the speedrun model's MLP activation: a = relu(h)^2, backward dh = 2 relu(h) da, or, from the stored
+// activation alone as the 2026-07-17 record does, dh = 2 sqrt(a) da; elementwise in 16-byte packets (scalar
+// fallback for unaligned or ragged tensors). A kernel of its own for now: cuBLASLt
 // has no ReLU^2 epilogue, so fusing it means a hand-written GEMM epilogue (the faster option the benchmark
 // rows of docs/speedrun_model.md quantify).
 #pragma once
@@ -30,7 +31,14 @@ __global__ void relu_squared_forward_kernel(Tx* out, const Tx* inp, size_t packe
   }
 }
 
-template <typename Tx>
+// d relu(h)^2 / dh from the saved value: h itself, or (kFromPost) the stored a = relu(h)^2, whose square root
+// stands for relu(h).
+template <bool kFromPost>
+__host__ __device__ __forceinline__ float relu_squared_slope(float saved) {
+  return kFromPost ? 2.0f * sqrtf(saved) : relu_squared_derivative(saved);
+}
+
+template <typename Tx, bool kFromPost>
 __global__ void relu_squared_backward_kernel(Tx* dinp, const Tx* inp, const Tx* dout, size_t packets) {
   using Packet = Packed128<Tx>;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -39,7 +47,7 @@ __global__ void relu_squared_backward_kernel(Tx* dinp, const Tx* inp, const Tx* 
     const Packet dy = load128cs(dout + p * Packet::size);
     Packet dx;
     for (int j = 0; j < Packet::size; j++)
-      dx[j] = from_float<Tx>(relu_squared_derivative(to_float(x[j])) * to_float(dy[j]));
+      dx[j] = from_float<Tx>(relu_squared_slope<kFromPost>(to_float(x[j])) * to_float(dy[j]));
     store128(dinp + p * Packet::size, dx);
   }
 }
@@ -51,12 +59,26 @@ __global__ void relu_squared_forward_scalar_kernel(Tx* out, const Tx* inp, size_
     out[i] = from_float<Tx>(relu_squared(to_float(inp[i])));
 }
 
-template <typename Tx>
+template <typename Tx, bool kFromPost>
 __global__ void relu_squared_backward_scalar_kernel(Tx* dinp, const Tx* inp, const Tx* dout, size_t n) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    dinp[i] = from_float<Tx>(relu_squared_derivative(to_float(inp[i])) * to_float(dout[i]));
+    dinp[i] = from_float<Tx>(relu_squared_slope<kFromPost>(to_float(inp[i])) * to_float(dout[i]));
 }
+
+namespace detail {
+template <bool kFromPost>
+void relu_squared_backward_launch(floatX* dinp, const floatX* saved, const floatX* dout, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const ElementwiseLaunch launch = plan_elementwise_launch<floatX>(n, dinp, saved, dout);
+  if (launch.packed)
+    LLMC_LAUNCH((relu_squared_backward_kernel<floatX, kFromPost>), launch.grid, launch.block, 0, stream, dinp, saved,
+                dout, launch.count);
+  else
+    LLMC_LAUNCH((relu_squared_backward_scalar_kernel<floatX, kFromPost>), launch.grid, launch.block, 0, stream, dinp,
+                saved, dout, launch.count);
+}
+}  // namespace detail
 
 // out = relu(inp)^2 over n elements; out may alias inp (the MLP keeps inp, the GEMM output, for the backward).
 inline void relu_squared_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
@@ -71,14 +93,14 @@ inline void relu_squared_forward(floatX* out, const floatX* inp, size_t n, cudaS
 
 // dinp = 2 relu(inp) dout (written, not accumulated); dinp may alias dout.
 inline void relu_squared_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  const ElementwiseLaunch launch = plan_elementwise_launch<floatX>(n, dinp, inp, dout);
-  if (launch.packed)
-    LLMC_LAUNCH(relu_squared_backward_kernel<floatX>, launch.grid, launch.block, 0, stream, dinp, inp, dout,
-                launch.count);
-  else
-    LLMC_LAUNCH(relu_squared_backward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, dinp, inp, dout,
-                launch.count);
+  detail::relu_squared_backward_launch<false>(dinp, inp, dout, n, stream);
+}
+
+// dinp = 2 sqrt(post) dout from the stored post = relu(h)^2 alone (the pre-activation need not be kept);
+// dinp may alias dout or post.
+inline void relu_squared_backward_from_post(floatX* dinp, const floatX* post, const floatX* dout, size_t n,
+                                            cudaStream_t stream) {
+  detail::relu_squared_backward_launch<true>(dinp, post, dout, n, stream);
 }
 
 }  // namespace llmc
