@@ -31,6 +31,7 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_kv_cache.cu
   test/kernels/test_convert.cu
   test/kernels/test_mtp_cross_entropy.cu
+  test/kernels/test_qk_norm_pair_rope.cu
   ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
 
 # Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).

@@ -22,7 +22,8 @@ add_library(llmc_reference STATIC
   test/reference/window_attention_reference.cpp
   test/reference/reference_speedrun_ops.cpp
   test/reference/reference_speedrun.cpp
-  test/reference/reference_mtp_loss.cpp)
+  test/reference/reference_mtp_loss.cpp
+  test/reference/reference_modded89_ops.cpp)
 target_link_libraries(llmc_reference PUBLIC llmc_model)
 
 # ---- tests -------------------------------------------------------------------------------------

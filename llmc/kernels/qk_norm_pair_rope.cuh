@@ -1,0 +1,234 @@
+// Per-head RMSNorm of q and k fused with the 2026-07-17 record's rotary embedding, forward and backward: the
+// first `pairs` adjacent pairs (2m, 2m+1) of each normalised head rotate by theta = position * w_m,
+// y[2m] = n[2m] c + n[2m+1] s, y[2m+1] = n[2m+1] c - n[2m] s; the remaining dims are stationary. The
+// position of head h in row t is t (position_step 1) or 2t + h % 2 (position_step 2: the paired-head
+// layers' second table). With key_offset, each k head's stationary dims come from row t - 1 (row 0 keeps
+// its own): the partial key offset of the long-window layers. A group of lanes handles one head in 16-byte
+// packets; the tables are rope_tables_build's (rows = positions, `pairs` columns).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
+#include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/rmsnorm.cuh"
+
+namespace llmc {
+
+constexpr int kPairRopeBlock = 256;
+
+struct PairRopeLayout {
+  int pairs = 0;           // rotated pairs per head (the table's columns); dims [2 pairs, D) are stationary
+  int position_step = 1;   // 1: position t; 2: position 2t + h % 2
+  bool key_offset = false;  // k heads (the second half of the row's heads) take row t - 1's stationary dims
+};
+
+namespace detail {
+
+// One head of one row: where it is, its input and its table rows.
+template <typename Tx>
+struct PairRopeHead {
+  int t, h;
+  bool offset;  // a k head whose stationary dims come from row t - 1
+  const Tx* x;
+  const Tx* cos_row;
+  const Tx* sin_row;
+  __device__ PairRopeHead(const Tx* inp, int in_stride, const Tx* cos_table, const Tx* sin_table, int head_row,
+                          int heads, int D, const PairRopeLayout& layout)
+      : t(head_row / heads), h(head_row % heads) {
+    offset = layout.key_offset && h >= heads / 2;
+    x = inp + static_cast<size_t>(t) * in_stride + static_cast<size_t>(h) * D;
+    const size_t position = static_cast<size_t>(t) * layout.position_step + h % layout.position_step;
+    cos_row = cos_table + position * layout.pairs;
+    sin_row = sin_table + position * layout.pairs;
+  }
+};
+
+// The sum of squares of a head's D values, over the lane group.
+template <typename Tx>
+__device__ float head_sum_squares(const Tx* x, int D, int lane, int group, bool active) {
+  using Packet = Packed128<Tx>;
+  float sum = 0.0f;
+  for (int p = lane; active && p < D / Packet::size; p += group) {
+    const Packet v = load128(x + p * Packet::size);
+    for (int j = 0; j < Packet::size; j++) sum += to_float(v[j]) * to_float(v[j]);
+  }
+  return group_reduce_sum(sum, group);
+}
+
+}  // namespace detail
+
+template <typename Tx>
+__global__ void qk_norm_pair_rope_forward_kernel(Tx* out, int out_stride, const Tx* inp, int in_stride, float* rstd,
+                                                 const Tx* cos_table, const Tx* sin_table, int T, int heads, int D,
+                                                 PairRopeLayout layout, int group) {
+  using Packet = Packed128<Tx>;
+  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
+  const int head_row = thread / group, lane = thread % group;
+  const bool valid = head_row < T * heads;
+  const detail::PairRopeHead<Tx> head(inp, in_stride, cos_table, sin_table, valid ? head_row : 0, heads, D, layout);
+  const float r = rsqrtf(detail::head_sum_squares(head.x, D, lane, group, valid) / D + kRmsNormEps);
+  const bool from_previous = head.offset && head.t > 0;
+  const Tx* previous = from_previous ? head.x - in_stride : head.x;
+  const float r_previous =
+      rsqrtf(detail::head_sum_squares(previous, D, lane, group, valid && from_previous) / D + kRmsNormEps);
+  if (!valid) return;
+  Tx* y = out + static_cast<size_t>(head.t) * out_stride + static_cast<size_t>(head.h) * D;
+  const int rotated = 2 * layout.pairs;
+  for (int p = lane; p < D / Packet::size; p += group) {
+    const int d0 = p * Packet::size;
+    const Packet v = load128((d0 >= rotated && from_previous ? previous : head.x) + d0);
+    const float scale = d0 >= rotated && from_previous ? r_previous : r;
+    Packet o;
+    for (int j = 0; j < Packet::size; j += 2) {
+      const float n0 = to_float(v[j]) * scale, n1 = to_float(v[j + 1]) * scale;
+      if (d0 + j < rotated) {
+        const int m = (d0 + j) / 2;
+        const float c = to_float(head.cos_row[m]), s = to_float(head.sin_row[m]);
+        o[j] = from_float<Tx>(n0 * c + n1 * s);
+        o[j + 1] = from_float<Tx>(n1 * c - n0 * s);
+      } else {
+        o[j] = from_float<Tx>(n0);
+        o[j + 1] = from_float<Tx>(n1);
+      }
+    }
+    store128(y + d0, o);
+  }
+  if (lane == 0 && rstd != nullptr) rstd[head_row] = r;
+}
+
+namespace detail {
+
+// dn, the gradient of one packet of the normalised head n (row t, head h), from the output gradients: the
+// transposed rotation of dy[t] on rotated dims; on stationary dims dy[t], or for an offset k head dy[t + 1]
+// (if there is a row t + 1) plus, for row 0, its own dy[0].
+template <typename Tx>
+__device__ void pair_rope_dn(float* dn, const Tx* dy_row, int dout_stride, const PairRopeHead<Tx>& head, int T,
+                             int d0, int rotated) {
+  using Packet = Packed128<Tx>;
+  if (d0 < rotated) {
+    const Packet g = load128(dy_row + d0);
+    for (int j = 0; j < Packet::size; j += 2) {
+      const int m = (d0 + j) / 2;
+      const float c = to_float(head.cos_row[m]), s = to_float(head.sin_row[m]);
+      dn[j] = to_float(g[j]) * c - to_float(g[j + 1]) * s;
+      dn[j + 1] = to_float(g[j]) * s + to_float(g[j + 1]) * c;
+    }
+    return;
+  }
+  for (int j = 0; j < Packet::size; j++) dn[j] = 0.0f;
+  const bool own = !head.offset || head.t == 0, next = head.offset && head.t + 1 < T;
+  if (own) {
+    const Packet g = load128(dy_row + d0);
+    for (int j = 0; j < Packet::size; j++) dn[j] += to_float(g[j]);
+  }
+  if (next) {
+    const Packet g = load128(dy_row + dout_stride + d0);
+    for (int j = 0; j < Packet::size; j++) dn[j] += to_float(g[j]);
+  }
+}
+
+}  // namespace detail
+
+// dx = r (dn - n mean(dn n)) per head with n = x r recomputed from the forward's input.
+template <typename Tx>
+__global__ void qk_norm_pair_rope_backward_kernel(Tx* dinp, int dinp_stride, const Tx* dout, int dout_stride,
+                                                  const Tx* inp, int in_stride, const float* rstd, const Tx* cos_table,
+                                                  const Tx* sin_table, int T, int heads, int D, PairRopeLayout layout,
+                                                  int group) {
+  using Packet = Packed128<Tx>;
+  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
+  const int head_row = thread / group, lane = thread % group;
+  const bool valid = head_row < T * heads;
+  const detail::PairRopeHead<Tx> head(inp, in_stride, cos_table, sin_table, valid ? head_row : 0, heads, D, layout);
+  const Tx* dy_row = dout + static_cast<size_t>(head.t) * dout_stride + static_cast<size_t>(head.h) * D;
+  const float r = valid ? rstd[head_row] : 0.0f;
+  const int rotated = 2 * layout.pairs;
+  float dn_dot_n = 0.0f;
+  for (int p = lane; valid && p < D / Packet::size; p += group) {
+    float dn[Packet::size];
+    detail::pair_rope_dn(dn, dy_row, dout_stride, head, T, p * Packet::size, rotated);
+    const Packet v = load128(head.x + p * Packet::size);
+    for (int j = 0; j < Packet::size; j++) dn_dot_n += dn[j] * to_float(v[j]) * r;
+  }
+  const float coefficient = r * group_reduce_sum(dn_dot_n, group) / D;  // r mean(dn n)
+  if (!valid) return;
+  Tx* dx = dinp + static_cast<size_t>(head.t) * dinp_stride + static_cast<size_t>(head.h) * D;
+  for (int p = lane; p < D / Packet::size; p += group) {
+    float dn[Packet::size];
+    detail::pair_rope_dn(dn, dy_row, dout_stride, head, T, p * Packet::size, rotated);
+    const Packet v = load128(head.x + p * Packet::size);
+    Packet g;
+    for (int j = 0; j < Packet::size; j++) g[j] = from_float<Tx>(r * dn[j] - to_float(v[j]) * r * coefficient);
+    store128(dx + p * Packet::size, g);
+  }
+}
+
+namespace detail {
+// Lanes per head (the head's packets, capped at a warp, a power of two) after checking the shapes.
+template <typename Tx>
+int pair_rope_lane_group(const char* launcher, int D, int heads, const PairRopeLayout& layout) {
+  constexpr int kPacket = Packed128<Tx>::size;
+  const std::string where = std::string(launcher) + ": ";
+  if (D <= 0 || D % kPacket != 0)
+    throw std::invalid_argument(where + "head_dim " + std::to_string(D) + " must be a multiple of " +
+                                std::to_string(kPacket) + " (16-byte packets)");
+  if (layout.pairs < 0 || 2 * layout.pairs > D || (2 * layout.pairs) % kPacket != 0)
+    throw std::invalid_argument(where + "pairs = " + std::to_string(layout.pairs) +
+                                " must rotate whole packets within the head");
+  if (layout.position_step != 1 && layout.position_step != 2)
+    throw std::invalid_argument(where + "position_step must be 1 or 2");
+  if (layout.key_offset && heads % 2 != 0)
+    throw std::invalid_argument(where + "key_offset needs q and k heads (an even head count)");
+  const int packets = D / kPacket;
+  const int group = packets < kWarpSize ? packets : kWarpSize;
+  if ((group & (group - 1)) != 0 || packets % group != 0)
+    throw std::invalid_argument(where + "head_dim " + std::to_string(D) + " gives a lane group that is not a power of two");
+  return group;
+}
+}  // namespace detail
+
+// q and k of T rows, `heads` (= 2H: q heads, then k heads) consecutive heads of D per row of inp (row stride
+// in_stride), normalised and rotated into out (row stride out_stride). out may alias inp only without
+// key_offset (an offset row reads the row before it). rstd (T * heads) keeps each head's 1/rms. The tables
+// hold rows up to the largest position (T or 2T) and layout.pairs columns.
+inline void qk_norm_pair_rope_forward(floatX* out, int out_stride, const floatX* inp, int in_stride, float* rstd,
+                                      const floatX* cos_table, const floatX* sin_table, int T, int heads, int D,
+                                      const PairRopeLayout& layout, cudaStream_t stream) {
+  const char* name = "qk_norm_pair_rope_forward";
+  const int group = detail::pair_rope_lane_group<floatX>(name, D, heads, layout);
+  require_packets<floatX>(name, "out_stride", out_stride);
+  require_packets<floatX>(name, "in_stride", in_stride);
+  require_aligned16(name, {out, inp, cos_table, sin_table});
+  if (layout.key_offset && out == inp) throw std::invalid_argument(std::string(name) + ": key_offset cannot run in place");
+  if (T <= 0 || heads <= 0) return;
+  const long long threads = static_cast<long long>(T) * heads * group;
+  LLMC_LAUNCH(qk_norm_pair_rope_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kPairRopeBlock))),
+              dim3(kPairRopeBlock), 0, stream, out, out_stride, inp, in_stride, rstd, cos_table, sin_table, T, heads, D,
+              layout, group);
+}
+
+// dinp (written) = the gradient of the forward's input from dout; inp and rstd as in the forward. dinp may
+// alias dout only without key_offset (an offset row reads the gradient of the row after it).
+inline void qk_norm_pair_rope_backward(floatX* dinp, int dinp_stride, const floatX* dout, int dout_stride,
+                                       const floatX* inp, int in_stride, const float* rstd, const floatX* cos_table,
+                                       const floatX* sin_table, int T, int heads, int D, const PairRopeLayout& layout,
+                                       cudaStream_t stream) {
+  const char* name = "qk_norm_pair_rope_backward";
+  const int group = detail::pair_rope_lane_group<floatX>(name, D, heads, layout);
+  require_packets<floatX>(name, "dinp_stride", dinp_stride);
+  require_packets<floatX>(name, "dout_stride", dout_stride);
+  require_packets<floatX>(name, "in_stride", in_stride);
+  require_aligned16(name, {dinp, dout, inp, cos_table, sin_table});
+  if (layout.key_offset && dinp == dout)
+    throw std::invalid_argument(std::string(name) + ": key_offset cannot run in place");
+  if (T <= 0 || heads <= 0) return;
+  const long long threads = static_cast<long long>(T) * heads * group;
+  LLMC_LAUNCH(qk_norm_pair_rope_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kPairRopeBlock))),
+              dim3(kPairRopeBlock), 0, stream, dinp, dinp_stride, dout, dout_stride, inp, in_stride, rstd, cos_table,
+              sin_table, T, heads, D, layout, group);
+}
+
+}  // namespace llmc

@@ -1,0 +1,150 @@
+// Kernel tests of the 2026-07-17 record's QK-norm + adjacent-pair rotary (llmc/kernels/qk_norm_pair_rope.cuh):
+// the forward against the double reference (test/reference/reference_modded89_ops.h) and the backward
+// against central differences of that reference, for the plain and paired-head tables, with and without the
+// partial key offset, q and k inside a QKV row; and the launchers' checks. Built for fp32 and bf16, emulated
+// and on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llmc/kernels/qk_norm_pair_rope.cuh"
+#include "test/reference/reference_modded89_ops.h"
+#include "test/support/gpu_test.h"
+#include "test/support/kernel_test_utils.h"
+
+namespace {
+
+using namespace llmc::test;  // the shared helpers of test/support
+using llmc::floatX;
+
+// T rows of a QKV buffer (row stride 3C): q heads then k heads (2H heads of D) at its start, v after them.
+// Tables of 2T positions (enough for the paired layers), random angles, rounded to floatX.
+struct PairRopeData {
+  static constexpr int T = 7, H = 2, D = 32, kPairs = 8;
+  static constexpr int C = H * D, kHeads = 2 * H, kStride = 3 * C;
+  std::mt19937 rng{89};
+  std::vector<double> qkv = random_values(static_cast<size_t>(T) * kStride, rng, -2.0, 2.0);
+  std::vector<double> cos_table, sin_table;
+  PairRopeData() {
+    std::uniform_real_distribution<double> angle(-3.2, 3.2);
+    for (int i = 0; i < 2 * T * kPairs; i++) {
+      const double theta = angle(rng);
+      cos_table.push_back(std::cos(theta));
+      sin_table.push_back(std::sin(theta));
+    }
+    cos_table = round_to_floatx(cos_table);
+    sin_table = round_to_floatx(sin_table);
+  }
+  // The q and k heads of each row, packed (T, 2H, D).
+  std::vector<double> heads() const {
+    std::vector<double> out;
+    for (int t = 0; t < T; t++)
+      out.insert(out.end(), qkv.begin() + static_cast<long>(t) * kStride,
+                 qkv.begin() + static_cast<long>(t) * kStride + 2 * C);
+    return out;
+  }
+  std::vector<double> reference(const std::vector<double>& x, const llmc::PairRopeLayout& layout) const {
+    std::vector<double> out(x.size());
+    ref::qk_norm_pair_rope_forward(out.data(), x.data(), cos_table.data(), sin_table.data(), T, kHeads, D, layout.pairs,
+                                   layout.position_step, layout.key_offset);
+    return out;
+  }
+};
+
+std::vector<llmc::PairRopeLayout> layouts() {
+  std::vector<llmc::PairRopeLayout> out;
+  for (const int step : {1, 2})
+    for (const bool offset : {false, true}) out.push_back({PairRopeData::kPairs, step, offset});
+  return out;
+}
+
+std::string describe(const llmc::PairRopeLayout& layout) {
+  return "position_step " + std::to_string(layout.position_step) + (layout.key_offset ? ", key offset" : "");
+}
+
+TEST(QkNormPairRope, ForwardMatchesReference) {
+  LLMC_REQUIRE_GPU();
+  PairRopeData data;
+  const int T = data.T;
+  DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_out(static_cast<size_t>(T) * data.kHeads * data.D);
+  DeviceBuffer<floatX> d_cos(data.cos_table.size()), d_sin(data.sin_table.size());
+  DeviceBuffer<float> d_rstd(static_cast<size_t>(T) * data.kHeads);
+  d_qkv.upload(data.qkv);
+  d_cos.upload(data.cos_table);
+  d_sin.upload(data.sin_table);
+  for (const llmc::PairRopeLayout& layout : layouts()) {
+    SCOPED_TRACE(describe(layout));
+    llmc::qk_norm_pair_rope_forward(d_out.get(), data.kHeads * data.D, d_qkv.get(), data.kStride, d_rstd.get(),
+                                    d_cos.get(), d_sin.get(), T, data.kHeads, data.D, layout, nullptr);
+    // A sum of D squares, the scale and a rotation in fp32, one rounding.
+    EXPECT_TRUE(all_close(d_out.download(), data.reference(data.heads(), layout), tolerance(1, data.D + 8)));
+  }
+}
+
+TEST(QkNormPairRope, BackwardMatchesCentralDifferencesOfTheReference) {
+  LLMC_REQUIRE_GPU();
+  PairRopeData data;
+  const int T = data.T, width = data.kHeads * data.D;
+  const std::vector<double> dout = random_values(static_cast<size_t>(T) * width, data.rng);
+  DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_out(dout.size()), d_dout(dout.size()), d_dinp(dout.size());
+  DeviceBuffer<floatX> d_cos(data.cos_table.size()), d_sin(data.sin_table.size());
+  DeviceBuffer<float> d_rstd(static_cast<size_t>(T) * data.kHeads);
+  d_qkv.upload(data.qkv);
+  d_cos.upload(data.cos_table);
+  d_sin.upload(data.sin_table);
+  d_dout.upload(dout);
+  for (const llmc::PairRopeLayout& layout : layouts()) {
+    SCOPED_TRACE(describe(layout));
+    llmc::qk_norm_pair_rope_forward(d_out.get(), width, d_qkv.get(), data.kStride, d_rstd.get(), d_cos.get(),
+                                    d_sin.get(), T, data.kHeads, data.D, layout, nullptr);
+    llmc::qk_norm_pair_rope_backward(d_dinp.get(), width, d_dout.get(), width, d_qkv.get(), data.kStride,
+                                     d_rstd.get(), d_cos.get(), d_sin.get(), T, data.kHeads, data.D, layout, nullptr);
+    // d/dx of sum(dout * forward(x)) by central differences in double (error ~1e-10 at step 1e-5).
+    std::vector<double> x = data.heads(), expected(x.size());
+    auto objective = [&] {
+      const std::vector<double> y = data.reference(x, layout);
+      double sum = 0.0;
+      for (size_t i = 0; i < y.size(); i++) sum += dout[i] * y[i];
+      return sum;
+    };
+    const double step = 1e-5;
+    for (size_t i = 0; i < x.size(); i++) {
+      const double saved = x[i];
+      x[i] = saved + step;
+      const double up = objective();
+      x[i] = saved - step;
+      const double down = objective();
+      x[i] = saved;
+      expected[i] = (up - down) / (2 * step);
+    }
+    // The rotation and two head-wide sums of D products in fp32, one rounding.
+    EXPECT_TRUE(all_close(d_dinp.download(), expected, tolerance(1, 2 * data.D + 8)));
+  }
+}
+
+TEST(QkNormPairRope, LaunchersRefuseBadLayouts) {
+  LLMC_REQUIRE_GPU();
+  PairRopeData data;
+  const int width = data.kHeads * data.D;
+  DeviceBuffer<floatX> d_x(static_cast<size_t>(data.T) * width), d_cos(data.cos_table.size()),
+      d_sin(data.sin_table.size());
+  DeviceBuffer<float> d_rstd(static_cast<size_t>(data.T) * data.kHeads);
+  auto forward = [&](floatX* out, const llmc::PairRopeLayout& layout) {
+    llmc::qk_norm_pair_rope_forward(out, width, d_x.get(), width, d_rstd.get(), d_cos.get(), d_sin.get(), data.T,
+                                    data.kHeads, data.D, layout, nullptr);
+  };
+  EXPECT_THROW(forward(d_x.get(), {data.kPairs, 1, true}), std::invalid_argument);  // offset in place
+  EXPECT_NO_THROW(forward(d_x.get(), {data.kPairs, 1, false}));                   // in place without it
+  EXPECT_THROW(forward(d_x.get(), {data.D, 1, false}), std::invalid_argument);     // more pairs than the head has
+  EXPECT_THROW(forward(d_x.get(), {data.kPairs, 3, false}), std::invalid_argument);
+  EXPECT_THROW(llmc::qk_norm_pair_rope_backward(d_x.get(), width, d_x.get(), width, d_x.get(), width, d_rstd.get(),
+                                                d_cos.get(), d_sin.get(), data.T, data.kHeads, data.D,
+                                                {data.kPairs, 1, true}, nullptr),
+               std::invalid_argument);
+}
+
+}  // namespace

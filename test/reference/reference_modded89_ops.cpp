@@ -1,0 +1,31 @@
+// The 2026-07-17 record's model operations in double (see reference_modded89_ops.h).
+#include "test/reference/reference_modded89_ops.h"
+
+#include <cmath>
+#include <vector>
+
+#include "test/reference/reference_speedrun_ops.h"
+
+namespace ref {
+
+void qk_norm_pair_rope_forward(double* out, const double* inp, const double* cos_table, const double* sin_table, int T,
+                               int heads, int D, int pairs, int position_step, bool key_offset) {
+  std::vector<double> normed(static_cast<size_t>(T) * heads * D), rstd(static_cast<size_t>(T) * heads);
+  rmsnorm_forward(normed.data(), rstd.data(), inp, T * heads, D);
+  for (int t = 0; t < T; t++)
+    for (int h = 0; h < heads; h++) {
+      const double* n = normed.data() + (static_cast<size_t>(t) * heads + h) * D;
+      const bool offset = key_offset && h >= heads / 2 && t > 0;
+      const double* stationary = offset ? n - static_cast<size_t>(heads) * D : n;
+      double* y = out + (static_cast<size_t>(t) * heads + h) * D;
+      const size_t position = static_cast<size_t>(t) * position_step + h % position_step;
+      for (int m = 0; m < pairs; m++) {
+        const double c = cos_table[position * pairs + m], s = sin_table[position * pairs + m];
+        y[2 * m] = n[2 * m] * c + n[2 * m + 1] * s;
+        y[2 * m + 1] = n[2 * m + 1] * c - n[2 * m] * s;
+      }
+      for (int d = 2 * pairs; d < D; d++) y[d] = stationary[d];
+    }
+}
+
+}  // namespace ref

@@ -1,0 +1,15 @@
+// Double-precision CPU reference of operations of the 2026-07-17 record's model (docs/kernels.md), the oracles
+// of their CUDA kernels. Arrays are row-major.
+#pragma once
+
+namespace ref {
+
+// Per-head RMSNorm (eps FLT_EPSILON) of `heads` heads of D per row (inp, out: (T, heads, D)), then the
+// adjacent-pair rotation of the first `pairs` pairs: y[2m] = n[2m] c + n[2m+1] s, y[2m+1] = n[2m+1] c - n[2m] s
+// with c, s = cos_table, sin_table[position][m], position t (position_step 1) or 2t + h % 2 (2); dims
+// [2 pairs, D) stationary. With key_offset the k heads (h >= heads / 2) of row t >= 1 take the stationary dims
+// of row t - 1's normalised head.
+void qk_norm_pair_rope_forward(double* out, const double* inp, const double* cos_table, const double* sin_table, int T,
+                               int heads, int D, int pairs, int position_step, bool key_offset);
+
+}  // namespace ref
