@@ -1,6 +1,7 @@
 // The 2026-07-17 record's model operations in double (see reference_modded89_ops.h).
 #include "test/reference/reference_modded89_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -26,6 +27,17 @@ void qk_norm_pair_rope_forward(double* out, const double* inp, const double* cos
       }
       for (int d = 2 * pairs; d < D; d++) y[d] = stationary[d];
     }
+}
+
+void xsa_forward(double* out, const double* y, const double* v, const double* alpha, int T, int H, int D) {
+  for (size_t item = 0; item < static_cast<size_t>(T) * H; item++) {
+    const double* yr = y + item * D;
+    const double* vr = v + item * D;
+    double dot = 0.0, norm = 0.0;
+    for (int d = 0; d < D; d++) dot += yr[d] * vr[d], norm += vr[d] * vr[d];
+    const double coefficient = std::tanh(alpha[item]) * dot / std::max(norm, 1e-8);
+    for (int d = 0; d < D; d++) out[item * D + d] = yr[d] - coefficient * vr[d];
+  }
 }
 
 }  // namespace ref

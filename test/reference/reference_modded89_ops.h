@@ -12,4 +12,8 @@ namespace ref {
 void qk_norm_pair_rope_forward(double* out, const double* inp, const double* cos_table, const double* sin_table, int T,
                                int heads, int D, int pairs, int position_step, bool key_offset);
 
+// XSA of H heads of D per row (y, v, out: (T, H, D); alpha (T, H)):
+// out = y - tanh(alpha) (y . v / max(|v|^2, 1e-8)) v per (row, head).
+void xsa_forward(double* out, const double* y, const double* v, const double* alpha, int T, int H, int D);
+
 }  // namespace ref
