@@ -19,14 +19,14 @@ add_library(llmc_shards STATIC llmc/data/shards.cpp)
 target_link_libraries(llmc_shards PUBLIC llmc_files)
 
 add_library(llmc_data STATIC llmc/data/dataloader.cpp llmc/data/document_packing.cpp llmc/data/bos_loader.cpp
-  llmc/data/packed_val_loader.cpp)
+  llmc/data/packed_val_loader.cpp llmc/data/bigram_hash.cpp)
 target_link_libraries(llmc_data PUBLIC llmc_shards Threads::Threads)
 
 add_executable(test_shards test/data/test_shards.cpp)
 target_link_libraries(test_shards PRIVATE llmc_shards GTest::gtest_main)
 gtest_discover_tests(test_shards PROPERTIES LABELS data)
 
-add_executable(test_dataloader test/data/test_dataloader.cpp)
+add_executable(test_dataloader test/data/test_dataloader.cpp test/data/test_bigram_hash.cpp)
 target_link_libraries(test_dataloader PRIVATE llmc_data GTest::gtest_main)
 gtest_discover_tests(test_dataloader PROPERTIES LABELS data)
 

@@ -137,13 +137,14 @@ TEST(QkNormPairRope, LaunchersRefuseBadLayouts) {
     llmc::qk_norm_pair_rope_forward(out, width, d_x.get(), width, d_rstd.get(), d_cos.get(), d_sin.get(), data.T,
                                     data.kHeads, data.D, layout, nullptr);
   };
-  EXPECT_THROW(forward(d_x.get(), {data.kPairs, 1, true}), std::invalid_argument);  // offset in place
-  EXPECT_NO_THROW(forward(d_x.get(), {data.kPairs, 1, false}));                   // in place without it
-  EXPECT_THROW(forward(d_x.get(), {data.D, 1, false}), std::invalid_argument);     // more pairs than the head has
-  EXPECT_THROW(forward(d_x.get(), {data.kPairs, 3, false}), std::invalid_argument);
+  const llmc::PairRopeLayout offset{data.kPairs, 1, true}, plain{data.kPairs, 1, false};
+  const llmc::PairRopeLayout too_many_pairs{data.D, 1, false}, bad_step{data.kPairs, 3, false};
+  EXPECT_THROW(forward(d_x.get(), offset), std::invalid_argument);  // the key offset in place
+  EXPECT_NO_THROW(forward(d_x.get(), plain));                       // in place without it
+  EXPECT_THROW(forward(d_x.get(), too_many_pairs), std::invalid_argument);
+  EXPECT_THROW(forward(d_x.get(), bad_step), std::invalid_argument);
   EXPECT_THROW(llmc::qk_norm_pair_rope_backward(d_x.get(), width, d_x.get(), width, d_x.get(), width, d_rstd.get(),
-                                                d_cos.get(), d_sin.get(), data.T, data.kHeads, data.D,
-                                                {data.kPairs, 1, true}, nullptr),
+                                                d_cos.get(), d_sin.get(), data.T, data.kHeads, data.D, offset, nullptr),
                std::invalid_argument);
 }
 
