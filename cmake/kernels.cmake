@@ -33,6 +33,7 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_mtp_cross_entropy.cu
   test/kernels/test_qk_norm_pair_rope.cu
   test/kernels/test_xsa.cu
+  test/kernels/test_bigram_sign.cu
   ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
 
 # Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).

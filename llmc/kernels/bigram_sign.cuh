@@ -1,0 +1,53 @@
+// The 2026-07-17 record's sign trick on the bigram embedding: row t of the gathered bigram rows is multiplied
+// by a row of a fixed +-1 table chosen by the token pair, out[t] = in[t] * signs[(tokens[t-1] XOR tokens[t])
+// mod 8192] (row 0 at t = 0; crosses documents). A product with +-1 is exact, so the same kernel is the
+// backward (dout -> the gradient to scatter into the table). Elementwise in 16-byte packets.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
+#include "llmc/kernels/packet_io.cuh"
+#include "llmc/kernels/reduction.cuh"
+
+namespace llmc {
+
+constexpr int kBigramSignRows = 8192;  // a power of two: mod is a mask
+
+__host__ __device__ __forceinline__ int bigram_sign_row(const int* tokens, int t) {
+  return t == 0 ? 0 : (tokens[t - 1] ^ tokens[t]) & (kBigramSignRows - 1);
+}
+
+template <typename Tx>
+__global__ void bigram_sign_kernel(Tx* out, const Tx* in, const int* tokens, const Tx* signs, int T, int C) {
+  using Packet = Packed128<Tx>;
+  const int packets_per_row = C / Packet::size;
+  const size_t total = static_cast<size_t>(T) * packets_per_row;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < total; p += stride) {
+    const int t = static_cast<int>(p / packets_per_row), column = static_cast<int>(p % packets_per_row) * Packet::size;
+    const Packet x = load128(in + static_cast<size_t>(t) * C + column);
+    const Packet s = load128(signs + static_cast<size_t>(bigram_sign_row(tokens, t)) * C + column);
+    Packet y;
+    for (int j = 0; j < Packet::size; j++) y[j] = from_float<Tx>(to_float(x[j]) * to_float(s[j]));
+    store128(out + static_cast<size_t>(t) * C + column, y);
+  }
+}
+
+// out (T, C) = in (T, C) times the sign rows (signs: kBigramSignRows x C of +-1); tokens (T, non-negative) on
+// the device. out may alias in. Forward and backward alike.
+inline void bigram_sign(floatX* out, const floatX* in, const int* tokens, const floatX* signs, int T, int C,
+                        cudaStream_t stream) {
+  require_packets<floatX>("bigram_sign", "C", C);
+  require_aligned16("bigram_sign", {out, in, signs});
+  if (T < 0) throw std::invalid_argument("bigram_sign: negative row count");
+  if (T == 0) return;
+  constexpr int kBlock = 256;
+  const size_t packets = static_cast<size_t>(T) * (C / Packed128<floatX>::size);
+  LLMC_LAUNCH(bigram_sign_kernel<floatX>, dim3(elementwise_grid(packets, kBlock)), dim3(kBlock), 0, stream, out, in,
+              tokens, signs, T, C);
+}
+
+}  // namespace llmc
