@@ -36,6 +36,7 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_bigram_sign.cu
   test/kernels/test_token_mix.cu
   test/kernels/test_value_embed_gate.cu
+  test/kernels/test_dc_attention.cu
   ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
 
 # Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).

@@ -40,4 +40,34 @@ void xsa_forward(double* out, const double* y, const double* v, const double* al
   }
 }
 
+void dc_forward(double* out, const double* y, const double* q, const double* k, const double* v, const double* w1,
+                const double* w2, const int* doc_start, int T, int H, int D, int window, double attn_scale) {
+  auto head = [H, D](const double* base, int t, int h) { return base + (static_cast<size_t>(t) * H + h) * D; };
+  for (int t = 0; t < T; t++) {
+    const int first = std::max(doc_start[t], t - window + 1);
+    const int keys = t - first + 1;
+    std::vector<double> A(static_cast<size_t>(keys), 0.0);
+    for (int h = 0; h < H; h++) {
+      std::vector<double> scores(static_cast<size_t>(keys));
+      double top = -INFINITY;
+      for (int s = first; s <= t; s++) {
+        double dot = 0.0;
+        for (int d = 0; d < D; d++) dot += head(q, t, h)[d] * head(k, s, h)[d];
+        scores[static_cast<size_t>(s - first)] = attn_scale * dot;
+        top = std::max(top, attn_scale * dot);
+      }
+      double sum = 0.0;
+      for (double& score : scores) sum += std::exp(score - top);
+      for (int i = 0; i < keys; i++)
+        A[static_cast<size_t>(i)] += w1[static_cast<size_t>(t) * H + h] * std::exp(scores[static_cast<size_t>(i)] - top) / sum;
+    }
+    for (int h = 0; h < H; h++)
+      for (int d = 0; d < D; d++) {
+        double acc = 0.0;
+        for (int s = first; s <= t; s++) acc += w2[static_cast<size_t>(t) * H + h] * A[static_cast<size_t>(s - first)] * head(v, s, h)[d];
+        out[(static_cast<size_t>(t) * H + h) * D + d] = head(y, t, h)[d] + acc;
+      }
+  }
+}
+
 }  // namespace ref

@@ -16,4 +16,10 @@ void qk_norm_pair_rope_forward(double* out, const double* inp, const double* cos
 // out = y - tanh(alpha) (y . v / max(|v|^2, 1e-8)) v per (row, head).
 void xsa_forward(double* out, const double* y, const double* v, const double* alpha, int T, int H, int D);
 
+// The DC correction: for each query t and head h, P_h[t, s] = softmax over the keys s of t's document with
+// 0 <= t - s < window of attn_scale q_h[t] . k_h[s]; A[t, s] = sum_h w1[t, h] P_h[t, s];
+// out_h[t] = y_h[t] + sum_s w2[t, h] A[t, s] v_h[s]. q, k, v, y, out: (T, H, D); w1, w2: (T, H); doc_start (T).
+void dc_forward(double* out, const double* y, const double* q, const double* k, const double* v, const double* w1,
+                const double* w2, const int* doc_start, int T, int H, int D, int window, double attn_scale);
+
 }  // namespace ref

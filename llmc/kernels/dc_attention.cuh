@@ -1,0 +1,243 @@
+// The 2026-07-17 record's DC correction of layer 10 (dynamically composed attention, docs/kernels.md#dc-correction):
+// per query t the heads' window softmaxes P_h[t, s] (fp32, keys 0 <= t - s < W in t's document, scale
+// attn_scale) are mixed into A[t, s] = sum_h w1[t, h] P_h[t, s], and each head's attention output gains
+// sum_s floatX(w2[t, h] A[t, s]) v_h[s]. Forward and the exact backward (dq, dk, dv accumulated; dw1, dw2
+// written), as three kernels without atomics: per query (forward; backward for dq, dw1, dw2 and the softmax's
+// delta) and per key (dk, dv). Straightforward loops, one block per row: the version to beat.
+#pragma once
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
+#include "llmc/kernels/reduction.cuh"
+
+namespace llmc {
+
+constexpr int kDcMaxWindow = 128;
+constexpr int kDcMaxHeads = 8;
+constexpr int kDcBlock = 128;
+
+// Rows of q, k, v (each H heads of D at row t of its buffer, with its stride), the mixing weights w1, w2 (T, H
+// with a row stride: columns of the gate MLP's output) and each token's document start.
+struct DcInputs {
+  const floatX* q = nullptr;
+  const floatX* k = nullptr;
+  const floatX* v = nullptr;
+  int q_stride = 0, k_stride = 0, v_stride = 0;
+  const floatX* w1 = nullptr;
+  const floatX* w2 = nullptr;
+  int w_stride = 0;
+  const int* doc_start = nullptr;  // (T): the first position of t's document
+  int T = 0, H = 0, D = 0, window = 0;
+  float attn_scale = 0.0f;
+};
+
+namespace detail {
+
+__device__ __forceinline__ const floatX* dc_head(const floatX* base, int stride, int t, int h, int D) {
+  return base + static_cast<size_t>(t) * stride + static_cast<size_t>(h) * D;
+}
+
+__device__ __forceinline__ float dc_dot(const floatX* a, const floatX* b, int D) {
+  float sum = 0.0f;
+  for (int d = 0; d < D; d++) sum += to_float(a[d]) * to_float(b[d]);
+  return sum;
+}
+
+__device__ __forceinline__ float dc_weight(const floatX* w, int stride, int t, int h) {
+  return to_float(w[static_cast<size_t>(t) * stride + h]);
+}
+
+// The keys of query t: s = t - i for i < dc_key_count (the window, cut at the document start).
+__device__ __forceinline__ int dc_key_count(const DcInputs& in, int t) {
+  const int in_document = t - in.doc_start[t] + 1;
+  return in_document < in.window ? in_document : in.window;
+}
+
+// P[h][i] = softmax over i of attn_scale q_h[t] . k_h[t - i], for one query; with lse given (backward) the
+// logsumexp is not recomputed. Block-wide: threads over keys compute the scores, thread 0 the row sums in a
+// fixed order. Leaves P in shared memory and, without lse_in, writes lse_out[h].
+__device__ void dc_probabilities(float (*P)[kDcMaxWindow], const DcInputs& in, int t, int keys, const float* lse_in,
+                                 float* lse_out) {
+  for (int h = 0; h < in.H; h++)
+    for (int i = threadIdx.x; i < keys; i += blockDim.x)
+      P[h][i] = in.attn_scale * dc_dot(dc_head(in.q, in.q_stride, t, h, in.D), dc_head(in.k, in.k_stride, t - i, h, in.D), in.D);
+  __syncthreads();
+  __shared__ float lse[kDcMaxHeads];
+  if (threadIdx.x == 0)
+    for (int h = 0; h < in.H; h++) {
+      if (lse_in != nullptr) {
+        lse[h] = lse_in[h];
+        continue;
+      }
+      float top = P[h][0];
+      for (int i = 1; i < keys; i++) top = fmaxf(top, P[h][i]);
+      float sum = 0.0f;
+      for (int i = 0; i < keys; i++) sum += expf(P[h][i] - top);
+      lse[h] = top + logf(sum);
+      lse_out[h] = lse[h];
+    }
+  __syncthreads();
+  for (int h = 0; h < in.H; h++)
+    for (int i = threadIdx.x; i < keys; i += blockDim.x) P[h][i] = expf(P[h][i] - lse[h]);
+  __syncthreads();
+}
+
+// A[i] = sum_h w1[t, h] P[h][i] (fixed order over h).
+__device__ void dc_mix(float* A, float (*P)[kDcMaxWindow], const DcInputs& in, int t, int keys) {
+  for (int i = threadIdx.x; i < keys; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int h = 0; h < in.H; h++) sum += dc_weight(in.w1, in.w_stride, t, h) * P[h][i];
+    A[i] = sum;
+  }
+  __syncthreads();
+}
+
+}  // namespace detail
+
+// Block t: out_h[t] = floatX(y_h[t] + sum_i floatX(w2[t, h] A[t, t - i]) v_h[t - i]); lse (T, H) kept for the
+// backward. out may alias y (rows of H*D at stride y_stride).
+__global__ void dc_forward_kernel(floatX* out, const floatX* y, int y_stride, float* lse, DcInputs in) {
+  __shared__ float P[kDcMaxHeads][kDcMaxWindow];
+  __shared__ float A[kDcMaxWindow];
+  const int t = blockIdx.x, keys = detail::dc_key_count(in, t);
+  detail::dc_probabilities(P, in, t, keys, nullptr, lse + static_cast<size_t>(t) * in.H);
+  detail::dc_mix(A, P, in, t, keys);
+  for (int h = 0; h < in.H; h++) {
+    const float w2 = detail::dc_weight(in.w2, in.w_stride, t, h);
+    for (int d = threadIdx.x; d < in.D; d += blockDim.x) {
+      float acc = 0.0f;
+      for (int i = 0; i < keys; i++)
+        acc += to_float(from_float<floatX>(w2 * A[i])) * to_float(detail::dc_head(in.v, in.v_stride, t - i, h, in.D)[d]);
+      const size_t at = static_cast<size_t>(t) * y_stride + static_cast<size_t>(h) * in.D + d;
+      out[at] = from_float<floatX>(to_float(y[at]) + acc);
+    }
+  }
+}
+
+// Block t, from dy (the gradient of out, rows at dy_stride): with e_h[i] = dy_h[t] . v_h[t - i],
+// dA[i] = sum_h e_h[i] w2[t, h], dw2[t, h] = sum_i e_h[i] A[i], dw1[t, h] = sum_i dA[i] P_h[i],
+// delta[t, h] = w1[t, h] dw1[t, h] (= sum_i P dP), dS_h[i] = P_h[i] (w1 dA[i] - delta), and
+// dq_h[t] += attn_scale sum_i dS_h[i] k_h[t - i].
+__global__ void dc_backward_query_kernel(floatX* dq, int dq_stride, float* dw1, float* dw2, float* delta,
+                                         const floatX* dy, int dy_stride, const float* lse, DcInputs in) {
+  __shared__ float P[kDcMaxHeads][kDcMaxWindow];
+  __shared__ float E[kDcMaxHeads][kDcMaxWindow];
+  __shared__ float A[kDcMaxWindow], dA[kDcMaxWindow];
+  const int t = blockIdx.x, keys = detail::dc_key_count(in, t);
+  detail::dc_probabilities(P, in, t, keys, lse + static_cast<size_t>(t) * in.H, nullptr);
+  detail::dc_mix(A, P, in, t, keys);
+  for (int h = 0; h < in.H; h++)
+    for (int i = threadIdx.x; i < keys; i += blockDim.x)
+      E[h][i] = detail::dc_dot(detail::dc_head(dy, dy_stride, t, h, in.D), detail::dc_head(in.v, in.v_stride, t - i, h, in.D), in.D);
+  __syncthreads();
+  for (int i = threadIdx.x; i < keys; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int h = 0; h < in.H; h++) sum += E[h][i] * detail::dc_weight(in.w2, in.w_stride, t, h);
+    dA[i] = sum;
+  }
+  __syncthreads();
+  __shared__ float delta_h[kDcMaxHeads];
+  if (static_cast<int>(threadIdx.x) < in.H) {
+    const int h = threadIdx.x;
+    float sum_w2 = 0.0f, sum_w1 = 0.0f;
+    for (int i = 0; i < keys; i++) sum_w2 += E[h][i] * A[i], sum_w1 += dA[i] * P[h][i];
+    const size_t at = static_cast<size_t>(t) * in.H + h;
+    dw2[at] = sum_w2;
+    dw1[at] = sum_w1;
+    delta_h[h] = detail::dc_weight(in.w1, in.w_stride, t, h) * sum_w1;
+    delta[at] = delta_h[h];
+  }
+  __syncthreads();
+  for (int h = 0; h < in.H; h++) {
+    const float w1 = detail::dc_weight(in.w1, in.w_stride, t, h);
+    for (int d = threadIdx.x; d < in.D; d += blockDim.x) {
+      float acc = 0.0f;
+      for (int i = 0; i < keys; i++)
+        acc += P[h][i] * (w1 * dA[i] - delta_h[h]) * to_float(detail::dc_head(in.k, in.k_stride, t - i, h, in.D)[d]);
+      floatX* target = dq + static_cast<size_t>(t) * dq_stride + static_cast<size_t>(h) * in.D + d;
+      *target = from_float<floatX>(to_float(*target) + in.attn_scale * acc);
+    }
+  }
+}
+
+// Block s (a key): over the queries t = s + i that see it (i < W, t < T, same document), recomputes P_h[t, s],
+// A, e_h and dA as the query kernel does, then dv_h[s] += sum_t floatX(w2 A) dy_h[t] and
+// dk_h[s] += attn_scale sum_t dS_h[t, s] q_h[t].
+__global__ void dc_backward_key_kernel(floatX* dk, int dk_stride, floatX* dv, int dv_stride, const floatX* dy,
+                                       int dy_stride, const float* lse, const float* delta, DcInputs in) {
+  __shared__ float B[kDcMaxHeads][kDcMaxWindow], S[kDcMaxHeads][kDcMaxWindow];
+  const int s = blockIdx.x;
+  for (int i = threadIdx.x; i < in.window; i += blockDim.x) {
+    const int t = s + i;
+    const bool sees = t < in.T && in.doc_start[t] <= s;
+    float p[kDcMaxHeads], e[kDcMaxHeads], a = 0.0f, da = 0.0f;
+    for (int h = 0; sees && h < in.H; h++) {
+      const float score = in.attn_scale * detail::dc_dot(detail::dc_head(in.q, in.q_stride, t, h, in.D),
+                                                         detail::dc_head(in.k, in.k_stride, s, h, in.D), in.D);
+      p[h] = expf(score - lse[static_cast<size_t>(t) * in.H + h]);
+      e[h] = detail::dc_dot(detail::dc_head(dy, dy_stride, t, h, in.D), detail::dc_head(in.v, in.v_stride, s, h, in.D), in.D);
+      a += detail::dc_weight(in.w1, in.w_stride, t, h) * p[h];
+      da += e[h] * detail::dc_weight(in.w2, in.w_stride, t, h);
+    }
+    for (int h = 0; h < in.H; h++) {
+      B[h][i] = sees ? to_float(from_float<floatX>(detail::dc_weight(in.w2, in.w_stride, t, h) * a)) : 0.0f;
+      S[h][i] = sees ? p[h] * (detail::dc_weight(in.w1, in.w_stride, t, h) * da - delta[static_cast<size_t>(t) * in.H + h])
+                     : 0.0f;
+    }
+  }
+  __syncthreads();
+  const int queries = in.window < in.T - s ? in.window : in.T - s;
+  for (int h = 0; h < in.H; h++)
+    for (int d = threadIdx.x; d < in.D; d += blockDim.x) {
+      float acc_v = 0.0f, acc_k = 0.0f;
+      for (int i = 0; i < queries; i++) {
+        acc_v += B[h][i] * to_float(detail::dc_head(dy, dy_stride, s + i, h, in.D)[d]);
+        acc_k += S[h][i] * to_float(detail::dc_head(in.q, in.q_stride, s + i, h, in.D)[d]);
+      }
+      floatX* target_v = dv + static_cast<size_t>(s) * dv_stride + static_cast<size_t>(h) * in.D + d;
+      floatX* target_k = dk + static_cast<size_t>(s) * dk_stride + static_cast<size_t>(h) * in.D + d;
+      *target_v = from_float<floatX>(to_float(*target_v) + acc_v);
+      *target_k = from_float<floatX>(to_float(*target_k) + in.attn_scale * acc_k);
+    }
+}
+
+namespace detail {
+inline void check_dc(const char* launcher, const DcInputs& in) {
+  const std::string where = std::string(launcher) + ": ";
+  if (in.T < 0 || in.H < 1 || in.H > kDcMaxHeads || in.D < 1)
+    throw std::invalid_argument(where + "1 to " + std::to_string(kDcMaxHeads) + " heads of D >= 1");
+  if (in.window < 1 || in.window > kDcMaxWindow)
+    throw std::invalid_argument(where + "window " + std::to_string(in.window) + " must be 1 to " + std::to_string(kDcMaxWindow));
+  if (in.q_stride < in.H * in.D || in.k_stride < in.H * in.D || in.v_stride < in.H * in.D || in.w_stride < in.H)
+    throw std::invalid_argument(where + "rows must hold H heads of D (and H weights)");
+  if (in.doc_start == nullptr) throw std::invalid_argument(where + "no document starts");
+}
+}  // namespace detail
+
+inline size_t dc_lse_floats(int T, int H) { return static_cast<size_t>(T) * H; }
+
+// out (T rows at y_stride) = y + the DC correction; lse (T, H) for the backward. out may alias y.
+inline void dc_forward(floatX* out, const floatX* y, int y_stride, float* lse, const DcInputs& in, cudaStream_t stream) {
+  detail::check_dc("dc_forward", in);
+  if (in.T == 0) return;
+  LLMC_LAUNCH(dc_forward_kernel, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, out, y, y_stride, lse, in);
+}
+
+// From dy (the gradient of out; y's own gradient is dy itself): dq, dk, dv accumulated (rows at their
+// strides), dw1, dw2 (T, H) fp32 written; delta (T, H) fp32 scratch; lse from dc_forward.
+inline void dc_backward(floatX* dq, int dq_stride, floatX* dk, int dk_stride, floatX* dv, int dv_stride, float* dw1,
+                        float* dw2, float* delta, const floatX* dy, int dy_stride, const float* lse,
+                        const DcInputs& in, cudaStream_t stream) {
+  detail::check_dc("dc_backward", in);
+  if (in.T == 0) return;
+  LLMC_LAUNCH(dc_backward_query_kernel, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dq, dq_stride,
+              dw1, dw2, delta, dy, dy_stride, lse, in);
+  LLMC_LAUNCH(dc_backward_key_kernel, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dk, dk_stride, dv,
+              dv_stride, dy, dy_stride, lse, static_cast<const float*>(delta), in);
+}
+
+}  // namespace llmc
