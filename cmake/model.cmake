@@ -10,6 +10,8 @@ add_library(llmc_model STATIC
   llmc/model/gpt2/gpt2_model_file.cpp
   llmc/model/modded44/speedrun_config.cpp
   llmc/model/modded44/speedrun_layout.cpp
+  llmc/model/modded89/modded89_config.cpp
+  llmc/model/modded89/modded89_layout.cpp
   llmc/model/modded44/speedrun_init.cpp
   llmc/model/modded44/speedrun_model_file.cpp
   llmc/model/modded44/yarn.cpp
@@ -29,6 +31,7 @@ target_link_libraries(llmc_reference PUBLIC llmc_model)
 # ---- tests -------------------------------------------------------------------------------------
 foreach(test_source IN ITEMS test/model/test_model_layout.cpp test/model/test_checkpoint.cpp
                            test/model/test_speedrun_config.cpp test/model/test_speedrun_layout.cpp
+                           test/model/test_modded89_layout.cpp
                            test/model/test_speedrun_model_file.cpp
                            test/reference/test_reference.cpp
                            test/reference/test_reference_speedrun.cpp
@@ -48,6 +51,7 @@ gtest_discover_tests(test_model_layout PROPERTIES LABELS model)
 gtest_discover_tests(test_checkpoint PROPERTIES LABELS model)
 gtest_discover_tests(test_speedrun_config PROPERTIES LABELS model)
 gtest_discover_tests(test_speedrun_layout PROPERTIES LABELS model)
+gtest_discover_tests(test_modded89_layout PROPERTIES LABELS model)
 gtest_discover_tests(test_speedrun_model_file PROPERTIES LABELS model)
 # gtest_discover_tests flattens a list-valued LABELS, so the second label is added by a CTest include
 # file that runs after discovery, over the discovered names (TEST_LIST).
