@@ -25,7 +25,9 @@ void bigram_hashes(int32_t* hashes, const int32_t* tokens, int count) {
   int32_t previous = 0;
   for (int t = 0; t < count; t++) {
     const int32_t token = tokens[t];  // read before hashes[t] (which may be the same int) is written
-    if (token < 0) throw std::invalid_argument("bigram_hashes: negative token " + std::to_string(token) + " at " + std::to_string(t));
+    if (token < 0)
+      throw std::invalid_argument("bigram_hashes: negative token " + std::to_string(token) + " at " +
+                                  std::to_string(t));
     const int32_t hash =
         t == 0 ? kBigramHashModulus
                : floor_mod(wrapping_product(kBigramCurrentFactor, token) ^

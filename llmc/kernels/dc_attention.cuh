@@ -64,7 +64,8 @@ __device__ void dc_probabilities(float (*P)[kDcMaxWindow], const DcInputs& in, i
                                  float* lse_out) {
   for (int h = 0; h < in.H; h++)
     for (int i = threadIdx.x; i < keys; i += blockDim.x)
-      P[h][i] = in.attn_scale * dc_dot(dc_head(in.q, in.q_stride, t, h, in.D), dc_head(in.k, in.k_stride, t - i, h, in.D), in.D);
+      P[h][i] = in.attn_scale *
+                dc_dot(dc_head(in.q, in.q_stride, t, h, in.D), dc_head(in.k, in.k_stride, t - i, h, in.D), in.D);
   __syncthreads();
   __shared__ float lse[kDcMaxHeads];
   if (threadIdx.x == 0)
@@ -111,7 +112,8 @@ __global__ void dc_forward_kernel(floatX* out, const floatX* y, int y_stride, fl
     for (int d = threadIdx.x; d < in.D; d += blockDim.x) {
       float acc = 0.0f;
       for (int i = 0; i < keys; i++)
-        acc += to_float(from_float<floatX>(w2 * A[i])) * to_float(detail::dc_head(in.v, in.v_stride, t - i, h, in.D)[d]);
+        acc +=
+            to_float(from_float<floatX>(w2 * A[i])) * to_float(detail::dc_head(in.v, in.v_stride, t - i, h, in.D)[d]);
       const size_t at = static_cast<size_t>(t) * y_stride + static_cast<size_t>(h) * in.D + d;
       out[at] = from_float<floatX>(to_float(y[at]) + acc);
     }
@@ -132,7 +134,8 @@ __global__ void dc_backward_query_kernel(floatX* dq, int dq_stride, float* dw1, 
   detail::dc_mix(A, P, in, t, keys);
   for (int h = 0; h < in.H; h++)
     for (int i = threadIdx.x; i < keys; i += blockDim.x)
-      E[h][i] = detail::dc_dot(detail::dc_head(dy, dy_stride, t, h, in.D), detail::dc_head(in.v, in.v_stride, t - i, h, in.D), in.D);
+      E[h][i] = detail::dc_dot(detail::dc_head(dy, dy_stride, t, h, in.D),
+                               detail::dc_head(in.v, in.v_stride, t - i, h, in.D), in.D);
   __syncthreads();
   for (int i = threadIdx.x; i < keys; i += blockDim.x) {
     float sum = 0.0f;
@@ -179,14 +182,16 @@ __global__ void dc_backward_key_kernel(floatX* dk, int dk_stride, floatX* dv, in
       const float score = in.attn_scale * detail::dc_dot(detail::dc_head(in.q, in.q_stride, t, h, in.D),
                                                          detail::dc_head(in.k, in.k_stride, s, h, in.D), in.D);
       p[h] = expf(score - lse[static_cast<size_t>(t) * in.H + h]);
-      e[h] = detail::dc_dot(detail::dc_head(dy, dy_stride, t, h, in.D), detail::dc_head(in.v, in.v_stride, s, h, in.D), in.D);
+      e[h] = detail::dc_dot(detail::dc_head(dy, dy_stride, t, h, in.D), detail::dc_head(in.v, in.v_stride, s, h, in.D),
+                            in.D);
       a += detail::dc_weight(in.w1, in.w_stride, t, h) * p[h];
       da += e[h] * detail::dc_weight(in.w2, in.w_stride, t, h);
     }
     for (int h = 0; h < in.H; h++) {
       B[h][i] = sees ? to_float(from_float<floatX>(detail::dc_weight(in.w2, in.w_stride, t, h) * a)) : 0.0f;
-      S[h][i] = sees ? p[h] * (detail::dc_weight(in.w1, in.w_stride, t, h) * da - delta[static_cast<size_t>(t) * in.H + h])
-                     : 0.0f;
+      S[h][i] =
+          sees ? p[h] * (detail::dc_weight(in.w1, in.w_stride, t, h) * da - delta[static_cast<size_t>(t) * in.H + h])
+               : 0.0f;
     }
   }
   __syncthreads();
@@ -211,27 +216,32 @@ inline void check_dc(const char* launcher, const DcInputs& in) {
   if (in.T < 0 || in.H < 1 || in.H > kDcMaxHeads || in.D < 1)
     throw std::invalid_argument(where + "1 to " + std::to_string(kDcMaxHeads) + " heads of D >= 1");
   if (in.window < 1 || in.window > kDcMaxWindow)
-    throw std::invalid_argument(where + "window " + std::to_string(in.window) + " must be 1 to " + std::to_string(kDcMaxWindow));
+    throw std::invalid_argument(where + "window " + std::to_string(in.window) + " must be 1 to " +
+                                std::to_string(kDcMaxWindow));
   if (in.q_stride < in.H * in.D || in.k_stride < in.H * in.D || in.v_stride < in.H * in.D || in.w_stride < in.H)
     throw std::invalid_argument(where + "rows must hold H heads of D (and H weights)");
   if (in.doc_start == nullptr) throw std::invalid_argument(where + "no document starts");
 }
 }  // namespace detail
 
-inline size_t dc_lse_floats(int T, int H) { return static_cast<size_t>(T) * H; }
+inline size_t dc_lse_floats(int T, int H) {
+  return static_cast<size_t>(T) * H;
+}
 
 // out (T rows at y_stride) = y + the DC correction; lse (T, H) for the backward. out may alias y.
-inline void dc_forward(floatX* out, const floatX* y, int y_stride, float* lse, const DcInputs& in, cudaStream_t stream) {
+inline void dc_forward(floatX* out, const floatX* y, int y_stride, float* lse, const DcInputs& in,
+                       cudaStream_t stream) {
   detail::check_dc("dc_forward", in);
   if (in.T == 0) return;
-  LLMC_LAUNCH(dc_forward_kernel, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, out, y, y_stride, lse, in);
+  LLMC_LAUNCH(dc_forward_kernel, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, out, y, y_stride, lse,
+              in);
 }
 
 // From dy (the gradient of out; y's own gradient is dy itself): dq, dk, dv accumulated (rows at their
 // strides), dw1, dw2 (T, H) fp32 written; delta (T, H) fp32 scratch; lse from dc_forward.
 inline void dc_backward(floatX* dq, int dq_stride, floatX* dk, int dk_stride, floatX* dv, int dv_stride, float* dw1,
-                        float* dw2, float* delta, const floatX* dy, int dy_stride, const float* lse,
-                        const DcInputs& in, cudaStream_t stream) {
+                        float* dw2, float* delta, const floatX* dy, int dy_stride, const float* lse, const DcInputs& in,
+                        cudaStream_t stream) {
   detail::check_dc("dc_backward", in);
   if (in.T == 0) return;
   LLMC_LAUNCH(dc_backward_query_kernel, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dq, dq_stride,

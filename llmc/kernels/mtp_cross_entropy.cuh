@@ -18,10 +18,10 @@
 
 namespace llmc {
 
-constexpr float kMtpSoftcapScale = 23.0f;   // z' = 23 u, in (0, 23): a static maximum for the softmax
+constexpr float kMtpSoftcapScale = 23.0f;  // z' = 23 u, in (0, 23): a static maximum for the softmax
 constexpr float kMtpSoftcapShift = 5.0f;
 constexpr float kMtpSoftcapDivisor = 7.5f;
-constexpr int kMtpMaxTokens = 3;            // the next 1, 2 or 3 tokens
+constexpr int kMtpMaxTokens = 3;  // the next 1, 2 or 3 tokens
 constexpr int kMtpBlock = 512;
 
 // The row loss's weights: w[k] for the token k + 1 positions ahead (k < tokens), and the prefix term's.
@@ -82,8 +82,8 @@ template <>
 __device__ __forceinline__ void store_mtp_grads<floatX, fp8e5m2>(fp8e5m2* out, const float* grads, int n,
                                                                  float grad_code_scale) {
   for (int j = 0; j < n; j += 2)
-    reinterpret_cast<uint16_t*>(out)[j / 2] = fp8x2_from_floats<fp8e5m2>(__fdiv_rn(grads[j], grad_code_scale),
-                                                                         __fdiv_rn(grads[j + 1], grad_code_scale));
+    reinterpret_cast<uint16_t*>(out)[j / 2] =
+        fp8x2_from_floats<fp8e5m2>(__fdiv_rn(grads[j], grad_code_scale), __fdiv_rn(grads[j + 1], grad_code_scale));
 }
 
 }  // namespace detail
@@ -109,7 +109,8 @@ __global__ void mtp_cross_entropy_kernel(const floatX* z, Tg* grads, float* loss
   float target_term = 0.0f;
   if (threadIdx.x == 0)
     for (int k = 0; k <= kMtpMaxTokens; k++)
-      if (terms.target[k] >= 0) target_term += terms.weight[k] * kMtpSoftcapScale * softcap_u(to_float(zr[terms.target[k]]));
+      if (terms.target[k] >= 0)
+        target_term += terms.weight[k] * kMtpSoftcapScale * softcap_u(to_float(zr[terms.target[k]]));
   float sum = 0.0f;
   const int packets = V / Packet::size;
   for (int p = threadIdx.x; p < packets; p += blockDim.x) {
@@ -142,8 +143,8 @@ __global__ void mtp_cross_entropy_kernel(const floatX* z, Tg* grads, float* loss
 }
 
 namespace detail {
-inline void check_mtp_args(const char* launcher, const floatX* z, const void* grads, const MtpLossWeights& w,
-                           int rows, int V) {
+inline void check_mtp_args(const char* launcher, const floatX* z, const void* grads, const MtpLossWeights& w, int rows,
+                           int V) {
   require_packets<floatX>(launcher, "V", V);
   require_aligned16(launcher, {z, grads});
   if (rows < 0) throw std::invalid_argument(std::string(launcher) + ": negative row count");

@@ -20,8 +20,8 @@ namespace llmc {
 constexpr int kPairRopeBlock = 256;
 
 struct PairRopeLayout {
-  int pairs = 0;           // rotated pairs per head (the table's columns); dims [2 pairs, D) are stationary
-  int position_step = 1;   // 1: position t; 2: position 2t + h % 2
+  int pairs = 0;            // rotated pairs per head (the table's columns); dims [2 pairs, D) are stationary
+  int position_step = 1;    // 1: position t; 2: position 2t + h % 2
   bool key_offset = false;  // k heads (the second half of the row's heads) take row t - 1's stationary dims
 };
 
@@ -105,8 +105,8 @@ namespace detail {
 // transposed rotation of dy[t] on rotated dims; on stationary dims dy[t], or for an offset k head dy[t + 1]
 // (if there is a row t + 1) plus, for row 0, its own dy[0].
 template <typename Tx>
-__device__ void pair_rope_dn(float* dn, const Tx* dy_row, int dout_stride, const PairRopeHead<Tx>& head, int T,
-                             int d0, int rotated) {
+__device__ void pair_rope_dn(float* dn, const Tx* dy_row, int dout_stride, const PairRopeHead<Tx>& head, int T, int d0,
+                             int rotated) {
   using Packet = Packed128<Tx>;
   if (d0 < rotated) {
     const Packet g = load128(dy_row + d0);
@@ -185,7 +185,8 @@ int pair_rope_lane_group(const char* launcher, int D, int heads, const PairRopeL
   const int packets = D / kPacket;
   const int group = packets < kWarpSize ? packets : kWarpSize;
   if ((group & (group - 1)) != 0 || packets % group != 0)
-    throw std::invalid_argument(where + "head_dim " + std::to_string(D) + " gives a lane group that is not a power of two");
+    throw std::invalid_argument(where + "head_dim " + std::to_string(D) +
+                                " gives a lane group that is not a power of two");
   return group;
 }
 }  // namespace detail
@@ -202,7 +203,8 @@ inline void qk_norm_pair_rope_forward(floatX* out, int out_stride, const floatX*
   require_packets<floatX>(name, "out_stride", out_stride);
   require_packets<floatX>(name, "in_stride", in_stride);
   require_aligned16(name, {out, inp, cos_table, sin_table});
-  if (layout.key_offset && out == inp) throw std::invalid_argument(std::string(name) + ": key_offset cannot run in place");
+  if (layout.key_offset && out == inp)
+    throw std::invalid_argument(std::string(name) + ": key_offset cannot run in place");
   if (T <= 0 || heads <= 0) return;
   const long long threads = static_cast<long long>(T) * heads * group;
   LLMC_LAUNCH(qk_norm_pair_rope_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kPairRopeBlock))),

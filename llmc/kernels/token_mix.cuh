@@ -20,10 +20,10 @@ constexpr int kTokenMixBlock = 128;
 struct TokenMixStream {
   const floatX* rows = nullptr;  // row t at rows + t * stride
   int stride = 0;
-  int gate_column = -1;          // w[t] = gate[t * gate_stride + gate_column]; -1: w = 1
-  floatX* grad = nullptr;        // backward: the stream's gradient (row stride grad_stride); null: none
+  int gate_column = -1;    // w[t] = gate[t * gate_stride + gate_column]; -1: w = 1
+  floatX* grad = nullptr;  // backward: the stream's gradient (row stride grad_stride); null: none
   int grad_stride = 0;
-  bool accumulate = false;       // grad += w dout, else grad = w dout
+  bool accumulate = false;  // grad += w dout, else grad = w dout
 };
 
 struct TokenMix {
@@ -31,7 +31,7 @@ struct TokenMix {
   int count = 0;
   const floatX* gate = nullptr;  // (T, gate_stride) per-token weights
   int gate_stride = 0;
-  float* dgate = nullptr;        // backward: (T, gate_stride) fp32, the used columns written; null: none
+  float* dgate = nullptr;  // backward: (T, gate_stride) fp32, the used columns written; null: none
 };
 
 namespace detail {
@@ -84,7 +84,8 @@ __global__ void token_mix_backward_kernel(const Tx* dout, int dout_stride, Token
     }
     for (int k = 0; k < mix.count; k++)
       if (mix.streams[k].grad != nullptr)
-        store128(mix.streams[k].grad + static_cast<size_t>(t) * mix.streams[k].grad_stride + p * Packet::size, grads[k]);
+        store128(mix.streams[k].grad + static_cast<size_t>(t) * mix.streams[k].grad_stride + p * Packet::size,
+                 grads[k]);
   }
   if (mix.dgate == nullptr) return;
   for (int k = 0; k < mix.count; k++) {
@@ -103,7 +104,8 @@ inline void check_token_mix(const char* launcher, const TokenMix& mix, int T, in
   require_packets<floatX>(launcher, "C", C);
   for (int k = 0; k < mix.count; k++) {
     const TokenMixStream& s = mix.streams[k];
-    if (s.rows == nullptr || s.stride < C) throw std::invalid_argument(where + "stream " + std::to_string(k) + " has no rows of C");
+    if (s.rows == nullptr || s.stride < C)
+      throw std::invalid_argument(where + "stream " + std::to_string(k) + " has no rows of C");
     require_packets<floatX>(launcher, "a stream's stride", s.stride);
     require_aligned16(launcher, {s.rows, s.grad});
     if (s.gate_column >= 0 && (mix.gate == nullptr || s.gate_column >= mix.gate_stride))

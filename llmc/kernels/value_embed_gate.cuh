@@ -62,8 +62,8 @@ __global__ void value_embed_gate_backward_kernel(Tx* dve, float* gate_grad, cons
   const bool valid = head_row < s.T * s.H;
   const int t = valid ? head_row / s.H : 0, h = valid ? head_row % s.H : 0;
   const Tx* ve_row = ve + static_cast<size_t>(t) * s.H * s.D;
-  const float sig = valid ? value_gate_sigmoid(xn + static_cast<size_t>(t) * s.xn_stride, ve_row, w + h * kGateWidth)
-                          : 0.0f;
+  const float sig =
+      valid ? value_gate_sigmoid(xn + static_cast<size_t>(t) * s.xn_stride, ve_row, w + h * kGateWidth) : 0.0f;
   const size_t v_base = static_cast<size_t>(t) * s.v_stride + static_cast<size_t>(h) * s.D;
   const size_t e_base = static_cast<size_t>(t) * s.H * s.D + static_cast<size_t>(h) * s.D;
   float dot = 0.0f;
@@ -134,7 +134,9 @@ inline void value_embed_gate_forward(floatX* v_out, const floatX* v, const float
               dim3(kValueGateBlock), 0, stream, v_out, v, ve, xn, w, shape, group);
 }
 
-inline size_t value_embed_gate_backward_scratch_floats(int T, int H) { return attention_gate_backward_scratch_floats(T, H); }
+inline size_t value_embed_gate_backward_scratch_floats(int T, int H) {
+  return attention_gate_backward_scratch_floats(T, H);
+}
 
 // From dv, the gradient of v_out (v's own gradient is dv itself and stays with the caller): dve (T, H*D)
 // accumulated, dxn[:, 0:6] accumulated (rows at dxn + t * dxn_stride), dw (H, 12) accumulated.

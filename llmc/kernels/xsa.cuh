@@ -118,7 +118,8 @@ int xsa_lane_group(const char* launcher, const XsaShape& s) {
   const int packets = s.D / kPacket;
   const int group = packets < kWarpSize ? packets : kWarpSize;
   if ((group & (group - 1)) != 0 || packets % group != 0)
-    throw std::invalid_argument(where + "head_dim " + std::to_string(s.D) + " gives a lane group that is not a power of two");
+    throw std::invalid_argument(where + "head_dim " + std::to_string(s.D) +
+                                " gives a lane group that is not a power of two");
   return group;
 }
 }  // namespace detail
@@ -142,8 +143,8 @@ inline void xsa_backward(floatX* dy, floatX* dv, float* dalpha, const floatX* do
   require_aligned16("xsa_backward", {dy, dv, dout, y, v});
   if (shape.T == 0) return;
   const long long threads = static_cast<long long>(shape.T) * shape.H * group;
-  LLMC_LAUNCH(xsa_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kXsaBlock))), dim3(kXsaBlock), 0,
-              stream, dy, dv, dalpha, dout, y, v, alpha, shape, group);
+  LLMC_LAUNCH(xsa_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kXsaBlock))), dim3(kXsaBlock),
+              0, stream, dy, dv, dalpha, dout, y, v, alpha, shape, group);
 }
 
 }  // namespace llmc

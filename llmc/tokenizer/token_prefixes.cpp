@@ -26,8 +26,9 @@ std::vector<int32_t> token_prefix_table(const BpeVocab& vocab, int32_t padded_vo
   // the token leaves the token's longest prefix on top, and all its shorter ones below.
   std::vector<int32_t> order(static_cast<size_t>(ordinary));
   for (int32_t id = 0; id < ordinary; id++) order[static_cast<size_t>(id)] = id;
-  std::sort(order.begin(), order.end(),
-            [&](int32_t a, int32_t b) { return vocab.token_bytes[static_cast<size_t>(a)] < vocab.token_bytes[static_cast<size_t>(b)]; });
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return vocab.token_bytes[static_cast<size_t>(a)] < vocab.token_bytes[static_cast<size_t>(b)];
+  });
   std::vector<int32_t> table(static_cast<size_t>(padded_vocab_size), -1);
   std::vector<int32_t> prefixes;
   for (const int32_t id : order) {

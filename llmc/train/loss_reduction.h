@@ -21,8 +21,9 @@ inline constexpr EnumName<LossReduction> kLossReductionNames[] = {
 // tokens each, on every rank (the collectives average over ranks). `reduction` is mean or sum.
 inline float loss_gradient_scale(LossReduction reduction, int64_t tokens_per_micro_step, int grad_accum) {
   const double micro_steps = grad_accum;
-  return static_cast<float>(reduction == LossReduction::kSum ? 1.0 / micro_steps
-                                                             : 1.0 / (micro_steps * static_cast<double>(tokens_per_micro_step)));
+  return static_cast<float>(reduction == LossReduction::kSum
+                                ? 1.0 / micro_steps
+                                : 1.0 / (micro_steps * static_cast<double>(tokens_per_micro_step)));
 }
 
 }  // namespace llmc

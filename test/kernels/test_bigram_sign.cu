@@ -37,7 +37,8 @@ TEST(BigramSignKernel, EachRowTimesTheSignRowOfItsTokenPair) {
   for (int t = 0; t < T; t++) {
     const int row = t == 0 ? 0 : (tokens[t - 1] ^ tokens[t]) % rows;
     for (int c = 0; c < C; c++)
-      want[static_cast<size_t>(t) * C + c] = in[static_cast<size_t>(t) * C + c] * signs[static_cast<size_t>(row) * C + c];
+      want[static_cast<size_t>(t) * C + c] =
+          in[static_cast<size_t>(t) * C + c] * signs[static_cast<size_t>(row) * C + c];
   }
   EXPECT_EQ(d_out.download(), want);  // exact
   llmc::bigram_sign(d_in.get(), d_in.get(), d_tokens.get(), d_signs.get(), T, C, nullptr);

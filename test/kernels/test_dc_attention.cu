@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "llmc/kernels/dc_attention.cuh"
+#include "test/reference/gradient_check.h"
 #include "test/reference/reference_modded89_ops.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
@@ -17,6 +18,8 @@
 namespace {
 
 using namespace llmc::test;  // the shared helpers of test/support
+using gradient_check::central_differences;
+using gradient_check::plus;
 using llmc::floatX;
 
 // Documents [0, 17), [17, 30), [30, 40); window 12 < 17 cuts the first document's later queries.
@@ -48,7 +51,13 @@ struct DeviceDc {
   DeviceBuffer<float> lse;
   llmc::DcInputs in;
   explicit DeviceDc(const DcData& d)
-      : q(d.q.size()), k(d.k.size()), v(d.v.size()), y(d.y.size()), w1(d.w1.size()), w2(d.w2.size()), doc_start(d.T),
+      : q(d.q.size()),
+        k(d.k.size()),
+        v(d.v.size()),
+        y(d.y.size()),
+        w1(d.w1.size()),
+        w2(d.w2.size()),
+        doc_start(d.T),
         lse(llmc::dc_lse_floats(d.T, d.H)) {
     q.upload(d.q), k.upload(d.k), v.upload(d.v), y.upload(d.y), w1.upload(d.w1), w2.upload(d.w2);
     doc_start.upload(std::vector<double>(d.doc_start.begin(), d.doc_start.end()));
@@ -71,34 +80,14 @@ TEST(DcAttentionKernel, ForwardMatchesReferenceInPlace) {
   EXPECT_TRUE(all_close(device.y.download(), data.reference(), tolerance(2, data.kWindow + data.D + 8)));
 }
 
-std::vector<double> central_differences(std::vector<double>& values, const std::function<double()>& objective) {
-  const double step = 1e-6;
-  std::vector<double> out(values.size());
-  for (size_t i = 0; i < values.size(); i++) {
-    const double saved = values[i];
-    values[i] = saved + step;
-    const double up = objective();
-    values[i] = saved - step;
-    const double down = objective();
-    values[i] = saved;
-    out[i] = (up - down) / (2 * step);
-  }
-  return out;
-}
-
-std::vector<double> plus(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> out(a.size());
-  for (size_t i = 0; i < a.size(); i++) out[i] = a[i] + b[i];
-  return out;
-}
-
 TEST(DcAttentionKernel, BackwardMatchesCentralDifferencesAndRepeatsBitwise) {
   LLMC_REQUIRE_GPU();
   DcData data;
   DeviceDc device(data);
   const std::vector<double> dy = random_values(data.y.size(), data.rng);
   const std::vector<double> prefill = random_values(data.q.size(), data.rng, -0.1, 0.1);
-  DeviceBuffer<floatX> d_dy(dy.size()), d_out(dy.size()), d_dq(prefill.size()), d_dk(prefill.size()), d_dv(prefill.size());
+  DeviceBuffer<floatX> d_dy(dy.size()), d_out(dy.size()), d_dq(prefill.size()), d_dk(prefill.size()),
+      d_dv(prefill.size());
   DeviceBuffer<float> d_dw1(data.w1.size()), d_dw2(data.w2.size()), d_delta(data.w1.size());
   d_dy.upload(dy);
   llmc::dc_forward(d_out.get(), device.y.get(), data.C, device.lse.get(), device.in, nullptr);
@@ -135,10 +124,12 @@ TEST(DcAttentionKernel, LaunchersRefuseBadShapes) {
   DeviceDc device(data);
   llmc::DcInputs in = device.in;
   in.window = llmc::kDcMaxWindow + 1;
-  EXPECT_THROW(llmc::dc_forward(device.y.get(), device.y.get(), data.C, device.lse.get(), in, nullptr), std::invalid_argument);
+  EXPECT_THROW(llmc::dc_forward(device.y.get(), device.y.get(), data.C, device.lse.get(), in, nullptr),
+               std::invalid_argument);
   in = device.in;
   in.H = llmc::kDcMaxHeads + 1;
-  EXPECT_THROW(llmc::dc_forward(device.y.get(), device.y.get(), data.C, device.lse.get(), in, nullptr), std::invalid_argument);
+  EXPECT_THROW(llmc::dc_forward(device.y.get(), device.y.get(), data.C, device.lse.get(), in, nullptr),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -22,7 +22,9 @@ namespace {
 using namespace llmc::test;  // the shared helpers of test/support
 using llmc::floatX;
 
-double bf16_round(double x) { return llmc::to_float(llmc::from_float<__nv_bfloat16>(static_cast<float>(x))); }
+double bf16_round(double x) {
+  return llmc::to_float(llmc::from_float<__nv_bfloat16>(static_cast<float>(x)));
+}
 
 // Rows x V head outputs in floatX, spread over the cap's range, each chosen so that its u = sigmoid((z+5)/7.5)
 // is not within 1e-6 of a bf16 rounding boundary: the kernel's fp32 sigmoid then rounds to the same bf16 u as

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "llmc/kernels/qk_norm_pair_rope.cuh"
+#include "test/reference/gradient_check.h"
 #include "test/reference/reference_modded89_ops.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
@@ -19,6 +20,7 @@
 namespace {
 
 using namespace llmc::test;  // the shared helpers of test/support
+using gradient_check::central_differences;
 using llmc::floatX;
 
 // T rows of a QKV buffer (row stride 3C): q heads then k heads (2H heads of D) at its start, v after them.
@@ -101,26 +103,17 @@ TEST(QkNormPairRope, BackwardMatchesCentralDifferencesOfTheReference) {
     SCOPED_TRACE(describe(layout));
     llmc::qk_norm_pair_rope_forward(d_out.get(), width, d_qkv.get(), data.kStride, d_rstd.get(), d_cos.get(),
                                     d_sin.get(), T, data.kHeads, data.D, layout, nullptr);
-    llmc::qk_norm_pair_rope_backward(d_dinp.get(), width, d_dout.get(), width, d_qkv.get(), data.kStride,
-                                     d_rstd.get(), d_cos.get(), d_sin.get(), T, data.kHeads, data.D, layout, nullptr);
+    llmc::qk_norm_pair_rope_backward(d_dinp.get(), width, d_dout.get(), width, d_qkv.get(), data.kStride, d_rstd.get(),
+                                     d_cos.get(), d_sin.get(), T, data.kHeads, data.D, layout, nullptr);
     // d/dx of sum(dout * forward(x)) by central differences in double (error ~1e-10 at step 1e-5).
-    std::vector<double> x = data.heads(), expected(x.size());
+    std::vector<double> x = data.heads();
     auto objective = [&] {
       const std::vector<double> y = data.reference(x, layout);
       double sum = 0.0;
       for (size_t i = 0; i < y.size(); i++) sum += dout[i] * y[i];
       return sum;
     };
-    const double step = 1e-5;
-    for (size_t i = 0; i < x.size(); i++) {
-      const double saved = x[i];
-      x[i] = saved + step;
-      const double up = objective();
-      x[i] = saved - step;
-      const double down = objective();
-      x[i] = saved;
-      expected[i] = (up - down) / (2 * step);
-    }
+    const std::vector<double> expected = central_differences(x, objective, 1e-5);
     // The rotation and two head-wide sums of D products in fp32, one rounding.
     EXPECT_TRUE(all_close(d_dinp.download(), expected, tolerance(1, 2 * data.D + 8)));
   }

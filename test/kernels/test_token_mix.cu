@@ -66,7 +66,8 @@ TEST(TokenMixKernel, ForwardIsThePerTokenWeightedSum) {
   std::vector<double> want(static_cast<size_t>(data.T) * data.C, 0.0);
   for (int t = 0; t < data.T; t++)
     for (int c = 0; c < data.C; c++)
-      for (int k = 0; k < data.kStreams; k++) want[static_cast<size_t>(t) * data.C + c] += data.weight(k, t) * data.at(k, t, c);
+      for (int k = 0; k < data.kStreams; k++)
+        want[static_cast<size_t>(t) * data.C + c] += data.weight(k, t) * data.at(k, t, c);
   // Four fp32 products and sums, one rounding.
   EXPECT_TRUE(all_close(d_out.download(), want, tolerance(1, data.kStreams + 2)));
 }

@@ -11,12 +11,15 @@
 #include <vector>
 
 #include "llmc/kernels/value_embed_gate.cuh"
+#include "test/reference/gradient_check.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
 
 namespace {
 
 using namespace llmc::test;  // the shared helpers of test/support
+using gradient_check::central_differences;
+using gradient_check::plus;
 using llmc::floatX;
 
 struct GateData {
@@ -51,7 +54,8 @@ std::vector<double> reference(const GateData& d, const std::vector<double>& ve, 
 std::vector<double> values_of(const std::vector<double>& rows, int T, int stride, int width) {
   std::vector<double> out;
   for (int t = 0; t < T; t++)
-    out.insert(out.end(), rows.begin() + static_cast<long>(t) * stride, rows.begin() + static_cast<long>(t) * stride + width);
+    out.insert(out.end(), rows.begin() + static_cast<long>(t) * stride,
+               rows.begin() + static_cast<long>(t) * stride + width);
   return out;
 }
 
@@ -68,27 +72,6 @@ TEST(ValueEmbedGateKernel, ForwardMatchesDoubleArithmeticInPlace) {
   for (int t = 0; t < d.T; t++)
     for (int i = d.C; i < d.kVStride; i++)
       ASSERT_EQ(got[static_cast<size_t>(t) * d.kVStride + i], d.v[static_cast<size_t>(t) * d.kVStride + i]);
-}
-
-std::vector<double> central_differences(std::vector<double>& values, const std::function<double()>& objective) {
-  const double step = 1e-6;
-  std::vector<double> out(values.size());
-  for (size_t i = 0; i < values.size(); i++) {
-    const double saved = values[i];
-    values[i] = saved + step;
-    const double up = objective();
-    values[i] = saved - step;
-    const double down = objective();
-    values[i] = saved;
-    out[i] = (up - down) / (2 * step);
-  }
-  return out;
-}
-
-std::vector<double> plus(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> out(a.size());
-  for (size_t i = 0; i < a.size(); i++) out[i] = a[i] + b[i];
-  return out;
 }
 
 TEST(ValueEmbedGateKernel, BackwardMatchesCentralDifferences) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "llmc/kernels/xsa.cuh"
+#include "test/reference/gradient_check.h"
 #include "test/reference/reference_modded89_ops.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
@@ -17,6 +18,7 @@
 namespace {
 
 using namespace llmc::test;  // the shared helpers of test/support
+using gradient_check::central_differences;
 using llmc::floatX;
 
 // y (T, H, D) attention outputs, v inside a wider row (a QKV-like stride), alpha (T, H) strengths inside the
@@ -56,7 +58,8 @@ std::vector<double> reference(const std::vector<double>& y, const std::vector<do
 TEST(XsaKernel, ForwardMatchesReferenceAlsoInPlace) {
   LLMC_REQUIRE_GPU();
   XsaData data;
-  DeviceBuffer<floatX> d_y(data.y.size()), d_out(data.y.size()), d_v(data.v_rows.size()), d_alpha(data.alpha_rows.size());
+  DeviceBuffer<floatX> d_y(data.y.size()), d_out(data.y.size()), d_v(data.v_rows.size()),
+      d_alpha(data.alpha_rows.size());
   d_y.upload(data.y);
   d_v.upload(data.v_rows);
   d_alpha.upload(data.alpha_rows);
@@ -66,22 +69,6 @@ TEST(XsaKernel, ForwardMatchesReferenceAlsoInPlace) {
   EXPECT_TRUE(all_close(d_out.download(), want, tolerance(1, 2 * data.D + 8)));
   llmc::xsa_forward(d_y.get(), d_y.get(), d_v.get(), d_alpha.get(), data.shape(), nullptr);
   EXPECT_TRUE(bitwise_equal(d_y.download_raw(), d_out.download_raw()));
-}
-
-// d/dx of sum(g * xsa(y, v, alpha)) for x in `values` by central differences in double.
-std::vector<double> central_differences(std::vector<double>& values, const std::function<double()>& objective) {
-  const double step = 1e-6;
-  std::vector<double> out(values.size());
-  for (size_t i = 0; i < values.size(); i++) {
-    const double saved = values[i];
-    values[i] = saved + step;
-    const double up = objective();
-    values[i] = saved - step;
-    const double down = objective();
-    values[i] = saved;
-    out[i] = (up - down) / (2 * step);
-  }
-  return out;
 }
 
 TEST(XsaKernel, BackwardMatchesCentralDifferencesOfTheReference) {
@@ -128,10 +115,12 @@ TEST(XsaKernel, LaunchersRefuseBadShapes) {
   DeviceBuffer<floatX> d_y(data.y.size()), d_v(data.v_rows.size()), d_alpha(data.alpha_rows.size());
   llmc::XsaShape shape = data.shape();
   shape.D = data.D - 1;
-  EXPECT_THROW(llmc::xsa_forward(d_y.get(), d_y.get(), d_v.get(), d_alpha.get(), shape, nullptr), std::invalid_argument);
+  EXPECT_THROW(llmc::xsa_forward(d_y.get(), d_y.get(), d_v.get(), d_alpha.get(), shape, nullptr),
+               std::invalid_argument);
   shape = data.shape();
   shape.v_stride = data.H * data.D - 8;
-  EXPECT_THROW(llmc::xsa_forward(d_y.get(), d_y.get(), d_v.get(), d_alpha.get(), shape, nullptr), std::invalid_argument);
+  EXPECT_THROW(llmc::xsa_forward(d_y.get(), d_y.get(), d_v.get(), d_alpha.get(), shape, nullptr),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -63,14 +63,14 @@ TEST(Modded89Layout, RecordParameterCountIsSectionOnesListWithoutPadding) {
   const llmc::Modded89Layout layout = llmc::make_modded89_layout(llmc::modded89_config_from_name("modded89"), 8);
   const size_t V = 50304, C = 768, m = 64;
   // SPEEDRUN89.md section 1, as stored by the record:
-  const size_t record = V * C + C * V + 5 * V * C + 377280 * C +   // embed, lm_head, value_embeds, bigram
-                        64 * 256 * 768 + 24 * 768 * 768 +          // qk_bank, vo_bank
-                        12 * 2 * 3072 * 768 +                      // mlp_bank
-                        24 + 11 * 2 + 11 * 2 + 12 + 5 * 6 * 12 +   // scalars, resid, post, smear, ve_gate_bank
-                        2 * m * C + 2 * 14 * m + 2 * 14 +          // mudd_w1, w2, b2
-                        2 * m * C + 2 * 41 * m + 2 * 41 + 1;       // mudd_gate_w1, w2, b2, scale
+  const size_t record = V * C + C * V + 5 * V * C + 377280 * C +          // embed, lm_head, value_embeds, bigram
+                        64 * 256 * 768 + 24 * 768 * 768 +                 // qk_bank, vo_bank
+                        12 * 2 * 3072 * 768 +                             // mlp_bank
+                        24 + 11 * 2 + 11 * 2 + 12 + 5 * 6 * 12 +          // scalars, resid, post, smear, ve_gate_bank
+                        2 * m * C + 2 * 14 * m + 2 * 14 +                 // mudd_w1, w2, b2
+                        2 * m * C + 2 * 41 * m + 2 * 41 + 1;              // mudd_gate_w1, w2, b2, scale
   const size_t padding = 4 * 256 * 768 + 4 * 768 * 768 + 2 * 3072 * 768;  // qk 60..63, vo 20..23, mlp layer 11
-  const size_t unused_ve_slot = 6 * 12;                                     // ve_gate_bank[4]
+  const size_t unused_ve_slot = 6 * 12;                                   // ve_gate_bank[4]
   EXPECT_EQ(layout.num_parameters, record - padding - unused_ve_slot);
   // The published parts: "~643.5M stored parameters (289.8M bigram, 193.2M VE, 2 x 38.6M embed/head, 83.4M banks)".
   auto numel = [&layout](const std::string& name) { return static_cast<double>(layout.find(name).numel); };

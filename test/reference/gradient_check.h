@@ -63,4 +63,26 @@ inline void expect_gradient_matches(const std::string& name, std::vector<double>
   }
 }
 
+// d objective / d values[i] for every i by central differences (values restored after each).
+inline std::vector<double> central_differences(std::vector<double>& values, const std::function<double()>& objective,
+                                               double step = 1e-6) {
+  std::vector<double> out(values.size());
+  for (size_t i = 0; i < values.size(); i++) {
+    const double saved = values[i];
+    values[i] = saved + step;
+    const double up = objective();
+    values[i] = saved - step;
+    const double down = objective();
+    values[i] = saved;
+    out[i] = (up - down) / (2 * step);
+  }
+  return out;
+}
+
+inline std::vector<double> plus(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> d(a.size());
+  for (size_t i = 0; i < a.size(); i++) d[i] = a[i] + b[i];
+  return d;
+}
+
 }  // namespace gradient_check

@@ -59,12 +59,14 @@ void dc_forward(double* out, const double* y, const double* q, const double* k, 
       double sum = 0.0;
       for (double& score : scores) sum += std::exp(score - top);
       for (int i = 0; i < keys; i++)
-        A[static_cast<size_t>(i)] += w1[static_cast<size_t>(t) * H + h] * std::exp(scores[static_cast<size_t>(i)] - top) / sum;
+        A[static_cast<size_t>(i)] +=
+            w1[static_cast<size_t>(t) * H + h] * std::exp(scores[static_cast<size_t>(i)] - top) / sum;
     }
     for (int h = 0; h < H; h++)
       for (int d = 0; d < D; d++) {
         double acc = 0.0;
-        for (int s = first; s <= t; s++) acc += w2[static_cast<size_t>(t) * H + h] * A[static_cast<size_t>(s - first)] * head(v, s, h)[d];
+        for (int s = first; s <= t; s++)
+          acc += w2[static_cast<size_t>(t) * H + h] * A[static_cast<size_t>(s - first)] * head(v, s, h)[d];
         out[(static_cast<size_t>(t) * H + h) * D + d] = head(y, t, h)[d] + acc;
       }
   }

@@ -6,11 +6,13 @@
 
 namespace ref {
 
-double mtp_softcap_u(double z) { return 1.0 / (1.0 + std::exp(-(z + kMtpSoftcapShift) / kMtpSoftcapDivisor)); }
+double mtp_softcap_u(double z) {
+  return 1.0 / (1.0 + std::exp(-(z + kMtpSoftcapShift) / kMtpSoftcapDivisor));
+}
 
 void mtp_cross_entropy(std::vector<double>* losses, std::vector<double>* dz, const std::vector<double>& u,
-                       const int* targets, const int* prefix_of, const MtpWeights& weights, double grad_scale,
-                       int rows, int V) {
+                       const int* targets, const int* prefix_of, const MtpWeights& weights, double grad_scale, int rows,
+                       int V) {
   if (u.size() != static_cast<size_t>(rows) * V) throw std::invalid_argument("mtp_cross_entropy: u is not rows x V");
   if (losses != nullptr) losses->assign(static_cast<size_t>(rows), 0.0);
   if (dz != nullptr) dz->assign(u.size(), 0.0);

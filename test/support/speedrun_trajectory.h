@@ -54,7 +54,7 @@ struct TrajectorySetup {
   int micro_steps = 1;
   SpeedrunOptimizerSettings optimizer;
   std::function<float(int step)> lr = [](int) { return 1.0f; };  // 1-based step -> the loop's lr
-  std::optional<SpeedrunSchedule> windows;                      // the trainer's window schedule; none: fixed
+  std::optional<SpeedrunSchedule> windows;                       // the trainer's window schedule; none: fixed
 };
 
 struct Trajectory {
@@ -129,7 +129,8 @@ inline Trajectory reference_trajectory(const TrajectorySetup& setup, CommContext
     reference.grads = ref::zero_speedrun_params(setup.config);
     double loss = 0.0;
     for (int micro = 0; micro < setup.micro_steps; micro++) {
-      loss += reference_forward(reference, *probe, setup.batches.at(static_cast<size_t>((step - 1) * setup.micro_steps + micro)));
+      loss += reference_forward(reference, *probe,
+                                setup.batches.at(static_cast<size_t>((step - 1) * setup.micro_steps + micro)));
       reference.backward(1.0 / setup.micro_steps);
     }
     out.losses.push_back(loss / (static_cast<double>(T) * setup.micro_steps));

@@ -3,7 +3,6 @@
 // reference trajectory's (the double-precision model's SUM-loss gradients into the same optimizer), and the
 // parameters' distance at the end. Emulated, speedrun-tiny; built for fp32 and bf16 (docs/speedrun_model.md).
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -67,13 +66,15 @@ void print_losses(const TrajectorySetup& setup, const Trajectory& device, const 
 
 // The update error (speedrun_trajectory.h) by kind of tensor: the largest and the median.
 void print_update_errors(const TrajectorySetup& setup, const Trajectory& device, const Trajectory& reference) {
-  const auto errors = update_errors(make_speedrun_layout(setup.config, 1), setup.start, device.params, reference.params);
+  const auto errors =
+      update_errors(make_speedrun_layout(setup.config, 1), setup.start, device.params, reference.params);
   const char* kinds[] = {"embed", "ve", "smear_gate", "qkvo", "attn_gate", "fc", "proj", "head", "scalars"};
   std::printf("\n| tensors | count | largest update error | median |\n|---|---|---|---|\n");
   for (const char* kind : kinds) {
     std::vector<double> values;
     for (const auto& [name, error] : errors)
-      if (name.find(kind) != std::string::npos && !(std::string(kind) == "embed" && name != "embed")) values.push_back(error);
+      if (name.find(kind) != std::string::npos && !(std::string(kind) == "embed" && name != "embed"))
+        values.push_back(error);
     if (values.empty()) continue;
     std::sort(values.begin(), values.end());
     std::printf("| %s | %zu | %.2e | %.2e |\n", kind, values.size(), values.back(), values[values.size() / 2]);

@@ -57,8 +57,8 @@ TrajectorySetup make_setup() {
 }
 
 // The largest update error over the tensors (see kUpdateTolerance); LLMC_TEST_VERBOSE=1 prints each.
-double largest_update_error(const TrajectorySetup& setup, const std::vector<float>& got,
-                            const std::vector<float>& want, const char* what) {
+double largest_update_error(const TrajectorySetup& setup, const std::vector<float>& got, const std::vector<float>& want,
+                            const char* what) {
   const bool verbose = std::getenv("LLMC_TEST_VERBOSE") != nullptr;
   double largest = 0.0;
   for (const auto& [name, error] : update_errors(make_speedrun_layout(setup.config, 1), setup.start, got, want)) {

@@ -74,15 +74,17 @@ void validate_modded89_config(const Modded89Config& c) {
   if (c.channels() < 12) throw std::invalid_argument(where + "channels must be >= 12 (the smear gate reads x[0:12])");
   if (c.num_heads > 1024 || c.head_dim > 1024 || c.max_seq_len > (1 << 24) || c.vocab_size > (1 << 24) ||
       c.bigram_rows > (1 << 24) || c.mudd_hidden > 4096 || c.dc_window > 128)
-    throw std::invalid_argument(where + "implausibly large (H, D <= 1024; V, T, bigram rows <= 2^24; DC window <= 128)");
+    throw std::invalid_argument(where +
+                                "implausibly large (H, D <= 1024; V, T, bigram rows <= 2^24; DC window <= 128)");
 }
 
 // Also describes invalid configs, so C is computed in 64 bits.
 std::string describe_modded89_config(const Modded89Config& c) {
-  return "V=" + std::to_string(c.vocab_size) + " H=" + std::to_string(c.num_heads) + " D=" + std::to_string(c.head_dim) +
-         " C=" + std::to_string(int64_t{c.num_heads} * c.head_dim) + " T=" + std::to_string(c.max_seq_len) +
-         " window_block=" + std::to_string(c.window_block) + " bigram=" + std::to_string(c.bigram_rows) +
-         " mudd=" + std::to_string(c.mudd_hidden) + " dc_window=" + std::to_string(c.dc_window);
+  return "V=" + std::to_string(c.vocab_size) + " H=" + std::to_string(c.num_heads) +
+         " D=" + std::to_string(c.head_dim) + " C=" + std::to_string(int64_t{c.num_heads} * c.head_dim) +
+         " T=" + std::to_string(c.max_seq_len) + " window_block=" + std::to_string(c.window_block) +
+         " bigram=" + std::to_string(c.bigram_rows) + " mudd=" + std::to_string(c.mudd_hidden) +
+         " dc_window=" + std::to_string(c.dc_window);
 }
 
 }  // namespace llmc

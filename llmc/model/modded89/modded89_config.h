@@ -9,8 +9,8 @@
 namespace llmc {
 
 constexpr int kModded89Layers = 11;
-constexpr int kModded89ValueEmbeds = 5;  // tables in one [5V, C] parameter
-constexpr int kModded89GateInputs = 6;   // the value-embedding gate reads xn[0:6] and ve[0:6]
+constexpr int kModded89ValueEmbeds = 5;   // tables in one [5V, C] parameter
+constexpr int kModded89GateInputs = 6;    // the value-embedding gate reads xn[0:6] and ve[0:6]
 constexpr int kModded89MuddColumns = 14;  // MUDD0's outputs (MUDD1 uses the first 5)
 constexpr int kModded89GateColumns = 41;  // the post gate's outputs (the pre gate uses the first 26)
 
@@ -56,7 +56,7 @@ struct Modded89Structure {
   std::array<Modded89Layer, kModded89Layers> layers;
   int skip_from = 3, skip_to = 6;  // x += sigmoid(skip_lambda) G1[28] cache3 at layer 6
   GateColumn skip_gate;
-  int post_gate_layer = 4;         // G1 is computed from x before this layer
+  int post_gate_layer = 4;  // G1 is computed from x before this layer
 };
 
 // The record's structure (SPEEDRUN89.md sections 1-2): attention in every layer but 6; paired heads in 0, 2,

@@ -47,8 +47,10 @@ TensorSpec spec(Modded89Tensor kind, int layer, std::vector<size_t> shape, Param
   return s;
 }
 
-TensorSpec adam(Modded89Tensor kind, std::vector<size_t> shape, ParamDtype dtype, int layer = -1, std::string name = "") {
-  return spec(kind, layer, std::move(shape), ParamGroup::kAdam, dtype, name.empty() ? modded89_tensor_name(kind) : name);
+TensorSpec adam(Modded89Tensor kind, std::vector<size_t> shape, ParamDtype dtype, int layer = -1,
+                std::string name = "") {
+  return spec(kind, layer, std::move(shape), ParamGroup::kAdam, dtype,
+              name.empty() ? modded89_tensor_name(kind) : name);
 }
 
 // A gate MLP (index 0 or 1) or MUDD (0 or 1): w1 [m, C], w2 [n, m], b2 [n].
@@ -56,9 +58,12 @@ void add_small_mlp(std::vector<TensorSpec>& bucket, bool mudd, int index, int la
                    const Modded89Config& c) {
   const size_t m = static_cast<size_t>(c.mudd_hidden), C = static_cast<size_t>(c.channels());
   const std::string prefix = std::string(mudd ? "mudd" : "gate") + std::to_string(index) + ".";
-  bucket.push_back(adam(mudd ? Modded89Tensor::kMuddW1 : Modded89Tensor::kGateW1, {m, C}, ParamDtype::kBf16, layer, prefix + "w1"));
-  bucket.push_back(adam(mudd ? Modded89Tensor::kMuddW2 : Modded89Tensor::kGateW2, {columns, m}, ParamDtype::kBf16, layer, prefix + "w2"));
-  bucket.push_back(adam(mudd ? Modded89Tensor::kMuddB2 : Modded89Tensor::kGateB2, {columns}, ParamDtype::kBf16, layer, prefix + "b2"));
+  bucket.push_back(
+      adam(mudd ? Modded89Tensor::kMuddW1 : Modded89Tensor::kGateW1, {m, C}, ParamDtype::kBf16, layer, prefix + "w1"));
+  bucket.push_back(adam(mudd ? Modded89Tensor::kMuddW2 : Modded89Tensor::kGateW2, {columns, m}, ParamDtype::kBf16,
+                        layer, prefix + "w2"));
+  bucket.push_back(adam(mudd ? Modded89Tensor::kMuddB2 : Modded89Tensor::kGateB2, {columns}, ParamDtype::kBf16, layer,
+                        prefix + "b2"));
 }
 
 std::vector<TensorSpec> embeddings_bucket(const Modded89Config& c) {
@@ -78,7 +83,8 @@ std::vector<TensorSpec> embeddings_bucket(const Modded89Config& c) {
 }
 
 std::vector<TensorSpec> layer_bucket(const Modded89Config& c, const Modded89Layer& layer, int i) {
-  const size_t H = static_cast<size_t>(c.num_heads), D = static_cast<size_t>(c.head_dim), C = static_cast<size_t>(c.channels());
+  const size_t H = static_cast<size_t>(c.num_heads), D = static_cast<size_t>(c.head_dim),
+               C = static_cast<size_t>(c.channels());
   const std::string prefix = "layers." + std::to_string(i) + ".";
   std::vector<TensorSpec> b;
   if (layer.attention) {
@@ -87,7 +93,8 @@ std::vector<TensorSpec> layer_bucket(const Modded89Config& c, const Modded89Laye
   }
   b.push_back(spec(Modded89Tensor::kMlpBank, i, {2, static_cast<size_t>(c.mlp_hidden()), C}, ParamGroup::kMuon,
                    ParamDtype::kBf16, prefix + "mlp"));
-  if (layer.value_embed >= 0) b.push_back(adam(Modded89Tensor::kValueGate, {H, 12}, ParamDtype::kBf16, i, prefix + "ve_gate"));
+  if (layer.value_embed >= 0)
+    b.push_back(adam(Modded89Tensor::kValueGate, {H, 12}, ParamDtype::kBf16, i, prefix + "ve_gate"));
   if (i == modded89_structure().post_gate_layer) add_small_mlp(b, /*mudd=*/false, 1, i, kModded89GateColumns, c);
   if (layer.mudd) add_small_mlp(b, /*mudd=*/true, 0, i, kModded89MuddColumns, c);
   return b;
@@ -100,9 +107,11 @@ Modded89Layout make_modded89_layout(const Modded89Config& config, int world_size
   const Modded89Structure structure = modded89_structure();
   std::vector<std::vector<TensorSpec>> buckets;
   buckets.push_back(embeddings_bucket(config));
-  for (int i = 0; i < kModded89Layers; i++) buckets.push_back(layer_bucket(config, structure.layers[static_cast<size_t>(i)], i));
+  for (int i = 0; i < kModded89Layers; i++)
+    buckets.push_back(layer_bucket(config, structure.layers[static_cast<size_t>(i)], i));
   std::vector<TensorSpec> head;
-  head.push_back(adam(Modded89Tensor::kHead, {static_cast<size_t>(config.channels()), static_cast<size_t>(config.vocab_size)},
+  head.push_back(adam(Modded89Tensor::kHead,
+                      {static_cast<size_t>(config.channels()), static_cast<size_t>(config.vocab_size)},
                       ParamDtype::kBf16));
   add_small_mlp(head, /*mudd=*/true, 1, -1, kModded89MuddColumns, config);  // after the loop: final first
   buckets.push_back(head);

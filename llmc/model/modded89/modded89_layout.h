@@ -16,25 +16,25 @@ namespace llmc {
 
 // Tensor kinds (TensorView::kind), shapes with C = H D, V the vocabulary, m the MUDD width:
 enum class Modded89Tensor {
-  kEmbed,           // [V, C] bf16, Adam
-  kValueEmbeds,     // [5V, C] bf16, Adam: five tables
-  kBigram,          // [bigram_rows, C] bf16, Adam
-  kSmearGate,       // [1, 12] bf16, Adam
-  kScalars,         // [24] fp32, Adam: [2i, 2i+1] sa lambdas of layer i, [22] smear, [23] skip
-  kResidLambdas,    // [11, 2] fp32, Adam
-  kPostLambdas,     // [11, 2] fp32, Adam
-  kGateScale,       // [1] fp32, Adam: the gate MLPs' output scale (0.1)
-  kGateW1,          // [m, C] bf16, Adam (layer 0: the pre gate, in bucket 0; 4: the post gate)
-  kGateW2,          // [41, m] bf16, Adam
-  kGateB2,          // [41] bf16, Adam
-  kQkBank,          // [H, 2D, C] bf16, Muon: W_q rows of head pairs (2j, 2j + 1), then W_k's
-  kVoBank,          // [2, C, C] bf16, Muon: W_v, W_o (out, in)
-  kMlpBank,         // [2, 4C, C] bf16, Muon: c_fc (out, in), c_proj stored (in, out)
-  kValueGate,       // [H, 12] bf16, Adam: the layer's slot of the value-embedding gate bank
-  kMuddW1,          // [m, C] bf16, Adam (layer 10: MUDD0; -1: MUDD1 after the loop)
-  kMuddW2,          // [14, m] bf16, Adam
-  kMuddB2,          // [14] bf16, Adam
-  kHead,            // [C, V] bf16, Adam: stored (in, out), tied to embed^T until the untie
+  kEmbed,         // [V, C] bf16, Adam
+  kValueEmbeds,   // [5V, C] bf16, Adam: five tables
+  kBigram,        // [bigram_rows, C] bf16, Adam
+  kSmearGate,     // [1, 12] bf16, Adam
+  kScalars,       // [24] fp32, Adam: [2i, 2i+1] sa lambdas of layer i, [22] smear, [23] skip
+  kResidLambdas,  // [11, 2] fp32, Adam
+  kPostLambdas,   // [11, 2] fp32, Adam
+  kGateScale,     // [1] fp32, Adam: the gate MLPs' output scale (0.1)
+  kGateW1,        // [m, C] bf16, Adam (layer 0: the pre gate, in bucket 0; 4: the post gate)
+  kGateW2,        // [41, m] bf16, Adam
+  kGateB2,        // [41] bf16, Adam
+  kQkBank,        // [H, 2D, C] bf16, Muon: W_q rows of head pairs (2j, 2j + 1), then W_k's
+  kVoBank,        // [2, C, C] bf16, Muon: W_v, W_o (out, in)
+  kMlpBank,       // [2, 4C, C] bf16, Muon: c_fc (out, in), c_proj stored (in, out)
+  kValueGate,     // [H, 12] bf16, Adam: the layer's slot of the value-embedding gate bank
+  kMuddW1,        // [m, C] bf16, Adam (layer 10: MUDD0; -1: MUDD1 after the loop)
+  kMuddW2,        // [14, m] bf16, Adam
+  kMuddB2,        // [14] bf16, Adam
+  kHead,          // [C, V] bf16, Adam: stored (in, out), tied to embed^T until the untie
 };
 const char* modded89_tensor_name(Modded89Tensor kind);
 
