@@ -54,6 +54,12 @@ foreach(target IN ITEMS kernels_fp32_emu kernels_fp32_cuda)
     target_compile_definitions(${target} PRIVATE LLMC_FP32)
   endif()
 endforeach()
+# The emulated kernel tests share their heaviest headers (GoogleTest, the emulated CUDA runtime through the
+# test helpers): parsed once per binary instead of once per test file (docs/testing.md#budget).
+foreach(target IN ITEMS kernels_bf16_emu kernels_fp32_emu)
+  target_precompile_headers(${target} PRIVATE <gtest/gtest.h> "${CMAKE_SOURCE_DIR}/test/support/gpu_test.h"
+                            "${CMAKE_SOURCE_DIR}/test/support/kernel_test_utils.h")
+endforeach()
 
 # Mutation tests (emulated only): copies of real kernels with one planted bug each must fail, the faithful
 # copies must pass (test/kernels/mutants/). In the TSan build the races among them fail as races.
