@@ -104,16 +104,6 @@ __global__ void attention_gate_weight_grads_kernel(Tx* dw, const float* partials
 }
 
 namespace detail {
-template <typename Tx>
-int gate_lane_group(const char* launcher, int D) {
-  require_packets<Tx>(launcher, "head_dim", D);
-  const int packets = D / Packed128<Tx>::size;
-  const int group = packets < kWarpSize ? packets : kWarpSize;
-  if ((group & (group - 1)) != 0 || packets % group != 0)
-    throw std::invalid_argument(std::string(launcher) + ": head_dim " + std::to_string(D) +
-                                " gives a lane group that is not a power of two");
-  return group;
-}
 inline void check_gate_shape(const char* launcher, int H, int xn_stride) {
   if (H <= 0 || H * kGateWidth > 1024)
     throw std::invalid_argument(std::string(launcher) + ": H must be in [1, 85] (one thread per gate weight)");
@@ -125,7 +115,7 @@ inline void check_gate_shape(const char* launcher, int H, int xn_stride) {
 // out may alias y.
 inline void attention_gate_forward(floatX* out, const floatX* y, const floatX* xn, int xn_stride, const floatX* w,
                                    int T, int H, int D, cudaStream_t stream) {
-  const int group = detail::gate_lane_group<floatX>("attention_gate_forward", D);
+  const int group = head_lane_group<floatX>("attention_gate_forward", D);
   detail::check_gate_shape("attention_gate_forward", H, xn_stride);
   require_aligned16("attention_gate_forward", {out, y});
   if (T <= 0) return;
@@ -144,7 +134,7 @@ inline size_t attention_gate_backward_scratch_floats(int T, int H) {
 inline void attention_gate_backward(floatX* dy, floatX* dxn, int dxn_stride, floatX* dw, const floatX* dout,
                                     const floatX* y, const floatX* xn, int xn_stride, const floatX* w, int T, int H,
                                     int D, float* scratch, size_t scratch_floats, cudaStream_t stream) {
-  const int group = detail::gate_lane_group<floatX>("attention_gate_backward", D);
+  const int group = head_lane_group<floatX>("attention_gate_backward", D);
   detail::check_gate_shape("attention_gate_backward", H, xn_stride);
   detail::check_gate_shape("attention_gate_backward", H, dxn_stride);
   require_aligned16("attention_gate_backward", {dy, dout, y});

@@ -167,26 +167,18 @@ __global__ void qk_norm_pair_rope_backward_kernel(Tx* dinp, int dinp_stride, con
 }
 
 namespace detail {
-// Lanes per head (the head's packets, capped at a warp, a power of two) after checking the shapes.
+// Lanes per head (head_lane_group) after checking the layout.
 template <typename Tx>
 int pair_rope_lane_group(const char* launcher, int D, int heads, const PairRopeLayout& layout) {
-  constexpr int kPacket = Packed128<Tx>::size;
+  const int group = head_lane_group<Tx>(launcher, D);
   const std::string where = std::string(launcher) + ": ";
-  if (D <= 0 || D % kPacket != 0)
-    throw std::invalid_argument(where + "head_dim " + std::to_string(D) + " must be a multiple of " +
-                                std::to_string(kPacket) + " (16-byte packets)");
-  if (layout.pairs < 0 || 2 * layout.pairs > D || (2 * layout.pairs) % kPacket != 0)
+  if (layout.pairs < 0 || 2 * layout.pairs > D || (2 * layout.pairs) % Packed128<Tx>::size != 0)
     throw std::invalid_argument(where + "pairs = " + std::to_string(layout.pairs) +
                                 " must rotate whole packets within the head");
   if (layout.position_step != 1 && layout.position_step != 2)
     throw std::invalid_argument(where + "position_step must be 1 or 2");
   if (layout.key_offset && heads % 2 != 0)
     throw std::invalid_argument(where + "key_offset needs q and k heads (an even head count)");
-  const int packets = D / kPacket;
-  const int group = packets < kWarpSize ? packets : kWarpSize;
-  if ((group & (group - 1)) != 0 || packets % group != 0)
-    throw std::invalid_argument(where + "head_dim " + std::to_string(D) +
-                                " gives a lane group that is not a power of two");
   return group;
 }
 }  // namespace detail

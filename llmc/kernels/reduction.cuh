@@ -53,6 +53,19 @@ inline void require_aligned16(const char* launcher, std::initializer_list<const 
       throw std::invalid_argument(std::string(launcher) + ": every pointer must be 16-byte aligned");
 }
 
+// Lanes per head for the kernels that give each (row, head) a group of lanes over its D elements in 16-byte
+// packets: the head's packets, capped at a warp. D must be whole packets and give a power-of-two group.
+template <typename Tx>
+int head_lane_group(const char* launcher, int D) {
+  require_packets<Tx>(launcher, "head_dim", D);
+  const int packets = D / Packed128<Tx>::size;
+  const int group = packets < kWarpSize ? packets : kWarpSize;
+  if ((group & (group - 1)) != 0 || packets % group != 0)
+    throw std::invalid_argument(std::string(launcher) + ": head_dim " + std::to_string(D) +
+                                " gives a lane group that is not a power of two");
+  return group;
+}
+
 // Launch plan for an elementwise kernel pair over n elements of Tx: the packed kernel (one 16-byte packet
 // per thread and grid-stride step, given the packet count) when n is a whole number of packets and every
 // pointer is 16-byte aligned; otherwise the scalar kernel (given n).

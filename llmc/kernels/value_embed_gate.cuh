@@ -125,7 +125,7 @@ inline void check_value_gate(const char* launcher, const ValueGateShape& s, int 
 // v_out = v + 2 sigmoid(z) ve per (token, head); v_out may alias v (the values inside the QKV buffer).
 inline void value_embed_gate_forward(floatX* v_out, const floatX* v, const floatX* ve, const floatX* xn,
                                      const floatX* w, const ValueGateShape& shape, cudaStream_t stream) {
-  const int group = detail::gate_lane_group<floatX>("value_embed_gate_forward", shape.D);
+  const int group = head_lane_group<floatX>("value_embed_gate_forward", shape.D);
   detail::check_value_gate("value_embed_gate_forward", shape, shape.xn_stride);
   require_aligned16("value_embed_gate_forward", {v_out, v, ve});
   if (shape.T == 0) return;
@@ -144,7 +144,7 @@ inline void value_embed_gate_backward(floatX* dve, floatX* dxn, int dxn_stride, 
                                       const floatX* ve, const floatX* xn, const floatX* w, const ValueGateShape& shape,
                                       float* scratch, size_t scratch_floats, cudaStream_t stream) {
   const char* name = "value_embed_gate_backward";
-  const int group = detail::gate_lane_group<floatX>(name, shape.D);
+  const int group = head_lane_group<floatX>(name, shape.D);
   detail::check_value_gate(name, shape, dxn_stride);
   require_aligned16(name, {dve, dv, ve});
   if (shape.T == 0) return;

@@ -104,30 +104,19 @@ __global__ void xsa_backward_kernel(Tx* dy, Tx* dv, float* dalpha, const Tx* dou
 }
 
 namespace detail {
-template <typename Tx>
-int xsa_lane_group(const char* launcher, const XsaShape& s) {
-  constexpr int kPacket = Packed128<Tx>::size;
-  const std::string where = std::string(launcher) + ": ";
-  if (s.D <= 0 || s.D % kPacket != 0)
-    throw std::invalid_argument(where + "head_dim " + std::to_string(s.D) + " must be a multiple of " +
-                                std::to_string(kPacket) + " (16-byte packets)");
+inline void check_xsa_shape(const char* launcher, const XsaShape& s) {
   if (s.T < 0 || s.H <= 0 || s.y_stride < s.H * s.D || s.v_stride < s.H * s.D || s.alpha_stride < s.H)
-    throw std::invalid_argument(where + "strides must hold H heads of D (and H strengths) per row");
-  require_packets<Tx>(launcher, "y_stride", s.y_stride);
-  require_packets<Tx>(launcher, "v_stride", s.v_stride);
-  const int packets = s.D / kPacket;
-  const int group = packets < kWarpSize ? packets : kWarpSize;
-  if ((group & (group - 1)) != 0 || packets % group != 0)
-    throw std::invalid_argument(where + "head_dim " + std::to_string(s.D) +
-                                " gives a lane group that is not a power of two");
-  return group;
+    throw std::invalid_argument(std::string(launcher) + ": strides must hold H heads of D (and H strengths) per row");
+  require_packets<floatX>(launcher, "y_stride", s.y_stride);
+  require_packets<floatX>(launcher, "v_stride", s.v_stride);
 }
 }  // namespace detail
 
 // out = XSA(y, v, alpha); out may alias y.
 inline void xsa_forward(floatX* out, const floatX* y, const floatX* v, const floatX* alpha, const XsaShape& shape,
                         cudaStream_t stream) {
-  const int group = detail::xsa_lane_group<floatX>("xsa_forward", shape);
+  const int group = head_lane_group<floatX>("xsa_forward", shape.D);
+  detail::check_xsa_shape("xsa_forward", shape);
   require_aligned16("xsa_forward", {out, y, v});
   if (shape.T == 0) return;
   const long long threads = static_cast<long long>(shape.T) * shape.H * group;
@@ -139,7 +128,8 @@ inline void xsa_forward(floatX* out, const floatX* y, const floatX* v, const flo
 // ACCUMULATED (stride v_stride: the attention's own dv goes there too), dalpha (T, H) written.
 inline void xsa_backward(floatX* dy, floatX* dv, float* dalpha, const floatX* dout, const floatX* y, const floatX* v,
                          const floatX* alpha, const XsaShape& shape, cudaStream_t stream) {
-  const int group = detail::xsa_lane_group<floatX>("xsa_backward", shape);
+  const int group = head_lane_group<floatX>("xsa_backward", shape.D);
+  detail::check_xsa_shape("xsa_backward", shape);
   require_aligned16("xsa_backward", {dy, dv, dout, y, v});
   if (shape.T == 0) return;
   const long long threads = static_cast<long long>(shape.T) * shape.H * group;
