@@ -60,8 +60,8 @@ __device__ __forceinline__ int dc_key_count(const DcInputs& in, int t) {
 // P[h][i] = softmax over i of attn_scale q_h[t] . k_h[t - i], for one query; with lse given (backward) the
 // logsumexp is not recomputed. Block-wide: threads over keys compute the scores, thread 0 the row sums in a
 // fixed order. Leaves P in shared memory and, without lse_in, writes lse_out[h].
-__device__ void dc_probabilities(float (*P)[kDcMaxWindow], const DcInputs& in, int t, int keys, const float* lse_in,
-                                 float* lse_out) {
+__device__ inline void dc_probabilities(float (*P)[kDcMaxWindow], const DcInputs& in, int t, int keys,
+                                        const float* lse_in, float* lse_out) {
   for (int h = 0; h < in.H; h++)
     for (int i = threadIdx.x; i < keys; i += blockDim.x)
       P[h][i] = in.attn_scale *
@@ -88,7 +88,7 @@ __device__ void dc_probabilities(float (*P)[kDcMaxWindow], const DcInputs& in, i
 }
 
 // A[i] = sum_h w1[t, h] P[h][i] (fixed order over h).
-__device__ void dc_mix(float* A, float (*P)[kDcMaxWindow], const DcInputs& in, int t, int keys) {
+__device__ inline void dc_mix(float* A, float (*P)[kDcMaxWindow], const DcInputs& in, int t, int keys) {
   for (int i = threadIdx.x; i < keys; i += blockDim.x) {
     float sum = 0.0f;
     for (int h = 0; h < in.H; h++) sum += dc_weight(in.w1, in.w_stride, t, h) * P[h][i];
@@ -101,7 +101,8 @@ __device__ void dc_mix(float* A, float (*P)[kDcMaxWindow], const DcInputs& in, i
 
 // Block t: out_h[t] = floatX(y_h[t] + sum_i floatX(w2[t, h] A[t, t - i]) v_h[t - i]); lse (T, H) kept for the
 // backward. out may alias y (rows of H*D at stride y_stride).
-__global__ void dc_forward_kernel(floatX* out, const floatX* y, int y_stride, float* lse, DcInputs in) {
+template <typename Tx>
+__global__ void dc_forward_kernel(Tx* out, const Tx* y, int y_stride, float* lse, DcInputs in) {
   __shared__ float P[kDcMaxHeads][kDcMaxWindow];
   __shared__ float A[kDcMaxWindow];
   const int t = blockIdx.x, keys = detail::dc_key_count(in, t);
@@ -115,7 +116,7 @@ __global__ void dc_forward_kernel(floatX* out, const floatX* y, int y_stride, fl
         acc +=
             to_float(from_float<floatX>(w2 * A[i])) * to_float(detail::dc_head(in.v, in.v_stride, t - i, h, in.D)[d]);
       const size_t at = static_cast<size_t>(t) * y_stride + static_cast<size_t>(h) * in.D + d;
-      out[at] = from_float<floatX>(to_float(y[at]) + acc);
+      out[at] = from_float<Tx>(to_float(y[at]) + acc);
     }
   }
 }
@@ -124,8 +125,9 @@ __global__ void dc_forward_kernel(floatX* out, const floatX* y, int y_stride, fl
 // dA[i] = sum_h e_h[i] w2[t, h], dw2[t, h] = sum_i e_h[i] A[i], dw1[t, h] = sum_i dA[i] P_h[i],
 // delta[t, h] = w1[t, h] dw1[t, h] (= sum_i P dP), dS_h[i] = P_h[i] (w1 dA[i] - delta), and
 // dq_h[t] += attn_scale sum_i dS_h[i] k_h[t - i].
-__global__ void dc_backward_query_kernel(floatX* dq, int dq_stride, float* dw1, float* dw2, float* delta,
-                                         const floatX* dy, int dy_stride, const float* lse, DcInputs in) {
+template <typename Tx>
+__global__ void dc_backward_query_kernel(Tx* dq, int dq_stride, float* dw1, float* dw2, float* delta, const Tx* dy,
+                                         int dy_stride, const float* lse, DcInputs in) {
   __shared__ float P[kDcMaxHeads][kDcMaxWindow];
   __shared__ float E[kDcMaxHeads][kDcMaxWindow];
   __shared__ float A[kDcMaxWindow], dA[kDcMaxWindow];
@@ -161,8 +163,8 @@ __global__ void dc_backward_query_kernel(floatX* dq, int dq_stride, float* dw1, 
       float acc = 0.0f;
       for (int i = 0; i < keys; i++)
         acc += P[h][i] * (w1 * dA[i] - delta_h[h]) * to_float(detail::dc_head(in.k, in.k_stride, t - i, h, in.D)[d]);
-      floatX* target = dq + static_cast<size_t>(t) * dq_stride + static_cast<size_t>(h) * in.D + d;
-      *target = from_float<floatX>(to_float(*target) + in.attn_scale * acc);
+      Tx* target = dq + static_cast<size_t>(t) * dq_stride + static_cast<size_t>(h) * in.D + d;
+      *target = from_float<Tx>(to_float(*target) + in.attn_scale * acc);
     }
   }
 }
@@ -170,8 +172,9 @@ __global__ void dc_backward_query_kernel(floatX* dq, int dq_stride, float* dw1, 
 // Block s (a key): over the queries t = s + i that see it (i < W, t < T, same document), recomputes P_h[t, s],
 // A, e_h and dA as the query kernel does, then dv_h[s] += sum_t floatX(w2 A) dy_h[t] and
 // dk_h[s] += attn_scale sum_t dS_h[t, s] q_h[t].
-__global__ void dc_backward_key_kernel(floatX* dk, int dk_stride, floatX* dv, int dv_stride, const floatX* dy,
-                                       int dy_stride, const float* lse, const float* delta, DcInputs in) {
+template <typename Tx>
+__global__ void dc_backward_key_kernel(Tx* dk, int dk_stride, Tx* dv, int dv_stride, const Tx* dy, int dy_stride,
+                                       const float* lse, const float* delta, DcInputs in) {
   __shared__ float B[kDcMaxHeads][kDcMaxWindow], S[kDcMaxHeads][kDcMaxWindow];
   const int s = blockIdx.x;
   for (int i = threadIdx.x; i < in.window; i += blockDim.x) {
@@ -203,10 +206,10 @@ __global__ void dc_backward_key_kernel(floatX* dk, int dk_stride, floatX* dv, in
         acc_v += B[h][i] * to_float(detail::dc_head(dy, dy_stride, s + i, h, in.D)[d]);
         acc_k += S[h][i] * to_float(detail::dc_head(in.q, in.q_stride, s + i, h, in.D)[d]);
       }
-      floatX* target_v = dv + static_cast<size_t>(s) * dv_stride + static_cast<size_t>(h) * in.D + d;
-      floatX* target_k = dk + static_cast<size_t>(s) * dk_stride + static_cast<size_t>(h) * in.D + d;
-      *target_v = from_float<floatX>(to_float(*target_v) + acc_v);
-      *target_k = from_float<floatX>(to_float(*target_k) + in.attn_scale * acc_k);
+      Tx* target_v = dv + static_cast<size_t>(s) * dv_stride + static_cast<size_t>(h) * in.D + d;
+      Tx* target_k = dk + static_cast<size_t>(s) * dk_stride + static_cast<size_t>(h) * in.D + d;
+      *target_v = from_float<Tx>(to_float(*target_v) + acc_v);
+      *target_k = from_float<Tx>(to_float(*target_k) + in.attn_scale * acc_k);
     }
 }
 
@@ -233,8 +236,8 @@ inline void dc_forward(floatX* out, const floatX* y, int y_stride, float* lse, c
                        cudaStream_t stream) {
   detail::check_dc("dc_forward", in);
   if (in.T == 0) return;
-  LLMC_LAUNCH(dc_forward_kernel, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, out, y, y_stride, lse,
-              in);
+  LLMC_LAUNCH(dc_forward_kernel<floatX>, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, out, y, y_stride,
+              lse, in);
 }
 
 // From dy (the gradient of out; y's own gradient is dy itself): dq, dk, dv accumulated (rows at their
@@ -244,10 +247,10 @@ inline void dc_backward(floatX* dq, int dq_stride, floatX* dk, int dk_stride, fl
                         cudaStream_t stream) {
   detail::check_dc("dc_backward", in);
   if (in.T == 0) return;
-  LLMC_LAUNCH(dc_backward_query_kernel, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dq, dq_stride,
-              dw1, dw2, delta, dy, dy_stride, lse, in);
-  LLMC_LAUNCH(dc_backward_key_kernel, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dk, dk_stride, dv,
-              dv_stride, dy, dy_stride, lse, static_cast<const float*>(delta), in);
+  LLMC_LAUNCH(dc_backward_query_kernel<floatX>, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dq,
+              dq_stride, dw1, dw2, delta, dy, dy_stride, lse, in);
+  LLMC_LAUNCH(dc_backward_key_kernel<floatX>, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dk,
+              dk_stride, dv, dv_stride, dy, dy_stride, lse, static_cast<const float*>(delta), in);
 }
 
 }  // namespace llmc

@@ -70,17 +70,13 @@ struct MtpRowTerms {
   }
 };
 
-template <typename Tx, typename Tg>
-__device__ __forceinline__ void store_mtp_grads(Tg* out, const float* grads, int n, float grad_code_scale);
-template <>
-__device__ __forceinline__ void store_mtp_grads<floatX, floatX>(floatX* out, const float* grads, int n, float) {
+// One packet's gradients, as floatX values or as e5m2 codes of gradient / grad_code_scale.
+__device__ __forceinline__ void store_mtp_grads(floatX* out, const float* grads, int n, float) {
   Packed128<floatX> packet;
   for (int j = 0; j < n; j++) packet[j] = from_float<floatX>(grads[j]);
   store128(out, packet);
 }
-template <>
-__device__ __forceinline__ void store_mtp_grads<floatX, fp8e5m2>(fp8e5m2* out, const float* grads, int n,
-                                                                 float grad_code_scale) {
+__device__ __forceinline__ void store_mtp_grads(fp8e5m2* out, const float* grads, int n, float grad_code_scale) {
   for (int j = 0; j < n; j += 2)
     reinterpret_cast<uint16_t*>(out)[j / 2] =
         fp8x2_from_floats<fp8e5m2>(__fdiv_rn(grads[j], grad_code_scale), __fdiv_rn(grads[j + 1], grad_code_scale));
@@ -138,7 +134,7 @@ __global__ void mtp_cross_entropy_kernel(const floatX* z, Tg* grads, float* loss
       const float dlogit = terms.softmax_weight * prob - terms.onehot_weight(p * Packet::size + j);
       g[j] = grad_scale * kDlogitDu * dlogit * u * (1.0f - u);
     }
-    detail::store_mtp_grads<floatX, Tg>(gr + p * Packet::size, g, Packet::size, grad_code_scale);
+    detail::store_mtp_grads(gr + p * Packet::size, g, Packet::size, grad_code_scale);
   }
 }
 
