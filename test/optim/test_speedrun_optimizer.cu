@@ -33,6 +33,7 @@ namespace {
 using namespace llmc;
 using llmc::test::DeviceBuffer;
 using llmc::test::StandInModel;
+using llmc::test::enqueue_stand_in_step;
 
 // Values representable in floatX (so host and device agree), zero in the padding.
 std::vector<float> random_buffer(const ParamLayout& layout, double scale, unsigned seed) {
@@ -101,15 +102,6 @@ SpeedrunOptimizerSettings test_settings(OverlapMode overlap, Ownership ownership
   return settings;
 }
 
-// One step as train_step() enqueues it (one micro-step), without waiting for the device.
-void enqueue_step(StandInModel& model, SpeedrunOptimizer& optimizer, int step, float lr) {
-  model.forward(nullptr, nullptr, 0, true, 1.0f, optimizer.before_bucket_use());
-  optimizer.before_first_backward();
-  optimizer.begin_step(step, lr);
-  model.backward(true, optimizer.on_bucket_ready());
-  optimizer.finish_step();
-}
-
 // Parameters after each step of the optimizer under test (the host waits for each step).
 // With `norms`, grad_norm() of every step too.
 std::vector<std::vector<float>> run_optimizer(CommContext& comm, const StepInputs& run, OverlapMode overlap,
@@ -133,7 +125,7 @@ std::vector<std::vector<float>> run_optimizer(CommContext& comm, const StepInput
   for (size_t s = 0; s < run.grads.size(); s++) {
     const int step = static_cast<int>(s) + 1;
     model.set_grads(rank_grads(run.grads[s], comm.rank()));
-    enqueue_step(model, optimizer, step, run.lrs[s]);
+    enqueue_stand_in_step(model, optimizer, step, run.lrs[s]);
     optimizer.wait_for_all_params();
     if (norms != nullptr) norms->push_back(optimizer.grad_norm(step));
     out.push_back(model.download_params());
@@ -396,7 +388,7 @@ TEST_F(SpeedrunOptimizerTest, StepsEnqueuedBackToBackEqualStepsOneByOne) {
     // On the compute stream: the backward copies from the staging buffer, so nothing here waits on the host.
     CUDA_CHECK(cudaMemcpyAsync(model.pending(), staged[s]->get(), staged[s]->bytes(), cudaMemcpyDeviceToDevice,
                                model.stream()));
-    enqueue_step(model, optimizer, static_cast<int>(s) + 1, run.lrs[s]);
+    enqueue_stand_in_step(model, optimizer, static_cast<int>(s) + 1, run.lrs[s]);
   }
   optimizer.wait_for_all_params();
   const std::vector<float> got = model.download_params();
@@ -415,7 +407,7 @@ TEST_F(SpeedrunOptimizerTest, StateRestoredIntoAFreshOptimizerContinuesBitwise) 
   auto step_through = [&](StandInModel& model, SpeedrunOptimizer& optimizer, int first, int last) {
     for (int step = first; step <= last; step++) {
       model.set_grads(rank_grads(run.grads[step - 1], comm_->rank()));
-      enqueue_step(model, optimizer, step, run.lrs[step - 1]);
+      enqueue_stand_in_step(model, optimizer, step, run.lrs[step - 1]);
       optimizer.wait_for_all_params();
     }
   };

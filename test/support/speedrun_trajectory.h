@@ -135,11 +135,7 @@ inline Trajectory reference_trajectory(const TrajectorySetup& setup, CommContext
     }
     out.losses.push_back(loss / (static_cast<double>(T) * setup.micro_steps));
     stand_in.set_grads(to_layout(probe->layout(), reference.grads));
-    stand_in.forward(nullptr, nullptr, 0, true, 1.0f, optimizer.before_bucket_use());
-    optimizer.before_first_backward();
-    optimizer.begin_step(step, setup.lr(step));
-    stand_in.backward(true, optimizer.on_bucket_ready());
-    optimizer.finish_step();
+    enqueue_stand_in_step(stand_in, optimizer, step, setup.lr(step));
     optimizer.wait_for_all_params();
   }
   probe.reset();

@@ -11,6 +11,7 @@
 #include "llmc/cuda/precision.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/model/modded44/speedrun_layout.h"
+#include "llmc/optim/bucket_optimizer.h"
 #include "test/support/device_buffer.h"
 
 namespace llmc::test {
@@ -75,5 +76,14 @@ class StandInModel : public TrainableModel {
   DeviceBuffer<floatX> params_, grads_, pending_;
   cudaStream_t stream_ = nullptr;
 };
+
+// One step as train_step() enqueues it (one micro-step), without waiting for the device.
+inline void enqueue_stand_in_step(StandInModel& model, BucketOptimizer& optimizer, int step, float lr) {
+  model.forward(nullptr, nullptr, 0, true, 1.0f, optimizer.before_bucket_use());
+  optimizer.before_first_backward();
+  optimizer.begin_step(step, lr);
+  model.backward(true, optimizer.on_bucket_ready());
+  optimizer.finish_step();
+}
 
 }  // namespace llmc::test
