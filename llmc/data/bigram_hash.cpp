@@ -21,18 +21,20 @@ int32_t floor_mod(int32_t value, int32_t divisor) {
 
 }  // namespace
 
-void bigram_hashes(int32_t* hashes, const int32_t* tokens, int count) {
+void bigram_hashes(int32_t* hashes, const int32_t* tokens, int count, int32_t rows) {
+  if (rows < 2)
+    throw std::invalid_argument("bigram_hashes: the table needs at least 2 rows, got " + std::to_string(rows));
+  const int32_t modulus = rows - 1;
   int32_t previous = 0;
   for (int t = 0; t < count; t++) {
     const int32_t token = tokens[t];  // read before hashes[t] (which may be the same int) is written
     if (token < 0)
       throw std::invalid_argument("bigram_hashes: negative token " + std::to_string(token) + " at " +
                                   std::to_string(t));
-    const int32_t hash =
-        t == 0 ? kBigramHashModulus
-               : floor_mod(wrapping_product(kBigramCurrentFactor, token) ^
-                               wrapping_product(kBigramPreviousFactor, t == 1 ? kBigramHashModulus : previous),
-                           kBigramHashModulus);
+    const int32_t hash = t == 0 ? modulus
+                                : floor_mod(wrapping_product(kBigramCurrentFactor, token) ^
+                                                wrapping_product(kBigramPreviousFactor, t == 1 ? modulus : previous),
+                                            modulus);
     previous = token;
     hashes[t] = hash;
   }

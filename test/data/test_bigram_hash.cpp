@@ -16,11 +16,11 @@ namespace {
 TEST(BigramHash, FirstPositionsAsTheRecordComputesThem) {
   const std::vector<int32_t> tokens = {50256, 0, 5, 7};
   std::vector<int32_t> hashes(tokens.size());
-  llmc::bigram_hashes(hashes.data(), tokens.data(), static_cast<int>(tokens.size()));
+  llmc::bigram_hashes(hashes.data(), tokens.data(), static_cast<int>(tokens.size()), llmc::kBigramRows);
   EXPECT_EQ(hashes[0], 377279);
   EXPECT_EQ(hashes[1], 330959);  // (0 XOR 1,668,658,697) mod 377,279
   const std::vector<int32_t> more = {50256, 5, 7};
-  llmc::bigram_hashes(hashes.data(), more.data(), 3);
+  llmc::bigram_hashes(hashes.data(), more.data(), 3, llmc::kBigramRows);
   EXPECT_EQ(hashes[1], 67643);   // (36,313 x 5 XOR 1,668,658,697) mod 377,279
   EXPECT_EQ(hashes[2], 127996);  // (36,313 x 7 XOR 27,191 x 5) mod 377,279
 }
@@ -37,7 +37,7 @@ TEST(BigramHash, EveryPositionMatchesAnInt64FormulaAndInPlaceAgrees) {
   std::vector<int32_t> tokens(4096);
   for (int32_t& t : tokens) t = token(rng);
   std::vector<int32_t> hashes(tokens.size());
-  llmc::bigram_hashes(hashes.data(), tokens.data(), static_cast<int>(tokens.size()));
+  llmc::bigram_hashes(hashes.data(), tokens.data(), static_cast<int>(tokens.size()), llmc::kBigramRows);
   for (size_t t = 1; t < tokens.size(); t++) {
     const int64_t previous = t == 1 ? 377279 : tokens[t - 1];
     const int64_t mixed = int32_wrap(36313LL * tokens[t]) ^ int32_wrap(27191LL * previous);
@@ -46,14 +46,15 @@ TEST(BigramHash, EveryPositionMatchesAnInt64FormulaAndInPlaceAgrees) {
     ASSERT_LT(hashes[t], llmc::kBigramRows);
   }
   std::vector<int32_t> in_place = tokens;
-  llmc::bigram_hashes(in_place.data(), in_place.data(), static_cast<int>(in_place.size()));
+  llmc::bigram_hashes(in_place.data(), in_place.data(), static_cast<int>(in_place.size()), llmc::kBigramRows);
   EXPECT_EQ(in_place, hashes);
 }
 
 TEST(BigramHash, RefusesNegativeTokens) {
   const std::vector<int32_t> tokens = {1, -2};
   std::vector<int32_t> hashes(2);
-  EXPECT_THROW(llmc::bigram_hashes(hashes.data(), tokens.data(), 2), std::invalid_argument);
+  EXPECT_THROW(llmc::bigram_hashes(hashes.data(), tokens.data(), 2, llmc::kBigramRows), std::invalid_argument);
+  EXPECT_THROW(llmc::bigram_hashes(hashes.data(), tokens.data(), 1, 1), std::invalid_argument);
 }
 
 }  // namespace
