@@ -688,8 +688,12 @@ class StopSignals(MultiRankCase):
         pid = run.process.pid if target == "mpirun" else run.rank_pid(target)
         os.kill(pid, signal_number)
         status = run.finish(timeout=120)
+        # Read rank 0's log.txt, not the merged stdout+stderr: another rank's stderr line about the signal
+        # can land inside rank 0's stdout line there.
+        with open(os.path.join(run.output_dir, "log.txt")) as log:
+            log_text = log.read()
         match = re.search(r"(?m)^# stopped by signal (SIG\w+) at step (\d+); resume with --resume (\S+)$",
-                          run.output())
+                          log_text)
         self.assertIsNotNone(match, run.describe())
         self.assertEqual(match.group(1), signal.Signals(signal_number).name)
         step = int(match.group(2))
