@@ -27,6 +27,14 @@ namespace llmc {
 // after the last kernel that writes the bucket's gradients or reads its parameters has been enqueued.
 using BucketHook = std::function<void(int bucket)>;
 
+// A tensor the model keeps in fp32 beside its floatX slots in the parameter buffer (the speedrun model's
+// scalars, fp32 in the record): `count` values from layout offset `offset`. Empty: none.
+struct Fp32Params {
+  float* values = nullptr;  // device
+  size_t offset = 0, count = 0;
+  bool empty() const { return count == 0; }
+};
+
 class TrainableModel {
  public:
   virtual ~TrainableModel() = default;
@@ -67,6 +75,11 @@ class TrainableModel {
   virtual void upload_params(const std::vector<float>& host_params) = 0;
   virtual std::vector<float> download_params() const = 0;
   virtual std::vector<float> download_grads() const = 0;
+  // The fp32 parameters, for an optimizer that updates them in fp32 (the speedrun optimizer). By default the
+  // forward widens such a tensor from its floatX slots each time; once taken, it reads the fp32 values as
+  // they are, the taker writes them (and keeps the floatX slots a rounded copy), and download_params()
+  // returns them exactly. upload_params() sets them either way. Empty where the model has none.
+  virtual Fp32Params take_fp32_params() { return {}; }
 };
 
 // A family's device model as the trainer holds it (ModelFamily::build).

@@ -18,9 +18,10 @@ namespace llmc {
 
 // m = b1 m + (1-b1) g and v = b2 v + (1-b2) g^2 in fp32 (1-b computed in double, as Python does), stored
 // in S; p -= step_size * m / (sqrt(v) + eps)
-// with the stored (rounded) m and v, p stored in P.
-template <typename P, typename S>
-__global__ void adam_sharded_kernel(P* params, const P* grads, S* m, S* v, size_t n, float beta1, float one_minus_beta1,
+// with the stored (rounded) m and v, p stored in P. The gradient's type G is P's, or floatX for an fp32
+// parameter whose gradient the bucket carries in floatX (the scalars in the bf16 build).
+template <typename P, typename S, typename G = P>
+__global__ void adam_sharded_kernel(P* params, const G* grads, S* m, S* v, size_t n, float beta1, float one_minus_beta1,
                                     float beta2, float one_minus_beta2, float eps, float step_size) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -36,13 +37,13 @@ __global__ void adam_sharded_kernel(P* params, const P* grads, S* m, S* v, size_
 
 // One Adam update (the t-th, t >= 1) of rows [shard.row_begin, shard.row_end) of `param` [rows, cols]:
 // grad_shard, m_shard and v_shard hold just those rows.
-template <typename P, typename S>
-void adam_sharded_update(P* param, const P* grad_shard, S* m_shard, S* v_shard, int cols, AdamRowShard shard,
+template <typename P, typename S, typename G = P>
+void adam_sharded_update(P* param, const G* grad_shard, S* m_shard, S* v_shard, int cols, AdamRowShard shard,
                          const AdamShardedSettings& settings, double lr, long long t, cudaStream_t stream) {
   const size_t n = static_cast<size_t>(shard.rows()) * cols;
   if (n == 0) return;
   constexpr int kBlock = 256;
-  LLMC_LAUNCH((adam_sharded_kernel<P, S>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
+  LLMC_LAUNCH((adam_sharded_kernel<P, S, G>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
               param + static_cast<size_t>(shard.row_begin) * cols, grad_shard, m_shard, v_shard, n,
               static_cast<float>(settings.beta1), static_cast<float>(1.0 - settings.beta1),
               static_cast<float>(settings.beta2), static_cast<float>(1.0 - settings.beta2),

@@ -106,8 +106,9 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
       compute_stream_(model.stream()),
       comm_stream_(comm.comm_stream()),
       // Per step and bucket at most a reduce-scatter, a group of Muon reduces, a group of broadcasts and an
-      // all-gather, and the norm's all-reduce; four steps' worth (at most two are in flight).
-      watch_(comm.device(), 4 * (4 * model.layout().buckets.size() + 1)),
+      // all-gather, and the norm's and the fp32 parameters' all-reduces; four steps' worth (at most two are
+      // in flight).
+      watch_(comm.device(), 4 * (4 * model.layout().buckets.size() + 2)),
       params_ready_(model.layout().num_buckets()) {
   const ParamLayout& layout = model.layout();
   for (int b = 0; b < layout.num_buckets(); b++)
@@ -119,6 +120,7 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   int least_priority = 0, greatest_priority = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   CUDA_CHECK(cudaStreamCreateWithPriority(&update_stream_, cudaStreamNonBlocking, greatest_priority));
+  fp32_params_ = model.take_fp32_params();
   rank_plan_ = plan_speedrun_rank(layout, comm.rank(), settings_.owners);
   buckets_.resize(layout.num_buckets());
   for (int b = 0; b < layout.num_buckets(); b++) buckets_[b].spec = &rank_plan_.buckets[b];
@@ -287,6 +289,9 @@ void SpeedrunOptimizer::init_master(const std::vector<float>& host_params) {
         at += length;
       }
     }
+  if (!fp32_params_.empty())
+    CUDA_CHECK(cudaMemcpy(fp32_params_.values, host_params.data() + fp32_params_.offset,
+                          fp32_params_.count * sizeof(float), cudaMemcpyHostToDevice));
   // Pageable cudaMemcpy may return before the device copy is done; the update stream is non-blocking.
   CUDA_CHECK(cudaDeviceSynchronize());
   master_ready_ = true;
@@ -501,7 +506,9 @@ void SpeedrunOptimizer::update_adam(int bucket) {
     const AdamRowShard rows{0, static_cast<int>(segment.length)};
     const double lr = settings_.adam_lr * segment.lr_multiplier * lr_;
     floatX* param = model_.params() + segment.offset;
-    if (segment.fp32_state)
+    if (segment.fp32_state && !fp32_params_.empty())
+      update_fp32_adam(segment, grad, plan, lr, t);
+    else if (segment.fp32_state)
       adam_sharded_update<floatX, float>(param, grad, plan.adam_m32 + segment.state_offset,
                                          plan.adam_v32 + segment.state_offset, 1, rows, settings_.adam, lr, t,
                                          update_stream_);
@@ -510,6 +517,37 @@ void SpeedrunOptimizer::update_adam(int bucket) {
                                           plan.adam_v + segment.state_offset, 1, rows, settings_.adam, lr, t,
                                           update_stream_);
   }
+}
+
+// The segment (inside this rank's shard) of the model's fp32 parameters, updated there; then its floatX slots.
+void SpeedrunOptimizer::update_fp32_adam(const AdamSegment& segment, const floatX* grad, const BucketPlan& plan,
+                                         double lr, long long t) {
+  if (segment.offset < fp32_params_.offset ||
+      segment.offset + segment.length > fp32_params_.offset + fp32_params_.count)
+    throw std::logic_error("SpeedrunOptimizer: an fp32-state Adam segment outside the model's fp32 parameters");
+  float* values = fp32_params_.values + (segment.offset - fp32_params_.offset);
+  adam_sharded_update<float, float, floatX>(values, grad, plan.adam_m32 + segment.state_offset,
+                                            plan.adam_v32 + segment.state_offset, 1,
+                                            AdamRowShard{0, static_cast<int>(segment.length)}, settings_.adam, lr, t,
+                                            update_stream_);
+  convert(model_.params() + segment.offset, values, segment.length, update_stream_);
+}
+
+// Every rank's updated share of the fp32 parameters into every rank's copy: zero what this rank did not
+// update, then sum over the ranks.
+void SpeedrunOptimizer::share_fp32_params(int bucket) {
+  const ParamBucket& b = model_.layout().buckets[bucket];
+  const size_t begin = fp32_params_.offset, end = begin + fp32_params_.count;
+  if (fp32_params_.empty() || begin < b.offset || begin >= b.offset + b.padded_size) return;
+  const size_t shard = shard_begin(bucket);
+  const size_t owned_begin = std::clamp(shard, begin, end), owned_end = std::clamp(shard + b.shard_size, begin, end);
+  float* values = fp32_params_.values;
+  CUDA_CHECK(cudaMemsetAsync(values, 0, (owned_begin - begin) * sizeof(float), comm_stream_));
+  CUDA_CHECK(cudaMemsetAsync(values + (owned_end - begin), 0, (end - owned_end) * sizeof(float), comm_stream_));
+  traced(tracer_, comm_stream_, TraceTrack::kComm, "all_reduce",
+         {{"bucket", bucket}, {"bytes", fp32_params_.count * sizeof(float)}},
+         [&] { comm_.all_reduce_sum_float(values, fp32_params_.count, comm_stream_); });
+  watch_.enqueued("all_reduce", &bucket_labels_[bucket], step_, comm_stream_);
 }
 
 void SpeedrunOptimizer::update_bucket(int bucket) {
@@ -547,6 +585,7 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
       comm_.all_gather(params + shard_begin(bucket), params + b.offset, b.shard_size, comm_stream_);
     });
     watch_.enqueued("all_gather", &bucket_labels_[bucket], step_, comm_stream_);
+    share_fp32_params(bucket);
   }
   params_ready_.mark_ready(bucket, comm_stream_);
 }

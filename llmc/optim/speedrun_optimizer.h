@@ -145,6 +145,12 @@ class SpeedrunOptimizer : public BucketOptimizer {
   int step_ = 0;
   float lr_ = 0.0f;
   bool master_ready_ = false;
+  // The model's fp32 parameters (the scalars): Adam updates them there, in fp32 as the record does, and
+  // writes their floatX slots a rounded copy; with several ranks each rank's share reaches the others by an
+  // all-reduce of the vector with every value it does not update zeroed (x + 0 is exact).
+  Fp32Params fp32_params_;
+  void update_fp32_adam(const AdamSegment& segment, const floatX* grad, const BucketPlan& plan, double lr, long long t);
+  void share_fp32_params(int bucket);  // comm stream
 };
 
 }  // namespace llmc

@@ -138,7 +138,12 @@ std::vector<std::vector<float>> run_optimizer(CommContext& comm, const StepInput
 class Composition {
  public:
   Composition(const SpeedrunLayout& layout, const std::vector<float>& params0, const SpeedrunOptimizerSettings& settings)
-      : layout_(layout), settings_(settings), params_(StandInModel::to_x(params0)), grads_(layout.total_size) {
+      : layout_(layout),
+        settings_(settings),
+        params_(StandInModel::to_x(params0)),
+        grads_(layout.total_size),
+        scalars_(layout.tensor(SpeedrunTensor::kScalars)),
+        scalars32_(params0.begin() + scalars_.offset, params0.begin() + scalars_.offset + scalars_.numel) {
     for (const TensorView& view : layout.tensors) {
       if (view.group != ParamGroup::kMuon) continue;
       const SpeedrunTensor kind = speedrun_kind(view);
@@ -244,21 +249,30 @@ class Composition {
                                                              : settings_.embed_lr_multiplier;
         const int rows = static_cast<int>(view.shape[0]);
         const int cols = static_cast<int>(view.numel / view.shape[0]);
-        DeviceBuffer<floatX> param(std::vector<floatX>(params_.begin() + view.offset, params_.begin() + view.offset + view.numel));
         const AdamRowShard all{0, rows};
-        if (kind == SpeedrunTensor::kScalars)
-          adam_sharded_update<floatX, float>(param.get(), grads_.get() + view.offset, reinterpret_cast<float*>(state->m->get()),
-                                             reinterpret_cast<float*>(state->v->get()), cols, all, settings_.adam,
-                                             settings_.adam_lr * mult * lr, adam_updates_, nullptr);
-        else
-          adam_sharded_update<floatX, floatX>(param.get(), grads_.get() + view.offset, reinterpret_cast<floatX*>(state->m->get()),
-                                              reinterpret_cast<floatX*>(state->v->get()), cols, all, settings_.adam,
-                                              settings_.adam_lr * mult * lr, adam_updates_, nullptr);
+        if (kind == SpeedrunTensor::kScalars) {  // updated in fp32, the floatX slots a rounded copy
+          DeviceBuffer<float> param(scalars32_);
+          adam_sharded_update<float, float, floatX>(param.get(), grads_.get() + view.offset,
+                                                    reinterpret_cast<float*>(state->m->get()),
+                                                    reinterpret_cast<float*>(state->v->get()), cols, all,
+                                                    settings_.adam, settings_.adam_lr * mult * lr, adam_updates_,
+                                                    nullptr);
+          scalars32_ = param.download_raw();
+          for (size_t i = 0; i < view.numel; i++) params_[view.offset + i] = from_float<floatX>(scalars32_[i]);
+          continue;
+        }
+        DeviceBuffer<floatX> param(std::vector<floatX>(params_.begin() + view.offset, params_.begin() + view.offset + view.numel));
+        adam_sharded_update<floatX, floatX>(param.get(), grads_.get() + view.offset, reinterpret_cast<floatX*>(state->m->get()),
+                                            reinterpret_cast<floatX*>(state->v->get()), cols, all, settings_.adam,
+                                            settings_.adam_lr * mult * lr, adam_updates_, nullptr);
         const std::vector<floatX> updated = param.download_raw();
         std::copy(updated.begin(), updated.end(), params_.begin() + view.offset);
       }
     }
-    return StandInModel::to_f(params_);
+    // As the model's download_params(): the scalars in fp32.
+    std::vector<float> out = StandInModel::to_f(params_);
+    std::copy(scalars32_.begin(), scalars32_.end(), out.begin() + scalars_.offset);
+    return out;
   }
 
  private:
@@ -278,6 +292,8 @@ class Composition {
   SpeedrunOptimizerSettings settings_;
   std::vector<floatX> params_;
   DeviceBuffer<floatX> grads_;
+  const TensorView& scalars_;
+  std::vector<float> scalars32_;  // the scalars in fp32, as the optimizer keeps them
   std::vector<std::unique_ptr<MuonState>> muon_;
   std::vector<std::unique_ptr<AdamState>> adam_;
   long long adam_updates_ = 0;
@@ -350,6 +366,43 @@ INSTANTIATE_TEST_SUITE_P(Arrangements, SpeedrunOptimizerOwnership,
                          ::testing::Values(Ownership::kRecord, Ownership::kAllOwned, Ownership::kAllReplicated,
                                            Ownership::kSplitTensors),
                          ownership_name);
+
+// The scalars are fp32 parameters in the record (docs/optimizers.md#the-speedrun-optimizer-in-the-trainer):
+// an Adam update of 4e-5, a hundred times below half of bf16's spacing at 1.0 (2^-8), must move them by what
+// fp32 Adam gives, in both builds (a bf16 parameter would stay at 1.0). fp32: the update itself is good to a
+// few ulps of 4e-5; the result is rounded once at 1.0, so one ulp of 1.0 (2^-23) bounds the difference.
+TEST_F(SpeedrunOptimizerTest, ScalarUpdatesBelowBf16ResolutionAreKept) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  const SpeedrunLayout layout = make_speedrun_layout(config, comm_->world_size());
+  const TensorView& scalars = layout.tensor(SpeedrunTensor::kScalars);
+  StandInModel model(config, comm_->world_size());
+  std::vector<float> params(layout.total_size, 0.0f), grads(layout.total_size, 0.0f);
+  for (size_t i = 0; i < scalars.numel; i++) {
+    params[scalars.offset + i] = 1.0f;
+    grads[scalars.offset + i] = i % 2 == 0 ? 1.0f : -1.0f;  // the same on every rank
+  }
+  model.upload_params(params);
+  const SpeedrunOptimizerSettings settings = test_settings(OverlapMode::kFull);
+  SpeedrunOptimizer optimizer(model, *comm_, settings);
+  optimizer.init_master(model.download_params());
+  const float lr = 1e-3f;
+  for (int step = 1; step <= 2; step++) {  // Adam steps at step 2, on the sum of both steps' gradients
+    model.set_grads(grads);
+    enqueue_stand_in_step(model, optimizer, step, lr);
+    optimizer.wait_for_all_params();
+  }
+  // The first Adam update of g = +-2: m = (1 - b1) g, v = (1 - b2) g^2, bias-corrected, in double.
+  const double b1 = settings.adam.beta1, b2 = settings.adam.beta2, g = 2.0;
+  const double step_size = settings.adam_lr * settings.scalar_lr_multiplier * lr * std::sqrt(1.0 - b2) / (1.0 - b1);
+  const double update = step_size * (1.0 - b1) * g / (std::sqrt(1.0 - b2) * g + settings.adam.eps);
+  ASSERT_LT(update, std::ldexp(1.0, -8) / 50);    // far below half of bf16's spacing at 1.0
+  ASSERT_GT(update, 100 * std::ldexp(1.0, -23));  // far above fp32's
+  const std::vector<float> got = model.download_params();
+  for (size_t i = 0; i < scalars.numel; i++) {
+    const double want = i % 2 == 0 ? 1.0 - update : 1.0 + update;
+    EXPECT_NEAR(got[scalars.offset + i], want, std::ldexp(1.0, -23)) << "scalar " << i;
+  }
+}
 
 TEST_F(SpeedrunOptimizerTest, OverlapModesGiveBitwiseTheSameParameters) {
   const SpeedrunLayout layout = make_speedrun_layout(speedrun_config_from_name("speedrun-tiny"), comm_->world_size());

@@ -3,6 +3,7 @@
 // model does.
 #pragma once
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -25,7 +26,8 @@ class StandInModel : public TrainableModel {
       : layout_(make_speedrun_layout(config, world_size)),
         params_(layout_.total_size),
         grads_(layout_.total_size),
-        pending_(layout_.total_size) {
+        pending_(layout_.total_size),
+        scalars_(layout_.tensor(SpeedrunTensor::kScalars).numel) {
     CUDA_CHECK(cudaStreamCreate(&stream_));
     grads_.fill_zero();
   }
@@ -53,8 +55,24 @@ class StandInModel : public TrainableModel {
   }
   void enqueue_mean_loss(int, int) override {}
   double read_mean_loss(int) override { return 0.0; }
-  void upload_params(const std::vector<float>& host) override { params_.upload_raw(to_x(host)); }
-  std::vector<float> download_params() const override { return to_f(params_.download_raw()); }
+  // The scalars also in fp32, as the speedrun model keeps them (TrainableModel::take_fp32_params).
+  void upload_params(const std::vector<float>& host) override {
+    params_.upload_raw(to_x(host));
+    scalars_.upload_raw(std::vector<float>(host.begin() + scalar_view().offset,
+                                           host.begin() + scalar_view().offset + scalar_view().numel));
+  }
+  std::vector<float> download_params() const override {
+    std::vector<float> params = to_f(params_.download_raw());
+    if (fp32_scalars_taken_) {
+      const std::vector<float> scalars = scalars_.download_raw();
+      std::copy(scalars.begin(), scalars.end(), params.begin() + scalar_view().offset);
+    }
+    return params;
+  }
+  Fp32Params take_fp32_params() override {
+    fp32_scalars_taken_ = true;
+    return Fp32Params{scalars_.get(), scalar_view().offset, scalar_view().numel};
+  }
   std::vector<float> download_grads() const override { return to_f(grads_.download_raw()); }
   // The gradients the next backward delivers (synchronous).
   void set_grads(const std::vector<float>& host) { pending_.upload_raw(to_x(host)); }
@@ -72,8 +90,12 @@ class StandInModel : public TrainableModel {
   }
 
  private:
+  const TensorView& scalar_view() const { return layout_.tensor(SpeedrunTensor::kScalars); }
+
   SpeedrunLayout layout_;
   DeviceBuffer<floatX> params_, grads_, pending_;
+  DeviceBuffer<float> scalars_;
+  bool fp32_scalars_taken_ = false;
   cudaStream_t stream_ = nullptr;
 };
 

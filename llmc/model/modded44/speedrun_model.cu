@@ -279,7 +279,16 @@ void SpeedrunModel::upload_params(const std::vector<float>& host_params) {
   for (size_t i = 0; i < host_params.size(); i++) converted[i] = from_float<floatX>(host_params[i]);
   CUDA_CHECK(
       cudaMemcpyAsync(params_, converted.data(), converted.size() * sizeof(floatX), cudaMemcpyHostToDevice, stream_));
+  const TensorView& scalars = layout_.tensor(SpeedrunTensor::kScalars);
+  CUDA_CHECK(cudaMemcpyAsync(acts_->scalars, host_params.data() + scalars.offset, scalars.numel * sizeof(float),
+                             cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+Fp32Params SpeedrunModel::take_fp32_params() {
+  fp32_scalars_taken_ = true;
+  const TensorView& scalars = layout_.tensor(SpeedrunTensor::kScalars);
+  return Fp32Params{acts_->scalars, scalars.offset, scalars.numel};
 }
 
 namespace {
@@ -296,7 +305,14 @@ std::vector<float> download_as_float(const floatX* device, size_t count, cudaStr
 }  // namespace
 
 std::vector<float> SpeedrunModel::download_params() const {
-  return download_as_float(params_, layout_.total_size, stream_);
+  std::vector<float> params = download_as_float(params_, layout_.total_size, stream_);
+  if (fp32_scalars_taken_) {
+    const TensorView& scalars = layout_.tensor(SpeedrunTensor::kScalars);
+    CUDA_CHECK(cudaMemcpyAsync(params.data() + scalars.offset, acts_->scalars, scalars.numel * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  return params;
 }
 std::vector<float> SpeedrunModel::download_grads() const {
   return download_as_float(grads_, layout_.total_size, stream_);
@@ -392,7 +408,8 @@ void SpeedrunModel::forward(const int* inputs_host, const int* targets_host, int
   // Embeddings, smear, x0 = norm(smeared).
   use_bucket(SpeedrunLayout::embeddings_bucket());
   const TensorView& scalar_view = layout_.tensor(SpeedrunTensor::kScalars);
-  scalars_to_fp32(a.scalars, params_ + scalar_view.offset, static_cast<int>(scalar_view.numel), stream_);
+  if (!fp32_scalars_taken_)
+    scalars_to_fp32(a.scalars, params_ + scalar_view.offset, static_cast<int>(scalar_view.numel), stream_);
   EmbeddingGather<floatX> gather;
   gather.count = 1 + kSpeedrunValueEmbeds;
   gather.tables[0] = param(SpeedrunTensor::kEmbed);

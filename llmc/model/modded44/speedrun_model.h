@@ -84,6 +84,8 @@ class SpeedrunModel : public FamilyModel {
   void upload_params(const std::vector<float>& host_params) override;
   std::vector<float> download_params() const override;
   std::vector<float> download_grads() const override;
+  // The scalar vector in fp32, as the record keeps it (the bf16 build's parameter buffer rounds it).
+  Fp32Params take_fp32_params() override;
 
   // See TrainableModel. inputs/targets hold seq_len tokens (one packed sequence). Losses are the
   // per-token cross-entropies of the soft-capped logits; with compute_dlogits the backward starts from
@@ -126,6 +128,7 @@ class SpeedrunModel : public FamilyModel {
   Yarn yarn_;
   int short_blocks_ = 1, long_blocks_ = 3;
   int num_docs_ = 1;  // documents of the last forward's sequence (cu_seqlens has num_docs_ + 1 entries)
+  bool fp32_scalars_taken_ = false;  // take_fp32_params(): an optimizer writes the fp32 scalars
   std::unique_ptr<Activations> acts_;
 };
 
