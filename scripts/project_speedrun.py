@@ -295,7 +295,8 @@ def speedrun_collectives(muon_bytes: int) -> List[Collective]:
                        "ag", 32),
             Collective("gates: all-reduce (replicated)", GATE_ELEMENTS * 2 * 2, "rs", 1),
             Collective("Adam gradients: reduce-scatter (6 tensors, odd steps)", adam_bytes, "rs", 6, 2),
-            Collective("Adam parameters: all-gather (6 tensors, odd steps)", adam_bytes, "ag", 6, 2)]
+            Collective("Adam parameters: all-gather (6 tensors, odd steps)", adam_bytes, "ag", 6, 2),
+            Collective("fp32 scalars: all-reduce of the updated shares (odd steps)", SCALARS * 4 * 2, "rs", 1, 2)]
 
 
 def collective_seconds(c: Collective, busbw: float, latency: float) -> float:
@@ -309,11 +310,11 @@ def hidden_tail_seconds(muon_bytes: int, pe_seconds: float, adam_seconds: float,
                         latency: float) -> float:
     """What `full` overlap cannot hide: the collectives of the gradients made final last in the
     backward, which the next forward needs first: the four embedding tables (reduce-scatter, shard
-    update, all-gather; odd steps only, so half per step) and block 1's three Muon tensors (reduce,
-    the owner's Polar Express, all-gather)."""
+    update, all-gather, and the fp32 scalars' all-reduce; odd steps only, so half per step) and block 1's
+    three Muon tensors (reduce, the owner's Polar Express, all-gather)."""
     tables = 4 * VOCAB * C * 2
     share = (RANKS - 1) / RANKS
-    embed = (2 * (4 * latency + tables * share / busbw) + adam_seconds * 4 / 5) / 2
+    embed = (2 * (4 * latency + tables * share / busbw) + latency + adam_seconds * 4 / 5) / 2
     block1 = 3 * C * 4 * C * muon_bytes
     muon = 3 * latency + block1 / busbw + 3 * latency + block1 * share / busbw + pe_seconds
     return embed + muon
