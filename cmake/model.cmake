@@ -25,7 +25,10 @@ add_library(llmc_reference STATIC
   test/reference/reference_speedrun_ops.cpp
   test/reference/reference_speedrun.cpp
   test/reference/reference_mtp_loss.cpp
-  test/reference/reference_modded89_ops.cpp)
+  test/reference/reference_modded89_ops.cpp
+  test/reference/reference_tape_ops.cpp
+  test/reference/reference_tape_attention.cpp
+  test/reference/reference_modded89.cpp)
 target_link_libraries(llmc_reference PUBLIC llmc_model)
 
 # ---- tests -------------------------------------------------------------------------------------
@@ -35,7 +38,8 @@ foreach(test_source IN ITEMS test/model/test_model_layout.cpp test/model/test_ch
                            test/model/test_speedrun_model_file.cpp
                            test/reference/test_reference.cpp
                            test/reference/test_reference_speedrun.cpp
-                           test/reference/test_reference_mtp_loss.cpp)
+                           test/reference/test_reference_mtp_loss.cpp
+                           test/reference/test_reference_modded89.cpp)
   get_filename_component(test_name ${test_source} NAME_WE)
   add_executable(${test_name} ${test_source})
   target_link_libraries(${test_name} PRIVATE llmc_reference GTest::gtest_main)
@@ -58,8 +62,10 @@ gtest_discover_tests(test_speedrun_model_file PROPERTIES LABELS model)
 gtest_discover_tests(test_reference TEST_LIST llmc_reference_gtests)
 gtest_discover_tests(test_reference_speedrun TEST_LIST llmc_reference_speedrun_gtests)
 gtest_discover_tests(test_reference_mtp_loss TEST_LIST llmc_reference_mtp_gtests)
+gtest_discover_tests(test_reference_modded89 TEST_LIST llmc_reference_modded89_gtests)
 file(WRITE ${CMAKE_BINARY_DIR}/model_reference_labels.cmake
-  "foreach(name IN LISTS llmc_reference_gtests llmc_reference_speedrun_gtests llmc_reference_mtp_gtests)\n"
+  "foreach(name IN LISTS llmc_reference_gtests llmc_reference_speedrun_gtests llmc_reference_mtp_gtests\n"
+  "                      llmc_reference_modded89_gtests)\n"
   "  set_tests_properties(\"\${name}\" PROPERTIES LABELS \"model;reference\")\n"
   "endforeach()\n")
 set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_BINARY_DIR}/model_reference_labels.cmake)
