@@ -85,3 +85,11 @@ add_test(NAME speedrun_reference_vs_jax
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/reference/check_speedrun_jax.py
           --dump $<TARGET_FILE:speedrun_dump>)
 set_tests_properties(speedrun_reference_vs_jax PROPERTIES LABELS "model;reference" SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# Cross-check of the double-precision 2026-07-17 model against an independent JAX model written from the recipe.
+add_executable(modded89_dump test/reference/modded89_dump.cpp)
+target_link_libraries(modded89_dump PRIVATE llmc_reference CLI11::CLI11 nlohmann_json::nlohmann_json)
+add_test(NAME modded89_reference_vs_jax
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/reference/check_modded89_jax.py
+          --dump $<TARGET_FILE:modded89_dump>)
+set_tests_properties(modded89_reference_vs_jax PROPERTIES LABELS "model;reference" SKIP_RETURN_CODE 77 TIMEOUT 300)

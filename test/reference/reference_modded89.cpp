@@ -52,7 +52,9 @@ NodeId mtp_objective(Tape& t, NodeId z, const Modded89Batch& batch, double* loss
 }
 
 // The per-row view of a per-token gate column: one gate for all C columns.
-NodeId gated(Tape& t, NodeId x, NodeId gate, int column) { return mul_gate(t, x, gate, column, t.cols(x)); }
+NodeId gated(Tape& t, NodeId x, NodeId gate, int column) {
+  return mul_gate(t, x, gate, column, t.cols(x));
+}
 
 }  // namespace
 
@@ -60,7 +62,8 @@ Modded89Reference::Modded89Reference(const llmc::Modded89Layout& layout)
     : params(layout.total_size, 0.0), grads(layout.total_size, 0.0), layout_(layout) {
   std::vector<double> frequencies(static_cast<size_t>(layout.config.rotary_pairs()));
   const int n = layout.config.rotary_pairs();
-  for (int m = 0; m < n; m++) frequencies[static_cast<size_t>(m)] = std::pow(1.0 / 1024.0, n > 1 ? m / double(n - 1) : 0.0);
+  for (int m = 0; m < n; m++)
+    frequencies[static_cast<size_t>(m)] = std::pow(1.0 / 1024.0, n > 1 ? m / double(n - 1) : 0.0);
   set_rope(frequencies, 0.1);
   set_windows(layout.config.window_block, 3 * layout.config.window_block);
 }
@@ -99,9 +102,10 @@ double Modded89Reference::forward(const Modded89Batch& batch) {
   leaves_.clear();
   for (const llmc::TensorView& view : layout_.tensors) {
     const int rows = static_cast<int>(view.shape[0]);
-    leaves_.push_back(t.leaf(std::vector<double>(params.begin() + static_cast<std::ptrdiff_t>(view.offset),
-                                                 params.begin() + static_cast<std::ptrdiff_t>(view.offset + view.numel)),
-                             rows, static_cast<int>(view.numel / view.shape[0])));
+    leaves_.push_back(
+        t.leaf(std::vector<double>(params.begin() + static_cast<std::ptrdiff_t>(view.offset),
+                                   params.begin() + static_cast<std::ptrdiff_t>(view.offset + view.numel)),
+               rows, static_cast<int>(view.numel / view.shape[0])));
   }
   auto P = [&](const std::string& name) {
     const llmc::TensorView& view = layout_.find(name);
@@ -117,7 +121,8 @@ double Modded89Reference::forward(const Modded89Batch& batch) {
   };
   std::vector<int> doc_of_token(static_cast<size_t>(T));
   for (size_t d = 0; d + 1 < batch.cu_seqlens.size(); d++)
-    for (int r = batch.cu_seqlens[d]; r < batch.cu_seqlens[d + 1] && r < T; r++) doc_of_token[static_cast<size_t>(r)] = static_cast<int>(d);
+    for (int r = batch.cu_seqlens[d]; r < batch.cu_seqlens[d + 1] && r < T; r++)
+      doc_of_token[static_cast<size_t>(r)] = static_cast<int>(d);
   std::vector<int> table_rows(static_cast<size_t>(T));
   auto value_embed = [&](int table) {
     for (int r = 0; r < T; r++) table_rows[static_cast<size_t>(r)] = table * V + batch.tokens[static_cast<size_t>(r)];
@@ -133,7 +138,8 @@ double Modded89Reference::forward(const Modded89Batch& batch) {
   // 2. Bigram rows times their sign rows (row 0 at t = 0).
   std::vector<double> signs(static_cast<size_t>(T) * C);
   for (int r = 0; r < T; r++) {
-    const int row = r == 0 ? 0 : (batch.tokens[static_cast<size_t>(r - 1)] ^ batch.tokens[static_cast<size_t>(r)]) % sign_rows;
+    const int row =
+        r == 0 ? 0 : (batch.tokens[static_cast<size_t>(r - 1)] ^ batch.tokens[static_cast<size_t>(r)]) % sign_rows;
     for (int c = 0; c < C; c++) signs[static_cast<size_t>(r) * C + c] = sign_table[static_cast<size_t>(row) * C + c];
   }
   const NodeId b = mul_constant(t, gather_rows(t, P("bigram_embed"), batch.bigram_hashes), signs);
@@ -225,8 +231,9 @@ double Modded89Reference::forward(const Modded89Batch& batch) {
   }
   // 6. MUDD1 after the loop.
   const NodeId mu1 = small_mlp(x, "mudd1", -1);
-  x = add(t, x, add(t, add(t, gated(t, cache0, mu1, 0), gated(t, cache7, mu1, 1)),
-                     add(t, add(t, gated(t, cache9, mu1, 2), gated(t, value_embed(0), mu1, 3)), gated(t, cache3, mu1, 4))));
+  x = add(t, x,
+          add(t, add(t, gated(t, cache0, mu1, 0), gated(t, cache7, mu1, 1)),
+              add(t, add(t, gated(t, cache9, mu1, 2), gated(t, value_embed(0), mu1, 3)), gated(t, cache3, mu1, 4))));
   // 7. Head and loss.
   const NodeId z = matmul(t, norm(x), P("head"));
   double loss = 0.0;
@@ -260,7 +267,8 @@ std::vector<double> init_modded89_params(const llmc::Modded89Layout& layout, uns
   const llmc::TensorView& embed = layout.find("embed");
   for (size_t i = 0; i < embed.numel; i++) p[embed.offset + i] = 0.005 * normal(rng);
   for (int v = 0; v < V; v++)  // tied: head [C, V] = embed^T
-    for (int c = 0; c < C; c++) at("head")[static_cast<std::ptrdiff_t>(c) * V + v] = p[embed.offset + static_cast<size_t>(v) * C + c];
+    for (int c = 0; c < C; c++)
+      at("head")[static_cast<std::ptrdiff_t>(c) * V + v] = p[embed.offset + static_cast<size_t>(v) * C + c];
   const llmc::TensorView& ve = layout.find("value_embeds");
   for (size_t i = 0; i < ve.numel; i++) p[ve.offset + i] = 0.01 * normal(rng);
   const double a = std::sqrt(3.0) * 0.5 / std::sqrt(static_cast<double>(C));

@@ -29,14 +29,15 @@ double dot(const double* a, const double* b, int n) {
 // The keys [first, r] that query row r sees: its document's, at most `span` back (span - 1 rows before r).
 int first_key(int r, int span, const std::vector<int>& doc_of_row) {
   int s = r;
-  while (s > 0 && r - (s - 1) < span && doc_of_row[static_cast<size_t>(s - 1)] == doc_of_row[static_cast<size_t>(r)]) s--;
+  while (s > 0 && r - (s - 1) < span && doc_of_row[static_cast<size_t>(s - 1)] == doc_of_row[static_cast<size_t>(r)])
+    s--;
   return s;
 }
 
 // Softmax probabilities P[h][r][s - first(r)] of scale q_h[r] . k_h[s] over each row's visible keys.
 struct Probabilities {
-  std::vector<int> first;                       // per row
-  std::vector<std::vector<double>> p;           // [h * rows + r]: over s = first[r] .. r
+  std::vector<int> first;              // per row
+  std::vector<std::vector<double>> p;  // [h * rows + r]: over s = first[r] .. r
 };
 
 Probabilities softmax_rows(const std::vector<double>& q, const std::vector<double>& k, int rows, int heads, int D,
@@ -63,8 +64,8 @@ Probabilities softmax_rows(const std::vector<double>& q, const std::vector<doubl
 }
 
 // From dP (same layout as P): dq_h[r] += scale sum_s dS k_h[s], dk_h[s] += scale dS q_h[r], dS = P (dP - P . dP).
-void softmax_backward(Tape& tape, NodeId q, NodeId k, const Probabilities& P, const std::vector<std::vector<double>>& dP,
-                      int rows, int heads, int D, double scale) {
+void softmax_backward(Tape& tape, NodeId q, NodeId k, const Probabilities& P,
+                      const std::vector<std::vector<double>>& dP, int rows, int heads, int D, double scale) {
   std::vector<double>& dq = tape.grad(q);
   std::vector<double>& dk = tape.grad(k);
   const std::vector<double>&qv = tape.value(q), &kv = tape.value(k);
@@ -102,8 +103,8 @@ NodeId window_attention(Tape& t, NodeId q, NodeId k, NodeId v, int heads, int he
       const int first = P.first[static_cast<size_t>(r)];
       for (int s = first; s <= r; s++)
         for (int d = 0; d < D; d++)
-          out[at(r, h, d, heads, D)] +=
-              P.p[static_cast<size_t>(h) * rows + r][static_cast<size_t>(s - first)] * t.value(v)[at(s, h, d, heads, D)];
+          out[at(r, h, d, heads, D)] += P.p[static_cast<size_t>(h) * rows + r][static_cast<size_t>(s - first)] *
+                                        t.value(v)[at(s, h, d, heads, D)];
     }
   return t.push(std::move(out), rows, heads * D, [q, k, v, heads, D, rows, P, scale](Tape& tape, NodeId self) {
     const std::vector<double>& dout = tape.grad(self);
@@ -131,7 +132,8 @@ NodeId rotary_pairs(Tape& t, NodeId x, int heads, int head_dim, int pairs, const
   require(t.cols(x) == heads * D && 2 * pairs <= D, "rotary_pairs", "shapes do not fit");
   require(position.size() == static_cast<size_t>(rows) * heads, "rotary_pairs", "position is not one per row and head");
   for (int p : position)
-    require(p >= 0 && static_cast<size_t>(p + 1) * pairs <= cos_table.size(), "rotary_pairs", "position beyond the tables");
+    require(p >= 0 && static_cast<size_t>(p + 1) * pairs <= cos_table.size(), "rotary_pairs",
+            "position beyond the tables");
   auto turn = [=](const std::vector<double>& in, std::vector<double>& out, double sign) {
     for (int r = 0; r < rows; r++)
       for (int h = 0; h < heads; h++) {
@@ -148,9 +150,8 @@ NodeId rotary_pairs(Tape& t, NodeId x, int heads, int head_dim, int pairs, const
   std::vector<double> out(t.value(x).size(), 0.0);
   turn(t.value(x), out, 1.0);
   // The backward turns the gradient back: the transpose of a rotation is the rotation by -theta.
-  return t.push(std::move(out), rows, heads * D, [x, turn](Tape& tape, NodeId self) {
-    turn(tape.grad(self), tape.grad(x), -1.0);
-  });
+  return t.push(std::move(out), rows, heads * D,
+                [x, turn](Tape& tape, NodeId self) { turn(tape.grad(self), tape.grad(x), -1.0); });
 }
 
 NodeId key_offset(Tape& t, NodeId k, int heads, int head_dim) {
@@ -222,7 +223,8 @@ NodeId dc_correction(Tape& t, NodeId y, NodeId q, NodeId k, NodeId v, NodeId w1,
     A[static_cast<size_t>(r)].assign(P.p[static_cast<size_t>(r)].size(), 0.0);
     for (int h = 0; h < heads; h++)
       for (size_t j = 0; j < A[static_cast<size_t>(r)].size(); j++)
-        A[static_cast<size_t>(r)][j] += t.value(w1)[static_cast<size_t>(r) * heads + h] * P.p[static_cast<size_t>(h) * rows + r][j];
+        A[static_cast<size_t>(r)][j] +=
+            t.value(w1)[static_cast<size_t>(r) * heads + h] * P.p[static_cast<size_t>(h) * rows + r][j];
   }
   std::vector<double> out(t.value(y));
   for (int r = 0; r < rows; r++) {
@@ -231,7 +233,8 @@ NodeId dc_correction(Tape& t, NodeId y, NodeId q, NodeId k, NodeId v, NodeId w1,
       const double w = t.value(w2)[static_cast<size_t>(r) * heads + h];
       for (int s = first; s <= r; s++)
         for (int d = 0; d < D; d++)
-          out[at(r, h, d, heads, D)] += w * A[static_cast<size_t>(r)][static_cast<size_t>(s - first)] * t.value(v)[at(s, h, d, heads, D)];
+          out[at(r, h, d, heads, D)] +=
+              w * A[static_cast<size_t>(r)][static_cast<size_t>(s - first)] * t.value(v)[at(s, h, d, heads, D)];
     }
   }
   return t.push(std::move(out), rows, heads * D,

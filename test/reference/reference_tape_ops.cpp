@@ -12,7 +12,9 @@ void require(bool ok, const char* op, const std::string& what) {
   if (!ok) throw std::invalid_argument(std::string(op) + ": " + what);
 }
 
-size_t at(int r, int c, int cols) { return static_cast<size_t>(r) * static_cast<size_t>(cols) + static_cast<size_t>(c); }
+size_t at(int r, int c, int cols) {
+  return static_cast<size_t>(r) * static_cast<size_t>(cols) + static_cast<size_t>(c);
+}
 
 // out = f(x) elementwise; dx += dout f'(x) (derivative takes x).
 template <class F, class Derivative>
@@ -100,7 +102,8 @@ NodeId linear(Tape& t, NodeId x, NodeId w) {
 
 NodeId matmul(Tape& t, NodeId x, NodeId w) {
   const int n = t.rows(x), k = t.cols(x), m = t.cols(w);
-  require(t.rows(w) == k, "matmul", "x has " + std::to_string(k) + " columns, w " + std::to_string(t.rows(w)) + " rows");
+  require(t.rows(w) == k, "matmul",
+          "x has " + std::to_string(k) + " columns, w " + std::to_string(t.rows(w)) + " rows");
   std::vector<double> out(static_cast<size_t>(n) * m, 0.0);
   const std::vector<double>&xv = t.value(x), &wv = t.value(w);
   for (int r = 0; r < n; r++)
@@ -167,10 +170,13 @@ NodeId scale_plus(Tape& t, NodeId x, NodeId s, int index, double c) {
   });
 }
 
-NodeId scale(Tape& t, NodeId x, NodeId s, int index) { return scale_plus(t, x, s, index, 0.0); }
+NodeId scale(Tape& t, NodeId x, NodeId s, int index) {
+  return scale_plus(t, x, s, index, 0.0);
+}
 
 NodeId scale_const(Tape& t, NodeId x, double c) {
-  return elementwise(t, x, [c](double v) { return c * v; }, [c](double) { return c; });
+  return elementwise(
+      t, x, [c](double v) { return c * v; }, [c](double) { return c; });
 }
 
 NodeId mul_gate(Tape& t, NodeId x, NodeId g, int column, int group) {

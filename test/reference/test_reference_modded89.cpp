@@ -16,7 +16,9 @@ namespace {
 
 using llmc::Modded89Layout;
 
-Modded89Layout tiny_layout() { return llmc::make_modded89_layout(llmc::modded89_config_from_name("modded89-tiny"), 1); }
+Modded89Layout tiny_layout() {
+  return llmc::make_modded89_layout(llmc::modded89_config_from_name("modded89-tiny"), 1);
+}
 
 // A packed batch of T tokens in several documents, random bigram rows, three next-token weights and a prefix
 // table in which some tokens have no prefix.
@@ -47,7 +49,8 @@ ref::Modded89Reference make_model(const Modded89Layout& layout, unsigned seed) {
   model.params = ref::init_modded89_params(layout, seed);
   model.sign_rows = 5;
   std::mt19937 rng(seed + 1);
-  for (int i = 0; i < model.sign_rows * layout.config.channels(); i++) model.sign_table.push_back(rng() % 2 ? 1.0 : -1.0);
+  for (int i = 0; i < model.sign_rows * layout.config.channels(); i++)
+    model.sign_table.push_back(rng() % 2 ? 1.0 : -1.0);
   model.set_windows(layout.config.window_block, 3 * layout.config.window_block);
   return model;
 }
@@ -106,7 +109,8 @@ TEST(ReferenceModded89, ZeroHeadLossIsTheActiveWeightsTimesLnV) {
   for (int t = 0; t < T; t++) {
     for (int k = 0; k < batch.weights.tokens; k++)
       if (t + k < T) weights += batch.weights.next[k];
-    if (batch.prefix_of[static_cast<size_t>(batch.targets[static_cast<size_t>(t)])] >= 0) weights += batch.weights.prefix;
+    if (batch.prefix_of[static_cast<size_t>(batch.targets[static_cast<size_t>(t)])] >= 0)
+      weights += batch.weights.prefix;
   }
   const double expected = weights * std::log(static_cast<double>(layout.config.vocab_size));
   EXPECT_NEAR(model.forward(batch), expected, 1e-12 * expected);
