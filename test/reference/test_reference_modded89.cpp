@@ -3,6 +3,7 @@
 // (SPEEDRUN89.md section 9).
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <random>
 #include <string>
@@ -11,6 +12,9 @@
 #include "llmc/base/normal_sampler.h"
 #include "test/reference/gradient_check.h"
 #include "test/reference/reference_modded89.h"
+#include "test/reference/reference_modded89_ops.h"
+#include "test/reference/reference_tape_attention.h"
+#include "test/reference/reference_tape_ops.h"
 
 namespace {
 
@@ -146,6 +150,68 @@ TEST(ReferenceModded89, StepZeroGradientsAreZeroExactlyWhereThePublishedFactsSay
     EXPECT_EQ(whole(name), 0.0) << name;
   for (const char* name : {"head", "embed", "value_embeds", "bigram_embed", "layers.0.qk", "layers.10.qk"})
     EXPECT_GT(whole(name), 0.0) << name;
+}
+
+// The model's tape ops and the kernels' oracles (reference_modded89_ops.h) are two writings of the same
+// operations: per-head norm + adjacent-pair rotary (paired positions) + key offset, XSA, the DC correction.
+// Both are double; only the summation order differs (1e-13).
+TEST(ReferenceModded89, TapeOpsAgreeWithTheKernelOracles) {
+  const int T = 24, H = 2, D = 16, pairs = D / 4, C = H * D;
+  llmc::NormalSampler normal(21);
+  auto random = [&](size_t n) { return gradient_check::random_vector(n, normal); };
+  std::vector<double> cos_table, sin_table;
+  for (int p = 0; p < 2 * T; p++)
+    for (int m = 0; m < pairs; m++) {
+      cos_table.push_back(std::cos(0.3 * p / (m + 1)));
+      sin_table.push_back(std::sin(0.3 * p / (m + 1)));
+    }
+  auto expect_close = [](const std::vector<double>& got, const std::vector<double>& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); i++) ASSERT_NEAR(got[i], want[i], 1e-12) << what << " at " << i;
+  };
+  {  // q and k heads of the paired layout, keys offset: (T, 2H, D) with q's H heads first
+    const std::vector<double> qk = random(static_cast<size_t>(T) * 2 * C);
+    std::vector<double> want(qk.size());
+    ref::qk_norm_pair_rope_forward(want.data(), qk.data(), cos_table.data(), sin_table.data(), T, 2 * H, D, pairs, 2,
+                                   /*key_offset=*/true);
+    ref::Tape t;
+    const ref::NodeId x = t.leaf(qk, T, 2 * C);
+    std::vector<int> position(static_cast<size_t>(T) * H);
+    for (int r = 0; r < T; r++)
+      for (int h = 0; h < H; h++) position[static_cast<size_t>(r) * H + h] = 2 * r + h % 2;
+    auto turned = [&](int first) {
+      return ref::rotary_pairs(t, ref::rms_norm(t, ref::columns(t, x, first, C), D, FLT_EPSILON), H, D, pairs,
+                               cos_table, sin_table, position);
+    };
+    const ref::NodeId q = turned(0), k = ref::key_offset(t, turned(C), H, D);
+    expect_close(t.value(ref::concat_columns(t, q, k)), want, "norm + pair rotary + key offset");
+  }
+  const std::vector<double> y = random(static_cast<size_t>(T) * C), q = random(y.size()), k = random(y.size()),
+                            v = random(y.size()), alpha = random(static_cast<size_t>(T) * H),
+                            w1 = random(alpha.size()), w2 = random(alpha.size());
+  {
+    std::vector<double> want(y.size());
+    ref::xsa_forward(want.data(), y.data(), v.data(), alpha.data(), T, H, D);
+    ref::Tape t;
+    expect_close(t.value(ref::xsa(t, t.leaf(y, T, C), t.leaf(v, T, C), t.leaf(alpha, T, H), 0, H, D)), want, "xsa");
+  }
+  {
+    const int window = 5;
+    const std::vector<int> starts = {0, 9, 17};  // documents [0, 9), [9, 17), [17, 24)
+    std::vector<int> doc_start(static_cast<size_t>(T)), doc_of_row(static_cast<size_t>(T));
+    for (int r = 0; r < T; r++) {
+      doc_of_row[static_cast<size_t>(r)] = r < 9 ? 0 : r < 17 ? 1 : 2;
+      doc_start[static_cast<size_t>(r)] = starts[static_cast<size_t>(doc_of_row[static_cast<size_t>(r)])];
+    }
+    std::vector<double> want(y.size());
+    ref::dc_forward(want.data(), y.data(), q.data(), k.data(), v.data(), w1.data(), w2.data(), doc_start.data(), T, H,
+                    D, window, 0.15);
+    ref::Tape t;
+    const ref::NodeId got =
+        ref::dc_correction(t, t.leaf(y, T, C), t.leaf(q, T, C), t.leaf(k, T, C), t.leaf(v, T, C), t.leaf(w1, T, H),
+                           t.leaf(w2, T, H), H, D, doc_of_row, window, 0.15);
+    expect_close(t.value(got), want, "dc");
+  }
 }
 
 }  // namespace
