@@ -19,6 +19,8 @@ import tempfile
 
 import numpy as np
 
+from check_reference_jax import import_jax_float64_cpu  # the same JAX set-up (float64, CPU)
+
 FLT_EPSILON = float(np.finfo(np.float32).eps)
 LAYERS = 11
 ATTENTION = [i for i in range(LAYERS) if i != 6]
@@ -29,18 +31,6 @@ XSA = {1: ("pre", 0), 3: ("pre", 6), 4: ("post", 0), 7: ("post", 6)}
 OUTPUT_GATE = {3: ("pre", 12), 10: ("post", 12)}
 X0_BIGRAM = {0: ("pre", 18), 1: ("pre", 20), 2: ("pre", 22), 3: ("pre", 24),
              4: ("post", 18), 5: ("post", 20), 7: ("post", 22), 8: ("post", 24), 9: ("post", 26)}
-
-
-def import_jax():
-    try:
-        import jax
-        jax.config.update("jax_enable_x64", True)
-        jax.config.update("jax_platforms", "cpu")
-        import jax.numpy as jnp
-    except ImportError:
-        print("skipped: jax is not installed")
-        return None
-    return jax, jnp
 
 
 def make_objective(jax, jnp, meta):
@@ -188,7 +178,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dump", required=True, help="path of the modded89_dump executable")
     args = parser.parse_args()
-    modules = import_jax()
+    modules = import_jax_float64_cpu()
     if modules is None:
         return 77
     jax, jnp = modules

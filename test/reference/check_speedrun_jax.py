@@ -19,6 +19,8 @@ import tempfile
 
 import numpy as np
 
+from check_reference_jax import import_jax_float64_cpu  # the same JAX set-up (float64, CPU)
+
 FLT_EPSILON = float(np.finfo(np.float32).eps)  # rms_norm's eps=None for bf16/fp32 inputs (the record (docs/recipes.md))
 
 # The record's 12 blocks (the record (docs/recipes.md)).
@@ -29,19 +31,6 @@ LONG_WINDOW_BLOCKS = {4, 11}
 SKIP_PUSH_BLOCKS = [1, 2, 3, 4, 5]
 SKIP_POP_BLOCKS = [6, 7, 8, 9, 10]  # before block i: x += sigmoid(skip_w[i - 6]) * pop()
 BACKOUT_BLOCK = 8
-
-
-def import_jax_float64_cpu():
-    """(jax, jax.numpy) set to float64 on the CPU; None, after saying so, when JAX is not installed."""
-    try:
-        import jax
-        jax.config.update("jax_enable_x64", True)
-        jax.config.update("jax_platforms", "cpu")
-        import jax.numpy as jnp
-    except ImportError:
-        print("skipped: jax is not installed")
-        return None
-    return jax, jnp
 
 
 def spec_rope(D, window_block, old_blocks, new_blocks):
