@@ -75,7 +75,8 @@ class TrainableModel {
   virtual void upload_params(const std::vector<float>& host_params) = 0;
   virtual std::vector<float> download_params() const = 0;
   virtual std::vector<float> download_grads() const = 0;
-  // The fp32 parameters, for an optimizer that updates them in fp32 (the speedrun optimizer). By default the
+  // The fp32 parameters, for an optimizer that updates them in fp32 (the speedrun optimizer, which requires
+  // them). By default the
   // forward widens such a tensor from its floatX slots each time; once taken, it reads the fp32 values as
   // they are, the taker writes them (and keeps the floatX slots a rounded copy), and download_params()
   // returns them exactly. upload_params() sets them either way. Empty where the model has none.

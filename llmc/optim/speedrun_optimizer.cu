@@ -121,6 +121,8 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   CUDA_CHECK(cudaStreamCreateWithPriority(&update_stream_, cudaStreamNonBlocking, greatest_priority));
   fp32_params_ = model.take_fp32_params();
+  if (fp32_params_.empty())
+    throw std::invalid_argument("SpeedrunOptimizer: the model does not keep its scalars in fp32 (take_fp32_params)");
   rank_plan_ = plan_speedrun_rank(layout, comm.rank(), settings_.owners);
   buckets_.resize(layout.num_buckets());
   for (int b = 0; b < layout.num_buckets(); b++) buckets_[b].spec = &rank_plan_.buckets[b];
@@ -289,9 +291,8 @@ void SpeedrunOptimizer::init_master(const std::vector<float>& host_params) {
         at += length;
       }
     }
-  if (!fp32_params_.empty())
-    CUDA_CHECK(cudaMemcpy(fp32_params_.values, host_params.data() + fp32_params_.offset,
-                          fp32_params_.count * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(fp32_params_.values, host_params.data() + fp32_params_.offset,
+                        fp32_params_.count * sizeof(float), cudaMemcpyHostToDevice));
   // Pageable cudaMemcpy may return before the device copy is done; the update stream is non-blocking.
   CUDA_CHECK(cudaDeviceSynchronize());
   master_ready_ = true;
@@ -506,12 +507,8 @@ void SpeedrunOptimizer::update_adam(int bucket) {
     const AdamRowShard rows{0, static_cast<int>(segment.length)};
     const double lr = settings_.adam_lr * segment.lr_multiplier * lr_;
     floatX* param = model_.params() + segment.offset;
-    if (segment.fp32_state && !fp32_params_.empty())
+    if (segment.fp32_state)
       update_fp32_adam(segment, grad, plan, lr, t);
-    else if (segment.fp32_state)
-      adam_sharded_update<floatX, float>(param, grad, plan.adam_m32 + segment.state_offset,
-                                         plan.adam_v32 + segment.state_offset, 1, rows, settings_.adam, lr, t,
-                                         update_stream_);
     else
       adam_sharded_update<floatX, floatX>(param, grad, plan.adam_m + segment.state_offset,
                                           plan.adam_v + segment.state_offset, 1, rows, settings_.adam, lr, t,
@@ -538,7 +535,7 @@ void SpeedrunOptimizer::update_fp32_adam(const AdamSegment& segment, const float
 void SpeedrunOptimizer::share_fp32_params(int bucket) {
   const ParamBucket& b = model_.layout().buckets[bucket];
   const size_t begin = fp32_params_.offset, end = begin + fp32_params_.count;
-  if (fp32_params_.empty() || begin < b.offset || begin >= b.offset + b.padded_size) return;
+  if (begin < b.offset || begin >= b.offset + b.padded_size) return;
   const size_t shard = shard_begin(bucket);
   const size_t owned_begin = std::clamp(shard, begin, end), owned_end = std::clamp(shard + b.shard_size, begin, end);
   float* values = fp32_params_.values;

@@ -152,14 +152,14 @@ NodeId add_row(Tape& t, NodeId x, NodeId b) {
   });
 }
 
-NodeId scale_plus(Tape& t, NodeId x, NodeId s, int index, double c) {
+NodeId scale(Tape& t, NodeId x, NodeId s, int index) {
   require(index >= 0 && static_cast<size_t>(index) < t.value(s).size(), "scale", "index outside the scalar node");
-  const double factor = c + t.value(s)[static_cast<size_t>(index)];
+  const double factor = t.value(s)[static_cast<size_t>(index)];
   std::vector<double> out(t.value(x));
   for (double& v : out) v *= factor;
-  return t.push(std::move(out), t.rows(x), t.cols(x), [x, s, index, c](Tape& tape, NodeId self) {
+  return t.push(std::move(out), t.rows(x), t.cols(x), [x, s, index](Tape& tape, NodeId self) {
     const std::vector<double>& dout = tape.grad(self);
-    const double factor = c + tape.value(s)[static_cast<size_t>(index)];
+    const double factor = tape.value(s)[static_cast<size_t>(index)];
     std::vector<double>& dx = tape.grad(x);
     double ds = 0.0;
     for (size_t i = 0; i < dx.size(); i++) {
@@ -168,10 +168,6 @@ NodeId scale_plus(Tape& t, NodeId x, NodeId s, int index, double c) {
     }
     tape.grad(s)[static_cast<size_t>(index)] += ds;
   });
-}
-
-NodeId scale(Tape& t, NodeId x, NodeId s, int index) {
-  return scale_plus(t, x, s, index, 0.0);
 }
 
 NodeId scale_const(Tape& t, NodeId x, double c) {
@@ -282,15 +278,6 @@ NodeId shift_rows(Tape& t, NodeId x) {
     std::vector<double>& dx = tape.grad(x);
     for (int r = 1; r < rows; r++)
       for (int c = 0; c < cols; c++) dx[at(r - 1, c, cols)] += dout[at(r, c, cols)];
-  });
-}
-
-NodeId sum_all(Tape& t, NodeId x) {
-  double sum = 0.0;
-  for (double v : t.value(x)) sum += v;
-  return t.push({sum}, 1, 1, [x](Tape& tape, NodeId self) {
-    const double dout = tape.grad(self)[0];
-    for (double& d : tape.grad(x)) d += dout;
   });
 }
 

@@ -26,8 +26,6 @@ NodeId add(Tape& t, NodeId a, NodeId b);
 NodeId add_row(Tape& t, NodeId x, NodeId b);
 // x * s[index] (s any node: one of its values, e.g. a scalar parameter).
 NodeId scale(Tape& t, NodeId x, NodeId s, int index);
-// x * (c + s[index]).
-NodeId scale_plus(Tape& t, NodeId x, NodeId s, int index, double c);
 NodeId scale_const(Tape& t, NodeId x, double c);
 // out[r, c] = x[r, c] * g[r, column + c / group]: per-row gates, one per group of `group` columns (group = cols:
 // one gate per row; group = D: one per head).
@@ -45,7 +43,5 @@ NodeId relu_square(Tape& t, NodeId x);  // max(x, 0)^2
 NodeId gather_rows(Tape& t, NodeId table, const std::vector<int>& rows);
 // out[r] = x[r - 1], out[0] = 0.
 NodeId shift_rows(Tape& t, NodeId x);
-// The 1 x 1 sum of every value of x.
-NodeId sum_all(Tape& t, NodeId x);
 
 }  // namespace ref

@@ -22,6 +22,9 @@ import tempfile
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reference"))
+from check_speedrun_jax import window_masks  # noqa: E402  the (short, long) document-causal window masks
+
 FLT_EPSILON = float(np.finfo(np.float32).eps)  # rms_norm's eps=None for bf16/fp32 inputs
 ATTENTION_BLOCKS = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11]
 VALUE_EMBED_OF_BLOCK = {1: 1, 2: 2, 9: 0, 10: 1, 11: 2}
@@ -132,14 +135,6 @@ def load(directory):
     return meta, tensors("params"), tensors("device_grads"), tensors("reference_grads")
 
 
-def window_masks(T, cu_seqlens, window_short, window_long):
-    positions = np.arange(T)
-    doc = np.searchsorted(np.asarray(cu_seqlens), positions, side="right") - 1
-    i, j = positions[:, None], positions[None, :]
-    base = (doc[:, None] == doc[None, :]) & (j <= i)
-    return torch.from_numpy(np.stack([base & (i - j <= window_short), base & (i - j <= window_long)]))
-
-
 def replay(meta, params, record):
     """(mean loss per token, the same with the soft-cap in float64, gradients of the SUM loss as float64
     arrays) in one arithmetic."""
@@ -149,8 +144,8 @@ def replay(meta, params, record):
     table = torch.bfloat16 if record else torch.float64  # the record's tables are bf16 (docs/recipes.md)
     cos = torch.tensor(meta["rope_cos"], dtype=torch.float64).view(T, half).to(table)
     sin = torch.tensor(meta["rope_sin"], dtype=torch.float64).view(T, half).to(table)
-    rope = (window_masks(T, meta["cu_seqlens"], meta["window_short"], meta["window_long"]), cos, sin,
-            meta["attn_scale"])
+    masks = torch.from_numpy(window_masks(T, meta["cu_seqlens"], meta["window_short"], meta["window_long"]))
+    rope = (masks, cos, sin, meta["attn_scale"])
     tokens, targets = torch.tensor(meta["tokens"]), torch.tensor(meta["targets"])
     loss, mean_loss, mean_loss_wide_cap = model_loss(a, p, meta, tokens, targets, rope)
     loss.backward()
