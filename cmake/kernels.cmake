@@ -15,6 +15,16 @@ set(LLMC_SPEEDRUN_KERNEL_TEST_SOURCES
   test/kernels/test_scalar_vector.cu
   test/kernels/test_embedding.cu
   test/kernels/test_simple_window_attention.cu)
+# The 2026-07-17 record's kernels (docs/kernels.md); also built as the mutant binary below.
+set(LLMC_MODDED89_KERNEL_TEST_SOURCES
+  test/kernels/test_mtp_cross_entropy.cu
+  test/kernels/test_qk_norm_pair_rope.cu
+  test/kernels/test_xsa.cu
+  test/kernels/test_bigram_sign.cu
+  test/kernels/test_token_mix.cu
+  test/kernels/test_value_embed_gate.cu
+  test/kernels/test_dc_attention.cu
+  test/kernels/test_gate_mlp_output.cu)
 set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_encoder.cu
   test/kernels/test_layernorm.cu
@@ -30,13 +40,7 @@ set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_window_attention.cu
   test/kernels/test_kv_cache.cu
   test/kernels/test_convert.cu
-  test/kernels/test_mtp_cross_entropy.cu
-  test/kernels/test_qk_norm_pair_rope.cu
-  test/kernels/test_xsa.cu
-  test/kernels/test_bigram_sign.cu
-  test/kernels/test_token_mix.cu
-  test/kernels/test_value_embed_gate.cu
-  test/kernels/test_dc_attention.cu
+  ${LLMC_MODDED89_KERNEL_TEST_SOURCES}
   ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES})
 
 # Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).
@@ -66,11 +70,12 @@ endforeach()
 llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
   SOURCES test/kernels/mutants/test_mutants.cu LIBS llmc_reference)
 
-# Mutation tests: the speedrun kernel tests and the GPT-2 ones whose kernels have mutant sites once more,
+# Mutation tests: the speedrun and 2026-07-17 kernel tests and the GPT-2 ones whose kernels have mutant sites once more,
 # emulated in fp32 with LLMC_KERNEL_MUTANTS, so that LLMC_MUTANT(...) sites in llmc/kernels can be switched
 # to a plausible bug one at a time; the driver expects the named tests to fail under each mutant and to
 # pass without one.
 llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES}
+                      ${LLMC_MODDED89_KERNEL_TEST_SOURCES}
                       test/kernels/test_encoder.cu test/kernels/test_layernorm.cu test/kernels/test_bias_grad.cu
                       test/kernels/test_classifier.cu test/kernels/test_global_norm.cu test/kernels/test_adamw.cu)
 add_executable(kernel_mutants_fp32_emu ${llmc_kernel_mutant_sources})

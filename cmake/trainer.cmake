@@ -25,7 +25,8 @@ target_include_directories(llmc_build_commit PRIVATE ${CMAKE_SOURCE_DIR})
 # The KV-cache decoder (llmc/generate/) reads the same parameters, so it lives here too: the trainer's
 # samples and ./generate_gpt2 both use it.
 set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2/gpt2.cu llmc/model/gpt2/gpt2_family.cu llmc/model/gpt2/gpt2_decoder.cu
-    llmc/model/modded44/speedrun_model.cu llmc/model/modded44/speedrun_family.cu llmc/cuda/device_arena.cu
+    llmc/model/modded44/speedrun_model.cu llmc/model/modded44/speedrun_family.cu llmc/model/modded89/modded89_model.cu
+    llmc/cuda/device_arena.cu
     llmc/train/run_info.cu llmc/model/registry.cpp)
 # The optimizer library also holds the training step that drives model and optimizer (train_step.cu). The
 # speedrun optimizer uses Polar Express and NorMuon (llmc_optim_math_<precision>_emu when emulated; the
@@ -85,7 +86,7 @@ llmc_emu_wrap_sources(train_gpt2_fp32_emu_sources train_gpt2_fp32_emu train_gpt2
 add_executable(train_gpt2_fp32_emu ${train_gpt2_fp32_emu_sources})
 target_link_libraries(train_gpt2_fp32_emu PRIVATE llmc_trainer_fp32_emu ${LLMC_TRAINER_LIBS})
 
-# The device models (GPT-2, speedrun) against their references (loss and every gradient, accumulation,
+# The device models (GPT-2, speedrun, the 2026-07-17 model's forward) against their references (loss and every gradient, accumulation,
 # determinism).
 # (The fp32 GPU twins of this and the next test exist only with -DLLMC_CUDA_FP32_TESTS=ON.)
 foreach(precision IN ITEMS bf16 fp32)
@@ -98,6 +99,9 @@ foreach(precision IN ITEMS bf16 fp32)
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
   llmc_add_cu_test(NAME speedrun_model_${precision} LABELS model TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
     SOURCES test/model/test_speedrun_model.cu LIBS llmc_reference llmc_model
+    EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
+  llmc_add_cu_test(NAME modded89_model_${precision} LABELS model TIMEOUT 300 ${emu_only}
+    SOURCES test/model/test_modded89_model.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
   llmc_add_cu_test(NAME train_steps_${precision} LABELS trainer TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
     SOURCES test/optim/test_train_steps.cu LIBS llmc_reference llmc_model

@@ -11,13 +11,15 @@
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/mutant.h"
 
 namespace llmc {
 
 constexpr int kBigramSignRows = 8192;  // a power of two: mod is a mask
 
 __host__ __device__ __forceinline__ int bigram_sign_row(const int* tokens, int t) {
-  return t == 0 ? 0 : (tokens[t - 1] ^ tokens[t]) & (kBigramSignRows - 1);
+  return t == 0 ? 0 : (LLMC_MUTANT("bigram_sign.current_token_only", tokens[t - 1] ^ tokens[t], tokens[t])) &
+                          (kBigramSignRows - 1);
 }
 
 template <typename Tx>

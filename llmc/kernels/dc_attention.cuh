@@ -13,6 +13,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/mutant.h"
 
 namespace llmc {
 
@@ -54,7 +55,8 @@ __device__ __forceinline__ float dc_weight(const floatX* w, int stride, int t, i
 // The keys of query t: s = t - i for i < dc_key_count (the window, cut at the document start).
 __device__ __forceinline__ int dc_key_count(const DcInputs& in, int t) {
   const int in_document = t - in.doc_start[t] + 1;
-  return in_document < in.window ? in_document : in.window;
+  const int window = LLMC_MUTANT("dc.window_plus_one", in.window, in.window + 1);
+  return in_document < window ? in_document : window;
 }
 
 // P[h][i] = softmax over i of attn_scale q_h[t] . k_h[t - i], for one query; with lse given (backward) the
@@ -211,6 +213,37 @@ __global__ void dc_backward_key_kernel(Tx* dk, int dk_stride, Tx* dv, int dv_str
       *target_v = from_float<Tx>(to_float(*target_v) + acc_v);
       *target_k = from_float<Tx>(to_float(*target_k) + in.attn_scale * acc_k);
     }
+}
+
+constexpr float kDcWeightNormEps = 1e-6f;
+
+// Row t: out[t, h] = w1[t, h] = g[t, w1_column + h] / rms over the H of them (fp32, eps 1e-6) and out[t, H + h]
+// = w2[t, h] = g[t, w2_column + h]: the DC weights from the post gate's columns, side by side (one w_stride).
+template <typename Tx>
+__global__ void dc_mix_weights_forward_kernel(Tx* out, const Tx* gate, int gate_stride, int w1_column, int w2_column,
+                                              int T, int H) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const Tx* row = gate + static_cast<size_t>(t) * gate_stride;
+  float sum = 0.0f;
+  for (int h = 0; h < H; h++) sum += to_float(row[w1_column + h]) * to_float(row[w1_column + h]);
+  const float r = rsqrtf(LLMC_MUTANT("dc_mix_weights.sum_not_mean", sum / H, sum) + kDcWeightNormEps);
+  for (int h = 0; h < H; h++) {
+    out[static_cast<size_t>(t) * 2 * H + h] = from_float<Tx>(to_float(row[w1_column + h]) * r);
+    out[static_cast<size_t>(t) * 2 * H + H + h] = row[w2_column + h];
+  }
+}
+
+// out (T, 2H): the normalised w1 then w2 per row (DcInputs{w1 = out, w2 = out + H, w_stride = 2H}).
+inline void dc_mix_weights_forward(floatX* out, const floatX* gate, int gate_stride, int w1_column, int w2_column,
+                                   int T, int H, cudaStream_t stream) {
+  if (H < 1 || H > kDcMaxHeads || w1_column < 0 || w2_column < 0 || w1_column + H > gate_stride ||
+      w2_column + H > gate_stride)
+    throw std::invalid_argument("dc_mix_weights_forward: the H columns of w1 and w2 must lie inside the gate rows");
+  if (T <= 0) return;
+  constexpr int kBlock = 128;
+  LLMC_LAUNCH(dc_mix_weights_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(T, kBlock))), dim3(kBlock), 0,
+              stream, out, gate, gate_stride, w1_column, w2_column, T, H);
 }
 
 namespace detail {

@@ -15,6 +15,7 @@
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/mutant.h"
 
 namespace llmc {
 
@@ -54,7 +55,7 @@ struct MtpRowTerms {
       const bool present = k < w.tokens && row + k < rows;
       target[k] = present ? targets[row + k] : -1;
       weight[k] = k < w.tokens ? w.next[k] : 0.0f;
-      if (k < w.tokens) softmax_weight += w.next[k];
+      if (LLMC_MUTANT("mtp.softmax_weight_present_only", k < w.tokens, present)) softmax_weight += w.next[k];
     }
     const int prefix = prefix_of != nullptr && w.prefix != 0.0f ? prefix_of[targets[row]] : -1;
     target[kMtpMaxTokens] = prefix;

@@ -3,7 +3,8 @@
 // y[2m] = n[2m] c + n[2m+1] s, y[2m+1] = n[2m+1] c - n[2m] s; the remaining dims are stationary. The
 // position of head h in row t is t (position_step 1) or 2t + h % 2 (position_step 2: the paired-head
 // layers' second table). With key_offset, each k head's stationary dims come from row t - 1 (row 0 keeps
-// its own): the partial key offset of the long-window layers. A group of lanes handles one head in 16-byte
+// its own): the partial key offset of the long-window layers (k heads: the second half of each row's heads,
+// or from PairRopeLayout::first_key_head on). A group of lanes handles one head in 16-byte
 // packets; the tables are rope_tables_build's (rows = positions, `pairs` columns).
 #pragma once
 
@@ -14,6 +15,7 @@
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/kernels/rmsnorm.cuh"
+#include "llmc/kernels/mutant.h"
 
 namespace llmc {
 
@@ -22,7 +24,10 @@ constexpr int kPairRopeBlock = 256;
 struct PairRopeLayout {
   int pairs = 0;            // rotated pairs per head (the table's columns); dims [2 pairs, D) are stationary
   int position_step = 1;    // 1: position t; 2: position 2t + h % 2
-  bool key_offset = false;  // k heads (the second half of the row's heads) take row t - 1's stationary dims
+  bool key_offset = false;  // k heads take row t - 1's stationary dims
+  // The row's heads from this one on are k heads; -1: the second half (rows of q heads, then k heads). 0 lets
+  // a launch over k heads alone (rows of a separate k buffer) apply the key offset to all of them.
+  int first_key_head = -1;
 };
 
 namespace detail {
@@ -38,7 +43,7 @@ struct PairRopeHead {
   __device__ PairRopeHead(const Tx* inp, int in_stride, const Tx* cos_table, const Tx* sin_table, int head_row,
                           int heads, int D, const PairRopeLayout& layout)
       : t(head_row / heads), h(head_row % heads) {
-    offset = layout.key_offset && h >= heads / 2;
+    offset = layout.key_offset && h >= (layout.first_key_head < 0 ? heads / 2 : layout.first_key_head);
     x = inp + static_cast<size_t>(t) * in_stride + static_cast<size_t>(h) * D;
     const size_t position = static_cast<size_t>(t) * layout.position_step + h % layout.position_step;
     cos_row = cos_table + position * layout.pairs;
@@ -119,7 +124,8 @@ __device__ void pair_rope_dn(float* dn, const Tx* dy_row, int dout_stride, const
     return;
   }
   for (int j = 0; j < Packet::size; j++) dn[j] = 0.0f;
-  const bool own = !head.offset || head.t == 0, next = head.offset && head.t + 1 < T;
+  const bool own = !head.offset || head.t == 0,
+             next = head.offset && head.t + 1 < LLMC_MUTANT("pair_rope.offset_gradient_misses_last", T, T - 1);
   if (own) {
     const Packet g = load128(dy_row + d0);
     for (int j = 0; j < Packet::size; j++) dn[j] += to_float(g[j]);
@@ -177,8 +183,9 @@ int pair_rope_lane_group(const char* launcher, int D, int heads, const PairRopeL
                                 " must rotate whole packets within the head");
   if (layout.position_step != 1 && layout.position_step != 2)
     throw std::invalid_argument(where + "position_step must be 1 or 2");
-  if (layout.key_offset && heads % 2 != 0)
-    throw std::invalid_argument(where + "key_offset needs q and k heads (an even head count)");
+  if (layout.key_offset && layout.first_key_head < 0 && heads % 2 != 0)
+    throw std::invalid_argument(where + "key_offset needs q and k heads (an even head count) or first_key_head");
+  if (layout.first_key_head >= heads) throw std::invalid_argument(where + "first_key_head past the row's heads");
   return group;
 }
 }  // namespace detail

@@ -11,6 +11,7 @@
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/mutant.h"
 
 namespace llmc {
 
@@ -91,7 +92,8 @@ __global__ void token_mix_backward_kernel(const Tx* dout, int dout_stride, Token
   for (int k = 0; k < mix.count; k++) {
     const float dot = block_reduce_sum(dots[k], warp_sums);
     if (threadIdx.x == 0 && mix.streams[k].gate_column >= 0)
-      mix.dgate[static_cast<size_t>(t) * mix.gate_stride + mix.streams[k].gate_column] = dot;
+      mix.dgate[static_cast<size_t>(t) * mix.gate_stride + mix.streams[k].gate_column] =
+          LLMC_MUTANT("token_mix.gate_dot_times_weight", dot, dot * w[k]);
   }
 }
 

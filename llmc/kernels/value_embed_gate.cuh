@@ -13,6 +13,7 @@
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/attention_gate.cuh"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/mutant.h"
 
 namespace llmc {
 
@@ -78,7 +79,8 @@ __global__ void value_embed_gate_backward_kernel(Tx* dve, float* gate_grad, cons
     store128(dve + e_base + p * Packet::size, r);
   }
   dot = group_reduce_sum(dot, group);
-  if (valid && lane == 0) gate_grad[head_row] = dot * 2.0f * sig * (1.0f - sig);
+  if (valid && lane == 0)
+    gate_grad[head_row] = dot * LLMC_MUTANT("value_gate.no_factor_two", 2.0f, 1.0f) * sig * (1.0f - sig);
 }
 
 // Block = one chunk of rows; thread k = h * 12 + c: partials[chunk][k] = sum_t gate_grad[t, h] in_c[t] with

@@ -10,6 +10,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/mutant.h"
 
 namespace llmc {
 
@@ -87,7 +88,8 @@ __global__ void xsa_backward_kernel(Tx* dy, Tx* dv, float* dalpha, const Tx* dou
   if (!valid) return;
   const float a = tanhf(to_float(alpha[static_cast<size_t>(t) * s.alpha_stride + h]));
   const float q = fmaxf(dots[1], kXsaNormFloor), c = dots[0], e = dots[2];
-  const float along_v = dots[1] > kXsaNormFloor ? 2.0f * a * c * e / (q * q) : 0.0f;
+  const float along_v =
+      dots[1] > kXsaNormFloor ? LLMC_MUTANT("xsa.no_norm_derivative", 2.0f * a * c * e / (q * q), 0.0f) : 0.0f;
   for (int p = lane; p < s.D / Packet::size; p += group) {
     const Packet yv = load128(yr + p * Packet::size), vv = load128(vr + p * Packet::size);
     const Packet gv = load128(gr + p * Packet::size), old_dv = load128(dv + v_offset + p * Packet::size);

@@ -40,6 +40,16 @@ MUTANTS = {
     "global_norm.first_segment_only": "GlobalNormKernel.MatchesDoubleSum*",  # later buckets left out of the norm
     "clip_scale.scales_infinity": "GlobalNormKernel.ClipScale",        # an infinite norm zeroes the update
     "adamw.first_segment_decay": "AdamWKernel.SegmentsInOneLaunch*",   # one weight decay for the whole shard
+    # the 2026-07-17 record's kernels
+    "mtp.softmax_weight_present_only": "MtpCrossEntropyTest.LossAndInPlace*",  # the record's quirk dropped
+    "xsa.no_norm_derivative": "XsaKernel.Backward*",                   # dv misses d|v|^2's term
+    "bigram_sign.current_token_only": "BigramSignKernel.EachRow*",     # sign row from tokens[t] alone
+    "value_gate.no_factor_two": "ValueEmbedGateKernel.Backward*",      # d(2 sigmoid) taken as d sigmoid
+    "dc.window_plus_one": "DcAttentionKernel.ForwardMatches*",         # one key more than the window
+    "dc_mix_weights.sum_not_mean": "DcAttentionKernel.MixWeights*",    # w1 over the root of the sum, not the rms
+    "token_mix.gate_dot_times_weight": "TokenMixKernel.Backward*",     # the gate's gradient scaled by the gate
+    "gate_mlp_output.bias_unscaled": "GateMlpOutput.Forward*",         # s in + b instead of s (in + b)
+    "pair_rope.offset_gradient_misses_last": "QkNormPairRope.Backward*",  # row T-2's k misses row T-1's dy
 }
 
 

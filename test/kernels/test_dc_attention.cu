@@ -1,9 +1,11 @@
 // Kernel tests of the 2026-07-17 record's DC correction (llmc/kernels/dc_attention.cuh): the forward against
 // the double reference (test/reference/reference_modded89_ops.h) over three documents and a window shorter
 // than them, in place; the backward (dq, dk, dv accumulated, dw1, dw2) against central differences of that
-// reference; determinism; the launchers' checks. Built for fp32 and bf16, emulated and on a GPU.
+// reference; determinism; the DC weights from the post gate's columns; the launchers' checks. Built for fp32
+// and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <random>
 #include <stdexcept>
@@ -116,6 +118,31 @@ TEST(DcAttentionKernel, BackwardMatchesCentralDifferencesAndRepeatsBitwise) {
   EXPECT_TRUE(all_close(d_dv.download(), plus(prefill, dv), tol));
   EXPECT_TRUE(all_close(d_dw1.download(), dw1, tol));
   EXPECT_TRUE(all_close(d_dw2.download(), dw2, tol));
+}
+
+// The DC weights from the post gate's rows (41 columns): w1 = the 6 columns from 29 over their rms (eps 1e-6),
+// w2 = the 6 from 35, side by side.
+TEST(DcAttentionKernel, MixWeightsNormaliseW1AndCopyW2) {
+  LLMC_REQUIRE_GPU();
+  constexpr int T = 9, H = 6, kStride = 41, kW1 = 29, kW2 = 35;
+  std::mt19937 rng(29);
+  std::vector<double> gate = round_to_floatx(random_values(T * kStride, rng, -2.0, 2.0));
+  for (int c = 0; c < H; c++) gate[3 * kStride + kW1 + c] = 0.0;  // a zero row: rsqrt(eps) times 0
+  DeviceBuffer<floatX> d_gate(gate.size()), d_out(2 * T * H);
+  d_gate.upload(gate);
+  llmc::dc_mix_weights_forward(d_out.get(), d_gate.get(), kStride, kW1, kW2, T, H, nullptr);
+  std::vector<double> expected;
+  for (int t = 0; t < T; t++) {
+    double sum = 0.0;
+    for (int h = 0; h < H; h++) sum += gate[t * kStride + kW1 + h] * gate[t * kStride + kW1 + h];
+    const double r = 1.0 / std::sqrt(sum / H + 1e-6);
+    for (int h = 0; h < H; h++) expected.push_back(gate[t * kStride + kW1 + h] * r);
+    for (int h = 0; h < H; h++) expected.push_back(gate[t * kStride + kW2 + h]);
+  }
+  // A sum of H squares and rsqrtf (a few ulps) in fp32, one rounding.
+  EXPECT_TRUE(all_close(d_out.download(), expected, tolerance(1, H + 4)));
+  EXPECT_THROW(llmc::dc_mix_weights_forward(d_out.get(), d_gate.get(), kStride, 36, kW2, T, H, nullptr),
+               std::invalid_argument);
 }
 
 TEST(DcAttentionKernel, LaunchersRefuseBadShapes) {

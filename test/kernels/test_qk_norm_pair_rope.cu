@@ -119,6 +119,48 @@ TEST(QkNormPairRope, BackwardMatchesCentralDifferencesOfTheReference) {
   }
 }
 
+// The 2026-07-17 model runs q and k as separate launches into separate buffers (the paired-head view needs
+// each contiguous): over the k heads alone, first_key_head = 0 offsets all of them, and the results equal
+// the k half of the joint launch bitwise (the same per-head arithmetic), forward and backward.
+TEST(QkNormPairRope, KeyHeadsAloneEqualTheJointLaunch) {
+  LLMC_REQUIRE_GPU();
+  PairRopeData data;
+  const int T = data.T, C = data.C, width = data.kHeads * data.D;
+  const std::vector<double> dout = random_values(static_cast<size_t>(T) * width, data.rng);
+  std::vector<double> dout_k;
+  for (int t = 0; t < T; t++) dout_k.insert(dout_k.end(), dout.begin() + t * width + C, dout.begin() + (t + 1) * width);
+  DeviceBuffer<floatX> d_qkv(data.qkv.size()), d_joint(dout.size()), d_dout(dout.size()), d_djoint(dout.size());
+  DeviceBuffer<floatX> d_k(dout_k.size()), d_dout_k(dout_k.size()), d_dk(data.qkv.size());
+  DeviceBuffer<floatX> d_cos(data.cos_table.size()), d_sin(data.sin_table.size());
+  DeviceBuffer<float> d_rstd(static_cast<size_t>(T) * data.kHeads), d_rstd_k(static_cast<size_t>(T) * data.H);
+  d_qkv.upload(data.qkv);
+  d_cos.upload(data.cos_table);
+  d_sin.upload(data.sin_table);
+  d_dout.upload(dout);
+  d_dout_k.upload(dout_k);
+  for (const int step : {1, 2}) {
+    SCOPED_TRACE("position_step " + std::to_string(step));
+    const llmc::PairRopeLayout joint{data.kPairs, step, true}, alone{data.kPairs, step, true, 0};
+    llmc::qk_norm_pair_rope_forward(d_joint.get(), width, d_qkv.get(), data.kStride, d_rstd.get(), d_cos.get(),
+                                    d_sin.get(), T, data.kHeads, data.D, joint, nullptr);
+    llmc::qk_norm_pair_rope_forward(d_k.get(), C, d_qkv.get() + C, data.kStride, d_rstd_k.get(), d_cos.get(),
+                                    d_sin.get(), T, data.H, data.D, alone, nullptr);
+    llmc::qk_norm_pair_rope_backward(d_djoint.get(), width, d_dout.get(), width, d_qkv.get(), data.kStride,
+                                     d_rstd.get(), d_cos.get(), d_sin.get(), T, data.kHeads, data.D, joint, nullptr);
+    llmc::qk_norm_pair_rope_backward(d_dk.get() + C, data.kStride, d_dout_k.get(), C, d_qkv.get() + C, data.kStride,
+                                     d_rstd_k.get(), d_cos.get(), d_sin.get(), T, data.H, data.D, alone, nullptr);
+    // floatX values widened to double exactly: equal doubles are equal values.
+    const std::vector<double> joint_out = d_joint.download(), k_out = d_k.download();
+    const std::vector<double> joint_grad = d_djoint.download(), k_grad = d_dk.download();
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++) {
+        ASSERT_EQ(k_out[t * C + c], joint_out[t * width + C + c]) << "row " << t << " column " << c;
+        ASSERT_EQ(k_grad[t * data.kStride + C + c], joint_grad[t * width + C + c])
+            << "gradient row " << t << " column " << c;
+      }
+  }
+}
+
 TEST(QkNormPairRope, LaunchersRefuseBadLayouts) {
   LLMC_REQUIRE_GPU();
   PairRopeData data;

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "llmc/base/bf16_bits.h"
 #include "test/reference/reference_tape_attention.h"
 #include "test/reference/reference_tape_ops.h"
 
@@ -26,10 +27,13 @@ constexpr int kDcW1Column = 29, kDcW2Column = 35;  // of the post gate
 
 // The soft-capped multi-token loss of logits z (T, V): the node's value is the objective (the loss plus the
 // lse terms whose targets fall past the last row), its backward the record's logit gradient.
-NodeId mtp_objective(Tape& t, NodeId z, const Modded89Batch& batch, double* loss) {
+NodeId mtp_objective(Tape& t, NodeId z, const Modded89Batch& batch, bool round_u, double* loss) {
   const int T = t.rows(z), V = t.cols(z);
   std::vector<double> u(t.value(z).size());
-  for (size_t i = 0; i < u.size(); i++) u[i] = mtp_softcap_u(t.value(z)[i]);
+  for (size_t i = 0; i < u.size(); i++) {
+    u[i] = mtp_softcap_u(t.value(z)[i]);
+    if (round_u) u[i] = llmc::bf16_bits_to_float(llmc::float_to_bf16_bits(static_cast<float>(u[i])));
+  }
   std::vector<double> losses, dz;
   mtp_cross_entropy(&losses, &dz, u, batch.targets.data(), batch.prefix_of.empty() ? nullptr : batch.prefix_of.data(),
                     batch.weights, 1.0, T, V);
@@ -237,7 +241,7 @@ double Modded89Reference::forward(const Modded89Batch& batch) {
   // 7. Head and loss.
   const NodeId z = matmul(t, norm(x), P("head"));
   double loss = 0.0;
-  objective_node_ = mtp_objective(t, z, batch, &loss);
+  objective_node_ = mtp_objective(t, z, batch, round_softcap_to_bf16, &loss);
   objective_ = t.value(objective_node_)[0];
   return loss;
 }

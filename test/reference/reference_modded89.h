@@ -30,6 +30,9 @@ class Modded89Reference {
   std::vector<double> grads;       // layout order, after backward()
   std::vector<double> sign_table;  // [sign_rows, C] of +-1: the bigram sign trick's table
   int sign_rows = 0;
+  // u = sigmoid((z + 5) / 7.5) rounded to bf16 as the record's kernel (and ours, in both builds) stores it: for
+  // comparing a device model's training loss. The gradient then treats the rounded u as the function.
+  bool round_softcap_to_bf16 = false;
 
   // The rotary frequencies (D / 4) and the attention scale; tables for positions 0 .. 2 max_seq_len - 1.
   void set_rope(const std::vector<double>& frequencies, double attn_scale);

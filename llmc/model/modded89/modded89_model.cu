@@ -1,0 +1,596 @@
+// The 2026-07-17 record's forward on the device (see modded89_model.h): the kernels in the order of
+// SPEEDRUN89.md sections 1-3 (the step numbers below are its), its double-precision oracle
+// test/reference/reference_modded89.cpp. Attention runs the simple window kernel in both builds for now (the
+// paired heads view its rows as [2T, H/2, D]); the fast kernel, the FP8 head and the fusions come later.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/device_arena.h"
+#include "llmc/data/bigram_hash.h"
+#include "llmc/kernels/bigram_sign.cuh"
+#include "llmc/kernels/dc_attention.cuh"
+#include "llmc/kernels/embedding.cuh"
+#include "llmc/kernels/gate_mlp_output.cuh"
+#include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/qk_norm_pair_rope.cuh"
+#include "llmc/kernels/qk_norm_rope.cuh"
+#include "llmc/kernels/relu_squared.cuh"
+#include "llmc/kernels/residual_mix.cuh"
+#include "llmc/kernels/rmsnorm.cuh"
+#include "llmc/kernels/simple_window_attention.cuh"
+#include "llmc/kernels/smear_gate.cuh"
+#include "llmc/kernels/token_mix.cuh"
+#include "llmc/kernels/value_embed_gate.cuh"
+#include "llmc/kernels/xsa.cuh"
+#include "llmc/model/modded89/modded89_model.h"
+
+namespace llmc {
+
+namespace {
+
+constexpr float kMuddScale = 0.1f;                  // MUDD_k = 0.1 (lin(gelu(lin(x))) + b)
+constexpr int kDcW1Column = 29, kDcW2Column = 35;   // of the post gate
+constexpr int kSmearLambda = 22, kSkipLambda = 23;  // in the scalar vector
+
+using Rows = MixRows<floatX>;
+using ConstRows = MixRows<const floatX>;
+MixCoefficient one() {
+  return MixCoefficient{MixScalar::kOne, -1};
+}
+MixCoefficient identity(int index) {
+  return MixCoefficient{MixScalar::kIdentity, index};
+}
+
+// A gate MLP's per-token outputs: rows of `columns` values.
+struct GateRows {
+  const floatX* rows = nullptr;
+  int columns = 0;
+};
+
+// The streams of a token mix over rows of C: (rows, gate column or -1).
+TokenMix token_mix(GateRows gate, std::initializer_list<std::pair<const floatX*, int>> streams, int C) {
+  TokenMix mix;
+  mix.gate = gate.rows;
+  mix.gate_stride = gate.columns;
+  for (const auto& [rows, column] : streams) {
+    TokenMixStream& s = mix.streams[mix.count++];
+    s.rows = rows;
+    s.stride = C;
+    s.gate_column = column;
+  }
+  return mix;
+}
+
+}  // namespace
+
+// The device buffers of one sequence of T tokens, carved from one arena.
+struct Modded89Model::Buffers {
+  struct Layer {
+    floatX* x_in = nullptr;  // the stream entering the layer (after the skip add at layer 6)
+    floatX* skip = nullptr;  // layer 6: sigmoid(skip_lambda) cache3
+    floatX *xn_attn = nullptr, *qk_raw = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *y = nullptr;
+    float *rstd_attn = nullptr, *rstd_q = nullptr, *rstd_k = nullptr, *lse = nullptr;
+    floatX *dc_weights = nullptr, *y_dc = nullptr;  // layer 10
+    float* dc_lse = nullptr;
+    floatX *y_xsa = nullptr, *y_gated = nullptr;  // aliases of the previous output where absent
+    floatX *attn_out = nullptr, *x_attn = nullptr;
+    floatX *aux_v = nullptr, *x_pre = nullptr;  // layer 10: MUDD0's value input and its stream before attention
+    floatX *xn_mlp = nullptr, *pre = nullptr, *post = nullptr, *mlp_out = nullptr, *x_out = nullptr;
+    float* rstd_mlp = nullptr;
+  };
+  // A gate or MUDD MLP: out = s (gelu(x w1^T) w2^T + b2), all columns of w2 (41 or 14).
+  struct SmallMlp {
+    floatX *hidden_pre = nullptr, *hidden = nullptr, *out_raw = nullptr, *out = nullptr;
+    int columns = 0;
+    GateRows gate() const { return GateRows{out, columns}; }
+  };
+  Layer layers[kModded89Layers];
+  SmallMlp mlps[4];  // gate0 (G0), gate1 (G1), mudd0, mudd1
+  int *inputs = nullptr, *targets = nullptr, *hashes = nullptr, *cu_seqlens = nullptr, *cu_rows = nullptr;
+  int *doc_start = nullptr, *prefix_of = nullptr;
+  floatX *signs = nullptr, *e = nullptr, *smeared = nullptr, *x0 = nullptr, *bigram_rows = nullptr, *b = nullptr;
+  floatX* ve[kModded89ValueEmbeds] = {};
+  floatX *x_start = nullptr, *x_final = nullptr, *xf = nullptr, *z = nullptr;
+  float *rstd0 = nullptr, *rstd_f = nullptr, *losses = nullptr;
+  floatX *rope_cos = nullptr, *rope_sin = nullptr;
+  float* rope_freq = nullptr;
+  float* fp32_params = nullptr;  // the layout's fp32 tensors, scalars .. gate scale, in layout order
+  size_t fp32_count = 0;
+  DeviceArena arena;
+  MatmulContext matmul;
+
+  void request(floatX** params, const Modded89Layout& layout, int T);
+  void set_aliases(const Modded89Layout& layout);
+};
+
+void Modded89Model::Buffers::request(floatX** params, const Modded89Layout& layout, int seq_len) {
+  const Modded89Config& config = layout.config;
+  const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
+               H = static_cast<size_t>(config.num_heads), V = static_cast<size_t>(config.vocab_size),
+               m = static_cast<size_t>(config.mudd_hidden);
+  arena.request(params, layout.total_size);
+  for (int i = 0; i < kModded89Layers; i++) {
+    const Modded89Layer& role = layout.structure.layers[static_cast<size_t>(i)];
+    Layer& l = layers[i];
+    if (i == layout.structure.skip_to) {
+      arena.request(&l.skip, T * C);
+      arena.request(&l.x_in, T * C);
+    }
+    if (role.attention) {
+      for (floatX** buffer : {&l.xn_attn, &l.q, &l.k, &l.v, &l.y, &l.attn_out, &l.x_attn}) arena.request(buffer, T * C);
+      arena.request(&l.qk_raw, 2 * T * C);
+      arena.request(&l.rstd_attn, T);
+      for (float** buffer : {&l.rstd_q, &l.rstd_k, &l.lse}) arena.request(buffer, H * T);
+      if (role.dc) {
+        arena.request(&l.dc_weights, 2 * H * T);
+        arena.request(&l.y_dc, T * C);
+        arena.request(&l.dc_lse, dc_lse_floats(seq_len, config.num_heads));
+      }
+      if (role.xsa.present()) arena.request(&l.y_xsa, T * C);
+      if (role.output_gate.present()) arena.request(&l.y_gated, T * C);
+      if (role.mudd) {
+        arena.request(&l.aux_v, T * C);
+        arena.request(&l.x_pre, T * C);
+      }
+    }
+    for (floatX** buffer : {&l.xn_mlp, &l.mlp_out, &l.x_out}) arena.request(buffer, T * C);
+    arena.request(&l.pre, 4 * T * C);
+    arena.request(&l.post, 4 * T * C);
+    arena.request(&l.rstd_mlp, T);
+  }
+  const int columns[4] = {kModded89GateColumns, kModded89GateColumns, kModded89MuddColumns, kModded89MuddColumns};
+  for (int k = 0; k < 4; k++) {
+    mlps[k].columns = columns[k];
+    arena.request(&mlps[k].hidden_pre, T * m);
+    arena.request(&mlps[k].hidden, T * m);
+    arena.request(&mlps[k].out_raw, T * columns[k]);
+    arena.request(&mlps[k].out, T * columns[k]);
+  }
+  for (int** buffer : {&inputs, &targets, &hashes, &doc_start}) arena.request(buffer, T);
+  arena.request(&cu_seqlens, T + 1);
+  arena.request(&cu_rows, T + 1);
+  arena.request(&prefix_of, V);
+  arena.request(&signs, static_cast<size_t>(kBigramSignRows) * C);
+  for (floatX** buffer : {&e, &smeared, &x0, &bigram_rows, &b, &x_start, &x_final, &xf}) arena.request(buffer, T * C);
+  for (floatX*& table : ve) arena.request(&table, T * C);
+  arena.request(&z, T * V);
+  for (float** buffer : {&rstd0, &rstd_f, &losses}) arena.request(buffer, T);
+  const size_t pairs = static_cast<size_t>(config.rotary_pairs());
+  arena.request(&rope_cos, 2 * T * pairs);
+  arena.request(&rope_sin, 2 * T * pairs);
+  arena.request(&rope_freq, pairs);
+  const TensorView& first = layout.find(modded89_tensor_name(Modded89Tensor::kScalars));
+  const TensorView& last = layout.find(modded89_tensor_name(Modded89Tensor::kGateScale));
+  fp32_count = last.offset + last.numel - first.offset;
+  arena.request(&fp32_params, fp32_count);
+}
+
+// Where an optional stage is absent its output is its input: the attention's y through DC, XSA and the gate;
+// the stream entering each layer is the previous layer's output (x_start for layer 0) unless it has a skip add.
+void Modded89Model::Buffers::set_aliases(const Modded89Layout& layout) {
+  floatX* previous = x_start;
+  for (int i = 0; i < kModded89Layers; i++) {
+    const Modded89Layer& role = layout.structure.layers[static_cast<size_t>(i)];
+    Layer& l = layers[i];
+    if (l.x_in == nullptr) l.x_in = previous;
+    if (role.attention) {
+      if (l.y_dc == nullptr) l.y_dc = l.y;
+      if (l.y_xsa == nullptr) l.y_xsa = l.y_dc;
+      if (l.y_gated == nullptr) l.y_gated = l.y_xsa;
+    } else {
+      l.x_attn = l.x_in;
+    }
+    previous = l.x_out;
+  }
+}
+
+Modded89Model::Modded89Model(const Modded89Config& config, int seq_len, cudaStream_t stream, int bos_token)
+    : layout_(make_modded89_layout(config, 1)), seq_len_(seq_len), bos_token_(bos_token), stream_(stream) {
+  if (seq_len < 1 || seq_len > config.max_seq_len)
+    throw std::invalid_argument("modded89 model: sequence length " + std::to_string(seq_len) + " outside [1, " +
+                                std::to_string(config.max_seq_len) + "] (the model's maximum)");
+  if (bos_token < 0 || bos_token >= config.vocab_size)
+    throw std::invalid_argument("modded89 model: BOS token " + std::to_string(bos_token) + " outside the vocabulary");
+  buffers_ = std::make_unique<Buffers>();
+  Buffers& b = *buffers_;
+  b.request(&params_, layout_, seq_len);
+  b.arena.allocate("the modded89 model (parameters, activations for T=" + std::to_string(seq_len) + ")");
+  b.set_aliases(layout_);
+  CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
+  CUDA_CHECK(cudaMemsetAsync(b.fp32_params, 0, b.fp32_count * sizeof(float), stream_));
+  set_sign_table(std::vector<float>(static_cast<size_t>(kBigramSignRows) * config.channels(), 1.0f));
+  set_prefix_table({});
+  const int pairs = config.rotary_pairs();
+  std::vector<float> frequencies(static_cast<size_t>(pairs));
+  for (int j = 0; j < pairs; j++)
+    frequencies[static_cast<size_t>(j)] =
+        static_cast<float>(std::pow(1.0 / 1024.0, pairs > 1 ? j / static_cast<double>(pairs - 1) : 0.0));
+  set_rope(frequencies, 0.1f);
+  set_windows(config.window_block, 3 * config.window_block);
+}
+
+Modded89Model::~Modded89Model() {
+  CUDA_REPORT(cudaStreamSynchronize(stream_));
+}
+
+size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int seq_len) {
+  const Modded89Layout layout = make_modded89_layout(config, 1);
+  Buffers buffers;
+  floatX* params = nullptr;
+  buffers.request(&params, layout, seq_len);
+  return buffers.arena.requested_bytes() - layout.total_size * sizeof(floatX);
+}
+
+size_t Modded89Model::activation_bytes() const {
+  return buffers_->arena.bytes() - layout_.total_size * sizeof(floatX);
+}
+
+int Modded89Model::fp32_index(const std::string& name, int element) const {
+  return static_cast<int>(layout_.find(name).offset - layout_.find("scalars").offset) + element;
+}
+
+// ---- parameters, tables, windows ----------------------------------------------------------------------------
+
+void Modded89Model::upload_params(const std::vector<float>& host_params) {
+  if (host_params.size() != layout_.total_size)
+    throw std::invalid_argument("upload_params: " + std::to_string(host_params.size()) + " values for a buffer of " +
+                                std::to_string(layout_.total_size));
+  std::vector<floatX> converted(host_params.size());
+  for (size_t i = 0; i < host_params.size(); i++) converted[i] = from_float<floatX>(host_params[i]);
+  CUDA_CHECK(
+      cudaMemcpyAsync(params_, converted.data(), converted.size() * sizeof(floatX), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(buffers_->fp32_params, host_params.data() + layout_.find("scalars").offset,
+                             buffers_->fp32_count * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::vector<float> Modded89Model::download_params() const {
+  std::vector<floatX> raw(layout_.total_size);
+  CUDA_CHECK(cudaMemcpyAsync(raw.data(), params_, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost, stream_));
+  std::vector<float> params(raw.size());
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t i = 0; i < raw.size(); i++) params[i] = to_float(raw[i]);
+  CUDA_CHECK(cudaMemcpyAsync(params.data() + layout_.find("scalars").offset, buffers_->fp32_params,
+                             buffers_->fp32_count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return params;
+}
+
+void Modded89Model::set_sign_table(const std::vector<float>& signs) {
+  const size_t expected = static_cast<size_t>(kBigramSignRows) * layout_.config.channels();
+  if (signs.size() != expected)
+    throw std::invalid_argument("set_sign_table: " + std::to_string(signs.size()) + " values, expected " +
+                                std::to_string(expected) + " (8192 rows of C)");
+  std::vector<floatX> converted(signs.size());
+  for (size_t i = 0; i < signs.size(); i++) {
+    if (signs[i] != 1.0f && signs[i] != -1.0f) throw std::invalid_argument("set_sign_table: a value is not +-1");
+    converted[i] = from_float<floatX>(signs[i]);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(buffers_->signs, converted.data(), converted.size() * sizeof(floatX),
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Modded89Model::set_prefix_table(const std::vector<int>& prefix_of) {
+  const int V = layout_.config.vocab_size;
+  if (!prefix_of.empty() && prefix_of.size() != static_cast<size_t>(V))
+    throw std::invalid_argument("set_prefix_table: " + std::to_string(prefix_of.size()) + " entries for " +
+                                std::to_string(V) + " tokens");
+  for (int p : prefix_of)
+    if (p < -1 || p >= V) throw std::invalid_argument("set_prefix_table: prefix token " + std::to_string(p));
+  has_prefix_table_ = !prefix_of.empty();
+  if (!has_prefix_table_) return;
+  CUDA_CHECK(cudaMemcpyAsync(buffers_->prefix_of, prefix_of.data(), prefix_of.size() * sizeof(int),
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Modded89Model::set_rope(const std::vector<float>& frequencies, float attn_scale) {
+  if (frequencies.size() != static_cast<size_t>(layout_.config.rotary_pairs()))
+    throw std::invalid_argument("set_rope: " + std::to_string(frequencies.size()) +
+                                " frequencies, expected D/4 = " + std::to_string(layout_.config.rotary_pairs()));
+  if (!(attn_scale > 0.0f)) throw std::invalid_argument("set_rope: the attention scale must be positive");
+  frequencies_ = frequencies;
+  attn_scale_ = attn_scale;
+  rebuild_rope_tables();
+}
+
+void Modded89Model::rebuild_rope_tables() {
+  Buffers& b = *buffers_;
+  CUDA_CHECK(cudaMemcpyAsync(b.rope_freq, frequencies_.data(), frequencies_.size() * sizeof(float),
+                             cudaMemcpyHostToDevice, stream_));
+  rope_tables_build(b.rope_cos, b.rope_sin, b.rope_freq, 2 * seq_len_, layout_.config.rotary_pairs(), stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the frequencies' host copy must outlive the transfer
+}
+
+void Modded89Model::set_windows(int short_tokens, int long_tokens) {
+  if (short_tokens < 0 || long_tokens < 0)
+    throw std::invalid_argument("set_windows: windows must be non-negative (short " + std::to_string(short_tokens) +
+                                ", long " + std::to_string(long_tokens) + ")");
+  short_window_ = short_tokens;
+  long_window_ = long_tokens;
+}
+
+// ---- forward --------------------------------------------------------------------------------------------------
+
+// Tokens, targets, bigram hashes, document bounds in tokens and in paired rows (doubled), each token's document
+// start. Synchronous: the host vectors are temporaries.
+void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host) {
+  Buffers& b = *buffers_;
+  const int T = seq_len_, V = layout_.config.vocab_size;
+  for (int t = 0; t < T; t++)
+    if (inputs_host[t] < 0 || inputs_host[t] >= V || targets_host[t] < 0 || targets_host[t] >= V)
+      throw std::invalid_argument("modded89 model: token or target at position " + std::to_string(t) + " outside [0, " +
+                                  std::to_string(V) + ")");
+  std::vector<int> cu{0}, doc_start(static_cast<size_t>(T)), hashes(static_cast<size_t>(T));
+  for (int t = 0; t < T; t++) {
+    if (t > 0 && inputs_host[t] == bos_token_) cu.push_back(t);
+    doc_start[static_cast<size_t>(t)] = cu.back();
+  }
+  cu.push_back(T);
+  num_docs_ = static_cast<int>(cu.size()) - 1;
+  std::vector<int> cu_rows(cu.size());
+  for (size_t d = 0; d < cu.size(); d++) cu_rows[d] = 2 * cu[d];
+  bigram_hashes(hashes.data(), inputs_host, T, layout_.config.bigram_rows);
+  auto upload = [&](int* device, const int* host, size_t count) {
+    CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  };
+  upload(b.inputs, inputs_host, static_cast<size_t>(T));
+  upload(b.targets, targets_host, static_cast<size_t>(T));
+  upload(b.hashes, hashes.data(), hashes.size());
+  upload(b.doc_start, doc_start.data(), doc_start.size());
+  upload(b.cu_seqlens, cu.data(), cu.size());
+  upload(b.cu_rows, cu_rows.data(), cu_rows.size());
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Modded89Model::forward(const int* inputs_host, const int* targets_host, const MtpLossWeights& weights,
+                            bool training) {
+  upload_batch(inputs_host, targets_host);
+  input_forward();
+  for (int i = 0; i < kModded89Layers; i++) layer_forward(i);
+  head_forward(weights, training);
+}
+
+// Steps 1-4: embeddings, smear, x0, the bigram rows with their signs, the pre gate, x = x0 + g b.
+void Modded89Model::input_forward() {
+  Buffers& b = *buffers_;
+  const Modded89Config& cfg = layout_.config;
+  const int T = seq_len_, C = cfg.channels();
+  const size_t table = static_cast<size_t>(cfg.vocab_size) * C;
+  EmbeddingGather<floatX> gather;  // embed and value tables 0..2, then 3..4 (four tables per launch)
+  gather.count = 4;
+  gather.tables[0] = param("embed");
+  gather.outputs[0] = b.e;
+  for (int k = 0; k < 3; k++) {
+    gather.tables[1 + k] = param("value_embeds") + k * table;
+    gather.outputs[1 + k] = b.ve[k];
+  }
+  embedding_forward(gather, b.inputs, T, C, stream_);
+  gather.count = 2;
+  for (int k = 0; k < 2; k++) {
+    gather.tables[k] = param("value_embeds") + (3 + k) * table;
+    gather.outputs[k] = b.ve[3 + k];
+  }
+  embedding_forward(gather, b.inputs, T, C, stream_);
+  smear_forward(b.smeared, b.e, param("smear_gate"), b.fp32_params, kSmearLambda, T, C, stream_);
+  rmsnorm_forward(b.x0, b.rstd0, b.smeared, T, C, stream_);
+  gather.count = 1;
+  gather.tables[0] = param("bigram_embed");
+  gather.outputs[0] = b.bigram_rows;
+  embedding_forward(gather, b.hashes, T, C, stream_);
+  bigram_sign(b.b, b.bigram_rows, b.inputs, b.signs, T, C, stream_);
+  small_mlp_forward(0, b.x0);
+  const int bigram_column = layout_.structure.layers[0].bigram_gate.column;
+  token_mix_forward(b.x_start, C, token_mix(b.mlps[0].gate(), {{b.x0, -1}, {b.b, bigram_column}}, C), T, C, stream_);
+}
+
+// out = s (gelu(x w1^T) w2^T + b2) for gate0 (G0), gate1 (G1), mudd0, mudd1; s the gate scale or 0.1.
+void Modded89Model::small_mlp_forward(int index, const floatX* x) {
+  static const char* const kPrefixes[4] = {"gate0.", "gate1.", "mudd0.", "mudd1."};
+  Buffers& b = *buffers_;
+  Buffers::SmallMlp& mlp = b.mlps[index];
+  const std::string prefix = kPrefixes[index];
+  const int T = seq_len_, C = layout_.config.channels(), m = layout_.config.mudd_hidden;
+  GemmArgs hidden;  // (T, m) = x w1^T
+  hidden.d = mlp.hidden_pre, hidden.a = x, hidden.b = param(prefix + "w1"), hidden.m = T, hidden.n = m, hidden.k = C;
+  hidden.trans_b = true;
+  gemm(b.matmul, hidden, stream_);
+  gelu_exact_forward(mlp.hidden, mlp.hidden_pre, static_cast<size_t>(T) * m, stream_);
+  GemmArgs out;  // (T, n) = gelu(.) w2^T
+  out.d = mlp.out_raw, out.a = mlp.hidden, out.b = param(prefix + "w2"), out.m = T, out.n = mlp.columns, out.k = m;
+  out.trans_b = true;
+  gemm(b.matmul, out, stream_);
+  GateMlpScale scale;
+  if (index < 2)
+    scale.scale = b.fp32_params + fp32_index("mudd_gate_scale", 0);
+  else
+    scale.constant = kMuddScale;
+  gate_mlp_output_forward(mlp.out, mlp.out_raw, param(prefix + "b2"), scale, T, mlp.columns, stream_);
+}
+
+// Step 5 for layer i: the post gate before layer 4, the skip add at layer 6, attention with the residual,
+// x0 and bigram terms (MUDD0's dense connections at layer 10), then the MLP.
+void Modded89Model::layer_forward(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Structure& structure = layout_.structure;
+  const Modded89Layer& role = structure.layers[static_cast<size_t>(i)];
+  const int T = seq_len_, C = layout_.config.channels();
+  const floatX* previous = i == 0 ? b.x_start : b.layers[i - 1].x_out;
+  if (i == structure.post_gate_layer) small_mlp_forward(1, previous);
+  if (i == structure.skip_to) {  // x += sigmoid(skip_lambda) G1[28] cache3
+    mix_forward(Rows{l.skip, C}, ConstRows{b.layers[structure.skip_from].x_out, C}, ConstRows{nullptr, C},
+                b.fp32_params, MixCoefficient{MixScalar::kSigmoid, kSkipLambda}, one(), T, C, stream_);
+    token_mix_forward(l.x_in, C, token_mix(b.mlps[1].gate(), {{previous, -1}, {l.skip, structure.skip_gate.column}}, C),
+                      T, C, stream_);
+  }
+  if (role.mudd) {
+    mudd_attention_forward(i);
+  } else if (role.attention) {
+    const floatX* source = role.reads_layer7 ? b.layers[7].x_out : l.x_in;
+    rmsnorm_forward(l.xn_attn, l.rstd_attn, source, T, C, stream_);
+    attention_forward(i, l.xn_attn, nullptr);
+    mix_forward(Rows{l.x_attn, C}, ConstRows{l.x_in, C}, ConstRows{l.attn_out, C}, b.fp32_params,
+                identity(fp32_index("resid_lambdas", 2 * i)), identity(fp32_index("post_lambdas", 2 * i)), T, C,
+                stream_);
+    const GateRows gate = b.mlps[role.x0_gate.gate].gate();
+    TokenMix extra = token_mix(gate, {{l.x_attn, -1}, {b.x0, role.x0_gate.column}}, C);
+    if (i != 0)
+      extra = token_mix(gate, {{l.x_attn, -1}, {b.x0, role.x0_gate.column}, {b.b, role.bigram_gate.column}}, C);
+    token_mix_forward(l.x_attn, C, extra, T, C, stream_);
+  }
+  mlp_forward(i);
+}
+
+// Layer 10 (step 5, "MUDD layer"): mu = MUDD0(x); aux_v = mu0 cache0 + mu1 cache7 + mu2 x + (mu6 | mu7) ve4;
+// x' = (1 + mu5) x + mu3 cache0 + mu4 cache7; a = Attn(norm(cache7), aux_v); x = mu8 x' + mu9 a + mu10 cache0 +
+// mu11 b.
+void Modded89Model::mudd_attention_forward(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const int T = seq_len_, C = layout_.config.channels();
+  const floatX *x = l.x_in, *cache0 = b.x_start, *cache7 = b.layers[7].x_out;
+  small_mlp_forward(2, x);
+  const GateRows mu = b.mlps[2].gate();
+  token_mix_forward(l.aux_v, C, token_mix(mu, {{cache0, 0}, {cache7, 1}, {x, 2}}, C), T, C, stream_);
+  for (int half = 0; half < 2; half++) {  // heads 0..H/2-1 take mu6, the rest mu7
+    const size_t at = static_cast<size_t>(half) * (C / 2);
+    token_mix_forward(l.aux_v + at, C, token_mix(mu, {{l.aux_v + at, -1}, {b.ve[4] + at, 6 + half}}, C), T, C / 2,
+                      stream_);
+  }
+  token_mix_forward(l.x_pre, C, token_mix(mu, {{x, -1}, {x, 5}, {cache0, 3}, {cache7, 4}}, C), T, C, stream_);
+  rmsnorm_forward(l.xn_attn, l.rstd_attn, cache7, T, C, stream_);
+  attention_forward(i, l.xn_attn, l.aux_v);
+  token_mix_forward(l.x_attn, C, token_mix(mu, {{l.x_pre, 8}, {l.attn_out, 9}, {cache0, 10}, {b.b, 11}}, C), T, C,
+                    stream_);
+}
+
+// Section 2 for layer i on xn: q, k, v = l0 (xn W^T); per-head norm and adjacent-pair RoPE (positions 2t + h % 2
+// in the paired layers), the key offset; v += the gated value embedding or aux_v; window attention (paired: rows
+// of H/2 heads, two per token); DC, XSA, the output gate; attn_out = l1 (y W_o^T).
+void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux_v) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Config& cfg = layout_.config;
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+  const int T = seq_len_, C = cfg.channels(), H = cfg.num_heads, D = cfg.head_dim;
+  const std::string prefix = "layers." + std::to_string(i) + ".";
+  const floatX* vo = param(prefix + "vo");
+  const MixCoefficient l0 = identity(fp32_index("scalars", 2 * i)), l1 = identity(fp32_index("scalars", 2 * i + 1));
+  GemmArgs qk;  // (T, 2C) = xn [W_q; W_k]^T
+  qk.d = l.qk_raw, qk.a = xn, qk.b = param(prefix + "qk"), qk.m = T, qk.n = 2 * C, qk.k = C, qk.trans_b = true;
+  gemm(b.matmul, qk, stream_);
+  GemmArgs v = qk;  // (T, C) = xn W_v^T
+  v.d = l.v, v.b = vo, v.n = C;
+  gemm(b.matmul, v, stream_);
+  mix_forward(Rows{l.qk_raw, 2 * C}, ConstRows{l.qk_raw, 2 * C}, ConstRows{nullptr, C}, b.fp32_params, l0, one(), T,
+              2 * C, stream_);
+  mix_forward(Rows{l.v, C}, ConstRows{l.v, C}, ConstRows{nullptr, C}, b.fp32_params, l0, one(), T, C, stream_);
+  const int step = role.paired_heads ? 2 : 1;
+  qk_norm_pair_rope_forward(l.q, C, l.qk_raw, 2 * C, l.rstd_q, b.rope_cos, b.rope_sin, T, H, D,
+                            PairRopeLayout{cfg.rotary_pairs(), step, false}, stream_);
+  qk_norm_pair_rope_forward(l.k, C, l.qk_raw + C, 2 * C, l.rstd_k, b.rope_cos, b.rope_sin, T, H, D,
+                            PairRopeLayout{cfg.rotary_pairs(), step, role.key_offset, 0}, stream_);
+  if (role.value_embed >= 0)
+    value_embed_gate_forward(l.v, l.v, b.ve[role.value_embed], xn, param(prefix + "ve_gate"),
+                             ValueGateShape{T, H, D, C, C}, stream_);
+  if (aux_v != nullptr)
+    mix_forward(Rows{l.v, C}, ConstRows{l.v, C}, ConstRows{aux_v, C}, b.fp32_params, one(), one(), T, C, stream_);
+  const int window = role.long_window ? long_window_ : short_window_;
+  if (role.paired_heads)  // [T, H, D] read as [2T, H/2, D]: rows 2t, 2t + 1 hold heads 0..H/2-1, H/2..H-1
+    simple_attention::forward(l.y, l.lse, l.q, l.k, l.v, C / 2,
+                              simple_attention::Problem{2 * T, H / 2, D, b.cu_rows, num_docs_, window, attn_scale_},
+                              stream_);
+  else
+    simple_attention::forward(l.y, l.lse, l.q, l.k, l.v, C,
+                              simple_attention::Problem{T, H, D, b.cu_seqlens, num_docs_, window, attn_scale_},
+                              stream_);
+  if (role.dc) {
+    dc_mix_weights_forward(l.dc_weights, b.mlps[1].out, kModded89GateColumns, kDcW1Column, kDcW2Column, T, H, stream_);
+    const DcInputs dc{l.q, l.k, l.v,           C,          C, C, l.dc_weights, l.dc_weights + H, 2 * H, b.doc_start, T,
+                      H,   D,   cfg.dc_window, attn_scale_};
+    dc_forward(l.y_dc, l.y, C, l.dc_lse, dc, stream_);
+  }
+  if (role.xsa.present())
+    xsa_forward(l.y_xsa, l.y_dc, l.v, b.mlps[role.xsa.gate].out + role.xsa.column,
+                XsaShape{T, H, D, C, C, kModded89GateColumns}, stream_);
+  if (role.output_gate.present())  // y_h *= G[t, column + h]: a one-stream token mix per head
+    for (int h = 0; h < H; h++)
+      token_mix_forward(
+          l.y_gated + h * D, C,
+          token_mix(b.mlps[role.output_gate.gate].gate(), {{l.y_xsa + h * D, role.output_gate.column + h}}, C), T, D,
+          stream_);
+  GemmArgs out;  // (T, C) = y W_o^T, then times l1
+  out.d = l.attn_out, out.a = l.y_gated, out.b = vo + static_cast<size_t>(C) * C, out.m = T, out.n = C, out.k = C;
+  out.trans_b = true;
+  gemm(b.matmul, out, stream_);
+  mix_forward(Rows{l.attn_out, C}, ConstRows{l.attn_out, C}, ConstRows{nullptr, C}, b.fp32_params, l1, one(), T, C,
+              stream_);
+}
+
+// x = r_M x + p_M relu(norm(x) c_fc^T)^2 c_proj (layer 10: mu12 x + mu13 MLP).
+void Modded89Model::mlp_forward(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+  const int T = seq_len_, C = layout_.config.channels(), hidden = layout_.config.mlp_hidden();
+  const floatX* bank = param("layers." + std::to_string(i) + ".mlp");
+  rmsnorm_forward(l.xn_mlp, l.rstd_mlp, l.x_attn, T, C, stream_);
+  GemmArgs fc;  // pre (T, 4C) = xn c_fc^T, c_fc (out, in)
+  fc.d = l.pre, fc.a = l.xn_mlp, fc.b = bank, fc.m = T, fc.n = hidden, fc.k = C, fc.trans_b = true;
+  gemm(b.matmul, fc, stream_);
+  relu_squared_forward(l.post, l.pre, static_cast<size_t>(T) * hidden, stream_);
+  GemmArgs proj;  // (T, C) = post c_proj, c_proj stored (in, out)
+  proj.d = l.mlp_out, proj.a = l.post, proj.b = bank + static_cast<size_t>(hidden) * C, proj.m = T, proj.n = C;
+  proj.k = hidden;
+  gemm(b.matmul, proj, stream_);
+  if (role.mudd)
+    token_mix_forward(l.x_out, C, token_mix(b.mlps[2].gate(), {{l.x_attn, 12}, {l.mlp_out, 13}}, C), T, C, stream_);
+  else
+    mix_forward(Rows{l.x_out, C}, ConstRows{l.x_attn, C}, ConstRows{l.mlp_out, C}, b.fp32_params,
+                identity(fp32_index("resid_lambdas", 2 * i + 1)), identity(fp32_index("post_lambdas", 2 * i + 1)), T, C,
+                stream_);
+}
+
+// Steps 6-7: MUDD1's connections after the loop, the final norm, the head and the loss.
+void Modded89Model::head_forward(const MtpLossWeights& weights, bool training) {
+  Buffers& b = *buffers_;
+  const Modded89Config& cfg = layout_.config;
+  const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
+  const floatX* x = b.layers[kModded89Layers - 1].x_out;
+  small_mlp_forward(3, x);
+  token_mix_forward(b.x_final, C,
+                    token_mix(b.mlps[3].gate(),
+                              {{x, -1},
+                               {b.x_start, 0},
+                               {b.layers[7].x_out, 1},
+                               {b.layers[10].x_in, 2},
+                               {b.ve[0], 3},
+                               {b.layers[3].x_out, 4}},
+                              C),
+                    T, C, stream_);
+  rmsnorm_forward(b.xf, b.rstd_f, b.x_final, T, C, stream_);
+  GemmArgs head;  // z (T, V) = xf W_head, W_head stored (in, out)
+  head.d = b.z, head.a = b.xf, head.b = param("head"), head.m = T, head.n = V, head.k = C;
+  gemm(b.matmul, head, stream_);
+  if (training)
+    mtp_cross_entropy_backward(b.z, b.losses, b.targets, has_prefix_table_ ? b.prefix_of : nullptr, weights, 1.0f, T, V,
+                               stream_);
+  else
+    mtp_cross_entropy_forward(b.losses, b.z, b.targets, T, V, stream_);
+}
+
+std::vector<float> Modded89Model::download_losses() const {
+  std::vector<float> losses(static_cast<size_t>(seq_len_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(losses.data(), buffers_->losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return losses;
+}
+
+}  // namespace llmc

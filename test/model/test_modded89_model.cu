@@ -1,0 +1,239 @@
+// Whole-model tests of the device 2026-07-17 model's forward (llmc/model/modded89/modded89_model.cu) against the
+// double-precision model (test/reference/reference_modded89.h) at the tiny shape: the training loss (multi-token
+// and prefix terms) and the validation loss on the same parameters and batch, the published step-0 fact (a zero
+// head gives (active weights) x ln V), bitwise repeatability, and the refusals. Built for fp32 (tight) and bf16,
+// emulated and on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "llmc/base/bf16_bits.h"
+#include "llmc/base/normal_sampler.h"
+#include "llmc/data/bigram_hash.h"
+#include "llmc/kernels/bigram_sign.cuh"
+#include "llmc/model/modded89/modded89_model.h"
+#include "test/reference/reference_modded89.h"
+#include "test/support/stream_test.h"
+
+namespace {
+
+using namespace llmc;
+
+constexpr bool kFp32 = std::is_same<floatX, float>::value;
+
+// Loss tolerances, relative. fp32: each stored value is rounded once (u = 2^-24) after sums of at most 4C = 128
+// terms; with independent rounding errors a sum of n terms is good to about sqrt(n) u (the probabilistic bound
+// of Higham and Mary, 2019), 6.7e-7 here, and the loss passes some 300 such stages in sequence (about 25 per
+// layer, 11 layers, the head), sqrt(300) x 6.7e-7 = 1.2e-5: 2e-5. (The worst-case bound, n u per stage adding
+// up, is 1e-2; measured: 3e-8, LLMC_TEST_VERBOSE=1 prints it.) bf16: values of 8 bits (u = 2^-9) rounded ~300
+// times in sequence, sqrt(300) u = 3.4% of the logits (|z| ~ 0.6 here), which the soft-cap's slope (at most
+// 23 / 30) turns into 0.015 of z' and a row loss (~9: 2.25 weights of ~ln V) into 0.03 at most, 3.5e-3 of it
+// before the 64 rows' random signs average it down: 5e-3 (measured: 2.4e-4).
+constexpr double kLossTolerance = kFp32 ? 2e-5 : 5e-3;
+
+class Modded89ModelTest : public test::StreamTest {};
+
+struct Case {
+  Modded89Layout layout = make_modded89_layout(modded89_config_from_name("modded89-tiny"), 1);
+  int T = layout.config.max_seq_len, V = layout.config.vocab_size, C = layout.config.channels();
+  int bos = V - 1;
+  std::vector<int> tokens, targets, cu_seqlens;
+  std::vector<float> params, signs;
+  std::vector<int> prefix_of;
+
+  // The record's init moved off its zeros (so that every path carries the loss), rounded as the device stores
+  // it; documents opened by BOS at 7, 30 and 41; a random sign table and a prefix table with gaps.
+  explicit Case(unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> token(0, V - 2);
+    for (int t = 0; t < T; t++) {
+      tokens.push_back(t == 7 || t == 30 || t == 41 ? bos : token(rng));
+      targets.push_back(token(rng));
+    }
+    cu_seqlens = {0, 7, 30, 41, T};
+    std::vector<double> init = ref::init_modded89_params(layout, seed + 1);
+    NormalSampler normal(seed + 2);
+    params.assign(layout.total_size, 0.0f);
+    for (const TensorView& view : layout.tensors)
+      for (size_t i = 0; i < view.numel; i++) {
+        const float value = static_cast<float>(init[view.offset + i] + perturbation(view) * normal.next());
+        params[view.offset + i] =
+            view.reference_dtype == ParamDtype::kFp32 ? value : to_float(from_float<floatX>(value));
+      }
+    for (int i = 0; i < kBigramSignRows * C; i++) signs.push_back(rng() % 2 ? 1.0f : -1.0f);
+    for (int v = 0; v < V; v++) prefix_of.push_back(v % 3 == 0 ? -1 : token(rng));
+  }
+
+  // 0.1 for most tensors; larger for the tables (the bigram table starts at zero and its rows reach the stream
+  // through 0.05 gates) and the small MLPs' biases (stored as effective / 0.1, so 3 moves a gate by 0.3: the
+  // gates that start equal, such as MUDD0's mu6 and mu7, then differ).
+  static double perturbation(const TensorView& view) {
+    if (view.name == "bigram_embed" || view.name == "value_embeds") return 1.0;
+    if (view.name.size() > 3 && view.name.compare(view.name.size() - 3, 3, ".b2") == 0) return 3.0;
+    return 0.1;
+  }
+
+  ref::Modded89Batch batch(const MtpLossWeights& weights, bool prefix) const {
+    ref::Modded89Batch b;
+    b.tokens = tokens;
+    b.targets = targets;
+    b.cu_seqlens = cu_seqlens;
+    b.bigram_hashes.resize(static_cast<size_t>(T));
+    bigram_hashes(b.bigram_hashes.data(), tokens.data(), T, layout.config.bigram_rows);
+    b.weights.tokens = weights.tokens;
+    for (int k = 0; k < 3; k++) b.weights.next[k] = weights.next[k];
+    b.weights.prefix = weights.prefix;
+    if (prefix) b.prefix_of = prefix_of;
+    return b;
+  }
+
+  ref::Modded89Reference reference(bool round_u) const {
+    ref::Modded89Reference model(layout);
+    model.params.assign(params.begin(), params.end());
+    model.sign_rows = kBigramSignRows;
+    model.sign_table.assign(signs.begin(), signs.end());
+    model.round_softcap_to_bf16 = round_u;
+    return model;
+  }
+
+  void load(Modded89Model& model) const {
+    model.upload_params(params);
+    model.set_sign_table(signs);
+    model.set_prefix_table(prefix_of);
+  }
+};
+
+double sum(const std::vector<float>& values) {
+  double total = 0.0;
+  for (float v : values) total += v;
+  return total;
+}
+
+void expect_loss_near(double got, double want, const char* what) {
+  if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+    std::printf("  %s: device %.9g reference %.9g relative error %.3g\n", what, got, want,
+                std::fabs(got - want) / want);
+  EXPECT_NEAR(got, want, kLossTolerance * std::fabs(want)) << what;
+}
+
+MtpLossWeights stage1_weights() {
+  MtpLossWeights w;
+  w.tokens = 3;
+  w.next[1] = 0.5f;
+  w.next[2] = 0.25f;
+  w.prefix = 0.25f;
+  return w;
+}
+
+// Stage 1's weights with the prefix term: every part of the model and of the loss.
+TEST_F(Modded89ModelTest, TrainingLossMatchesReference) {
+  const Case c(11);
+  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  c.load(model);
+  const MtpLossWeights weights = stage1_weights();
+  model.forward(c.tokens.data(), c.targets.data(), weights, /*training=*/true);
+  ref::Modded89Reference reference = c.reference(/*round_u=*/true);
+  expect_loss_near(sum(model.download_losses()), reference.forward(c.batch(weights, true)), "training loss");
+}
+
+// The validation loss: the next token alone, the soft-cap unrounded.
+TEST_F(Modded89ModelTest, ValidationLossMatchesReference) {
+  const Case c(23);
+  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  c.load(model);
+  model.forward(c.tokens.data(), c.targets.data(), MtpLossWeights{}, /*training=*/false);
+  ref::Modded89Reference reference = c.reference(/*round_u=*/false);
+  expect_loss_near(sum(model.download_losses()), reference.forward(c.batch(MtpLossWeights{}, false)),
+                   "validation loss");
+}
+
+// Long windows, wider than the documents, and a changed rotary state: the masks and tables in use.
+TEST_F(Modded89ModelTest, MatchesReferenceWithOtherWindowsAndRope) {
+  const Case c(31);
+  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  c.load(model);
+  const int pairs = c.layout.config.rotary_pairs();
+  std::vector<float> frequencies;
+  std::vector<double> frequencies64;
+  for (int m = 0; m < pairs; m++) {
+    frequencies.push_back(0.7f / static_cast<float>(m + 1));
+    frequencies64.push_back(static_cast<double>(frequencies.back()));
+  }
+  model.set_rope(frequencies, 0.13f);
+  model.set_windows(3 * c.layout.config.window_block, 7 * c.layout.config.window_block);
+  ref::Modded89Reference reference = c.reference(/*round_u=*/true);
+  reference.set_rope(frequencies64, static_cast<double>(0.13f));
+  reference.set_windows(3 * c.layout.config.window_block, 7 * c.layout.config.window_block);
+  const MtpLossWeights weights = stage1_weights();
+  model.forward(c.tokens.data(), c.targets.data(), weights, true);
+  expect_loss_near(sum(model.download_losses()), reference.forward(c.batch(weights, true)), "training loss");
+}
+
+// SPEEDRUN89.md section 9: with a zero head every logit is equal, so each present term costs ln V: the loss is
+// (the active weights) x ln V. Rows 0..T-1 with three next-token terms lose the ones past the last row.
+TEST_F(Modded89ModelTest, ZeroHeadLossIsActiveWeightsTimesLnV) {
+  Case c(5);
+  const TensorView& head = c.layout.find("head");
+  std::fill_n(c.params.begin() + static_cast<std::ptrdiff_t>(head.offset), head.numel, 0.0f);
+  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  c.load(model);
+  const MtpLossWeights weights = stage1_weights();
+  model.forward(c.tokens.data(), c.targets.data(), weights, true);
+  double active = 0.0;
+  for (int t = 0; t < c.T; t++) {
+    for (int k = 0; k < weights.tokens; k++)
+      if (t + k < c.T) active += weights.next[k];
+    if (c.prefix_of[static_cast<size_t>(c.targets[static_cast<size_t>(t)])] >= 0) active += weights.prefix;
+  }
+  // Each term: the fp32 lse of V equal values minus one of them, ln V to a few ulps of lse (~20): 1e-5 per unit
+  // of weight.
+  EXPECT_NEAR(sum(model.download_losses()), active * std::log(static_cast<double>(c.V)), 1e-5 * active);
+}
+
+TEST_F(Modded89ModelTest, ForwardIsBitwiseRepeatable) {
+  const Case c(41);
+  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  c.load(model);
+  model.forward(c.tokens.data(), c.targets.data(), stage1_weights(), true);
+  const std::vector<float> first = model.download_losses();
+  model.forward(c.tokens.data(), c.targets.data(), stage1_weights(), true);
+  const std::vector<float> second = model.download_losses();
+  for (size_t t = 0; t < first.size(); t++) ASSERT_EQ(first[t], second[t]) << "row " << t;
+}
+
+// The plan counts what the model allocates; at the record's shape (49,152 tokens per rank) the forward's
+// activations must leave most of an 80 GiB H100 (the record peaks at ~30 GiB with its backward and
+// optimizer state). LLMC_TEST_VERBOSE=1 prints the figure (docs/recipes.md quotes it).
+TEST_F(Modded89ModelTest, ActivationPlanMatchesTheAllocationAndFitsTheRecordsShape) {
+  const Case c(2);
+  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  EXPECT_EQ(model.activation_bytes(), Modded89Model::planned_activation_bytes(c.layout.config, c.T));
+  const Modded89Config record = modded89_config_from_name("modded89");
+  const double gib = static_cast<double>(Modded89Model::planned_activation_bytes(record, record.max_seq_len)) /
+                     (1024.0 * 1024.0 * 1024.0);
+  if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+    std::printf("  forward activations at T = %d: %.2f GiB\n", record.max_seq_len, gib);
+  EXPECT_LT(gib, kFp32 ? 80.0 : 40.0);  // the fp32 build stores every activation at twice the size
+}
+
+TEST_F(Modded89ModelTest, RefusesBadInputs) {
+  Case c(3);
+  const Modded89Config& config = c.layout.config;
+  EXPECT_THROW(Modded89Model(config, config.max_seq_len + 1, stream, c.bos), std::invalid_argument);
+  EXPECT_THROW(Modded89Model(config, c.T, stream, config.vocab_size), std::invalid_argument);
+  Modded89Model model(config, c.T, stream, c.bos);
+  EXPECT_THROW(model.upload_params(std::vector<float>(3)), std::invalid_argument);
+  c.signs[5] = 0.5f;
+  EXPECT_THROW(model.set_sign_table(c.signs), std::invalid_argument);
+  EXPECT_THROW(model.set_prefix_table(std::vector<int>(3, -1)), std::invalid_argument);
+  EXPECT_THROW(model.set_rope(std::vector<float>(1), 0.1f), std::invalid_argument);
+  c.tokens[9] = config.vocab_size;
+  EXPECT_THROW(model.forward(c.tokens.data(), c.targets.data(), MtpLossWeights{}, true), std::invalid_argument);
+}
+
+}  // namespace
