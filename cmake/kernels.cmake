@@ -81,6 +81,8 @@ llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_
 add_executable(kernel_mutants_fp32_emu ${llmc_kernel_mutant_sources})
 target_link_libraries(kernel_mutants_fp32_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
 target_compile_definitions(kernel_mutants_fp32_emu PRIVATE LLMC_FP32 LLMC_KERNEL_MUTANTS)
+target_precompile_headers(kernel_mutants_fp32_emu PRIVATE <gtest/gtest.h> "${CMAKE_SOURCE_DIR}/test/support/gpu_test.h"
+                          "${CMAKE_SOURCE_DIR}/test/support/kernel_test_utils.h")
 add_test(NAME kernels_mutants_emu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/kernels/run_kernel_mutants.py
           --binary $<TARGET_FILE:kernel_mutants_fp32_emu> --kernels ${CMAKE_SOURCE_DIR}/llmc/kernels)
