@@ -234,7 +234,8 @@ __global__ void dc_mix_weights_forward_kernel(Tx* out, const Tx* gate, int gate_
   }
 }
 
-// out (T, 2H): the normalised w1 then w2 per row (DcInputs{w1 = out, w2 = out + H, w_stride = 2H}).
+// out (T, 2H): the normalised w1 then w2 per row (DcInputs{w1 = out, w2 = out + H, w_stride = 2H}); the
+// backward (dc_mix_weights_backward) below.
 inline void dc_mix_weights_forward(floatX* out, const floatX* gate, int gate_stride, int w1_column, int w2_column,
                                    int T, int H, cudaStream_t stream) {
   if (H < 1 || H > kDcMaxHeads || w1_column < 0 || w2_column < 0 || w1_column + H > gate_stride ||
@@ -244,6 +245,41 @@ inline void dc_mix_weights_forward(floatX* out, const floatX* gate, int gate_str
   constexpr int kBlock = 128;
   LLMC_LAUNCH(dc_mix_weights_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(T, kBlock))), dim3(kBlock), 0,
               stream, out, gate, gate_stride, w1_column, w2_column, T, H);
+}
+
+// Row t, from dw1, dw2 (T, H) fp32 (dc_backward's): with r the forward's 1/rms,
+// dgate[t, w1_column + j] = r dw1_j - g_j r^3 (sum_k dw1_k g_k) / H and dgate[t, w2_column + j] = dw2_j (written).
+__global__ void dc_mix_weights_backward_kernel(float* dgate, const float* dw1, const float* dw2, const floatX* gate,
+                                               int gate_stride, int w1_column, int w2_column, int T, int H) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const floatX* row = gate + static_cast<size_t>(t) * gate_stride;
+  float sum = 0.0f, dot = 0.0f;
+  for (int h = 0; h < H; h++) {
+    const float g = to_float(row[w1_column + h]);
+    sum += g * g;
+    dot += dw1[static_cast<size_t>(t) * H + h] * g;
+  }
+  const float r = rsqrtf(sum / H + kDcWeightNormEps);
+  float* out = dgate + static_cast<size_t>(t) * gate_stride;
+  for (int h = 0; h < H; h++) {
+    const float g = to_float(row[w1_column + h]);
+    out[w1_column + h] =
+        r * dw1[static_cast<size_t>(t) * H + h] - LLMC_MUTANT("dc_mix_weights.no_norm_gradient", g * r * r * r * dot / H, 0.0f);
+    out[w2_column + h] = dw2[static_cast<size_t>(t) * H + h];
+  }
+}
+
+// dgate (T, gate_stride) fp32: the columns of w1 and w2 written from dw1, dw2 (T, H); gate is the forward's input.
+inline void dc_mix_weights_backward(float* dgate, const float* dw1, const float* dw2, const floatX* gate,
+                                    int gate_stride, int w1_column, int w2_column, int T, int H, cudaStream_t stream) {
+  if (H < 1 || H > kDcMaxHeads || w1_column < 0 || w2_column < 0 || w1_column + H > gate_stride ||
+      w2_column + H > gate_stride)
+    throw std::invalid_argument("dc_mix_weights_backward: the H columns of w1 and w2 must lie inside the gate rows");
+  if (T <= 0) return;
+  constexpr int kBlock = 128;
+  LLMC_LAUNCH(dc_mix_weights_backward_kernel, dim3(static_cast<unsigned>(ceil_div(T, kBlock))), dim3(kBlock), 0,
+              stream, dgate, dw1, dw2, gate, gate_stride, w1_column, w2_column, T, H);
 }
 
 namespace detail {

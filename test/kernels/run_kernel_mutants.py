@@ -49,6 +49,8 @@ MUTANTS = {
     "dc_mix_weights.sum_not_mean": "DcAttentionKernel.MixWeights*",    # w1 over the root of the sum, not the rms
     "token_mix.gate_dot_times_weight": "TokenMixKernel.Backward*",     # the gate's gradient scaled by the gate
     "gate_mlp_output.bias_unscaled": "GateMlpOutput.Forward*",         # s in + b instead of s (in + b)
+    "gate_mlp_output.bias_grad_unscaled": "GateMlpOutput.Backward*",   # db without the scale
+    "dc_mix_weights.no_norm_gradient": "DcAttentionKernel.MixWeightsBackward*",  # the rms treated as a constant
     "pair_rope.offset_gradient_misses_last": "QkNormPairRope.Backward*",  # row T-2's k misses row T-1's dy
 }
 

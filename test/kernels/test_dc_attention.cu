@@ -145,6 +145,43 @@ TEST(DcAttentionKernel, MixWeightsNormaliseW1AndCopyW2) {
                std::invalid_argument);
 }
 
+// Its backward against central differences of the double formula, columns outside w1 and w2 untouched.
+TEST(DcAttentionKernel, MixWeightsBackwardMatchesCentralDifferences) {
+  LLMC_REQUIRE_GPU();
+  constexpr int T = 9, H = 6, kStride = 41, kW1 = 29, kW2 = 35;
+  std::mt19937 rng(31);
+  std::vector<double> gate = round_to_floatx(random_values(T * kStride, rng, -2.0, 2.0));
+  std::vector<double> dw1 = random_values(T * H, rng), dw2 = random_values(T * H, rng);
+  for (double* d : {dw1.data(), dw2.data()})
+    for (int i = 0; i < T * H; i++) d[i] = static_cast<double>(static_cast<float>(d[i]));
+  DeviceBuffer<floatX> d_gate(gate.size());
+  DeviceBuffer<float> d_dw1(dw1.size()), d_dw2(dw2.size()), d_dgate(gate.size());
+  d_gate.upload(gate);
+  d_dw1.upload(dw1);
+  d_dw2.upload(dw2);
+  d_dgate.upload(std::vector<double>(gate.size(), 7.0));
+  llmc::dc_mix_weights_backward(d_dgate.get(), d_dw1.get(), d_dw2.get(), d_gate.get(), kStride, kW1, kW2, T, H,
+                                nullptr);
+  std::vector<double> x = gate;
+  auto objective = [&] {  // sum of dw1 . w1 + dw2 . w2 of the double forward
+    double total = 0.0;
+    for (int t = 0; t < T; t++) {
+      double sum = 0.0;
+      for (int h = 0; h < H; h++) sum += x[t * kStride + kW1 + h] * x[t * kStride + kW1 + h];
+      const double r = 1.0 / std::sqrt(sum / H + 1e-6);
+      for (int h = 0; h < H; h++)
+        total += dw1[t * H + h] * x[t * kStride + kW1 + h] * r + dw2[t * H + h] * x[t * kStride + kW2 + h];
+    }
+    return total;
+  };
+  std::vector<double> expected = central_differences(x, objective, 1e-5);
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < kStride; c++)
+      if (c < kW1 || c >= kW2 + H) expected[t * kStride + c] = 7.0;  // outside the columns: the prefill stays
+  // Two sums of H terms and rsqrtf in fp32, no floatX rounding.
+  EXPECT_TRUE(all_close(d_dgate.download(), expected, tolerance(0, 2 * H + 8)));
+}
+
 TEST(DcAttentionKernel, LaunchersRefuseBadShapes) {
   LLMC_REQUIRE_GPU();
   DcData data;

@@ -1,8 +1,9 @@
 // Kernel tests of the small MLPs' output bias and scale (llmc/kernels/gate_mlp_output.cuh) against the double
-// formula s (in + b), with the scale read on the device and as a constant, in place and not, over rows of 41
-// columns (not a whole number of packets). Built for fp32 and bf16, emulated and on a GPU.
+// formula s (in + b) and its gradients, with the scale read on the device and as a constant, in place and not,
+// over rows of 41 columns (not a whole number of packets). Built for fp32 and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -43,6 +44,50 @@ TEST(GateMlpOutput, ForwardMatchesTheFormula) {
   constant.constant = 0.1f;
   llmc::gate_mlp_output_forward(d_in.get(), d_in.get(), d_bias.get(), constant, kRows, kColumns, nullptr);  // in place
   EXPECT_TRUE(all_close(d_in.download(), expected_output(in, bias, static_cast<double>(0.1f)), tolerance(1, 2)));
+}
+
+// The backward from an fp32 dout: din = s dout, db += s (column sums), ds += sum dout (in + b); the constant
+// scale has no gradient and needs no dscale.
+TEST(GateMlpOutput, BackwardMatchesTheFormula) {
+  LLMC_REQUIRE_GPU();
+  std::mt19937 rng(43);
+  const std::vector<double> in = round_to_floatx(random_values(kRows * kColumns, rng, -3.0, 3.0));
+  const std::vector<double> bias = round_to_floatx(random_values(kColumns, rng, -20.0, 20.0));
+  const std::vector<double> prefill = round_to_floatx(random_values(kColumns, rng));
+  std::vector<double> dout = random_values(kRows * kColumns, rng, -2.0, 2.0);
+  for (double& d : dout) d = static_cast<double>(static_cast<float>(d));
+  DeviceBuffer<floatX> d_in(in.size()), d_bias(bias.size()), d_din(in.size()), d_dbias(bias.size());
+  DeviceBuffer<float> d_dout(dout.size()), d_scale(1), d_dscale(1);
+  d_in.upload(in);
+  d_bias.upload(bias);
+  d_dbias.upload(prefill);
+  d_dout.upload(dout);
+  d_scale.upload({0.37});
+  d_dscale.upload({0.5});
+  llmc::GateMlpScale scale;
+  scale.scale = d_scale.get();
+  llmc::gate_mlp_output_backward(d_din.get(), d_dbias.get(), d_dscale.get(), d_dout.get(), d_in.get(), d_bias.get(),
+                                 scale, kRows, kColumns, nullptr);
+  const double s = static_cast<double>(0.37f);
+  std::vector<double> din(dout.size()), dbias = prefill;
+  double dscale = 0.5, magnitude = 0.5;
+  for (size_t i = 0; i < dout.size(); i++) {
+    din[i] = s * dout[i];
+    dbias[i % kColumns] += s * dout[i];
+    dscale += dout[i] * (in[i] + bias[i % kColumns]);
+    magnitude += std::fabs(dout[i] * (in[i] + bias[i % kColumns]));
+  }
+  // One product, one rounding; column sums of kRows fp32 terms; ds a sum of rows x columns fp32 terms.
+  EXPECT_TRUE(all_close(d_din.download(), din, tolerance(1, 1)));
+  EXPECT_TRUE(all_close(d_dbias.download(), dbias, tolerance(1, kRows + 1)));
+  EXPECT_NEAR(d_dscale.download()[0], dscale, 2.0 * (kRows * kColumns + 1) * 6e-8 * magnitude);
+  llmc::GateMlpScale constant;
+  constant.constant = 0.1f;
+  EXPECT_NO_THROW(llmc::gate_mlp_output_backward(d_din.get(), d_dbias.get(), nullptr, d_dout.get(), d_in.get(),
+                                                 d_bias.get(), constant, kRows, kColumns, nullptr));
+  EXPECT_THROW(llmc::gate_mlp_output_backward(d_din.get(), d_dbias.get(), nullptr, d_dout.get(), d_in.get(),
+                                              d_bias.get(), scale, kRows, kColumns, nullptr),
+               std::invalid_argument);  // a device scale needs its gradient's place
 }
 
 TEST(GateMlpOutput, LauncherRefusesBadShapes) {

@@ -98,7 +98,8 @@ struct Modded89Model::Buffers {
   float *rstd0 = nullptr, *rstd_f = nullptr, *losses = nullptr;
   floatX *rope_cos = nullptr, *rope_sin = nullptr;
   float* rope_freq = nullptr;
-  float* fp32_params = nullptr;  // the layout's fp32 tensors, scalars .. gate scale, in layout order
+  float* fp32_params = nullptr;      // the layout's fp32 tensors, scalars .. gate scale, in layout order
+  floatX* scaled_weights = nullptr;  // one layer's l0 W_q, l0 W_k, l0 W_v, l1 W_o (4C x C), rebuilt per use
   size_t fp32_count = 0;
   DeviceArena arena;
   MatmulContext matmul;
@@ -167,6 +168,7 @@ void Modded89Model::Buffers::request(floatX** params, const Modded89Layout& layo
   const TensorView& last = layout.find(modded89_tensor_name(Modded89Tensor::kGateScale));
   fp32_count = last.offset + last.numel - first.offset;
   arena.request(&fp32_params, fp32_count);
+  arena.request(&scaled_weights, 4 * C * C);
 }
 
 // Where an optional stage is absent its output is its input: the attention's y through DC, XSA and the gate;
@@ -470,9 +472,9 @@ void Modded89Model::mudd_attention_forward(int i) {
                     stream_);
 }
 
-// Section 2 for layer i on xn: q, k, v = l0 (xn W^T); per-head norm and adjacent-pair RoPE (positions 2t + h % 2
+// Section 2 for layer i on xn: q, k, v = xn (l0 W)^T; per-head norm and adjacent-pair RoPE (positions 2t + h % 2
 // in the paired layers), the key offset; v += the gated value embedding or aux_v; window attention (paired: rows
-// of H/2 heads, two per token); DC, XSA, the output gate; attn_out = l1 (y W_o^T).
+// of H/2 heads, two per token); DC, XSA, the output gate; attn_out = y (l1 W_o)^T.
 void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux_v) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
@@ -482,15 +484,21 @@ void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux
   const std::string prefix = "layers." + std::to_string(i) + ".";
   const floatX* vo = param(prefix + "vo");
   const MixCoefficient l0 = identity(fp32_index("scalars", 2 * i)), l1 = identity(fp32_index("scalars", 2 * i + 1));
-  GemmArgs qk;  // (T, 2C) = xn [W_q; W_k]^T
-  qk.d = l.qk_raw, qk.a = xn, qk.b = param(prefix + "qk"), qk.m = T, qk.n = 2 * C, qk.k = C, qk.trans_b = true;
+  // The lambdas scale the weights, as the record's lin(xn, l0 W): the backward gets their gradients from the
+  // weight gradients (<dW_eff, W>) and keeps no unscaled activations. W_eff rows: q, k (2C), v (C), o (C).
+  const size_t CC = static_cast<size_t>(C) * C;
+  mix_forward(Rows{b.scaled_weights, C}, ConstRows{param(prefix + "qk"), C}, ConstRows{nullptr, C}, b.fp32_params, l0,
+              one(), 2 * C, C, stream_);
+  mix_forward(Rows{b.scaled_weights + 2 * CC, C}, ConstRows{vo, C}, ConstRows{nullptr, C}, b.fp32_params, l0, one(), C,
+              C, stream_);
+  mix_forward(Rows{b.scaled_weights + 3 * CC, C}, ConstRows{vo + CC, C}, ConstRows{nullptr, C}, b.fp32_params, l1,
+              one(), C, C, stream_);
+  GemmArgs qk;  // (T, 2C) = xn [l0 W_q; l0 W_k]^T
+  qk.d = l.qk_raw, qk.a = xn, qk.b = b.scaled_weights, qk.m = T, qk.n = 2 * C, qk.k = C, qk.trans_b = true;
   gemm(b.matmul, qk, stream_);
-  GemmArgs v = qk;  // (T, C) = xn W_v^T
-  v.d = l.v, v.b = vo, v.n = C;
+  GemmArgs v = qk;  // (T, C) = xn (l0 W_v)^T
+  v.d = l.v, v.b = b.scaled_weights + 2 * CC, v.n = C;
   gemm(b.matmul, v, stream_);
-  mix_forward(Rows{l.qk_raw, 2 * C}, ConstRows{l.qk_raw, 2 * C}, ConstRows{nullptr, C}, b.fp32_params, l0, one(), T,
-              2 * C, stream_);
-  mix_forward(Rows{l.v, C}, ConstRows{l.v, C}, ConstRows{nullptr, C}, b.fp32_params, l0, one(), T, C, stream_);
   const int step = role.paired_heads ? 2 : 1;
   qk_norm_pair_rope_forward(l.q, C, l.qk_raw, 2 * C, l.rstd_q, b.rope_cos, b.rope_sin, T, H, D,
                             PairRopeLayout{cfg.rotary_pairs(), step, false}, stream_);
@@ -525,12 +533,10 @@ void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux
           l.y_gated + h * D, C,
           token_mix(b.mlps[role.output_gate.gate].gate(), {{l.y_xsa + h * D, role.output_gate.column + h}}, C), T, D,
           stream_);
-  GemmArgs out;  // (T, C) = y W_o^T, then times l1
-  out.d = l.attn_out, out.a = l.y_gated, out.b = vo + static_cast<size_t>(C) * C, out.m = T, out.n = C, out.k = C;
+  GemmArgs out;  // (T, C) = y (l1 W_o)^T
+  out.d = l.attn_out, out.a = l.y_gated, out.b = b.scaled_weights + 3 * CC, out.m = T, out.n = C, out.k = C;
   out.trans_b = true;
   gemm(b.matmul, out, stream_);
-  mix_forward(Rows{l.attn_out, C}, ConstRows{l.attn_out, C}, ConstRows{nullptr, C}, b.fp32_params, l1, one(), T, C,
-              stream_);
 }
 
 // x = r_M x + p_M relu(norm(x) c_fc^T)^2 c_proj (layer 10: mu12 x + mu13 MLP).
