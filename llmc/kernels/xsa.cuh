@@ -22,6 +22,7 @@ constexpr int kXsaBlock = 256;
 struct XsaShape {
   int T = 0, H = 0, D = 0;
   int y_stride = 0, v_stride = 0, alpha_stride = 0;
+  int dalpha_stride = 0;  // the backward's dalpha rows (fp32, e.g. columns of a gate gradient); 0: H (dense)
 };
 
 namespace detail {
@@ -102,7 +103,8 @@ __global__ void xsa_backward_kernel(Tx* dy, Tx* dv, float* dalpha, const Tx* dou
     store128(dy + y_offset + p * Packet::size, new_dy);
     store128(dv + v_offset + p * Packet::size, new_dv);
   }
-  if (lane == 0) dalpha[static_cast<size_t>(t) * s.H + h] = -(1.0f - a * a) * c * e / q;
+  const int dalpha_stride = s.dalpha_stride > 0 ? s.dalpha_stride : s.H;
+  if (lane == 0) dalpha[static_cast<size_t>(t) * dalpha_stride + h] = -(1.0f - a * a) * c * e / q;
 }
 
 namespace detail {
@@ -127,7 +129,8 @@ inline void xsa_forward(floatX* out, const floatX* y, const floatX* v, const flo
 }
 
 // From dout (the gradient of out, stride y_stride): dy written (stride y_stride; may alias dout), dv
-// ACCUMULATED (stride v_stride: the attention's own dv goes there too), dalpha (T, H) written.
+// ACCUMULATED (stride v_stride: the attention's own dv goes there too), dalpha (T rows of H, dalpha_stride)
+// written.
 inline void xsa_backward(floatX* dy, floatX* dv, float* dalpha, const floatX* dout, const floatX* y, const floatX* v,
                          const floatX* alpha, const XsaShape& shape, cudaStream_t stream) {
   const int group = head_lane_group<floatX>("xsa_backward", shape.D);

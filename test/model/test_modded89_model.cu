@@ -1,10 +1,12 @@
-// Whole-model tests of the device 2026-07-17 model's forward (llmc/model/modded89/modded89_model.cu) against the
+// Whole-model tests of the device 2026-07-17 model (llmc/model/modded89/modded89_model.cu) against the
 // double-precision model (test/reference/reference_modded89.h) at the tiny shape: the training loss (multi-token
-// and prefix terms) and the validation loss on the same parameters and batch, the published step-0 fact (a zero
+// and prefix terms), the validation loss and every gradient on the same parameters and batch, the memory plan,
+// the published step-0 fact (a zero
 // head gives (active weights) x ln V), bitwise repeatability, and the refusals. Built for fp32 (tight) and bf16,
 // emulated and on a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -152,6 +154,53 @@ TEST_F(Modded89ModelTest, ValidationLossMatchesReference) {
                    "validation loss");
 }
 
+// Gradient tolerances, relative to each tensor's largest reference gradient. fp32: as for the loss, sqrt(128) u
+// per stage with independent rounding errors through ~600 stages forward and back, sqrt(600) x 6.7e-7 =
+// 1.6e-5: 5e-5 (measured: up to 1.9e-6; the worst-case bound that adds every error, 2e-3, is what the
+// 2025-10-31 model's test allows). bf16: 8-bit values rounded ~600 times in sequence with random signs,
+// sqrt(600) u = 4.8%, and the record's own bf16 arithmetic reaches 2-4% RMS on the 2025-10-31 model: 8e-2.
+constexpr double kGradTolerance = kFp32 ? 5e-5 : 8e-2;
+// The gate scale's gradient is one scalar, the sum of the 2 x T x 41 products dG (raw + b) of both gate MLPs,
+// whose terms (biases up to ~10) largely cancel: bf16's error of each term is a larger share of the sum.
+// bf16: 2e-1 (measured 8.8%); the fp32 build holds it to kGradTolerance.
+double grad_tolerance(const TensorView& view) {
+  return !kFp32 && view.name == "mudd_gate_scale" ? 2e-1 : kGradTolerance;
+}
+
+// The backward: every tensor's gradient against the double model's (the objective the loss kernel
+// differentiates), the padding between tensors exactly zero.
+TEST_F(Modded89ModelTest, EveryGradientMatchesReference) {
+  const Case c(13);
+  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  c.load(model);
+  const MtpLossWeights weights = stage1_weights();
+  model.forward(c.tokens.data(), c.targets.data(), weights, /*training=*/true);
+  model.backward();
+  ref::Modded89Reference reference = c.reference(/*round_u=*/true);
+  reference.forward(c.batch(weights, true));
+  reference.backward();
+  const std::vector<float> got = model.download_grads();
+  std::vector<bool> inside(c.layout.total_size, false);
+  for (const TensorView& view : c.layout.tensors) {
+    double max_ref = 0.0, max_err = 0.0;
+    for (size_t i = 0; i < view.numel; i++) {
+      inside[view.offset + i] = true;
+      max_ref = std::max(max_ref, std::fabs(reference.grads[view.offset + i]));
+      max_err = std::max(max_err, std::fabs(got[view.offset + i] - reference.grads[view.offset + i]));
+    }
+    const double tolerance = grad_tolerance(view);
+    EXPECT_LE(max_err, tolerance * max_ref + 1e-12) << view.name << " (largest reference gradient " << max_ref << ")";
+    if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+      std::printf("  %-18s max error %.3g of largest gradient %.3g (%.2g%% of the tolerance)\n", view.name.c_str(),
+                  max_err, max_ref, max_ref > 0 ? 100.0 * max_err / (tolerance * max_ref) : 0.0);
+  }
+  for (size_t i = 0; i < c.layout.total_size; i++)
+    if (!inside[i]) {
+      ASSERT_EQ(got[i], 0.0f) << "padding element " << i;
+    }
+  EXPECT_THROW(model.backward(), std::logic_error);  // the logits hold their gradient now
+}
+
 // Long windows, wider than the documents, and a changed rotary state: the masks and tables in use.
 TEST_F(Modded89ModelTest, MatchesReferenceWithOtherWindowsAndRope) {
   const Case c(31);
@@ -217,7 +266,7 @@ TEST_F(Modded89ModelTest, ActivationPlanMatchesTheAllocationAndFitsTheRecordsSha
   const double gib = static_cast<double>(Modded89Model::planned_activation_bytes(record, record.max_seq_len)) /
                      (1024.0 * 1024.0 * 1024.0);
   if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
-    std::printf("  forward activations at T = %d: %.2f GiB\n", record.max_seq_len, gib);
+    std::printf("  activations and the backward's buffers at T = %d: %.2f GiB\n", record.max_seq_len, gib);
   EXPECT_LT(gib, kFp32 ? 80.0 : 40.0);  // the fp32 build stores every activation at twice the size
 }
 

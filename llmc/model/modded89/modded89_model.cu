@@ -1,5 +1,6 @@
-// The 2026-07-17 record's forward on the device (see modded89_model.h): the kernels in the order of
-// SPEEDRUN89.md sections 1-3 (the step numbers below are its), its double-precision oracle
+// The 2026-07-17 record's forward and backward on the device (see modded89_model.h): the kernels in the order
+// of SPEEDRUN89.md sections 1-3 (the step numbers below are its; the backward reads them bottom up), its
+// double-precision oracle
 // test/reference/reference_modded89.cpp. Attention runs the simple window kernel in both builds for now (the
 // paired heads view its rows as [2T, H/2, D]); the fast kernel, the FP8 head and the fusions come later.
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "llmc/kernels/relu_squared.cuh"
 #include "llmc/kernels/residual_mix.cuh"
 #include "llmc/kernels/rmsnorm.cuh"
+#include "llmc/kernels/scalar_vector.cuh"
 #include "llmc/kernels/simple_window_attention.cuh"
 #include "llmc/kernels/smear_gate.cuh"
 #include "llmc/kernels/token_mix.cuh"
@@ -45,6 +47,14 @@ MixCoefficient identity(int index) {
   return MixCoefficient{MixScalar::kIdentity, index};
 }
 
+// Device bytes outside the arena: the two embedding backward plans' sorted positions and per-chunk partials
+// (tokens for embed and the value tables, hashes for the bigram table).
+size_t embedding_plan_bytes(const Modded89Config& config, int seq_len) {
+  const size_t chunks = (static_cast<size_t>(seq_len) + kEmbeddingChunk - 1) / kEmbeddingChunk;
+  return 2 * ((2 * static_cast<size_t>(seq_len) + 3 * chunks) * sizeof(int) +
+              kEmbeddingMaxTables * 2 * chunks * static_cast<size_t>(config.channels()) * sizeof(float));
+}
+
 // A gate MLP's per-token outputs: rows of `columns` values.
 struct GateRows {
   const floatX* rows = nullptr;
@@ -61,6 +71,31 @@ TokenMix token_mix(GateRows gate, std::initializer_list<std::pair<const floatX*,
     s.rows = rows;
     s.stride = C;
     s.gate_column = column;
+  }
+  return mix;
+}
+
+// A stream of a token mix's backward: its rows and gate column as in the forward, where its gradient goes.
+struct GradStream {
+  const floatX* rows = nullptr;
+  int column = -1;
+  floatX* grad = nullptr;  // null: none (a gated stream still gives its gate's gradient)
+  bool accumulate = true;
+};
+
+TokenMix token_mix_grads(GateRows gate, float* dgate, std::initializer_list<GradStream> streams, int C) {
+  TokenMix mix;
+  mix.gate = gate.rows;
+  mix.gate_stride = gate.columns;
+  mix.dgate = dgate;
+  for (const GradStream& g : streams) {
+    TokenMixStream& s = mix.streams[mix.count++];
+    s.rows = g.rows;
+    s.stride = C;
+    s.gate_column = g.column;
+    s.grad = g.grad;
+    s.grad_stride = C;
+    s.accumulate = g.accumulate;
   }
   return mix;
 }
@@ -100,20 +135,35 @@ struct Modded89Model::Buffers {
   float* rope_freq = nullptr;
   float* fp32_params = nullptr;      // the layout's fp32 tensors, scalars .. gate scale, in layout order
   floatX* scaled_weights = nullptr;  // one layer's l0 W_q, l0 W_k, l0 W_v, l1 W_o (4C x C), rebuilt per use
+  // The backward's: the running stream gradient and those of the streams several layers read (x0, the bigram
+  // rows, caches 0, 3, 7, 9, the value-embedding rows), added in when the backward reaches their producer.
+  floatX *dx = nullptr, *d_x0 = nullptr, *d_b = nullptr, *d_cache0 = nullptr, *d_cache3 = nullptr;
+  floatX *d_cache7 = nullptr, *d_cache9 = nullptr;
+  floatX* d_ve[kModded89ValueEmbeds] = {};
+  floatX *dn = nullptr, *d_branch = nullptr, *d_wide = nullptr, *dy_a = nullptr, *dy_b = nullptr;
+  floatX *dq = nullptr, *dk = nullptr, *dv = nullptr, *dv_xsa = nullptr, *d_qk_raw = nullptr, *dx_pre = nullptr;
+  floatX *d_hidden = nullptr, *d_mlp_raw = nullptr, *d_weights = nullptr, *d_embed = nullptr;
+  float* d_gates[4] = {};  // fp32 gradients of G0, G1, mu, mu' (each column written by its one user)
+  float *dw1 = nullptr, *dw2 = nullptr, *attention_delta = nullptr, *dc_delta = nullptr;
+  float *d_fp32 = nullptr, *scratch = nullptr;
+  size_t scratch_floats = 0;
+  std::unique_ptr<EmbeddingBackwardPlan> token_plan, hash_plan;
   size_t fp32_count = 0;
   DeviceArena arena;
   MatmulContext matmul;
 
-  void request(floatX** params, const Modded89Layout& layout, int T);
+  void request(floatX** params, floatX** grads, const Modded89Layout& layout, int T);
+  void request_backward(const Modded89Layout& layout, int T);
   void set_aliases(const Modded89Layout& layout);
 };
 
-void Modded89Model::Buffers::request(floatX** params, const Modded89Layout& layout, int seq_len) {
+void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modded89Layout& layout, int seq_len) {
   const Modded89Config& config = layout.config;
   const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
                H = static_cast<size_t>(config.num_heads), V = static_cast<size_t>(config.vocab_size),
                m = static_cast<size_t>(config.mudd_hidden);
   arena.request(params, layout.total_size);
+  arena.request(grads, layout.total_size);
   for (int i = 0; i < kModded89Layers; i++) {
     const Modded89Layer& role = layout.structure.layers[static_cast<size_t>(i)];
     Layer& l = layers[i];
@@ -169,6 +219,30 @@ void Modded89Model::Buffers::request(floatX** params, const Modded89Layout& layo
   fp32_count = last.offset + last.numel - first.offset;
   arena.request(&fp32_params, fp32_count);
   arena.request(&scaled_weights, 4 * C * C);
+  request_backward(layout, seq_len);
+}
+
+void Modded89Model::Buffers::request_backward(const Modded89Layout& layout, int seq_len) {
+  const Modded89Config& config = layout.config;
+  const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
+               H = static_cast<size_t>(config.num_heads), m = static_cast<size_t>(config.mudd_hidden);
+  for (floatX** buffer : {&dx, &d_x0, &d_b, &d_cache0, &d_cache3, &d_cache7, &d_cache9, &dn, &d_branch, &dy_a, &dy_b,
+                          &dq, &dk, &dv, &dv_xsa, &dx_pre, &d_embed})
+    arena.request(buffer, T * C);
+  for (floatX*& table : d_ve) arena.request(&table, T * C);
+  arena.request(&d_wide, 4 * T * C);
+  arena.request(&d_qk_raw, 2 * T * C);
+  arena.request(&d_hidden, T * m);
+  arena.request(&d_mlp_raw, T * kModded89GateColumns);
+  arena.request(&d_weights, 4 * C * C);
+  for (int k = 0; k < 4; k++) arena.request(&d_gates[k], T * static_cast<size_t>(mlps[k].columns));
+  for (float** buffer : {&dw1, &dw2, &attention_delta, &dc_delta}) arena.request(buffer, T * H);
+  arena.request(&d_fp32, fp32_count);
+  scratch_floats = std::max({mix_backward_scratch_floats(seq_len, 2 * config.channels()),
+                             mix_backward_scratch_floats(2 * config.channels(), config.channels()),
+                             smear_backward_scratch_floats(seq_len),
+                             value_embed_gate_backward_scratch_floats(seq_len, config.num_heads)});
+  arena.request(&scratch, scratch_floats);
 }
 
 // Where an optional stage is absent its output is its input: the attention's y through DC, XSA and the gate;
@@ -199,10 +273,13 @@ Modded89Model::Modded89Model(const Modded89Config& config, int seq_len, cudaStre
     throw std::invalid_argument("modded89 model: BOS token " + std::to_string(bos_token) + " outside the vocabulary");
   buffers_ = std::make_unique<Buffers>();
   Buffers& b = *buffers_;
-  b.request(&params_, layout_, seq_len);
+  b.request(&params_, &grads_, layout_, seq_len);
+  b.token_plan = std::make_unique<EmbeddingBackwardPlan>(seq_len, config.vocab_size, config.channels());
+  b.hash_plan = std::make_unique<EmbeddingBackwardPlan>(seq_len, config.bigram_rows, config.channels());
   b.arena.allocate("the modded89 model (parameters, activations for T=" + std::to_string(seq_len) + ")");
   b.set_aliases(layout_);
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
+  CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(b.fp32_params, 0, b.fp32_count * sizeof(float), stream_));
   set_sign_table(std::vector<float>(static_cast<size_t>(kBigramSignRows) * config.channels(), 1.0f));
   set_prefix_table({});
@@ -222,13 +299,15 @@ Modded89Model::~Modded89Model() {
 size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int seq_len) {
   const Modded89Layout layout = make_modded89_layout(config, 1);
   Buffers buffers;
-  floatX* params = nullptr;
-  buffers.request(&params, layout, seq_len);
-  return buffers.arena.requested_bytes() - layout.total_size * sizeof(floatX);
+  floatX *params = nullptr, *grads = nullptr;
+  buffers.request(&params, &grads, layout, seq_len);
+  return buffers.arena.requested_bytes() - 2 * layout.total_size * sizeof(floatX) +
+         embedding_plan_bytes(config, seq_len);
 }
 
 size_t Modded89Model::activation_bytes() const {
-  return buffers_->arena.bytes() - layout_.total_size * sizeof(floatX);
+  return buffers_->arena.bytes() - 2 * layout_.total_size * sizeof(floatX) +
+         embedding_plan_bytes(layout_.config, seq_len_);
 }
 
 int Modded89Model::fp32_index(const std::string& name, int element) const {
@@ -321,7 +400,7 @@ void Modded89Model::set_windows(int short_tokens, int long_tokens) {
 
 // Tokens, targets, bigram hashes, document bounds in tokens and in paired rows (doubled), each token's document
 // start. Synchronous: the host vectors are temporaries.
-void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host) {
+void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host, bool training) {
   Buffers& b = *buffers_;
   const int T = seq_len_, V = layout_.config.vocab_size;
   for (int t = 0; t < T; t++)
@@ -347,12 +426,17 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
   upload(b.doc_start, doc_start.data(), doc_start.size());
   upload(b.cu_seqlens, cu.data(), cu.size());
   upload(b.cu_rows, cu_rows.data(), cu_rows.size());
+  if (training) {  // the embedding backward's sorted rows, for the tokens' tables and the bigram table
+    b.token_plan->prepare(inputs_host, T, stream_);
+    b.hash_plan->prepare(hashes.data(), T, stream_);
+  }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void Modded89Model::forward(const int* inputs_host, const int* targets_host, const MtpLossWeights& weights,
                             bool training) {
-  upload_batch(inputs_host, targets_host);
+  upload_batch(inputs_host, targets_host, training);
+  has_training_forward_ = training;
   input_forward();
   for (int i = 0; i < kModded89Layers; i++) layer_forward(i);
   head_forward(weights, training);
@@ -482,17 +566,8 @@ void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux
   const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
   const int T = seq_len_, C = cfg.channels(), H = cfg.num_heads, D = cfg.head_dim;
   const std::string prefix = "layers." + std::to_string(i) + ".";
-  const floatX* vo = param(prefix + "vo");
-  const MixCoefficient l0 = identity(fp32_index("scalars", 2 * i)), l1 = identity(fp32_index("scalars", 2 * i + 1));
-  // The lambdas scale the weights, as the record's lin(xn, l0 W): the backward gets their gradients from the
-  // weight gradients (<dW_eff, W>) and keeps no unscaled activations. W_eff rows: q, k (2C), v (C), o (C).
   const size_t CC = static_cast<size_t>(C) * C;
-  mix_forward(Rows{b.scaled_weights, C}, ConstRows{param(prefix + "qk"), C}, ConstRows{nullptr, C}, b.fp32_params, l0,
-              one(), 2 * C, C, stream_);
-  mix_forward(Rows{b.scaled_weights + 2 * CC, C}, ConstRows{vo, C}, ConstRows{nullptr, C}, b.fp32_params, l0, one(), C,
-              C, stream_);
-  mix_forward(Rows{b.scaled_weights + 3 * CC, C}, ConstRows{vo + CC, C}, ConstRows{nullptr, C}, b.fp32_params, l1,
-              one(), C, C, stream_);
+  scale_layer_weights(i);
   GemmArgs qk;  // (T, 2C) = xn [l0 W_q; l0 W_k]^T
   qk.d = l.qk_raw, qk.a = xn, qk.b = b.scaled_weights, qk.m = T, qk.n = 2 * C, qk.k = C, qk.trans_b = true;
   gemm(b.matmul, qk, stream_);
@@ -589,6 +664,357 @@ void Modded89Model::head_forward(const MtpLossWeights& weights, bool training) {
                                stream_);
   else
     mtp_cross_entropy_forward(b.losses, b.z, b.targets, T, V, stream_);
+}
+
+// One layer's scaled attention weights into b.scaled_weights: l0 W_q, l0 W_k, l0 W_v, l1 W_o. The record's
+// lin(xn, l0 W): the lambdas' gradients come from the weight gradients (<dW_eff, W>), no unscaled activations.
+void Modded89Model::scale_layer_weights(int i) {
+  Buffers& b = *buffers_;
+  const int C = layout_.config.channels();
+  const size_t CC = static_cast<size_t>(C) * C;
+  const std::string prefix = "layers." + std::to_string(i) + ".";
+  const floatX* vo = param(prefix + "vo");
+  const MixCoefficient l0 = identity(fp32_index("scalars", 2 * i)), l1 = identity(fp32_index("scalars", 2 * i + 1));
+  mix_forward(Rows{b.scaled_weights, C}, ConstRows{param(prefix + "qk"), C}, ConstRows{nullptr, C}, b.fp32_params, l0,
+              one(), 2 * C, C, stream_);
+  mix_forward(Rows{b.scaled_weights + 2 * CC, C}, ConstRows{vo, C}, ConstRows{nullptr, C}, b.fp32_params, l0, one(), C,
+              C, stream_);
+  mix_forward(Rows{b.scaled_weights + 3 * CC, C}, ConstRows{vo + CC, C}, ConstRows{nullptr, C}, b.fp32_params, l1,
+              one(), C, C, stream_);
+}
+
+// ---- backward ---------------------------------------------------------------------------------------------------
+
+void Modded89Model::backward() {
+  if (!has_training_forward_) throw std::logic_error("Modded89Model::backward without a training forward before it");
+  Buffers& b = *buffers_;
+  const size_t TC = static_cast<size_t>(seq_len_) * layout_.config.channels();
+  CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
+  CUDA_CHECK(cudaMemsetAsync(b.d_fp32, 0, b.fp32_count * sizeof(float), stream_));
+  for (floatX* buffer : {b.d_x0, b.d_b, b.d_cache0, b.d_cache3, b.d_cache7, b.d_cache9})
+    CUDA_CHECK(cudaMemsetAsync(buffer, 0, TC * sizeof(floatX), stream_));
+  for (floatX* table : b.d_ve) CUDA_CHECK(cudaMemsetAsync(table, 0, TC * sizeof(floatX), stream_));
+  for (int k = 0; k < 4; k++)
+    CUDA_CHECK(
+        cudaMemsetAsync(b.d_gates[k], 0, static_cast<size_t>(seq_len_) * b.mlps[k].columns * sizeof(float), stream_));
+  head_backward();
+  for (int i = kModded89Layers - 1; i >= 0; i--) layer_backward(i);
+  input_backward();
+  const TensorView& scalars = layout_.find("scalars");
+  add_fp32_grads(grads_ + scalars.offset, b.d_fp32, static_cast<int>(b.fp32_count), stream_);
+  has_training_forward_ = false;  // the logits now hold their gradient
+}
+
+// z holds dz: the head's gradients, the final norm, MUDD1's connections and MLP; leaves dx = d(layer 10's output).
+void Modded89Model::head_backward() {
+  Buffers& b = *buffers_;
+  const Modded89Config& cfg = layout_.config;
+  const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
+  GemmArgs dweight;  // dW_head (C, V) = xf^T dz
+  dweight.d = grad("head"), dweight.a = b.xf, dweight.b = b.z, dweight.m = C, dweight.n = V, dweight.k = T;
+  dweight.trans_a = true;
+  gemm(b.matmul, dweight, stream_);
+  GemmArgs dinput;  // dxf (T, C) = dz W_head^T
+  dinput.d = b.dn, dinput.a = b.z, dinput.b = param("head"), dinput.m = T, dinput.n = C, dinput.k = V;
+  dinput.trans_b = true;
+  gemm(b.matmul, dinput, stream_);
+  rmsnorm_backward(b.d_branch, b.dn, b.x_final, b.rstd_f, T, C, /*accumulate=*/false, stream_);
+  const floatX* x = b.layers[kModded89Layers - 1].x_out;
+  token_mix_backward(b.d_branch, C,
+                     token_mix_grads(b.mlps[3].gate(), b.d_gates[3],
+                                     {{x, -1, b.dx, false},
+                                      {b.x_start, 0, b.d_cache0},
+                                      {b.layers[7].x_out, 1, b.d_cache7},
+                                      {b.layers[10].x_in, 2, b.d_cache9},
+                                      {b.ve[0], 3, b.d_ve[0]},
+                                      {b.layers[3].x_out, 4, b.d_cache3}},
+                                     C),
+                     T, C, stream_);
+  small_mlp_backward(3, x, b.dx);
+}
+
+// The small MLP `index` (0 G0, 1 G1, 2 mu, 3 mu') from its outputs' fp32 gradient: its parameters' gradients, and
+// dx (T, C) += the gradient of its input x.
+void Modded89Model::small_mlp_backward(int index, const floatX* x, floatX* dx) {
+  static const char* const kPrefixes[4] = {"gate0.", "gate1.", "mudd0.", "mudd1."};
+  Buffers& b = *buffers_;
+  Buffers::SmallMlp& mlp = b.mlps[index];
+  const std::string prefix = kPrefixes[index];
+  const int T = seq_len_, C = layout_.config.channels(), m = layout_.config.mudd_hidden;
+  GateMlpScale scale;
+  if (index < 2)
+    scale.scale = b.fp32_params + fp32_index("mudd_gate_scale", 0);
+  else
+    scale.constant = kMuddScale;
+  float* dscale = index < 2 ? b.d_fp32 + fp32_index("mudd_gate_scale", 0) : nullptr;
+  gate_mlp_output_backward(b.d_mlp_raw, grad(prefix + "b2"), dscale, b.d_gates[index], mlp.out_raw,
+                           param(prefix + "b2"), scale, T, mlp.columns, stream_);
+  GemmArgs dw2;  // dW2 (n, m) = d_raw^T hidden
+  dw2.d = grad(prefix + "w2"), dw2.a = b.d_mlp_raw, dw2.b = mlp.hidden, dw2.m = mlp.columns, dw2.n = m, dw2.k = T;
+  dw2.trans_a = true;
+  gemm(b.matmul, dw2, stream_);
+  GemmArgs dhidden;  // (T, m) = d_raw W2
+  dhidden.d = b.d_hidden, dhidden.a = b.d_mlp_raw, dhidden.b = param(prefix + "w2"), dhidden.m = T, dhidden.n = m;
+  dhidden.k = mlp.columns;
+  gemm(b.matmul, dhidden, stream_);
+  gelu_exact_backward(b.d_hidden, mlp.hidden_pre, b.d_hidden, static_cast<size_t>(T) * m, stream_);
+  GemmArgs dw1;  // dW1 (m, C) = dpre^T x
+  dw1.d = grad(prefix + "w1"), dw1.a = b.d_hidden, dw1.b = x, dw1.m = m, dw1.n = C, dw1.k = T, dw1.trans_a = true;
+  gemm(b.matmul, dw1, stream_);
+  GemmArgs dinput;  // dx (T, C) += dpre W1
+  dinput.d = dx, dinput.a = b.d_hidden, dinput.b = param(prefix + "w1"), dinput.m = T, dinput.n = C, dinput.k = m;
+  dinput.beta = 1.0f;
+  gemm(b.matmul, dinput, stream_);
+}
+
+// b.dx holds d(layer i's output); leaves d(layer i's input stream), the previous layer's output.
+void Modded89Model::layer_backward(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Structure& structure = layout_.structure;
+  const Modded89Layer& role = structure.layers[static_cast<size_t>(i)];
+  const int T = seq_len_, C = layout_.config.channels();
+  auto add_into_dx = [&](const floatX* extra) {
+    mix_forward(Rows{b.dx, C}, ConstRows{b.dx, C}, ConstRows{extra, C}, b.fp32_params, one(), one(), T, C, stream_);
+  };
+  if (i == structure.skip_from) add_into_dx(b.d_cache3);  // cache3 is this layer's output
+  if (i == 7) add_into_dx(b.d_cache7);
+  mlp_backward(i);
+  if (role.mudd) {
+    mudd_attention_backward(i);
+  } else if (role.attention) {
+    const GateRows gate = b.mlps[role.x0_gate.gate].gate();
+    float* dgate = b.d_gates[role.x0_gate.gate];
+    if (i != 0)  // x += g_x0 x0 + g_b b (the stream's own term is the identity)
+      token_mix_backward(
+          b.dx, C,
+          token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0}, {b.b, role.bigram_gate.column, b.d_b}}, C),
+          T, C, stream_);
+    else
+      token_mix_backward(b.dx, C, token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0}}, C), T, C,
+                         stream_);
+    // x_attn = r x_in + p attn_out
+    mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, ConstRows{l.x_in, C},
+                 ConstRows{l.attn_out, C}, b.fp32_params, identity(fp32_index("resid_lambdas", 2 * i)),
+                 identity(fp32_index("post_lambdas", 2 * i)), T, C, b.scratch, b.scratch_floats, stream_);
+    attention_backward(i, l.xn_attn);
+    rmsnorm_backward(role.reads_layer7 ? b.d_cache7 : b.dx, b.dn, role.reads_layer7 ? b.layers[7].x_out : l.x_in,
+                     l.rstd_attn, T, C, /*accumulate=*/true, stream_);
+  }
+  if (i == structure.skip_to) {  // x_in = previous + G1[28] sigmoid(skip_lambda) cache3
+    token_mix_backward(
+        b.dx, C,
+        token_mix_grads(b.mlps[1].gate(), b.d_gates[1], {{l.skip, structure.skip_gate.column, b.d_branch, false}}, C),
+        T, C, stream_);
+    mix_backward(Rows{b.d_cache3, C}, true, Rows{nullptr, C}, false, b.d_fp32, ConstRows{b.d_branch, C},
+                 ConstRows{b.layers[structure.skip_from].x_out, C}, ConstRows{nullptr, C}, b.fp32_params,
+                 MixCoefficient{MixScalar::kSigmoid, kSkipLambda}, one(), T, C, b.scratch, b.scratch_floats, stream_);
+  }
+  if (i == structure.post_gate_layer) small_mlp_backward(1, l.x_in, b.dx);
+  if (role.mudd) add_into_dx(b.d_cache9);  // cache9 is layer 10's input
+}
+
+// dx = d(x_out) -> d(x_attn): through x_out = r_M x_attn + p_M mlp (layer 10: mu12, mu13) and the MLP.
+void Modded89Model::mlp_backward(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+  const int T = seq_len_, C = layout_.config.channels(), hidden = layout_.config.mlp_hidden();
+  const std::string name = "layers." + std::to_string(i) + ".mlp";
+  const floatX* bank = param(name);
+  floatX* dbank = grad(name);
+  if (role.mudd)
+    token_mix_backward(b.dx, C,
+                       token_mix_grads(b.mlps[2].gate(), b.d_gates[2],
+                                       {{l.x_attn, 12, b.dx, false}, {l.mlp_out, 13, b.d_branch, false}}, C),
+                       T, C, stream_);
+  else
+    mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, ConstRows{l.x_attn, C},
+                 ConstRows{l.mlp_out, C}, b.fp32_params, identity(fp32_index("resid_lambdas", 2 * i + 1)),
+                 identity(fp32_index("post_lambdas", 2 * i + 1)), T, C, b.scratch, b.scratch_floats, stream_);
+  GemmArgs dpost;  // (T, 4C) = d_mlp c_proj^T, c_proj stored (in, out)
+  dpost.d = b.d_wide, dpost.a = b.d_branch, dpost.b = bank + static_cast<size_t>(hidden) * C, dpost.m = T;
+  dpost.n = hidden, dpost.k = C, dpost.trans_b = true;
+  gemm(b.matmul, dpost, stream_);
+  GemmArgs dproj;  // dc_proj (4C, C) = post^T d_mlp
+  dproj.d = dbank + static_cast<size_t>(hidden) * C, dproj.a = l.post, dproj.b = b.d_branch, dproj.m = hidden;
+  dproj.n = C, dproj.k = T, dproj.trans_a = true;
+  gemm(b.matmul, dproj, stream_);
+  relu_squared_backward_from_post(b.d_wide, l.post, b.d_wide, static_cast<size_t>(T) * hidden, stream_);
+  GemmArgs dfc;  // dc_fc (4C, C) = dpre^T xn
+  dfc.d = dbank, dfc.a = b.d_wide, dfc.b = l.xn_mlp, dfc.m = hidden, dfc.n = C, dfc.k = T, dfc.trans_a = true;
+  gemm(b.matmul, dfc, stream_);
+  GemmArgs dxn;  // (T, C) = dpre c_fc
+  dxn.d = b.dn, dxn.a = b.d_wide, dxn.b = bank, dxn.m = T, dxn.n = C, dxn.k = hidden;
+  gemm(b.matmul, dxn, stream_);
+  rmsnorm_backward(b.dx, b.dn, l.x_attn, l.rstd_mlp, T, C, /*accumulate=*/true, stream_);
+}
+
+// Layer 10 from dx = d(x_attn): the four connections after attention, x' and aux_v's, the attention, MUDD0.
+void Modded89Model::mudd_attention_backward(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const int T = seq_len_, C = layout_.config.channels();
+  const floatX *x = l.x_in, *cache0 = b.x_start, *cache7 = b.layers[7].x_out;
+  const GateRows mu = b.mlps[2].gate();
+  float* dmu = b.d_gates[2];
+  token_mix_backward(b.dx, C,
+                     token_mix_grads(mu, dmu,
+                                     {{l.x_pre, 8, b.dx_pre, false},
+                                      {l.attn_out, 9, b.d_branch, false},
+                                      {cache0, 10, b.d_cache0},
+                                      {b.b, 11, b.d_b}},
+                                     C),
+                     T, C, stream_);
+  // x' = x + mu5 x + mu3 cache0 + mu4 cache7: x's two terms in two launches (one launch stores each gradient once)
+  token_mix_backward(
+      b.dx_pre, C,
+      token_mix_grads(mu, dmu, {{x, -1, b.dx, false}, {cache0, 3, b.d_cache0}, {cache7, 4, b.d_cache7}}, C), T, C,
+      stream_);
+  token_mix_backward(b.dx_pre, C, token_mix_grads(mu, dmu, {{x, 5, b.dx}}, C), T, C, stream_);
+  attention_backward(i, l.xn_attn);
+  rmsnorm_backward(b.d_cache7, b.dn, cache7, l.rstd_attn, T, C, /*accumulate=*/true, stream_);
+  // aux_v (its gradient is dv) = mu0 cache0 + mu1 cache7 + mu2 x + (mu6 | mu7) ve4
+  for (int half = 0; half < 2; half++) {
+    const size_t at = static_cast<size_t>(half) * (C / 2);
+    token_mix_backward(b.dv + at, C, token_mix_grads(mu, dmu, {{b.ve[4] + at, 6 + half, b.d_ve[4] + at}}, C), T, C / 2,
+                       stream_);
+  }
+  token_mix_backward(b.dv, C,
+                     token_mix_grads(mu, dmu, {{cache0, 0, b.d_cache0}, {cache7, 1, b.d_cache7}, {x, 2, b.dx}}, C), T,
+                     C, stream_);
+  small_mlp_backward(2, x, b.dx);
+}
+
+// From b.d_branch = d(attn_out): leaves b.dn = d(xn), b.dv = d(v) (the value input's gradient, which layer 10's
+// aux_v takes), the weights' and lambdas' gradients, the gates' columns.
+void Modded89Model::attention_backward(int i, const floatX* xn) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Config& cfg = layout_.config;
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+  const int T = seq_len_, C = cfg.channels(), H = cfg.num_heads, D = cfg.head_dim;
+  const size_t CC = static_cast<size_t>(C) * C;
+  const std::string prefix = "layers." + std::to_string(i) + ".";
+  scale_layer_weights(i);
+  GemmArgs dy;  // dy (T, C) = d_out (l1 W_o)
+  dy.d = b.dy_a, dy.a = b.d_branch, dy.b = b.scaled_weights + 3 * CC, dy.m = T, dy.n = C, dy.k = C;
+  gemm(b.matmul, dy, stream_);
+  GemmArgs dwo;  // d(l1 W_o) (C, C) = d_out^T y
+  dwo.d = b.d_weights + 3 * CC, dwo.a = b.d_branch, dwo.b = l.y_gated, dwo.m = C, dwo.n = C, dwo.k = T;
+  dwo.trans_a = true;
+  gemm(b.matmul, dwo, stream_);
+  floatX *dcur = b.dy_a, *dnext = b.dy_b;
+  if (role.output_gate.present()) {  // y_h *= G[t, column + h]
+    for (int h = 0; h < H; h++)
+      token_mix_backward(dcur + h * D, C,
+                         token_mix_grads(b.mlps[role.output_gate.gate].gate(), b.d_gates[role.output_gate.gate],
+                                         {{l.y_xsa + h * D, role.output_gate.column + h, dnext + h * D, false}}, C),
+                         T, D, stream_);
+    std::swap(dcur, dnext);
+  }
+  CUDA_CHECK(cudaMemsetAsync(b.dv_xsa, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_));
+  if (role.xsa.present()) {  // its dv apart: the attention backward overwrites dv
+    const GateRows gate = b.mlps[role.xsa.gate].gate();
+    xsa_backward(dcur, b.dv_xsa, b.d_gates[role.xsa.gate] + role.xsa.column, dcur, l.y_dc, l.v,
+                 gate.rows + role.xsa.column, XsaShape{T, H, D, C, C, kModded89GateColumns, kModded89GateColumns},
+                 stream_);
+  }
+  const int window = role.long_window ? long_window_ : short_window_;
+  if (role.paired_heads)
+    simple_attention::backward(b.dq, b.dk, b.dv, C / 2, b.attention_delta, dcur, l.y, l.lse, l.q, l.k, l.v, C / 2,
+                               simple_attention::Problem{2 * T, H / 2, D, b.cu_rows, num_docs_, window, attn_scale_},
+                               stream_);
+  else
+    simple_attention::backward(b.dq, b.dk, b.dv, C, b.attention_delta, dcur, l.y, l.lse, l.q, l.k, l.v, C,
+                               simple_attention::Problem{T, H, D, b.cu_seqlens, num_docs_, window, attn_scale_},
+                               stream_);
+  if (role.dc) {  // y_dc = y + DC(q, k, v; w1, w2): y's gradient is dcur itself
+    const DcInputs dc{l.q, l.k, l.v,           C,          C, C, l.dc_weights, l.dc_weights + H, 2 * H, b.doc_start, T,
+                      H,   D,   cfg.dc_window, attn_scale_};
+    dc_backward(b.dq, C, b.dk, C, b.dv, C, b.dw1, b.dw2, b.dc_delta, dcur, C, l.dc_lse, dc, stream_);
+    dc_mix_weights_backward(b.d_gates[1], b.dw1, b.dw2, b.mlps[1].out, kModded89GateColumns, kDcW1Column, kDcW2Column,
+                            T, H, stream_);
+  }
+  mix_forward(Rows{b.dv, C}, ConstRows{b.dv, C}, ConstRows{b.dv_xsa, C}, b.fp32_params, one(), one(), T, C, stream_);
+  // q, k: norm and rotary back to the GEMM's output (the k launch with its key offset)
+  const int step = role.paired_heads ? 2 : 1;
+  qk_norm_pair_rope_backward(b.d_qk_raw, 2 * C, b.dq, C, l.qk_raw, 2 * C, l.rstd_q, b.rope_cos, b.rope_sin, T, H, D,
+                             PairRopeLayout{cfg.rotary_pairs(), step, false}, stream_);
+  qk_norm_pair_rope_backward(b.d_qk_raw + C, 2 * C, b.dk, C, l.qk_raw + C, 2 * C, l.rstd_k, b.rope_cos, b.rope_sin, T,
+                             H, D, PairRopeLayout{cfg.rotary_pairs(), step, role.key_offset, 0}, stream_);
+  GemmArgs dqk;  // d(l0 W_qk) (2C, C) = d_qk^T xn
+  dqk.d = b.d_weights, dqk.a = b.d_qk_raw, dqk.b = xn, dqk.m = 2 * C, dqk.n = C, dqk.k = T, dqk.trans_a = true;
+  gemm(b.matmul, dqk, stream_);
+  GemmArgs dwv = dqk;  // d(l0 W_v) (C, C) = dv^T xn
+  dwv.d = b.d_weights + 2 * CC, dwv.a = b.dv, dwv.m = C;
+  gemm(b.matmul, dwv, stream_);
+  GemmArgs dxn;  // dxn (T, C) = d_qk (l0 W_qk) + dv (l0 W_v)
+  dxn.d = b.dn, dxn.a = b.d_qk_raw, dxn.b = b.scaled_weights, dxn.m = T, dxn.n = C, dxn.k = 2 * C;
+  gemm(b.matmul, dxn, stream_);
+  dxn.a = b.dv, dxn.b = b.scaled_weights + 2 * CC, dxn.k = C, dxn.beta = 1.0f;
+  gemm(b.matmul, dxn, stream_);
+  if (role.value_embed >= 0)
+    value_embed_gate_backward(b.d_ve[role.value_embed], b.dn, C, grad(prefix + "ve_gate"), b.dv, b.ve[role.value_embed],
+                              xn, param(prefix + "ve_gate"), ValueGateShape{T, H, D, C, C}, b.scratch, b.scratch_floats,
+                              stream_);
+  // W = W_eff / lambda: dW += lambda dW_eff, dlambda += <dW_eff, W>
+  const floatX* vo = param(prefix + "vo");
+  floatX* dvo = grad(prefix + "vo");
+  const MixCoefficient l0 = identity(fp32_index("scalars", 2 * i)), l1 = identity(fp32_index("scalars", 2 * i + 1));
+  auto weight_grad = [&](floatX* dweight, const floatX* weight, const floatX* d_eff, int rows, MixCoefficient lambda) {
+    mix_backward(Rows{dweight, C}, true, Rows{nullptr, C}, false, b.d_fp32, ConstRows{d_eff, C}, ConstRows{weight, C},
+                 ConstRows{nullptr, C}, b.fp32_params, lambda, one(), rows, C, b.scratch, b.scratch_floats, stream_);
+  };
+  weight_grad(grad(prefix + "qk"), param(prefix + "qk"), b.d_weights, 2 * C, l0);
+  weight_grad(dvo, vo, b.d_weights + 2 * CC, C, l0);
+  weight_grad(dvo + CC, vo + CC, b.d_weights + 3 * CC, C, l1);
+}
+
+// dx = d(x_start): the pre gate's bigram term, G0's MLP (from x0), x0's norm, the smear, the gathers' scatters.
+void Modded89Model::input_backward() {
+  Buffers& b = *buffers_;
+  const Modded89Config& cfg = layout_.config;
+  const int T = seq_len_, C = cfg.channels();
+  const size_t table = static_cast<size_t>(cfg.vocab_size) * C;
+  mix_forward(Rows{b.dx, C}, ConstRows{b.dx, C}, ConstRows{b.d_cache0, C}, b.fp32_params, one(), one(), T, C, stream_);
+  const int bigram_column = layout_.structure.layers[0].bigram_gate.column;
+  token_mix_backward(
+      b.dx, C, token_mix_grads(b.mlps[0].gate(), b.d_gates[0], {{b.x0, -1, b.d_x0}, {b.b, bigram_column, b.d_b}}, C), T,
+      C, stream_);
+  small_mlp_backward(0, b.x0, b.d_x0);
+  rmsnorm_backward(b.d_embed, b.d_x0, b.smeared, b.rstd0, T, C, /*accumulate=*/false, stream_);
+  smear_backward(b.dn, grad("smear_gate"), b.d_fp32, b.d_embed, b.e, param("smear_gate"), b.fp32_params, kSmearLambda,
+                 T, C, b.scratch, b.scratch_floats, stream_);
+  EmbeddingScatter<floatX> scatter;
+  scatter.count = 4;
+  scatter.table_grads[0] = grad("embed");
+  scatter.douts[0] = b.dn;
+  for (int k = 0; k < 3; k++) {
+    scatter.table_grads[1 + k] = grad("value_embeds") + k * table;
+    scatter.douts[1 + k] = b.d_ve[k];
+  }
+  embedding_backward(scatter, *b.token_plan, C, stream_);
+  scatter.count = 2;
+  for (int k = 0; k < 2; k++) {
+    scatter.table_grads[k] = grad("value_embeds") + (3 + k) * table;
+    scatter.douts[k] = b.d_ve[3 + k];
+  }
+  embedding_backward(scatter, *b.token_plan, C, stream_);
+  bigram_sign(b.d_b, b.d_b, b.inputs, b.signs, T, C, stream_);  // a product with +-1: its own backward
+  scatter.count = 1;
+  scatter.table_grads[0] = grad("bigram_embed");
+  scatter.douts[0] = b.d_b;
+  embedding_backward(scatter, *b.hash_plan, C, stream_);
+}
+
+std::vector<float> Modded89Model::download_grads() const {
+  std::vector<floatX> raw(layout_.total_size);
+  CUDA_CHECK(cudaMemcpyAsync(raw.data(), grads_, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<float> grads(raw.size());
+  for (size_t i = 0; i < raw.size(); i++) grads[i] = to_float(raw[i]);
+  return grads;
 }
 
 std::vector<float> Modded89Model::download_losses() const {

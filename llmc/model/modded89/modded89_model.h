@@ -1,9 +1,9 @@
 // The 2026-07-17 record's model on the device (docs/recipes.md#the-2026-07-17-model-being-ported): parameters in
 // one bucketed floatX buffer (llmc/model/modded89/modded89_layout.h) with the fp32 tensors also kept in fp32,
 // the activations of one packed sequence of T tokens, and the forward over the 11 layers built from the
-// kernels of llmc/kernels. This part of the port is the forward: the training loss (multi-token and prefix
-// terms, the logit gradient written by the same kernel) and the validation loss. The backward, the family's
-// model file and its registry entry come next (docs/recipes.md says what is still missing).
+// kernels of llmc/kernels: the training loss (multi-token and prefix terms, the logit gradient written by the
+// same kernel), the validation loss, and the backward of the training objective. The family's model file,
+// its registry entry and the trainer's interface come next (docs/recipes.md).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -29,8 +29,9 @@ class Modded89Model {
 
   const Modded89Layout& layout() const { return layout_; }
   int seq_len() const { return seq_len_; }
-  // Device bytes of the activations and tables of this forward (everything but the parameters) at seq_len,
-  // without allocating anything; activation_bytes() of an allocated model.
+  // Device bytes of everything but the parameters and their gradients at seq_len (activations, tables, the
+  // backward's buffers and embedding plans), without allocating anything; activation_bytes() of an allocated
+  // model.
   static size_t planned_activation_bytes(const Modded89Config& config, int seq_len);
   size_t activation_bytes() const;
 
@@ -54,12 +55,18 @@ class Modded89Model {
   // unrounded soft-cap. The losses stay on the device until download_losses().
   void forward(const int* inputs_host, const int* targets_host, const MtpLossWeights& weights, bool training);
   std::vector<float> download_losses() const;
+  // The gradient of the last training forward's objective (the losses' sum plus the lse terms whose targets
+  // fall past the last row: what the loss kernel differentiates) into the gradient buffer, overwritten.
+  // Throws std::logic_error without a training forward before it.
+  void backward();
+  std::vector<float> download_grads() const;  // layout order, as float
 
  private:
   struct Buffers;
   floatX* param(const std::string& name) const { return params_ + layout_.find(name).offset; }
+  floatX* grad(const std::string& name) const { return grads_ + layout_.find(name).offset; }
   int fp32_index(const std::string& name, int element) const;
-  void upload_batch(const int* inputs_host, const int* targets_host);
+  void upload_batch(const int* inputs_host, const int* targets_host, bool training);
   void rebuild_rope_tables();
   void input_forward();
   void layer_forward(int layer);
@@ -68,11 +75,21 @@ class Modded89Model {
   void mlp_forward(int layer);
   void small_mlp_forward(int index, const floatX* x);
   void head_forward(const MtpLossWeights& weights, bool training);
+  void head_backward();
+  void layer_backward(int layer);
+  void mlp_backward(int layer);
+  void attention_backward(int layer, const floatX* xn);
+  void mudd_attention_backward(int layer);
+  void small_mlp_backward(int index, const floatX* x, floatX* dx);
+  void input_backward();
+  void scale_layer_weights(int layer);
 
   Modded89Layout layout_;
   int seq_len_, bos_token_;
   cudaStream_t stream_;
   floatX* params_ = nullptr;
+  floatX* grads_ = nullptr;
+  bool has_training_forward_ = false;
   std::vector<float> frequencies_;
   float attn_scale_ = 0.1f;
   int short_window_ = 0, long_window_ = 0;
