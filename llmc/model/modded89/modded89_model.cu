@@ -329,12 +329,22 @@ void Modded89Model::upload_params(const std::vector<float>& host_params) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+namespace {
+
+// A device floatX buffer widened to float on the host. Synchronous.
+std::vector<float> download_as_float(const floatX* device, size_t count, cudaStream_t stream) {
+  std::vector<floatX> raw(count);
+  CUDA_CHECK(cudaMemcpyAsync(raw.data(), device, count * sizeof(floatX), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; i++) values[i] = to_float(raw[i]);
+  return values;
+}
+
+}  // namespace
+
 std::vector<float> Modded89Model::download_params() const {
-  std::vector<floatX> raw(layout_.total_size);
-  CUDA_CHECK(cudaMemcpyAsync(raw.data(), params_, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost, stream_));
-  std::vector<float> params(raw.size());
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (size_t i = 0; i < raw.size(); i++) params[i] = to_float(raw[i]);
+  std::vector<float> params = download_as_float(params_, layout_.total_size, stream_);
   CUDA_CHECK(cudaMemcpyAsync(params.data() + layout_.find("scalars").offset, buffers_->fp32_params,
                              buffers_->fp32_count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -1009,12 +1019,7 @@ void Modded89Model::input_backward() {
 }
 
 std::vector<float> Modded89Model::download_grads() const {
-  std::vector<floatX> raw(layout_.total_size);
-  CUDA_CHECK(cudaMemcpyAsync(raw.data(), grads_, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::vector<float> grads(raw.size());
-  for (size_t i = 0; i < raw.size(); i++) grads[i] = to_float(raw[i]);
-  return grads;
+  return download_as_float(grads_, layout_.total_size, stream_);
 }
 
 std::vector<float> Modded89Model::download_losses() const {
