@@ -5,6 +5,7 @@
 add_library(llmc_model STATIC
   llmc/model/gpt2/gpt2_config.cpp
   llmc/family/param_layout.cpp
+  llmc/family/tensor_file.cpp
   llmc/model/gpt2/gpt2_layout.cpp
   llmc/model/gpt2/gpt2_init.cpp
   llmc/model/gpt2/gpt2_model_file.cpp
@@ -12,6 +13,8 @@ add_library(llmc_model STATIC
   llmc/model/modded44/speedrun_layout.cpp
   llmc/model/modded89/modded89_config.cpp
   llmc/model/modded89/modded89_layout.cpp
+  llmc/model/modded89/modded89_init.cpp
+  llmc/model/modded89/modded89_model_file.cpp
   llmc/model/modded44/speedrun_init.cpp
   llmc/model/modded44/speedrun_model_file.cpp
   llmc/model/modded44/yarn.cpp
@@ -36,6 +39,7 @@ foreach(test_source IN ITEMS test/model/test_model_layout.cpp test/model/test_ch
                            test/model/test_speedrun_config.cpp test/model/test_speedrun_layout.cpp
                            test/model/test_modded89_layout.cpp
                            test/model/test_speedrun_model_file.cpp
+                           test/model/test_modded89_model_file.cpp
                            test/reference/test_reference.cpp
                            test/reference/test_reference_speedrun.cpp
                            test/reference/test_reference_mtp_loss.cpp
@@ -57,6 +61,7 @@ gtest_discover_tests(test_speedrun_config PROPERTIES LABELS model)
 gtest_discover_tests(test_speedrun_layout PROPERTIES LABELS model)
 gtest_discover_tests(test_modded89_layout PROPERTIES LABELS model)
 gtest_discover_tests(test_speedrun_model_file PROPERTIES LABELS model)
+gtest_discover_tests(test_modded89_model_file PROPERTIES LABELS model)
 # gtest_discover_tests flattens a list-valued LABELS, so the second label is added by a CTest include
 # file that runs after discovery, over the discovered names (TEST_LIST).
 gtest_discover_tests(test_reference TEST_LIST llmc_reference_gtests)

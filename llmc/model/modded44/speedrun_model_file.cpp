@@ -1,14 +1,12 @@
 // Speedrun model files, mapped to and from the bucketed layout (see speedrun_model_file.h).
 #include "llmc/model/modded44/speedrun_model_file.h"
 
-#include <sys/stat.h>
-
 #include <cstdio>
 #include <stdexcept>
 
 #include "llmc/base/atomic_file.h"
-#include "llmc/base/bf16_bits.h"
 #include "llmc/base/file_io.h"
+#include "llmc/family/tensor_file.h"
 
 namespace llmc {
 
@@ -31,16 +29,7 @@ enum HeaderField {
   kNumTensors,
 };
 
-bool stored_as_bf16(const TensorView& view, SpeedrunFileDtype dtype) {
-  return dtype == SpeedrunFileDtype::kReference && view.reference_dtype == ParamDtype::kBf16;
-}
-
-int64_t data_bytes(const SpeedrunLayout& layout, SpeedrunFileDtype dtype) {
-  int64_t bytes = 0;
-  for (const TensorView& view : layout.tensors)
-    bytes += static_cast<int64_t>(view.numel) * (stored_as_bf16(view, dtype) ? 2 : 4);
-  return bytes;
-}
+bool reference_dtypes(SpeedrunFileDtype dtype) { return dtype == SpeedrunFileDtype::kReference; }
 
 std::string config_mismatch(const SpeedrunConfig& file, const SpeedrunConfig& expected) {
   std::string fields;
@@ -99,16 +88,8 @@ SpeedrunModelFileInfo read_speedrun_model_header(const std::string& path) {
                               describe_speedrun_config(info.config) + " has " + std::to_string(layout.tensors.size()) +
                               " and " + std::to_string(layout.tensor(SpeedrunTensor::kScalars).numel));
   info.num_parameters = static_cast<int64_t>(layout.num_parameters);
-  info.data_bytes = data_bytes(layout, info.dtype);
-  struct stat file_stat;
-  if (::stat(path.c_str(), &file_stat) != 0) throw_errno_file_error(path, "cannot stat model file");
-  const int64_t expected = int64_t{kHeaderInts} * 4 + info.data_bytes, actual = file_stat.st_size;
-  if (actual < expected)
-    throw FileError(path, "truncated model file: " + std::to_string(actual) + " bytes, the header (" +
-                              describe_speedrun_config(info.config) + ") needs " + std::to_string(expected));
-  if (actual > expected)
-    throw FileError(path, "model file has " + std::to_string(actual - expected) +
-                              " trailing bytes after the parameters of " + describe_speedrun_config(info.config));
+  info.data_bytes = tensor_payload_bytes(layout, reference_dtypes(info.dtype));
+  check_model_file_size(path, int64_t{kHeaderInts} * 4, info.data_bytes, describe_speedrun_config(info.config));
   return info;
 }
 
@@ -120,20 +101,8 @@ void read_speedrun_model(const std::string& path, const SpeedrunLayout& layout, 
   if (std::fseek(in.get(), long{kHeaderInts} * 4, SEEK_SET) != 0)
     throw_errno_file_error(path, "cannot seek past the header");
   std::vector<float> loaded(layout.total_size, 0.0f);
-  std::vector<uint16_t> staging;
-  for (int index : speedrun_file_order(layout)) {
-    const TensorView& view = layout.tensors[static_cast<size_t>(index)];
-    float* dst = loaded.data() + view.offset;
-    size_t got;
-    if (stored_as_bf16(view, info.dtype)) {
-      staging.resize(view.numel);
-      got = std::fread(staging.data(), sizeof(uint16_t), view.numel, in.get());
-      for (size_t i = 0; i < got; i++) dst[i] = bf16_bits_to_float(staging[i]);
-    } else {
-      got = std::fread(dst, sizeof(float), view.numel, in.get());
-    }
-    if (got != view.numel) throw FileError(path, "read failed in tensor " + view.name + " (file changed or I/O error)");
-  }
+  read_tensor_payload(in.get(), path, layout, speedrun_file_order(layout), reference_dtypes(info.dtype),
+                      loaded.data());
   params.swap(loaded);
 }
 
@@ -164,18 +133,7 @@ WrittenFile write_speedrun_model(const std::string& path, const SpeedrunLayout& 
   header[kNumTensors] = static_cast<int32_t>(layout.tensors.size());
   AtomicFileWriter out(path);
   out.write(header, sizeof header);
-  std::vector<uint16_t> staging;
-  for (int index : speedrun_file_order(layout)) {
-    const TensorView& view = layout.tensors[static_cast<size_t>(index)];
-    const float* src = params + view.offset;
-    if (stored_as_bf16(view, dtype)) {
-      staging.resize(view.numel);
-      for (size_t i = 0; i < view.numel; i++) staging[i] = float_to_bf16_bits(src[i]);
-      out.write(staging.data(), view.numel * sizeof(uint16_t));
-    } else {
-      out.write(src, view.numel * sizeof(float));
-    }
-  }
+  write_tensor_payload(out, layout, speedrun_file_order(layout), params, reference_dtypes(dtype));
   return out.commit();
 }
 

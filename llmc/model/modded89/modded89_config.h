@@ -13,6 +13,10 @@ constexpr int kModded89ValueEmbeds = 5;   // tables in one [5V, C] parameter
 constexpr int kModded89GateInputs = 6;    // the value-embedding gate reads xn[0:6] and ve[0:6]
 constexpr int kModded89MuddColumns = 14;  // MUDD0's outputs (MUDD1 uses the first 5)
 constexpr int kModded89GateColumns = 41;  // the post gate's outputs (the pre gate uses the first 26)
+constexpr int kModded89DcW1Column = 29;   // the post gate's H columns of DC's first mixing weights
+constexpr int kModded89DcW2Column = 35;   // and of its second
+constexpr int kModded89SmearLambda = 22;  // in the scalar vector (after the 11 layers' sa lambda pairs)
+constexpr int kModded89SkipLambda = 23;
 
 struct Modded89Config {
   int vocab_size = 0;    // V (every column in the softmax)

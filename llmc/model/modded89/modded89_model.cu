@@ -35,8 +35,6 @@ namespace llmc {
 namespace {
 
 constexpr float kMuddScale = 0.1f;                  // MUDD_k = 0.1 (lin(gelu(lin(x))) + b)
-constexpr int kDcW1Column = 29, kDcW2Column = 35;   // of the post gate
-constexpr int kSmearLambda = 22, kSkipLambda = 23;  // in the scalar vector
 
 using Rows = MixRows<floatX>;
 using ConstRows = MixRows<const floatX>;
@@ -473,7 +471,7 @@ void Modded89Model::input_forward() {
     gather.outputs[k] = b.ve[3 + k];
   }
   embedding_forward(gather, b.inputs, T, C, stream_);
-  smear_forward(b.smeared, b.e, param("smear_gate"), b.fp32_params, kSmearLambda, T, C, stream_);
+  smear_forward(b.smeared, b.e, param("smear_gate"), b.fp32_params, kModded89SmearLambda, T, C, stream_);
   rmsnorm_forward(b.x0, b.rstd0, b.smeared, T, C, stream_);
   gather.count = 1;
   gather.tables[0] = param("bigram_embed");
@@ -521,7 +519,7 @@ void Modded89Model::layer_forward(int i) {
   if (i == structure.post_gate_layer) small_mlp_forward(1, previous);
   if (i == structure.skip_to) {  // x += sigmoid(skip_lambda) G1[28] cache3
     mix_forward(Rows{l.skip, C}, ConstRows{b.layers[structure.skip_from].x_out, C}, ConstRows{nullptr, C},
-                b.fp32_params, MixCoefficient{MixScalar::kSigmoid, kSkipLambda}, one(), T, C, stream_);
+                b.fp32_params, MixCoefficient{MixScalar::kSigmoid, kModded89SkipLambda}, one(), T, C, stream_);
     token_mix_forward(l.x_in, C, token_mix(b.mlps[1].gate(), {{previous, -1}, {l.skip, structure.skip_gate.column}}, C),
                       T, C, stream_);
   }
@@ -604,7 +602,8 @@ void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux
                               simple_attention::Problem{T, H, D, b.cu_seqlens, num_docs_, window, attn_scale_},
                               stream_);
   if (role.dc) {
-    dc_mix_weights_forward(l.dc_weights, b.mlps[1].out, kModded89GateColumns, kDcW1Column, kDcW2Column, T, H, stream_);
+    dc_mix_weights_forward(l.dc_weights, b.mlps[1].out, kModded89GateColumns, kModded89DcW1Column,
+                           kModded89DcW2Column, T, H, stream_);
     const DcInputs dc{l.q, l.k, l.v,           C,          C, C, l.dc_weights, l.dc_weights + H, 2 * H, b.doc_start, T,
                       H,   D,   cfg.dc_window, attn_scale_};
     dc_forward(l.y_dc, l.y, C, l.dc_lse, dc, stream_);
@@ -818,7 +817,8 @@ void Modded89Model::layer_backward(int i) {
         T, C, stream_);
     mix_backward(Rows{b.d_cache3, C}, true, Rows{nullptr, C}, false, b.d_fp32, ConstRows{b.d_branch, C},
                  ConstRows{b.layers[structure.skip_from].x_out, C}, ConstRows{nullptr, C}, b.fp32_params,
-                 MixCoefficient{MixScalar::kSigmoid, kSkipLambda}, one(), T, C, b.scratch, b.scratch_floats, stream_);
+                 MixCoefficient{MixScalar::kSigmoid, kModded89SkipLambda}, one(), T, C, b.scratch, b.scratch_floats,
+                 stream_);
   }
   if (i == structure.post_gate_layer) small_mlp_backward(1, l.x_in, b.dx);
   if (role.mudd) add_into_dx(b.d_cache9);  // cache9 is layer 10's input
@@ -943,8 +943,8 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
     const DcInputs dc{l.q, l.k, l.v,           C,          C, C, l.dc_weights, l.dc_weights + H, 2 * H, b.doc_start, T,
                       H,   D,   cfg.dc_window, attn_scale_};
     dc_backward(b.dq, C, b.dk, C, b.dv, C, b.dw1, b.dw2, b.dc_delta, dcur, C, l.dc_lse, dc, stream_);
-    dc_mix_weights_backward(b.d_gates[1], b.dw1, b.dw2, b.mlps[1].out, kModded89GateColumns, kDcW1Column, kDcW2Column,
-                            T, H, stream_);
+    dc_mix_weights_backward(b.d_gates[1], b.dw1, b.dw2, b.mlps[1].out, kModded89GateColumns, kModded89DcW1Column,
+                            kModded89DcW2Column, T, H, stream_);
   }
   mix_forward(Rows{b.dv, C}, ConstRows{b.dv, C}, ConstRows{b.dv_xsa, C}, b.fp32_params, one(), one(), T, C, stream_);
   // q, k: norm and rotary back to the GEMM's output (the k launch with its key offset)
@@ -994,8 +994,8 @@ void Modded89Model::input_backward() {
       C, stream_);
   small_mlp_backward(0, b.x0, b.d_x0);
   rmsnorm_backward(b.d_embed, b.d_x0, b.smeared, b.rstd0, T, C, /*accumulate=*/false, stream_);
-  smear_backward(b.dn, grad("smear_gate"), b.d_fp32, b.d_embed, b.e, param("smear_gate"), b.fp32_params, kSmearLambda,
-                 T, C, b.scratch, b.scratch_floats, stream_);
+  smear_backward(b.dn, grad("smear_gate"), b.d_fp32, b.d_embed, b.e, param("smear_gate"), b.fp32_params,
+                 kModded89SmearLambda, T, C, b.scratch, b.scratch_floats, stream_);
   EmbeddingScatter<floatX> scatter;
   scatter.count = 4;
   scatter.table_grads[0] = grad("embed");
