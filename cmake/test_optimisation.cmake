@@ -1,6 +1,6 @@
 # cmake/test_optimisation.cmake: the one rule for test code's optimisation. Executables built only from
 # test sources (every source under test/, or the g++ wrapper of one: the emulated test binaries, the
-# emulated benchmarks, probes, dump tools, fuzz replays) compile at -O1 in Release builds. Code generation
+# emulated benchmarks, probes, dump tools, fuzz replays) compile their C++ at -O1 in Release builds. Code generation
 # is most of a fresh build (one emulated kernel test source: 20 s of CPU at -O3, 12 s at -O1;
 # test_train_utils: 16.5 s at -O3, 8.1 s at -O1), and the tests run a third longer at most (kernels_bf16_emu:
 # 3.6 s -> 5.0 s of CPU). Results are the same (no fast-math, no contraction under -std=c++17). Libraries
@@ -16,7 +16,9 @@ foreach(target IN LISTS llmc_all_targets)
   set(only_test_sources TRUE)
   foreach(source IN LISTS target_sources)
     # llmc_wrap_cu_for_gxx (emu.cmake) names a wrapper after its source's path: test/x.cu -> .../test_x_cu.cpp.
-    if(NOT source MATCHES "^(${CMAKE_SOURCE_DIR}/)?test/" AND NOT source MATCHES "/emu_wrappers/[^/]+/test_[^/]*_cu\\.cpp$")
+    # llmc_group_cu_sources groups only test files: .../cu_groups/<target>/group_N.cu.
+    if(NOT source MATCHES "^(${CMAKE_SOURCE_DIR}/)?test/" AND NOT source MATCHES "/emu_wrappers/[^/]+/test_[^/]*_cu\\.cpp$"
+       AND NOT source MATCHES "/cu_groups/[^/]+/group_[0-9]+\\.cu$")
       set(only_test_sources FALSE)
     endif()
   endforeach()

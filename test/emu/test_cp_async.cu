@@ -12,6 +12,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/async_copies.cuh"
 #include "test/support/device_buffer.h"
+#include "test/emu/emulation_only.h"
 #include "test/support/gpu_test.h"
 
 namespace {
@@ -21,12 +22,6 @@ using llmc::test::DeviceBuffer;
 constexpr int kThreads = 64;     // two warps
 constexpr int kChunkInts = 4;    // 16 bytes
 constexpr uint16_t kPoison = 0xffa5;
-
-#define SKIP_UNLESS_EMULATION()                                                             \
-  do {                                                                                      \
-    if (!LLMC_IS_EMULATION) GTEST_SKIP() << "emulation-only: undefined behaviour on a GPU"; \
-    GTEST_FLAG_SET(death_test_style, "threadsafe");                                         \
-  } while (0)
 
 // Sums `tiles` tiles of kThreads x 4 ints with two shared buffers: tile t+1 is copied while tile t is
 // summed. Thread i adds column i % 4 of rows written by other warps, so every copy and barrier counts.

@@ -8,17 +8,12 @@
 
 #include "llmc/cuda/cuda_common.h"
 #include "test/support/device_buffer.h"
+#include "test/emu/emulation_only.h"
 #include "test/support/gpu_test.h"
 
 namespace {
 
 using llmc::test::DeviceBuffer;
-
-#define SKIP_UNLESS_EMULATION()                                                             \
-  do {                                                                                      \
-    if (!LLMC_IS_EMULATION) GTEST_SKIP() << "emulation-only: undefined behaviour on a GPU"; \
-    GTEST_FLAG_SET(death_test_style, "threadsafe");                                         \
-  } while (0)
 
 __global__ void early_exit_barrier_kernel(int* out) {
   if (threadIdx.x >= 16) return;  // half the block leaves before the barrier

@@ -10,17 +10,12 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/mma.cuh"
 #include "test/support/device_buffer.h"
+#include "test/emu/emulation_only.h"
 #include "test/support/gpu_test.h"
 
 namespace {
 
 using llmc::test::DeviceBuffer;
-
-#define SKIP_UNLESS_EMULATION()                                                             \
-  do {                                                                                      \
-    if (!LLMC_IS_EMULATION) GTEST_SKIP() << "emulation-only: undefined behaviour on a GPU"; \
-    GTEST_FLAG_SET(death_test_style, "threadsafe");                                         \
-  } while (0)
 
 __global__ void copy_kernel(const int* in, int* out) { out[threadIdx.x] = in[threadIdx.x]; }
 __global__ void length_kernel(const int* begin, const int* end, int* out) { *out = static_cast<int>(end - begin); }

@@ -103,7 +103,7 @@ TEST(Races, NonAtomicAccumulationAcrossBlocksIsReported) {
 }
 
 __global__ void fill_kernel(int* data, int value) { data[blockIdx.x * blockDim.x + threadIdx.x] = value; }
-__global__ void copy_kernel(const int* in, int* out) {
+__global__ void consumer_copy_kernel(const int* in, int* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
 }
 
@@ -120,7 +120,7 @@ void producer_consumer(bool wait_for_event) {
   LLMC_LAUNCH(fill_kernel, 2, 128, 0, producer, data.get(), 7);
   CUDA_CHECK(cudaEventRecord(filled, producer));
   if (wait_for_event) CUDA_CHECK(cudaStreamWaitEvent(consumer, filled, 0));
-  LLMC_LAUNCH(copy_kernel, 2, 128, 0, consumer, data.get(), copy.get());
+  LLMC_LAUNCH(consumer_copy_kernel, 2, 128, 0, consumer, data.get(), copy.get());
   CUDA_CHECK(cudaStreamSynchronize(consumer));
   CUDA_CHECK(cudaEventDestroy(filled));
   CUDA_CHECK(cudaStreamDestroy(producer));

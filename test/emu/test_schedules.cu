@@ -22,7 +22,7 @@ namespace {
 using llmc::test::DeviceBuffer;
 using llmc::test::Gate;
 
-#define SKIP_UNLESS_EMULATION()                                                         \
+#define SKIP_WITHOUT_EMULATION_SETTING()                                                         \
   do {                                                                                  \
     if (!LLMC_IS_EMULATION) GTEST_SKIP() << "emulation-only: an emulation setting or UB"; \
   } while (0)
@@ -67,7 +67,7 @@ int wrong_rotations(bool with_barrier) {
 #endif
 
 TEST(Schedules, DriftingWarpsExposeAMissingBarrierThatLockstepHides) {
-  SKIP_UNLESS_EMULATION();
+  SKIP_WITHOUT_EMULATION_SETTING();
   LLMC_SKIP_PLANTED_RACE_UNDER_TSAN();
 #if defined(LLMC_EMULATION)
   using llmc::emu::ScheduleMode;
@@ -92,7 +92,7 @@ __global__ void read_before_write_kernel(float* out) {
 }
 
 TEST(Schedules, StaticSharedMemoryStartsPoisonedInEveryBlock) {
-  SKIP_UNLESS_EMULATION();
+  SKIP_WITHOUT_EMULATION_SETTING();
   DeviceBuffer<float> out(3 * 32);
   LLMC_LAUNCH(read_before_write_kernel, 3, 32, 0, nullptr, out.get());
   for (float value : out.download_raw()) EXPECT_TRUE(std::isnan(value));
@@ -109,7 +109,7 @@ __global__ void read_previous_block_kernel(float* out) {
 #endif
 
 TEST(Schedules, DriftRunsBlocksInARandomOrder) {
-  SKIP_UNLESS_EMULATION();
+  SKIP_WITHOUT_EMULATION_SETTING();
   LLMC_SKIP_PLANTED_RACE_UNDER_TSAN();
 #if defined(LLMC_EMULATION)
   using llmc::emu::ScheduleMode;
@@ -145,7 +145,7 @@ __global__ void ldmatrix_then_overwrite_kernel(uint32_t* out) {
 #endif
 
 TEST(Schedules, LdmatrixReadsItsRowWhenTheLaneExecutesIt) {
-  SKIP_UNLESS_EMULATION();
+  SKIP_WITHOUT_EMULATION_SETTING();
   LLMC_SKIP_PLANTED_RACE_UNDER_TSAN();
 #if defined(LLMC_EMULATION)
   with_schedule(llmc::emu::ScheduleMode::kForward, [] {
@@ -170,7 +170,7 @@ __global__ void cas_increment_kernel(unsigned* counter, unsigned* retries) {
 }
 
 TEST(Schedules, AtomicsContendSoCompareAndSwapLoopsRetry) {
-  SKIP_UNLESS_EMULATION();
+  SKIP_WITHOUT_EMULATION_SETTING();
   DeviceBuffer<unsigned> counter(std::vector<unsigned>{0}), retries(std::vector<unsigned>{0});
   LLMC_LAUNCH(cas_increment_kernel, 4, 256, 0, nullptr, counter.get(), retries.get());
   EXPECT_EQ(counter.download_raw()[0], 4u * 256u);
@@ -180,7 +180,7 @@ TEST(Schedules, AtomicsContendSoCompareAndSwapLoopsRetry) {
 __global__ void float_sum_kernel(float* total) { atomicAdd(total, 1.0f); }
 
 TEST(Schedules, FloatAtomicAddIsExactForSmallIntegers) {
-  SKIP_UNLESS_EMULATION();
+  SKIP_WITHOUT_EMULATION_SETTING();
   DeviceBuffer<float> total(std::vector<float>{0.0f});
   LLMC_LAUNCH(float_sum_kernel, 8, 512, 0, nullptr, total.get());
   EXPECT_EQ(total.download_raw()[0], 4096.0f);  // every partial sum is an integer below 2^24: exact
@@ -189,7 +189,7 @@ TEST(Schedules, FloatAtomicAddIsExactForSmallIntegers) {
 // cudaMemcpyAsync from pageable memory returns once the source is staged: the caller may reuse its
 // buffer at once, and the device copy happens later, in stream order (here: after the gate opens).
 TEST(Schedules, PageableAsyncCopyIsStagedAndRunsInStreamOrder) {
-  SKIP_UNLESS_EMULATION();
+  SKIP_WITHOUT_EMULATION_SETTING();
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   DeviceBuffer<int> device_copy(std::vector<int>(16, -1));
@@ -206,7 +206,7 @@ TEST(Schedules, PageableAsyncCopyIsStagedAndRunsInStreamOrder) {
 }
 
 TEST(Schedules, MemsetIsAsynchronous) {
-  SKIP_UNLESS_EMULATION();
+  SKIP_WITHOUT_EMULATION_SETTING();
   DeviceBuffer<int> buffer(std::vector<int>(16, -1));
   Gate gate;
   CUDA_CHECK(cudaLaunchHostFunc(nullptr, Gate::wait_callback, &gate));

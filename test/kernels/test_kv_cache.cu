@@ -14,17 +14,18 @@
 
 namespace {
 
-using namespace kv_cache_test;
+// Qualified: the GPU test binary compiles this file in one unit with others (cmake/emu.cmake).
+namespace kv = kv_cache_test;
 
 class KvCacheAttention : public ::testing::TestWithParam<int> {};
 
 TEST_P(KvCacheAttention, PrefillThenDecodeMatchesFullCausalAttention) {
   LLMC_REQUIRE_GPU();
-  const Case c{40, 3, GetParam(), {7, 1, 1, 1, 5, 1, 1, 2}};
+  const kv::Case c{40, 3, GetParam(), {7, 1, 1, 1, 5, 1, 1, 2}};
   std::mt19937 rng(1000 + c.hs);
-  const std::vector<double> qkv = random_qkv(c, rng);
-  const Result result = run_kernels(c, qkv);
-  EXPECT_TRUE(llmc::test::all_close(result.out, reference_attention(c, qkv), output_tolerance(c)));
+  const std::vector<double> qkv = kv::random_qkv(c, rng);
+  const kv::Result result = kv::run_kernels(c, qkv);
+  EXPECT_TRUE(llmc::test::all_close(result.out, kv::reference_attention(c, qkv), kv::output_tolerance(c)));
 
   // Keys and values are copied bit for bit into (NH, max_T, hs) each; slots past the sequence stay NaN.
   const int C = c.NH * c.hs, T = c.total();
@@ -48,11 +49,11 @@ INSTANTIATE_TEST_SUITE_P(HeadSizes, KvCacheAttention, ::testing::Values(64, 48, 
 // Each query sums over the same keys in the same order whatever the calls were: bitwise equal outputs.
 TEST(KvCacheAttentionChunks, OutputDoesNotDependOnHowTheSequenceWasCut) {
   LLMC_REQUIRE_GPU();
-  const Case whole{24, 2, 64, {24}};
-  const Case pieces{24, 2, 64, {1, 1, 9, 1, 4, 1, 1, 1, 5}};
+  const kv::Case whole{24, 2, 64, {24}};
+  const kv::Case pieces{24, 2, 64, {1, 1, 9, 1, 4, 1, 1, 1, 5}};
   std::mt19937 rng(77);
-  const std::vector<double> qkv = random_qkv(whole, rng);
-  EXPECT_TRUE(llmc::test::bitwise_equal(run_kernels(whole, qkv).out, run_kernels(pieces, qkv).out));
+  const std::vector<double> qkv = kv::random_qkv(whole, rng);
+  EXPECT_TRUE(llmc::test::bitwise_equal(kv::run_kernels(whole, qkv).out, kv::run_kernels(pieces, qkv).out));
 }
 
 TEST(KvCacheAttentionShapes, RejectsTokensPastTheCacheAndHugeHeads) {

@@ -22,7 +22,7 @@ using namespace llmc::test;  // random_values, DeviceBuffer, kStorageRoundoff
 using llmc::floatX;
 
 template <typename T>
-constexpr double roundoff() {
+constexpr double parameter_roundoff() {
   return std::is_same_v<T, float> ? kFp32Roundoff : kStorageRoundoff;
 }
 
@@ -81,7 +81,7 @@ void check_two_updates(const llmc::test::OracleTest& test, int rows, int cols, i
                   "{\"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"lr\": %.17g, \"t\": %d, \"state_bf16\": %s, "
                   "\"state_roundoff\": %.17g, \"param_roundoff\": %.17g}",
                   settings.beta1, settings.beta2, settings.eps, lr, t, std::is_same_v<S, float> ? "false" : "true",
-                  roundoff<S>(), roundoff<P>());
+                  parameter_roundoff<S>(), parameter_roundoff<P>());
     oracle.config(json);
     oracle.run("adam");
     const std::vector<double> got_param = d_param.download();
