@@ -93,8 +93,8 @@ void encode_header(const TrainStateHeader& s, int64_t* header) {
 // The model's words: its family is known; its shape words are sizes where the file keeps them and zero in
 // the words it does not use (a version 4 file of one family that also names the other's shape is corrupt).
 void check_model_words(const int64_t* header, const std::function<void(bool, const std::string&)>& require) {
-  require(header[kFamily] == word_of(ModelFamilyId::kGPT2) ||
-              header[kFamily] == word_of(ModelFamilyId::kSpeedrun),
+  require(header[kFamily] == word_of(ModelFamilyId::kGPT2) || header[kFamily] == word_of(ModelFamilyId::kSpeedrun) ||
+              header[kFamily] == word_of(ModelFamilyId::kModded89),
           "unknown model family " + std::to_string(header[kFamily]));
   const int used = shape_word(header);
   const bool legacy = header[kVersion] < 5;

@@ -39,7 +39,7 @@ constexpr int64_t kTrainStateOldestVersion = 2;  // still read
 constexpr int kTrainStateHeaderWords = 32;
 
 // Which model family a state belongs to (a header word; llmc/model/registry.h maps it to its family).
-enum class ModelFamilyId : int64_t { kGPT2 = 0, kSpeedrun = 1 };
+enum class ModelFamilyId : int64_t { kGPT2 = 0, kSpeedrun = 1, kModded89 = 2 };
 
 // A model as a state file records it: its family and the six words of its shape that the family chose.
 constexpr int kStateModelShapeWords = 6;

@@ -9,6 +9,8 @@
 #include "llmc/model/gpt2/gpt2_model_file.h"
 #include "llmc/model/modded44/speedrun_family.h"
 #include "llmc/model/modded44/speedrun_model_file.h"
+#include "llmc/model/modded89/modded89_family.h"
+#include "llmc/model/modded89/modded89_model_file.h"
 
 namespace llmc {
 
@@ -18,10 +20,14 @@ ModelStart preset(const std::string& model) {
   if (!is_model_preset(model))
     throw std::invalid_argument("--model '" + model +
                                 "' is neither a model file nor a preset (dN with N in 1..64, tiny, small, speedrun, "
-                                "speedrun-tiny)");
+                                "speedrun-tiny, modded89, modded89-tiny)");
   ModelStart start;
-  start.family = is_speedrun_preset(model) ? make_speedrun_family(speedrun_config_from_name(model))
-                                           : make_gpt2_family(config_from_name(model));
+  if (is_speedrun_preset(model))
+    start.family = make_speedrun_family(speedrun_config_from_name(model));
+  else if (is_modded89_preset(model))
+    start.family = make_modded89_family(modded89_config_from_name(model));
+  else
+    start.family = make_gpt2_family(config_from_name(model));
   return start;
 }
 
@@ -46,14 +52,19 @@ ModelStart locate_model(const std::string& model, const std::string& file, int w
     SpeedrunLayout layout;
     start.params = load_speedrun_model(path, world_size, &layout);
     start.family = make_speedrun_family(layout.config);
+  } else if (magic == kModded89ModelMagic) {
+    Modded89Layout layout;
+    start.params = load_modded89_model(path, world_size, &layout);
+    start.family = make_modded89_family(layout.config);
   } else if (magic == kGpt2ModelMagic) {
     GPT2Layout layout;
     start.params = load_gpt2_model_file(path, world_size, &layout);
     start.family = make_gpt2_family(layout.config);
   } else {
     throw FileError(path, "not a model file: magic is " + std::to_string(magic) + ", expected " +
-                              std::to_string(kGpt2ModelMagic) + " (GPT-2, llm.c) or " +
-                              std::to_string(kSpeedrunModelMagic) + " (speedrun)");
+                              std::to_string(kGpt2ModelMagic) + " (GPT-2, llm.c), " +
+                              std::to_string(kSpeedrunModelMagic) + " (speedrun) or " +
+                              std::to_string(kModded89ModelMagic) + " (modded89)");
   }
   return start;
 }
@@ -62,6 +73,7 @@ std::string describe_state_model(const StateModel& model) {
   switch (model.family) {
     case ModelFamilyId::kGPT2: return describe_config(gpt2_config_of(model));
     case ModelFamilyId::kSpeedrun: return "speedrun " + describe_speedrun_config(speedrun_config_of(model));
+    case ModelFamilyId::kModded89: return "modded89 " + describe_modded89_config(modded89_config_of(model));
   }
   return "model family " + std::to_string(static_cast<int64_t>(model.family));
 }

@@ -29,6 +29,9 @@ using namespace llmc;
 
 namespace {
 
+using llmc::test::read_bytes;
+using llmc::test::write_bytes;
+
 class Checkpoint : public llmc::test::TempDirTest {
  protected:
   Checkpoint() : TempDirTest("llmc_test_checkpoint") {}
@@ -43,16 +46,6 @@ GPT2Config odd_config() {  // C not a multiple of 8: the layout has alignment ga
   c.vocab_size = 21;
   c.padded_vocab_size = 24;
   return c;
-}
-
-std::vector<char> read_bytes(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& file, const std::vector<char>& bytes) {
-  std::ofstream out(file, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // A distinct, exactly representable value for element i of tensor instance (kind, layer).

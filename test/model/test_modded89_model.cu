@@ -103,7 +103,10 @@ struct Case {
     return model;
   }
 
+  // The fp32 tensors taken, as an optimizer of them does: read exactly as uploaded, as the double model reads
+  // them (untaken, each forward would widen their floatX copies).
   void load(Modded89Model& model) const {
+    model.take_fp32_params();
     model.upload_params(params);
     model.set_sign_table(signs);
     model.set_prefix_table(prefix_of);
@@ -123,6 +126,12 @@ void expect_loss_near(double got, double want, const char* what) {
   EXPECT_NEAR(got, want, kLossTolerance * std::fabs(want)) << what;
 }
 
+// A forward into loss slot 0 with the objective's weights and dloss 1 (the record's sum).
+void run_forward(Modded89Model& model, const Case& c, const MtpLossWeights& weights, bool training) {
+  model.set_loss_weights(weights);
+  model.forward(c.tokens.data(), c.targets.data(), 0, training, 1.0f);
+}
+
 MtpLossWeights stage1_weights() {
   MtpLossWeights w;
   w.tokens = 3;
@@ -135,10 +144,10 @@ MtpLossWeights stage1_weights() {
 // Stage 1's weights with the prefix term: every part of the model and of the loss.
 TEST_F(Modded89ModelTest, TrainingLossMatchesReference) {
   const Case c(11);
-  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   c.load(model);
   const MtpLossWeights weights = stage1_weights();
-  model.forward(c.tokens.data(), c.targets.data(), weights, /*training=*/true);
+  run_forward(model, c, weights, true);
   ref::Modded89Reference reference = c.reference(/*round_u=*/true);
   expect_loss_near(sum(model.download_losses()), reference.forward(c.batch(weights, true)), "training loss");
 }
@@ -146,9 +155,9 @@ TEST_F(Modded89ModelTest, TrainingLossMatchesReference) {
 // The validation loss: the next token alone, the soft-cap unrounded.
 TEST_F(Modded89ModelTest, ValidationLossMatchesReference) {
   const Case c(23);
-  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   c.load(model);
-  model.forward(c.tokens.data(), c.targets.data(), MtpLossWeights{}, /*training=*/false);
+  run_forward(model, c, MtpLossWeights{}, false);
   ref::Modded89Reference reference = c.reference(/*round_u=*/false);
   expect_loss_near(sum(model.download_losses()), reference.forward(c.batch(MtpLossWeights{}, false)),
                    "validation loss");
@@ -171,11 +180,11 @@ double grad_tolerance(const TensorView& view) {
 // differentiates), the padding between tensors exactly zero.
 TEST_F(Modded89ModelTest, EveryGradientMatchesReference) {
   const Case c(13);
-  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   c.load(model);
   const MtpLossWeights weights = stage1_weights();
-  model.forward(c.tokens.data(), c.targets.data(), weights, /*training=*/true);
-  model.backward();
+  run_forward(model, c, weights, true);
+  model.backward(/*first_micro_step=*/true);
   ref::Modded89Reference reference = c.reference(/*round_u=*/true);
   reference.forward(c.batch(weights, true));
   reference.backward();
@@ -198,13 +207,13 @@ TEST_F(Modded89ModelTest, EveryGradientMatchesReference) {
     if (!inside[i]) {
       ASSERT_EQ(got[i], 0.0f) << "padding element " << i;
     }
-  EXPECT_THROW(model.backward(), std::logic_error);  // the logits hold their gradient now
+  EXPECT_THROW(model.backward(true), std::logic_error);  // the logits hold their gradient now
 }
 
 // Long windows, wider than the documents, and a changed rotary state: the masks and tables in use.
 TEST_F(Modded89ModelTest, MatchesReferenceWithOtherWindowsAndRope) {
   const Case c(31);
-  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   c.load(model);
   const int pairs = c.layout.config.rotary_pairs();
   std::vector<float> frequencies;
@@ -219,7 +228,7 @@ TEST_F(Modded89ModelTest, MatchesReferenceWithOtherWindowsAndRope) {
   reference.set_rope(frequencies64, static_cast<double>(0.13f));
   reference.set_windows(3 * c.layout.config.window_block, 7 * c.layout.config.window_block);
   const MtpLossWeights weights = stage1_weights();
-  model.forward(c.tokens.data(), c.targets.data(), weights, true);
+  run_forward(model, c, weights, true);
   expect_loss_near(sum(model.download_losses()), reference.forward(c.batch(weights, true)), "training loss");
 }
 
@@ -229,10 +238,10 @@ TEST_F(Modded89ModelTest, ZeroHeadLossIsActiveWeightsTimesLnV) {
   Case c(5);
   const TensorView& head = c.layout.find("head");
   std::fill_n(c.params.begin() + static_cast<std::ptrdiff_t>(head.offset), head.numel, 0.0f);
-  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   c.load(model);
   const MtpLossWeights weights = stage1_weights();
-  model.forward(c.tokens.data(), c.targets.data(), weights, true);
+  run_forward(model, c, weights, true);
   double active = 0.0;
   for (int t = 0; t < c.T; t++) {
     for (int k = 0; k < weights.tokens; k++)
@@ -246,11 +255,11 @@ TEST_F(Modded89ModelTest, ZeroHeadLossIsActiveWeightsTimesLnV) {
 
 TEST_F(Modded89ModelTest, ForwardIsBitwiseRepeatable) {
   const Case c(41);
-  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   c.load(model);
-  model.forward(c.tokens.data(), c.targets.data(), stage1_weights(), true);
+  run_forward(model, c, stage1_weights(), true);
   const std::vector<float> first = model.download_losses();
-  model.forward(c.tokens.data(), c.targets.data(), stage1_weights(), true);
+  run_forward(model, c, stage1_weights(), true);
   const std::vector<float> second = model.download_losses();
   for (size_t t = 0; t < first.size(); t++) ASSERT_EQ(first[t], second[t]) << "row " << t;
 }
@@ -260,7 +269,7 @@ TEST_F(Modded89ModelTest, ForwardIsBitwiseRepeatable) {
 // optimizer state). LLMC_TEST_VERBOSE=1 prints the figure (docs/recipes.md quotes it).
 TEST_F(Modded89ModelTest, ActivationPlanMatchesTheAllocationAndFitsTheRecordsShape) {
   const Case c(2);
-  Modded89Model model(c.layout.config, c.T, stream, c.bos);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   EXPECT_EQ(model.activation_bytes(), Modded89Model::planned_activation_bytes(c.layout.config, c.T));
   const Modded89Config record = modded89_config_from_name("modded89");
   const double gib = static_cast<double>(Modded89Model::planned_activation_bytes(record, record.max_seq_len)) /
@@ -273,16 +282,81 @@ TEST_F(Modded89ModelTest, ActivationPlanMatchesTheAllocationAndFitsTheRecordsSha
 TEST_F(Modded89ModelTest, RefusesBadInputs) {
   Case c(3);
   const Modded89Config& config = c.layout.config;
-  EXPECT_THROW(Modded89Model(config, config.max_seq_len + 1, stream, c.bos), std::invalid_argument);
-  EXPECT_THROW(Modded89Model(config, c.T, stream, config.vocab_size), std::invalid_argument);
-  Modded89Model model(config, c.T, stream, c.bos);
+  EXPECT_THROW(Modded89Model(config, 1, config.max_seq_len + 1, 1, stream, c.bos), std::invalid_argument);
+  EXPECT_THROW(Modded89Model(config, 1, c.T, 1, stream, -1), std::invalid_argument);
+  EXPECT_THROW(Modded89Model(config, 1, c.T, 0, stream, c.bos), std::invalid_argument);
+  Modded89Model model(config, 1, c.T, 1, stream, c.bos);
   EXPECT_THROW(model.upload_params(std::vector<float>(3)), std::invalid_argument);
   c.signs[5] = 0.5f;
   EXPECT_THROW(model.set_sign_table(c.signs), std::invalid_argument);
   EXPECT_THROW(model.set_prefix_table(std::vector<int>(3, -1)), std::invalid_argument);
   EXPECT_THROW(model.set_rope(std::vector<float>(1), 0.1f), std::invalid_argument);
   c.tokens[9] = config.vocab_size;
-  EXPECT_THROW(model.forward(c.tokens.data(), c.targets.data(), MtpLossWeights{}, true), std::invalid_argument);
+  EXPECT_THROW(run_forward(model, c, MtpLossWeights{}, true), std::invalid_argument);
+}
+
+// The trainer's interface: the forward's hooks in forward order, the backward's in backward order, each bucket
+// once; a second micro-step adds its gradients to the first's with one rounding per element (so exactly the
+// rounded sum of two single-step gradients, which the same kernels compute bitwise alike); the mean loss over
+// both slots; dloss scales the gradient exactly (a power of two) and not the losses.
+TEST_F(Modded89ModelTest, MicroStepsAccumulateWithHooksInBucketOrder) {
+  const Case c(17);
+  Case other(19);
+  const MtpLossWeights weights = stage1_weights();
+  std::vector<float> first_grads, second_grads, half_grads, first_losses, second_losses;
+  {
+    Modded89Model single(c.layout.config, 1, c.T, 1, stream, c.bos);
+    c.load(single);
+    run_forward(single, c, weights, true);
+    single.backward(true);
+    first_grads = single.download_grads();
+    first_losses = single.download_losses();
+    run_forward(single, other, weights, true);
+    single.backward(true);
+    second_grads = single.download_grads();
+    second_losses = single.download_losses();
+    single.set_loss_weights(weights);
+    single.forward(c.tokens.data(), c.targets.data(), 0, true, 0.5f);
+    EXPECT_EQ(single.download_losses(), first_losses) << "dloss scaled the losses";
+    single.backward(true);
+    half_grads = single.download_grads();
+    EXPECT_THROW(single.backward(false), std::logic_error);
+  }
+  for (size_t i = 0; i < first_grads.size(); i++) ASSERT_EQ(half_grads[i], 0.5f * first_grads[i]) << "element " << i;
+
+  Modded89Model model(c.layout.config, 1, c.T, 2, stream, c.bos);
+  c.load(model);
+  const int buckets = c.layout.num_buckets();
+  std::vector<int> used, ready;
+  auto record_use = [&](int bucket) { used.push_back(bucket); };
+  auto record_ready = [&](int bucket) { ready.push_back(bucket); };
+  model.set_loss_weights(weights);
+  model.forward(c.tokens.data(), c.targets.data(), 0, true, 1.0f, record_use);
+  model.backward(true, record_ready);
+  model.forward(other.tokens.data(), other.targets.data(), 1, true, 1.0f, record_use);
+  model.backward(false, record_ready);
+  std::vector<int> forward_order, backward_order;
+  for (int b = 0; b < buckets; b++) forward_order.push_back(b);
+  for (int b = buckets - 1; b >= 0; b--) backward_order.push_back(b);
+  for (const std::vector<int>* order : {&forward_order, &backward_order}) {
+    std::vector<int> twice = *order;
+    twice.insert(twice.end(), order->begin(), order->end());
+    EXPECT_EQ(order == &forward_order ? used : ready, twice);
+  }
+  const std::vector<float> accumulated = model.download_grads();
+  for (size_t i = 0; i < accumulated.size(); i++) {
+    const float sum = first_grads[i] + second_grads[i];
+    ASSERT_EQ(accumulated[i], kFp32 ? sum : bf16_bits_to_float(float_to_bf16_bits(sum))) << "element " << i;
+  }
+  EXPECT_EQ(model.download_losses(0), first_losses);
+  EXPECT_EQ(model.download_losses(1), second_losses);
+  model.enqueue_mean_loss(2, 1);
+  const double mean = (sum(first_losses) + sum(second_losses)) / (2.0 * c.T);
+  EXPECT_NEAR(model.read_mean_loss(1), mean, 1e-6 * mean);
+  EXPECT_EQ(model.bucket_name(0), "embeddings");
+  EXPECT_EQ(model.bucket_name(4), "layer 3");
+  EXPECT_EQ(model.bucket_name(buckets - 1), "head");
+  EXPECT_THROW(model.enqueue_mean_loss(3, 0), std::out_of_range);
 }
 
 }  // namespace

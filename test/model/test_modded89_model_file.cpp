@@ -21,6 +21,9 @@
 
 namespace {
 
+using llmc::test::read_bytes;
+using llmc::test::write_bytes;
+
 using namespace llmc;
 
 class Modded89ModelFile : public llmc::test::TempDirTest {
@@ -30,16 +33,6 @@ class Modded89ModelFile : public llmc::test::TempDirTest {
 
 Modded89Config tiny() {
   return modded89_config_from_name("modded89-tiny");
-}
-
-std::vector<char> read_bytes(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& file, const std::vector<char>& bytes) {
-  std::ofstream out(file, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 float bf16_round(float value) {
@@ -280,6 +273,21 @@ TEST(Modded89Init, RandomTensorsHaveTheRecordsDistributionsAndTheTie) {
     for (size_t i = 0; i < layout.tensors[t].numel; i++)
       ASSERT_EQ(params4[layout4.tensors[t].offset + i], params[layout.tensors[t].offset + i])
           << "world size changes it";
+}
+
+// A checkpoint records the config in six words of at most 2^24 (the packed ones at the validated limits too).
+TEST(Modded89StateModel, ConfigRoundTripsThroughTheStateWords) {
+  Modded89Config largest = modded89_config_from_name("modded89");
+  largest.num_heads = 1024;
+  largest.head_dim = 1024;
+  largest.mudd_hidden = 4096;
+  largest.dc_window = 128;
+  for (const Modded89Config& config : {tiny(), modded89_config_from_name("modded89"), largest}) {
+    const StateModel model = modded89_state_model(config);
+    EXPECT_EQ(model.family, ModelFamilyId::kModded89);
+    for (int64_t word : model.shape) EXPECT_LE(word, int64_t{1} << 24);
+    EXPECT_EQ(describe_modded89_config(modded89_config_of(model)), describe_modded89_config(config));
+  }
 }
 
 }  // namespace

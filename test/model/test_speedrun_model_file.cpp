@@ -19,6 +19,9 @@
 
 namespace {
 
+using llmc::test::read_bytes;
+using llmc::test::write_bytes;
+
 using namespace llmc;
 
 class SpeedrunModelFile : public llmc::test::TempDirTest {
@@ -30,16 +33,6 @@ SpeedrunConfig small_config() {  // the scaled 8-block structure keeps the files
   SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
   config.num_blocks = 8;
   return config;
-}
-
-std::vector<char> read_bytes(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& file, const std::vector<char>& bytes) {
-  std::ofstream out(file, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 void expect_error(const std::string& file, const SpeedrunLayout& layout, const std::string& fragment) {

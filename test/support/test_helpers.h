@@ -1,11 +1,14 @@
 // Helpers shared by the C++ unit tests: a GoogleTest fixture that gives each test a fresh temporary
-// directory (removed afterwards), and a check that a call throws a std::runtime_error naming the problem.
+// directory (removed afterwards), a file's bytes read and written whole (to damage files on purpose), and a
+// check that a call throws a std::runtime_error naming the problem.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -33,6 +36,16 @@ class TempDirTest : public ::testing::Test {
   std::string prefix_;
   std::filesystem::path dir_;
 };
+
+inline std::vector<char> read_bytes(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void write_bytes(const std::string& file, const std::vector<char>& bytes) {
+  std::ofstream out(file, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
 
 // Expects `call` to throw std::runtime_error whose message contains every fragment.
 template <typename Call>

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -157,6 +158,26 @@ class TrainProgram(unittest.TestCase):
             self.assertRegex(output, needle)
         return output
 
+    def expect_resumes_and_starts_from_its_file(self, name, args, data, out_dir, train):
+        """A 6-step run's step-3 checkpoint resumed repeats steps 4-6 bit for bit; its final model file starts a
+        run; a truncated copy fails naming the file. Returns the final model file's path."""
+        resumed = f"{self.tmp}/{name}_resumed"
+        os.makedirs(resumed)
+        for file in ("ckpt_000003_model.bin", "ckpt_000003_state_rank0.bin", "ckpt_000003_manifest.json"):
+            shutil.copy(f"{out_dir}/{file}", resumed)
+        _, resumed_log = self.train_run(f"{name}_resumed", args + ["--resume", "latest"])
+        self.assertEqual(losses(resumed_log), {s: l for s, l in train.items() if s > 3})
+        self.assertEqual(read(f"{resumed}/ckpt_000006_model.bin"), read(f"{out_dir}/ckpt_000006_model.bin"))
+        model_file = f"{out_dir}/ckpt_000006_model.bin"
+        started = run(data + ["--steps", 1, "--model", model_file])
+        self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
+        self.assertIn(f"from {model_file}", started.stdout)
+        truncated = f"{self.tmp}/{name}_truncated.bin"
+        with open(truncated, "wb") as handle:
+            handle.write(read(model_file)[:-10])
+        self.expect_failure(data + ["--steps", 1, "--model", truncated], re.escape(truncated), r"truncated model file")
+        return model_file
+
     # ---- training ----------------------------------------------------------------------------------
     def test_loss_falls(self):
         train = losses(self.first[1])
@@ -184,22 +205,31 @@ class TrainProgram(unittest.TestCase):
         # The zero-initialised head gives uniform logits: ln(96) at the first step (the record (docs/recipes.md)).
         self.assertAlmostEqual(float(train[1]), np.log(96), delta=1e-3)
         self.assertLess(float(train[6]), float(train[1]))
-        resumed = f"{self.tmp}/speedrun_resumed"
-        os.makedirs(resumed)
-        for name in ("ckpt_000003_model.bin", "ckpt_000003_state_rank0.bin", "ckpt_000003_manifest.json"):
-            shutil.copy(f"{out_dir}/{name}", resumed)
-        _, resumed_log = self.train_run("speedrun_resumed", args + ["--resume", "latest"])
-        self.assertEqual(losses(resumed_log), {s: l for s, l in train.items() if s > 3})
-        self.assertEqual(read(f"{resumed}/ckpt_000006_model.bin"), read(f"{out_dir}/ckpt_000006_model.bin"))
-        model_file = f"{out_dir}/ckpt_000006_model.bin"
-        started = run(data + ["--steps", 1, "--model", model_file])
-        self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
-        self.assertIn(f"from {model_file}", started.stdout)
-        truncated = f"{self.tmp}/speedrun_truncated.bin"
-        with open(truncated, "wb") as handle:
-            handle.write(read(model_file)[:-10])
-        self.expect_failure(data + ["--steps", 1, "--model", truncated], re.escape(truncated), r"truncated model file")
+        model_file = self.expect_resumes_and_starts_from_its_file("speedrun", args, data, out_dir, train)
         self.expect_failure(data[:2] + ["--model", "speedrun-tiny", "-b", 2, "-t", 64, "--steps", 1], r"--batch-size 2")
+
+    def test_modded89_model_trains_accumulates_resumes_and_starts_from_its_file(self):
+        # modded89-tiny: the 2026-07-17 record's model (V=96, T<=64, one packed sequence per micro-step), trained
+        # by AdamW ZeRO until the record's optimizer is ported; 128 tokens per step at -t 64 are two micro-steps.
+        rng = np.random.default_rng(3)
+        write_shard(f"{self.tmp}/m89_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        data = ["--train-data", f"{self.tmp}/m89_train_*.bin", "-b", 1, "-t", 64, "--lr", "3e-3",
+                "--total-batch-tokens", 128]
+        args = data + ["--model", "modded89-tiny", "--steps", 6, "--checkpoint-every", 3]
+        out_dir, log = self.train_run("modded89", args)
+        self.assertIn("# model: modded89 V=96 H=2 D=16", log)
+        train = losses(log)
+        self.assertEqual(sorted(train), list(range(1, 7)))
+        # The N(0, 0.005) head gives near-uniform logits: each row scores its next-token weights (1, 0.5, 0.25;
+        # the last two rows lose the terms past the sequence) times ln 96; no prefix table, no prefix term.
+        T = 64
+        self.assertAlmostEqual(float(train[1]), ((T - 2) * 1.75 + 1.5 + 1.0) / T * np.log(96), delta=0.02)
+        self.assertLess(float(train[6]), float(train[1]))
+        model_file = self.expect_resumes_and_starts_from_its_file("modded89", args, data, out_dir, train)
+        self.assertEqual(struct.unpack("<i", read(model_file)[:4])[0], 20260717)
+        self.expect_failure(data[:2] + ["--model", "modded89-tiny", "-b", 2, "-t", 64, "--steps", 1], r"--batch-size 2")
+        self.expect_failure(data + ["--model", "modded89-tiny", "--steps", 1, "--fp8-head", "on"],
+                            r"--fp8-head on: the 2026-07-17 model")
 
     def test_speedrun_optimizer_trains_and_refuses_what_it_cannot_do(self):
         # --optimizer auto picks NorMuon + sharded Adam for a speedrun model (llmc/optim/speedrun_optimizer.h).

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/family/loss_means.h"
 #include "llmc/kernels/attention_gate.cuh"
 #include "llmc/kernels/classifier.cuh"
 #include "llmc/kernels/embedding.cuh"
@@ -96,10 +97,7 @@ struct SpeedrunModel::Activations : Buffers {
   EmbeddingBackwardPlan embedding_plan;
   bool has_embedding_plan = false;  // the last forward was a training forward
   std::unique_ptr<Fp8HeadWorkspace> fp8_head;  // over fp8_head_memory; null for the bf16 head
-  // Step losses: device means -> pinned host values, two results in flight (enqueue_mean_loss).
-  double* loss_means = nullptr;
-  double* loss_host = nullptr;
-  cudaEvent_t loss_ready[2] = {nullptr, nullptr};
+  LossMeans loss_means;  // two results in flight (enqueue_mean_loss)
 };
 
 void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX** grads, const SpeedrunLayout& layout,
@@ -239,9 +237,6 @@ SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int s
   CUDA_CHECK(cudaMallocHost(&a.staging, (3 * static_cast<size_t>(seq_len) + 1) * sizeof(int)));
   CUDA_CHECK(cudaEventCreateWithFlags(&a.staging_free, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
-  CUDA_CHECK(cudaMalloc(&a.loss_means, 2 * sizeof(double)));
-  CUDA_CHECK(cudaMallocHost(&a.loss_host, 2 * sizeof(double)));
-  for (cudaEvent_t& event : a.loss_ready) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
   rebuild_rope_tables();
@@ -252,9 +247,6 @@ SpeedrunModel::~SpeedrunModel() {
   CUDA_REPORT(cudaStreamSynchronize(stream_));
   CUDA_REPORT(cudaEventDestroy(acts_->staging_free));
   CUDA_REPORT(cudaFreeHost(acts_->staging));
-  for (cudaEvent_t event : acts_->loss_ready) CUDA_REPORT(cudaEventDestroy(event));
-  CUDA_REPORT(cudaFreeHost(acts_->loss_host));
-  CUDA_REPORT(cudaFree(acts_->loss_means));
 }
 
 bool SpeedrunModel::uses_window_attention_kernel() const { return window_attention_kernel_fits(layout_.config); }
@@ -736,16 +728,12 @@ void SpeedrunModel::enqueue_mean_loss(int num_slots, int result) {
     throw std::out_of_range("enqueue_mean_loss: " + std::to_string(num_slots) + " slots into result " +
                             std::to_string(result) + " (the model has " + std::to_string(loss_slots_) +
                             " slots and 2 results)");
-  Activations& a = *acts_;
-  mean_of_losses(a.loss_means + result, a.losses, static_cast<size_t>(num_slots) * seq_len_, stream_);
-  memcpy_async(a.loss_host + result, a.loss_means + result, sizeof(double), cudaMemcpyDeviceToHost, stream_);
-  CUDA_CHECK(cudaEventRecord(a.loss_ready[result], stream_));
+  acts_->loss_means.enqueue(acts_->losses, static_cast<size_t>(num_slots) * seq_len_, result, stream_);
 }
 
 double SpeedrunModel::read_mean_loss(int result) {
   if (result < 0 || result > 1) throw std::out_of_range("read_mean_loss: result " + std::to_string(result));
-  CUDA_CHECK(cudaEventSynchronize(acts_->loss_ready[result]));
-  return acts_->loss_host[result];
+  return acts_->loss_means.read(result);
 }
 
 }  // namespace llmc

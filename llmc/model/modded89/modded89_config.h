@@ -6,6 +6,8 @@
 #include <array>
 #include <string>
 
+#include "llmc/checkpoint/state_file.h"
+
 namespace llmc {
 
 constexpr int kModded89Layers = 11;
@@ -83,5 +85,10 @@ void validate_modded89_config(const Modded89Config& config);
 
 // "V=50304 H=6 D=128 C=768 T=49152 window_block=128 bigram=377280 mudd=64 dc_window=112".
 std::string describe_modded89_config(const Modded89Config& config);
+
+// The model as a checkpoint's state file records it, in six words of at most 2^24: V, H 4096 + D, T, window
+// block, MUDD width 256 + DC window, bigram rows (the validated limits keep each packed word in range).
+StateModel modded89_state_model(const Modded89Config& config);
+Modded89Config modded89_config_of(const StateModel& model);
 
 }  // namespace llmc

@@ -113,4 +113,13 @@ std::vector<float> init_modded89_params(const Modded89Layout& layout, uint64_t s
   return params;
 }
 
+std::vector<float> modded89_sign_table(int channels) {
+  constexpr size_t kRows = 8192;         // llmc/kernels/bigram_sign.cuh's kBigramSignRows
+  constexpr uint64_t kSeed = 20260717;  // fixed: the table is part of the model's definition here
+  NormalSampler normal(kSeed);
+  std::vector<float> signs(kRows * static_cast<size_t>(channels));
+  for (float& sign : signs) sign = normal.next() >= 0.0 ? 1.0f : -1.0f;
+  return signs;
+}
+
 }  // namespace llmc

@@ -18,4 +18,9 @@ namespace llmc {
 // first layers in layout order.
 std::vector<float> init_modded89_params(const Modded89Layout& layout, uint64_t seed);
 
+// The bigram sign table, kBigramSignRows (8192) x C values of +-1: the signs of normal draws from a fixed seed.
+// The record draws its table with torch at startup and keeps it out of the model; a fixed table here keeps a
+// model file complete without it (the same table in every run, every rank count and every build).
+std::vector<float> modded89_sign_table(int channels);
+
 }  // namespace llmc

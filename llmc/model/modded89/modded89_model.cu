@@ -12,6 +12,7 @@
 #include "llmc/cuda/device_arena.h"
 #include "llmc/data/bigram_hash.h"
 #include "llmc/kernels/bigram_sign.cuh"
+#include "llmc/kernels/convert.cuh"
 #include "llmc/kernels/dc_attention.cuh"
 #include "llmc/kernels/embedding.cuh"
 #include "llmc/kernels/gate_mlp_output.cuh"
@@ -128,11 +129,12 @@ struct Modded89Model::Buffers {
   floatX *signs = nullptr, *e = nullptr, *smeared = nullptr, *x0 = nullptr, *bigram_rows = nullptr, *b = nullptr;
   floatX* ve[kModded89ValueEmbeds] = {};
   floatX *x_start = nullptr, *x_final = nullptr, *xf = nullptr, *z = nullptr;
-  float *rstd0 = nullptr, *rstd_f = nullptr, *losses = nullptr;
+  float *rstd0 = nullptr, *rstd_f = nullptr, *losses = nullptr;  // losses: loss_slots x T
   floatX *rope_cos = nullptr, *rope_sin = nullptr;
   float* rope_freq = nullptr;
   float* fp32_params = nullptr;      // the layout's fp32 tensors, scalars .. gate scale, in layout order
   floatX* scaled_weights = nullptr;  // one layer's l0 W_q, l0 W_k, l0 W_v, l1 W_o (4C x C), rebuilt per use
+  floatX* accum_grads = nullptr;     // a micro-step's gradients after the first (loss_slots > 1), layout order
   // The backward's: the running stream gradient and those of the streams several layers read (x0, the bigram
   // rows, caches 0, 3, 7, 9, the value-embedding rows), added in when the backward reaches their producer.
   floatX *dx = nullptr, *d_x0 = nullptr, *d_b = nullptr, *d_cache0 = nullptr, *d_cache3 = nullptr;
@@ -150,12 +152,13 @@ struct Modded89Model::Buffers {
   DeviceArena arena;
   MatmulContext matmul;
 
-  void request(floatX** params, floatX** grads, const Modded89Layout& layout, int T);
+  void request(floatX** params, floatX** grads, const Modded89Layout& layout, int T, int loss_slots);
   void request_backward(const Modded89Layout& layout, int T);
   void set_aliases(const Modded89Layout& layout);
 };
 
-void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modded89Layout& layout, int seq_len) {
+void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modded89Layout& layout, int seq_len,
+                                     int loss_slots) {
   const Modded89Config& config = layout.config;
   const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
                H = static_cast<size_t>(config.num_heads), V = static_cast<size_t>(config.vocab_size),
@@ -207,7 +210,9 @@ void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modd
   for (floatX** buffer : {&e, &smeared, &x0, &bigram_rows, &b, &x_start, &x_final, &xf}) arena.request(buffer, T * C);
   for (floatX*& table : ve) arena.request(&table, T * C);
   arena.request(&z, T * V);
-  for (float** buffer : {&rstd0, &rstd_f, &losses}) arena.request(buffer, T);
+  for (float** buffer : {&rstd0, &rstd_f}) arena.request(buffer, T);
+  arena.request(&losses, static_cast<size_t>(loss_slots) * T);
+  if (loss_slots > 1) arena.request(&accum_grads, layout.total_size);
   const size_t pairs = static_cast<size_t>(config.rotary_pairs());
   arena.request(&rope_cos, 2 * T * pairs);
   arena.request(&rope_sin, 2 * T * pairs);
@@ -262,20 +267,39 @@ void Modded89Model::Buffers::set_aliases(const Modded89Layout& layout) {
   }
 }
 
-Modded89Model::Modded89Model(const Modded89Config& config, int seq_len, cudaStream_t stream, int bos_token)
-    : layout_(make_modded89_layout(config, 1)), seq_len_(seq_len), bos_token_(bos_token), stream_(stream) {
+MtpLossWeights modded89_initial_loss_weights() {
+  MtpLossWeights weights;
+  weights.tokens = 3;
+  weights.next[0] = 1.0f;
+  weights.next[1] = 0.5f;
+  weights.next[2] = 0.25f;
+  weights.prefix = 0.25f;
+  return weights;
+}
+
+Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots,
+                             cudaStream_t stream, int bos_token)
+    : layout_(make_modded89_layout(config, world_size)),
+      seq_len_(seq_len),
+      loss_slots_(loss_slots),
+      bos_token_(bos_token),
+      stream_(stream),
+      loss_weights_(modded89_initial_loss_weights()) {
   if (seq_len < 1 || seq_len > config.max_seq_len)
     throw std::invalid_argument("modded89 model: sequence length " + std::to_string(seq_len) + " outside [1, " +
                                 std::to_string(config.max_seq_len) + "] (the model's maximum)");
-  if (bos_token < 0 || bos_token >= config.vocab_size)
-    throw std::invalid_argument("modded89 model: BOS token " + std::to_string(bos_token) + " outside the vocabulary");
+  if (loss_slots < 1) throw std::invalid_argument("modded89 model: loss_slots must be at least 1");
+  if (bos_token < 0)  // one past the vocabulary is allowed: then every sequence is one document
+    throw std::invalid_argument("modded89 model: BOS token " + std::to_string(bos_token) + " is negative");
   buffers_ = std::make_unique<Buffers>();
   Buffers& b = *buffers_;
-  b.request(&params_, &grads_, layout_, seq_len);
+  b.request(&params_, &grads_, layout_, seq_len, loss_slots);
   b.token_plan = std::make_unique<EmbeddingBackwardPlan>(seq_len, config.vocab_size, config.channels());
   b.hash_plan = std::make_unique<EmbeddingBackwardPlan>(seq_len, config.bigram_rows, config.channels());
   b.arena.allocate("the modded89 model (parameters, activations for T=" + std::to_string(seq_len) + ")");
   b.set_aliases(layout_);
+  loss_means_ = std::make_unique<LossMeans>();
+  grad_target_ = grads_;
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(b.fp32_params, 0, b.fp32_count * sizeof(float), stream_));
@@ -294,11 +318,11 @@ Modded89Model::~Modded89Model() {
   CUDA_REPORT(cudaStreamSynchronize(stream_));
 }
 
-size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int seq_len) {
+size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots) {
   const Modded89Layout layout = make_modded89_layout(config, 1);
   Buffers buffers;
   floatX *params = nullptr, *grads = nullptr;
-  buffers.request(&params, &grads, layout, seq_len);
+  buffers.request(&params, &grads, layout, seq_len, loss_slots);
   return buffers.arena.requested_bytes() - 2 * layout.total_size * sizeof(floatX) +
          embedding_plan_bytes(config, seq_len);
 }
@@ -343,6 +367,7 @@ std::vector<float> download_as_float(const floatX* device, size_t count, cudaStr
 
 std::vector<float> Modded89Model::download_params() const {
   std::vector<float> params = download_as_float(params_, layout_.total_size, stream_);
+  if (!fp32_taken_) return params;  // the floatX slots are the parameters; the fp32 copy is the last forward's
   CUDA_CHECK(cudaMemcpyAsync(params.data() + layout_.find("scalars").offset, buffers_->fp32_params,
                              buffers_->fp32_count * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -441,13 +466,28 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void Modded89Model::forward(const int* inputs_host, const int* targets_host, const MtpLossWeights& weights,
-                            bool training) {
-  upload_batch(inputs_host, targets_host, training);
-  has_training_forward_ = training;
+void Modded89Model::forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits,
+                            float dloss, const BucketHook& before_bucket_use) {
+  if (loss_slot < 0 || loss_slot >= loss_slots_)
+    throw std::out_of_range("modded89 model: loss slot " + std::to_string(loss_slot) + " of " +
+                            std::to_string(loss_slots_));
+  upload_batch(inputs_host, targets_host, compute_dlogits);
+  has_training_forward_ = compute_dlogits;
+  auto use_bucket = [&](int bucket) {
+    if (before_bucket_use) before_bucket_use(bucket);
+  };
+  use_bucket(Modded89Layout::embeddings_bucket());
+  if (!fp32_taken_) {  // an optimizer of the floatX buffer updates them there
+    Buffers& b = *buffers_;
+    scalars_to_fp32(b.fp32_params, params_ + layout_.find("scalars").offset, static_cast<int>(b.fp32_count), stream_);
+  }
   input_forward();
-  for (int i = 0; i < kModded89Layers; i++) layer_forward(i);
-  head_forward(weights, training);
+  for (int i = 0; i < kModded89Layers; i++) {
+    use_bucket(Modded89Layout::layer_bucket(i));
+    layer_forward(i);
+  }
+  use_bucket(layout_.head_bucket());
+  head_forward(loss_slot, compute_dlogits, dloss);
 }
 
 // Steps 1-4: embeddings, smear, x0, the bigram rows with their signs, the pre gate, x = x0 + g b.
@@ -648,7 +688,7 @@ void Modded89Model::mlp_forward(int i) {
 }
 
 // Steps 6-7: MUDD1's connections after the loop, the final norm, the head and the loss.
-void Modded89Model::head_forward(const MtpLossWeights& weights, bool training) {
+void Modded89Model::head_forward(int loss_slot, bool training, float dloss) {
   Buffers& b = *buffers_;
   const Modded89Config& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
@@ -668,11 +708,12 @@ void Modded89Model::head_forward(const MtpLossWeights& weights, bool training) {
   GemmArgs head;  // z (T, V) = xf W_head, W_head stored (in, out)
   head.d = b.z, head.a = b.xf, head.b = param("head"), head.m = T, head.n = V, head.k = C;
   gemm(b.matmul, head, stream_);
+  float* losses = b.losses + static_cast<size_t>(loss_slot) * T;
   if (training)
-    mtp_cross_entropy_backward(b.z, b.losses, b.targets, has_prefix_table_ ? b.prefix_of : nullptr, weights, 1.0f, T, V,
-                               stream_);
+    mtp_cross_entropy_backward(b.z, losses, b.targets, has_prefix_table_ ? b.prefix_of : nullptr, loss_weights_, dloss,
+                               T, V, stream_);
   else
-    mtp_cross_entropy_forward(b.losses, b.z, b.targets, T, V, stream_);
+    mtp_cross_entropy_forward(losses, b.z, b.targets, T, V, stream_);
 }
 
 // One layer's scaled attention weights into b.scaled_weights: l0 W_q, l0 W_k, l0 W_v, l1 W_o. The record's
@@ -694,11 +735,14 @@ void Modded89Model::scale_layer_weights(int i) {
 
 // ---- backward ---------------------------------------------------------------------------------------------------
 
-void Modded89Model::backward() {
+void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_ready) {
   if (!has_training_forward_) throw std::logic_error("Modded89Model::backward without a training forward before it");
   Buffers& b = *buffers_;
+  if (!first_micro_step && b.accum_grads == nullptr)
+    throw std::logic_error("Modded89Model::backward: accumulating needs a model with more than one loss slot");
+  accumulating_ = !first_micro_step;
+  grad_target_ = accumulating_ ? b.accum_grads : grads_;
   const size_t TC = static_cast<size_t>(seq_len_) * layout_.config.channels();
-  CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(b.d_fp32, 0, b.fp32_count * sizeof(float), stream_));
   for (floatX* buffer : {b.d_x0, b.d_b, b.d_cache0, b.d_cache3, b.d_cache7, b.d_cache9})
     CUDA_CHECK(cudaMemsetAsync(buffer, 0, TC * sizeof(floatX), stream_));
@@ -706,12 +750,35 @@ void Modded89Model::backward() {
   for (int k = 0; k < 4; k++)
     CUDA_CHECK(
         cudaMemsetAsync(b.d_gates[k], 0, static_cast<size_t>(seq_len_) * b.mlps[k].columns * sizeof(float), stream_));
+  // Each phase writes only its own bucket's gradients (the shared streams' and the fp32 tensors' go to buffers
+  // of their own first), so each bucket is zeroed as its phase starts and final as it ends.
+  start_bucket_grads(layout_.head_bucket());
   head_backward();
-  for (int i = kModded89Layers - 1; i >= 0; i--) layer_backward(i);
+  finish_bucket_grads(layout_.head_bucket(), on_bucket_ready);
+  for (int i = kModded89Layers - 1; i >= 0; i--) {
+    start_bucket_grads(Modded89Layout::layer_bucket(i));
+    layer_backward(i);
+    finish_bucket_grads(Modded89Layout::layer_bucket(i), on_bucket_ready);
+  }
+  start_bucket_grads(Modded89Layout::embeddings_bucket());
   input_backward();
   const TensorView& scalars = layout_.find("scalars");
-  add_fp32_grads(grads_ + scalars.offset, b.d_fp32, static_cast<int>(b.fp32_count), stream_);
+  add_fp32_grads(grad_target_ + scalars.offset, b.d_fp32, static_cast<int>(b.fp32_count), stream_);
+  finish_bucket_grads(Modded89Layout::embeddings_bucket(), on_bucket_ready);
+  grad_target_ = grads_;
   has_training_forward_ = false;  // the logits now hold their gradient
+}
+
+void Modded89Model::start_bucket_grads(int bucket) {
+  const ParamBucket& span = layout_.buckets[static_cast<size_t>(bucket)];
+  CUDA_CHECK(cudaMemsetAsync(grad_target_ + span.offset, 0, span.padded_size * sizeof(floatX), stream_));
+}
+
+// An accumulating backward adds the micro-step's bucket into the step's gradients (one rounding per micro-step).
+void Modded89Model::finish_bucket_grads(int bucket, const BucketHook& on_bucket_ready) {
+  const ParamBucket& span = layout_.buckets[static_cast<size_t>(bucket)];
+  if (accumulating_) add_into(grads_ + span.offset, grad_target_ + span.offset, span.padded_size, stream_);
+  if (on_bucket_ready) on_bucket_ready(bucket);
 }
 
 // z holds dz: the head's gradients, the final norm, MUDD1's connections and MLP; leaves dx = d(layer 10's output).
@@ -1022,12 +1089,44 @@ std::vector<float> Modded89Model::download_grads() const {
   return download_as_float(grads_, layout_.total_size, stream_);
 }
 
-std::vector<float> Modded89Model::download_losses() const {
+std::vector<float> Modded89Model::download_losses(int loss_slot) const {
+  if (loss_slot < 0 || loss_slot >= loss_slots_)
+    throw std::out_of_range("download_losses: slot " + std::to_string(loss_slot) + " of " +
+                            std::to_string(loss_slots_));
   std::vector<float> losses(static_cast<size_t>(seq_len_));
-  CUDA_CHECK(
-      cudaMemcpyAsync(losses.data(), buffers_->losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(losses.data(), buffers_->losses + static_cast<size_t>(loss_slot) * seq_len_,
+                             losses.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return losses;
+}
+
+void Modded89Model::enqueue_mean_loss(int num_slots, int result) {
+  if (num_slots < 1 || num_slots > loss_slots_)
+    throw std::out_of_range("enqueue_mean_loss: " + std::to_string(num_slots) + " slots (the model has " +
+                            std::to_string(loss_slots_) + ")");
+  loss_means_->enqueue(buffers_->losses, static_cast<size_t>(num_slots) * seq_len_, result, stream_);
+}
+
+double Modded89Model::read_mean_loss(int result) { return loss_means_->read(result); }
+
+Fp32Params Modded89Model::take_fp32_params() {
+  fp32_taken_ = true;
+  return Fp32Params{buffers_->fp32_params, layout_.find("scalars").offset, buffers_->fp32_count};
+}
+
+std::string Modded89Model::bucket_name(int bucket) const {
+  if (bucket == Modded89Layout::embeddings_bucket()) return "embeddings";
+  if (bucket == layout_.head_bucket()) return "head";
+  return "layer " + std::to_string(bucket - Modded89Layout::layer_bucket(0));
+}
+
+void Modded89Model::set_gemm_algo_selection(GemmAlgoSelection selection) { buffers_->matmul.set_selection(selection); }
+
+void Modded89Model::set_loss_weights(const MtpLossWeights& weights) {
+  if (weights.tokens < 1 || weights.tokens > kMtpMaxTokens)
+    throw std::invalid_argument("set_loss_weights: " + std::to_string(weights.tokens) + " next tokens (1.." +
+                                std::to_string(kMtpMaxTokens) + ")");
+  loss_weights_ = weights;
 }
 
 }  // namespace llmc

@@ -2,43 +2,62 @@
 // one bucketed floatX buffer (llmc/model/modded89/modded89_layout.h) with the fp32 tensors also kept in fp32,
 // the activations of one packed sequence of T tokens, and the forward over the 11 layers built from the
 // kernels of llmc/kernels: the training loss (multi-token and prefix terms, the logit gradient written by the
-// same kernel), the validation loss, and the backward of the training objective. The family's model file,
-// its registry entry and the trainer's interface come next (docs/recipes.md).
+// same kernel), the validation loss, and the backward of the training objective, bucket by bucket with the
+// trainer's hooks (TrainableModel). The family's registry entry is modded89_family.h.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "llmc/cuda/precision.h"
+#include "llmc/family/loss_means.h"
+#include "llmc/family/trainable_model.h"
 #include "llmc/kernels/mtp_cross_entropy.cuh"
 #include "llmc/model/modded89/modded89_layout.h"
 
 namespace llmc {
 
-class Modded89Model {
+// The record's loss weights at step 0 (SPEEDRUN89.md section 3, stage 1): next tokens 1, 0.5, 0.25 and the prefix
+// term 0.25 (absent without a prefix table). The schedule that moves them comes with the record's optimizer.
+MtpLossWeights modded89_initial_loss_weights();
+
+class Modded89Model : public FamilyModel {
  public:
-  // Allocates parameters and the activations of sequences of seq_len tokens (at most config.max_seq_len);
-  // documents start at position 0 and at every `bos_token`. Windows start at the record's first ones (short
-  // 1 block, long 3), RoPE at the record's start (frequencies (1/1024)^(m / (D/4 - 1)), scale 0.1), the sign
-  // table all +1 and no prefix table. Throws std::invalid_argument for a bad shape.
-  Modded89Model(const Modded89Config& config, int seq_len, cudaStream_t stream, int bos_token);
-  ~Modded89Model();
+  // Allocates parameters, gradients (laid out for world_size ranks) and the activations of sequences of
+  // seq_len tokens (at most config.max_seq_len), with loss_slots micro-steps of per-position losses (more than
+  // one: a second gradient buffer for the accumulation). Documents start at position 0 and at every
+  // `bos_token` (one outside the vocabulary never occurs). Windows start at the record's first ones (short 1 block,
+  // long 3), RoPE at the record's start (frequencies (1/1024)^(m / (D/4 - 1)), scale 0.1), the sign table all +1, no
+  // prefix table and the loss weights modded89_initial_loss_weights(). Throws std::invalid_argument for a bad shape.
+  Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots, cudaStream_t stream,
+                int bos_token);
+  ~Modded89Model() override;
   Modded89Model(const Modded89Model&) = delete;
   Modded89Model& operator=(const Modded89Model&) = delete;
 
-  const Modded89Layout& layout() const { return layout_; }
+  const Modded89Layout& layout() const override { return layout_; }
   int seq_len() const { return seq_len_; }
+  cudaStream_t stream() const override { return stream_; }
+  floatX* params() override { return params_; }
+  floatX* grads() override { return grads_; }
+  std::string bucket_name(int bucket) const override;  // "embeddings", "layer 3", "head"
+  void set_gemm_algo_selection(GemmAlgoSelection selection) override;
   // Device bytes of everything but the parameters and their gradients at seq_len (activations, tables, the
-  // backward's buffers and embedding plans), without allocating anything; activation_bytes() of an allocated
-  // model.
-  static size_t planned_activation_bytes(const Modded89Config& config, int seq_len);
-  size_t activation_bytes() const;
+  // backward's buffers and embedding plans, the accumulation buffer), without allocating anything;
+  // activation_bytes() of an allocated model.
+  static size_t planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots = 1);
+  size_t activation_bytes() const override;
 
-  // Host <-> device copies of the whole parameter buffer (layout order, as float; the fp32 tensors exactly).
-  // Synchronous.
-  void upload_params(const std::vector<float>& host_params);
-  std::vector<float> download_params() const;
+  // Host <-> device copies of the whole parameter buffer (layout order, as float; once taken, the fp32 tensors
+  // exactly as their fp32 copy holds them). Synchronous.
+  void upload_params(const std::vector<float>& host_params) override;
+  std::vector<float> download_params() const override;
+  std::vector<float> download_grads() const override;  // layout order, as float
+  // The fp32 tensors (scalars .. gate scale, a span of the layout). Until taken each forward widens them from
+  // their floatX slots (what an optimizer of the floatX buffer updates); once taken they are read as they are.
+  Fp32Params take_fp32_params() override;
   // The bigram sign trick's table: kBigramSignRows x C values of +-1 (llmc/kernels/bigram_sign.cuh).
   void set_sign_table(const std::vector<float>& signs);
   // The prefix token of every token (V entries, -1: none); empty: no prefix table (the terms are absent).
@@ -48,23 +67,37 @@ class Modded89Model {
   void set_rope(const std::vector<float>& frequencies, float attn_scale);
   // Attention windows in tokens (a key farther than the window is masked; the paired layers count rows).
   void set_windows(int short_tokens, int long_tokens);
+  // The training objective's weights (llmc/kernels/mtp_cross_entropy.cuh).
+  void set_loss_weights(const MtpLossWeights& weights);
 
-  // inputs/targets: seq_len tokens each (targets[t] = the token after inputs[t]). Training: each row's
-  // loss sums the weighted next-token and prefix terms (llmc/kernels/mtp_cross_entropy.cuh) and the logit
-  // gradient of their sum replaces the logits; otherwise the validation loss, the next token alone on the
-  // unrounded soft-cap. The losses stay on the device until download_losses().
-  void forward(const int* inputs_host, const int* targets_host, const MtpLossWeights& weights, bool training);
-  std::vector<float> download_losses() const;
+  // See TrainableModel. inputs/targets: seq_len tokens each (targets[t] = the token after inputs[t]). With
+  // compute_dlogits (training) each row's loss sums the weighted next-token and prefix terms and the logit
+  // gradient of dloss times their sum replaces the logits; otherwise the validation loss, the next token alone
+  // on the unrounded soft-cap. The losses go to slot loss_slot.
+  void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
+               const BucketHook& before_bucket_use = nullptr) override;
+  std::vector<float> download_losses(int loss_slot = 0) const;
   // The gradient of the last training forward's objective (the losses' sum plus the lse terms whose targets
-  // fall past the last row: what the loss kernel differentiates) into the gradient buffer, overwritten.
-  // Throws std::logic_error without a training forward before it.
-  void backward();
-  std::vector<float> download_grads() const;  // layout order, as float
+  // fall past the last row: what the loss kernel differentiates): stored with first_micro_step, else added.
+  // on_bucket_ready(b) once bucket b is final (head, layers 10..0, embeddings). Throws std::logic_error without
+  // a training forward before it, or to accumulate with one loss slot.
+  void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
+  void enqueue_mean_loss(int num_slots, int result) override;
+  double read_mean_loss(int result) override;
+
+  // What only the family knows (modded89_family.cu): its model file, 6 FLOPs per GEMM parameter, no decoder
+  // yet, windows in blocks (YaRN comes with the record's schedule).
+  WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const override;
+  double flops_per_token(int seq_len) const override;
+  std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
+  double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) override;
 
  private:
   struct Buffers;
   floatX* param(const std::string& name) const { return params_ + layout_.find(name).offset; }
-  floatX* grad(const std::string& name) const { return grads_ + layout_.find(name).offset; }
+  // Where the running backward writes: the gradient buffer, or the accumulation buffer after the first
+  // micro-step (added into the gradient buffer bucket by bucket).
+  floatX* grad(const std::string& name) const { return grad_target_ + layout_.find(name).offset; }
   int fp32_index(const std::string& name, int element) const;
   void upload_batch(const int* inputs_host, const int* targets_host, bool training);
   void rebuild_rope_tables();
@@ -74,7 +107,7 @@ class Modded89Model {
   void mudd_attention_forward(int layer);
   void mlp_forward(int layer);
   void small_mlp_forward(int index, const floatX* x);
-  void head_forward(const MtpLossWeights& weights, bool training);
+  void head_forward(int loss_slot, bool training, float dloss);
   void head_backward();
   void layer_backward(int layer);
   void mlp_backward(int layer);
@@ -83,19 +116,26 @@ class Modded89Model {
   void small_mlp_backward(int index, const floatX* x, floatX* dx);
   void input_backward();
   void scale_layer_weights(int layer);
+  void start_bucket_grads(int bucket);
+  void finish_bucket_grads(int bucket, const BucketHook& on_bucket_ready);
 
   Modded89Layout layout_;
-  int seq_len_, bos_token_;
+  int seq_len_, loss_slots_, bos_token_;
   cudaStream_t stream_;
   floatX* params_ = nullptr;
   floatX* grads_ = nullptr;
+  floatX* grad_target_ = nullptr;
+  bool accumulating_ = false;  // the running backward adds into grads_
   bool has_training_forward_ = false;
+  bool fp32_taken_ = false;  // take_fp32_params(): an optimizer writes the fp32 tensors
+  MtpLossWeights loss_weights_;
   std::vector<float> frequencies_;
   float attn_scale_ = 0.1f;
   int short_window_ = 0, long_window_ = 0;
   int num_docs_ = 1;
   bool has_prefix_table_ = false;
   std::unique_ptr<Buffers> buffers_;
+  std::unique_ptr<LossMeans> loss_means_;
 };
 
 }  // namespace llmc

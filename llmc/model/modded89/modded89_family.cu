@@ -1,0 +1,107 @@
+// The 2026-07-17 model as a model family, and what only the family knows of its device model (see
+// modded89_family.h, modded89_model.h). Until the record's optimizer and schedule are ported it trains with
+// ZeRO AdamW on the record's initial loss weights, windows and RoPE, without the prefix table and with a fixed
+// bigram sign table (docs/recipes.md#the-2026-07-17-model-being-ported).
+#include <stdexcept>
+#include <type_traits>
+
+#include "llmc/model/modded89/modded89_family.h"
+#include "llmc/model/modded89/modded89_init.h"
+#include "llmc/model/modded89/modded89_model.h"
+#include "llmc/model/modded89/modded89_model_file.h"
+
+namespace llmc {
+
+namespace {
+
+constexpr bool kFp32Build = std::is_same<floatX, float>::value;
+constexpr int kModded89BosToken = 50256;  // GPT-2's <|endoftext|>, which opens every document
+
+class Modded89Family : public ModelFamily {
+ public:
+  explicit Modded89Family(const Modded89Config& config) : config_(config) {}
+  std::string describe() const override { return "modded89 " + describe_modded89_config(config_); }
+  int vocab_size() const override { return config_.vocab_size; }
+  bool use_fp8_head(Fp8HeadChoice choice, int) const override {
+    if (choice == Fp8HeadChoice::kOn)
+      throw std::invalid_argument("--fp8-head on: the 2026-07-17 model's FP8 head is not ported yet; use off or auto");
+    return false;
+  }
+  bool trains_on_documents() const override { return true; }
+  StateOptimizer default_optimizer() const override { return StateOptimizer::kZeroAdamW; }
+  std::vector<float> init_params(uint64_t seed, int world_size) const override {
+    return init_modded89_params(make_modded89_layout(config_, world_size), seed);
+  }
+  std::unique_ptr<CausalDecoder> make_decoder(const std::vector<float>&, int, cudaStream_t) const override {
+    throw std::invalid_argument("the 2026-07-17 model has no KV-cache decoder yet (generation needs a GPT-2 model)");
+  }
+  std::unique_ptr<FamilyModel> build(int world_size, int batch_size, int seq_len, int loss_slots, cudaStream_t stream,
+                                     bool fp8_head) const override {
+    (void)fp8_head;  // use_fp8_head never chooses it
+    if (batch_size != 1)
+      throw std::invalid_argument("--batch-size " + std::to_string(batch_size) +
+                                  ": the 2026-07-17 model trains one packed sequence per rank and micro-step; use -b 1 "
+                                  "and set the sequence length with -t");
+    if (seq_len > config_.max_seq_len)
+      throw std::invalid_argument("--seq-len " + std::to_string(seq_len) + " exceeds the 2026-07-17 model's maximum " +
+                                  std::to_string(config_.max_seq_len));
+    auto model = std::make_unique<Modded89Model>(config_, world_size, seq_len, loss_slots, stream, kModded89BosToken);
+    model->set_sign_table(modded89_sign_table(config_.channels()));
+    return model;
+  }
+  StateModel state_model() const override { return modded89_state_model(config_); }
+  FileDigest model_file_digest(const std::string& path) const override { return whole_file_digest(path, "model file"); }
+
+ private:
+  Modded89Config config_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelFamily> make_modded89_family(const Modded89Config& config) {
+  validate_modded89_config(config);
+  return std::make_unique<Modded89Family>(config);
+}
+
+// ---- Modded89Model's family methods ---------------------------------------------------------------------------
+
+WrittenFile Modded89Model::write_model_file(const std::string& path, const std::vector<float>& params,
+                                            bool fp32) const {
+  return write_modded89_model(path, layout_, params.data(),
+                              fp32 || kFp32Build ? TensorFileDtype::kFp32 : TensorFileDtype::kReference);
+}
+
+// 6 FLOPs per token per GEMM parameter: the banks, the head and the small MLPs (114.3M parameters, 0.686 GFLOP
+// per token at the record's shapes); the gathers are no FLOPs and attention, whose windows change over a run,
+// is left out.
+double Modded89Model::flops_per_token(int seq_len) const {
+  (void)seq_len;
+  size_t gemm_params = 0;
+  for (const TensorView& view : layout_.tensors) {
+    const auto kind = static_cast<Modded89Tensor>(view.kind);
+    if (kind == Modded89Tensor::kQkBank || kind == Modded89Tensor::kVoBank || kind == Modded89Tensor::kMlpBank ||
+        kind == Modded89Tensor::kHead || kind == Modded89Tensor::kGateW1 || kind == Modded89Tensor::kGateW2 ||
+        kind == Modded89Tensor::kMuddW1 || kind == Modded89Tensor::kMuddW2)
+      gemm_params += view.numel;
+  }
+  return 6.0 * static_cast<double>(gemm_params);
+}
+
+std::unique_ptr<CausalDecoder> Modded89Model::make_decoder(int max_chunk) {
+  (void)max_chunk;
+  throw std::invalid_argument("--sample-every: the 2026-07-17 model has no KV-cache decoder yet");
+}
+
+double Modded89Model::set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) {
+  if (short_blocks < 1 || long_blocks < 1)
+    throw std::invalid_argument("--window-schedule: windows must be at least one block (short " +
+                                std::to_string(short_blocks) + ", long " + std::to_string(long_blocks) + ")");
+  if (apply_yarn)
+    throw std::invalid_argument(
+        "--window-schedule: the 2026-07-17 model's YaRN comes with its own schedule (not "
+        "ported yet); the #44 schedule does not apply to it");
+  set_windows(short_blocks * layout_.config.window_block, long_blocks * layout_.config.window_block);
+  return attn_scale_;
+}
+
+}  // namespace llmc
