@@ -40,17 +40,8 @@ float bf16_round(float value) {
 }
 
 void expect_error(const std::string& file, const Modded89Layout& layout, const std::string& fragment) {
-  std::vector<float> params = {1.0f};
-  try {
-    read_modded89_model(file, layout, params);
-    ADD_FAILURE() << "no error for " << fragment;
-  } catch (const std::runtime_error& error) {
-    const std::string what = error.what();
-    EXPECT_EQ(what.rfind(file + ": ", 0), 0u) << what;
-    EXPECT_NE(what.find(fragment), std::string::npos) << what;
-    EXPECT_EQ(what.find('\n'), std::string::npos) << "not one line: " << what;
-  }
-  EXPECT_EQ(params, std::vector<float>{1.0f}) << "a failed read changed the output";
+  llmc::test::expect_file_error(
+      file, [&](std::vector<float>& params) { read_modded89_model(file, layout, params); }, fragment);
 }
 
 TEST_F(Modded89ModelFile, Fp32RoundTripIsExactAcrossWorldSizes) {

@@ -36,17 +36,8 @@ SpeedrunConfig small_config() {  // the scaled 8-block structure keeps the files
 }
 
 void expect_error(const std::string& file, const SpeedrunLayout& layout, const std::string& fragment) {
-  std::vector<float> params = {1.0f};
-  try {
-    read_speedrun_model(file, layout, params);
-    ADD_FAILURE() << "no error for " << fragment;
-  } catch (const std::runtime_error& error) {
-    const std::string what = error.what();
-    EXPECT_EQ(what.rfind(file + ": ", 0), 0u) << what;
-    EXPECT_NE(what.find(fragment), std::string::npos) << what;
-    EXPECT_EQ(what.find('\n'), std::string::npos) << "not one line: " << what;
-  }
-  EXPECT_EQ(params, std::vector<float>{1.0f}) << "a failed read changed the output";
+  llmc::test::expect_file_error(
+      file, [&](std::vector<float>& params) { read_speedrun_model(file, layout, params); }, fragment);
 }
 
 TEST_F(SpeedrunModelFile, Fp32RoundTripIsExactAcrossWorldSizes) {

@@ -47,6 +47,23 @@ inline void write_bytes(const std::string& file, const std::vector<char>& bytes)
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// Expects read(output) to throw a one-line std::runtime_error "<file>: ..." that contains `fragment`, and
+// `output` (holding one value) to be left untouched: a reader's contract for a bad file.
+template <typename Read>
+void expect_file_error(const std::string& file, Read read, const std::string& fragment) {
+  std::vector<float> output = {1.0f};
+  try {
+    read(output);
+    ADD_FAILURE() << "no error for " << fragment;
+  } catch (const std::runtime_error& error) {
+    const std::string what = error.what();
+    EXPECT_EQ(what.rfind(file + ": ", 0), 0u) << what;
+    EXPECT_NE(what.find(fragment), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "not one line: " << what;
+  }
+  EXPECT_EQ(output, std::vector<float>{1.0f}) << "a failed read changed the output";
+}
+
 // Expects `call` to throw std::runtime_error whose message contains every fragment.
 template <typename Call>
 void expect_error(Call call, const std::vector<std::string>& fragments) {
