@@ -30,6 +30,7 @@ using namespace llmc;
 namespace {
 
 using llmc::test::read_bytes;
+using llmc::test::set_int32_word;
 using llmc::test::write_bytes;
 
 class Checkpoint : public llmc::test::TempDirTest {
@@ -251,24 +252,22 @@ TEST_F(Checkpoint, EachBadFileGivesAClearError) {
   write_llmc_file_by_hand(path("good.bin"), config);
   const std::vector<char> good = read_bytes(path("good.bin"));
   auto variant = [&](const std::string& name, auto edit) {
-    std::vector<char> bytes = good;
-    edit(bytes);
-    write_bytes(path(name), bytes);
-    return path(name);
+    return llmc::test::write_edited_copy(good, path(name), edit);
   };
-  auto set_int = [](std::vector<char>& bytes, int index, int32_t value) { std::memcpy(&bytes[4 * index], &value, 4); };
 
   expect_error(path("missing.bin"), &layout, "cannot open");
   expect_error(variant("short_header.bin", [](std::vector<char>& b) { b.resize(100); }), &layout, "truncated");
-  expect_error(variant("magic.bin", [&](std::vector<char>& b) { set_int(b, 0, 20240520); }), &layout, "magic");
-  expect_error(variant("version.bin", [&](std::vector<char>& b) { set_int(b, 1, 4); }), &layout,
+  expect_error(variant("magic.bin", [&](std::vector<char>& b) { set_int32_word(b, 0, 20240520); }), &layout, "magic");
+  expect_error(variant("version.bin", [&](std::vector<char>& b) { set_int32_word(b, 1, 4); }), &layout,
                "unsupported checkpoint version 4");
   expect_error(variant("truncated.bin", [](std::vector<char>& b) { b.resize(b.size() - 4); }), &layout, "truncated");
   expect_error(variant("trailing.bin", [](std::vector<char>& b) { b.push_back(0); }), &layout, "trailing");
-  expect_error(variant("heads.bin", [&](std::vector<char>& b) { set_int(b, 5, 5); }), &layout, "multiple of num_heads");
-  expect_error(variant("huge.bin", [&](std::vector<char>& b) { set_int(b, 4, 1 << 30); }), &layout, "implausibly large");
+  expect_error(variant("heads.bin", [&](std::vector<char>& b) { set_int32_word(b, 5, 5); }), &layout,
+               "multiple of num_heads");
+  expect_error(variant("huge.bin", [&](std::vector<char>& b) { set_int32_word(b, 4, 1 << 30); }), &layout,
+               "implausibly large");
   // bf16 version byte on an fp32-sized body: the size no longer matches.
-  expect_error(variant("as_bf16.bin", [&](std::vector<char>& b) { set_int(b, 1, 5); }), &layout, "trailing");
+  expect_error(variant("as_bf16.bin", [&](std::vector<char>& b) { set_int32_word(b, 1, 5); }), &layout, "trailing");
   // A valid file of a different model: named fields in the message.
   GPT2Config other = config;
   other.max_seq_len = 6;

@@ -132,14 +132,8 @@ void run_forward(Modded89Model& model, const Case& c, const MtpLossWeights& weig
   model.forward(c.tokens.data(), c.targets.data(), 0, training, 1.0f);
 }
 
-MtpLossWeights stage1_weights() {
-  MtpLossWeights w;
-  w.tokens = 3;
-  w.next[1] = 0.5f;
-  w.next[2] = 0.25f;
-  w.prefix = 0.25f;
-  return w;
-}
+// Stage 1's weights at its start (next tokens 1, 0.5, 0.25; prefix 0.25): the model's initial ones.
+MtpLossWeights stage1_weights() { return modded89_initial_loss_weights(); }
 
 // Stage 1's weights with the prefix term: every part of the model and of the loss.
 TEST_F(Modded89ModelTest, TrainingLossMatchesReference) {

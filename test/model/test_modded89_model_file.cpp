@@ -22,6 +22,7 @@
 namespace {
 
 using llmc::test::read_bytes;
+using llmc::test::set_int32_word;
 using llmc::test::write_bytes;
 
 using namespace llmc;
@@ -162,24 +163,18 @@ TEST_F(Modded89ModelFile, BadFilesGiveOneLineErrorsNamingTheFile) {
   write_modded89_model(path("good.bin"), layout, params.data(), TensorFileDtype::kReference);
   const std::vector<char> good = read_bytes(path("good.bin"));
   auto variant = [&](const std::string& name, auto change) {
-    std::vector<char> bytes = good;
-    change(bytes);
-    write_bytes(path(name), bytes);
-    return path(name);
-  };
-  auto set_word = [](std::vector<char>& bytes, int word, int32_t value) {
-    std::copy_n(reinterpret_cast<const char*>(&value), 4, bytes.begin() + 4 * word);
+    return llmc::test::write_edited_copy(good, path(name), change);
   };
   expect_error(path("missing.bin"), layout, "does not exist");
-  expect_error(variant("magic.bin", [&](auto& b) { set_word(b, 0, 20251031); }), layout,
+  expect_error(variant("magic.bin", [&](auto& b) { set_int32_word(b, 0, 20251031); }), layout,
                "not a 2026-07-17 model file: magic is 20251031");
-  expect_error(variant("version.bin", [&](auto& b) { set_word(b, 1, 7); }), layout,
+  expect_error(variant("version.bin", [&](auto& b) { set_int32_word(b, 1, 7); }), layout,
                "unsupported 2026-07-17 model file version 7");
-  expect_error(variant("arch.bin", [&](auto& b) { set_word(b, 2, 2); }), layout,
+  expect_error(variant("arch.bin", [&](auto& b) { set_int32_word(b, 2, 2); }), layout,
                "unknown 2026-07-17 model architecture 2");
-  expect_error(variant("dtype.bin", [&](auto& b) { set_word(b, 3, 5); }), layout, "unknown dtype field 5");
-  expect_error(variant("config.bin", [&](auto& b) { set_word(b, 5, 3); }), layout, "even");  // H odd
-  expect_error(variant("tensors.bin", [&](auto& b) { set_word(b, 12, 3); }), layout, "header promises 3 tensors");
+  expect_error(variant("dtype.bin", [&](auto& b) { set_int32_word(b, 3, 5); }), layout, "unknown dtype field 5");
+  expect_error(variant("config.bin", [&](auto& b) { set_int32_word(b, 5, 3); }), layout, "even");  // H odd
+  expect_error(variant("tensors.bin", [&](auto& b) { set_int32_word(b, 12, 3); }), layout, "header promises 3 tensors");
   expect_error(variant("short.bin", [&](auto& b) { b.resize(b.size() - 2); }), layout, "truncated model file");
   expect_error(variant("header.bin", [&](auto& b) { b.resize(100); }), layout, "shorter than its 1024-byte header");
   expect_error(variant("long.bin", [&](auto& b) { b.push_back(0); }), layout, "1 trailing bytes");

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -45,6 +47,20 @@ inline std::vector<char> read_bytes(const std::string& file) {
 inline void write_bytes(const std::string& file, const std::vector<char>& bytes) {
   std::ofstream out(file, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Header word `word` (int32, little-endian as written) of a file's bytes set to `value`.
+inline void set_int32_word(std::vector<char>& bytes, int word, int32_t value) {
+  std::memcpy(bytes.data() + 4 * static_cast<size_t>(word), &value, sizeof value);
+}
+
+// `good` changed by edit(bytes), written to `file`: a damaged copy for a reader's error tests. Returns `file`.
+template <typename Edit>
+std::string write_edited_copy(const std::vector<char>& good, const std::string& file, Edit edit) {
+  std::vector<char> bytes = good;
+  edit(bytes);
+  write_bytes(file, bytes);
+  return file;
 }
 
 // Expects read(output) to throw a one-line std::runtime_error "<file>: ..." that contains `fragment`, and

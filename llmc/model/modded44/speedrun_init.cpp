@@ -2,7 +2,6 @@
 #include "llmc/model/modded44/speedrun_init.h"
 
 #include <cmath>
-#include <random>
 
 #include "llmc/base/bf16_bits.h"
 #include "llmc/base/normal_sampler.h"
@@ -36,13 +35,10 @@ std::vector<float> init_speedrun_params(const SpeedrunLayout& layout, uint64_t s
   fill_normal(layout.tensor(SpeedrunTensor::kEmbed));
   for (int k = 0; k < kSpeedrunValueEmbeds; k++) fill_normal(layout.tensor(SpeedrunTensor::kValueEmbed, k));
 
-  // U(-a, a) from 53 random bits of a second stream, rounded to fp32 storage.
-  std::mt19937_64 uniform_bits(seed ^ 0x9e3779b97f4a7c15ull);
+  // U(-a, a) from a second stream, rounded to fp32 storage.
+  UniformSampler uniform_draws(seed);
   const double bound = std::sqrt(3.0) * 0.5 / std::sqrt(static_cast<double>(C));
-  auto uniform = [&] {
-    const double unit = static_cast<double>(uniform_bits() >> 11) * (1.0 / 9007199254740992.0);
-    return static_cast<float>((2.0 * unit - 1.0) * bound);
-  };
+  auto uniform = [&] { return static_cast<float>(uniform_draws.next(bound)); };
   for (int i = 0; i < config.num_blocks; i++) {
     const SpeedrunBlock& role = layout.structure.blocks[static_cast<size_t>(i)];
     if (role.attention) {  // rows 0..3C-1 of the [4C, C] view: W_q, W_k, W_v; W_o stays 0

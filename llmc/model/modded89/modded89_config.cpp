@@ -87,22 +87,26 @@ std::string describe_modded89_config(const Modded89Config& c) {
          " dc_window=" + std::to_string(c.dc_window);
 }
 
+// Two sizes share a word as high * radix + low; validate_modded89_config keeps each low part below its radix.
+constexpr int64_t kHeadDimRadix = 4096;  // D <= 1024
+constexpr int64_t kDcWindowRadix = 256;  // DC window <= 128
+
 StateModel modded89_state_model(const Modded89Config& c) {
   return StateModel{ModelFamilyId::kModded89,
-                    {c.vocab_size, int64_t{c.num_heads} * 4096 + c.head_dim, c.max_seq_len, c.window_block,
-                     int64_t{c.mudd_hidden} * 256 + c.dc_window, c.bigram_rows}};
+                    {c.vocab_size, c.num_heads * kHeadDimRadix + c.head_dim, c.max_seq_len, c.window_block,
+                     c.mudd_hidden * kDcWindowRadix + c.dc_window, c.bigram_rows}};
 }
 
 Modded89Config modded89_config_of(const StateModel& model) {
   const auto& w = model.shape;
   Modded89Config c;
   c.vocab_size = static_cast<int>(w[0]);
-  c.num_heads = static_cast<int>(w[1] / 4096);
-  c.head_dim = static_cast<int>(w[1] % 4096);
+  c.num_heads = static_cast<int>(w[1] / kHeadDimRadix);
+  c.head_dim = static_cast<int>(w[1] % kHeadDimRadix);
   c.max_seq_len = static_cast<int>(w[2]);
   c.window_block = static_cast<int>(w[3]);
-  c.mudd_hidden = static_cast<int>(w[4] / 256);
-  c.dc_window = static_cast<int>(w[4] % 256);
+  c.mudd_hidden = static_cast<int>(w[4] / kDcWindowRadix);
+  c.dc_window = static_cast<int>(w[4] % kDcWindowRadix);
   c.bigram_rows = static_cast<int>(w[5]);
   return c;
 }

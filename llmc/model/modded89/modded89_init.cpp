@@ -2,7 +2,6 @@
 #include "llmc/model/modded89/modded89_init.h"
 
 #include <cmath>
-#include <random>
 #include <string>
 
 #include "llmc/base/bf16_bits.h"
@@ -17,19 +16,6 @@ constexpr float kMuddScale = 0.1f;  // the small MLPs' outputs are 0.1 (... + b)
 float round_bf16(double value) {
   return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(value)));
 }
-
-// U(-bound, bound) from 53 random bits of its own stream, independent of the normal draws.
-class UniformStream {
- public:
-  explicit UniformStream(uint64_t seed) : bits_(seed ^ 0x9e3779b97f4a7c15ull) {}
-  double next(double bound) {
-    const double unit = static_cast<double>(bits_() >> 11) * (1.0 / 9007199254740992.0);
-    return (2.0 * unit - 1.0) * bound;
-  }
-
- private:
-  std::mt19937_64 bits_;
-};
 
 // The stored bias of a gate column whose effective initial value is `effective`.
 void set_bias(std::vector<float>& params, const TensorView& b2, int column, double effective) {
@@ -92,7 +78,7 @@ std::vector<float> init_modded89_params(const Modded89Layout& layout, uint64_t s
   const TensorView& ve = layout.find("value_embeds");
   for (size_t i = 0; i < ve.numel; i++) params[ve.offset + i] = round_bf16(0.01 * normal.next());
 
-  UniformStream uniform(seed);
+  UniformSampler uniform(seed);
   auto fill_uniform = [&](const TensorView& view, size_t count, double bound) {
     for (size_t i = 0; i < count; i++) params[view.offset + i] = round_bf16(uniform.next(bound));
   };

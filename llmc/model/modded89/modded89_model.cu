@@ -740,8 +740,7 @@ void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_
   Buffers& b = *buffers_;
   if (!first_micro_step && b.accum_grads == nullptr)
     throw std::logic_error("Modded89Model::backward: accumulating needs a model with more than one loss slot");
-  accumulating_ = !first_micro_step;
-  grad_target_ = accumulating_ ? b.accum_grads : grads_;
+  grad_target_ = first_micro_step ? grads_ : b.accum_grads;
   const size_t TC = static_cast<size_t>(seq_len_) * layout_.config.channels();
   CUDA_CHECK(cudaMemsetAsync(b.d_fp32, 0, b.fp32_count * sizeof(float), stream_));
   for (floatX* buffer : {b.d_x0, b.d_b, b.d_cache0, b.d_cache3, b.d_cache7, b.d_cache9})
@@ -777,7 +776,7 @@ void Modded89Model::start_bucket_grads(int bucket) {
 // An accumulating backward adds the micro-step's bucket into the step's gradients (one rounding per micro-step).
 void Modded89Model::finish_bucket_grads(int bucket, const BucketHook& on_bucket_ready) {
   const ParamBucket& span = layout_.buckets[static_cast<size_t>(bucket)];
-  if (accumulating_) add_into(grads_ + span.offset, grad_target_ + span.offset, span.padded_size, stream_);
+  if (accumulating()) add_into(grads_ + span.offset, grad_target_ + span.offset, span.padded_size, stream_);
   if (on_bucket_ready) on_bucket_ready(bucket);
 }
 

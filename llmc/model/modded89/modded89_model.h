@@ -118,6 +118,7 @@ class Modded89Model : public FamilyModel {
   void scale_layer_weights(int layer);
   void start_bucket_grads(int bucket);
   void finish_bucket_grads(int bucket, const BucketHook& on_bucket_ready);
+  bool accumulating() const { return grad_target_ != grads_; }  // the running backward adds into grads_
 
   Modded89Layout layout_;
   int seq_len_, loss_slots_, bos_token_;
@@ -125,7 +126,6 @@ class Modded89Model : public FamilyModel {
   floatX* params_ = nullptr;
   floatX* grads_ = nullptr;
   floatX* grad_target_ = nullptr;
-  bool accumulating_ = false;  // the running backward adds into grads_
   bool has_training_forward_ = false;
   bool fp32_taken_ = false;  // take_fp32_params(): an optimizer writes the fp32 tensors
   MtpLossWeights loss_weights_;
