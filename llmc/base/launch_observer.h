@@ -20,6 +20,13 @@ struct KernelCost {
   bool known() const { return bytes >= 0.0; }
 };
 
+// The (query, key) pairs of T causal queries that each see at most `keys` keys (itself and those before it),
+// in one document: what an attention launcher accounts, as it does not see the documents that cut them.
+inline double causal_window_pairs(int T, int keys) {
+  const double t = T, k = keys < T ? keys : T;
+  return k * (k + 1) / 2 + (t - k) * k;
+}
+
 enum class LaunchKind { kKernel, kGemm, kMemset, kCopy };
 
 struct LaunchRecord {

@@ -3,7 +3,7 @@
 // mod 8192] (row 0 at t = 0; crosses documents). A product with +-1 is exact, so the same kernel is the
 // backward (dout -> the gradient to scatter into the table). Elementwise in 16-byte packets.
 #pragma once
-
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -48,8 +48,11 @@ inline void bigram_sign(floatX* out, const floatX* in, const int* tokens, const 
   if (T == 0) return;
   constexpr int kBlock = 256;
   const size_t packets = static_cast<size_t>(T) * (C / Packed128<floatX>::size);
-  LLMC_LAUNCH(bigram_sign_kernel<floatX>, dim3(elementwise_grid(packets, kBlock)), dim3(kBlock), 0, stream, out, in,
-              tokens, signs, T, C);
+  // in read and out written once, the tokens, and at most T rows of the sign table (each row read once).
+  const double tc = static_cast<double>(T) * C, sign_rows = std::min(T, kBigramSignRows);
+  const KernelCost cost{(2.0 * tc + sign_rows * C) * sizeof(floatX) + 4.0 * T, tc};
+  LLMC_LAUNCH_COSTED(cost, bigram_sign_kernel<floatX>, dim3(elementwise_grid(packets, kBlock)), dim3(kBlock), 0, stream,
+                     out, in, tokens, signs, T, C);
 }
 
 }  // namespace llmc

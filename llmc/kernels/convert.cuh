@@ -22,7 +22,8 @@ template <typename In, typename Out>
 void convert(Out* out, const In* in, size_t n, cudaStream_t stream) {
   constexpr int kBlock = 256;
   if (n == 0) return;
-  LLMC_LAUNCH((convert_kernel<In, Out>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, out, in, n);
+  LLMC_LAUNCH_COSTED((KernelCost{static_cast<double>(n) * (sizeof(In) + sizeof(Out)), 0.0}),
+                     (convert_kernel<In, Out>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, out, in, n);
 }
 
 template <typename T>
@@ -37,7 +38,8 @@ template <typename T>
 void add_into(T* grads, const T* saved, size_t n, cudaStream_t stream) {
   constexpr int kBlock = 256;
   if (n == 0) return;
-  LLMC_LAUNCH((add_into_kernel<T>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, grads, saved, n);
+  LLMC_LAUNCH_COSTED((KernelCost{3.0 * n * sizeof(T), static_cast<double>(n)}), (add_into_kernel<T>),
+                     dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, grads, saved, n);
 }
 
 }  // namespace llmc

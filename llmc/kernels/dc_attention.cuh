@@ -243,8 +243,10 @@ inline void dc_mix_weights_forward(floatX* out, const floatX* gate, int gate_str
     throw std::invalid_argument("dc_mix_weights_forward: the H columns of w1 and w2 must lie inside the gate rows");
   if (T <= 0) return;
   constexpr int kBlock = 128;
-  LLMC_LAUNCH(dc_mix_weights_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(T, kBlock))), dim3(kBlock), 0,
-              stream, out, gate, gate_stride, w1_column, w2_column, T, H);
+  const double weights = 2.0 * T * H;  // read from the gate rows and written
+  LLMC_LAUNCH_COSTED((KernelCost{2.0 * weights * sizeof(floatX), weights}), dc_mix_weights_forward_kernel<floatX>,
+                     dim3(static_cast<unsigned>(ceil_div(T, kBlock))), dim3(kBlock), 0, stream, out, gate, gate_stride,
+                     w1_column, w2_column, T, H);
 }
 
 // Row t, from dw1, dw2 (T, H) fp32 (dc_backward's): with r the forward's 1/rms,
@@ -278,8 +280,10 @@ inline void dc_mix_weights_backward(float* dgate, const float* dw1, const float*
     throw std::invalid_argument("dc_mix_weights_backward: the H columns of w1 and w2 must lie inside the gate rows");
   if (T <= 0) return;
   constexpr int kBlock = 128;
-  LLMC_LAUNCH(dc_mix_weights_backward_kernel, dim3(static_cast<unsigned>(ceil_div(T, kBlock))), dim3(kBlock), 0,
-              stream, dgate, dw1, dw2, gate, gate_stride, w1_column, w2_column, T, H);
+  const double weights = 2.0 * T * H;  // their gradients and the gate rows read, the gate's gradients written
+  LLMC_LAUNCH_COSTED((KernelCost{weights * (8.0 + sizeof(floatX)), 3.0 * weights}), dc_mix_weights_backward_kernel,
+                     dim3(static_cast<unsigned>(ceil_div(T, kBlock))), dim3(kBlock), 0, stream, dgate, dw1, dw2, gate,
+                     gate_stride, w1_column, w2_column, T, H);
 }
 
 namespace detail {
@@ -294,6 +298,14 @@ inline void check_dc(const char* launcher, const DcInputs& in) {
     throw std::invalid_argument(where + "rows must hold H heads of D (and H weights)");
   if (in.doc_start == nullptr) throw std::invalid_argument(where + "no document starts");
 }
+
+// `rows` (T, H D) tensors read or written once (an accumulated one counts twice), the lse and the mixing
+// weights; flops_per_pair per (query, key, head), over the window's pairs before the document cuts.
+inline KernelCost dc_cost(const DcInputs& in, int rows, double flops_per_pair) {
+  const double head_rows = static_cast<double>(in.T) * in.H;
+  return KernelCost{rows * head_rows * in.D * sizeof(floatX) + head_rows * (8.0 + 2.0 * sizeof(floatX)),
+                    causal_window_pairs(in.T, in.window) * in.H * flops_per_pair};
+}
 }  // namespace detail
 
 inline size_t dc_lse_floats(int T, int H) {
@@ -305,8 +317,8 @@ inline void dc_forward(floatX* out, const floatX* y, int y_stride, float* lse, c
                        cudaStream_t stream) {
   detail::check_dc("dc_forward", in);
   if (in.T == 0) return;
-  LLMC_LAUNCH(dc_forward_kernel<floatX>, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, out, y, y_stride,
-              lse, in);
+  LLMC_LAUNCH_COSTED(detail::dc_cost(in, 5, 4.0 * in.D + 3.0), dc_forward_kernel<floatX>,
+                     dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, out, y, y_stride, lse, in);
 }
 
 // From dy (the gradient of out; y's own gradient is dy itself): dq, dk, dv accumulated (rows at their
@@ -316,10 +328,12 @@ inline void dc_backward(floatX* dq, int dq_stride, floatX* dk, int dk_stride, fl
                         cudaStream_t stream) {
   detail::check_dc("dc_backward", in);
   if (in.T == 0) return;
-  LLMC_LAUNCH(dc_backward_query_kernel<floatX>, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dq,
-              dq_stride, dw1, dw2, delta, dy, dy_stride, lse, in);
-  LLMC_LAUNCH(dc_backward_key_kernel<floatX>, dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dk,
-              dk_stride, dv, dv_stride, dy, dy_stride, lse, static_cast<const float*>(delta), in);
+  LLMC_LAUNCH_COSTED(detail::dc_cost(in, 6, 6.0 * in.D + 6.0), dc_backward_query_kernel<floatX>,
+                     dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dq, dq_stride, dw1, dw2, delta, dy,
+                     dy_stride, lse, in);
+  LLMC_LAUNCH_COSTED(detail::dc_cost(in, 8, 8.0 * in.D + 4.0), dc_backward_key_kernel<floatX>,
+                     dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dk, dk_stride, dv, dv_stride, dy,
+                     dy_stride, lse, static_cast<const float*>(delta), in);
 }
 
 }  // namespace llmc

@@ -149,8 +149,9 @@ inline void embedding_forward(const EmbeddingGather<floatX>& args, const int* to
                                        reinterpret_cast<const void* const*>(args.outputs));
   if (T <= 0) return;
   const size_t packets = static_cast<size_t>(args.count) * T * (C / Packed128<floatX>::size);
-  LLMC_LAUNCH(embedding_forward_kernel<floatX>, dim3(elementwise_grid(packets, 256)), dim3(256), 0, stream, args,
-              tokens, T, C);
+  const double rows = static_cast<double>(args.count) * T;  // each gathered row read once and written, the tokens
+  LLMC_LAUNCH_COSTED((KernelCost{2.0 * rows * C * sizeof(floatX) + 4.0 * T, 0.0}), embedding_forward_kernel<floatX>,
+                     dim3(elementwise_grid(packets, 256)), dim3(256), 0, stream, args, tokens, T, C);
 }
 
 // table_grads[k][token] += sum of douts[k] over the positions of that token, for the batch the plan was

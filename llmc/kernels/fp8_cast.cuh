@@ -52,8 +52,8 @@ void fp8_cast(Fp8* out, const In* in, size_t n, float scale, cudaStream_t stream
   if (n == 0) return;
   constexpr int kBlock = 256;
   const size_t packets = n / kFp8PacketElements;
-  LLMC_LAUNCH((fp8_cast_kernel<Fp8, In>), dim3(elementwise_grid(packets, kBlock)), dim3(kBlock), 0, stream, out, in,
-              scale, packets);
+  LLMC_LAUNCH_COSTED((KernelCost{static_cast<double>(n) * (sizeof(In) + 1.0), 2.0 * n}), (fp8_cast_kernel<Fp8, In>),
+                     dim3(elementwise_grid(packets, kBlock)), dim3(kBlock), 0, stream, out, in, scale, packets);
 }
 
 }  // namespace llmc

@@ -81,9 +81,21 @@ inline void fp8_gemm(MatmulContext& context, const Fp8GemmArgs& g, cudaStream_t 
                              " m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
                              " (FP8 GEMMs need sm_89 or newer: use --fp8-head off)");
   CUBLAS_CHECK(heuristic_status);
-  CUBLAS_CHECK(cublasLtMatmul(context.handle(), desc.operation, &g.alpha, g.b, desc.first, g.a, desc.second, &g.beta,
-                              g.d, desc.output, g.d, desc.output, &heuristic.algo, context.workspace(),
-                              context.workspace_bytes(), stream));
+  // Told to the thread's LaunchObserver as one GEMM: the operands read once, D written (and read with beta).
+  const double m = g.m, n = g.n, k = g.k;
+  const KernelCost cost{m * k * fp8_gemm_element_bytes(g.a_type) + n * k * fp8_gemm_element_bytes(g.b_type) +
+                            m * n * fp8_gemm_element_bytes(g.d_type) * (g.beta != 0.0f ? 2.0 : 1.0),
+                        2.0 * m * n * k};
+  const auto name = [&g] {
+    return "fp8 gemm " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + " " +
+           fp8_gemm_type_name(g.a_type) + " x " + fp8_gemm_type_name(g.b_type) + " -> " +
+           fp8_gemm_type_name(g.d_type) + (g.beta != 0.0f ? " +=" : "");
+  };
+  observed_launch(LaunchKind::kGemm, stream, cost, name, [&] {
+    CUBLAS_CHECK(cublasLtMatmul(context.handle(), desc.operation, &g.alpha, g.b, desc.first, g.a, desc.second,
+                                &g.beta, g.d, desc.output, g.d, desc.output, &heuristic.algo, context.workspace(),
+                                context.workspace_bytes(), stream));
+  });
 }
 
 }  // namespace llmc

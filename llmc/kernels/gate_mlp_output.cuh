@@ -41,9 +41,11 @@ inline void gate_mlp_output_forward(floatX* out, const floatX* in, const floatX*
   if (out == nullptr || in == nullptr || bias == nullptr)
     throw std::invalid_argument("gate_mlp_output_forward: null pointer");
   if (rows == 0) return;
-  LLMC_LAUNCH(gate_mlp_output_forward_kernel<floatX>,
-              dim3(elementwise_grid(static_cast<size_t>(rows) * n, kGateMlpOutputBlock)), dim3(kGateMlpOutputBlock), 0,
-              stream, out, in, bias, scale, rows, n);
+  const double count = static_cast<double>(rows) * n;
+  LLMC_LAUNCH_COSTED((KernelCost{2.0 * count * sizeof(floatX) + n * sizeof(floatX), 2.0 * count}),
+                     gate_mlp_output_forward_kernel<floatX>,
+                     dim3(elementwise_grid(static_cast<size_t>(rows) * n, kGateMlpOutputBlock)),
+                     dim3(kGateMlpOutputBlock), 0, stream, out, in, bias, scale, rows, n);
 }
 
 template <typename Tx>
@@ -88,11 +90,17 @@ inline void gate_mlp_output_backward(floatX* din, floatX* dbias, float* dscale, 
     throw std::invalid_argument("gate_mlp_output_backward: null pointer");
   if (rows == 0) return;
   const size_t count = static_cast<size_t>(rows) * n;
-  LLMC_LAUNCH(gate_mlp_output_input_grad_kernel<floatX>, dim3(elementwise_grid(count, kGateMlpOutputBlock)),
-              dim3(kGateMlpOutputBlock), 0, stream, din, dout, scale, count);
+  const double elements = static_cast<double>(count);
+  LLMC_LAUNCH_COSTED((KernelCost{elements * (4.0 + sizeof(floatX)), elements}),
+                     gate_mlp_output_input_grad_kernel<floatX>, dim3(elementwise_grid(count, kGateMlpOutputBlock)),
+                     dim3(kGateMlpOutputBlock), 0, stream, din, dout, scale, count);
   const int blocks = n + (scale.scale != nullptr ? 1 : 0);
-  LLMC_LAUNCH(gate_mlp_output_param_grads_kernel<floatX>, dim3(static_cast<unsigned>(blocks)),
-              dim3(kGateMlpOutputBlock), 0, stream, dbias, dscale, dout, in, bias, scale, rows, n);
+  const bool dscale_pass = scale.scale != nullptr;  // reads dout and in once more
+  const KernelCost sums{elements * 4.0 + (dscale_pass ? elements * (4.0 + sizeof(floatX)) : 0.0) +
+                            3.0 * n * sizeof(floatX),
+                        elements + (dscale_pass ? 3.0 * elements : 0.0)};
+  LLMC_LAUNCH_COSTED(sums, gate_mlp_output_param_grads_kernel<floatX>, dim3(static_cast<unsigned>(blocks)),
+                     dim3(kGateMlpOutputBlock), 0, stream, dbias, dscale, dout, in, bias, scale, rows, n);
 }
 
 }  // namespace llmc

@@ -149,6 +149,14 @@ inline void check_mtp_args(const char* launcher, const floatX* z, const void* gr
     throw std::invalid_argument(std::string(launcher) + ": tokens = " + std::to_string(w.tokens) + " must be 1 to " +
                                 std::to_string(kMtpMaxTokens));
 }
+
+// z read once, the gradient written once (grad_bytes per element, 0 for the forward), the row's targets and
+// loss; per element the soft-cap and exp (9 operations), with the gradient 15 more.
+inline KernelCost mtp_cross_entropy_cost(int rows, int V, double grad_bytes) {
+  const double elements = static_cast<double>(rows) * V;
+  return KernelCost{elements * (sizeof(floatX) + grad_bytes) + 4.0 * rows * (kMtpMaxTokens + 2),
+                    elements * (grad_bytes > 0.0 ? 24.0 : 9.0)};
+}
 }  // namespace detail
 
 // Training: z (rows, V) head outputs; targets (rows, every one in [0, V)): targets[t] is token t + 1, so row
@@ -160,8 +168,9 @@ inline void mtp_cross_entropy_backward(floatX* z, float* losses, const int* targ
                                        cudaStream_t stream) {
   detail::check_mtp_args("mtp_cross_entropy_backward", z, z, weights, rows, V);
   if (rows == 0) return;
-  LLMC_LAUNCH(mtp_cross_entropy_kernel<floatX>, dim3(static_cast<unsigned>(rows)), dim3(kMtpBlock), 0, stream, z, z,
-              losses, targets, prefix_of, weights, rows, V, grad_scale, 1.0f, true);
+  LLMC_LAUNCH_COSTED(detail::mtp_cross_entropy_cost(rows, V, sizeof(floatX)), mtp_cross_entropy_kernel<floatX>,
+                     dim3(static_cast<unsigned>(rows)), dim3(kMtpBlock), 0, stream, z, z, losses, targets, prefix_of,
+                     weights, rows, V, grad_scale, 1.0f, true);
 }
 
 // The same, the gradient as e5m2 codes of gradient / grad_code_scale into g8 (rows, V) (the FP8 head's g_s; z
@@ -173,8 +182,9 @@ inline void mtp_cross_entropy_backward_e5m2(fp8e5m2* g8, float* losses, const fl
   if (!(grad_code_scale > 0.0f) || !std::isfinite(grad_code_scale))
     throw std::invalid_argument("mtp_cross_entropy_backward_e5m2: grad_code_scale must be positive and finite");
   if (rows == 0) return;
-  LLMC_LAUNCH(mtp_cross_entropy_kernel<fp8e5m2>, dim3(static_cast<unsigned>(rows)), dim3(kMtpBlock), 0, stream, z, g8,
-              losses, targets, prefix_of, weights, rows, V, grad_scale, grad_code_scale, true);
+  LLMC_LAUNCH_COSTED(detail::mtp_cross_entropy_cost(rows, V, 1.0), mtp_cross_entropy_kernel<fp8e5m2>,
+                     dim3(static_cast<unsigned>(rows)), dim3(kMtpBlock), 0, stream, z, g8, losses, targets, prefix_of,
+                     weights, rows, V, grad_scale, grad_code_scale, true);
 }
 
 // Validation: the next-token loss per row on the fp32 sigmoid (u not rounded), z untouched.
@@ -183,8 +193,9 @@ inline void mtp_cross_entropy_forward(float* losses, const floatX* z, const int*
   const MtpLossWeights next_token;
   detail::check_mtp_args("mtp_cross_entropy_forward", z, nullptr, next_token, rows, V);
   if (rows == 0) return;
-  LLMC_LAUNCH(mtp_cross_entropy_kernel<floatX>, dim3(static_cast<unsigned>(rows)), dim3(kMtpBlock), 0, stream, z,
-              static_cast<floatX*>(nullptr), losses, targets, nullptr, next_token, rows, V, 1.0f, 1.0f, false);
+  LLMC_LAUNCH_COSTED(detail::mtp_cross_entropy_cost(rows, V, 0.0), mtp_cross_entropy_kernel<floatX>,
+                     dim3(static_cast<unsigned>(rows)), dim3(kMtpBlock), 0, stream, z, static_cast<floatX*>(nullptr),
+                     losses, targets, nullptr, next_token, rows, V, 1.0f, 1.0f, false);
 }
 
 }  // namespace llmc

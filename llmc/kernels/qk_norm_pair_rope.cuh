@@ -188,6 +188,17 @@ int pair_rope_lane_group(const char* launcher, int D, int heads, const PairRopeL
   if (layout.first_key_head >= heads) throw std::invalid_argument(where + "first_key_head past the row's heads");
   return group;
 }
+
+// `tensors` head-sized tensors of T x heads x D read or written once, the rstd row and both tables' rows of the
+// positions (2T with position_step 2); per head the norm's and the pass's per-dim work plus 6 per rotated pair.
+inline KernelCost pair_rope_cost(int T, int heads, int D, const PairRopeLayout& layout, int tensors,
+                                 double flops_per_head) {
+  const double head_rows = static_cast<double>(T) * heads;
+  const double table_rows = static_cast<double>(T) * layout.position_step;
+  return KernelCost{tensors * head_rows * D * sizeof(floatX) + 4.0 * head_rows +
+                        2.0 * table_rows * layout.pairs * sizeof(floatX),
+                    head_rows * (flops_per_head + 6.0 * layout.pairs)};
+}
 }  // namespace detail
 
 // q and k of T rows, `heads` (= 2H: q heads, then k heads) consecutive heads of D per row of inp (row stride
@@ -206,9 +217,9 @@ inline void qk_norm_pair_rope_forward(floatX* out, int out_stride, const floatX*
     throw std::invalid_argument(std::string(name) + ": key_offset cannot run in place");
   if (T <= 0 || heads <= 0) return;
   const long long threads = static_cast<long long>(T) * heads * group;
-  LLMC_LAUNCH(qk_norm_pair_rope_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kPairRopeBlock))),
-              dim3(kPairRopeBlock), 0, stream, out, out_stride, inp, in_stride, rstd, cos_table, sin_table, T, heads, D,
-              layout, group);
+  LLMC_LAUNCH_COSTED(detail::pair_rope_cost(T, heads, D, layout, 2, 3.0 * D), qk_norm_pair_rope_forward_kernel<floatX>,
+                     dim3(static_cast<unsigned>(ceil_div(threads, kPairRopeBlock))), dim3(kPairRopeBlock), 0, stream,
+                     out, out_stride, inp, in_stride, rstd, cos_table, sin_table, T, heads, D, layout, group);
 }
 
 // dinp (written) = the gradient of the forward's input from dout; inp and rstd as in the forward. dinp may
@@ -227,9 +238,11 @@ inline void qk_norm_pair_rope_backward(floatX* dinp, int dinp_stride, const floa
     throw std::invalid_argument(std::string(name) + ": key_offset cannot run in place");
   if (T <= 0 || heads <= 0) return;
   const long long threads = static_cast<long long>(T) * heads * group;
-  LLMC_LAUNCH(qk_norm_pair_rope_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kPairRopeBlock))),
-              dim3(kPairRopeBlock), 0, stream, dinp, dinp_stride, dout, dout_stride, inp, in_stride, rstd, cos_table,
-              sin_table, T, heads, D, layout, group);
+  LLMC_LAUNCH_COSTED(detail::pair_rope_cost(T, heads, D, layout, 3, 7.0 * D),
+                     qk_norm_pair_rope_backward_kernel<floatX>,
+                     dim3(static_cast<unsigned>(ceil_div(threads, kPairRopeBlock))), dim3(kPairRopeBlock), 0, stream,
+                     dinp, dinp_stride, dout, dout_stride, inp, in_stride, rstd, cos_table, sin_table, T, heads, D,
+                     layout, group);
 }
 
 }  // namespace llmc

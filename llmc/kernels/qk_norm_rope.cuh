@@ -153,8 +153,10 @@ inline void rope_tables_build(floatX* cos_table, floatX* sin_table, const float*
                               cudaStream_t stream) {
   if (T <= 0 || half <= 0) throw std::invalid_argument("rope_tables_build: T and half must be positive");
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(rope_tables_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(T) * half, kBlock)), dim3(kBlock),
-              0, stream, cos_table, sin_table, freq, T, half);
+  const double entries = static_cast<double>(T) * half;  // both tables written; a product, cos and sin each
+  LLMC_LAUNCH_COSTED((KernelCost{2.0 * entries * sizeof(floatX) + 4.0 * half, 3.0 * entries}),
+                     rope_tables_kernel<floatX>, dim3(elementwise_grid(static_cast<size_t>(T) * half, kBlock)),
+                     dim3(kBlock), 0, stream, cos_table, sin_table, freq, T, half);
 }
 
 // q and k of T rows: `heads` (= 2H) consecutive heads of D in each row of inp (row stride in_stride, e.g.

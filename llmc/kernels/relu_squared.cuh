@@ -71,12 +71,13 @@ template <bool kFromPost>
 void relu_squared_backward_launch(floatX* dinp, const floatX* saved, const floatX* dout, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   const ElementwiseLaunch launch = plan_elementwise_launch<floatX>(n, dinp, saved, dout);
+  const KernelCost cost{3.0 * n * sizeof(floatX), (kFromPost ? 4.0 : 3.0) * n};  // the sqrt counts one
   if (launch.packed)
-    LLMC_LAUNCH((relu_squared_backward_kernel<floatX, kFromPost>), launch.grid, launch.block, 0, stream, dinp, saved,
-                dout, launch.count);
+    LLMC_LAUNCH_COSTED(cost, (relu_squared_backward_kernel<floatX, kFromPost>), launch.grid, launch.block, 0, stream,
+                       dinp, saved, dout, launch.count);
   else
-    LLMC_LAUNCH((relu_squared_backward_scalar_kernel<floatX, kFromPost>), launch.grid, launch.block, 0, stream, dinp,
-                saved, dout, launch.count);
+    LLMC_LAUNCH_COSTED(cost, (relu_squared_backward_scalar_kernel<floatX, kFromPost>), launch.grid, launch.block, 0,
+                       stream, dinp, saved, dout, launch.count);
 }
 }  // namespace detail
 
@@ -84,11 +85,13 @@ void relu_squared_backward_launch(floatX* dinp, const floatX* saved, const float
 inline void relu_squared_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   const ElementwiseLaunch launch = plan_elementwise_launch<floatX>(n, out, inp);
+  const KernelCost cost{2.0 * n * sizeof(floatX), 2.0 * n};
   if (launch.packed)
-    LLMC_LAUNCH(relu_squared_forward_kernel<floatX>, launch.grid, launch.block, 0, stream, out, inp, launch.count);
+    LLMC_LAUNCH_COSTED(cost, relu_squared_forward_kernel<floatX>, launch.grid, launch.block, 0, stream, out, inp,
+                       launch.count);
   else
-    LLMC_LAUNCH(relu_squared_forward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, out, inp,
-                launch.count);
+    LLMC_LAUNCH_COSTED(cost, relu_squared_forward_scalar_kernel<floatX>, launch.grid, launch.block, 0, stream, out,
+                       inp, launch.count);
 }
 
 // dinp = 2 relu(inp) dout (written, not accumulated); dinp may alias dout.

@@ -161,8 +161,10 @@ inline void mix_forward(MixRows<floatX> out, MixRows<const floatX> x, MixRows<co
   detail::check_mix_rows("mix_forward", "x", x);
   detail::check_mix_rows("mix_forward", "y", y);
   if (rows <= 0) return;
-  LLMC_LAUNCH(mix_forward_kernel<floatX>, dim3(detail::mix_grid(rows, C)), dim3(kMixBlock), 0, stream, out, x, y,
-              scalars, a, b, rows, C);
+  const double elements = static_cast<double>(rows) * C, inputs = y.data != nullptr ? 2.0 : 1.0;
+  LLMC_LAUNCH_COSTED((KernelCost{(inputs + 1.0) * elements * sizeof(floatX), (2.0 * inputs - 1.0) * elements}),
+                     mix_forward_kernel<floatX>, dim3(detail::mix_grid(rows, C)), dim3(kMixBlock), 0, stream, out, x,
+                     y, scalars, a, b, rows, C);
 }
 
 // Floats of device scratch mix_backward needs.
@@ -186,10 +188,17 @@ inline void mix_backward(MixRows<floatX> dx, bool accumulate_dx, MixRows<floatX>
   if (rows <= 0) return;
   const unsigned grid = detail::mix_grid(rows, C);
   require_scratch("mix_backward", scratch_floats, 2 * static_cast<size_t>(grid));
-  LLMC_LAUNCH(mix_backward_kernel<floatX>, dim3(grid), dim3(kMixBlock), 0, stream, dx, accumulate_dx, dy, accumulate_dy,
-              scratch, dout, x, y, scalars, a, b, rows, C);
-  LLMC_LAUNCH(mix_scalar_grads_kernel<float>, dim3(1), dim3(2 * kWarpSize), 0, stream, dscalars,
-              static_cast<const float*>(scratch), static_cast<int>(grid), scalars, a, b);
+  // dout, x and y read; each gradient written (and read when added); two dots and the gradients' products.
+  const double elements = static_cast<double>(rows) * C;
+  const double tensors = 2.0 + (y.data != nullptr ? 1.0 : 0.0) +
+                         (dx.data != nullptr ? (accumulate_dx ? 2.0 : 1.0) : 0.0) +
+                         (dy.data != nullptr ? (accumulate_dy ? 2.0 : 1.0) : 0.0);
+  LLMC_LAUNCH_COSTED((KernelCost{tensors * elements * sizeof(floatX) + 8.0 * grid, 6.0 * elements}),
+                     mix_backward_kernel<floatX>, dim3(grid), dim3(kMixBlock), 0, stream, dx, accumulate_dx, dy,
+                     accumulate_dy, scratch, dout, x, y, scalars, a, b, rows, C);
+  LLMC_LAUNCH_COSTED((KernelCost{8.0 * grid, 2.0 * grid}), mix_scalar_grads_kernel<float>, dim3(1),
+                     dim3(2 * kWarpSize), 0, stream, dscalars, static_cast<const float*>(scratch),
+                     static_cast<int>(grid), scalars, a, b);
 }
 
 }  // namespace llmc

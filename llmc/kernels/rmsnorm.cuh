@@ -77,8 +77,10 @@ inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, int N, 
   require_packets<floatX>("rmsnorm_forward", "C", C);
   require_aligned16("rmsnorm_forward", {out, inp});
   const int rows_per_block = kRmsNormBlock / kWarpSize;
-  LLMC_LAUNCH(rmsnorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
-              dim3(kRmsNormBlock), 0, stream, out, rstd, inp, N, C);
+  const double elements = static_cast<double>(N) * C;  // inp read, out written, rstd
+  LLMC_LAUNCH_COSTED((KernelCost{2.0 * elements * sizeof(floatX) + 4.0 * N, 3.0 * elements}),
+                     rmsnorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+                     dim3(kRmsNormBlock), 0, stream, out, rstd, inp, N, C);
 }
 
 // dinp (N,C) = (accumulate ? dinp : 0) + d rmsnorm(inp) / d inp applied to dout; inp is the forward's input and
@@ -88,8 +90,10 @@ inline void rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* inp
   require_packets<floatX>("rmsnorm_backward", "C", C);
   require_aligned16("rmsnorm_backward", {dinp, dout, inp});
   const int rows_per_block = kRmsNormBlock / kWarpSize;
-  LLMC_LAUNCH(rmsnorm_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
-              dim3(kRmsNormBlock), 0, stream, dinp, dout, inp, rstd, N, C, accumulate);
+  const double elements = static_cast<double>(N) * C;  // dout and inp read, dinp written (and read), rstd
+  const KernelCost cost{(accumulate ? 4.0 : 3.0) * elements * sizeof(floatX) + 4.0 * N, 6.0 * elements};
+  LLMC_LAUNCH_COSTED(cost, rmsnorm_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
+                     dim3(kRmsNormBlock), 0, stream, dinp, dout, inp, rstd, N, C, accumulate);
 }
 
 }  // namespace llmc

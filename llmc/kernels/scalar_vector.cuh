@@ -29,15 +29,16 @@ __global__ void add_fp32_grads_kernel(Tx* grads, const float* addend, int n) {
 inline void scalars_to_fp32(float* out, const floatX* in, int n, cudaStream_t stream) {
   constexpr int kBlock = 128;
   if (n <= 0) return;
-  LLMC_LAUNCH(scalars_to_fp32_kernel<floatX>, dim3((n + kBlock - 1) / kBlock), dim3(kBlock), 0, stream, out, in, n);
+  LLMC_LAUNCH_COSTED((KernelCost{n * (4.0 + sizeof(floatX)), 0.0}), scalars_to_fp32_kernel<floatX>,
+                     dim3((n + kBlock - 1) / kBlock), dim3(kBlock), 0, stream, out, in, n);
 }
 
 // grads[i] = floatX(float(grads[i]) + addend[i]) for i < n.
 inline void add_fp32_grads(floatX* grads, const float* addend, int n, cudaStream_t stream) {
   constexpr int kBlock = 128;
   if (n <= 0) return;
-  LLMC_LAUNCH(add_fp32_grads_kernel<floatX>, dim3((n + kBlock - 1) / kBlock), dim3(kBlock), 0, stream, grads, addend,
-              n);
+  LLMC_LAUNCH_COSTED((KernelCost{n * (4.0 + 2.0 * sizeof(floatX)), 1.0 * n}), add_fp32_grads_kernel<floatX>,
+                     dim3((n + kBlock - 1) / kBlock), dim3(kBlock), 0, stream, grads, addend, n);
 }
 
 }  // namespace llmc

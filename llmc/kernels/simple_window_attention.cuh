@@ -168,6 +168,14 @@ inline void check(const char* caller, const Problem& p, int64_t row_stride, int6
   require(row_stride >= row && other_stride >= row, "row strides must be at least heads * head_dim");
 }
 
+// `tensors` (T, heads, D) tensors read or written once, the lse (and delta); flops_per_dim x D per (query, key,
+// head) over the window's pairs (W + 1 keys per query) before the document cuts.
+inline KernelCost cost(const Problem& p, int tensors, double flops_per_dim) {
+  const double head_rows = static_cast<double>(p.T) * p.heads;
+  return KernelCost{tensors * head_rows * p.head_dim * sizeof(floatX) + 8.0 * head_rows,
+                    causal_window_pairs(p.T, p.window + 1) * p.heads * flops_per_dim * p.head_dim};
+}
+
 inline unsigned grid(const Problem& p) {
   return static_cast<unsigned>((static_cast<int64_t>(p.T) * p.heads + kThreads - 1) / kThreads);
 }
@@ -178,8 +186,8 @@ inline unsigned grid(const Problem& p) {
 inline void forward(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v, int64_t row_stride,
                     const Problem& problem, cudaStream_t stream) {
   detail::check("simple_attention::forward", problem, row_stride, row_stride);
-  LLMC_LAUNCH(forward_kernel<floatX>, dim3(detail::grid(problem)), dim3(kThreads), 0, stream, out, lse, q, k, v,
-              row_stride, problem);
+  LLMC_LAUNCH_COSTED(detail::cost(problem, 4, 4.0), forward_kernel<floatX>, dim3(detail::grid(problem)),
+                     dim3(kThreads), 0, stream, out, lse, q, k, v, row_stride, problem);
 }
 
 // dq, dk, dv (overwritten; rows dqkv_stride apart) from dout and the forward's out and lse.
@@ -189,11 +197,13 @@ inline void backward(floatX* dq, floatX* dk, floatX* dv, int64_t dqkv_stride, fl
                      int64_t row_stride, const Problem& problem, cudaStream_t stream) {
   detail::check("simple_attention::backward", problem, row_stride, dqkv_stride);
   const dim3 grid(detail::grid(problem)), block(kThreads);
-  LLMC_LAUNCH(delta_kernel<floatX>, grid, block, 0, stream, delta_scratch, dout, out, problem);
-  LLMC_LAUNCH(dq_kernel<floatX>, grid, block, 0, stream, dq, dqkv_stride, static_cast<const float*>(delta_scratch),
-              dout, lse, q, k, v, row_stride, problem);
-  LLMC_LAUNCH(dkdv_kernel<floatX>, grid, block, 0, stream, dk, dv, dqkv_stride,
-              static_cast<const float*>(delta_scratch), dout, lse, q, k, v, row_stride, problem);
+  const double head_rows = static_cast<double>(problem.T) * problem.heads, values = head_rows * problem.head_dim;
+  LLMC_LAUNCH_COSTED((KernelCost{2.0 * values * sizeof(floatX) + 4.0 * head_rows, 2.0 * values}),
+                     delta_kernel<floatX>, grid, block, 0, stream, delta_scratch, dout, out, problem);
+  LLMC_LAUNCH_COSTED(detail::cost(problem, 5, 6.0), dq_kernel<floatX>, grid, block, 0, stream, dq, dqkv_stride,
+                     static_cast<const float*>(delta_scratch), dout, lse, q, k, v, row_stride, problem);
+  LLMC_LAUNCH_COSTED(detail::cost(problem, 6, 8.0), dkdv_kernel<floatX>, grid, block, 0, stream, dk, dv, dqkv_stride,
+                     static_cast<const float*>(delta_scratch), dout, lse, q, k, v, row_stride, problem);
 }
 
 }  // namespace simple_attention

@@ -127,8 +127,10 @@ inline void smear_forward(floatX* out, const floatX* e, const floatX* w, const f
   detail::check_smear_args("smear_forward", C, {out, e});
   if (T <= 0) return;
   const int rows_per_block = kSmearBlock / kWarpSize;
-  LLMC_LAUNCH(smear_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(T, rows_per_block))), dim3(kSmearBlock),
-              0, stream, out, e, w, scalars, lambda_index, T, C);
+  const double elements = static_cast<double>(T) * C;  // e read, out written; the gate's 12-dot and sigmoid
+  LLMC_LAUNCH_COSTED((KernelCost{2.0 * elements * sizeof(floatX), 3.0 * elements + 30.0 * T}),
+                     smear_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(T, rows_per_block))),
+                     dim3(kSmearBlock), 0, stream, out, e, w, scalars, lambda_index, T, C);
 }
 
 inline size_t smear_backward_scratch_floats(int T) {
@@ -144,10 +146,14 @@ inline void smear_backward(floatX* de, floatX* dw, float* dscalars, const floatX
   if (T <= 0) return;
   require_scratch("smear_backward", scratch_floats, smear_backward_scratch_floats(T));
   const int blocks = static_cast<int>(ceil_div(T, kSmearRowsPerBlock));
-  LLMC_LAUNCH(smear_backward_kernel<floatX>, dim3(static_cast<unsigned>(blocks)), dim3(kSmearBlock), 0, stream, de,
-              scratch, dout, e, w, scalars, lambda_index, T, C);
-  LLMC_LAUNCH(smear_param_grads_kernel<floatX>, dim3(1), dim3(kSmearPartials * kWarpSize), 0, stream, dw, dscalars,
-              static_cast<const float*>(scratch), blocks, lambda_index);
+  const double elements = static_cast<double>(T) * C;  // dout and e read, de written, the block partials
+  const double partial_bytes = 4.0 * blocks * kSmearPartials;
+  LLMC_LAUNCH_COSTED((KernelCost{3.0 * elements * sizeof(floatX) + partial_bytes, 8.0 * elements + 60.0 * T}),
+                     smear_backward_kernel<floatX>, dim3(static_cast<unsigned>(blocks)), dim3(kSmearBlock), 0, stream,
+                     de, scratch, dout, e, w, scalars, lambda_index, T, C);
+  LLMC_LAUNCH_COSTED((KernelCost{partial_bytes, static_cast<double>(blocks) * kSmearPartials}),
+                     smear_param_grads_kernel<floatX>, dim3(1), dim3(kSmearPartials * kWarpSize), 0, stream, dw,
+                     dscalars, static_cast<const float*>(scratch), blocks, lambda_index);
 }
 
 }  // namespace llmc

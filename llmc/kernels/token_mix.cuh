@@ -115,6 +115,25 @@ inline void check_token_mix(const char* launcher, const TokenMix& mix, int T, in
     if (backward && s.grad != nullptr) require_packets<floatX>(launcher, "a gradient's stride", s.grad_stride);
   }
 }
+
+// Forward: each stream's rows and each gated stream's weight read, out written; 2 operations per stream and
+// element. Backward: dout and every stream read, each gradient written (read too when added), each gated
+// stream's dot.
+inline KernelCost token_mix_cost(const TokenMix& mix, int T, int C, bool backward) {
+  const double elements = static_cast<double>(T) * C;
+  double bytes = elements * sizeof(floatX), flops = 0.0;
+  for (int k = 0; k < mix.count; k++) {
+    const TokenMixStream& s = mix.streams[k];
+    const bool gated = s.gate_column >= 0;
+    bytes += elements * sizeof(floatX) + (gated ? T * (backward ? sizeof(floatX) + 4.0 : sizeof(floatX)) : 0.0);
+    flops += 2.0 * elements;
+    if (!backward || s.grad == nullptr) continue;
+    bytes += elements * sizeof(floatX) * (s.accumulate ? 2.0 : 1.0);
+    flops += elements * (s.accumulate ? 2.0 : 1.0);
+  }
+  return KernelCost{bytes, flops};
+}
+
 }  // namespace detail
 
 // out (T rows, out_stride) = sum_k w_k[t] s_k[t]. out may be one of the streams' rows (same stride).
@@ -123,8 +142,8 @@ inline void token_mix_forward(floatX* out, int out_stride, const TokenMix& mix, 
   require_packets<floatX>("token_mix_forward", "out_stride", out_stride);
   require_aligned16("token_mix_forward", {out});
   if (T == 0) return;
-  LLMC_LAUNCH(token_mix_forward_kernel<floatX>, dim3(static_cast<unsigned>(T)), dim3(kTokenMixBlock), 0, stream, out,
-              out_stride, mix, C);
+  LLMC_LAUNCH_COSTED(detail::token_mix_cost(mix, T, C, false), token_mix_forward_kernel<floatX>,
+                     dim3(static_cast<unsigned>(T)), dim3(kTokenMixBlock), 0, stream, out, out_stride, mix, C);
 }
 
 // From dout (the gradient of out): each stream's grad (+)= w_k dout, and dgate[t, column_k] = s_k[t] . dout[t]
@@ -135,8 +154,8 @@ inline void token_mix_backward(const floatX* dout, int dout_stride, const TokenM
   require_packets<floatX>("token_mix_backward", "dout_stride", dout_stride);
   require_aligned16("token_mix_backward", {dout});
   if (T == 0) return;
-  LLMC_LAUNCH(token_mix_backward_kernel<floatX>, dim3(static_cast<unsigned>(T)), dim3(kTokenMixBlock), 0, stream, dout,
-              dout_stride, mix, C);
+  LLMC_LAUNCH_COSTED(detail::token_mix_cost(mix, T, C, true), token_mix_backward_kernel<floatX>,
+                     dim3(static_cast<unsigned>(T)), dim3(kTokenMixBlock), 0, stream, dout, dout_stride, mix, C);
 }
 
 }  // namespace llmc

@@ -131,9 +131,15 @@ inline void value_embed_gate_forward(floatX* v_out, const floatX* v, const float
   detail::check_value_gate("value_embed_gate_forward", shape, shape.xn_stride);
   require_aligned16("value_embed_gate_forward", {v_out, v, ve});
   if (shape.T == 0) return;
-  LLMC_LAUNCH(value_embed_gate_forward_kernel<floatX>,
-              dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(shape.T) * shape.H * group, kValueGateBlock))),
-              dim3(kValueGateBlock), 0, stream, v_out, v, ve, xn, w, shape, group);
+  // v and ve read, v_out written, the gate's 12 inputs per token; per (token, head) the gate (24 and the
+  // sigmoid's 2) and 3 per value.
+  const double head_rows = static_cast<double>(shape.T) * shape.H, values = head_rows * shape.D;
+  const KernelCost cost{3.0 * values * sizeof(floatX) + 12.0 * shape.T * sizeof(floatX),
+                        head_rows * 26.0 + 3.0 * values};
+  LLMC_LAUNCH_COSTED(cost, value_embed_gate_forward_kernel<floatX>,
+                     dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(shape.T) * shape.H * group,
+                                                         kValueGateBlock))),
+                     dim3(kValueGateBlock), 0, stream, v_out, v, ve, xn, w, shape, group);
 }
 
 inline size_t value_embed_gate_backward_scratch_floats(int T, int H) {
@@ -155,14 +161,24 @@ inline void value_embed_gate_backward(floatX* dve, floatX* dxn, int dxn_stride, 
   float* partials = scratch + static_cast<size_t>(shape.T) * shape.H;
   const ColumnChunking chunking = column_chunking(shape.T);
   const int K = shape.H * kGateWidth;
-  LLMC_LAUNCH(value_embed_gate_backward_kernel<floatX>,
-              dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(shape.T) * shape.H * group, kValueGateBlock))),
-              dim3(kValueGateBlock), 0, stream, dve, gate_grad, dv, ve, xn, w, shape, group);
-  LLMC_LAUNCH(value_embed_gate_input_grads_kernel<floatX>, dim3(static_cast<unsigned>(chunking.num_chunks)),
-              dim3(static_cast<unsigned>(ceil_div(K, kWarpSize)) * kWarpSize), 0, stream, dxn, dxn_stride, dve,
-              partials, static_cast<const float*>(gate_grad), xn, ve, w, shape, chunking.rows_per_chunk);
-  LLMC_LAUNCH(attention_gate_weight_grads_kernel<floatX>, dim3(static_cast<unsigned>(K)), dim3(kWarpSize), 0, stream,
-              dw, static_cast<const float*>(partials), chunking.num_chunks, K);
+  // dv and ve read, dve read and written, the gate gradients (fp32) written; then the gates' inputs (12 per
+  // token) read and their 12 gradients added, the per-chunk partials written and summed into dw.
+  const double head_rows = static_cast<double>(shape.T) * shape.H, values = head_rows * shape.D;
+  const double partial_bytes = 4.0 * chunking.num_chunks * K;
+  const KernelCost products{4.0 * values * sizeof(floatX) + 4.0 * head_rows, head_rows * 6.0 + 4.0 * values};
+  const KernelCost inputs{4.0 * head_rows + 3.0 * kGateWidth * shape.T * sizeof(floatX) + partial_bytes,
+                          4.0 * head_rows * kGateWidth};
+  const KernelCost weights{partial_bytes + 2.0 * K * sizeof(floatX), static_cast<double>(chunking.num_chunks) * K};
+  LLMC_LAUNCH_COSTED(products, value_embed_gate_backward_kernel<floatX>,
+                     dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(shape.T) * shape.H * group,
+                                                         kValueGateBlock))),
+                     dim3(kValueGateBlock), 0, stream, dve, gate_grad, dv, ve, xn, w, shape, group);
+  LLMC_LAUNCH_COSTED(inputs, value_embed_gate_input_grads_kernel<floatX>,
+                     dim3(static_cast<unsigned>(chunking.num_chunks)),
+                     dim3(static_cast<unsigned>(ceil_div(K, kWarpSize)) * kWarpSize), 0, stream, dxn, dxn_stride, dve,
+                     partials, static_cast<const float*>(gate_grad), xn, ve, w, shape, chunking.rows_per_chunk);
+  LLMC_LAUNCH_COSTED(weights, attention_gate_weight_grads_kernel<floatX>, dim3(static_cast<unsigned>(K)),
+                     dim3(kWarpSize), 0, stream, dw, static_cast<const float*>(partials), chunking.num_chunks, K);
 }
 
 }  // namespace llmc

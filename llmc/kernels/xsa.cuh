@@ -124,8 +124,11 @@ inline void xsa_forward(floatX* out, const floatX* y, const floatX* v, const flo
   require_aligned16("xsa_forward", {out, y, v});
   if (shape.T == 0) return;
   const long long threads = static_cast<long long>(shape.T) * shape.H * group;
-  LLMC_LAUNCH(xsa_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kXsaBlock))), dim3(kXsaBlock), 0,
-              stream, out, y, v, alpha, shape, group);
+  // y and v read, out written, the strengths; per (token, head) two dots and the update (6 per value).
+  const double head_rows = static_cast<double>(shape.T) * shape.H, values = head_rows * shape.D;
+  const KernelCost cost{3.0 * values * sizeof(floatX) + head_rows * sizeof(floatX), 6.0 * values + 8.0 * head_rows};
+  LLMC_LAUNCH_COSTED(cost, xsa_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kXsaBlock))),
+                     dim3(kXsaBlock), 0, stream, out, y, v, alpha, shape, group);
 }
 
 // From dout (the gradient of out, stride y_stride): dy written (stride y_stride; may alias dout), dv
@@ -138,8 +141,13 @@ inline void xsa_backward(floatX* dy, floatX* dv, float* dalpha, const floatX* do
   require_aligned16("xsa_backward", {dy, dv, dout, y, v});
   if (shape.T == 0) return;
   const long long threads = static_cast<long long>(shape.T) * shape.H * group;
-  LLMC_LAUNCH(xsa_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kXsaBlock))), dim3(kXsaBlock),
-              0, stream, dy, dv, dalpha, dout, y, v, alpha, shape, group);
+  // dout, y, v read, dv read and written, dy written, the strengths read and their gradients written (fp32);
+  // per (token, head) three dots and the two gradients (14 per value).
+  const double head_rows = static_cast<double>(shape.T) * shape.H, values = head_rows * shape.D;
+  const KernelCost cost{6.0 * values * sizeof(floatX) + head_rows * (sizeof(floatX) + 4.0),
+                        14.0 * values + 16.0 * head_rows};
+  LLMC_LAUNCH_COSTED(cost, xsa_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kXsaBlock))),
+                     dim3(kXsaBlock), 0, stream, dy, dv, dalpha, dout, y, v, alpha, shape, group);
 }
 
 }  // namespace llmc

@@ -3,10 +3,10 @@
 // model preset with its family's optimizer, or --optimizer's) at a chosen size, and per step the
 // launches (kernels, GEMMs, memsets, copies), the GEMM plans built, the calls that block the host, the
 // host time spent in the step call, and per kernel the bytes and FLOPs its launcher accounts
-// (llmc/base/launch_observer.h) with the time they take at the H200's ceilings (790 TFLOP/s bf16 dense,
-// 4.3 TB/s). The emulated build enqueues the step without executing anything (a d12 step would take
-// hours on a CPU), so it runs at full size anywhere; on a GPU the step runs and the measured time of
-// every row and of the whole step is printed beside the ceilings.
+// (llmc/base/launch_observer.h) with the time they take at the H200's ceilings (790 TFLOP/s bf16 dense, 1,979
+// TFLOP/s FP8 dense for the FP8 GEMMs, 4.3 TB/s). The emulated build enqueues the step without executing
+// anything (a d12 step would take hours on a CPU), so it runs at full size anywhere; on a GPU the step runs
+// and the measured time of every row and of the whole step is printed beside the ceilings.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -29,6 +29,7 @@
 #include "llmc/dist/trace.h"
 #include "llmc/base/launch_observer.h"
 #include "llmc/model/registry.h"
+#include "llmc/tokenizer/bpe_vocab.h"
 #include "llmc/train/train_step.h"
 #include "llmc/train/training_run.h"
 
@@ -44,6 +45,7 @@ constexpr bool kEmulated = false;
 #endif
 constexpr double kHbmBytesPerSecond = 4.3e12;
 constexpr double kBf16FlopsPerSecond = 790e12;
+constexpr double kFp8FlopsPerSecond = 1979e12;
 
 struct Options {
   std::string model = "d12";
@@ -53,7 +55,9 @@ struct Options {
   std::string optimizer = "auto";
   double grad_clip = 0.0;
   std::string data;      // token shard glob; empty: Zipf tokens
+  std::string vocab = default_vocab_dir();  // the GPT-2 BPE files (the 2026-07-17 model's prefix table)
   bool execute = false;  // emulated build: run the kernels too (tiny sizes only)
+  bool require_costs = false;  // fail when a kernel or GEMM launch gives no bytes and FLOPs
 };
 
 const char* kind_name(LaunchKind kind) {
@@ -70,8 +74,9 @@ const char* kind_name(LaunchKind kind) {
 struct Row {
   double calls = 0, bytes = 0, flops = 0, measured_ms = 0;
   bool cost_known = true;
+  bool fp8 = false;  // an FP8 GEMM (llmc/kernels/fp8_matmul.cuh names them "fp8 gemm ...")
   double ceiling_us() const {
-    return 1e6 * std::max(bytes / kHbmBytesPerSecond, flops / kBf16FlopsPerSecond);
+    return 1e6 * std::max(bytes / kHbmBytesPerSecond, flops / (fp8 ? kFp8FlopsPerSecond : kBf16FlopsPerSecond));
   }
 };
 
@@ -90,6 +95,7 @@ class StepObserver : public LaunchObserver {
   bool before_launch(const LaunchRecord& record) override {
     Row& row = rows_[{record.kind, record.name}];
     row.calls += 1;
+    row.fp8 = record.kind == LaunchKind::kGemm && record.name.rfind("fp8 gemm", 0) == 0;
     if (record.cost.known()) {
       row.bytes += record.cost.bytes;
       row.flops += std::max(record.cost.flops, 0.0);
@@ -168,6 +174,7 @@ TrainOptions train_options(const Options& o, const CommContext& comm, const std:
   if (const auto optimizer = value_named(o.optimizer, kOptimizerChoiceNames)) t.optimizer = *optimizer;
   else throw std::invalid_argument("--optimizer '" + o.optimizer + "': expected " + names_listed(kOptimizerChoiceNames));
   t.train_data = pattern;
+  t.vocab_dir = o.vocab;
   t.train_loader = TrainLoaderChoice::kWindow;  // train_gpt2's GPT-2 default, for every model here
   t.seed = 1337;
   return t;
@@ -255,6 +262,17 @@ void print_summary(const StepObserver& observer, int steps, double host_ms_per_s
               host_ms_per_step, static_cast<double>(reads.waits()) / steps);
 }
 
+// --require-costs: 1 (and the names on stderr) when a kernel or GEMM launch was not accounted, else 0.
+int report_uncosted(const StepObserver& observer) {
+  std::string names;
+  for (const auto& [key, row] : observer.rows())
+    if (!row.cost_known && (key.first == LaunchKind::kKernel || key.first == LaunchKind::kGemm))
+      names += (names.empty() ? "" : ", ") + key.second;
+  if (names.empty()) return 0;
+  std::fprintf(stderr, "bench_step: --require-costs: launched without bytes and FLOPs: %s\n", names.c_str());
+  return 1;
+}
+
 int run(const Options& o) {
   const ModelStart model = locate_model(o.model, "", /*world_size=*/1);  // a preset: its family, no parameters
   const bool execute = !kEmulated || o.execute;
@@ -302,6 +320,7 @@ int run(const Options& o) {
     print_summary(observer, observed, host_ms, reads);
     if (execute) std::printf("measured step time %.2f ms (%d steps, no observer)\n", measured_ms, o.steps);
     print_table(observer, observed, execute);
+    if (o.require_costs) status = report_uncosted(observer);
   }
   if (!temporary.empty()) std::filesystem::remove_all(temporary);
   return status;
@@ -313,7 +332,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Per-step launches, host waits, host time and per-kernel bytes, FLOPs and H200 ceiling times of "
                "train_gpt2's step (one rank); measured times on a GPU."};
   Options o;
-  app.add_option("--model", o.model, "model preset (dN, tiny, small; speedrun, speedrun-tiny with -b 1)");
+  app.add_option("--model", o.model,
+                 "model preset (dN, tiny, small; speedrun, speedrun-tiny, modded89, modded89-tiny with -b 1)");
   app.add_option("-b,--batch", o.batch, "micro-batch size B")->check(CLI::PositiveNumber);
   app.add_option("-t,--seq-len", o.seq_len, "sequence length T")->check(CLI::PositiveNumber);
   app.add_option("--grad-accum", o.grad_accum, "micro-steps per step")->check(CLI::PositiveNumber);
@@ -324,7 +344,10 @@ int main(int argc, char** argv) {
   app.add_option("--grad-clip", o.grad_clip, "gradient clipping threshold (0 = off)");
   app.add_option("--gemm-algo", o.gemm_algo, "GEMM algorithm selection: heuristic or fastest (GPU: timed)");
   app.add_option("--data", o.data, "token shard glob (default: a synthetic Zipf(1.1) shard)");
+  app.add_option("--vocab", o.vocab, "GPT-2 BPE files (a 2026-07-17 model with GPT-2's vocabulary reads them)")
+      ->capture_default_str();
   app.add_flag("--execute", o.execute, "emulated build: execute the kernels too (tiny sizes only)");
+  app.add_flag("--require-costs", o.require_costs, "exit 1 if a kernel or GEMM launch has no bytes and FLOPs");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);
