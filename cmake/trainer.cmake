@@ -104,6 +104,11 @@ foreach(precision IN ITEMS bf16 fp32)
   llmc_add_cu_test(NAME modded89_model_${precision} LABELS model TIMEOUT 300 ${emu_only}
     SOURCES test/model/test_modded89_model.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
+  foreach(variant IN ITEMS emu cuda)  # the GPT-2 BPE files of the prefix table (LLMC_SHARED_DIR overrides)
+    if(TARGET modded89_model_${precision}_${variant})
+      target_compile_definitions(modded89_model_${precision}_${variant} PRIVATE LLMC_SHARED_DIR="${LLMC_SHARED_DIR}")
+    endif()
+  endforeach()
   llmc_add_cu_test(NAME train_steps_${precision} LABELS trainer TIMEOUT 300 ${emu_only} ALSO_SCHEDULES drift
     SOURCES test/optim/test_train_steps.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_optimizer_${precision}_emu CUDA_LIBS llmc_optimizer_${precision}_cuda)
@@ -163,7 +168,11 @@ add_test(NAME train_bench_step_smoke_emu COMMAND bench_step_emu --model tiny -b 
 add_test(NAME train_bench_step_executed_emu COMMAND bench_step_emu --model tiny -b 2 -t 16 --steps 2 --execute)
 # The same wiring as train_gpt2's: the speedrun model with its own optimizer.
 add_test(NAME train_bench_step_speedrun_emu COMMAND bench_step_emu --model speedrun-tiny -b 1 -t 64 --steps 2)
-set_tests_properties(train_bench_step_smoke_emu train_bench_step_executed_emu train_bench_step_speedrun_emu PROPERTIES LABELS trainer TIMEOUT 120
+# The 2026-07-17 model, executed: every launch it makes is costed (the run fails on a kernel without figures).
+add_test(NAME train_bench_step_modded89_emu
+         COMMAND bench_step_emu --model modded89-tiny -b 1 -t 64 --steps 1 --execute --require-costs)
+set_tests_properties(train_bench_step_smoke_emu train_bench_step_executed_emu train_bench_step_speedrun_emu
+                     train_bench_step_modded89_emu PROPERTIES LABELS trainer TIMEOUT 120
                      ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
 
 # (train_steps_*: ten AdamW steps of the device model + ZeRO optimizer vs the reference, above.)

@@ -18,6 +18,17 @@
 
 namespace llmc {
 
+// What the trainer builds a device model for (ModelFamily::build).
+struct ModelBuild {
+  int world_size = 1;     // the parameters and gradients are laid out for this many ranks
+  int batch_size = 1;     // sequences per micro-batch
+  int seq_len = 0;        // tokens per sequence
+  int loss_slots = 1;     // micro-steps of per-position losses
+  cudaStream_t stream = nullptr;
+  bool fp8_head = false;  // as use_fp8_head decided
+  std::string vocab_dir;  // the GPT-2 BPE files (--vocab), for a family whose loss reads the vocabulary
+};
+
 class ModelFamily {
  public:
   virtual ~ModelFamily() = default;
@@ -42,11 +53,9 @@ class ModelFamily {
   // one.
   virtual std::unique_ptr<CausalDecoder> make_decoder(const std::vector<float>& params, int max_chunk,
                                                       cudaStream_t stream) const = 0;
-  // The device model for micro-batches of (batch_size, seq_len) and `loss_slots` micro-steps, with the FP8
-  // head when fp8_head (as use_fp8_head decided). Throws std::invalid_argument naming the option for a
-  // shape the family cannot train.
-  virtual std::unique_ptr<FamilyModel> build(int world_size, int batch_size, int seq_len, int loss_slots,
-                                                cudaStream_t stream, bool fp8_head) const = 0;
+  // The device model for `request`. Throws std::invalid_argument naming the option for a shape the family
+  // cannot train or a vocabulary it cannot read.
+  virtual std::unique_ptr<FamilyModel> build(const ModelBuild& request) const = 0;
   // The model as its checkpoints' state files record it.
   virtual StateModel state_model() const = 0;
   // The size and checksum of a model file of this family as a checkpoint's manifest records them.

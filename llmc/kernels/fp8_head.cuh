@@ -4,7 +4,9 @@
 //   dx = (g_s w_s) g8 e4m3(W / w_s)                         no fast accumulation, dx in Tx
 //   dW = (x_s g_s) g8^T e4m3(x / x_s)                       no fast accumulation, fp32
 // with static scales. Every GEMM reads K-major operands, so the casts also write the transposed copies the
-// backward needs (fp8_cast_transpose). Validation uses the bf16 head, not this.
+// backward needs (fp8_cast_transpose). Validation uses the bf16 head, not this. The #44 model stores W as
+// (V, C) and casts dz itself; the #89 model stores W as (C, V) and its loss kernel writes g8 directly
+// (fp8_head_backward_from_codes transposes it).
 #pragma once
 
 #include <cmath>
@@ -13,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/fp8.h"
@@ -28,6 +31,15 @@ namespace llmc {
 // 57344 / 448). Each is computed in double and rounded to float once.
 struct Fp8HeadScales {
   float x = 0.0f, weight = 0.0f, grad = 0.0f;
+  // The #89 record's (SPEEDRUN89.md section 4): x_s = 100/448, w_s = 1.6/448, g_s = 0.75/448 for its SUM
+  // loss (fp8_head_grad_scale(dloss, kModded89GradUnit) for ours).
+  static Fp8HeadScales modded89() {
+    Fp8HeadScales scales;
+    scales.x = static_cast<float>(100.0 / 448.0);
+    scales.weight = static_cast<float>(1.6 / 448.0);
+    scales.grad = static_cast<float>(0.75 / 448.0);
+    return scales;
+  }
   static Fp8HeadScales speedrun(int channels) {
     Fp8HeadScales scales;
     scales.x = static_cast<float>(std::sqrt(static_cast<double>(channels)) / 448.0);
@@ -43,12 +55,19 @@ struct Fp8HeadScales {
 // |dz / g_s| <= 448; a mean over N tokens (dloss = 1/N) keeps that bound, and the record's e5m2 codes, with
 // g_s = dloss / 448 (exactly the record's codes when dloss is a power of two). Computed in double, rounded
 // once; docs/fp8.md.
-inline float fp8_head_grad_scale(float dloss) {
+// `unit` is g_s of the SUM loss: the #44 record's 1/448, the #89 record's 0.75/448 (its gradient bound is the
+// soft cap's 23/7.5/4 = 0.77 times the summed weights, so 0.75 leaves e5m2 little headroom, as the record).
+inline constexpr double kModded44GradUnit = 1.0 / 448.0;
+inline constexpr double kModded89GradUnit = 0.75 / 448.0;
+inline float fp8_head_grad_scale(float dloss, double unit = kModded44GradUnit) {
   if (!(dloss > 0.0f) || !std::isfinite(dloss))
     throw std::invalid_argument("fp8_head_grad_scale: the loss scale must be positive and finite (got " +
                                 std::to_string(dloss) + ")");
-  return static_cast<float>(static_cast<double>(dloss) / 448.0);
+  return static_cast<float>(static_cast<double>(dloss) * unit);
 }
+
+// How the model stores the head weight W: (V, C), a row per token (#44), or (C, V), a column per token (#89).
+enum class Fp8HeadWeight { kOutIn, kInOut };
 
 // Bytes of device memory a head of these sizes keeps: the six fp8 copies, 256-byte aligned, and the scales.
 inline size_t fp8_head_workspace_bytes(int max_tokens, int channels, int vocab) {
@@ -67,8 +86,9 @@ inline bool fp8_head_shape_fits(int tokens, int channels, int vocab) {
 // fp8_head_workspace_bytes() bytes, 256-byte aligned, that the caller owns (a model's arena). Not copyable.
 class Fp8HeadWorkspace {
  public:
-  Fp8HeadWorkspace(int max_tokens, int channels, int vocab, Fp8HeadScales scales, void* memory = nullptr)
-      : max_tokens_(max_tokens), channels_(channels), vocab_(vocab), scales_(scales) {
+  Fp8HeadWorkspace(int max_tokens, int channels, int vocab, Fp8HeadScales scales, void* memory = nullptr,
+                   Fp8HeadWeight weight_layout = Fp8HeadWeight::kOutIn)
+      : max_tokens_(max_tokens), channels_(channels), vocab_(vocab), scales_(scales), weight_layout_(weight_layout) {
     if (!fp8_head_shape_fits(max_tokens, channels, vocab))
       throw std::invalid_argument(
           "Fp8HeadWorkspace: tokens, channels and vocab must be positive multiples of 16 (got " +
@@ -108,6 +128,7 @@ class Fp8HeadWorkspace {
   int channels() const { return channels_; }
   int vocab() const { return vocab_; }
   const Fp8HeadScales& scales() const { return scales_; }
+  Fp8HeadWeight weight_layout() const { return weight_layout_; }
   // Replaces g_s (e.g. fp8_head_grad_scale(dloss) when the loss scale changes), in stream order: the
   // backwards enqueued before it keep the old scale.
   void set_grad_scale(float grad_scale, cudaStream_t stream) {
@@ -132,6 +153,7 @@ class Fp8HeadWorkspace {
  private:
   int max_tokens_, channels_, vocab_;
   Fp8HeadScales scales_;
+  Fp8HeadWeight weight_layout_;
   void* memory_ = nullptr;
   void* owned_ = nullptr;  // memory_ when the workspace allocated it
   fp8e4m3 *x8_ = nullptr, *x8t_ = nullptr, *w8_ = nullptr, *w8t_ = nullptr;
@@ -186,7 +208,8 @@ Fp8GemmArgs fp8_head_input_grad_gemm(const Fp8HeadWorkspace& workspace, Tx* dx, 
   return input_grad;
 }
 
-// dweight (V,C) (+)= g8t (V,T) x8t (C,T)^T in fp32, e5m2 x e4m3.
+// dweight (V,C) (+)= g8t (V,T) x8t (C,T)^T in fp32, e5m2 x e4m3; for a (C, V) weight the same product the
+// other way round, dweight (C,V) (+)= x8t (C,T) g8t (V,T)^T.
 inline Fp8GemmArgs fp8_head_weight_grad_gemm(const Fp8HeadWorkspace& workspace, float* dweight, int tokens,
                                              bool accumulate) {
   Fp8GemmArgs weight_grad;
@@ -201,24 +224,34 @@ inline Fp8GemmArgs fp8_head_weight_grad_gemm(const Fp8HeadWorkspace& workspace, 
   weight_grad.a_scale = workspace.grad_scale();
   weight_grad.b_scale = workspace.x_scale();
   weight_grad.beta = accumulate ? 1.0f : 0.0f;
+  if (workspace.weight_layout() == Fp8HeadWeight::kInOut) {
+    std::swap(weight_grad.a, weight_grad.b);
+    std::swap(weight_grad.a_type, weight_grad.b_type);
+    std::swap(weight_grad.a_scale, weight_grad.b_scale);
+    std::swap(weight_grad.m, weight_grad.n);
+  }
   return weight_grad;
 }
 
-// logits (T,V) = x (T,C) W (V,C)^T in FP8. With keep_for_backward the casts also write the transposed copies
-// of x and W that fp8_head_backward reads (one read of x and W either way).
+// logits (T,V) = x (T,C) W (V,C)^T (or x W for a (C, V) weight) in FP8. With keep_for_backward the casts also
+// write the transposed copies of x and W that the backward reads (one read of x and W either way; a (C, V)
+// weight always gets both copies, as the logits GEMM reads its transpose).
 template <class Tx>
 void fp8_head_forward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* logits, const Tx* x, const Tx* weight,
                       int tokens, bool keep_for_backward, cudaStream_t stream) {
   check_fp8_head_tokens(workspace, tokens, "fp8_head_forward");
   const int C = workspace.channels(), V = workspace.vocab();
   const Fp8HeadScales& scales = workspace.scales();
-  if (keep_for_backward) {
+  if (keep_for_backward)
     fp8_cast_transpose(workspace.x8t(), workspace.x8(), x, tokens, C, scales.x, stream);
-    fp8_cast_transpose(workspace.w8t(), workspace.w8(), weight, V, C, scales.weight, stream);
-  } else {
+  else
     fp8_cast(workspace.x8(), x, static_cast<size_t>(tokens) * C, scales.x, stream);
+  if (workspace.weight_layout() == Fp8HeadWeight::kInOut)  // w8 (V, C) is the transpose of W (C, V)
+    fp8_cast_transpose(workspace.w8(), workspace.w8t(), weight, C, V, scales.weight, stream);
+  else if (keep_for_backward)
+    fp8_cast_transpose(workspace.w8t(), workspace.w8(), weight, V, C, scales.weight, stream);
+  else
     fp8_cast(workspace.w8(), weight, static_cast<size_t>(V) * C, scales.weight, stream);
-  }
   workspace.tokens_kept_for_backward = keep_for_backward ? tokens : 0;
   fp8_gemm(context, fp8_head_logits_gemm(workspace, logits, tokens), stream);
 }
@@ -232,19 +265,42 @@ void fp8_head_training_forward(MatmulContext& context, Fp8HeadWorkspace& workspa
   fp8_head_forward(context, workspace, logits, x, weight, tokens, /*keep_for_backward=*/true, stream);
 }
 
+namespace detail {
+inline void check_fp8_head_backward(const Fp8HeadWorkspace& workspace, int tokens, const char* what) {
+  check_fp8_head_tokens(workspace, tokens, what);
+  if (workspace.tokens_kept_for_backward != tokens)
+    throw std::logic_error(std::string(what) + ": the forward of these " + std::to_string(tokens) +
+                           " tokens did not keep its fp8 copies (keep_for_backward)");
+}
+
+// The backward's two GEMMs over g8, g8t and the forward's copies.
+template <class Tx>
+void fp8_head_backward_gemms(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, float* dweight, int tokens,
+                             bool accumulate, cudaStream_t stream) {
+  if (dx != nullptr) fp8_gemm(context, fp8_head_input_grad_gemm(workspace, dx, tokens), stream);
+  fp8_gemm(context, fp8_head_weight_grad_gemm(workspace, dweight, tokens, accumulate), stream);
+}
+}  // namespace detail
+
 // dx (T,C) = dz (T,V) W (V,C) and dweight (V,C) (+)= dz^T x in fp32, from the copies the forward kept.
 // accumulate: dweight += (gradient accumulation), else overwritten. dx may be null (not needed).
 template <class Tx>
 void fp8_head_backward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, float* dweight, const Tx* dlogits,
                        int tokens, bool accumulate, cudaStream_t stream) {
-  check_fp8_head_tokens(workspace, tokens, "fp8_head_backward");
-  if (workspace.tokens_kept_for_backward != tokens)
-    throw std::logic_error("fp8_head_backward: the forward of these " + std::to_string(tokens) +
-                           " tokens did not keep its fp8 copies (keep_for_backward)");
+  detail::check_fp8_head_backward(workspace, tokens, "fp8_head_backward");
   fp8_cast_transpose(workspace.g8t(), workspace.g8(), dlogits, tokens, workspace.vocab(), workspace.scales().grad,
                      stream);
-  if (dx != nullptr) fp8_gemm(context, fp8_head_input_grad_gemm(workspace, dx, tokens), stream);
-  fp8_gemm(context, fp8_head_weight_grad_gemm(workspace, dweight, tokens, accumulate), stream);
+  detail::fp8_head_backward_gemms(context, workspace, dx, dweight, tokens, accumulate, stream);
+}
+
+// The same from e5m2 codes a loss kernel already wrote into workspace.g8() (codes of dz / g_s, g_s =
+// workspace.scales().grad): their transpose, then the two GEMMs.
+template <class Tx>
+void fp8_head_backward_from_codes(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, float* dweight,
+                                  int tokens, bool accumulate, cudaStream_t stream) {
+  detail::check_fp8_head_backward(workspace, tokens, "fp8_head_backward_from_codes");
+  fp8_transpose(workspace.g8t(), workspace.g8(), tokens, workspace.vocab(), stream);
+  detail::fp8_head_backward_gemms(context, workspace, dx, dweight, tokens, accumulate, stream);
 }
 
 }  // namespace llmc

@@ -213,8 +213,8 @@ void add_evaluation_options(CLI::App& app, TrainOptions& o) {
       ->check(at_least(1));
   app.add_option("--sample-prompt", o.sample_prompt, "Text the samples continue (empty: <|endoftext|>)");
   o.vocab_dir = default_vocab_dir();
-  app.add_option("--vocab", o.vocab_dir, "GPT-2 BPE files of the samples (r50k_base.tiktoken, or encoder.json + "
-                 "vocab.bpe)")->capture_default_str();
+  app.add_option("--vocab", o.vocab_dir, "GPT-2 BPE files of the samples and of the 2026-07-17 model's prefix-token "
+                 "loss (r50k_base.tiktoken, or encoder.json + vocab.bpe)")->capture_default_str();
 }
 
 // Diagnostics and long runs.

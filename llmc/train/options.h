@@ -70,7 +70,7 @@ struct TrainOptions {
   int sample_every = 0;                // 0 = never
   int sample_tokens = 64;
   std::string sample_prompt;           // "" = start from <|endoftext|>
-  std::string vocab_dir;               // the GPT-2 BPE files the samples are encoded and decoded with
+  std::string vocab_dir;               // the GPT-2 BPE files of the samples and of the #89 prefix-token loss
   // performance
   GemmAlgoSelection gemm_algo = GemmAlgoSelection::kHeuristic;  // heuristic | fastest
   Fp8HeadChoice fp8_head = Fp8HeadChoice::kAuto;  // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)

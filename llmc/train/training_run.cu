@@ -117,8 +117,9 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
                                       start.family->vocab_size(), opt.shuffle)),
       grad_accum(opt.grad_accum_steps(comm.world_size())),
       fp8_head(start.family->use_fp8_head(opt.fp8_head, opt.seq_len)),
-      model(start.family->build(comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(),
-                                fp8_head)),
+      model(start.family->build(
+          ModelBuild{comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(), fp8_head,
+                     opt.vocab_dir})),
       tracer(!opt.trace_dir.empty(), comm.rank()),
       optimizer(make_optimizer(opt, *start.family, *model, comm, tracer)),
       loss_reduction(opt.effective_loss_reduction(optimizer->state_kind() == StateOptimizer::kSpeedrun)),

@@ -310,7 +310,7 @@ stop_memory_sampler() {
 stage_tests() {
   local binary
   for binary in "$PACK"/bin/*_cuda; do
-    run_cmd "${binary##*/}" --cap 60 -- "$WRAP/${binary##*/}"
+    run_cmd "${binary##*/}" --cap 60 -- env LLMC_SHARED_DIR="$PACK" "$WRAP/${binary##*/}"  # the GPT-2 BPE files
   done
   run_cmd train_program --cap 90 -- python3 "$REPO/test/train/test_train_program.py" --trainer "$WRAP/train_gpt2" \
     --require-gpu

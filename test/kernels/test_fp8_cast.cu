@@ -2,7 +2,8 @@
 // checks both kernels' codes for the same inputs), fp32 and bf16 inputs, e4m3 and e5m2 outputs: fp8_cast and
 // fp8_cast_transpose (with and without its straight copy, tiles cut at the edges) give exactly the codes of the
 // emulation's conversion model (llmc/emu/fp8_convert.h, itself checked against ml_dtypes in test_fp8_format.cu)
-// applied to in / scale with IEEE division, for values from underflow to saturation; misuse is refused.
+// applied to in / scale with IEEE division, for values from underflow to saturation; fp8_transpose copies codes
+// exactly; misuse is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,6 +98,34 @@ TEST(Fp8Cast, Bf16ToE5M2) {
 TEST(Fp8Cast, Fp32ToE5M2) {
   LLMC_REQUIRE_GPU();
   check_all_shapes<float, llmc::fp8e5m2>(1.0f / 448.0f, 8400);
+}
+
+// Every byte value (NaN and infinity patterns too) lands transposed, unchanged, tiles cut at the edges.
+TEST(Fp8Cast, TransposeCopiesCodesExactly) {
+  LLMC_REQUIRE_GPU();
+  const int shapes[][2] = {{16, 16}, {80, 144}, {192, 64}, {64, 208}};
+  std::mt19937 rng(8500);
+  for (const auto& shape : shapes) {
+    const int rows = shape[0], cols = shape[1];
+    const size_t n = static_cast<size_t>(rows) * cols;
+    std::vector<llmc::fp8e5m2> codes(n);
+    for (llmc::fp8e5m2& code : codes) code.__x = static_cast<uint8_t>(rng() & 0xffu);
+    const DeviceBuffer<llmc::fp8e5m2> d_in(codes);
+    DeviceBuffer<llmc::fp8e5m2> d_out(n);
+    llmc::fp8_transpose(d_out.get(), d_in.get(), rows, cols, nullptr);
+    const std::vector<llmc::fp8e5m2> transposed = d_out.download_raw();
+    int failures = 0;
+    for (int r = 0; r < rows && failures < 5; r++)
+      for (int c = 0; c < cols && failures < 5; c++) {
+        const int got = transposed[static_cast<size_t>(c) * rows + r].__x;
+        const int expected = codes[static_cast<size_t>(r) * cols + c].__x;
+        if (got != expected) {
+          ADD_FAILURE() << rows << "x" << cols << " at (" << r << "," << c << "): 0x" << std::hex << got
+                        << ", expected 0x" << expected;
+          failures++;
+        }
+      }
+  }
 }
 
 TEST(Fp8Cast, RefusesSizesAndAlignmentTheVectorAccessCannotTake) {

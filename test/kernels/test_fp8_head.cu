@@ -4,7 +4,9 @@
 //   2. z, dx and dW equal the oracle's double products of those values within the accumulator bound of
 //      test/kernels/fp8_test_support.h (fast accumulation for z only) plus the epilogue and output roundings;
 //   3. against the unquantised double head (x W^T, dz W, dz^T x) within the worst-case FP8 rounding bound
-//      derived below; gradient accumulation adds the same dW exactly.
+//      derived below; gradient accumulation adds the same dW exactly;
+//   4. the same for the #89 model's head: W stored (C, V) and the e5m2 codes of dz written before the backward
+//      (as its loss kernel does), the backward transposing them (fp8_head_backward_from_codes).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -164,8 +166,31 @@ std::vector<double> divided(const std::vector<double>& values, double scale) {
   return result;
 }
 
+// (rows, cols) row-major -> (cols, rows).
+std::vector<double> transposed(const std::vector<double>& values, size_t rows, size_t cols) {
+  std::vector<double> result(values.size());
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++) result[c * rows + r] = values[r * cols + c];
+  return result;
+}
+
+// The backward of either head: the #44 one casts dz itself; the #89 one finds dz's e5m2 codes in g8 (written
+// here by fp8_cast, as the loss kernel writes them) and transposes them.
 template <class Tx>
-void check_head(const llmc::test::PythonOracle& oracle, unsigned seed) {
+void run_head_backward(llmc::MatmulContext& context, llmc::Fp8HeadWorkspace& workspace, Tx* dx, float* dw,
+                       const Tx* dz, bool accumulate) {
+  if (workspace.weight_layout() == llmc::Fp8HeadWeight::kOutIn) {
+    llmc::fp8_head_backward(context, workspace, dx, dw, dz, kTokens, accumulate, nullptr);
+    return;
+  }
+  llmc::fp8_cast(workspace.g8(), dz, static_cast<size_t>(kTokens) * kVocab, workspace.scales().grad, nullptr);
+  llmc::fp8_head_backward_from_codes(context, workspace, dx, dw, kTokens, accumulate, nullptr);
+}
+
+template <class Tx>
+void check_head(const llmc::test::PythonOracle& oracle, unsigned seed,
+                llmc::Fp8HeadWeight layout = llmc::Fp8HeadWeight::kOutIn) {
+  const bool in_out = layout == llmc::Fp8HeadWeight::kInOut;
   std::mt19937 rng(seed);
   const HeadInputs in = head_inputs<Tx>(rng);
   oracle.put("x", {kTokens, kChannels}, in.x);
@@ -182,14 +207,14 @@ void check_head(const llmc::test::PythonOracle& oracle, unsigned seed) {
 
   DeviceBuffer<Tx> d_x(in.x.size()), d_w(in.w.size()), d_dz(in.dz.size());
   d_x.upload(in.x);
-  d_w.upload(in.w);
+  d_w.upload(in_out ? transposed(in.w, kVocab, kChannels) : in.w);
   d_dz.upload(in.dz);
   DeviceBuffer<Tx> d_z(static_cast<size_t>(kTokens) * kVocab), d_dx(in.x.size());
   DeviceBuffer<float> d_dw(in.w.size());
   llmc::MatmulContext context;
-  llmc::Fp8HeadWorkspace workspace(kTokens, kChannels, kVocab, scales);
+  llmc::Fp8HeadWorkspace workspace(kTokens, kChannels, kVocab, scales, nullptr, layout);
   llmc::fp8_head_forward(context, workspace, d_z.get(), d_x.get(), d_w.get(), kTokens, true, nullptr);
-  llmc::fp8_head_backward(context, workspace, d_dx.get(), d_dw.get(), d_dz.get(), kTokens, false, nullptr);
+  run_head_backward(context, workspace, d_dx.get(), d_dw.get(), d_dz.get(), false);
 
   const std::vector<double> x8 = oracle.get("x8"), w8 = oracle.get("w8"), g8 = oracle.get("g8");
   expect_fp8_copy("x8", workspace.x8(), kTokens, kChannels, false, x8);
@@ -233,8 +258,8 @@ void check_head(const llmc::test::PythonOracle& oracle, unsigned seed) {
                  false,
                  roundoff<Tx>()},
                 d_dx.download(), oracle.get("dx"));
-  // dW (V,C): k over T; columns of dz and of x.
-  const std::vector<double> dw = d_dw.download();
+  // dW (V,C): k over T; columns of dz and of x. The (C, V) weight's gradient is its transpose.
+  const std::vector<double> dw = in_out ? transposed(d_dw.download(), kChannels, kVocab) : d_dw.download();
   check_product({"dW",
                  kVocab,
                  kChannels,
@@ -251,9 +276,8 @@ void check_head(const llmc::test::PythonOracle& oracle, unsigned seed) {
                 dw, oracle.get("dw"));
 
   // Gradient accumulation: the same backward again adds the same dW (an exact doubling in fp32).
-  llmc::fp8_head_backward(context, workspace, static_cast<Tx*>(nullptr), d_dw.get(), d_dz.get(), kTokens, true,
-                          nullptr);
-  const std::vector<double> accumulated = d_dw.download();
+  run_head_backward(context, workspace, static_cast<Tx*>(nullptr), d_dw.get(), d_dz.get(), true);
+  const std::vector<double> accumulated = in_out ? transposed(d_dw.download(), kChannels, kVocab) : d_dw.download();
   for (size_t i = 0; i < dw.size(); i++) ASSERT_EQ(accumulated[i], 2.0 * dw[i]) << "dW[" << i << "] accumulated";
 }
 
@@ -265,6 +289,25 @@ TEST_F(Fp8Head, Bf16MatchesOracleAndDoubleHead) {
 TEST_F(Fp8Head, Fp32MatchesOracleAndDoubleHead) {
   LLMC_REQUIRE_GPU();
   check_head<float>(llmc::test::PythonOracle(dir(), "test/kernels/fp8_head_reference.py"), 9200);
+}
+
+// The #89 model's head: the same copies and products from the (C, V) weight and from g8 written beforehand.
+TEST_F(Fp8Head, InOutWeightAndCodesFromTheLossMatchOracle) {
+  LLMC_REQUIRE_GPU();
+  check_head<__nv_bfloat16>(llmc::test::PythonOracle(dir(), "test/kernels/fp8_head_reference.py"), 9150,
+                            llmc::Fp8HeadWeight::kInOut);
+  check_head<float>(llmc::test::PythonOracle(dir(), "test/kernels/fp8_head_reference.py"), 9250,
+                    llmc::Fp8HeadWeight::kInOut);
+}
+
+// The record's constants (SPEEDRUN89.md section 4), each rounded once from its decimal value.
+TEST(Fp8HeadScales, Modded89IsTheRecordsAndFollowsTheLossScale) {
+  const llmc::Fp8HeadScales scales = llmc::Fp8HeadScales::modded89();
+  EXPECT_EQ(scales.x, static_cast<float>(100.0 / 448.0));
+  EXPECT_EQ(scales.weight, static_cast<float>(1.6 / 448.0));
+  EXPECT_EQ(scales.grad, static_cast<float>(0.75 / 448.0));
+  EXPECT_EQ(llmc::fp8_head_grad_scale(1.0f, llmc::kModded89GradUnit), scales.grad);
+  EXPECT_EQ(llmc::fp8_head_grad_scale(0x1p-10f, llmc::kModded89GradUnit), static_cast<float>(0x1p-10 * 0.75 / 448.0));
 }
 
 // The forward without the transposed copies (fp8_cast only) gives the same logits; the backward then refuses.

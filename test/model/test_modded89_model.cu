@@ -12,13 +12,19 @@
 #include <cstdlib>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "llmc/base/bf16_bits.h"
 #include "llmc/base/normal_sampler.h"
 #include "llmc/data/bigram_hash.h"
 #include "llmc/kernels/bigram_sign.cuh"
+#include "llmc/kernels/fp8_head.cuh"
+#include "llmc/model/modded89/modded89_family.h"
+#include "llmc/model/modded89/modded89_init.h"
 #include "llmc/model/modded89/modded89_model.h"
+#include "llmc/tokenizer/bpe_vocab.h"
+#include "llmc/tokenizer/token_prefixes.h"
 #include "test/reference/reference_modded89.h"
 #include "test/support/stream_test.h"
 
@@ -169,6 +175,11 @@ constexpr double kGradTolerance = kFp32 ? 5e-5 : 8e-2;
 double grad_tolerance(const TensorView& view) {
   return !kFp32 && view.name == "mudd_gate_scale" ? 2e-1 : kGradTolerance;
 }
+// What the FP8 head adds to every gradient's tolerance (each is the head's own or flows through dxf): a
+// backward product (e5m2 x e4m3: 2 and 3 mantissa bits) is within 2^-3 + 2^-4 of the exact one, plus the
+// accumulator and output roundings (2^-7), relative to sums that do not cancel much; as the 2025-10-31 model's
+// FP8 test (measured here: at most 13% of a tensor's largest gradient, bf16 and FP8 together).
+constexpr double kFp8GradShare = 0x1p-3 + 0x1p-4 + 0x1p-7;
 
 // The backward: every tensor's gradient against the double model's (the objective the loss kernel
 // differentiates), the padding between tensors exactly zero.
@@ -266,11 +277,15 @@ TEST_F(Modded89ModelTest, ActivationPlanMatchesTheAllocationAndFitsTheRecordsSha
   Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   EXPECT_EQ(model.activation_bytes(), Modded89Model::planned_activation_bytes(c.layout.config, c.T));
   const Modded89Config record = modded89_config_from_name("modded89");
-  const double gib = static_cast<double>(Modded89Model::planned_activation_bytes(record, record.max_seq_len)) /
-                     (1024.0 * 1024.0 * 1024.0);
+  const auto gib = [&record](Modded89Head head) {
+    return static_cast<double>(Modded89Model::planned_activation_bytes(record, record.max_seq_len, 1, head)) /
+           (1024.0 * 1024.0 * 1024.0);
+  };
   if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
-    std::printf("  activations and the backward's buffers at T = %d: %.2f GiB\n", record.max_seq_len, gib);
-  EXPECT_LT(gib, kFp32 ? 80.0 : 40.0);  // the fp32 build stores every activation at twice the size
+    std::printf("  activations and the backward's buffers at T = %d: %.2f GiB (bf16 head), %.2f GiB (FP8 head)\n",
+                record.max_seq_len, gib(Modded89Head::kBf16), gib(Modded89Head::kFp8));
+  for (const Modded89Head head : {Modded89Head::kBf16, Modded89Head::kFp8})
+    EXPECT_LT(gib(head), kFp32 ? 80.0 : 40.0);  // the fp32 build stores every activation at twice the size
 }
 
 TEST_F(Modded89ModelTest, RefusesBadInputs) {
@@ -351,6 +366,152 @@ TEST_F(Modded89ModelTest, MicroStepsAccumulateWithHooksInBucketOrder) {
   EXPECT_EQ(model.bucket_name(4), "layer 3");
   EXPECT_EQ(model.bucket_name(buckets - 1), "head");
   EXPECT_THROW(model.enqueue_mean_loss(3, 0), std::out_of_range);
+}
+
+// ---- the FP8 head (SPEEDRUN89.md section 4; the kernels' own tests: test_fp8_head.cu) ----------------------
+
+// A logit of the FP8 forward carries the operands' quantisation: e4m3 keeps 3 mantissa bits (a relative
+// half-ulp of 2^-4 on each operand), the accumulator and the bf16 output add 2^-8, so each product is within
+// 2^-3 + 2^-8 of the exact one and a logit within that times sum_k |xf_k W_kj| <= sqrt(C) |W_:j| (|xf| =
+// sqrt(C) after the weightless norm). The soft cap passes at most 23 / 30 of it (its slope 23 / 7.5 / 4), and
+// the bf16 rounding of u can land one ulp (2^-8) apart where z moved: 23 x 2^-8 more. A row's loss moves by
+// at most twice the largest z' change times its summed weights (2 in stage 1).
+double fp8_row_loss_bound(const Case& c) {
+  const TensorView& head = c.layout.find("head");  // (C, V)
+  const size_t V = static_cast<size_t>(c.V), C = static_cast<size_t>(c.C);
+  double largest_column = 0.0;
+  for (size_t j = 0; j < V; j++) {
+    double squares = 0.0;
+    for (size_t k = 0; k < C; k++) squares += std::pow(c.params[head.offset + k * V + j], 2);
+    largest_column = std::max(largest_column, std::sqrt(squares));
+  }
+  const double logit = (0x1p-3 + 0x1p-8) * std::sqrt(static_cast<double>(C)) * largest_column;
+  return 2.0 * 2.0 * (23.0 / 30.0 * logit + 23.0 * 0x1p-8);
+}
+
+// The FP8 head trains within the bound above of the double model (and differs from the bf16 head: the FP8
+// path ran), its gradients within kFp8GradTolerance; validation runs the bf16 head, bitwise as the bf16 model.
+TEST_F(Modded89ModelTest, Fp8HeadTrainsNearTheReferenceAndValidatesInBf16) {
+  const Case c(41);
+  Modded89Model fp8(c.layout.config, 1, c.T, 1, stream, c.bos, Modded89Head::kFp8);
+  Modded89Model bf16(c.layout.config, 1, c.T, 1, stream, c.bos);
+  EXPECT_EQ(fp8.head(), Modded89Head::kFp8);
+  c.load(fp8);
+  c.load(bf16);
+  for (Modded89Model* model : {&fp8, &bf16}) run_forward(*model, c, MtpLossWeights{}, false);
+  EXPECT_EQ(fp8.download_losses(), bf16.download_losses());
+  const MtpLossWeights weights = stage1_weights();
+  for (Modded89Model* model : {&fp8, &bf16}) run_forward(*model, c, weights, true);
+  ref::Modded89Reference reference = c.reference(/*round_u=*/true);
+  const double want = reference.forward(c.batch(weights, true)), got = sum(fp8.download_losses());
+  const double bound = c.T * fp8_row_loss_bound(c);
+  if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+    std::printf("  FP8 head: loss %.6f, reference %.6f, bf16 head %.6f, FP8 bound %.3g\n", got, want,
+                sum(bf16.download_losses()), bound);
+  EXPECT_NEAR(got, want, kLossTolerance * want + bound);
+  EXPECT_NE(got, sum(bf16.download_losses()));
+  fp8.backward(/*first_micro_step=*/true);
+  reference.backward();
+  const std::vector<float> grads = fp8.download_grads();
+  for (const TensorView& view : c.layout.tensors) {
+    double max_ref = 0.0, max_err = 0.0;
+    for (size_t i = view.offset; i < view.offset + view.numel; i++) {
+      max_ref = std::max(max_ref, std::fabs(reference.grads[i]));
+      max_err = std::max(max_err, std::fabs(grads[i] - reference.grads[i]));
+    }
+    const double tolerance = grad_tolerance(view) + kFp8GradShare;
+    if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+      std::printf("  %-18s FP8 max error %.3g of largest gradient %.3g (%.2g%% of the tolerance)\n",
+                  view.name.c_str(), max_err, max_ref, max_ref > 0 ? 100.0 * max_err / (tolerance * max_ref) : 0.0);
+    EXPECT_LE(max_err, tolerance * max_ref + 1e-12) << view.name;
+  }
+}
+
+// g_s follows the loss scale (fp8_head_grad_scale with the record's 0.75/448): with a power-of-two dloss the
+// e5m2 codes are the SUM loss's and every gradient is exactly dloss times its gradient (a fixed g_s would
+// flush the small ones to zero); the losses do not depend on it.
+TEST_F(Modded89ModelTest, Fp8HeadGradientsScaleExactlyWithTheLossScale) {
+  const Case c(43);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos, Modded89Head::kFp8);
+  c.load(model);
+  model.set_loss_weights(stage1_weights());
+  std::vector<std::vector<float>> grads, losses;
+  for (const float dloss : {1.0f, 0x1p-12f}) {
+    model.forward(c.tokens.data(), c.targets.data(), 0, true, dloss);
+    losses.push_back(model.download_losses());
+    model.backward(true);
+    grads.push_back(model.download_grads());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < grads[0].size(); i++) {
+    ASSERT_EQ(grads[1][i], grads[0][i] * 0x1p-12f) << "element " << i;
+    nonzero += grads[0][i] != 0.0f;
+  }
+  EXPECT_GT(nonzero, grads[0].size() / 2);
+}
+
+// The plan counts the FP8 workspace and the fp32 dW_head; a shape the FP8 GEMMs cannot take is refused.
+TEST_F(Modded89ModelTest, Fp8HeadMemoryIsPlannedAndBadShapesRefuse) {
+  const Case c(47);
+  const Modded89Config& config = c.layout.config;
+  Modded89Model model(config, 1, c.T, 2, stream, c.bos, Modded89Head::kFp8);
+  EXPECT_EQ(model.activation_bytes(), Modded89Model::planned_activation_bytes(config, c.T, 2, Modded89Head::kFp8));
+  const size_t dweight = static_cast<size_t>(c.C) * c.V * sizeof(float);
+  EXPECT_EQ(model.activation_bytes() - Modded89Model::planned_activation_bytes(config, c.T, 2),
+            fp8_head_workspace_bytes(c.T, c.C, c.V) + (dweight + 255) / 256 * 256);
+  EXPECT_THROW(Modded89Model(config, 1, 40, 1, stream, c.bos, Modded89Head::kFp8), std::invalid_argument);
+}
+
+// The GPT-2 BPE files: under $LLMC_SHARED_DIR (the GPU kit points it at its pack), else the build's shared folder.
+std::string gpt2_vocab_dir() {
+  const char* shared = std::getenv("LLMC_SHARED_DIR");
+  return std::string(shared != nullptr ? shared : LLMC_SHARED_DIR) + "/data/gpt2";
+}
+
+// The trainer's path to the prefix-token loss: the family builds the table from --vocab for a model with GPT-2's
+// vocabulary (the tiny shape at V = 50,304). Its training loss is bitwise that of a model given
+// token_prefix_table of the same files, and above that of a model without the table (the prefix terms are
+// cross-entropies, positive); a vocabulary that is not there is refused naming --vocab; V = 96 has no table.
+TEST_F(Modded89ModelTest, FamilyBuildsThePrefixTableFromTheGpt2Vocabulary) {
+  Modded89Config config = modded89_config_from_name("modded89-tiny");
+  EXPECT_NE(make_modded89_family(config)->describe().find("prefix_loss=off"), std::string::npos);
+  config.vocab_size = 50304;
+  const std::unique_ptr<ModelFamily> family = make_modded89_family(config);
+  EXPECT_NE(family->describe().find("prefix_loss=on"), std::string::npos);
+  const int T = config.max_seq_len, bos = 50256;
+  const ModelBuild request{1, 1, T, 1, stream, false, gpt2_vocab_dir()};
+  ModelBuild missing = request;
+  missing.vocab_dir = "/nonexistent/gpt2";
+  try {
+    family->build(missing);
+    ADD_FAILURE() << "no error without the vocabulary";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("--vocab /nonexistent/gpt2: "), std::string::npos) << error.what();
+  }
+
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> token(0, bos - 1);
+  std::vector<int> inputs, targets;
+  for (int t = 0; t < T; t++) {
+    inputs.push_back(t % 23 == 0 ? bos : token(rng));
+    targets.push_back(token(rng));
+  }
+  std::vector<float> params = family->init_params(3, 1);
+  NormalSampler normal(4);
+  for (float& p : params) p += static_cast<float>(0.05 * normal.next());  // a head off zero: rows differ
+  const auto training_loss = [&](FamilyModel& model) {
+    model.upload_params(params);
+    model.forward(inputs.data(), targets.data(), 0, true, 1.0f / T);
+    return model.mean_loss(1);
+  };
+  const std::unique_ptr<FamilyModel> built = family->build(request);
+  Modded89Model given(config, 1, T, 1, stream, bos), without(config, 1, T, 1, stream, bos);
+  for (Modded89Model* model : {&given, &without}) model->set_sign_table(modded89_sign_table(config.channels()));
+  given.set_prefix_table(token_prefix_table(load_bpe_vocab_dir(gpt2_vocab_dir()), config.vocab_size));
+  const double loss = training_loss(*built);
+  EXPECT_EQ(loss, training_loss(given));
+  EXPECT_GT(loss, training_loss(without) + 0.1);  // 0.25 x ~ln V on most rows
 }
 
 }  // namespace

@@ -218,6 +218,8 @@ class TrainProgram(unittest.TestCase):
         args = data + ["--model", "modded89-tiny", "--steps", 6, "--checkpoint-every", 3]
         out_dir, log = self.train_run("modded89", args)
         self.assertIn("# model: modded89 V=96 H=2 D=16", log)
+        self.assertIn("prefix_loss=off", log)  # V = 96 holds no GPT-2 tokens (test_modded89_model: the table)
+        self.assertRegex(log, r"(?m)^# head: fp8 \(--fp8-head auto\)")  # the record's head, where it fits
         train = losses(log)
         self.assertEqual(sorted(train), list(range(1, 7)))
         # The N(0, 0.005) head gives near-uniform logits: each row scores its next-token weights (1, 0.5, 0.25;
@@ -228,8 +230,8 @@ class TrainProgram(unittest.TestCase):
         model_file = self.expect_resumes_and_starts_from_its_file("modded89", args, data, out_dir, train)
         self.assertEqual(struct.unpack("<i", read(model_file)[:4])[0], 20260717)
         self.expect_failure(data[:2] + ["--model", "modded89-tiny", "-b", 2, "-t", 64, "--steps", 1], r"--batch-size 2")
-        self.expect_failure(data + ["--model", "modded89-tiny", "--steps", 1, "--fp8-head", "on"],
-                            r"--fp8-head on: the 2026-07-17 model")
+        self.expect_failure(data[:2] + ["--model", "modded89-tiny", "-b", 1, "-t", 40, "--steps", 1,
+                                        "--fp8-head", "on"], r"--fp8-head on: the FP8 head needs --seq-len \(40\)")
 
     def test_speedrun_optimizer_trains_and_refuses_what_it_cannot_do(self):
         # --optimizer auto picks NorMuon + sharded Adam for a speedrun model (llmc/optim/speedrun_optimizer.h).

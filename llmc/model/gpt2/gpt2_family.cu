@@ -31,10 +31,9 @@ class GPT2Family : public ModelFamily {
   }
   bool trains_on_documents() const override { return false; }  // llm.c's windows
   StateOptimizer default_optimizer() const override { return StateOptimizer::kZeroAdamW; }
-  std::unique_ptr<FamilyModel> build(int world_size, int batch_size, int seq_len, int loss_slots,
-                                        cudaStream_t stream, bool fp8_head) const override {
-    if (fp8_head) throw std::invalid_argument("--fp8-head on: GPT-2 models have no FP8 head");
-    return std::make_unique<GPT2>(config_, world_size, batch_size, seq_len, loss_slots, stream);
+  std::unique_ptr<FamilyModel> build(const ModelBuild& r) const override {
+    if (r.fp8_head) throw std::invalid_argument("--fp8-head on: GPT-2 models have no FP8 head");
+    return std::make_unique<GPT2>(config_, r.world_size, r.batch_size, r.seq_len, r.loss_slots, r.stream);
   }
   std::vector<float> init_params(uint64_t seed, int world_size) const override {
     return init_gpt2_params(make_param_layout(config_, world_size), seed);

@@ -7,8 +7,7 @@
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/precision.h"
-#include "llmc/kernels/fp8_head.cuh"
-#include "llmc/kernels/fp8_matmul.cuh"
+#include "llmc/family/fp8_head_decision.h"
 #include "llmc/model/modded44/speedrun_init.h"
 #include "llmc/model/modded44/speedrun_model.h"
 #include "llmc/model/modded44/speedrun_model_file.h"
@@ -27,33 +26,20 @@ class SpeedrunFamily : public ModelFamily {
   // auto: on wherever it can run. The emulated device is sm_90, so emulated runs take the FP8 path the GPU
   // takes (its GEMMs emulated with the accumulator model of docs/fp8.md).
   bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const override {
-    if (choice == Fp8HeadChoice::kOff) return false;
-    const bool shape_fits = fp8_head_shape_fits(seq_len, config_.channels(), config_.vocab_size);
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    const bool supported = fp8_gemm_supported(device);
-    if (choice == Fp8HeadChoice::kOn && !shape_fits)
-      throw std::invalid_argument("--fp8-head on: the FP8 head needs --seq-len (" + std::to_string(seq_len) +
-                                  "), the width (" + std::to_string(config_.channels()) + ") and the vocabulary (" +
-                                  std::to_string(config_.vocab_size) + ") to be multiples of 16");
-    if (choice == Fp8HeadChoice::kOn && !supported)
-      throw std::invalid_argument("--fp8-head on: this GPU has no FP8 GEMMs (compute capability 8.9 or newer "
-                                  "needed); use --fp8-head off");
-    return shape_fits && supported;
+    return choose_fp8_head(choice, seq_len, config_.channels(), config_.vocab_size);
   }
   bool trains_on_documents() const override { return true; }  // the record's BOS-aligned loader
   StateOptimizer default_optimizer() const override { return StateOptimizer::kSpeedrun; }
-  std::unique_ptr<FamilyModel> build(int world_size, int batch_size, int seq_len, int loss_slots,
-                                        cudaStream_t stream, bool fp8_head) const override {
-    if (batch_size != 1)
-      throw std::invalid_argument("--batch-size " + std::to_string(batch_size) +
+  std::unique_ptr<FamilyModel> build(const ModelBuild& r) const override {
+    if (r.batch_size != 1)
+      throw std::invalid_argument("--batch-size " + std::to_string(r.batch_size) +
                                   ": the speedrun model trains one packed sequence per rank and micro-step; use -b 1 "
                                   "and set the sequence length with -t");
-    if (seq_len > config_.max_seq_len)
-      throw std::invalid_argument("--seq-len " + std::to_string(seq_len) + " exceeds the speedrun model's maximum " +
+    if (r.seq_len > config_.max_seq_len)
+      throw std::invalid_argument("--seq-len " + std::to_string(r.seq_len) + " exceeds the speedrun model's maximum " +
                                   std::to_string(config_.max_seq_len));
-    return std::make_unique<SpeedrunModel>(config_, world_size, seq_len, loss_slots, stream, kSpeedrunBosToken,
-                                           fp8_head ? SpeedrunHead::kFp8 : SpeedrunHead::kBf16);
+    return std::make_unique<SpeedrunModel>(config_, r.world_size, r.seq_len, r.loss_slots, r.stream, kSpeedrunBosToken,
+                                           r.fp8_head ? SpeedrunHead::kFp8 : SpeedrunHead::kBf16);
   }
   std::vector<float> init_params(uint64_t seed, int world_size) const override {
     return init_speedrun_params(make_speedrun_layout(config_, world_size), seed);

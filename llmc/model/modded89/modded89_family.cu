@@ -1,14 +1,17 @@
 // The 2026-07-17 model as a model family, and what only the family knows of its device model (see
 // modded89_family.h, modded89_model.h). Until the record's optimizer and schedule are ported it trains with
-// ZeRO AdamW on the record's initial loss weights, windows and RoPE, without the prefix table and with a fixed
-// bigram sign table (docs/recipes.md#the-2026-07-17-model-being-ported).
+// ZeRO AdamW on the record's initial loss weights, windows and RoPE, with a fixed bigram sign table; the prefix
+// table comes from the GPT-2 vocabulary (docs/recipes.md#the-2026-07-17-model-being-ported).
 #include <stdexcept>
 #include <type_traits>
 
 #include "llmc/model/modded89/modded89_family.h"
+#include "llmc/family/fp8_head_decision.h"
 #include "llmc/model/modded89/modded89_init.h"
 #include "llmc/model/modded89/modded89_model.h"
 #include "llmc/model/modded89/modded89_model_file.h"
+#include "llmc/tokenizer/bpe_vocab.h"
+#include "llmc/tokenizer/token_prefixes.h"
 
 namespace llmc {
 
@@ -17,15 +20,30 @@ namespace {
 constexpr bool kFp32Build = std::is_same<floatX, float>::value;
 constexpr int kModded89BosToken = 50256;  // GPT-2's <|endoftext|>, which opens every document
 
+// The prefix-token loss takes prefixes of GPT-2 tokens: a model whose vocabulary holds GPT-2's has it; a smaller
+// one (a test shape) has no GPT-2 tokens to take prefixes of and trains without the term.
+bool has_prefix_loss(const Modded89Config& config) { return config.vocab_size >= kGpt2VocabSize; }
+
+std::vector<int32_t> prefix_table_from(const std::string& vocab_dir, int padded_vocab_size) {
+  BpeVocab vocab;
+  try {
+    vocab = load_bpe_vocab_dir(vocab_dir);
+  } catch (const std::exception& error) {
+    throw std::invalid_argument("--vocab " + vocab_dir + ": the 2026-07-17 model's prefix-token loss needs GPT-2's " +
+                                "BPE files: " + error.what());
+  }
+  return token_prefix_table(vocab, padded_vocab_size);
+}
+
 class Modded89Family : public ModelFamily {
  public:
   explicit Modded89Family(const Modded89Config& config) : config_(config) {}
-  std::string describe() const override { return "modded89 " + describe_modded89_config(config_); }
+  std::string describe() const override {
+    return "modded89 " + describe_modded89_config(config_) + " prefix_loss=" + (has_prefix_loss(config_) ? "on" : "off");
+  }
   int vocab_size() const override { return config_.vocab_size; }
-  bool use_fp8_head(Fp8HeadChoice choice, int) const override {
-    if (choice == Fp8HeadChoice::kOn)
-      throw std::invalid_argument("--fp8-head on: the 2026-07-17 model's FP8 head is not ported yet; use off or auto");
-    return false;
+  bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const override {
+    return choose_fp8_head(choice, seq_len, config_.channels(), config_.vocab_size);
   }
   bool trains_on_documents() const override { return true; }
   StateOptimizer default_optimizer() const override { return StateOptimizer::kZeroAdamW; }
@@ -35,18 +53,22 @@ class Modded89Family : public ModelFamily {
   std::unique_ptr<CausalDecoder> make_decoder(const std::vector<float>&, int, cudaStream_t) const override {
     throw std::invalid_argument("the 2026-07-17 model has no KV-cache decoder yet (generation needs a GPT-2 model)");
   }
-  std::unique_ptr<FamilyModel> build(int world_size, int batch_size, int seq_len, int loss_slots, cudaStream_t stream,
-                                     bool fp8_head) const override {
-    (void)fp8_head;  // use_fp8_head never chooses it
-    if (batch_size != 1)
-      throw std::invalid_argument("--batch-size " + std::to_string(batch_size) +
+  std::unique_ptr<FamilyModel> build(const ModelBuild& r) const override {
+    if (r.batch_size != 1)
+      throw std::invalid_argument("--batch-size " + std::to_string(r.batch_size) +
                                   ": the 2026-07-17 model trains one packed sequence per rank and micro-step; use -b 1 "
                                   "and set the sequence length with -t");
-    if (seq_len > config_.max_seq_len)
-      throw std::invalid_argument("--seq-len " + std::to_string(seq_len) + " exceeds the 2026-07-17 model's maximum " +
+    if (r.seq_len > config_.max_seq_len)
+      throw std::invalid_argument("--seq-len " + std::to_string(r.seq_len) + " exceeds the 2026-07-17 model's maximum " +
                                   std::to_string(config_.max_seq_len));
-    auto model = std::make_unique<Modded89Model>(config_, world_size, seq_len, loss_slots, stream, kModded89BosToken);
+    // Before the allocation: a missing vocabulary costs nothing.
+    const std::vector<int32_t> prefix_of =
+        has_prefix_loss(config_) ? prefix_table_from(r.vocab_dir, config_.vocab_size) : std::vector<int32_t>{};
+    auto model = std::make_unique<Modded89Model>(config_, r.world_size, r.seq_len, r.loss_slots, r.stream,
+                                                 kModded89BosToken,
+                                                 r.fp8_head ? Modded89Head::kFp8 : Modded89Head::kBf16);
     model->set_sign_table(modded89_sign_table(config_.channels()));
+    model->set_prefix_table(prefix_of);
     return model;
   }
   StateModel state_model() const override { return modded89_state_model(config_); }

@@ -15,6 +15,7 @@
 #include "llmc/kernels/convert.cuh"
 #include "llmc/kernels/dc_attention.cuh"
 #include "llmc/kernels/embedding.cuh"
+#include "llmc/kernels/fp8_head.cuh"
 #include "llmc/kernels/gate_mlp_output.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/matmul.cuh"
@@ -148,17 +149,22 @@ struct Modded89Model::Buffers {
   float *d_fp32 = nullptr, *scratch = nullptr;
   size_t scratch_floats = 0;
   std::unique_ptr<EmbeddingBackwardPlan> token_plan, hash_plan;
+  // FP8 head only: the workspace's memory (fp8_head_workspace_bytes) and dW_head in fp32 (C, V).
+  unsigned char* fp8_head_memory = nullptr;
+  float* head_dweight = nullptr;
+  std::unique_ptr<Fp8HeadWorkspace> fp8_head;  // over fp8_head_memory; null for the bf16 head
   size_t fp32_count = 0;
   DeviceArena arena;
   MatmulContext matmul;
 
-  void request(floatX** params, floatX** grads, const Modded89Layout& layout, int T, int loss_slots);
+  void request(floatX** params, floatX** grads, const Modded89Layout& layout, int T, int loss_slots,
+               Modded89Head head);
   void request_backward(const Modded89Layout& layout, int T);
   void set_aliases(const Modded89Layout& layout);
 };
 
 void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modded89Layout& layout, int seq_len,
-                                     int loss_slots) {
+                                     int loss_slots, Modded89Head head) {
   const Modded89Config& config = layout.config;
   const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
                H = static_cast<size_t>(config.num_heads), V = static_cast<size_t>(config.vocab_size),
@@ -222,6 +228,10 @@ void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modd
   fp32_count = last.offset + last.numel - first.offset;
   arena.request(&fp32_params, fp32_count);
   arena.request(&scaled_weights, 4 * C * C);
+  if (head == Modded89Head::kFp8) {
+    arena.request(&fp8_head_memory, fp8_head_workspace_bytes(seq_len, config.channels(), config.vocab_size));
+    arena.request(&head_dweight, C * V);
+  }
   request_backward(layout, seq_len);
 }
 
@@ -278,11 +288,12 @@ MtpLossWeights modded89_initial_loss_weights() {
 }
 
 Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots,
-                             cudaStream_t stream, int bos_token)
+                             cudaStream_t stream, int bos_token, Modded89Head head)
     : layout_(make_modded89_layout(config, world_size)),
       seq_len_(seq_len),
       loss_slots_(loss_slots),
       bos_token_(bos_token),
+      head_(head),
       stream_(stream),
       loss_weights_(modded89_initial_loss_weights()) {
   if (seq_len < 1 || seq_len > config.max_seq_len)
@@ -291,13 +302,19 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
   if (loss_slots < 1) throw std::invalid_argument("modded89 model: loss_slots must be at least 1");
   if (bos_token < 0)  // one past the vocabulary is allowed: then every sequence is one document
     throw std::invalid_argument("modded89 model: BOS token " + std::to_string(bos_token) + " is negative");
+  if (head == Modded89Head::kFp8 && !fp8_head_shape_fits(seq_len, config.channels(), config.vocab_size))
+    throw std::invalid_argument("modded89 model: the FP8 head needs the sequence length (" + std::to_string(seq_len) +
+                                "), width and vocabulary to be multiples of 16");
   buffers_ = std::make_unique<Buffers>();
   Buffers& b = *buffers_;
-  b.request(&params_, &grads_, layout_, seq_len, loss_slots);
+  b.request(&params_, &grads_, layout_, seq_len, loss_slots, head);
   b.token_plan = std::make_unique<EmbeddingBackwardPlan>(seq_len, config.vocab_size, config.channels());
   b.hash_plan = std::make_unique<EmbeddingBackwardPlan>(seq_len, config.bigram_rows, config.channels());
   b.arena.allocate("the modded89 model (parameters, activations for T=" + std::to_string(seq_len) + ")");
   b.set_aliases(layout_);
+  if (head == Modded89Head::kFp8)
+    b.fp8_head = std::make_unique<Fp8HeadWorkspace>(seq_len, config.channels(), config.vocab_size,
+                                                    Fp8HeadScales::modded89(), b.fp8_head_memory, Fp8HeadWeight::kInOut);
   loss_means_ = std::make_unique<LossMeans>();
   grad_target_ = grads_;
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
@@ -318,11 +335,12 @@ Modded89Model::~Modded89Model() {
   CUDA_REPORT(cudaStreamSynchronize(stream_));
 }
 
-size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots) {
+size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots,
+                                               Modded89Head head) {
   const Modded89Layout layout = make_modded89_layout(config, 1);
   Buffers buffers;
   floatX *params = nullptr, *grads = nullptr;
-  buffers.request(&params, &grads, layout, seq_len, loss_slots);
+  buffers.request(&params, &grads, layout, seq_len, loss_slots, head);
   return buffers.arena.requested_bytes() - 2 * layout.total_size * sizeof(floatX) +
          embedding_plan_bytes(config, seq_len);
 }
@@ -705,13 +723,21 @@ void Modded89Model::head_forward(int loss_slot, bool training, float dloss) {
                               C),
                     T, C, stream_);
   rmsnorm_forward(b.xf, b.rstd_f, b.x_final, T, C, stream_);
+  float* losses = b.losses + static_cast<size_t>(loss_slot) * T;
+  const int* prefix_of = has_prefix_table_ ? b.prefix_of : nullptr;
+  if (b.fp8_head && training) {  // z in FP8 (its copies kept for head_backward); the loss writes the e5m2 codes
+    Fp8HeadWorkspace& head = *b.fp8_head;
+    head.set_grad_scale(fp8_head_grad_scale(dloss, kModded89GradUnit), stream_);
+    fp8_head_forward(b.matmul, head, b.z, b.xf, param("head"), T, /*keep_for_backward=*/true, stream_);
+    mtp_cross_entropy_backward_e5m2(head.g8(), losses, b.z, b.targets, prefix_of, loss_weights_, dloss,
+                                    head.scales().grad, T, V, stream_);
+    return;
+  }
   GemmArgs head;  // z (T, V) = xf W_head, W_head stored (in, out)
   head.d = b.z, head.a = b.xf, head.b = param("head"), head.m = T, head.n = V, head.k = C;
   gemm(b.matmul, head, stream_);
-  float* losses = b.losses + static_cast<size_t>(loss_slot) * T;
   if (training)
-    mtp_cross_entropy_backward(b.z, losses, b.targets, has_prefix_table_ ? b.prefix_of : nullptr, loss_weights_, dloss,
-                               T, V, stream_);
+    mtp_cross_entropy_backward(b.z, losses, b.targets, prefix_of, loss_weights_, dloss, T, V, stream_);
   else
     mtp_cross_entropy_forward(losses, b.z, b.targets, T, V, stream_);
 }
@@ -785,14 +811,19 @@ void Modded89Model::head_backward() {
   Buffers& b = *buffers_;
   const Modded89Config& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
-  GemmArgs dweight;  // dW_head (C, V) = xf^T dz
-  dweight.d = grad("head"), dweight.a = b.xf, dweight.b = b.z, dweight.m = C, dweight.n = V, dweight.k = T;
-  dweight.trans_a = true;
-  gemm(b.matmul, dweight, stream_);
-  GemmArgs dinput;  // dxf (T, C) = dz W_head^T
-  dinput.d = b.dn, dinput.a = b.z, dinput.b = param("head"), dinput.m = T, dinput.n = C, dinput.k = V;
-  dinput.trans_b = true;
-  gemm(b.matmul, dinput, stream_);
+  if (b.fp8_head) {  // dxf and dW_head (fp32, rounded once into the gradient) from the forward's fp8 copies
+    fp8_head_backward_from_codes(b.matmul, *b.fp8_head, b.dn, b.head_dweight, T, /*accumulate=*/false, stream_);
+    convert(grad("head"), b.head_dweight, static_cast<size_t>(C) * V, stream_);
+  } else {
+    GemmArgs dweight;  // dW_head (C, V) = xf^T dz
+    dweight.d = grad("head"), dweight.a = b.xf, dweight.b = b.z, dweight.m = C, dweight.n = V, dweight.k = T;
+    dweight.trans_a = true;
+    gemm(b.matmul, dweight, stream_);
+    GemmArgs dinput;  // dxf (T, C) = dz W_head^T
+    dinput.d = b.dn, dinput.a = b.z, dinput.b = param("head"), dinput.m = T, dinput.n = C, dinput.k = V;
+    dinput.trans_b = true;
+    gemm(b.matmul, dinput, stream_);
+  }
   rmsnorm_backward(b.d_branch, b.dn, b.x_final, b.rstd_f, T, C, /*accumulate=*/false, stream_);
   const floatX* x = b.layers[kModded89Layers - 1].x_out;
   token_mix_backward(b.d_branch, C,

@@ -23,6 +23,11 @@ namespace llmc {
 // term 0.25 (absent without a prefix table). The schedule that moves them comes with the record's optimizer.
 MtpLossWeights modded89_initial_loss_weights();
 
+// The head of the training forward and backward (validation runs the bf16 head either way): bf16, or the
+// record's FP8 head (SPEEDRUN89.md section 4: e4m3 x and W with x_s = 100/448, w_s = 1.6/448, the loss kernel's
+// e5m2 logit gradient with g_s = 0.75/448 of the SUM loss; T, C and V multiples of 16).
+enum class Modded89Head { kBf16, kFp8 };
+
 class Modded89Model : public FamilyModel {
  public:
   // Allocates parameters, gradients (laid out for world_size ranks) and the activations of sequences of
@@ -32,7 +37,7 @@ class Modded89Model : public FamilyModel {
   // long 3), RoPE at the record's start (frequencies (1/1024)^(m / (D/4 - 1)), scale 0.1), the sign table all +1, no
   // prefix table and the loss weights modded89_initial_loss_weights(). Throws std::invalid_argument for a bad shape.
   Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots, cudaStream_t stream,
-                int bos_token);
+                int bos_token, Modded89Head head = Modded89Head::kBf16);
   ~Modded89Model() override;
   Modded89Model(const Modded89Model&) = delete;
   Modded89Model& operator=(const Modded89Model&) = delete;
@@ -47,7 +52,9 @@ class Modded89Model : public FamilyModel {
   // Device bytes of everything but the parameters and their gradients at seq_len (activations, tables, the
   // backward's buffers and embedding plans, the accumulation buffer), without allocating anything;
   // activation_bytes() of an allocated model.
-  static size_t planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots = 1);
+  static size_t planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots = 1,
+                                         Modded89Head head = Modded89Head::kBf16);
+  Modded89Head head() const { return head_; }
   size_t activation_bytes() const override;
 
   // Host <-> device copies of the whole parameter buffer (layout order, as float; once taken, the fp32 tensors
@@ -122,6 +129,7 @@ class Modded89Model : public FamilyModel {
 
   Modded89Layout layout_;
   int seq_len_, loss_slots_, bos_token_;
+  Modded89Head head_;
   cudaStream_t stream_;
   floatX* params_ = nullptr;
   floatX* grads_ = nullptr;
