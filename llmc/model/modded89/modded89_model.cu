@@ -153,6 +153,11 @@ struct Modded89Model::Buffers {
   unsigned char* fp8_head_memory = nullptr;
   float* head_dweight = nullptr;
   std::unique_ptr<Fp8HeadWorkspace> fp8_head;  // over fp8_head_memory; null for the bf16 head
+  // Pinned staging of a batch's host arrays (inputs, targets, hashes, document starts, cu_seqlens, cu_rows),
+  // refilled only once the stream has taken the previous batch (staging_free): no wait for the device.
+  int* staging = nullptr;
+  cudaEvent_t staging_free = nullptr;
+  static size_t staging_ints(int T) { return 4 * static_cast<size_t>(T) + 2 * (static_cast<size_t>(T) + 1); }
   size_t fp32_count = 0;
   DeviceArena arena;
   MatmulContext matmul;
@@ -316,6 +321,9 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
     b.fp8_head = std::make_unique<Fp8HeadWorkspace>(seq_len, config.channels(), config.vocab_size,
                                                     Fp8HeadScales::modded89(), b.fp8_head_memory, Fp8HeadWeight::kInOut);
   loss_means_ = std::make_unique<LossMeans>();
+  CUDA_CHECK(cudaMallocHost(&b.staging, Buffers::staging_ints(seq_len) * sizeof(int)));
+  CUDA_CHECK(cudaEventCreateWithFlags(&b.staging_free, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
   grad_target_ = grads_;
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
@@ -333,6 +341,8 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
 
 Modded89Model::~Modded89Model() {
   CUDA_REPORT(cudaStreamSynchronize(stream_));
+  CUDA_REPORT(cudaEventDestroy(buffers_->staging_free));
+  CUDA_REPORT(cudaFreeHost(buffers_->staging));
 }
 
 size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots,
@@ -458,30 +468,36 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
     if (inputs_host[t] < 0 || inputs_host[t] >= V || targets_host[t] < 0 || targets_host[t] >= V)
       throw std::invalid_argument("modded89 model: token or target at position " + std::to_string(t) + " outside [0, " +
                                   std::to_string(V) + ")");
-  std::vector<int> cu{0}, doc_start(static_cast<size_t>(T)), hashes(static_cast<size_t>(T));
+  CUDA_CHECK(cudaEventSynchronize(b.staging_free));  // the previous batch's copies have left the staging
+  const size_t n = static_cast<size_t>(T);
+  int *inputs = b.staging, *targets = inputs + n, *hashes = targets + n, *doc_start = hashes + n;
+  int *cu = doc_start + n, *cu_rows = cu + n + 1;
+  std::copy_n(inputs_host, n, inputs);
+  std::copy_n(targets_host, n, targets);
+  int bounds = 0;
+  cu[bounds++] = 0;
   for (int t = 0; t < T; t++) {
-    if (t > 0 && inputs_host[t] == bos_token_) cu.push_back(t);
-    doc_start[static_cast<size_t>(t)] = cu.back();
+    if (t > 0 && inputs_host[t] == bos_token_) cu[bounds++] = t;
+    doc_start[t] = cu[bounds - 1];
   }
-  cu.push_back(T);
-  num_docs_ = static_cast<int>(cu.size()) - 1;
-  std::vector<int> cu_rows(cu.size());
-  for (size_t d = 0; d < cu.size(); d++) cu_rows[d] = 2 * cu[d];
-  bigram_hashes(hashes.data(), inputs_host, T, layout_.config.bigram_rows);
+  cu[bounds++] = T;
+  num_docs_ = bounds - 1;
+  for (int d = 0; d < bounds; d++) cu_rows[d] = 2 * cu[d];
+  bigram_hashes(hashes, inputs_host, T, layout_.config.bigram_rows);
   auto upload = [&](int* device, const int* host, size_t count) {
     CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(int), cudaMemcpyHostToDevice, stream_));
   };
-  upload(b.inputs, inputs_host, static_cast<size_t>(T));
-  upload(b.targets, targets_host, static_cast<size_t>(T));
-  upload(b.hashes, hashes.data(), hashes.size());
-  upload(b.doc_start, doc_start.data(), doc_start.size());
-  upload(b.cu_seqlens, cu.data(), cu.size());
-  upload(b.cu_rows, cu_rows.data(), cu_rows.size());
+  upload(b.inputs, inputs, n);
+  upload(b.targets, targets, n);
+  upload(b.hashes, hashes, n);
+  upload(b.doc_start, doc_start, n);
+  upload(b.cu_seqlens, cu, static_cast<size_t>(bounds));
+  upload(b.cu_rows, cu_rows, static_cast<size_t>(bounds));
+  CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
   if (training) {  // the embedding backward's sorted rows, for the tokens' tables and the bigram table
     b.token_plan->prepare(inputs_host, T, stream_);
-    b.hash_plan->prepare(hashes.data(), T, stream_);
+    b.hash_plan->prepare(hashes, T, stream_);
   }
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void Modded89Model::forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits,
