@@ -32,6 +32,13 @@ llmc_kernel_mutant(fp8_mutant_dx_without_weight_scale test/kernels/test_fp8_muta
 llmc_kernel_mutant(fp8_mutant_fixed_grad_scale test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
   llmc/kernels/fp8_head.cuh "workspace.set_grad_scale(fp8_head_grad_scale(dloss), stream);")
 
+# The #89 model's head: its weight gradient's operands not swapped back for the (C, V) weight, and the loss
+# kernel's codes never transposed (g8t read unwritten).
+llmc_kernel_mutant(fp8_mutant_in_out_weight_grad_unswapped test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
+  llmc/kernels/fp8_head.cuh "std::swap(weight_grad.m, weight_grad.n);")
+llmc_kernel_mutant(fp8_mutant_codes_not_transposed test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
+  llmc/kernels/fp8_head.cuh "fp8_transpose(workspace.g8t(), workspace.g8(), tokens, workspace.vocab(), stream);")
+
 llmc_emu_wrap_sources(fp8_mutant_control_sources fp8_mutant_control_emu test/kernels/test_fp8_mutant.cu)
 add_executable(fp8_mutant_control_emu ${fp8_mutant_control_sources})
 target_compile_definitions(fp8_mutant_control_emu PRIVATE LLMC_FP8_MUTANT_CONTROL)

@@ -2,7 +2,7 @@
 // removed, found first on the include path): the emulated head at a small shape must be caught, its fp8
 // copies differing from the conversion model's or its products from the double products of those copies
 // beyond the accumulator bound (test/kernels/fp8_test_support.h), or its gradient scale not following the
-// loss scale. A mutant that passes fails this test. Built
+// loss scale, or the #89 model's (C, V) head from codes differing likewise. A mutant that passes fails this test. Built
 // once more from the faithful headers (LLMC_FP8_MUTANT_CONTROL) where the same check must pass, so that a
 // check that always fails cannot make every mutant look caught.
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <random>
 #include <vector>
 
@@ -91,6 +92,41 @@ bool grad_scale_follows_loss_scale(llmc::MatmulContext& context, const std::vect
   return true;
 }
 
+// The #89 model's head: W stored (C, V), dz's codes written into g8 before fp8_head_backward_from_codes (here by
+// fp8_cast, as the loss kernel writes them). Its copies and products must be the same as the (V, C) head's,
+// dW transposed; an error thrown (a GEMM refusing its operands) is a difference too.
+bool in_out_head_matches(llmc::MatmulContext& context, const std::vector<double>& x, const std::vector<double>& w,
+                         const std::vector<double>& dz) try {
+  std::vector<double> w_t(w.size());
+  for (int v = 0; v < V; v++)
+    for (int c = 0; c < C; c++) w_t[static_cast<size_t>(c) * V + v] = w[static_cast<size_t>(v) * C + c];
+  DeviceBuffer<__nv_bfloat16> d_x(x.size()), d_w(w.size()), d_dz(dz.size()), d_z(dz.size()), d_dx(x.size());
+  DeviceBuffer<float> d_dw(w.size());
+  d_x.upload(x);
+  d_w.upload(w_t);
+  d_dz.upload(dz);
+  const llmc::Fp8HeadScales s = llmc::Fp8HeadScales::speedrun(C);
+  llmc::Fp8HeadWorkspace head(T, C, V, s, nullptr, llmc::Fp8HeadWeight::kInOut);
+  llmc::fp8_head_forward(context, head, d_z.get(), d_x.get(), d_w.get(), T, true, nullptr);
+  llmc::fp8_cast(head.g8(), d_dz.get(), static_cast<size_t>(T) * V, s.grad, nullptr);
+  llmc::fp8_head_backward_from_codes(context, head, d_dx.get(), d_dw.get(), T, false, nullptr);
+  using llmc::emu::Fp8Format;
+  const std::vector<double> x8 = model_copy(x, s.x, Fp8Format::kE4M3), w8 = model_copy(w, s.weight, Fp8Format::kE4M3),
+                            g8 = model_copy(dz, s.grad, Fp8Format::kE5M2);
+  const double bf16 = std::ldexp(1.0, -8);
+  // dW (C, V): rows of x8^T times rows of g8^T.
+  return copy_matches(head.w8(), w8, V, C, false) && copy_matches(head.w8t(), w8, V, C, true) &&
+         copy_matches(head.g8t(), g8, T, V, true) &&
+         product_matches(d_z.download(), T, V, C, x8.data(), C, 1, w8.data(), C, 1, double{s.x} * s.weight, true,
+                         bf16) &&
+         product_matches(d_dx.download(), T, C, V, g8.data(), V, 1, w8.data(), 1, C, double{s.grad} * s.weight, false,
+                         bf16) &&
+         product_matches(d_dw.download(), C, V, T, x8.data(), 1, C, g8.data(), 1, V, double{s.x} * s.grad, false, 0.0);
+} catch (const std::exception& error) {
+  std::fprintf(stderr, "the (C, V) head threw: %s\n", error.what());
+  return false;
+}
+
 [[noreturn]] void run_mutant_and_exit() {
   std::mt19937 rng(4242);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -123,7 +159,7 @@ bool grad_scale_follows_loss_scale(llmc::MatmulContext& context, const std::vect
       product_matches(d_dx.download(), T, C, V, g8.data(), V, 1, w8.data(), 1, C, double{s.grad} * s.weight, false,
                       bf16) &&
       product_matches(d_dw.download(), V, C, T, g8.data(), 1, V, x8.data(), 1, C, double{s.x} * s.grad, false, 0.0) &&
-      grad_scale_follows_loss_scale(context, x, w, dz);
+      grad_scale_follows_loss_scale(context, x, w, dz) && in_out_head_matches(context, x, w, dz);
   std::fprintf(stderr, correct ? "mutant not caught: the head matches the model\n"
                                : "mutant caught: the head differs from the model\n");
   std::_Exit(correct ? 0 : 3);
