@@ -29,6 +29,7 @@
 #include "llmc/kernels/smear_gate.cuh"
 #include "llmc/kernels/token_mix.cuh"
 #include "llmc/kernels/value_embed_gate.cuh"
+#include "llmc/kernels/window_attention.cuh"
 #include "llmc/kernels/xsa.cuh"
 #include "llmc/model/modded89/modded89_model.h"
 
@@ -45,6 +46,28 @@ MixCoefficient one() {
 }
 MixCoefficient identity(int index) {
   return MixCoefficient{MixScalar::kIdentity, index};
+}
+
+// The fast window attention kernel exists for bf16 and head size 128 (the record's); everything else takes the
+// simple kernel.
+bool window_attention_kernel_fits(const Modded89Config& config) {
+#if defined(LLMC_FP32)
+  (void)config;
+  return false;
+#else
+  return config.head_dim == window_attention::kHeadDim;
+#endif
+}
+
+// A layer's window attention as one problem over rows: T rows of H heads, or for the paired layers the
+// [T, H, D] buffers read as [2T, H/2, D] (rows 2t, 2t + 1 hold heads 0..H/2-1 and H/2..H-1) with doubled
+// document bounds, the window counted in rows. The fast kernel's plans: index 2 paired + long.
+struct AttentionRows {
+  int rows, heads, stride, plan;
+};
+AttentionRows attention_rows(const Modded89Layer& role, int T, int H, int C) {
+  if (role.paired_heads) return AttentionRows{2 * T, H / 2, C / 2, 2 + (role.long_window ? 1 : 0)};
+  return AttentionRows{T, H, C, role.long_window ? 1 : 0};
 }
 
 // Device bytes outside the arena: the two embedding backward plans' sorted positions and per-chunk partials
@@ -157,6 +180,7 @@ struct Modded89Model::Buffers {
   // refilled only once the stream has taken the previous batch (staging_free): no wait for the device.
   int* staging = nullptr;
   cudaEvent_t staging_free = nullptr;
+  int* attention_plans[4] = {};  // the fast kernel's (window_attention_kernel_fits): short, long; paired short, long
   static size_t staging_ints(int T) { return 4 * static_cast<size_t>(T) + 2 * (static_cast<size_t>(T) + 1); }
   size_t fp32_count = 0;
   DeviceArena arena;
@@ -233,6 +257,11 @@ void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modd
   fp32_count = last.offset + last.numel - first.offset;
   arena.request(&fp32_params, fp32_count);
   arena.request(&scaled_weights, 4 * C * C);
+#if !defined(LLMC_FP32)
+  if (window_attention_kernel_fits(config))
+    for (int p = 0; p < 4; p++)
+      arena.request(&attention_plans[p], window_attention::plan_ints((p < 2 ? 1 : 2) * seq_len));
+#endif
   if (head == Modded89Head::kFp8) {
     arena.request(&fp8_head_memory, fp8_head_workspace_bytes(seq_len, config.channels(), config.vocab_size));
     arena.request(&head_dweight, C * V);
@@ -319,7 +348,8 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
   b.set_aliases(layout_);
   if (head == Modded89Head::kFp8)
     b.fp8_head = std::make_unique<Fp8HeadWorkspace>(seq_len, config.channels(), config.vocab_size,
-                                                    Fp8HeadScales::modded89(), b.fp8_head_memory, Fp8HeadWeight::kInOut);
+                                                    Fp8HeadScales::modded89(), b.fp8_head_memory,
+                                                    Fp8HeadWeight::kInOut);
   loss_means_ = std::make_unique<LossMeans>();
   CUDA_CHECK(cudaMallocHost(&b.staging, Buffers::staging_ints(seq_len) * sizeof(int)));
   CUDA_CHECK(cudaEventCreateWithFlags(&b.staging_free, cudaEventDisableTiming));
@@ -506,6 +536,7 @@ void Modded89Model::forward(const int* inputs_host, const int* targets_host, int
     throw std::out_of_range("modded89 model: loss slot " + std::to_string(loss_slot) + " of " +
                             std::to_string(loss_slots_));
   upload_batch(inputs_host, targets_host, compute_dlogits);
+  plan_window_attention();
   has_training_forward_ = compute_dlogits;
   auto use_bucket = [&](int bucket) {
     if (before_bucket_use) before_bucket_use(bucket);
@@ -638,6 +669,69 @@ void Modded89Model::mudd_attention_forward(int i) {
                     stream_);
 }
 
+// The fast kernel's tile orders for this batch's documents and the windows in force (a plan per window and
+// view; the plan kernel is one block).
+void Modded89Model::plan_window_attention() {
+#if !defined(LLMC_FP32)
+  if (!window_attention_kernel_fits(layout_.config)) return;
+  Buffers& b = *buffers_;
+  for (int p = 0; p < 4; p++) {
+    const bool paired = p >= 2, long_window = p % 2 == 1;
+    const window_attention::Problem problem{(paired ? 2 : 1) * seq_len_, layout_.config.num_heads / (paired ? 2 : 1),
+                                            paired ? b.cu_rows : b.cu_seqlens, num_docs_,
+                                            long_window ? long_window_ : short_window_, attn_scale_};
+    window_attention::plan(b.attention_plans[p], problem, stream_);
+  }
+#endif
+}
+
+// y, lse = the window attention of layer i's q, k, v (attention_rows' view).
+void Modded89Model::window_attention_forward(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Config& cfg = layout_.config;
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+  const AttentionRows a = attention_rows(role, seq_len_, cfg.num_heads, cfg.channels());
+  const int* bounds = role.paired_heads ? b.cu_rows : b.cu_seqlens;
+  const int window = role.long_window ? long_window_ : short_window_;
+#if !defined(LLMC_FP32)
+  if (window_attention_kernel_fits(cfg)) {
+    window_attention::forward(l.y, l.lse, l.q, l.k, l.v, a.stride, b.attention_plans[a.plan],
+                              window_attention::Problem{a.rows, a.heads, bounds, num_docs_, window, attn_scale_},
+                              stream_);
+    return;
+  }
+#endif
+  simple_attention::forward(l.y, l.lse, l.q, l.k, l.v, a.stride,
+                            simple_attention::Problem{a.rows, a.heads, cfg.head_dim, bounds, num_docs_, window,
+                                                      attn_scale_},
+                            stream_);
+}
+
+// dq, dk, dv (overwritten) of layer i's window attention from dout, the gradient of its y.
+void Modded89Model::window_attention_backward(int i, const floatX* dout) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Config& cfg = layout_.config;
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+  const AttentionRows a = attention_rows(role, seq_len_, cfg.num_heads, cfg.channels());
+  const int* bounds = role.paired_heads ? b.cu_rows : b.cu_seqlens;
+  const int window = role.long_window ? long_window_ : short_window_;
+#if !defined(LLMC_FP32)
+  if (window_attention_kernel_fits(cfg)) {
+    window_attention::backward(b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v,
+                               a.stride, b.attention_plans[a.plan],
+                               window_attention::Problem{a.rows, a.heads, bounds, num_docs_, window, attn_scale_},
+                               stream_);
+    return;
+  }
+#endif
+  simple_attention::backward(b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v, a.stride,
+                             simple_attention::Problem{a.rows, a.heads, cfg.head_dim, bounds, num_docs_, window,
+                                                       attn_scale_},
+                             stream_);
+}
+
 // Section 2 for layer i on xn: q, k, v = xn (l0 W)^T; per-head norm and adjacent-pair RoPE (positions 2t + h % 2
 // in the paired layers), the key offset; v += the gated value embedding or aux_v; window attention (paired: rows
 // of H/2 heads, two per token); DC, XSA, the output gate; attn_out = y (l1 W_o)^T.
@@ -666,15 +760,7 @@ void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux
                              ValueGateShape{T, H, D, C, C}, stream_);
   if (aux_v != nullptr)
     mix_forward(Rows{l.v, C}, ConstRows{l.v, C}, ConstRows{aux_v, C}, b.fp32_params, one(), one(), T, C, stream_);
-  const int window = role.long_window ? long_window_ : short_window_;
-  if (role.paired_heads)  // [T, H, D] read as [2T, H/2, D]: rows 2t, 2t + 1 hold heads 0..H/2-1, H/2..H-1
-    simple_attention::forward(l.y, l.lse, l.q, l.k, l.v, C / 2,
-                              simple_attention::Problem{2 * T, H / 2, D, b.cu_rows, num_docs_, window, attn_scale_},
-                              stream_);
-  else
-    simple_attention::forward(l.y, l.lse, l.q, l.k, l.v, C,
-                              simple_attention::Problem{T, H, D, b.cu_seqlens, num_docs_, window, attn_scale_},
-                              stream_);
+  window_attention_forward(i);
   if (role.dc) {
     dc_mix_weights_forward(l.dc_weights, b.mlps[1].out, kModded89GateColumns, kModded89DcW1Column,
                            kModded89DcW2Column, T, H, stream_);
@@ -1043,15 +1129,7 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
                  gate.rows + role.xsa.column, XsaShape{T, H, D, C, C, kModded89GateColumns, kModded89GateColumns},
                  stream_);
   }
-  const int window = role.long_window ? long_window_ : short_window_;
-  if (role.paired_heads)
-    simple_attention::backward(b.dq, b.dk, b.dv, C / 2, b.attention_delta, dcur, l.y, l.lse, l.q, l.k, l.v, C / 2,
-                               simple_attention::Problem{2 * T, H / 2, D, b.cu_rows, num_docs_, window, attn_scale_},
-                               stream_);
-  else
-    simple_attention::backward(b.dq, b.dk, b.dv, C, b.attention_delta, dcur, l.y, l.lse, l.q, l.k, l.v, C,
-                               simple_attention::Problem{T, H, D, b.cu_seqlens, num_docs_, window, attn_scale_},
-                               stream_);
+  window_attention_backward(i, dcur);
   if (role.dc) {  // y_dc = y + DC(q, k, v; w1, w2): y's gradient is dcur itself
     const DcInputs dc{l.q, l.k, l.v,           C,          C, C, l.dc_weights, l.dc_weights + H, 2 * H, b.doc_start, T,
                       H,   D,   cfg.dc_window, attn_scale_};

@@ -111,6 +111,9 @@ class Modded89Model : public FamilyModel {
   void input_forward();
   void layer_forward(int layer);
   void attention_forward(int layer, const floatX* xn, const floatX* aux_v);
+  void plan_window_attention();
+  void window_attention_forward(int layer);
+  void window_attention_backward(int layer, const floatX* dout);
   void mudd_attention_forward(int layer);
   void mlp_forward(int layer);
   void small_mlp_forward(int index, const floatX* x);
