@@ -69,6 +69,15 @@ inline void check_slices(const char* caller, const void* const* pointers, int co
               " must be a multiple of 8 and at least heads * 128 = " + std::to_string(heads * kHeadDim));
 }
 
+// `tensors` [T, heads, 128] tensors read or written once, the lse (and delta); flops_per_dim x 128 per (query,
+// key, head) over the window's pairs (W + 1 keys per query) before the document cuts, which the launcher does
+// not see.
+inline KernelCost cost(const Problem& p, int tensors, double flops_per_dim) {
+  const double head_rows = static_cast<double>(p.T) * p.heads;
+  return KernelCost{tensors * head_rows * kHeadDim * sizeof(bf16) + 8.0 * head_rows,
+                    causal_window_pairs(p.T, p.window + 1) * p.heads * flops_per_dim * kHeadDim};
+}
+
 inline Documents documents(const Problem& problem) {
   return Documents{problem.cu_seqlens, problem.num_docs, problem.T, std::min(problem.window, problem.T)};
 }
@@ -82,7 +91,9 @@ inline void plan(int* plan, const Problem& problem, cudaStream_t stream) {
   detail::require(plan != nullptr, "window_attention::plan", "plan is null");
   constexpr int kPlanThreads = 1024;
   const size_t shared_bytes = plan_ints(problem.T) * sizeof(uint16_t);
-  LLMC_LAUNCH(plan_kernel<>, dim3(1), dim3(kPlanThreads), shared_bytes, stream, plan, detail::documents(problem));
+  const KernelCost cost{4.0 * (problem.num_docs + 1) + 4.0 * plan_ints(problem.T), 0.0};
+  LLMC_LAUNCH_COSTED(cost, plan_kernel<>, dim3(1), dim3(kPlanThreads), shared_bytes, stream, plan,
+                     detail::documents(problem));
 }
 
 // out [T, heads, 128] and lse [heads, T] from q, k, v; `plan` from plan() for this problem.
@@ -97,8 +108,9 @@ inline void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const b
                              problem.scale * kLog2e};
   CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(kForwardSharedBytes)));
-  LLMC_LAUNCH(forward_kernel<>, dim3(static_cast<unsigned>(forward_tiles(problem.T) * problem.heads)), dim3(kThreads),
-              kForwardSharedBytes, stream, params);
+  LLMC_LAUNCH_COSTED(detail::cost(problem, 4, 4.0), forward_kernel<>,
+                     dim3(static_cast<unsigned>(forward_tiles(problem.T) * problem.heads)), dim3(kThreads),
+                     kForwardSharedBytes, stream, params);
 }
 
 // dq, dk, dv (overwritten) from dout and the forward's out and lse. delta_scratch: heads * T floats.
@@ -115,8 +127,9 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
                   "lse, delta_scratch or plan is null");
   const int T = problem.T, heads = problem.heads;
   constexpr int kDeltaThreads = 256;  // 16 rows per block
-  LLMC_LAUNCH(
-      delta_kernel<>,
+  const double values = static_cast<double>(T) * heads * kHeadDim;
+  LLMC_LAUNCH_COSTED(
+      (KernelCost{2.0 * values * sizeof(bf16) + 4.0 * T * heads, 2.0 * values}), delta_kernel<>,
       dim3(static_cast<unsigned>(ceil_div(static_cast<int64_t>(T) * heads * 16, static_cast<int64_t>(kDeltaThreads)))),
       dim3(kDeltaThreads), 0, stream, delta_scratch, dout, out, T, heads);
   BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, q, k, v, qkv_row_stride,
@@ -127,9 +140,11 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
   CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(kBackwardSharedBytes)));
   const dim3 grid(static_cast<unsigned>(backward_tiles(T) * heads));
-  LLMC_LAUNCH(dkdv_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+  LLMC_LAUNCH_COSTED(detail::cost(problem, 6, 8.0), dkdv_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream,
+                     params);
   params.order = plan + forward_tiles(T);
-  LLMC_LAUNCH(dq_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+  LLMC_LAUNCH_COSTED(detail::cost(problem, 5, 6.0), dq_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream,
+                     params);
 }
 
 }  // namespace window_attention
