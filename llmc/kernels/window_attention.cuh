@@ -23,6 +23,21 @@
 #include "llmc/kernels/window_attention_forward.cuh"
 #include "llmc/kernels/window_attention_geometry.cuh"
 
+namespace llmc {
+
+// Whether this build's fast kernel serves heads of head_dim: bf16 and 128 (the records'); anything else takes
+// the simple kernel (simple_window_attention.cuh).
+inline bool window_attention_fits(int head_dim) {
+#if defined(LLMC_FP32)
+  (void)head_dim;
+  return false;
+#else
+  return head_dim == window_attention::kHeadDim;
+#endif
+}
+
+}  // namespace llmc
+
 #if !defined(LLMC_FP32)
 
 namespace llmc {

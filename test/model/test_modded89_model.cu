@@ -184,6 +184,28 @@ double grad_tolerance(const TensorView& view) {
 // FP8 test (measured here: at most 13% of a tensor's largest gradient, bf16 and FP8 together).
 constexpr double kFp8GradShare = 0x1p-3 + 0x1p-4 + 0x1p-7;
 
+// Every tensor's gradient within (grad_tolerance + extra) of its largest reference gradient; returns which
+// elements the tensors cover (the rest is padding). LLMC_TEST_VERBOSE=1 prints each tensor's error.
+std::vector<bool> expect_grads_near(const Modded89Layout& layout, const std::vector<float>& got,
+                                    const std::vector<double>& want, double extra, const char* what) {
+  std::vector<bool> inside(layout.total_size, false);
+  for (const TensorView& view : layout.tensors) {
+    double max_ref = 0.0, max_err = 0.0;
+    for (size_t i = view.offset; i < view.offset + view.numel; i++) {
+      inside[i] = true;
+      max_ref = std::max(max_ref, std::fabs(want[i]));
+      max_err = std::max(max_err, std::fabs(got[i] - want[i]));
+    }
+    const double tolerance = grad_tolerance(view) + extra;
+    EXPECT_LE(max_err, tolerance * max_ref + 1e-12) << what << ": " << view.name << " (largest reference gradient "
+                                                    << max_ref << ")";
+    if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+      std::printf("  %s %-18s max error %.3g of largest gradient %.3g (%.2g%% of the tolerance)\n", what,
+                  view.name.c_str(), max_err, max_ref, max_ref > 0 ? 100.0 * max_err / (tolerance * max_ref) : 0.0);
+  }
+  return inside;
+}
+
 // The backward: every tensor's gradient against the double model's (the objective the loss kernel
 // differentiates), the padding between tensors exactly zero.
 TEST_F(Modded89ModelTest, EveryGradientMatchesReference) {
@@ -197,20 +219,7 @@ TEST_F(Modded89ModelTest, EveryGradientMatchesReference) {
   reference.forward(c.batch(weights, true));
   reference.backward();
   const std::vector<float> got = model.download_grads();
-  std::vector<bool> inside(c.layout.total_size, false);
-  for (const TensorView& view : c.layout.tensors) {
-    double max_ref = 0.0, max_err = 0.0;
-    for (size_t i = 0; i < view.numel; i++) {
-      inside[view.offset + i] = true;
-      max_ref = std::max(max_ref, std::fabs(reference.grads[view.offset + i]));
-      max_err = std::max(max_err, std::fabs(got[view.offset + i] - reference.grads[view.offset + i]));
-    }
-    const double tolerance = grad_tolerance(view);
-    EXPECT_LE(max_err, tolerance * max_ref + 1e-12) << view.name << " (largest reference gradient " << max_ref << ")";
-    if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
-      std::printf("  %-18s max error %.3g of largest gradient %.3g (%.2g%% of the tolerance)\n", view.name.c_str(),
-                  max_err, max_ref, max_ref > 0 ? 100.0 * max_err / (tolerance * max_ref) : 0.0);
-  }
+  const std::vector<bool> inside = expect_grads_near(c.layout, got, reference.grads, 0.0, "bf16/fp32");
   for (size_t i = 0; i < c.layout.total_size; i++)
     if (!inside[i]) {
       ASSERT_EQ(got[i], 0.0f) << "padding element " << i;
@@ -234,17 +243,7 @@ TEST_F(Modded89ModelTest, FastWindowAttentionMatchesReferenceAtHeadSize128) {
   expect_loss_near(sum(model.download_losses()), reference.forward(c.batch(weights, true)), "training loss, D = 128");
   model.backward(/*first_micro_step=*/true);
   reference.backward();
-  const std::vector<float> got = model.download_grads();
-  for (const TensorView& view : c.layout.tensors) {
-    double max_ref = 0.0, max_err = 0.0;
-    for (size_t i = view.offset; i < view.offset + view.numel; i++) {
-      max_ref = std::max(max_ref, std::fabs(reference.grads[i]));
-      max_err = std::max(max_err, std::fabs(got[i] - reference.grads[i]));
-    }
-    if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
-      std::printf("  %-18s D=128 max error %.3g of largest gradient %.3g\n", view.name.c_str(), max_err, max_ref);
-    EXPECT_LE(max_err, grad_tolerance(view) * max_ref + 1e-12) << view.name;
-  }
+  expect_grads_near(c.layout, model.download_grads(), reference.grads, 0.0, "D=128");
 }
 
 // Long windows, wider than the documents, and a changed rotary state: the masks and tables in use.
@@ -444,19 +443,7 @@ TEST_F(Modded89ModelTest, Fp8HeadTrainsNearTheReferenceAndValidatesInBf16) {
   EXPECT_NE(got, sum(bf16.download_losses()));
   fp8.backward(/*first_micro_step=*/true);
   reference.backward();
-  const std::vector<float> grads = fp8.download_grads();
-  for (const TensorView& view : c.layout.tensors) {
-    double max_ref = 0.0, max_err = 0.0;
-    for (size_t i = view.offset; i < view.offset + view.numel; i++) {
-      max_ref = std::max(max_ref, std::fabs(reference.grads[i]));
-      max_err = std::max(max_err, std::fabs(grads[i] - reference.grads[i]));
-    }
-    const double tolerance = grad_tolerance(view) + kFp8GradShare;
-    if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
-      std::printf("  %-18s FP8 max error %.3g of largest gradient %.3g (%.2g%% of the tolerance)\n",
-                  view.name.c_str(), max_err, max_ref, max_ref > 0 ? 100.0 * max_err / (tolerance * max_ref) : 0.0);
-    EXPECT_LE(max_err, tolerance * max_ref + 1e-12) << view.name;
-  }
+  expect_grads_near(c.layout, fp8.download_grads(), reference.grads, kFp8GradShare, "FP8");
 }
 
 // g_s follows the loss scale (fp8_head_grad_scale with the record's 0.75/448): with a power-of-two dloss the

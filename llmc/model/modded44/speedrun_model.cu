@@ -20,26 +20,16 @@
 #include "llmc/kernels/simple_window_attention.cuh"
 #include "llmc/kernels/smear_gate.cuh"
 #include "llmc/kernels/softcap_cross_entropy.cuh"
+#include "llmc/kernels/window_attention.cuh"  // its fast kernel only in the bf16 build
 #include "llmc/model/modded44/speedrun_model.h"
-#if !defined(LLMC_FP32)
-#include "llmc/kernels/window_attention.cuh"
-#endif
 #include "llmc/cuda/device_arena.h"
 
 namespace llmc {
 
 namespace {
 
-// The fast attention kernel exists for bf16 and head size 128 (the record's); everything else takes
-// the simple path.
-bool window_attention_kernel_fits(const SpeedrunConfig& config) {
-#if defined(LLMC_FP32)
-  (void)config;
-  return false;
-#else
-  return config.head_dim == window_attention::kHeadDim;
-#endif
-}
+// The fast attention kernel where this build has it for the model's heads, else the simple one.
+bool window_attention_kernel_fits(const SpeedrunConfig& config) { return window_attention_fits(config.head_dim); }
 
 using Rows = MixRows<floatX>;
 using ConstRows = MixRows<const floatX>;

@@ -48,27 +48,8 @@ MixCoefficient identity(int index) {
   return MixCoefficient{MixScalar::kIdentity, index};
 }
 
-// The fast window attention kernel exists for bf16 and head size 128 (the record's); everything else takes the
-// simple kernel.
-bool window_attention_kernel_fits(const Modded89Config& config) {
-#if defined(LLMC_FP32)
-  (void)config;
-  return false;
-#else
-  return config.head_dim == window_attention::kHeadDim;
-#endif
-}
-
-// A layer's window attention as one problem over rows: T rows of H heads, or for the paired layers the
-// [T, H, D] buffers read as [2T, H/2, D] (rows 2t, 2t + 1 hold heads 0..H/2-1 and H/2..H-1) with doubled
-// document bounds, the window counted in rows. The fast kernel's plans: index 2 paired + long.
-struct AttentionRows {
-  int rows, heads, stride, plan;
-};
-AttentionRows attention_rows(const Modded89Layer& role, int T, int H, int C) {
-  if (role.paired_heads) return AttentionRows{2 * T, H / 2, C / 2, 2 + (role.long_window ? 1 : 0)};
-  return AttentionRows{T, H, C, role.long_window ? 1 : 0};
-}
+// The fast attention kernel where this build has it for the model's heads, else the simple one.
+bool window_attention_kernel_fits(const Modded89Config& config) { return window_attention_fits(config.head_dim); }
 
 // Device bytes outside the arena: the two embedding backward plans' sorted positions and per-chunk partials
 // (tokens for embed and the value tables, hashes for the bigram table).
@@ -685,51 +666,60 @@ void Modded89Model::plan_window_attention() {
 #endif
 }
 
-// y, lse = the window attention of layer i's q, k, v (attention_rows' view).
+// A layer's window attention as one problem over rows: T rows of H heads, or for the paired layers the
+// [T, H, D] buffers read as [2T, H/2, D] (rows 2t, 2t + 1 hold heads 0..H/2-1 and H/2..H-1) with doubled
+// document bounds, the window counted in rows; the fast kernel's plan (index 2 paired + long) and the window.
+struct Modded89Model::AttentionCall {
+  int rows, heads, stride, plan, window;
+  const int* bounds;
+};
+
+Modded89Model::AttentionCall Modded89Model::attention_call(int layer) const {
+  const Modded89Config& cfg = layout_.config;
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(layer)];
+  const int window = role.long_window ? long_window_ : short_window_, long_plan = role.long_window ? 1 : 0;
+  if (role.paired_heads)
+    return AttentionCall{2 * seq_len_, cfg.num_heads / 2, cfg.channels() / 2, 2 + long_plan, window, buffers_->cu_rows};
+  return AttentionCall{seq_len_, cfg.num_heads, cfg.channels(), long_plan, window, buffers_->cu_seqlens};
+}
+
+// y, lse = the window attention of layer i's q, k, v.
 void Modded89Model::window_attention_forward(int i) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
-  const Modded89Config& cfg = layout_.config;
-  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
-  const AttentionRows a = attention_rows(role, seq_len_, cfg.num_heads, cfg.channels());
-  const int* bounds = role.paired_heads ? b.cu_rows : b.cu_seqlens;
-  const int window = role.long_window ? long_window_ : short_window_;
+  const AttentionCall a = attention_call(i);
 #if !defined(LLMC_FP32)
-  if (window_attention_kernel_fits(cfg)) {
+  if (window_attention_kernel_fits(layout_.config)) {
     window_attention::forward(l.y, l.lse, l.q, l.k, l.v, a.stride, b.attention_plans[a.plan],
-                              window_attention::Problem{a.rows, a.heads, bounds, num_docs_, window, attn_scale_},
+                              window_attention::Problem{a.rows, a.heads, a.bounds, num_docs_, a.window, attn_scale_},
                               stream_);
     return;
   }
 #endif
-  simple_attention::forward(l.y, l.lse, l.q, l.k, l.v, a.stride,
-                            simple_attention::Problem{a.rows, a.heads, cfg.head_dim, bounds, num_docs_, window,
-                                                      attn_scale_},
-                            stream_);
+  simple_attention::forward(
+      l.y, l.lse, l.q, l.k, l.v, a.stride,
+      simple_attention::Problem{a.rows, a.heads, layout_.config.head_dim, a.bounds, num_docs_, a.window, attn_scale_},
+      stream_);
 }
 
 // dq, dk, dv (overwritten) of layer i's window attention from dout, the gradient of its y.
 void Modded89Model::window_attention_backward(int i, const floatX* dout) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
-  const Modded89Config& cfg = layout_.config;
-  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
-  const AttentionRows a = attention_rows(role, seq_len_, cfg.num_heads, cfg.channels());
-  const int* bounds = role.paired_heads ? b.cu_rows : b.cu_seqlens;
-  const int window = role.long_window ? long_window_ : short_window_;
+  const AttentionCall a = attention_call(i);
 #if !defined(LLMC_FP32)
-  if (window_attention_kernel_fits(cfg)) {
+  if (window_attention_kernel_fits(layout_.config)) {
     window_attention::backward(b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v,
                                a.stride, b.attention_plans[a.plan],
-                               window_attention::Problem{a.rows, a.heads, bounds, num_docs_, window, attn_scale_},
+                               window_attention::Problem{a.rows, a.heads, a.bounds, num_docs_, a.window, attn_scale_},
                                stream_);
     return;
   }
 #endif
-  simple_attention::backward(b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v, a.stride,
-                             simple_attention::Problem{a.rows, a.heads, cfg.head_dim, bounds, num_docs_, window,
-                                                       attn_scale_},
-                             stream_);
+  simple_attention::backward(
+      b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v, a.stride,
+      simple_attention::Problem{a.rows, a.heads, layout_.config.head_dim, a.bounds, num_docs_, a.window, attn_scale_},
+      stream_);
 }
 
 // Section 2 for layer i on xn: q, k, v = xn (l0 W)^T; per-head norm and adjacent-pair RoPE (positions 2t + h % 2

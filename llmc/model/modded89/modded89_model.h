@@ -101,6 +101,7 @@ class Modded89Model : public FamilyModel {
 
  private:
   struct Buffers;
+  struct AttentionCall;
   floatX* param(const std::string& name) const { return params_ + layout_.find(name).offset; }
   // Where the running backward writes: the gradient buffer, or the accumulation buffer after the first
   // micro-step (added into the gradient buffer bucket by bucket).
@@ -112,6 +113,7 @@ class Modded89Model : public FamilyModel {
   void layer_forward(int layer);
   void attention_forward(int layer, const floatX* xn, const floatX* aux_v);
   void plan_window_attention();
+  AttentionCall attention_call(int layer) const;
   void window_attention_forward(int layer);
   void window_attention_backward(int layer, const floatX* dout);
   void mudd_attention_forward(int layer);
