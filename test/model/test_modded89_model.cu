@@ -1,9 +1,9 @@
 // Whole-model tests of the device 2026-07-17 model (llmc/model/modded89/modded89_model.cu) against the
 // double-precision model (test/reference/reference_modded89.h) at the tiny shape: the training loss (multi-token
 // and prefix terms), the validation loss and every gradient on the same parameters and batch, the memory plan,
-// the published step-0 fact (a zero
-// head gives (active weights) x ln V), bitwise repeatability, and the refusals. Built for fp32 (tight) and bf16,
-// emulated and on a GPU.
+// the published step-0 fact (a zero head gives (active weights) x ln V), bitwise repeatability, the refusals, the
+// FP8 head and the decoder (causal, the validation model's logits). Built for fp32 (tight) and bf16, emulated and
+// on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +23,8 @@
 #include "llmc/model/modded89/modded89_family.h"
 #include "llmc/model/modded89/modded89_init.h"
 #include "llmc/model/modded89/modded89_model.h"
+#include "llmc/model/modded89/modded89_model_file.h"
+#include "llmc/model/registry.h"
 #include "llmc/tokenizer/bpe_vocab.h"
 #include "llmc/tokenizer/token_prefixes.h"
 #include "test/reference/reference_modded89.h"
@@ -531,6 +533,114 @@ TEST_F(Modded89ModelTest, FamilyBuildsThePrefixTableFromTheGpt2Vocabulary) {
   const double loss = training_loss(*built);
   EXPECT_EQ(loss, training_loss(given));
   EXPECT_GT(loss, training_loss(without) + 0.1);  // 0.25 x ~ln V on most rows
+}
+
+// ---- the decoder (llmc/family/recompute_decoder.h): the whole context re-run per call ------------------------
+
+// Row t's validation loss from soft-capped logits: lse - logit of the target, in double.
+double row_loss(const float* logits, int V, int target) {
+  double top = logits[0];
+  for (int v = 1; v < V; v++) top = std::max(top, static_cast<double>(logits[v]));
+  double sum = 0.0;
+  for (int v = 0; v < V; v++) sum += std::exp(logits[v] - top);
+  return top + std::log(sum) - logits[target];
+}
+
+// The decoder's logits at every position give the device validation loss of each row (the same z, so to fp32's
+// rounding of a 96-term sum: 1e-5 of a row loss of ~4.6) and, summed, the double model's validation loss: the
+// logits are the validation model's, soft-capped, each in its own row.
+TEST_F(Modded89ModelTest, DecoderLogitsGiveTheValidationLossOfEveryRow) {
+  const Case c(29);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
+  c.load(model);
+  run_forward(model, c, MtpLossWeights{}, false);
+  const std::vector<float> device_losses = model.download_losses();
+  const std::unique_ptr<CausalDecoder> decoder = model.make_decoder(16);
+  ASSERT_EQ(decoder->vocab_size(), c.V);
+  ASSERT_EQ(decoder->max_positions(), c.T);
+  EXPECT_NE(decoder->describe().find("no KV cache"), std::string::npos) << decoder->describe();
+  std::vector<float> logits;
+  decoder->forward(c.tokens.data(), c.T, logits, /*all_positions=*/true);
+  ASSERT_EQ(logits.size(), static_cast<size_t>(c.T) * c.V);
+  EXPECT_EQ(decoder->position(), c.T);
+  double total = 0.0;
+  for (int t = 0; t < c.T; t++) {
+    const double loss = row_loss(logits.data() + static_cast<size_t>(t) * c.V, c.V, c.targets[t]);
+    EXPECT_NEAR(loss, device_losses[t], 1e-5 * device_losses[t]) << "row " << t;
+    total += loss;
+  }
+  ref::Modded89Reference reference = c.reference(/*round_u=*/false);
+  expect_loss_near(total, reference.forward(c.batch(MtpLossWeights{}, false)), "decoder's validation loss");
+}
+
+// No position reads a later one (what makes re-running a padded context exact): the first 20 positions' logits
+// (documents opened at 0 and 7) are bitwise the same whatever follows, padding or other tokens and documents;
+// appending in two calls gives the one call's logits; what does not fit is refused with the context unchanged.
+TEST_F(Modded89ModelTest, DecoderIsCausalAndAppendsInPieces) {
+  const Case c(37);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
+  c.load(model);
+  const int n = 20;
+  std::vector<float> whole, first, second;
+  const std::unique_ptr<CausalDecoder> decoder = model.make_decoder(16);
+  decoder->forward(c.tokens.data(), n, whole, /*all_positions=*/true);
+  std::vector<float> other_tail(static_cast<size_t>(c.T) * c.V);
+  std::vector<int32_t> tokens(c.tokens.begin(), c.tokens.end());
+  for (int t = n; t < c.T; t++) tokens[t] = t % 9 == 0 ? c.bos : (tokens[t] + 5) % (c.V - 1);
+  model.context_logits(tokens.data(), 0, n, other_tail.data());
+  for (size_t i = 0; i < whole.size(); i++) ASSERT_EQ(whole[i], other_tail[i]) << "row " << i / c.V;
+
+  decoder->reset();
+  EXPECT_EQ(decoder->position(), 0);
+  decoder->forward(c.tokens.data(), 12, first);
+  ASSERT_EQ(first.size(), static_cast<size_t>(c.V));
+  for (int v = 0; v < c.V; v++) EXPECT_EQ(first[v], whole[11 * c.V + v]);
+  decoder->forward(c.tokens.data() + 12, n - 12, second, /*all_positions=*/true);
+  for (size_t i = 0; i < second.size(); i++) ASSERT_EQ(second[i], whole[12 * c.V + i]);
+
+  EXPECT_THROW(decoder->forward(c.tokens.data(), c.T - n + 1, first), std::out_of_range);
+  const int32_t outside = c.V;
+  EXPECT_THROW(decoder->forward(&outside, 1, first), std::out_of_range);
+  EXPECT_THROW(decoder->forward(c.tokens.data(), 0, first), std::out_of_range);
+  EXPECT_EQ(decoder->position(), n);
+}
+
+// generate_gpt2's decoder (ModelFamily::make_decoder): its own model of the parameters given, the same logits as
+// the live model's decoder; a vocabulary padded past GPT-2's gives the 50,257 real tokens' logits.
+TEST_F(Modded89ModelTest, FamilyDecoderHasItsOwnModelOfTheParameters) {
+  const Case c(53);
+  const std::unique_ptr<ModelFamily> family = make_modded89_family(c.layout.config);
+  const std::unique_ptr<CausalDecoder> own = family->make_decoder(c.params, 16, stream);
+  Modded89Model live(c.layout.config, 1, c.T, 1, stream, /*bos_token=*/50256);  // the family's BOS: not in V
+  live.set_sign_table(modded89_sign_table(c.C));
+  live.upload_params(c.params);
+  const std::unique_ptr<CausalDecoder> decoder = live.make_decoder(16);
+  ASSERT_EQ(own->max_positions(), c.T);  // the tiny model's 64 positions (below the generation context)
+  std::vector<float> want, got;
+  decoder->forward(c.tokens.data(), 30, want, /*all_positions=*/true);
+  own->forward(c.tokens.data(), 30, got, /*all_positions=*/true);
+  EXPECT_EQ(got, want);
+
+  Modded89Config padded = c.layout.config;
+  padded.vocab_size = 50304;
+  const std::unique_ptr<ModelFamily> gpt2_vocab = make_modded89_family(padded);
+  const std::unique_ptr<CausalDecoder> wide = gpt2_vocab->make_decoder(gpt2_vocab->init_params(3, 1), 16, stream);
+  EXPECT_EQ(wide->vocab_size(), 50257);
+  const int32_t prompt[2] = {464, 3290};
+  wide->forward(prompt, 2, got);
+  ASSERT_EQ(got.size(), 50257u);
+  for (float logit : got) ASSERT_TRUE(logit > 0.0f && logit < 23.0f) << logit;  // the soft-cap's range
+
+  // What generate_gpt2 does with a model file (load_decoder): the registry finds the family, whose decoder gives
+  // the same logits (the fp32 file holds the parameters exactly).
+  const std::string path = ::testing::TempDir() + "modded89_decoder_model.bin";
+  const std::vector<float> params = gpt2_vocab->init_params(3, 1);
+  write_modded89_model(path, make_modded89_layout(padded, 1), params.data(), TensorFileDtype::kFp32);
+  ModelStart start = locate_model(path, "", /*world_size=*/1);
+  std::vector<float> from_file;
+  start.family->make_decoder(start.params, 16, stream)->forward(prompt, 2, from_file);
+  EXPECT_EQ(from_file, got);
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -232,6 +232,10 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure(data[:2] + ["--model", "modded89-tiny", "-b", 2, "-t", 64, "--steps", 1], r"--batch-size 2")
         self.expect_failure(data[:2] + ["--model", "modded89-tiny", "-b", 1, "-t", 40, "--steps", 1,
                                         "--fp8-head", "on"], r"--fp8-head on: the FP8 head needs --seq-len \(40\)")
+        # The family has a decoder (test_modded89_model: its logits); samples then need GPT-2's vocabulary.
+        self.expect_failure(data[:2] + ["--model", "modded89-tiny", "-b", 1, "-t", 64, "--steps", 1, "--sample-every",
+                                        1, "--vocab", VOCAB_DIR],
+                            r"rank 0: --sample-every: the model's vocabulary has 96 tokens; samples need GPT-2's")
 
     def test_speedrun_optimizer_trains_and_refuses_what_it_cannot_do(self):
         # --optimizer auto picks NorMuon + sharded Adam for a speedrun model (llmc/optim/speedrun_optimizer.h).

@@ -2,11 +2,14 @@
 // modded89_family.h, modded89_model.h). Until the record's optimizer and schedule are ported it trains with
 // ZeRO AdamW on the record's initial loss weights, windows and RoPE, with a fixed bigram sign table; the prefix
 // table comes from the GPT-2 vocabulary (docs/recipes.md#the-2026-07-17-model-being-ported).
+#include <algorithm>
+#include <memory>
 #include <stdexcept>
 #include <type_traits>
 
 #include "llmc/model/modded89/modded89_family.h"
 #include "llmc/family/fp8_head_decision.h"
+#include "llmc/family/recompute_decoder.h"
 #include "llmc/model/modded89/modded89_init.h"
 #include "llmc/model/modded89/modded89_model.h"
 #include "llmc/model/modded89/modded89_model_file.h"
@@ -19,6 +22,13 @@ namespace {
 
 constexpr bool kFp32Build = std::is_same<floatX, float>::value;
 constexpr int kModded89BosToken = 50256;  // GPT-2's <|endoftext|>, which opens every document
+
+// The context of generate_gpt2: the record's longest document (its final document cut, SPEEDRUN89.md section 6),
+// or the model's whole sequence where that is shorter. Each generated token re-runs all of it.
+constexpr int kModded89GenerationContext = 2048;
+int generation_context(const Modded89Config& config) {
+  return std::min(config.max_seq_len, kModded89GenerationContext);
+}
 
 // The prefix-token loss takes prefixes of GPT-2 tokens: a model whose vocabulary holds GPT-2's has it; a smaller
 // one (a test shape) has no GPT-2 tokens to take prefixes of and trains without the term.
@@ -50,8 +60,14 @@ class Modded89Family : public ModelFamily {
   std::vector<float> init_params(uint64_t seed, int world_size) const override {
     return init_modded89_params(make_modded89_layout(config_, world_size), seed);
   }
-  std::unique_ptr<CausalDecoder> make_decoder(const std::vector<float>&, int, cudaStream_t) const override {
-    throw std::invalid_argument("the 2026-07-17 model has no KV-cache decoder yet (generation needs a GPT-2 model)");
+  // Its own model of the generation context, the bf16 head, the model's first windows (those it trains at
+  // until the record's schedule is ported), the fixed sign table; no loss, so no prefix table.
+  std::unique_ptr<CausalDecoder> make_decoder(const std::vector<float>& params, int, cudaStream_t stream) const override {
+    auto model = std::make_shared<Modded89Model>(config_, /*world_size=*/1, generation_context(config_),
+                                                 /*loss_slots=*/1, stream, kModded89BosToken);
+    model->set_sign_table(modded89_sign_table(config_.channels()));
+    model->upload_params(params);
+    return std::make_unique<RecomputeDecoder>(std::move(model));
   }
   std::unique_ptr<FamilyModel> build(const ModelBuild& r) const override {
     if (r.batch_size != 1)
@@ -109,9 +125,11 @@ double Modded89Model::flops_per_token(int seq_len) const {
   return 6.0 * static_cast<double>(gemm_params);
 }
 
+// Over the live model, not owned (the trainer's samples run between steps): each call re-runs the training
+// sequence's seq_len positions, whatever max_chunk.
 std::unique_ptr<CausalDecoder> Modded89Model::make_decoder(int max_chunk) {
   (void)max_chunk;
-  throw std::invalid_argument("--sample-every: the 2026-07-17 model has no KV-cache decoder yet");
+  return std::make_unique<RecomputeDecoder>(std::shared_ptr<ContextModel>(this, [](ContextModel*) {}));
 }
 
 double Modded89Model::set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) {

@@ -32,6 +32,7 @@
 #include "llmc/kernels/window_attention.cuh"
 #include "llmc/kernels/xsa.cuh"
 #include "llmc/model/modded89/modded89_model.h"
+#include "llmc/tokenizer/bpe_vocab.h"
 
 namespace llmc {
 
@@ -516,9 +517,16 @@ void Modded89Model::forward(const int* inputs_host, const int* targets_host, int
   if (loss_slot < 0 || loss_slot >= loss_slots_)
     throw std::out_of_range("modded89 model: loss slot " + std::to_string(loss_slot) + " of " +
                             std::to_string(loss_slots_));
-  upload_batch(inputs_host, targets_host, compute_dlogits);
+  body_forward(inputs_host, targets_host, compute_dlogits, before_bucket_use);
+  head_forward(loss_slot, compute_dlogits, dloss);
+}
+
+// Everything before the head's loss: the batch, the embeddings, the 11 layers, the final hidden state b.xf.
+void Modded89Model::body_forward(const int* inputs_host, const int* targets_host, bool training,
+                                 const BucketHook& before_bucket_use) {
+  upload_batch(inputs_host, targets_host, training);
   plan_window_attention();
-  has_training_forward_ = compute_dlogits;
+  has_training_forward_ = training;
   auto use_bucket = [&](int bucket) {
     if (before_bucket_use) before_bucket_use(bucket);
   };
@@ -533,8 +541,35 @@ void Modded89Model::forward(const int* inputs_host, const int* targets_host, int
     layer_forward(i);
   }
   use_bucket(layout_.head_bucket());
-  head_forward(loss_slot, compute_dlogits, dloss);
+  final_hidden_forward();
 }
+
+// The decoder's forward (ContextModel): the validation model's logits, soft-capped as its loss reads them
+// (23 sigmoid((z + 5) / 7.5) in fp32, unrounded), for the real tokens only. The targets are not read without a
+// loss: the inputs stand in for them.
+void Modded89Model::context_logits(const int32_t* tokens, int first, int count, float* out) {
+  if (first < 0 || count < 1 || first + count > seq_len_)
+    throw std::out_of_range("modded89 model: logits of positions [" + std::to_string(first) + ", " +
+                            std::to_string(first + count) + ") outside [0, " + std::to_string(seq_len_) + ")");
+  body_forward(tokens, tokens, /*training=*/false, nullptr);
+  Buffers& b = *buffers_;
+  const int V = layout_.config.vocab_size, real = context_vocab_size();
+  head_logits();
+  std::vector<floatX> z(static_cast<size_t>(count) * V);
+  CUDA_CHECK(cudaMemcpyAsync(z.data(), b.z + static_cast<size_t>(first) * V, z.size() * sizeof(floatX),
+                             cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (int r = 0; r < count; r++)
+    for (int v = 0; v < real; v++) {
+      const float zv = to_float(z[static_cast<size_t>(r) * V + v]);
+      out[static_cast<size_t>(r) * real + v] =
+          kMtpSoftcapScale / (1.0f + std::exp(-(zv + kMtpSoftcapShift) / kMtpSoftcapDivisor));
+    }
+}
+
+int Modded89Model::context_vocab_size() const { return std::min(layout_.config.vocab_size, kGpt2VocabSize); }
+
+std::string Modded89Model::context_describe() const { return "modded89 " + describe_modded89_config(layout_.config); }
 
 // Steps 1-4: embeddings, smear, x0, the bigram rows with their signs, the pre gate, x = x0 + g b.
 void Modded89Model::input_forward() {
@@ -797,11 +832,11 @@ void Modded89Model::mlp_forward(int i) {
                 stream_);
 }
 
-// Steps 6-7: MUDD1's connections after the loop, the final norm, the head and the loss.
-void Modded89Model::head_forward(int loss_slot, bool training, float dloss) {
+// Step 6: MUDD1's connections after the loop and the final norm, into b.xf.
+void Modded89Model::final_hidden_forward() {
   Buffers& b = *buffers_;
   const Modded89Config& cfg = layout_.config;
-  const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
+  const int T = seq_len_, C = cfg.channels();
   const floatX* x = b.layers[kModded89Layers - 1].x_out;
   small_mlp_forward(3, x);
   token_mix_forward(b.x_final, C,
@@ -815,6 +850,21 @@ void Modded89Model::head_forward(int loss_slot, bool training, float dloss) {
                               C),
                     T, C, stream_);
   rmsnorm_forward(b.xf, b.rstd_f, b.x_final, T, C, stream_);
+}
+
+// The bf16 head: z (T, V) = xf W_head, W_head stored (in, out).
+void Modded89Model::head_logits() {
+  Buffers& b = *buffers_;
+  const Modded89Config& cfg = layout_.config;
+  GemmArgs head;
+  head.d = b.z, head.a = b.xf, head.b = param("head"), head.m = seq_len_, head.n = cfg.vocab_size, head.k = cfg.channels();
+  gemm(b.matmul, head, stream_);
+}
+
+// Step 7: the head and the loss.
+void Modded89Model::head_forward(int loss_slot, bool training, float dloss) {
+  Buffers& b = *buffers_;
+  const int T = seq_len_, V = layout_.config.vocab_size;
   float* losses = b.losses + static_cast<size_t>(loss_slot) * T;
   const int* prefix_of = has_prefix_table_ ? b.prefix_of : nullptr;
   if (b.fp8_head && training) {  // z in FP8 (its copies kept for head_backward); the loss writes the e5m2 codes
@@ -825,9 +875,7 @@ void Modded89Model::head_forward(int loss_slot, bool training, float dloss) {
                                     head.scales().grad, T, V, stream_);
     return;
   }
-  GemmArgs head;  // z (T, V) = xf W_head, W_head stored (in, out)
-  head.d = b.z, head.a = b.xf, head.b = param("head"), head.m = T, head.n = V, head.k = C;
-  gemm(b.matmul, head, stream_);
+  head_logits();
   if (training)
     mtp_cross_entropy_backward(b.z, losses, b.targets, prefix_of, loss_weights_, dloss, T, V, stream_);
   else

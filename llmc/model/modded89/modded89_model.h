@@ -13,6 +13,7 @@
 
 #include "llmc/cuda/precision.h"
 #include "llmc/family/loss_means.h"
+#include "llmc/family/recompute_decoder.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/mtp_cross_entropy.cuh"
 #include "llmc/model/modded89/modded89_layout.h"
@@ -28,7 +29,7 @@ MtpLossWeights modded89_initial_loss_weights();
 // e5m2 logit gradient with g_s = 0.75/448 of the SUM loss; T, C and V multiples of 16).
 enum class Modded89Head { kBf16, kFp8 };
 
-class Modded89Model : public FamilyModel {
+class Modded89Model : public FamilyModel, public ContextModel {
  public:
   // Allocates parameters, gradients (laid out for world_size ranks) and the activations of sequences of
   // seq_len tokens (at most config.max_seq_len), with loss_slots micro-steps of per-position losses (more than
@@ -92,8 +93,17 @@ class Modded89Model : public FamilyModel {
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
 
-  // What only the family knows (modded89_family.cu): its model file, 6 FLOPs per GEMM parameter, no decoder
-  // yet, windows in blocks (YaRN comes with the record's schedule).
+  // The decoder's forward (ContextModel): seq_len positions, the real tokens' logits (GPT-2's 50,257 of a
+  // padded vocabulary, else all V), soft-capped as the validation loss reads them. Overwrites the activations:
+  // call between steps, not between a training forward and its backward.
+  int context_length() const override { return seq_len_; }
+  int context_vocab_size() const override;
+  std::string context_describe() const override;
+  int32_t context_pad_token() const override { return bos_token_ == 0 ? 1 : 0; }
+  void context_logits(const int32_t* tokens, int first, int count, float* out) override;
+
+  // What only the family knows (modded89_family.cu): its model file, 6 FLOPs per GEMM parameter, a decoder
+  // that re-runs the context (no KV cache yet), windows in blocks (YaRN comes with the record's schedule).
   WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const override;
   double flops_per_token(int seq_len) const override;
   std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
@@ -119,6 +129,9 @@ class Modded89Model : public FamilyModel {
   void mudd_attention_forward(int layer);
   void mlp_forward(int layer);
   void small_mlp_forward(int index, const floatX* x);
+  void body_forward(const int* inputs_host, const int* targets_host, bool training, const BucketHook& before_bucket_use);
+  void final_hidden_forward();
+  void head_logits();
   void head_forward(int loss_slot, bool training, float dloss);
   void head_backward();
   void layer_backward(int layer);
