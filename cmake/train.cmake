@@ -7,8 +7,8 @@
 add_library(llmc_checkpoint_files STATIC llmc/checkpoint/state_file.cpp llmc/checkpoint/manifest.cpp)
 target_link_libraries(llmc_checkpoint_files PUBLIC llmc_flags llmc_files PRIVATE nlohmann_json::nlohmann_json)
 
-add_library(llmc_train_utils STATIC llmc/schedule/lr_schedule.cpp llmc/schedule/speedrun_schedule.cpp llmc/train/mfu.cpp
-  llmc/train/log.cpp llmc/train/options.cpp llmc/train/debug_hooks.cpp llmc/checkpoint/checkpoint_dir.cpp
+add_library(llmc_train_utils STATIC llmc/schedule/lr_schedule.cpp llmc/schedule/speedrun_schedule.cpp
+  llmc/schedule/modded89_schedule.cpp llmc/train/mfu.cpp llmc/train/log.cpp llmc/train/options.cpp llmc/train/debug_hooks.cpp llmc/checkpoint/checkpoint_dir.cpp
   llmc/optim/zero_state.cpp llmc/checkpoint/checkpoint_reader.cpp llmc/checkpoint/checkpoint_writer.cpp llmc/train/stop_signals.cpp
   llmc/train/watchdog.cpp llmc/train/window_schedule.cpp llmc/train/recipe.cpp llmc/train/train_batches.cpp)
 target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model llmc_tokenizer
@@ -28,6 +28,9 @@ gtest_discover_tests(test_train_state PROPERTIES LABELS train)
 add_executable(test_speedrun_schedule test/train/test_speedrun_schedule.cpp)
 target_link_libraries(test_speedrun_schedule PRIVATE llmc_train_utils GTest::gtest_main)
 gtest_discover_tests(test_speedrun_schedule PROPERTIES LABELS train)
+add_executable(test_modded89_schedule test/train/test_modded89_schedule.cpp)
+target_link_libraries(test_modded89_schedule PRIVATE llmc_train_utils GTest::gtest_main)
+gtest_discover_tests(test_modded89_schedule PROPERTIES LABELS train)
 
 add_executable(test_train_batches test/train/test_train_batches.cpp)
 target_link_libraries(test_train_batches PRIVATE llmc_train_utils GTest::gtest_main)
