@@ -174,8 +174,9 @@ void add_schedule_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--final-lr-frac", o.final_lr_frac, "Learning rate at the last step, as a fraction of --lr")
       ->capture_default_str()->check(between(0.0, 1.0));
   add_choice(app, "--window-schedule", o.window_schedule, kWindowScheduleNames,
-             "Attention windows of a speedrun model: fixed (long 3, short 1 blocks) or speedrun (the record's "
-             "3/7/11/13 blocks with YaRN at each change, 20 for the final validation), stretched to --steps");
+             "Attention windows of a speedrun model: fixed (long 3, short 1 blocks), speedrun (the 2025-10-31 "
+             "record's 3/7/11/13 blocks with YaRN at each change, 20 for the final validation) or modded89 (the "
+             "2026-07-17 record's, by its stages), stretched to --steps");
   app.add_option("--batch-size,-b", o.batch_size, "Micro-batch size B (sequences per rank per micro-step)")
       ->capture_default_str()->check(at_least(1));
   app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(at_least(1));
@@ -265,12 +266,15 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     throw std::invalid_argument("--resume latest needs --output-dir (where to look for checkpoints)");
   if (o.keep_checkpoints > 0 && o.output_dir.empty())
     throw std::invalid_argument("--keep-checkpoints needs --output-dir (where the checkpoints are)");
-  // The speedrun schedules stretched to --steps (SpeedrunSchedule::for_total_steps) need every phase.
+  // The records' schedules stretched to --steps (SpeedrunSchedule and Modded89Schedule::for_total_steps) need
+  // every phase.
   const bool speedrun_lr = o.lr_schedule == LrDecay::kSpeedrun;
-  if ((speedrun_lr || o.window_schedule == WindowScheduleKind::kSpeedrun) && o.steps < 4)
-    throw std::invalid_argument("--" + std::string(speedrun_lr ? "lr" : "window") +
-                                "-schedule speedrun needs --steps >= 4 (three window phases and an extension "
-                                "step), got " + std::to_string(o.steps));
+  if ((speedrun_lr || o.window_schedule != WindowScheduleKind::kFixed) && o.steps < 4)
+    throw std::invalid_argument((speedrun_lr ? std::string("--lr-schedule speedrun")
+                                             : "--window-schedule " +
+                                                   std::string(name_of(o.window_schedule, kWindowScheduleNames))) +
+                                " needs --steps >= 4 (three window phases and an extension step), got " +
+                                std::to_string(o.steps));
   if (o.shuffle && o.train_loader == TrainLoaderChoice::kBos)  // auto's choice is checked once the model is known (train_batches.h)
     throw std::invalid_argument("--shuffle cannot be used with --train-loader bos: the BOS loader walks the shards "
                                 "in order; drop --shuffle or pass --train-loader window");

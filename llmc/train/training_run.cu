@@ -80,14 +80,16 @@ std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommCo
   return std::make_unique<ValLoader>(config);
 }
 
-// --window-schedule speedrun: the record's windows stretched to --steps, set on the model before each step
-// (fixed: the model keeps its first windows). Setting the first ones fails at once for GPT-2.
+// --window-schedule speedrun|modded89: that record's windows stretched to --steps, set on the model before each
+// step (fixed: the model keeps its first windows). Setting the first ones fails at once for GPT-2.
 std::unique_ptr<WindowSchedule> make_window_schedule(const TrainOptions& opt, FamilyModel& model) {
-  if (opt.window_schedule != WindowScheduleKind::kSpeedrun) return nullptr;
-  const SpeedrunSchedule schedule = SpeedrunSchedule::for_total_steps(opt.steps);
-  const AttentionWindows first = schedule.windows(0);
+  if (opt.window_schedule == WindowScheduleKind::kFixed) return nullptr;
+  WindowPlan plan = opt.window_schedule == WindowScheduleKind::kModded89
+                        ? WindowPlan::of(Modded89Schedule::for_total_steps(opt.steps))
+                        : WindowPlan::of(SpeedrunSchedule::for_total_steps(opt.steps));
+  const AttentionWindows first = plan.windows[0];
   model.set_attention_windows(first.short_blocks, first.long_blocks, /*apply_yarn=*/false);
-  return std::make_unique<WindowSchedule>(schedule, [&model](const AttentionWindows& windows, bool yarn) {
+  return std::make_unique<WindowSchedule>(std::move(plan), [&model](const AttentionWindows& windows, bool yarn) {
     return model.set_attention_windows(windows.short_blocks, windows.long_blocks, yarn);
   });
 }
@@ -175,8 +177,10 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
                          name_of(opt.fp8_head, kFp8HeadChoiceNames) + "), activations " +
                          std::to_string(header.activation_bytes) + " bytes");
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
-  if (opt.lr_schedule == LrDecay::kSpeedrun || windows)
+  if (opt.lr_schedule == LrDecay::kSpeedrun || opt.window_schedule == WindowScheduleKind::kSpeedrun)
     header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(opt.steps).describe());
+  if (opt.window_schedule == WindowScheduleKind::kModded89)
+    header.notes.push_back("modded89 schedule: " + Modded89Schedule::for_total_steps(opt.steps).describe());
   return header;
 }
 

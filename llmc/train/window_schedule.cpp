@@ -7,9 +7,32 @@
 
 namespace llmc {
 
-WindowSchedule::WindowSchedule(const SpeedrunSchedule& schedule, SetWindows set_windows)
-    : schedule_(schedule), set_windows_(std::move(set_windows)), current_(schedule.windows(0)) {
-  schedule_.validate();
+namespace {
+template <class Schedule>
+WindowPlan plan_of(const Schedule& schedule) {
+  schedule.validate();
+  WindowPlan plan;
+  for (int step = 0; step <= schedule.total_steps(); step++) plan.windows.push_back(schedule.windows(step));
+  plan.block_size = schedule.block_size;
+  return plan;
+}
+}  // namespace
+
+WindowPlan WindowPlan::of(const SpeedrunSchedule& schedule) { return plan_of(schedule); }
+WindowPlan WindowPlan::of(const Modded89Schedule& schedule) { return plan_of(schedule); }
+
+std::vector<int> WindowPlan::change_steps() const {
+  std::vector<int> changes;
+  for (int step = 1; step < total_steps(); step++)
+    if (windows[static_cast<size_t>(step)].long_blocks != windows[static_cast<size_t>(step - 1)].long_blocks)
+      changes.push_back(step);
+  return changes;
+}
+
+WindowSchedule::WindowSchedule(WindowPlan plan, SetWindows set_windows)
+    : plan_(std::move(plan)), changes_(plan_.change_steps()), set_windows_(std::move(set_windows)) {
+  if (plan_.windows.size() < 2) throw std::invalid_argument("WindowSchedule: a plan needs at least one step");
+  current_ = plan_.windows[0];
 }
 
 std::vector<std::string> WindowSchedule::before_step(int step) {
@@ -17,13 +40,16 @@ std::vector<std::string> WindowSchedule::before_step(int step) {
     throw std::invalid_argument("WindowSchedule: step " + std::to_string(step) + " after step " +
                                 std::to_string(last_step_));
   std::vector<std::string> lines;
-  for (int change : schedule_.window_change_steps()) {
+  if (step > plan_.total_steps())
+    throw std::invalid_argument("WindowSchedule: step " + std::to_string(step) + " past the plan's " +
+                                std::to_string(plan_.total_steps()));
+  for (int change : changes_) {
     if (change <= last_step_ || change > step) continue;
-    current_ = schedule_.windows(change);
+    current_ = plan_.windows[static_cast<size_t>(change)];
     const double scale = set_windows_(current_, /*apply_yarn=*/true);
     lines.push_back(describe(change, current_, true, scale));
   }
-  const AttentionWindows wanted = schedule_.windows(step);
+  const AttentionWindows wanted = plan_.windows[static_cast<size_t>(step)];
   if (wanted.short_blocks != current_.short_blocks || wanted.long_blocks != current_.long_blocks) {
     current_ = wanted;  // only the final validation's window changes without YaRN
     const double scale = set_windows_(current_, /*apply_yarn=*/false);
@@ -36,7 +62,7 @@ std::vector<std::string> WindowSchedule::before_step(int step) {
 std::string WindowSchedule::describe(int step, const AttentionWindows& windows, bool yarn,
                                      double attention_scale) const {
   char text[160];
-  const std::string when = step == schedule_.total_steps()
+  const std::string when = step == plan_.total_steps()
                                ? std::string("final validation")
                                : "step " + std::to_string(step + 1) + " (schedule step " + std::to_string(step) + ")";
   std::snprintf(text, sizeof text, "# windows: %s short %d long %d blocks, attn_scale %.6f%s", when.c_str(),

@@ -535,6 +535,41 @@ TEST_F(Modded89ModelTest, FamilyBuildsThePrefixTableFromTheGpt2Vocabulary) {
   EXPECT_GT(loss, training_loss(without) + 0.1);  // 0.25 x ~ln V on most rows
 }
 
+// YaRN at a change of the long window (SPEEDRUN89.md section 2), against the formula in double here: w_m *= o/n +
+// g (1 - o/n), g = clamp((block o w_m / 2 pi - 1) / 31, 0, 1), attn_scale 0.1 (1 + 0.2 ln(n/o)): the model's
+// frequencies, and its validation like one given those frequencies and scale directly (kLossTolerance; measured:
+// equal); a change without YaRN, or to the same window, leaves RoPE as it is.
+TEST_F(Modded89ModelTest, YarnAtAWindowChangeFollowsTheRecordsFormula) {
+  const Case c(59);
+  const int block = c.layout.config.window_block, pairs = c.layout.config.rotary_pairs();
+  Modded89Model yarn(c.layout.config, 1, c.T, 1, stream, c.bos), given(c.layout.config, 1, c.T, 1, stream, c.bos);
+  EXPECT_EQ(yarn.set_attention_windows(1, 3, /*apply_yarn=*/true), 0.1f);  // no change of the long window
+  EXPECT_EQ(yarn.set_attention_windows(3, 7, /*apply_yarn=*/false), 0.1f);
+  yarn.set_attention_windows(1, 3, false);
+  const double scale = yarn.set_attention_windows(3, 7, /*apply_yarn=*/true);
+  EXPECT_NEAR(scale, 0.116946, 1e-6);  // SPEEDRUN89.md section 6
+  std::vector<float> frequencies;
+  for (int m = 0; m < pairs; m++) {
+    const double w = std::pow(1.0 / 1024.0, m / double(pairs - 1));
+    const double g = std::min(1.0, std::max(0.0, (block * 3 * w / (2 * M_PI) - 1.0) / 31.0));
+    frequencies.push_back(static_cast<float>(w * (3.0 / 7.0 + g * (1.0 - 3.0 / 7.0))));
+  }
+  // YarnState::apply's few fp32 operations per frequency (product, clamp, blend): within 1e-6 of the double ones.
+  ASSERT_EQ(yarn.rope_frequencies().size(), frequencies.size());
+  for (int m = 0; m < pairs; m++) EXPECT_NEAR(yarn.rope_frequencies()[m], frequencies[m], 1e-6 * frequencies[m]) << m;
+  EXPECT_LT(yarn.rope_frequencies()[pairs - 1], 0.5f * given.rope_frequencies()[pairs - 1]);  // interpolated
+  given.set_rope(frequencies, static_cast<float>(0.1 * (1.0 + 0.2 * std::log(7.0 / 3.0))));
+  given.set_windows(3 * block, 7 * block);
+  double losses[2];
+  Modded89Model* models[2] = {&yarn, &given};
+  for (int i = 0; i < 2; i++) {
+    c.load(*models[i]);
+    run_forward(*models[i], c, MtpLossWeights{}, false);
+    losses[i] = sum(models[i]->download_losses());
+  }
+  expect_loss_near(losses[0], losses[1], "validation loss after YaRN");
+}
+
 // ---- the decoder (llmc/family/recompute_decoder.h): the whole context re-run per call ------------------------
 
 // Row t's validation loss from soft-capped logits: lse - logit of the target, in double.

@@ -65,9 +65,10 @@ struct Trajectory {
 // A model whose windows follow setup.windows as the trainer's WindowSchedule drives them.
 inline std::unique_ptr<WindowSchedule> follow_windows(const TrajectorySetup& setup, SpeedrunModel& model) {
   if (!setup.windows) return nullptr;
-  return std::make_unique<WindowSchedule>(*setup.windows, [&model](const AttentionWindows& w, bool yarn) {
-    return model.set_attention_windows(w.short_blocks, w.long_blocks, yarn);
-  });
+  return std::make_unique<WindowSchedule>(WindowPlan::of(*setup.windows),
+                                          [&model](const AttentionWindows& w, bool yarn) {
+                                            return model.set_attention_windows(w.short_blocks, w.long_blocks, yarn);
+                                          });
 }
 
 // The device model trained through train_step(), each token's loss gradient scaled by `dloss`.

@@ -2,6 +2,7 @@
 // quotes from the reference, an independent double-precision YaRN computation, and the scaled-down
 // schedule that crosses every phase in a few steps; the record stretched to a run's --steps, and the
 // trainer's window schedule (llmc/train/window_schedule.h) against a recording stand-in for the model.
+#include "llmc/schedule/modded89_schedule.h"
 #include "llmc/schedule/speedrun_schedule.h"
 #include "llmc/train/window_schedule.h"
 
@@ -207,7 +208,7 @@ struct RecordingModel {
 TEST(WindowSchedule, ChangesWithYarnAtTheirOwnStepsAndWidensForTheFinalValidation) {
   const SpeedrunSchedule s = SpeedrunSchedule::for_total_steps(8);
   RecordingModel model;
-  llmc::WindowSchedule windows(s, model.setter(8));
+  llmc::WindowSchedule windows(llmc::WindowPlan::of(s), model.setter(8));
   std::vector<std::string> log;
   for (int step = 0; step <= 8; step++) {
     const size_t before = model.calls.size();
@@ -236,7 +237,8 @@ TEST(WindowSchedule, ChangesWithYarnAtTheirOwnStepsAndWidensForTheFinalValidatio
 TEST(WindowSchedule, ResumeAppliesEveryEarlierChangeInOrder) {
   const SpeedrunSchedule s = SpeedrunSchedule::for_total_steps(8);
   RecordingModel through, resumed;
-  llmc::WindowSchedule all(s, through.setter(8)), later(s, resumed.setter(8));
+  const llmc::WindowPlan plan = llmc::WindowPlan::of(s);
+  llmc::WindowSchedule all(plan, through.setter(8)), later(plan, resumed.setter(8));
   for (int step = 0; step <= 6; step++) all.before_step(step);
   EXPECT_EQ(later.before_step(6).size(), 2u);
   ASSERT_EQ(resumed.calls.size(), 2u);
@@ -244,6 +246,26 @@ TEST(WindowSchedule, ResumeAppliesEveryEarlierChangeInOrder) {
   EXPECT_EQ(resumed.calls[1].long_blocks, 11);
   EXPECT_EQ(resumed.yarn.angular_frequency, through.yarn.angular_frequency);
   EXPECT_EQ(resumed.yarn.attention_scale, through.yarn.attention_scale);
+}
+
+// The 2026-07-17 schedule through the same driver: YaRN at its stage starts (423, 847, 1270 of the record),
+// the final validation's 20 blocks without it.
+TEST(WindowSchedule, DrivesThe2026RecordsStages) {
+  const llmc::Modded89Schedule s = llmc::Modded89Schedule::record();
+  const llmc::WindowPlan plan = llmc::WindowPlan::of(s);
+  EXPECT_EQ(plan.total_steps(), 1285);
+  EXPECT_EQ(plan.change_steps(), (std::vector<int>{423, 847, 1270}));
+  RecordingModel model;
+  llmc::WindowSchedule windows(plan, model.setter(128));
+  std::vector<std::string> log;
+  for (int step : {0, 500, 1285})
+    for (const std::string& line : windows.before_step(step)) log.push_back(line);
+  ASSERT_EQ(log.size(), 4u);
+  EXPECT_EQ(log[0], "# windows: step 424 (schedule step 423) short 3 long 7 blocks, attn_scale 0.116946 (YaRN)");
+  EXPECT_EQ(log[1], "# windows: step 848 (schedule step 847) short 5 long 11 blocks, attn_scale 0.127518 (YaRN)");
+  EXPECT_EQ(log[2], "# windows: step 1271 (schedule step 1270) short 6 long 13 blocks, attn_scale 0.131778 (YaRN)");
+  EXPECT_EQ(log[3], "# windows: final validation short 6 long 20 blocks, attn_scale 0.131778");
+  EXPECT_THROW(windows.before_step(1286), std::invalid_argument);
 }
 
 TEST(SpeedrunSchedule, ValidateNamesTheBadField) {

@@ -324,6 +324,30 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure(data[:4] + ["-t", 40, "--model", "speedrun-tiny", "--fp8-head", "on"],
                             r"--fp8-head on: the FP8 head needs --seq-len \(40\)")
 
+    def test_modded89_window_schedule_applies_yarn_at_its_stages(self):
+        # --window-schedule modded89 stretched to 8 steps: 7 scheduled (round(1270 x 8 / 1285) = 8, at most 7) and
+        # 1 extension, stages from schedule steps 0/2/5/7 (round(7/3), round(14/3)): windows (1,3) (3,7) (5,11)
+        # (6,13) with YaRN at train steps 3, 6, 8, then (6,20) for the final validation (docs/optimizers.md).
+        rng = np.random.default_rng(6)
+        write_shard(f"{self.tmp}/m89w_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        write_shard(f"{self.tmp}/m89w_val_000000.bin", np.tile(rng.integers(0, 96, size=29), 5))
+        args = ["--train-data", f"{self.tmp}/m89w_train_*.bin", "--val-data", f"{self.tmp}/m89w_val_*.bin",
+                "-b", 1, "-t", 64, "--val-tokens", 64, "--model", "modded89-tiny", "--steps", 8,
+                "--window-schedule", "modded89"]
+        _, log = self.train_run("m89_windows", args)
+        self.assertIn("# modded89 schedule: 7 scheduled + 1 extension steps, stages from 0/2/5/7, untie at 5", log)
+        self.assertNotIn("# speedrun schedule", log)
+        scale, old, expected = 0.1, 3, []
+        for step, short, new in ((3, 3, 7), (6, 5, 11), (8, 6, 13)):
+            scale *= 1 + 0.2 * np.log(new / old)
+            old = new
+            expected.append(f"# windows: step {step} (schedule step {step - 1}) short {short} long {new} blocks, "
+                            f"attn_scale {scale:.6f} (YaRN)")
+        expected.append(f"# windows: final validation short 6 long 20 blocks, attn_scale {scale:.6f}")
+        self.assertEqual(re.findall(r"(?m)^# windows: .*$", log), expected)
+        self.expect_failure(args[:-4] + ["--steps", 3, "--window-schedule", "modded89"],
+                            r"--window-schedule modded89 needs --steps >= 4")
+
     def test_speedrun_schedules_and_the_recipe(self):
         # --lr-schedule and --window-schedule speedrun stretched to 8 steps: 7 scheduled (the lr is --lr while
         # s / 7 < 0.5, then falls linearly towards 0.1 --lr) and 1 extension; the long window 3 -> 7 -> 11 -> 13

@@ -136,11 +136,12 @@ double Modded89Model::set_attention_windows(int short_blocks, int long_blocks, b
   if (short_blocks < 1 || long_blocks < 1)
     throw std::invalid_argument("--window-schedule: windows must be at least one block (short " +
                                 std::to_string(short_blocks) + ", long " + std::to_string(long_blocks) + ")");
-  if (apply_yarn)
-    throw std::invalid_argument(
-        "--window-schedule: the 2026-07-17 model's YaRN comes with its own schedule (not "
-        "ported yet); the #44 schedule does not apply to it");
-  set_windows(short_blocks * layout_.config.window_block, long_blocks * layout_.config.window_block);
+  const int block = layout_.config.window_block;
+  if (apply_yarn && long_blocks * block != long_window_) {  // both rotary tables alike (SPEEDRUN89.md section 2)
+    yarn_.apply(long_window_ / block, long_blocks, block);
+    apply_yarn_state();
+  }
+  set_windows(short_blocks * block, long_blocks * block);
   return attn_scale_;
 }
 

@@ -342,13 +342,28 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
   CUDA_CHECK(cudaMemsetAsync(b.fp32_params, 0, b.fp32_count * sizeof(float), stream_));
   set_sign_table(std::vector<float>(static_cast<size_t>(kBigramSignRows) * config.channels(), 1.0f));
   set_prefix_table({});
-  const int pairs = config.rotary_pairs();
-  std::vector<float> frequencies(static_cast<size_t>(pairs));
-  for (int j = 0; j < pairs; j++)
-    frequencies[static_cast<size_t>(j)] =
-        static_cast<float>(std::pow(1.0 / 1024.0, pairs > 1 ? j / static_cast<double>(pairs - 1) : 0.0));
-  set_rope(frequencies, 0.1f);
+  apply_yarn_state();
   set_windows(config.window_block, 3 * config.window_block);
+}
+
+// The record's start: frequencies (1/1024)^(m / (D/4 - 1)) in double, rounded once (the double model's; the record's
+// fp32 linspace can be an ulp off), D/4 zeros (the unrotated half), scale 0.1.
+YarnState Modded89Model::initial_yarn(const Modded89Config& config) {
+  const int pairs = config.rotary_pairs();
+  YarnState state;
+  state.angular_frequency.assign(static_cast<size_t>(2 * pairs), 0.0f);
+  for (int j = 0; j < pairs; j++)
+    state.angular_frequency[static_cast<size_t>(j)] =
+        static_cast<float>(std::pow(1.0 / 1024.0, pairs > 1 ? j / static_cast<double>(pairs - 1) : 0.0));
+  state.attention_scale = 0.1;
+  return state;
+}
+
+// Both rotary tables from yarn_: its first D/4 frequencies (the rest are the unrotated zeros) and its scale.
+void Modded89Model::apply_yarn_state() {
+  const int pairs = layout_.config.rotary_pairs();
+  set_rope(std::vector<float>(yarn_.angular_frequency.begin(), yarn_.angular_frequency.begin() + pairs),
+           static_cast<float>(yarn_.attention_scale));
 }
 
 Modded89Model::~Modded89Model() {

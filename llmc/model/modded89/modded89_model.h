@@ -17,6 +17,7 @@
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/mtp_cross_entropy.cuh"
 #include "llmc/model/modded89/modded89_layout.h"
+#include "llmc/schedule/speedrun_schedule.h"
 
 namespace llmc {
 
@@ -73,6 +74,7 @@ class Modded89Model : public FamilyModel, public ContextModel {
   // D/4 rotary frequencies and the attention scale; rebuilds the tables (2 seq_len positions: the paired
   // layers' positions 2t + h % 2).
   void set_rope(const std::vector<float>& frequencies, float attn_scale);
+  const std::vector<float>& rope_frequencies() const { return frequencies_; }  // the D/4 in force
   // Attention windows in tokens (a key farther than the window is masked; the paired layers count rows).
   void set_windows(int short_tokens, int long_tokens);
   // The training objective's weights (llmc/kernels/mtp_cross_entropy.cuh).
@@ -103,7 +105,8 @@ class Modded89Model : public FamilyModel, public ContextModel {
   void context_logits(const int32_t* tokens, int first, int count, float* out) override;
 
   // What only the family knows (modded89_family.cu): its model file, 6 FLOPs per GEMM parameter, a decoder
-  // that re-runs the context (no KV cache yet), windows in blocks (YaRN comes with the record's schedule).
+  // that re-runs the context (no KV cache yet), windows in blocks with YaRN at a change of the long window
+  // (from the model's own YaRN state; set_rope replaces the tables until the next change).
   WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const override;
   double flops_per_token(int seq_len) const override;
   std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
@@ -119,6 +122,8 @@ class Modded89Model : public FamilyModel, public ContextModel {
   int fp32_index(const std::string& name, int element) const;
   void upload_batch(const int* inputs_host, const int* targets_host, bool training);
   void rebuild_rope_tables();
+  static YarnState initial_yarn(const Modded89Config& config);
+  void apply_yarn_state();
   void input_forward();
   void layer_forward(int layer);
   void attention_forward(int layer, const floatX* xn, const floatX* aux_v);
@@ -155,6 +160,7 @@ class Modded89Model : public FamilyModel, public ContextModel {
   bool has_training_forward_ = false;
   bool fp32_taken_ = false;  // take_fp32_params(): an optimizer writes the fp32 tensors
   MtpLossWeights loss_weights_;
+  YarnState yarn_ = initial_yarn(layout_.config);
   std::vector<float> frequencies_;
   float attn_scale_ = 0.1f;
   int short_window_ = 0, long_window_ = 0;
