@@ -700,37 +700,46 @@ void Modded89Model::mudd_attention_forward(int i) {
                     stream_);
 }
 
-// The fast kernel's tile orders for this batch's documents and the windows in force (a plan per window and
-// view; the plan kernel is one block).
-void Modded89Model::plan_window_attention() {
-#if !defined(LLMC_FP32)
-  if (!window_attention_kernel_fits(layout_.config)) return;
-  Buffers& b = *buffers_;
-  for (int p = 0; p < 4; p++) {
-    const bool paired = p >= 2, long_window = p % 2 == 1;
-    const window_attention::Problem problem{(paired ? 2 : 1) * seq_len_, layout_.config.num_heads / (paired ? 2 : 1),
-                                            paired ? b.cu_rows : b.cu_seqlens, num_docs_,
-                                            long_window ? long_window_ : short_window_, attn_scale_};
-    window_attention::plan(b.attention_plans[p], problem, stream_);
-  }
-#endif
-}
-
 // A layer's window attention as one problem over rows: T rows of H heads, or for the paired layers the
 // [T, H, D] buffers read as [2T, H/2, D] (rows 2t, 2t + 1 hold heads 0..H/2-1 and H/2..H-1) with doubled
 // document bounds, the window counted in rows; the fast kernel's plan (index 2 paired + long) and the window.
 struct Modded89Model::AttentionCall {
   int rows, heads, stride, plan, window;
   const int* bounds;
+#if !defined(LLMC_FP32)  // the fast kernel is bf16 only
+  window_attention::Problem problem(int num_docs, float scale) const {
+    return window_attention::Problem{rows, heads, bounds, num_docs, window, scale};
+  }
+#endif
+  simple_attention::Problem simple_problem(int head_dim, int num_docs, float scale) const {
+    return simple_attention::Problem{rows, heads, head_dim, bounds, num_docs, window, scale};
+  }
 };
 
-Modded89Model::AttentionCall Modded89Model::attention_call(int layer) const {
+Modded89Model::AttentionCall Modded89Model::attention_view(bool paired, bool long_window) const {
   const Modded89Config& cfg = layout_.config;
-  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(layer)];
-  const int window = role.long_window ? long_window_ : short_window_, long_plan = role.long_window ? 1 : 0;
-  if (role.paired_heads)
+  const int window = long_window ? long_window_ : short_window_, long_plan = long_window ? 1 : 0;
+  if (paired)
     return AttentionCall{2 * seq_len_, cfg.num_heads / 2, cfg.channels() / 2, 2 + long_plan, window, buffers_->cu_rows};
   return AttentionCall{seq_len_, cfg.num_heads, cfg.channels(), long_plan, window, buffers_->cu_seqlens};
+}
+
+Modded89Model::AttentionCall Modded89Model::attention_call(int layer) const {
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(layer)];
+  return attention_view(role.paired_heads, role.long_window);
+}
+
+// The fast kernel's tile orders for this batch's documents and the windows in force (a plan per window and
+// view; the plan kernel is one block).
+void Modded89Model::plan_window_attention() {
+#if !defined(LLMC_FP32)
+  if (!window_attention_kernel_fits(layout_.config)) return;
+  for (bool paired : {false, true})
+    for (bool long_window : {false, true}) {
+      const AttentionCall a = attention_view(paired, long_window);
+      window_attention::plan(buffers_->attention_plans[a.plan], a.problem(num_docs_, attn_scale_), stream_);
+    }
+#endif
 }
 
 // y, lse = the window attention of layer i's q, k, v.
@@ -741,15 +750,12 @@ void Modded89Model::window_attention_forward(int i) {
 #if !defined(LLMC_FP32)
   if (window_attention_kernel_fits(layout_.config)) {
     window_attention::forward(l.y, l.lse, l.q, l.k, l.v, a.stride, b.attention_plans[a.plan],
-                              window_attention::Problem{a.rows, a.heads, a.bounds, num_docs_, a.window, attn_scale_},
-                              stream_);
+                              a.problem(num_docs_, attn_scale_), stream_);
     return;
   }
 #endif
-  simple_attention::forward(
-      l.y, l.lse, l.q, l.k, l.v, a.stride,
-      simple_attention::Problem{a.rows, a.heads, layout_.config.head_dim, a.bounds, num_docs_, a.window, attn_scale_},
-      stream_);
+  simple_attention::forward(l.y, l.lse, l.q, l.k, l.v, a.stride,
+                            a.simple_problem(layout_.config.head_dim, num_docs_, attn_scale_), stream_);
 }
 
 // dq, dk, dv (overwritten) of layer i's window attention from dout, the gradient of its y.
@@ -760,16 +766,12 @@ void Modded89Model::window_attention_backward(int i, const floatX* dout) {
 #if !defined(LLMC_FP32)
   if (window_attention_kernel_fits(layout_.config)) {
     window_attention::backward(b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v,
-                               a.stride, b.attention_plans[a.plan],
-                               window_attention::Problem{a.rows, a.heads, a.bounds, num_docs_, a.window, attn_scale_},
-                               stream_);
+                               a.stride, b.attention_plans[a.plan], a.problem(num_docs_, attn_scale_), stream_);
     return;
   }
 #endif
-  simple_attention::backward(
-      b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v, a.stride,
-      simple_attention::Problem{a.rows, a.heads, layout_.config.head_dim, a.bounds, num_docs_, a.window, attn_scale_},
-      stream_);
+  simple_attention::backward(b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v, a.stride,
+                             a.simple_problem(layout_.config.head_dim, num_docs_, attn_scale_), stream_);
 }
 
 // Section 2 for layer i on xn: q, k, v = xn (l0 W)^T; per-head norm and adjacent-pair RoPE (positions 2t + h % 2
@@ -872,7 +874,8 @@ void Modded89Model::head_logits() {
   Buffers& b = *buffers_;
   const Modded89Config& cfg = layout_.config;
   GemmArgs head;
-  head.d = b.z, head.a = b.xf, head.b = param("head"), head.m = seq_len_, head.n = cfg.vocab_size, head.k = cfg.channels();
+  head.d = b.z, head.a = b.xf, head.b = param("head");
+  head.m = seq_len_, head.n = cfg.vocab_size, head.k = cfg.channels();
   gemm(b.matmul, head, stream_);
 }
 

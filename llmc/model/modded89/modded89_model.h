@@ -128,13 +128,15 @@ class Modded89Model : public FamilyModel, public ContextModel {
   void layer_forward(int layer);
   void attention_forward(int layer, const floatX* xn, const floatX* aux_v);
   void plan_window_attention();
-  AttentionCall attention_call(int layer) const;
+  AttentionCall attention_view(bool paired, bool long_window) const;  // the problem of one of the 4 plans
+  AttentionCall attention_call(int layer) const;                      // layer's view
   void window_attention_forward(int layer);
   void window_attention_backward(int layer, const floatX* dout);
   void mudd_attention_forward(int layer);
   void mlp_forward(int layer);
   void small_mlp_forward(int index, const floatX* x);
-  void body_forward(const int* inputs_host, const int* targets_host, bool training, const BucketHook& before_bucket_use);
+  void body_forward(const int* inputs_host, const int* targets_host, bool training,
+                    const BucketHook& before_bucket_use);
   void final_hidden_forward();
   void head_logits();
   void head_forward(int loss_slot, bool training, float dloss);
