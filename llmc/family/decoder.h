@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,18 @@ class CausalDecoder {
   // outside [0, vocab_size()); the cache is then unchanged.
   virtual void forward(const int32_t* tokens, int n, std::vector<float>& logits, bool all_positions = false) = 0;
 };
+
+// What every forward checks first, with the errors CausalDecoder::forward promises: at least one token, room for n
+// more after `position`, every token in [0, vocab_size).
+inline void check_decoder_tokens(const int32_t* tokens, int n, int position, int max_positions, int vocab_size) {
+  if (n < 1) throw std::out_of_range("forward: no tokens");
+  if (position + n > max_positions)
+    throw std::out_of_range("forward: " + std::to_string(n) + " more tokens after " + std::to_string(position) +
+                            " exceed the context of " + std::to_string(max_positions) + " positions");
+  for (int i = 0; i < n; i++)
+    if (tokens[i] < 0 || tokens[i] >= vocab_size)
+      throw std::out_of_range("forward: token " + std::to_string(tokens[i]) + " outside [0, " +
+                              std::to_string(vocab_size) + ")");
+}
 
 }  // namespace llmc

@@ -19,14 +19,7 @@ std::string RecomputeDecoder::describe() const {
 void RecomputeDecoder::forward(const int32_t* tokens, int n, std::vector<float>& logits, bool all_positions) {
   const int V = vocab_size();
   const int start = position();
-  if (n < 1) throw std::out_of_range("forward: no tokens");
-  if (start + n > max_positions())
-    throw std::out_of_range("forward: " + std::to_string(n) + " more tokens after " + std::to_string(start) +
-                            " exceed the context of " + std::to_string(max_positions()) + " positions");
-  for (int i = 0; i < n; i++)
-    if (tokens[i] < 0 || tokens[i] >= V)
-      throw std::out_of_range("forward: token " + std::to_string(tokens[i]) + " outside [0, " + std::to_string(V) +
-                              ")");
+  check_decoder_tokens(tokens, n, start, max_positions(), V);
   std::vector<int32_t> context(static_cast<size_t>(max_positions()), model_->context_pad_token());
   std::copy(tokens_.begin(), tokens_.end(), context.begin());
   std::copy(tokens, tokens + n, context.begin() + start);

@@ -115,12 +115,7 @@ AttentionWindows Modded89Schedule::windows(int step) const {
   return stage(step).windows;
 }
 
-std::vector<int> Modded89Schedule::window_change_steps() const {
-  std::vector<int> changes;
-  for (int step = 1; step < total_steps(); step++)
-    if (windows(step).long_blocks != windows(step - 1).long_blocks) changes.push_back(step);
-  return changes;
-}
+std::vector<int> Modded89Schedule::window_change_steps() const { return long_window_changes(*this); }
 
 bool Modded89Schedule::validates_at(int step) const {
   return step == total_steps() || (validation_every > 0 && step % validation_every == 0);
@@ -140,15 +135,6 @@ std::string Modded89Schedule::describe() const {
   return std::to_string(scheduled_steps) + " scheduled + " + std::to_string(extension_steps) +
          " extension steps, stages from " + std::to_string(starts[0]) + "/" + std::to_string(starts[1]) + "/" +
          std::to_string(starts[2]) + "/" + std::to_string(starts[3]) + ", untie at " + std::to_string(untie_step());
-}
-
-YarnState yarn_state_at(const Modded89Schedule& schedule, int step, int head_dim) {
-  YarnState state = YarnState::initial(head_dim);
-  for (int change : schedule.window_change_steps()) {
-    if (change > step) break;
-    state.apply(schedule.windows(change - 1).long_blocks, schedule.windows(change).long_blocks, schedule.block_size);
-  }
-  return state;
 }
 
 }  // namespace llmc

@@ -80,8 +80,6 @@ struct Modded89Schedule {
   std::string describe() const;
 };
 
-// The YaRN state of both rotary tables during training step `step` (every change up to and including it applied;
-// the final validation, step == total_steps(), uses the last).
-YarnState yarn_state_at(const Modded89Schedule& schedule, int step, int head_dim = 128);
+// yarn_state_at(schedule, step) (speedrun_schedule.h) gives the YaRN state of both rotary tables during a step.
 
 }  // namespace llmc

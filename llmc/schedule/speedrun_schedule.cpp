@@ -94,12 +94,7 @@ AttentionWindows SpeedrunSchedule::windows(int step) const {
   return AttentionWindows{long_windows[index] / 2, long_windows[index]};
 }
 
-std::vector<int> SpeedrunSchedule::window_change_steps() const {
-  std::vector<int> changes;
-  for (int step = 1; step < total_steps(); step++)
-    if (windows(step).long_blocks != windows(step - 1).long_blocks) changes.push_back(step);
-  return changes;
-}
+std::vector<int> SpeedrunSchedule::window_change_steps() const { return long_window_changes(*this); }
 
 std::string SpeedrunSchedule::describe() const {
   std::string blocks = std::to_string(windows(0).long_blocks), steps = "0";
@@ -145,15 +140,6 @@ void YarnState::apply(int old_window, int new_window, int block_size) {
     w *= weight * static_cast<float>(1.0 - scaling) + static_cast<float>(scaling);
   }
   attention_scale *= 0.2 * std::log(static_cast<double>(new_window) / old_window) + 1.0;
-}
-
-YarnState yarn_state_at(const SpeedrunSchedule& schedule, int step, int head_dim) {
-  YarnState state = YarnState::initial(head_dim);
-  for (int change : schedule.window_change_steps()) {
-    if (change > step) break;
-    state.apply(schedule.windows(change - 1).long_blocks, schedule.windows(change).long_blocks, schedule.block_size);
-  }
-  return state;
 }
 
 }  // namespace llmc

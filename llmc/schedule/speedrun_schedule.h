@@ -69,8 +69,26 @@ struct YarnState {
   void apply(int old_window, int new_window, int block_size);
 };
 
-// The YaRN state in force during training step `step` (every change up to and including `step` applied);
-// the final validation (step == total_steps()) uses the last one.
-YarnState yarn_state_at(const SpeedrunSchedule& schedule, int step, int head_dim = 128);
+// The training steps at which a schedule's long window changes (each applies YaRN), ascending: for any schedule
+// with windows(step) and total_steps() (SpeedrunSchedule, Modded89Schedule).
+template <class Schedule>
+std::vector<int> long_window_changes(const Schedule& schedule) {
+  std::vector<int> changes;
+  for (int step = 1; step < schedule.total_steps(); step++)
+    if (schedule.windows(step).long_blocks != schedule.windows(step - 1).long_blocks) changes.push_back(step);
+  return changes;
+}
+
+// The YaRN state in force during training step `step` of such a schedule (every change up to and including `step`
+// applied); the final validation (step == total_steps()) uses the last one.
+template <class Schedule>
+YarnState yarn_state_at(const Schedule& schedule, int step, int head_dim = 128) {
+  YarnState state = YarnState::initial(head_dim);
+  for (int change : long_window_changes(schedule)) {
+    if (change > step) break;
+    state.apply(schedule.windows(change - 1).long_blocks, schedule.windows(change).long_blocks, schedule.block_size);
+  }
+  return state;
+}
 
 }  // namespace llmc

@@ -13,6 +13,7 @@ WindowPlan plan_of(const Schedule& schedule) {
   schedule.validate();
   WindowPlan plan;
   for (int step = 0; step <= schedule.total_steps(); step++) plan.windows.push_back(schedule.windows(step));
+  plan.changes = schedule.window_change_steps();
   plan.block_size = schedule.block_size;
   return plan;
 }
@@ -21,16 +22,8 @@ WindowPlan plan_of(const Schedule& schedule) {
 WindowPlan WindowPlan::of(const SpeedrunSchedule& schedule) { return plan_of(schedule); }
 WindowPlan WindowPlan::of(const Modded89Schedule& schedule) { return plan_of(schedule); }
 
-std::vector<int> WindowPlan::change_steps() const {
-  std::vector<int> changes;
-  for (int step = 1; step < total_steps(); step++)
-    if (windows[static_cast<size_t>(step)].long_blocks != windows[static_cast<size_t>(step - 1)].long_blocks)
-      changes.push_back(step);
-  return changes;
-}
-
 WindowSchedule::WindowSchedule(WindowPlan plan, SetWindows set_windows)
-    : plan_(std::move(plan)), changes_(plan_.change_steps()), set_windows_(std::move(set_windows)) {
+    : plan_(std::move(plan)), set_windows_(std::move(set_windows)) {
   if (plan_.windows.size() < 2) throw std::invalid_argument("WindowSchedule: a plan needs at least one step");
   current_ = plan_.windows[0];
 }
@@ -43,7 +36,7 @@ std::vector<std::string> WindowSchedule::before_step(int step) {
   if (step > plan_.total_steps())
     throw std::invalid_argument("WindowSchedule: step " + std::to_string(step) + " past the plan's " +
                                 std::to_string(plan_.total_steps()));
-  for (int change : changes_) {
+  for (int change : plan_.changes) {
     if (change <= last_step_ || change > step) continue;
     current_ = plan_.windows[static_cast<size_t>(change)];
     const double scale = set_windows_(current_, /*apply_yarn=*/true);

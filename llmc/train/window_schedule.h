@@ -25,13 +25,13 @@ inline constexpr EnumName<WindowScheduleKind> kWindowScheduleNames[] = {{WindowS
 // counts in.
 struct WindowPlan {
   std::vector<AttentionWindows> windows;
+  std::vector<int> changes;  // the schedule's window_change_steps(): each applies YaRN
   int block_size = 128;
 
   static WindowPlan of(const SpeedrunSchedule& schedule);
   static WindowPlan of(const Modded89Schedule& schedule);
   int total_steps() const { return static_cast<int>(windows.size()) - 1; }
-  // Training steps at which the long window changes (each applies YaRN), ascending.
-  std::vector<int> change_steps() const;
+  const std::vector<int>& change_steps() const { return changes; }
 };
 
 class WindowSchedule {
@@ -55,7 +55,6 @@ class WindowSchedule {
   std::string describe(int step, const AttentionWindows& windows, bool yarn, double attention_scale) const;
 
   WindowPlan plan_;
-  std::vector<int> changes_;
   SetWindows set_windows_;
   int last_step_ = 0;
   AttentionWindows current_;

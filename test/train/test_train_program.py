@@ -115,6 +115,20 @@ def can_mount_tmpfs():
     return probe.returncode == 0
 
 
+
+def expected_window_lines(change_steps):
+    """The log's window lines of a run whose long window goes 3 -> 7 -> 11 -> 13 blocks (short 3, 5, 6) at these
+    train steps, then 20 for the final validation: YaRN multiplies the attention scale by 1 + 0.2 ln(new / old)
+    at each change (docs/recipes.md: 0.116946, 0.127518, 0.131778)."""
+    scale, old, lines = 0.1, 3, []
+    for step, short, new in zip(change_steps, (3, 5, 6), (7, 11, 13)):
+        scale *= 1 + 0.2 * np.log(new / old)
+        old = new
+        lines.append(f"# windows: step {step} (schedule step {step - 1}) short {short} long {new} blocks, "
+                     f"attn_scale {scale:.6f} (YaRN)")
+    lines.append(f"# windows: final validation short 6 long 20 blocks, attn_scale {scale:.6f}")
+    return lines
+
 class TrainProgram(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -337,13 +351,7 @@ class TrainProgram(unittest.TestCase):
         _, log = self.train_run("m89_windows", args)
         self.assertIn("# modded89 schedule: 7 scheduled + 1 extension steps, stages from 0/2/5/7, untie at 5", log)
         self.assertNotIn("# speedrun schedule", log)
-        scale, old, expected = 0.1, 3, []
-        for step, short, new in ((3, 3, 7), (6, 5, 11), (8, 6, 13)):
-            scale *= 1 + 0.2 * np.log(new / old)
-            old = new
-            expected.append(f"# windows: step {step} (schedule step {step - 1}) short {short} long {new} blocks, "
-                            f"attn_scale {scale:.6f} (YaRN)")
-        expected.append(f"# windows: final validation short 6 long 20 blocks, attn_scale {scale:.6f}")
+        expected = expected_window_lines((3, 6, 8))
         self.assertEqual(re.findall(r"(?m)^# windows: .*$", log), expected)
         self.expect_failure(args[:-4] + ["--steps", 3, "--window-schedule", "modded89"],
                             r"--window-schedule modded89 needs --steps >= 4")
@@ -369,15 +377,7 @@ class TrainProgram(unittest.TestCase):
             x = min(0.9999, (step - 1) / 7)
             multiplier = 1.0 if x < 0.5 else 1.0 - 0.9 * (x - 0.5) / 0.5
             self.assertAlmostEqual(lr[step], 3e-3 * multiplier, delta=1e-4 * 3e-3, msg=f"step {step}")
-        # YaRN multiplies the attention scale by 1 + 0.2 ln(new / old) at each change (docs/recipes.md: 0.116946,
-        # 0.127518, 0.131778).
-        scale, old, expected = 0.1, 3, []
-        for step, short, new in ((4, 3, 7), (6, 5, 11), (8, 6, 13)):
-            scale *= 1 + 0.2 * np.log(new / old)
-            old = new
-            expected.append(f"# windows: step {step} (schedule step {step - 1}) short {short} long {new} blocks, "
-                            f"attn_scale {scale:.6f} (YaRN)")
-        expected.append(f"# windows: final validation short 6 long 20 blocks, attn_scale {scale:.6f}")
+        expected = expected_window_lines((4, 6, 8))
         self.assertEqual(re.findall(r"(?m)^# windows: .*$", log), expected)
         lines = log.splitlines()
         for step, line in zip((4, 6, 8), expected):  # set before the step's own forward

@@ -82,14 +82,7 @@ size_t GPT2Decoder::device_bytes() const { return buffers_->arena.bytes(); }
 
 void GPT2Decoder::forward(const int32_t* tokens, int n, std::vector<float>& logits, bool all_positions) {
   const int V = vocab_size();
-  if (n < 1) throw std::out_of_range("forward: no tokens");
-  if (position_ + n > max_positions())
-    throw std::out_of_range("forward: " + std::to_string(n) + " more tokens after " + std::to_string(position_) +
-                            " exceed the context of " + std::to_string(max_positions()) + " positions");
-  for (int i = 0; i < n; i++)
-    if (tokens[i] < 0 || tokens[i] >= V)
-      throw std::out_of_range("forward: token " + std::to_string(tokens[i]) + " outside [0, " + std::to_string(V) +
-                              ")");
+  check_decoder_tokens(tokens, n, position_, max_positions(), V);
   logits.resize(static_cast<size_t>(all_positions ? n : 1) * V);
   for (int done = 0; done < n;) {
     const int chunk = std::min(max_chunk_, n - done);
