@@ -8,11 +8,16 @@ add_library(llmc_muon_plan STATIC llmc/optim/muon_cost.cpp llmc/optim/muon_owner
 target_link_libraries(llmc_muon_plan PUBLIC llmc_flags)
 
 # What each rank of the speedrun optimizer holds, and the re-sharding of its checkpoints (pure C++).
-add_library(llmc_speedrun_state STATIC llmc/optim/speedrun_state_plan.cpp)
+add_library(llmc_speedrun_state STATIC llmc/optim/speedrun_state_plan.cpp llmc/optim/modded89_param_table.cpp)
 target_link_libraries(llmc_speedrun_state PUBLIC llmc_muon_plan llmc_model)
 add_executable(test_speedrun_state_plan test/optim/test_speedrun_state_plan.cpp)
 target_link_libraries(test_speedrun_state_plan PRIVATE llmc_speedrun_state GTest::gtest_main)
 gtest_discover_tests(test_speedrun_state_plan PROPERTIES LABELS optim)
+
+# The 2026-07-17 record's per-tensor optimizer table (pure data).
+add_executable(test_modded89_param_table test/optim/test_modded89_param_table.cpp)
+target_link_libraries(test_modded89_param_table PRIVATE llmc_speedrun_state GTest::gtest_main)
+gtest_discover_tests(test_modded89_param_table PROPERTIES LABELS optim)
 
 add_executable(test_muon_owners test/optim/test_muon_owners.cpp)
 target_link_libraries(test_muon_owners PRIVATE llmc_muon_plan GTest::gtest_main)
@@ -49,7 +54,8 @@ endforeach()
 # One test binary per precision (the fp32 GPU twin only with -DLLMC_CUDA_FP32_TESTS=ON), run again in the
 # drift schedule like every kernel test (docs/emulation.md): it catches a missing barrier in the reduction
 # kernels.
-set(LLMC_OPTIM_TEST_SOURCES test/optim/test_polar_express.cu test/optim/test_normuon.cu test/optim/test_adam_sharded.cu)
+set(LLMC_OPTIM_TEST_SOURCES test/optim/test_polar_express.cu test/optim/test_normuon.cu test/optim/test_normuon_bank.cu
+    test/optim/test_adam_sharded.cu)
 foreach(precision IN ITEMS bf16 fp32)
   set(emu_only "")
   if(precision STREQUAL "fp32" AND NOT LLMC_CUDA_FP32_TESTS)

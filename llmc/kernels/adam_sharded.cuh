@@ -1,7 +1,8 @@
 // The speedrun's sharded Adam on one row shard [row_begin, row_end) of a [rows, cols] tensor: bias-corrected
-// moments, no weight decay, the parameter updated in place in its own type (bf16 tables and head have no
-// fp32 master; their m and v are bf16 too; the fp32 scalars keep fp32 m and v). The gradient is the shard's
-// averaged gradient (the reduce-scatter's output).
+// moments, the parameter updated in place in its own type (#44: bf16 tables and head have no fp32 master,
+// their m and v are bf16 too, the fp32 scalars keep fp32 m and v, no weight decay; the 2026-07-17 record: fp32
+// m and v for every tensor, cautious weight decay). The gradient is the shard's averaged gradient (the
+// reduce-scatter's output).
 #pragma once
 
 #include <cmath>
@@ -20,9 +21,11 @@ namespace llmc {
 // in S; p -= step_size * m / (sqrt(v) + eps)
 // with the stored (rounded) m and v, p stored in P. The gradient's type G is P's, or floatX for an fp32
 // parameter whose gradient the bucket carries in floatX (the scalars in the bf16 build).
+// With cautious decay (the 2026-07-17 record; decay 0 leaves #44's arithmetic bit for bit): where the update
+// and the parameter agree in sign (strictly), decay p is added to the update.
 template <typename P, typename S, typename G = P>
 __global__ void adam_sharded_kernel(P* params, const G* grads, S* m, S* v, size_t n, float beta1, float one_minus_beta1,
-                                    float beta2, float one_minus_beta2, float eps, float step_size) {
+                                    float beta2, float one_minus_beta2, float eps, float step_size, float decay) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float g = to_float(grads[i]);
@@ -30,8 +33,10 @@ __global__ void adam_sharded_kernel(P* params, const G* grads, S* m, S* v, size_
     const S v_new = from_float<S>(beta2 * to_float(v[i]) + one_minus_beta2 * g * g);
     m[i] = m_new;
     v[i] = v_new;
-    const float update = to_float(m_new) / (sqrtf(to_float(v_new)) + eps) * step_size;
-    params[i] = from_float<P>(to_float(params[i]) - update);
+    float update = to_float(m_new) / (sqrtf(to_float(v_new)) + eps) * step_size;
+    const float p = to_float(params[i]);
+    if (update * p > 0.0f) update += decay * p;
+    params[i] = from_float<P>(p - update);
   }
 }
 
@@ -47,7 +52,8 @@ void adam_sharded_update(P* param, const G* grad_shard, S* m_shard, S* v_shard, 
               param + static_cast<size_t>(shard.row_begin) * cols, grad_shard, m_shard, v_shard, n,
               static_cast<float>(settings.beta1), static_cast<float>(1.0 - settings.beta1),
               static_cast<float>(settings.beta2), static_cast<float>(1.0 - settings.beta2),
-              static_cast<float>(settings.eps), static_cast<float>(adam_step_size(settings, lr, t)));
+              static_cast<float>(settings.eps), static_cast<float>(adam_step_size(settings, lr, t)),
+              static_cast<float>(adam_decay(settings, lr)));
 }
 
 }  // namespace llmc

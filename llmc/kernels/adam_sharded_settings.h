@@ -32,6 +32,16 @@ struct AdamShardedSettings {
   double beta1 = 0.65;
   double beta2 = 0.95;
   double eps = 1e-8;
+  // Cautious weight decay (none in #44): p -= u + decay p where u p > 0 (strict), decay = lr^2 x
+  // weight_decay x weight_decay_multiplier, in Python's order (the 2026-07-17 record couples it to lr^2).
+  double weight_decay = 0.0;
+  double weight_decay_multiplier = 1.0;
+
+  // The 2026-07-17 record's Adam for one tensor (SPEEDRUN89.md section 5): its betas and wd_mul, eps 1e-10,
+  // weight decay 0.005; the moments are fp32 (the caller's S).
+  static AdamShardedSettings record_2026(double beta1, double beta2, double weight_decay_multiplier) {
+    return AdamShardedSettings{beta1, beta2, 1e-10, 0.005, weight_decay_multiplier};
+  }
 };
 
 // lr * sqrt(1 - beta2^t) / (1 - beta1^t) for the t-th update (t >= 1), in double like the reference.
@@ -40,6 +50,11 @@ inline double adam_step_size(const AdamShardedSettings& settings, double lr, lon
   const double bias1 = 1.0 - std::pow(settings.beta1, static_cast<double>(t)),
                bias2 = 1.0 - std::pow(settings.beta2, static_cast<double>(t));
   return lr * std::sqrt(bias2) / bias1;
+}
+
+// The cautious decay's coefficient for learning rate lr: lr^2 x weight_decay x the multiplier (0 in #44).
+inline double adam_decay(const AdamShardedSettings& settings, double lr) {
+  return lr * lr * settings.weight_decay * settings.weight_decay_multiplier;
 }
 
 }  // namespace llmc

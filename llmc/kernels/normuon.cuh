@@ -6,10 +6,14 @@
 //      p -= lr_eff X''.
 // P is the parameter type: fp32 for the block matrices, floatX (bf16) for the gates, whose momentum and
 // variance buffers and effective rates are then bf16 too. All reductions are in a fixed order (no atomics).
+// The 2026-07-17 record's banks (SPEEDRUN89.md section 5) take 1 with fp32 buffers over bf16 gradients, 2
+// as it is, and their own 3 (normuon_apply_mantissa): the scale rounded to bf16 before it multiplies X, and
+// the bf16 parameter updated through its fp32 master, whose lower half is a 16-bit mantissa state.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/reduction.cuh"
@@ -35,27 +39,28 @@ constexpr float kNorMuonNormFloor = 1e-10f;      // the scaled norm is clamped t
 
 // ---- 1. momentum ----------------------------------------------------------------------------------------
 // grads: device array of `count` pointers; momentum [count, elements]; u [count, elements]. Grid (blocks, count).
-template <typename P>
-__global__ void normuon_momentum_kernel(const P* const* grads, P* momentum, floatX* u, size_t elements, float mu,
+// S is the buffer's type (the arithmetic is rounded to it), G the gradient's (S, or bf16 under fp32 buffers).
+template <typename S, typename G>
+__global__ void normuon_momentum_kernel(const G* const* grads, S* momentum, floatX* u, size_t elements, float mu,
                                         float one_minus_mu) {
-  const P* grad = grads[blockIdx.y];
+  const G* grad = grads[blockIdx.y];
   const size_t offset = static_cast<size_t>(blockIdx.y) * elements;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < elements; i += stride) {
     const float g = to_float(grad[i]);
-    const float buffer = round_to<P>(torch_lerp(to_float(momentum[offset + i]), g, one_minus_mu));
-    momentum[offset + i] = from_float<P>(buffer);
-    u[offset + i] = from_float<floatX>(round_to<P>(torch_lerp(g, buffer, mu)));
+    const float buffer = round_to<S>(torch_lerp(to_float(momentum[offset + i]), g, one_minus_mu));
+    momentum[offset + i] = from_float<S>(buffer);
+    u[offset + i] = from_float<floatX>(round_to<S>(torch_lerp(g, buffer, mu)));
   }
 }
 
-template <typename P>
-void normuon_momentum(const P* const* grads, P* momentum, floatX* u, int count, size_t elements, double mu,
+template <typename S, typename G = S>
+void normuon_momentum(const G* const* grads, S* momentum, floatX* u, int count, size_t elements, double mu,
                       cudaStream_t stream) {
   constexpr int kBlock = 256;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
-  LLMC_LAUNCH(normuon_momentum_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream, grads,
-              momentum, u, elements, static_cast<float>(mu), static_cast<float>(1.0 - mu));
+  LLMC_LAUNCH((normuon_momentum_kernel<S, G>), dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream,
+              grads, momentum, u, elements, static_cast<float>(mu), static_cast<float>(1.0 - mu));
 }
 
 // ---- 2. variance ----------------------------------------------------------------------------------------
@@ -194,6 +199,67 @@ void normuon_apply(const floatX* x, const float* steps, const float* ratios, P* 
   LLMC_LAUNCH(normuon_apply_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream, x, steps,
               ratios, params, lr_multipliers, rows, cols, per_column, static_cast<float>(lr),
               static_cast<float>(lr * weight_decay), static_cast<float>(shape_scale));
+}
+
+// ---- 3'. the banks' apply (the 2026-07-17 record) ------------------------------------------------------------
+// The parameter's fp32 master: a bf16 parameter's bits are its upper half and `mantissa` its lower half; an
+// fp32 parameter (the fp32 build) is its own master and has no mantissa.
+__device__ __forceinline__ float load_master(float param, uint16_t) { return param; }
+__device__ __forceinline__ void store_master(float master, float& param, uint16_t&) { param = master; }
+#if !defined(LLMC_FP32)
+__device__ __forceinline__ float load_master(floatX param, uint16_t mantissa) {
+  return __uint_as_float((static_cast<uint32_t>(__bfloat16_as_ushort(param)) << 16) | mantissa);
+}
+// The record truncates: the parameter keeps the upper 16 bits, not the rounded value.
+__device__ __forceinline__ void store_master(float master, floatX& param, uint16_t& mantissa) {
+  const uint32_t bits = __float_as_uint(master);
+  param = __ushort_as_bfloat16(static_cast<unsigned short>(bits >> 16));
+  mantissa = static_cast<uint16_t>(bits & 0xFFFFu);
+}
+#endif
+
+// X *= bf16(step * ratio) (the scale rounded before it multiplies, X rounded after); then with M the master,
+// mask = (X M >= 0), M = M - M mask wd_lr lr_eff - X lr_eff in separately rounded fp32 operations, lr_eff =
+// lr_times_shape x the matrix's multiplier (both powers of two in the record, so the product is exact) and
+// wd_lr = fp32(lr x weight decay). Grid (blocks, count).
+template <typename P>
+__global__ void normuon_apply_mantissa_kernel(const floatX* x, const float* steps, const float* ratios,
+                                              P* const* params, uint16_t* mantissas, const float* lr_multipliers,
+                                              int rows, int cols, bool per_column, float lr_times_shape,
+                                              float wd_lr) {
+  const int b = blockIdx.y;
+  P* param = params[b];
+  const float ratio = ratios[b];
+  const float lr_eff = __fmul_rn(lr_times_shape, lr_multipliers[b]);
+  const int stat_len = per_column ? cols : rows;
+  const size_t elements = static_cast<size_t>(rows) * cols;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  uint16_t unused_mantissa = 0;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < elements; i += stride) {
+    const size_t stat = per_column ? i % cols : i / cols;
+    const float scale = round_to<floatX>(__fmul_rn(steps[static_cast<size_t>(b) * stat_len + stat], ratio));
+    const float update = round_to<floatX>(__fmul_rn(to_float(x[static_cast<size_t>(b) * elements + i]), scale));
+    uint16_t& mantissa = mantissas != nullptr ? mantissas[static_cast<size_t>(b) * elements + i] : unused_mantissa;
+    const float master = load_master(param[i], mantissa);
+    const float mask = __fmul_rn(update, master) >= 0.0f ? 1.0f : 0.0f;
+    const float decay = __fmul_rn(__fmul_rn(__fmul_rn(master, mask), wd_lr), lr_eff);
+    store_master(__fsub_rn(__fsub_rn(master, decay), __fmul_rn(update, lr_eff)), param[i], mantissa);
+  }
+}
+
+// x: [count, rows, cols] (Polar Express output); steps, ratios: normuon_variance's; mantissas [count, rows,
+// cols] (null for fp32 parameters); lr: the step's NorMuon rate (0.023 x the schedule).
+template <typename P>
+void normuon_apply_mantissa(const floatX* x, const float* steps, const float* ratios, P* const* params,
+                            uint16_t* mantissas, const float* lr_multipliers, int count, int rows, int cols,
+                            bool per_column, double lr, double weight_decay, double shape_scale,
+                            cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  const size_t elements = static_cast<size_t>(rows) * cols;
+  const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
+  LLMC_LAUNCH(normuon_apply_mantissa_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream,
+              x, steps, ratios, params, mantissas, lr_multipliers, rows, cols, per_column,
+              static_cast<float>(lr * shape_scale), static_cast<float>(lr * weight_decay));
 }
 
 }  // namespace llmc

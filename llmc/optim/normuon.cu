@@ -57,7 +57,10 @@ NorMuonRunner::NorMuonRunner(int rows, int cols, NorMuonShapeRules rules, int ma
       polar_(
           rows, cols, max_count,
           polar_workspace(workspace, workspace_bytes, runner_layout(rows, cols, rules.variance_per_column, max_count)),
-          PolarExpress::workspace_bytes(rows, cols, max_count), std::move(steps)) {
+          PolarExpress::workspace_bytes(rows, cols, max_count), std::move(steps),
+          settings.split_update_above_rows > 0 && rows > settings.split_update_above_rows
+              ? PolarExpressUpdate::kSplit
+              : PolarExpressUpdate::kFused) {
   const RunnerLayout layout = runner_layout(rows, cols, rules.variance_per_column, max_count);
   char* base = static_cast<char*>(workspace);
   orthogonal_ = reinterpret_cast<floatX*>(base + layout.orthogonal);
@@ -80,6 +83,25 @@ void NorMuonRunner::step(MatmulContext& context, const NorMuonBatch<P>& batch, d
                    partials_, partial_floats_, steps_, ratios_, stream);
   normuon_apply(orthogonal_, steps_, ratios_, batch.params, batch.lr_multipliers, batch.count, rows_, cols_,
                 rules_.variance_per_column, lr, settings_.weight_decay, rules_.lr_scale, stream);
+}
+
+void NorMuonRunner::step_bank(MatmulContext& context, const NorMuonBankBatch& batch, double lr, double momentum,
+                              cudaStream_t stream) const {
+  if (batch.count <= 0 || batch.count > max_count_)
+    throw std::invalid_argument("NorMuonRunner::step_bank: count " + std::to_string(batch.count) + " outside [1, " +
+                                std::to_string(max_count_) + "]");
+#if !defined(LLMC_FP32)
+  if (batch.mantissas == nullptr)
+    throw std::invalid_argument("NorMuonRunner::step_bank: bf16 parameters need their mantissa state");
+#endif
+  const size_t elements = static_cast<size_t>(rows_) * cols_;
+  normuon_momentum<float, floatX>(batch.grads, batch.momentum, orthogonal_, batch.count, elements, momentum, stream);
+  polar_.run(context, orthogonal_, orthogonal_, batch.count, stream);
+  normuon_variance(orthogonal_, batch.variance, batch.count, rows_, cols_, rules_.variance_per_column, settings_.beta2,
+                   partials_, partial_floats_, steps_, ratios_, stream);
+  normuon_apply_mantissa(orthogonal_, steps_, ratios_, batch.params, batch.mantissas, batch.lr_multipliers,
+                         batch.count, rows_, cols_, rules_.variance_per_column, lr, settings_.weight_decay,
+                         rules_.lr_scale, stream);
 }
 
 template void NorMuonRunner::step<float>(MatmulContext&, const NorMuonBatch<float>&, double, double,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "llmc/kernels/matmul_context.h"
@@ -24,11 +25,29 @@ struct NorMuonBatch {
   const float* lr_multipliers = nullptr;  // device array [count]: 2 for W_fc, else 1
 };
 
+// The 2026-07-17 record's banks (SPEEDRUN89.md section 5): floatX parameters and gradients, fp32 momentum and
+// variance, and in the bf16 build the lower 16 bits of each parameter's fp32 master (the parameter holds the
+// upper 16); fp32 parameters (the fp32 build) are their own masters and need no mantissas.
+struct NorMuonBankBatch {
+  int count = 0;
+  floatX* const* params = nullptr;        // device array [count]: each matrix, rows x cols
+  const floatX* const* grads = nullptr;   // device array [count]: each matrix's averaged gradient
+  float* momentum = nullptr;              // [count, rows, cols], zero-initialised
+  float* variance = nullptr;              // [count, cols] (per column) or [count, rows], zero-initialised
+  uint16_t* mantissas = nullptr;          // [count, rows, cols], zero-initialised; null in the fp32 build
+  const float* lr_multipliers = nullptr;  // device array [count]: 2 for c_proj, else 1 (powers of two)
+};
+
 // The record's constants; the learning rate (0.03 x the schedule) and the momentum (scheduled) change per
 // step and are arguments of step().
 struct NorMuonSettings {
   double weight_decay = 1.2;  // cautious, scaled by the lr
   double beta2 = 0.95;        // of the variance buffer
+  // Matrices with more rows than this take Polar Express's split update (PolarExpressUpdate); 0: none.
+  int split_update_above_rows = 0;
+
+  // The 2026-07-17 record's: weight decay 1.2, beta2 0.9, the split above 1,024 rows (its MLP bank).
+  static NorMuonSettings record_2026() { return NorMuonSettings{1.2, 0.9, 1024}; }
 };
 
 class NorMuonRunner {
@@ -43,6 +62,10 @@ class NorMuonRunner {
   template <typename P>
   void step(MatmulContext& context, const NorMuonBatch<P>& batch, double lr, double momentum,
             cudaStream_t stream) const;
+  // The 2026-07-17 record's step of a bank's matrices (lr: 0.023 x the schedule): momentum in fp32 over the
+  // bf16 gradients, the scale rounded to bf16 before it multiplies X, the update through the fp32 master.
+  void step_bank(MatmulContext& context, const NorMuonBankBatch& batch, double lr, double momentum,
+                 cudaStream_t stream) const;
 
   int rows() const { return rows_; }
   int cols() const { return cols_; }

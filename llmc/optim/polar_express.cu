@@ -7,6 +7,7 @@
 
 #include "llmc/kernels/matmul.cuh"
 #include "llmc/kernels/matrix_norm.cuh"
+#include "llmc/kernels/reduction.cuh"
 
 namespace llmc {
 
@@ -20,6 +21,19 @@ std::vector<PolarExpressStep> polar_express_record_steps() {
 
 namespace {
 constexpr size_t kAlignment = 256;
+
+// y = y + a x, one fused multiply-add rounded once to floatX (the compiled reference contracts it too).
+__global__ void add_scaled_kernel(floatX* y, const floatX* x, float a, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = from_float<floatX>(fmaf(a, to_float(x[i]), to_float(y[i])));
+}
+
+void add_scaled(floatX* y, const floatX* x, float a, size_t n, cudaStream_t stream) {
+  constexpr int kBlock = 256;
+  const unsigned blocks = elementwise_grid(n, kBlock) < 1024 ? elementwise_grid(n, kBlock) : 1024;
+  LLMC_LAUNCH(add_scaled_kernel, dim3(blocks), dim3(kBlock), 0, stream, y, x, a, n);
+}
 size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 struct WorkspaceLayout {
@@ -47,13 +61,14 @@ size_t PolarExpress::workspace_bytes(int rows, int cols, int max_batch) {
 }
 
 PolarExpress::PolarExpress(int rows, int cols, int max_batch, void* workspace, size_t workspace_bytes,
-                           std::vector<PolarExpressStep> steps)
+                           std::vector<PolarExpressStep> steps, PolarExpressUpdate update)
     : rows_(rows),
       cols_(cols),
       max_batch_(max_batch),
       small_(rows < cols ? rows : cols),
       tall_(rows > cols),
-      steps_(std::move(steps)) {
+      steps_(std::move(steps)),
+      update_(update) {
   if (steps_.empty()) throw std::invalid_argument("PolarExpress: needs at least one polynomial step");
   const WorkspaceLayout layout = workspace_layout(rows, cols, max_batch);
   if (workspace == nullptr || workspace_bytes < layout.total ||
@@ -99,9 +114,10 @@ void PolarExpress::step(MatmulContext& context, const PolarExpressStep& k, const
   poly.stride_a = poly.stride_b = poly.stride_d = square;
   gemm(context, poly, stream);
 
-  GemmArgs update;  // next = B x + a x (wide), x B^T + a x (tall)
+  GemmArgs update;  // next = B x + a x (wide), x B^T + a x (tall); split: the product, then + a x
+  const bool split = update_ == PolarExpressUpdate::kSplit;
   update.d = next;
-  update.c = x;
+  update.c = split ? nullptr : x;
   update.a = tall_ ? x : poly_;
   update.b = tall_ ? poly_ : x;
   update.trans_b = tall_;
@@ -109,12 +125,13 @@ void PolarExpress::step(MatmulContext& context, const PolarExpressStep& k, const
   update.n = cols_;
   update.k = small_;
   update.alpha = 1.0f;
-  update.beta = static_cast<float>(k.a);
+  update.beta = split ? 0.0f : static_cast<float>(k.a);
   update.batch = batch;
   update.stride_a = tall_ ? matrix : square;
   update.stride_b = tall_ ? square : matrix;
   update.stride_d = matrix;
   gemm(context, update, stream);
+  if (split) add_scaled(next, x, static_cast<float>(k.a), static_cast<size_t>(matrix) * batch, stream);
 }
 
 void PolarExpress::run(MatmulContext& context, const floatX* in, floatX* out, int batch, cudaStream_t stream) const {

@@ -20,6 +20,11 @@ struct PolarExpressStep {
 // The record's five steps (computed for 5 iterations, safety factor 2e-2, cushion 2).
 std::vector<PolarExpressStep> polar_express_record_steps();
 
+// How a step's last product X' = a X + B X (tall: a X + X B) is rounded: once, from one GEMM with X as its C
+// (#44; the 2026-07-17 record for matrices of up to 1,024 rows), or the product first, with a X added by a
+// second kernel (the record's split, for its MLP bank of 3,072-row matrices).
+enum class PolarExpressUpdate { kFused, kSplit };
+
 constexpr float kPolarExpressNormScale = 1.02f;  // ||G||_F * 1.02 + 1e-6 bounds the spectral norm below 1
 constexpr float kPolarExpressNormEps = 1e-6f;
 
@@ -32,7 +37,8 @@ class PolarExpress {
   static size_t workspace_bytes(int rows, int cols, int max_batch);
 
   PolarExpress(int rows, int cols, int max_batch, void* workspace, size_t workspace_bytes,
-               std::vector<PolarExpressStep> steps = polar_express_record_steps());
+               std::vector<PolarExpressStep> steps = polar_express_record_steps(),
+               PolarExpressUpdate update = PolarExpressUpdate::kFused);
 
   // out[i] = orthogonalised in[i] for i < batch (batch <= max_batch); out may be in.
   void run(MatmulContext& context, const floatX* in, floatX* out, int batch, cudaStream_t stream) const;
@@ -49,6 +55,7 @@ class PolarExpress {
   int small_;  // min(rows, cols): the side of A = X X^T (or X^T X)
   bool tall_;
   std::vector<PolarExpressStep> steps_;
+  PolarExpressUpdate update_;
   floatX* x_work_;  // [max_batch, rows, cols]: the other half of the ping-pong with `out`
   floatX* gram_;    // A [max_batch, small, small]
   floatX* poly_;    // B [max_batch, small, small]

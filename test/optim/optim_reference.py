@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Float64 numpy oracle of the speedrun optimizers for test/optim/*.cu: Polar Express, one NorMuon step and
-one sharded-Adam step as the record (docs/recipes.md) describes them, written independently of the C++ code.
+one sharded-Adam step as the record (docs/recipes.md) describes them, and one NorMuon step of the 2026-07-17
+record's banks (SPEEDRUN89.md section 5) with its float32 update checked bit for bit, written independently
+of the C++ code.
 
 Besides the exact (float64) results it returns the tolerances the tests use, derived from the arithmetic:
   * a first-order running error bound (absolute values throughout) for a single Polar Express step and
@@ -12,8 +14,9 @@ Besides the exact (float64) results it returns the tolerances the tests use, der
     fp32 sum: every rounding as large as a rounding can be. Real roundings are at most u and on average
     about 0.4 u (uniform in absolute terms within a binade), so the model errs on the large side.
 
-Usage: optim_reference.py MODE DIR, MODE in polar_express | singular_values | normuon | adam. DIR holds the
-inputs as .npy files and config.json; the outputs are written to DIR as .npy files.
+Usage: optim_reference.py MODE DIR, MODE in polar_express | singular_values | normuon | normuon_bank |
+mantissa_update | adam. DIR holds the inputs as .npy files and config.json; the outputs are written to DIR
+as .npy files.
 """
 import json
 import os
@@ -63,8 +66,9 @@ def frobenius(x):
     return np.sqrt(np.sum(x * x, axis=(-2, -1), keepdims=True))
 
 
-def polar_express(g, steps, ux, store=exact):
-    """Normalise by ||G||_F * 1.02 + 1e-6, then X = a X + (b A + c A A^T) X, A = X X^T (tall: on X^T)."""
+def polar_express(g, steps, ux, store=exact, split=False):
+    """Normalise by ||G||_F * 1.02 + 1e-6, then X = a X + (b A + c A A^T) X, A = X X^T (tall: on X^T).
+    split: the product (B X) is stored before a X is added (the 2026-07-17 record's large matrices)."""
     tall = g.shape[-2] > g.shape[-1]
     small, large = min(g.shape[-2:]), max(g.shape[-2:])
     x = store(g / (frobenius(g) * 1.02 + 1e-6), ux + g[0].size * FP32_ROUNDOFF)
@@ -73,7 +77,10 @@ def polar_express(g, steps, ux, store=exact):
     for a, b, c in steps:
         gram = store(x @ swap(x), ux + large * FP32_ROUNDOFF)
         poly = store(c * (gram @ swap(gram)) + b * gram, ux + (small + 1) * FP32_ROUNDOFF)
-        x = store(a * x + poly @ x, ux + (small + 1) * FP32_ROUNDOFF)
+        if split:
+            x = store(a * x + store(poly @ x, ux + small * FP32_ROUNDOFF), ux + FP32_ROUNDOFF)
+        else:
+            x = store(a * x + poly @ x, ux + (small + 1) * FP32_ROUNDOFF)
     return swap(x) if tall else x
 
 
@@ -191,6 +198,94 @@ def mode_normuon(d, cfg):
     save(d, "variance_tolerance", variance_tol)
 
 
+def normuon_bank_step(inp, cfg, store=exact):
+    """One step of the 2026-07-17 record's NorMuon on a bank's matrices [count, rows, cols] (SPEEDRUN89.md
+    section 5); returns (masters, momentum, variance). Momentum and variance are fp32 whatever the
+    parameters; the scale is stored in bf16 before it multiplies X; the update is applied to the fp32
+    master (the bf16 parameter's bits and its mantissa state, or the fp32 parameter itself)."""
+    ux, u32 = cfg["storage_roundoff"], FP32_ROUNDOFF
+    mu, lr, wd, beta2 = cfg["momentum"], cfg["lr"], cfg["weight_decay"], cfg["beta2"]
+    steps = [tuple(s) for s in cfg["steps"]]
+    grads, master = inp["grads"], inp["master"]
+    rows, cols = grads.shape[-2:]
+    momentum = store(torch_lerp(inp["momentum"], grads, 1.0 - mu), 3 * u32)
+    u = store(store(torch_lerp(grads, momentum, mu), 3 * u32), ux)
+    x = polar_express(u, steps, ux, store, split=rows > cfg["split_above_rows"] > 0)
+    axis = -2 if cfg["per_column"] else -1
+    mean = np.mean(x * x, axis=axis, keepdims=True)
+    variance = store(torch_lerp(inp["variance"], mean, 1.0 - beta2), (x.shape[axis] + 5) * u32)
+    step = 1.0 / np.sqrt(np.maximum(variance, 1e-10))
+    ratio = frobenius(x) / np.maximum(frobenius(x * step), 1e-10)
+    scale = store(step * ratio, ux + (rows * cols + 6) * u32)
+    scaled = store(x * scale, ux + u32)
+    lr_eff = (round_fp32(lr * cfg["shape_scale"]) * inp["lr_mul"]).reshape(-1, 1, 1)
+    wd_lr = round_fp32(lr * wd)
+    mask = np.where(scaled * master >= 0, 1.0, 0.0)
+    new_master = store(master - master * mask * wd_lr * lr_eff - scaled * lr_eff, 6 * u32)
+    return new_master, momentum, variance.reshape(variance.shape[0], -1)
+
+
+def mode_normuon_bank(d, cfg):
+    inp = {name: np.load(os.path.join(d, name + ".npy"))
+           for name in ("grads", "master", "momentum", "variance", "lr_mul")}
+    inp["variance"] = inp["variance"].reshape(
+        inp["variance"].shape[0], *((1, -1) if cfg["per_column"] else (-1, 1)))
+    master, momentum, variance = normuon_bank_step(inp, cfg)
+    save(d, "master_out", master)
+    save(d, "momentum_out", momentum)
+    save(d, "variance_out", variance)
+    update = master - inp["master"]
+    variance3 = variance.reshape(variance.shape[0], 1, -1)
+    momentum_tol, variance_tol, update_tol = 0.0, 0.0, 0.0
+    for sample in range(NOISE_SAMPLES):
+        noisy = normuon_bank_step(inp, cfg, NoisyStores(1000 + sample))
+        update_tol = np.maximum(update_tol, relative_errors(noisy[0] - inp["master"], update))
+        momentum_tol = np.maximum(momentum_tol, relative_errors(noisy[1], momentum))
+        variance_tol = np.maximum(variance_tol, relative_errors(noisy[2].reshape(variance3.shape), variance3))
+    save(d, "update_tolerance", update_tol)
+    save(d, "momentum_tolerance", momentum_tol)
+    save(d, "variance_tolerance", variance_tol)
+
+
+def bf16_round_f32(x):
+    """float32 in, float32 out: rounded to the nearest bfloat16, ties to even."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+
+
+def mode_mantissa_update(d, cfg):
+    """The banks' apply in float32, operation by operation (exact IEEE float32 arithmetic, so the device
+    must agree bit for bit): scale = bf16(step ratio), X' = bf16(X scale) (no bf16 in the fp32 build), M = the master, mask = X' M >= 0,
+    M - ((M mask) wd_lr) lr_eff - X' lr_eff, each product and difference rounded to float32; then the
+    master split in two 16-bit halves (truncation), or kept whole for fp32 parameters."""
+    f32 = np.float32
+    x = np.load(os.path.join(d, "x.npy")).astype(f32)
+    steps = np.load(os.path.join(d, "steps.npy")).astype(f32)
+    ratios = np.load(os.path.join(d, "ratios.npy")).astype(f32)
+    lr_mul = np.load(os.path.join(d, "lr_mul.npy")).astype(f32)
+    count, rows, cols = x.shape
+    if cfg["param_bf16"]:
+        high = np.load(os.path.join(d, "param_bits.npy")).astype(np.uint32)
+        low = np.load(os.path.join(d, "mantissas.npy")).astype(np.uint32)
+        master = ((high << 16) | low).view(f32)
+    else:
+        master = np.load(os.path.join(d, "params.npy")).astype(f32)
+    steps = steps.reshape(count, 1, cols) if cfg["per_column"] else steps.reshape(count, rows, 1)
+    store = bf16_round_f32 if cfg["param_bf16"] else (lambda v: v)  # X's type is the parameters'
+    scale = store(steps * ratios.reshape(-1, 1, 1))
+    update = store(x * scale)
+    lr_eff = (f32(cfg["lr_times_shape"]) * lr_mul).reshape(-1, 1, 1)
+    mask = np.where(update * master >= 0, f32(1), f32(0))
+    new_master = (master - (master * mask * f32(cfg["wd_lr"])) * lr_eff) - update * lr_eff
+    assert new_master.dtype == f32
+    if cfg["param_bf16"]:
+        bits = new_master.view(np.uint32)
+        save(d, "param_bits_out", (bits >> 16).astype(np.float64))
+        save(d, "mantissas_out", (bits & 0xFFFF).astype(np.float64))
+    else:
+        save(d, "params_out", new_master.astype(np.float64))
+
+
 def mode_adam(d, cfg):
     """One Adam update; m and v are rounded to their storage type exactly (the device stores them so)."""
     g, p, m, v = (np.load(os.path.join(d, n + ".npy")) for n in ("grad", "param", "m", "v"))
@@ -201,7 +296,10 @@ def mode_adam(d, cfg):
     m_new, v_new = round_s(m_exact), round_s(v_exact)
     step_size = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
     update = step_size * m_new / (np.sqrt(v_new) + eps)
-    p_new = p - update
+    # Cautious decay (the 2026-07-17 record; 0 in #44): decay p joins the update where update p > 0.
+    decay = cfg.get("decay", 0.0)
+    decayed = np.where(update * p > 0, decay * p, 0.0)
+    p_new = p - (update + decayed)
     save(d, "m_out", m_new)
     save(d, "v_out", v_new)
     save(d, "param_out", p_new)
@@ -221,8 +319,12 @@ def mode_adam(d, cfg):
     update_bound = step_size * (m_bound / denominator + np.abs(m_new) * root_bound / denominator ** 2)
     save(d, "m_bound", m_bound)
     save(d, "v_bound", v_bound)
+    # The decay: its product and sum (2 u32), and all of it where the update's sign is within its bound
+    # of zero (the device's mask may differ there).
+    ambiguous = np.abs(update) <= update_bound + 5 * FP32_ROUNDOFF * np.abs(update)
+    decay_bound = 2 * FP32_ROUNDOFF * np.abs(decay * p) + np.where(ambiguous, np.abs(decay * p), 0.0)
     save(d, "param_bound",
-         update_bound + 5 * FP32_ROUNDOFF * np.abs(update) + (up + FP32_ROUNDOFF) * np.abs(p_new))
+         update_bound + 5 * FP32_ROUNDOFF * np.abs(update) + decay_bound + (up + FP32_ROUNDOFF) * np.abs(p_new))
 
 
 def main():
@@ -232,7 +334,8 @@ def main():
         with open(os.path.join(directory, "config.json")) as f:
             cfg = json.load(f)
     modes = {"polar_express": mode_polar_express, "singular_values": mode_singular_values,
-             "normuon": mode_normuon, "adam": mode_adam}
+             "normuon": mode_normuon, "normuon_bank": mode_normuon_bank, "mantissa_update": mode_mantissa_update,
+             "adam": mode_adam}
     modes[mode](directory, cfg)
 
 

@@ -54,7 +54,7 @@ class AdamSharded : public llmc::test::OracleTest {};
 // given the device's state before it (so that the second checks t = 2 on its own).
 template <typename P, typename S>
 void check_two_updates(const llmc::test::OracleTest& test, int rows, int cols, int world, int rank, double lr,
-                       unsigned seed) {
+                       unsigned seed, const llmc::AdamShardedSettings& settings = llmc::AdamShardedSettings()) {
   const llmc::AdamRowShard shard = llmc::adam_row_shard(rows, world, rank);
   const size_t shard_n = static_cast<size_t>(shard.rows()) * cols;
   std::mt19937 rng(seed);
@@ -64,7 +64,6 @@ void check_two_updates(const llmc::test::OracleTest& test, int rows, int cols, i
   d_param.upload(param);
   d_m.fill_zero();
   d_v.fill_zero();
-  const llmc::AdamShardedSettings settings;
   std::vector<double> m(shard_n, 0.0), v(shard_n, 0.0);
   for (int t = 1; t <= 2; t++) {
     const std::vector<double> grad = round_to_t<P>(random_values(shard_n, rng, -0.01, 0.01));
@@ -79,9 +78,10 @@ void check_two_updates(const llmc::test::OracleTest& test, int rows, int cols, i
     char json[512];
     std::snprintf(json, sizeof json,
                   "{\"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"lr\": %.17g, \"t\": %d, \"state_bf16\": %s, "
-                  "\"state_roundoff\": %.17g, \"param_roundoff\": %.17g}",
+                  "\"state_roundoff\": %.17g, \"param_roundoff\": %.17g, \"decay\": %.17g}",
                   settings.beta1, settings.beta2, settings.eps, lr, t, std::is_same_v<S, float> ? "false" : "true",
-                  parameter_roundoff<S>(), parameter_roundoff<P>());
+                  parameter_roundoff<S>(), parameter_roundoff<P>(),
+                  static_cast<double>(static_cast<float>(llmc::adam_decay(settings, lr))));
     oracle.config(json);
     oracle.run("adam");
     const std::vector<double> got_param = d_param.download();
@@ -109,6 +109,43 @@ TEST_F(AdamSharded, TableRowShardInFloatXFirstTwoUpdates) {
 TEST_F(AdamSharded, Fp32ScalarsShardFirstTwoUpdates) {
   LLMC_REQUIRE_GPU();
   check_two_updates<float, float>(*this, 64, 1, 8, 3, 0.008 * 5, 910);  // scalars' lr x5
+}
+
+// The 2026-07-17 record's Adam on a bf16 table (the value embeddings: betas (0.75, 0.95), lr x75, wd_mul 5)
+// with fp32 moments and cautious decay, and on the fp32 scalars (betas (0.9, 0.99), lr x5, no decay).
+TEST_F(AdamSharded, Record2026TableWithCautiousDecayFirstTwoUpdates) {
+  LLMC_REQUIRE_GPU();
+  check_two_updates<floatX, float>(*this, 16, 24, 4, 1, 0.008 * 75, 930,
+                                   llmc::AdamShardedSettings::record_2026(0.75, 0.95, 5.0));
+}
+
+TEST_F(AdamSharded, Record2026ScalarsFirstTwoUpdates) {
+  LLMC_REQUIRE_GPU();
+  check_two_updates<float, float>(*this, 64, 1, 8, 5, 0.008 * 5, 940,
+                                  llmc::AdamShardedSettings::record_2026(0.9, 0.99, 0.0));
+}
+
+// The decay's mask is strict (update p > 0): none where the signs disagree or either is 0 (g = 0 gives a zero
+// update). With m = v = 0, g = +-1 and t = 1 the update is step_size x sign(g), the eps below fp32's reach.
+TEST_F(AdamSharded, CautiousDecayOnlyWhereUpdateAndParameterAgreeStrictly) {
+  LLMC_REQUIRE_GPU();
+  const std::vector<double> p = {0.5, -0.5, 0.5, -0.5, 0.0, 0.5}, g = {1.0, -1.0, -1.0, 1.0, 1.0, 0.0};
+  DeviceBuffer<float> d_param(6), d_grad(6), d_m(6), d_v(6);
+  d_param.upload(p);
+  d_grad.upload(g);
+  d_m.fill_zero();
+  d_v.fill_zero();
+  const llmc::AdamShardedSettings settings = llmc::AdamShardedSettings::record_2026(0.5, 0.75, 150.0);
+  const double lr = 0.25;  // step size 0.25 sqrt(0.25) / 0.5 = 0.25; decay 0.0625 x 0.005 x 150 = 0.046875
+  llmc::adam_sharded_update<float, float>(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), 1, {0, 6}, settings, lr,
+                                          1, nullptr);
+  const std::vector<double> got = d_param.download();
+  const double step = 0.25, decay = 0.046875;
+  ASSERT_DOUBLE_EQ(llmc::adam_step_size(settings, lr, 1), step);
+  ASSERT_DOUBLE_EQ(llmc::adam_decay(settings, lr), decay);
+  const std::vector<double> want = {0.5 - step - decay * 0.5, -0.5 + step + decay * 0.5, 0.5 + step, -0.5 - step,
+                                    -step, 0.5};
+  EXPECT_EQ(got, want);  // every value above is exact in fp32
 }
 
 TEST_F(AdamSharded, RowShardsCoverTheTensor) {

@@ -109,12 +109,6 @@ NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& bef
 // The suite's fixture: each test's own temporary directory for the oracle's files.
 class NorMuon : public llmc::test::OracleTest {};
 
-double relative_error(const double* got, const double* want, size_t n) {
-  double error = 0.0, norm = 0.0;
-  for (size_t i = 0; i < n; i++) error += (got[i] - want[i]) * (got[i] - want[i]), norm += want[i] * want[i];
-  return std::sqrt(error / norm);
-}
-
 // Per matrix: the relative Frobenius error of the parameter update, the momentum and the variance buffer,
 // each within the largest of the oracle's noisy replicas (every stored value perturbed by its roundoff
 // plus the fp32 operations and sums feeding it).
@@ -160,9 +154,9 @@ void check_step_against_oracle(const llmc::test::PythonOracle& oracle, const Nor
       got_update[i] = after.params[b * matrix + i] - before.params[b * matrix + i];
       want_update[i] = params[b * matrix + i] - before.params[b * matrix + i];
     }
-    const double update_error = relative_error(got_update.data(), want_update.data(), matrix);
-    const double momentum_error = relative_error(&after.momentum[b * matrix], &momentum[b * matrix], matrix);
-    const double variance_error = relative_error(&after.variance[b * stats], &variance[b * stats], stats);
+    const double update_error = relative_frobenius_error(got_update.data(), want_update.data(), matrix);
+    const double momentum_error = relative_frobenius_error(&after.momentum[b * matrix], &momentum[b * matrix], matrix);
+    const double variance_error = relative_frobenius_error(&after.variance[b * stats], &variance[b * stats], stats);
     EXPECT_LE(update_error, update_tol[b]) << c.name << " matrix " << b << ": parameter update";
     EXPECT_LE(momentum_error, momentum_tol[b]) << c.name << " matrix " << b << ": momentum";
     EXPECT_LE(variance_error, variance_tol[b]) << c.name << " matrix " << b << ": variance";

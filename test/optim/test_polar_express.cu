@@ -194,6 +194,38 @@ TEST_F(PolarExpress, BitwiseRepeatableAndInPlace) {
   EXPECT_TRUE(bitwise_equal(in.download_raw(), four_steps)) << "four steps: in place differs";
 }
 
+// The split update (the 2026-07-17 record's MLP bank) rounds B X (tall: X B) first and then adds a X in one
+// fused multiply-add: bit for bit bf16(fma(a, X, bf16(product))), with X the normalised input (a step
+// (1, 0, 0) gives it exactly) and the product what a fused step with a = 0 gives; unlike the fused update.
+TEST_F(PolarExpress, SplitUpdateRoundsTheProductFirst) {
+  LLMC_REQUIRE_GPU();
+  const Shape s{2, 48, 16};
+  const size_t n = static_cast<size_t>(s.batch) * s.rows * s.cols;
+  std::mt19937 rng(750);
+  DeviceBuffer<floatX> in(n), out(n);
+  in.upload(random_values(n, rng));
+  DeviceBuffer<char> workspace(llmc::PolarExpress::workspace_bytes(s.rows, s.cols, s.batch));
+  llmc::MatmulContext context;
+  const llmc::PolarExpressStep k = llmc::polar_express_record_steps()[0];
+  auto run = [&](llmc::PolarExpressStep step, llmc::PolarExpressUpdate update) {
+    llmc::PolarExpress polar(s.rows, s.cols, s.batch, workspace.get(), workspace.size(), {step}, update);
+    polar.run(context, in.get(), out.get(), s.batch, nullptr);
+    return out.download_raw();
+  };
+  const std::vector<floatX> x = run({1.0, 0.0, 0.0}, llmc::PolarExpressUpdate::kFused),
+                            product = run({0.0, k.b, k.c}, llmc::PolarExpressUpdate::kFused),
+                            split = run(k, llmc::PolarExpressUpdate::kSplit),
+                            fused = run(k, llmc::PolarExpressUpdate::kFused);
+  for (size_t i = 0; i < n; i++) {
+    const floatX want = llmc::from_float<floatX>(
+        std::fmaf(static_cast<float>(k.a), llmc::to_float(x[i]), llmc::to_float(product[i])));
+    ASSERT_EQ(llmc::to_float(split[i]), llmc::to_float(want)) << "element " << i;
+  }
+#if !defined(LLMC_FP32)
+  EXPECT_FALSE(bitwise_equal(split, fused)) << "the case must tell the two roundings apart";
+#endif
+}
+
 TEST_F(PolarExpress, RejectsBadWorkspaceAndBatch) {
   LLMC_REQUIRE_GPU();
   const size_t bytes = llmc::PolarExpress::workspace_bytes(8, 16, 2);

@@ -99,4 +99,11 @@ inline bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+// ||got - want|| / ||want|| over n values (the optimizer tests' per-matrix error).
+inline double relative_frobenius_error(const double* got, const double* want, size_t n) {
+  double error = 0.0, norm = 0.0;
+  for (size_t i = 0; i < n; i++) error += (got[i] - want[i]) * (got[i] - want[i]), norm += want[i] * want[i];
+  return std::sqrt(error / norm);
+}
+
 }  // namespace llmc::test
