@@ -24,7 +24,8 @@ set(LLMC_MODDED89_KERNEL_TEST_SOURCES
   test/kernels/test_token_mix.cu
   test/kernels/test_value_embed_gate.cu
   test/kernels/test_dc_attention.cu
-  test/kernels/test_gate_mlp_output.cu)
+  test/kernels/test_gate_mlp_output.cu
+  test/kernels/test_tied_transpose.cu)
 set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_encoder.cu
   test/kernels/test_layernorm.cu

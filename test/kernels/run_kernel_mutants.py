@@ -23,6 +23,7 @@ MUTANTS = {
     "softcap.no_cap_derivative": "SoftcapCrossEntropyKernel.LossAndInPlace*",  # dz = dlogits
     "smear.no_next_row": "SmearKernel.*",                              # de[t] misses lambda g[t+1] dout[t+1]
     "smear.no_barrier": "SmearKernel.*",                               # per-warp partials read before written
+    "tied_transpose.no_barrier": "TiedTransposeKernel.*",              # a tile column read before it is staged
     "attention_gate.drop_last_chunk": "AttentionGateKernel.*",         # dw misses the last row chunk
     "residual_mix.drop_first_partial": "MixKernel.*",                  # scalar grads miss block 0's partial
     "embedding.previous_token": "EmbeddingKernel.FourGathers*",        # gathers the previous token's rows
