@@ -8,7 +8,8 @@ add_library(llmc_muon_plan STATIC llmc/optim/muon_cost.cpp llmc/optim/muon_owner
 target_link_libraries(llmc_muon_plan PUBLIC llmc_flags)
 
 # What each rank of the speedrun optimizer holds, and the re-sharding of its checkpoints (pure C++).
-add_library(llmc_speedrun_state STATIC llmc/optim/speedrun_state_plan.cpp llmc/optim/modded89_param_table.cpp)
+add_library(llmc_speedrun_state STATIC llmc/optim/speedrun_state_plan.cpp llmc/optim/tensor_roles.cpp
+  llmc/optim/modded89_param_table.cpp)
 target_link_libraries(llmc_speedrun_state PUBLIC llmc_muon_plan llmc_model)
 add_executable(test_speedrun_state_plan test/optim/test_speedrun_state_plan.cpp)
 target_link_libraries(test_speedrun_state_plan PRIVATE llmc_speedrun_state GTest::gtest_main)

@@ -60,7 +60,8 @@ struct SpeedrunOptimizer::Runner {
 // The plan's batch (llmc/optim/speedrun_state_plan.h) and its device buffers.
 struct SpeedrunOptimizer::MuonBatch : MuonBatchPlan {
   int runner = 0;
-  float* master = nullptr;          // fp32: [count, rows, cols]
+  float* master = nullptr;          // fp32 masters: [count, rows, cols]
+  uint16_t* mantissas = nullptr;    // mantissa storage (bf16 builds): [count, rows, cols]
   float* grad32 = nullptr;          // fp32: [count, rows, cols], the averaged gradient widened
   void* params_table = nullptr;     // device P* [count]
   void* grads_table = nullptr;      // device const P* [count]
@@ -117,13 +118,16 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
     throw std::invalid_argument("SpeedrunOptimizer: the model's layout is for " + std::to_string(layout.world_size) +
                                 " ranks, the communicator has " + std::to_string(comm.world_size()));
   settings_.schedule.validate();
+  if (settings_.recipe != SpeedrunRecipe::k2025_10_31)
+    throw std::invalid_argument("SpeedrunOptimizer: only the 2025-10-31 recipe drives it so far");
   int least_priority = 0, greatest_priority = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   CUDA_CHECK(cudaStreamCreateWithPriority(&update_stream_, cudaStreamNonBlocking, greatest_priority));
   fp32_params_ = model.take_fp32_params();
   if (fp32_params_.empty())
     throw std::invalid_argument("SpeedrunOptimizer: the model does not keep its scalars in fp32 (take_fp32_params)");
-  rank_plan_ = plan_speedrun_rank(layout, comm.rank(), settings_.owners);
+  rank_plan_ = plan_speedrun_rank(layout, speedrun_tensor_roles(settings_.recipe, layout), comm.rank(),
+                                  settings_.owners);
   buckets_.resize(layout.num_buckets());
   for (int b = 0; b < layout.num_buckets(); b++) buckets_[b].spec = &rank_plan_.buckets[b];
   build_muon();
@@ -170,21 +174,26 @@ void SpeedrunOptimizer::allocate_batch(MuonBatch& batch) {
   const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
   const size_t elements = batch.count * matrix;
   const size_t stat = batch.variance_elements();
-  const size_t element_bytes = batch.fp32 ? sizeof(float) : sizeof(floatX);
+  const size_t element_bytes = batch.fp32_buffers() ? sizeof(float) : sizeof(floatX);
   batch.momentum = allocate<char>(elements * element_bytes);
   batch.variance = allocate<char>(stat * element_bytes);
   batch.momentum_bytes = elements * element_bytes;
   batch.variance_bytes = stat * element_bytes;
   std::vector<float> lr_multipliers;
   for (size_t i = 0; i < batch.unit_offset.size(); i++)
-    lr_multipliers.insert(lr_multipliers.end(), batch.unit_matrices[i],
-                          static_cast<float>(batch.unit_is_fc[i] ? settings_.fc_lr_multiplier : 1.0));
+    for (int m = 0; m < batch.unit_matrices[i]; m++)
+      lr_multipliers.push_back(static_cast<float>(
+          matrix_lr_multiplier(model_.layout().tensors[batch.unit_tensor[i]], batch.unit_first_matrix[i] + m)));
   batch.lr_multipliers = allocate<float>(batch.count);
   CUDA_CHECK(cudaMemcpy(batch.lr_multipliers, lr_multipliers.data(), batch.count * sizeof(float),
                         cudaMemcpyHostToDevice));
   state_bytes_ += (elements + stat) * element_bytes;
   std::vector<void*> params_table, grads_table;
-  if (batch.fp32) {
+  if (batch.storage == MuonStorage::kMantissa && sizeof(floatX) == 2) {
+    batch.mantissas = allocate<uint16_t>(elements);
+    state_bytes_ += elements * sizeof(uint16_t);
+  }
+  if (batch.storage == MuonStorage::kFp32Master) {
     batch.master = allocate<float>(elements);
     batch.grad32 = allocate<float>(elements);
     state_bytes_ += 2 * elements * sizeof(float);
@@ -208,7 +217,7 @@ void SpeedrunOptimizer::allocate_batch(MuonBatch& batch) {
 // The plan's Muon batches per bucket with their buffers; one NorMuonRunner per shape, type and shape rules,
 // sized for its largest batch.
 void SpeedrunOptimizer::build_muon() {
-  std::map<std::tuple<int, int, bool, bool, double>, int> runner_of;
+  std::map<std::tuple<int, int, MuonStorage, bool, double>, int> runner_of;
   std::vector<int> runner_max;
   std::vector<const MuonBatchPlan*> runner_shape;
   for (BucketPlan& bucket : buckets_) {
@@ -216,7 +225,7 @@ void SpeedrunOptimizer::build_muon() {
       MuonBatch batch;
       static_cast<MuonBatchPlan&>(batch) = batch_plan;
       allocate_batch(batch);
-      const auto key = std::make_tuple(batch.rows, batch.cols, batch.fp32, batch.rules.variance_per_column,
+      const auto key = std::make_tuple(batch.rows, batch.cols, batch.storage, batch.rules.variance_per_column,
                                        batch.rules.lr_scale);
       auto found = runner_of.find(key);
       if (found == runner_of.end()) {
@@ -241,8 +250,12 @@ void SpeedrunOptimizer::build_muon() {
   }
 }
 
-double SpeedrunOptimizer::adam_lr_multiplier(int kind) const {
-  switch (static_cast<SpeedrunTensor>(kind)) {
+double SpeedrunOptimizer::matrix_lr_multiplier(const TensorView& view, int /*matrix*/) const {
+  return speedrun_kind(view) == SpeedrunTensor::kFc ? settings_.fc_lr_multiplier : 1.0;
+}
+
+double SpeedrunOptimizer::adam_lr_multiplier(const TensorView& view) const {
+  switch (speedrun_kind(view)) {
     case SpeedrunTensor::kScalars: return settings_.scalar_lr_multiplier;
     case SpeedrunTensor::kHead: return settings_.head_lr_multiplier;
     default: return settings_.embed_lr_multiplier;  // embed and the value embeddings
@@ -260,7 +273,7 @@ void SpeedrunOptimizer::build_adam() {
     for (const AdamSegmentPlan& segment_plan : from.adam_segments) {
       AdamSegment segment;
       static_cast<AdamSegmentPlan&>(segment) = segment_plan;
-      segment.lr_multiplier = adam_lr_multiplier(segment.kind);
+      segment.lr_multiplier = adam_lr_multiplier(layout.tensors[segment.tensor]);
       out.adam_segments.push_back(segment);
     }
     if (!out.has_adam()) continue;
@@ -281,7 +294,7 @@ void SpeedrunOptimizer::init_master(const std::vector<float>& host_params) {
   CUDA_CHECK(cudaStreamSynchronize(update_stream_));
   for (const BucketPlan& plan : buckets_)
     for (const MuonBatch& batch : plan.batches) {
-      if (!batch.fp32) continue;
+      if (batch.storage != MuonStorage::kFp32Master) continue;
       const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
       size_t at = 0;
       for (size_t i = 0; i < batch.unit_offset.size(); i++) {
@@ -322,6 +335,7 @@ std::vector<SpeedrunOptimizer::StateBuffer> SpeedrunOptimizer::state_buffers(int
       case SpeedrunStateField::kAdamM32: device = plan.adam_m32; break;
       case SpeedrunStateField::kAdamV32: device = plan.adam_v32; break;
       case SpeedrunStateField::kSavedGrads: device = plan.saved_grads; break;
+      case SpeedrunStateField::kMantissa: device = batch->mantissas; break;
     }
     buffers.push_back({array.name, array.element_bytes, device, array.elements() * array.element_bytes});
   }
@@ -373,8 +387,9 @@ void SpeedrunOptimizer::upload_resharded_state(const std::vector<std::vector<Nam
   const ParamLayout old_layout = relayout(model_.layout(), old_world);
   std::vector<std::vector<StateArrayPlan>> old_plans;
   for (int rank = 0; rank < old_world; rank++)
-    old_plans.push_back(speedrun_state_arrays(plan_speedrun_rank(old_layout, rank, settings_.owners), old_layout,
-                                              adam_grads_saved_after(step), static_cast<int>(sizeof(floatX))));
+    old_plans.push_back(speedrun_state_arrays(
+        plan_speedrun_rank(old_layout, speedrun_tensor_roles(settings_.recipe, old_layout), rank, settings_.owners),
+        old_layout, adam_grads_saved_after(step), static_cast<int>(sizeof(floatX))));
   upload_state(reshard_speedrun_state(old_rank_arrays, old_plans, state_arrays(step)), step);
 }
 
@@ -478,7 +493,7 @@ void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
   const double lr = settings_.muon_lr * lr_;
   const double momentum = settings_.schedule.muon_momentum(step_ - 1);
   const NorMuonRunner& runner = *runners_[batch.runner]->runner;
-  if (batch.fp32) {
+  if (batch.storage == MuonStorage::kFp32Master) {
     size_t at = 0;
     for (size_t i = 0; i < batch.unit_offset.size(); i++) {
       const size_t length = batch.unit_matrices[i] * matrix;
@@ -507,7 +522,7 @@ void SpeedrunOptimizer::update_adam(int bucket) {
     const AdamRowShard rows{0, static_cast<int>(segment.length)};
     const double lr = settings_.adam_lr * segment.lr_multiplier * lr_;
     floatX* param = model_.params() + segment.offset;
-    if (segment.fp32_state)
+    if (segment.fp32_param)
       update_fp32_adam(segment, grad, plan, lr, t);
     else
       adam_sharded_update<floatX, floatX>(param, grad, plan.adam_m + segment.state_offset,

@@ -19,6 +19,7 @@
 #include "llmc/optim/normuon.h"
 #include "llmc/optim/speedrun_state_plan.h"
 #include "llmc/optim/overlap_mode.h"
+#include "llmc/optim/tensor_roles.h"
 #include "llmc/schedule/speedrun_schedule.h"
 
 namespace llmc {
@@ -40,6 +41,7 @@ struct SpeedrunOptimizerSettings {
   SpeedrunSchedule schedule = SpeedrunSchedule::record();  // Muon momentum and the Adam steps, by 0-based step
   MuonOwnerOptions owners;
   OverlapMode overlap = OverlapMode::kFull;
+  SpeedrunRecipe recipe = SpeedrunRecipe::k2025_10_31;  // the tensor roles (llmc/optim/tensor_roles.h)
 };
 
 class SpeedrunOptimizer : public BucketOptimizer {
@@ -106,7 +108,8 @@ class SpeedrunOptimizer : public BucketOptimizer {
   bool adam_grads_saved_after(int step) const { return step >= 1 && !settings_.schedule.adam_steps_at(step - 1); }
   // The arrays download_state(step) writes, by the plan.
   std::vector<StateArrayPlan> state_arrays(int step) const;
-  double adam_lr_multiplier(int kind) const;
+  double adam_lr_multiplier(const TensorView& view) const;
+  double matrix_lr_multiplier(const TensorView& view, int matrix) const;  // of a NorMuon tensor's matrix
   bool adam_step() const { return settings_.schedule.adam_steps_at(step_ - 1); }
   void reduce_bucket(int bucket);  // comm stream
   void reduce_muon_span(const MuonSpan& span);

@@ -9,15 +9,10 @@
 #include <tuple>
 
 #include "llmc/base/bf16_bits.h"
-#include "llmc/model/modded44/speedrun_layout.h"
 
 namespace llmc {
 
 namespace {
-
-bool is_block_matrix(SpeedrunTensor kind) {
-  return kind == SpeedrunTensor::kQkvo || kind == SpeedrunTensor::kFc || kind == SpeedrunTensor::kProj;
-}
 
 // Sorts the spans by offset and merges neighbours of one owner: one collective each.
 void merge_spans(std::vector<MuonSpan>& spans) {
@@ -34,34 +29,36 @@ void merge_spans(std::vector<MuonSpan>& spans) {
 
 // Per bucket: the spans of every Muon unit, and the batches of the units this rank updates (one per shape,
 // type and shape rules, units in plan order).
-void plan_muon(const ParamLayout& layout, SpeedrunRankPlan& plan) {
+void plan_muon(const ParamLayout& layout, const std::vector<TensorRole>& roles, SpeedrunRankPlan& plan) {
   std::vector<int> tensor_index;
-  const std::vector<MuonTensor> tensors = layout_muon_tensors(layout, &tensor_index);
-  using Key = std::tuple<int, int, int, bool, bool, double>;  // bucket, rows, cols, fp32, rules
+  const std::vector<MuonTensor> tensors = layout_muon_tensors(layout, roles, &tensor_index);
+  using Key = std::tuple<int, int, int, MuonStorage, bool, double>;  // bucket, rows, cols, storage, rules
   std::map<Key, MuonBatchPlan> batches;
   std::vector<Key> batch_order;
   for (const MuonOwnerUnit& unit : plan.owners.units) {
     const MuonTensor& tensor = tensors[unit.tensor];
-    const TensorView& view = layout.tensors[tensor_index[unit.tensor]];
+    const int index = tensor_index[unit.tensor];
+    const TensorView& view = layout.tensors[index];
+    const TensorRole& role = roles[index];
     const size_t matrix = static_cast<size_t>(tensor.rows) * tensor.cols;
     const size_t offset = view.offset + static_cast<size_t>(unit.first_matrix) * matrix;
     plan.buckets[view.bucket].muon_spans.push_back({unit.owner, offset, unit.matrices * matrix});
     if (unit.owner != kAllRanks && unit.owner != plan.rank) continue;
-    const NorMuonShapeRules rules = normuon_shape_rules(static_cast<int>(view.shape[0]), static_cast<int>(view.shape[1]));
-    const Key key{view.bucket, tensor.rows, tensor.cols, tensor.param_bytes == 4, rules.variance_per_column,
-                  rules.lr_scale};
+    const Key key{view.bucket, tensor.rows, tensor.cols, role.storage, role.rules.variance_per_column,
+                  role.rules.lr_scale};
     auto [found, inserted] = batches.emplace(key, MuonBatchPlan());
     MuonBatchPlan& batch = found->second;
     if (inserted) {
       batch_order.push_back(key);
       batch.rows = tensor.rows;
       batch.cols = tensor.cols;
-      batch.fp32 = tensor.param_bytes == 4;
-      batch.rules = rules;
+      batch.storage = role.storage;
+      batch.rules = role.rules;
     }
     batch.unit_offset.push_back(offset);
     batch.unit_matrices.push_back(unit.matrices);
-    batch.unit_is_fc.push_back(speedrun_kind(view) == SpeedrunTensor::kFc);
+    batch.unit_tensor.push_back(index);
+    batch.unit_first_matrix.push_back(unit.first_matrix);
     batch.count += unit.matrices;
   }
   for (SpeedrunBucketPlan& bucket : plan.buckets) merge_spans(bucket.muon_spans);
@@ -69,7 +66,7 @@ void plan_muon(const ParamLayout& layout, SpeedrunRankPlan& plan) {
 }
 
 // Per Adam bucket: every Adam tensor, and this rank's segments of its shard with their moments' places.
-void plan_adam(const ParamLayout& layout, SpeedrunRankPlan& plan) {
+void plan_adam(const ParamLayout& layout, const std::vector<TensorRole>& roles, SpeedrunRankPlan& plan) {
   for (int b = 0; b < layout.num_buckets(); b++) {
     const ParamBucket& bucket = layout.buckets[b];
     SpeedrunBucketPlan& out = plan.buckets[b];
@@ -78,18 +75,15 @@ void plan_adam(const ParamLayout& layout, SpeedrunRankPlan& plan) {
     for (int t = bucket.first_tensor; t < bucket.first_tensor + bucket.num_tensors; t++) {
       const TensorView& view = layout.tensors[t];
       if (view.group != ParamGroup::kAdam) continue;
-      const SpeedrunTensor kind = speedrun_kind(view);
-      if (kind != SpeedrunTensor::kScalars && kind != SpeedrunTensor::kHead && kind != SpeedrunTensor::kEmbed &&
-          kind != SpeedrunTensor::kValueEmbed)
-        throw std::invalid_argument("SpeedrunOptimizer: Adam tensor " + view.name + " is of no Adam kind");
       out.adam_tensors.emplace_back(view.offset, view.numel);
       const size_t from = std::max(begin, view.offset), to = std::min(end, view.offset + view.numel);
       if (from >= to) continue;
       AdamSegmentPlan segment;
       segment.offset = from;
       segment.length = to - from;
-      segment.kind = static_cast<int>(kind);
-      segment.fp32_state = kind == SpeedrunTensor::kScalars;
+      segment.tensor = t;
+      segment.fp32_state = roles[t].fp32_state;
+      segment.fp32_param = roles[t].fp32_param;
       size_t& state = segment.fp32_state ? out.adam_state_32 : out.adam_state_x;
       segment.state_offset = state;
       state += segment.length;
@@ -100,24 +94,24 @@ void plan_adam(const ParamLayout& layout, SpeedrunRankPlan& plan) {
 
 }  // namespace
 
-std::vector<MuonTensor> layout_muon_tensors(const ParamLayout& layout, std::vector<int>* tensor_index) {
+std::vector<MuonTensor> layout_muon_tensors(const ParamLayout& layout, const std::vector<TensorRole>& roles,
+                                            std::vector<int>* tensor_index) {
+  if (roles.size() != layout.tensors.size())
+    throw std::invalid_argument("speedrun optimizer: " + std::to_string(roles.size()) + " tensor roles for a layout of " +
+                                std::to_string(layout.tensors.size()) + " tensors");
   std::vector<MuonTensor> tensors;
   for (int b = layout.num_buckets() - 1; b >= 0; b--) {
     const ParamBucket& bucket = layout.buckets[b];
     for (int t = bucket.first_tensor; t < bucket.first_tensor + bucket.num_tensors; t++) {
       const TensorView& view = layout.tensors[t];
       if (view.group != ParamGroup::kMuon) continue;
-      if (view.shape.size() != 2)
-        throw std::invalid_argument("SpeedrunOptimizer: Muon tensor " + view.name + " is not a matrix");
-      const SpeedrunTensor kind = speedrun_kind(view);
+      const TensorRole& role = roles[t];
       MuonTensor tensor;
       tensor.name = view.name;
-      tensor.rows = static_cast<int>(view.shape[0]);
-      tensor.cols = kind == SpeedrunTensor::kQkvo ? tensor.rows : static_cast<int>(view.shape[1]);
-      tensor.matrices = kind == SpeedrunTensor::kQkvo ? 4 : 1;
-      if (static_cast<size_t>(tensor.rows) * tensor.cols * tensor.matrices != view.numel)
-        throw std::invalid_argument("SpeedrunOptimizer: Muon tensor " + view.name + " has an unexpected shape");
-      tensor.param_bytes = is_block_matrix(kind) ? 4 : 2;
+      tensor.rows = role.rows;
+      tensor.cols = role.cols;
+      tensor.matrices = role.matrices;
+      tensor.param_bytes = role.storage == MuonStorage::kInPlace ? 2 : 4;  // a master, or bf16 + mantissa
       tensors.push_back(tensor);
       tensor_index->push_back(t);
     }
@@ -125,17 +119,18 @@ std::vector<MuonTensor> layout_muon_tensors(const ParamLayout& layout, std::vect
   return tensors;
 }
 
-SpeedrunRankPlan plan_speedrun_rank(const ParamLayout& layout, int rank, const MuonOwnerOptions& owners) {
+SpeedrunRankPlan plan_speedrun_rank(const ParamLayout& layout, const std::vector<TensorRole>& roles, int rank,
+                                    const MuonOwnerOptions& owners) {
   if (rank < 0 || rank >= layout.world_size)
     throw std::invalid_argument("plan_speedrun_rank: rank " + std::to_string(rank) + " outside the world of " +
                                 std::to_string(layout.world_size));
   SpeedrunRankPlan plan;
   plan.rank = rank;
   std::vector<int> tensor_index;
-  plan.owners = plan_muon_owners(layout_muon_tensors(layout, &tensor_index), layout.world_size, owners);
+  plan.owners = plan_muon_owners(layout_muon_tensors(layout, roles, &tensor_index), layout.world_size, owners);
   plan.buckets.resize(layout.num_buckets());
-  plan_muon(layout, plan);
-  plan_adam(layout, plan);
+  plan_muon(layout, roles, plan);
+  plan_adam(layout, roles, plan);
   return plan;
 }
 
@@ -158,7 +153,7 @@ std::vector<StateArrayPlan> speedrun_state_arrays(const SpeedrunRankPlan& plan, 
     for (int i = 0; i < static_cast<int>(bucket.batches.size()); i++) {
       const MuonBatchPlan& batch = bucket.batches[i];
       const std::string name = prefix + "muon" + std::to_string(i) + ".";
-      const int bytes = batch.fp32 ? 4 : x_bytes;
+      const int bytes = batch.fp32_buffers() ? 4 : x_bytes;
       const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
       const size_t stat = batch.rules.variance_per_column ? batch.cols : batch.rows;
       StateArrayPlan values{name + "master", SpeedrunStateField::kMaster, b, i, 4, {}};
@@ -169,7 +164,9 @@ std::vector<StateArrayPlan> speedrun_state_arrays(const SpeedrunRankPlan& plan, 
         for (int m = 0; m < batch.unit_matrices[u]; m++) variance.pieces.push_back({key + m * matrix, stat});
       }
       StateArrayPlan momentum{name + "momentum", SpeedrunStateField::kMomentum, b, i, bytes, values.pieces};
-      if (batch.fp32) add(values);
+      StateArrayPlan mantissa{name + "mantissa", SpeedrunStateField::kMantissa, b, i, 2, values.pieces};
+      if (batch.storage == MuonStorage::kFp32Master) add(values);
+      if (batch.storage == MuonStorage::kMantissa && x_bytes == 2) add(mantissa);  // fp32 builds: no mantissa
       add(momentum);
       add(variance);
     }

@@ -12,19 +12,23 @@
 #include "llmc/family/param_layout.h"
 #include "llmc/optim/muon_owners.h"
 #include "llmc/optim/normuon_shape.h"
+#include "llmc/optim/tensor_roles.h"
 #include "llmc/checkpoint/state_file.h"  // NamedStateArray
 
 namespace llmc {
 
-// Matrices of one shape and type in one bucket that the rank updates (owned or replicated), units in plan
-// order; each unit is `unit_matrices[i]` matrices from parameter element `unit_offset[i]`.
+// Matrices of one shape and storage in one bucket that the rank updates (owned or replicated), units in plan
+// order; each unit is `unit_matrices[i]` matrices from parameter element `unit_offset[i]`, matrices
+// [unit_first_matrix[i], ...) of layout tensor `unit_tensor[i]`.
 struct MuonBatchPlan {
   int rows = 0, cols = 0, count = 0;
-  bool fp32 = false;  // block matrices (fp32 masters); gates update their floatX parameters in place
+  MuonStorage storage = MuonStorage::kFp32Master;
   NorMuonShapeRules rules{false, 1.0};
   std::vector<size_t> unit_offset;
   std::vector<int> unit_matrices;
-  std::vector<bool> unit_is_fc;  // W_fc: lr multiplier 2
+  std::vector<int> unit_tensor, unit_first_matrix;
+  // fp32 momentum and variance (masters and mantissas alike); floatX for the gates updated in place.
+  bool fp32_buffers() const { return storage != MuonStorage::kInPlace; }
   size_t variance_elements() const { return static_cast<size_t>(count) * (rules.variance_per_column ? cols : rows); }
 };
 
@@ -37,8 +41,9 @@ struct MuonSpan {
 // The part of an Adam tensor inside the rank's shard of its bucket, and where its moments sit.
 struct AdamSegmentPlan {
   size_t offset = 0, length = 0;  // parameter elements
-  int kind = 0;                   // SpeedrunTensor
-  bool fp32_state = false;        // the scalars; the tables and the head keep floatX moments
+  int tensor = 0;                 // index into the layout's tensors
+  bool fp32_state = false;        // fp32 moments (TensorRole), else floatX
+  bool fp32_param = false;        // updated in the model's fp32 copy
   size_t state_offset = 0;        // into the bucket's floatX or fp32 moment arrays
 };
 
@@ -57,16 +62,20 @@ struct SpeedrunRankPlan {
   std::vector<SpeedrunBucketPlan> buckets;
 };
 
-// The Muon tensors in backward order as the owner planner sees them; tensor_index[i] is tensor i's
-// index in the layout. Throws std::invalid_argument for a Muon tensor that is not a matrix of its kind.
-std::vector<MuonTensor> layout_muon_tensors(const ParamLayout& layout, std::vector<int>* tensor_index);
+// The Muon tensors in backward order as the owner planner sees them (roles: one per layout tensor,
+// speedrun_tensor_roles); tensor_index[i] is tensor i's index in the layout.
+std::vector<MuonTensor> layout_muon_tensors(const ParamLayout& layout, const std::vector<TensorRole>& roles,
+                                            std::vector<int>* tensor_index);
 
-// The plan of rank `rank` of layout.world_size. Throws std::invalid_argument for a layout that is not a
-// speedrun layout.
-SpeedrunRankPlan plan_speedrun_rank(const ParamLayout& layout, int rank, const MuonOwnerOptions& owners);
+// The plan of rank `rank` of layout.world_size under `roles` (one per layout tensor). Throws
+// std::invalid_argument for a bad rank or a role count that is not the layout's.
+SpeedrunRankPlan plan_speedrun_rank(const ParamLayout& layout, const std::vector<TensorRole>& roles, int rank,
+                                    const MuonOwnerOptions& owners);
 
 // Which field of the plan a state array holds.
-enum class SpeedrunStateField { kMaster, kMomentum, kVariance, kAdamM, kAdamV, kAdamM32, kAdamV32, kSavedGrads };
+enum class SpeedrunStateField {
+  kMaster, kMomentum, kVariance, kAdamM, kAdamV, kAdamM32, kAdamV32, kSavedGrads, kMantissa
+};
 
 // Elements [key, key + count) of the array's world-independent coordinates, stored next in the array.
 // Keys count parameter elements from the start of the array's bucket (a bucket's contents do not depend
@@ -87,7 +96,7 @@ struct StateArrayPlan {
 };
 
 // The arrays of a rank's checkpoint state in file order (non-empty ones only); saved gradients when the
-// checkpoint follows a step without Adam. x_bytes: sizeof(floatX) of the build.
+// checkpoint follows a step without Adam. x_bytes: sizeof(floatX) of the build (mantissas: bf16 builds only).
 std::vector<StateArrayPlan> speedrun_state_arrays(const SpeedrunRankPlan& plan, const ParamLayout& layout,
                                                   bool adam_grads_saved, int x_bytes);
 
