@@ -156,6 +156,25 @@ add_test(NAME speedrun_optimizer_emu_dropped_waits
 set_tests_properties(speedrun_optimizer_emu_dropped_waits PROPERTIES LABELS optim TIMEOUT 300 WILL_FAIL TRUE
   ENVIRONMENT "${LLMC_MPI_ROOT_ENV};LLMC_EMU_DROP_WAITS_ON_PRIORITY_STREAMS=1")
 
+# The same optimizer under the 2026-07-17 recipe (banks with mantissas, the table's Adam, the tie and the untie)
+# against its composition on one rank, bitwise, and its overlap modes against each other.
+llmc_emu_wrap_sources(modded89_optimizer_emu_sources modded89_optimizer_emu
+  test/optim/test_modded89_optimizer.cu test/dist/comm_test_main.cpp)
+add_executable(modded89_optimizer_emu ${modded89_optimizer_emu_sources})
+target_link_libraries(modded89_optimizer_emu PRIVATE llmc_optimizer_bf16_emu llmc_model GTest::gtest)
+# 1 rank: all owned (the same as the default there); 2 ranks: everything; 4: the default owners (CI's budget).
+add_test(NAME modded89_optimizer_emu_np1 COMMAND modded89_optimizer_emu --gtest_filter=*/AllOwned)
+set(modded89_optimizer_np2_filter "*")
+set(modded89_optimizer_np4_filter "*/Default")
+foreach(np IN ITEMS 2 4)
+  add_test(NAME modded89_optimizer_emu_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:modded89_optimizer_emu> ${MPIEXEC_POSTFLAGS}
+                   --gtest_filter=${modded89_optimizer_np${np}_filter})
+endforeach()
+set_tests_properties(modded89_optimizer_emu_np1 modded89_optimizer_emu_np2 modded89_optimizer_emu_np4
+  PROPERTIES LABELS "optim;multirank" TIMEOUT 300 ENVIRONMENT "${LLMC_MPI_ROOT_ENV}")
+
 # ---- tests of training (label "trainer") ----------------------------------------------------------
 set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 

@@ -28,7 +28,10 @@
 #include "llmc/kernels/convert.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/tied_transpose.cuh"
 #include "llmc/model/modded44/speedrun_layout.h"
+#include "llmc/model/modded89/modded89_layout.h"
+#include "llmc/optim/modded89_param_table.h"
 #include "llmc/optim/speedrun_state_plan.h"
 #include "llmc/base/file_io.h"
 
@@ -50,7 +53,40 @@ NorMuonBatch<P> normuon_view(const Batch& batch) {
   return view;
 }
 
+// NorMuonRunner::step_bank's view of a batch of the 2026-07-17 banks.
+template <typename Batch>
+NorMuonBankBatch bank_view(const Batch& batch) {
+  NorMuonBankBatch view;
+  view.count = batch.count;
+  view.params = static_cast<floatX* const*>(batch.params_table);
+  view.grads = static_cast<const floatX* const*>(batch.grads_table);
+  view.momentum = static_cast<float*>(batch.momentum);
+  view.variance = static_cast<float*>(batch.variance);
+  view.mantissas = batch.mantissas;
+  view.lr_multipliers = batch.lr_multipliers;
+  return view;
+}
+
 }  // namespace
+
+SpeedrunOptimizerSettings modded89_optimizer_settings(const Modded89Schedule& schedule) {
+  SpeedrunOptimizerSettings settings;
+  settings.recipe = SpeedrunRecipe::k2026_07_17;
+  settings.muon_lr = kModded89NorMuonLr;
+  settings.normuon = NorMuonSettings::record_2026();
+  settings.adam_lr = kModded89AdamLr;
+  settings.modded89_schedule = schedule;
+  return settings;
+}
+
+// The tied embed/head pair of the 2026-07-17 recipe: the head [C, V] (stored in, out) and the embedding [V, C],
+// their tensors and buckets, and the untie's two [C V] fp32 buffers (allocated at the untie).
+struct SpeedrunOptimizer::Tie {
+  int head_tensor = -1, embed_tensor = -1, head_bucket = -1, embed_bucket = -1;
+  int C = 0, V = 0;
+  float* gathered = nullptr;    // the head's moment, every rank's shard
+  float* transposed = nullptr;  // it transposed, [V, C]
+};
 
 struct SpeedrunOptimizer::Runner {
   void* workspace = nullptr;
@@ -73,6 +109,7 @@ struct SpeedrunOptimizer::MuonBatch : MuonBatchPlan {
 
 struct SpeedrunOptimizer::AdamSegment : AdamSegmentPlan {
   double lr_multiplier = 1.0;
+  AdamShardedSettings adam;  // the recipe's: one for all (2025-10-31) or the tensor's (2026-07-17)
 };
 
 // A bucket's plan (rank_plan_: its Muon spans, Adam tensors and moment sizes) with this rank's buffers.
@@ -117,9 +154,27 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   if (layout.world_size != comm.world_size())
     throw std::invalid_argument("SpeedrunOptimizer: the model's layout is for " + std::to_string(layout.world_size) +
                                 " ranks, the communicator has " + std::to_string(comm.world_size()));
-  settings_.schedule.validate();
-  if (settings_.recipe != SpeedrunRecipe::k2025_10_31)
-    throw std::invalid_argument("SpeedrunOptimizer: only the 2025-10-31 recipe drives it so far");
+  if (settings_.recipe == SpeedrunRecipe::k2025_10_31) {
+    settings_.schedule.validate();
+  } else {
+    settings_.modded89_schedule.validate();
+    tie_ = std::make_unique<Tie>();
+    for (int t = 0; t < static_cast<int>(layout.tensors.size()); t++) {
+      const TensorView& view = layout.tensors[t];
+      if (static_cast<Modded89Tensor>(view.kind) == Modded89Tensor::kHead) tie_->head_tensor = t;
+      if (static_cast<Modded89Tensor>(view.kind) == Modded89Tensor::kEmbed) tie_->embed_tensor = t;
+    }
+    if (tie_->head_tensor < 0 || tie_->embed_tensor < 0)
+      throw std::invalid_argument("SpeedrunOptimizer: the 2026-07-17 recipe needs a head and an embedding");
+    const TensorView& head = layout.tensors[tie_->head_tensor];
+    const TensorView& embed = layout.tensors[tie_->embed_tensor];
+    tie_->head_bucket = head.bucket;
+    tie_->embed_bucket = embed.bucket;
+    tie_->C = static_cast<int>(head.shape[0]);
+    tie_->V = static_cast<int>(head.shape[1]);
+    if (embed.shape != std::vector<size_t>{head.shape[1], head.shape[0]} || head.bucket == embed.bucket)
+      throw std::invalid_argument("SpeedrunOptimizer: the head must be the embedding's transpose, in another bucket");
+  }
   int least_priority = 0, greatest_priority = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   CUDA_CHECK(cudaStreamCreateWithPriority(&update_stream_, cudaStreamNonBlocking, greatest_priority));
@@ -250,11 +305,32 @@ void SpeedrunOptimizer::build_muon() {
   }
 }
 
-double SpeedrunOptimizer::matrix_lr_multiplier(const TensorView& view, int /*matrix*/) const {
+// W_fc's x2 (2025-10-31), or c_proj's: the second matrix of each MLP bank (2026-07-17).
+double SpeedrunOptimizer::matrix_lr_multiplier(const TensorView& view, int matrix) const {
+  if (settings_.recipe == SpeedrunRecipe::k2026_07_17)
+    return static_cast<Modded89Tensor>(view.kind) == Modded89Tensor::kMlpBank && matrix == 1
+               ? settings_.proj_lr_multiplier
+               : 1.0;
   return speedrun_kind(view) == SpeedrunTensor::kFc ? settings_.fc_lr_multiplier : 1.0;
 }
 
+bool SpeedrunOptimizer::adam_steps_at(int step0) const {
+  return settings_.recipe == SpeedrunRecipe::k2026_07_17 ? Modded89Schedule::adam_steps_at(step0)
+                                                         : settings_.schedule.adam_steps_at(step0);
+}
+
+double SpeedrunOptimizer::muon_momentum(int step0) const {
+  return settings_.recipe == SpeedrunRecipe::k2026_07_17 ? settings_.modded89_schedule.muon_momentum(step0)
+                                                         : settings_.schedule.muon_momentum(step0);
+}
+
+bool SpeedrunOptimizer::tied_adam_step() const {
+  return tie_ != nullptr && adam_step() && step_ - 1 <= settings_.modded89_schedule.untie_step();
+}
+
 double SpeedrunOptimizer::adam_lr_multiplier(const TensorView& view) const {
+  if (settings_.recipe == SpeedrunRecipe::k2026_07_17)
+    return modded89_param_settings(static_cast<Modded89Tensor>(view.kind)).lr_multiplier;
   switch (speedrun_kind(view)) {
     case SpeedrunTensor::kScalars: return settings_.scalar_lr_multiplier;
     case SpeedrunTensor::kHead: return settings_.head_lr_multiplier;
@@ -273,7 +349,11 @@ void SpeedrunOptimizer::build_adam() {
     for (const AdamSegmentPlan& segment_plan : from.adam_segments) {
       AdamSegment segment;
       static_cast<AdamSegmentPlan&>(segment) = segment_plan;
-      segment.lr_multiplier = adam_lr_multiplier(layout.tensors[segment.tensor]);
+      const TensorView& view = layout.tensors[segment.tensor];
+      segment.lr_multiplier = adam_lr_multiplier(view);
+      segment.adam = settings_.recipe == SpeedrunRecipe::k2026_07_17
+                         ? modded89_param_settings(static_cast<Modded89Tensor>(view.kind)).adam()
+                         : settings_.adam;
       out.adam_segments.push_back(segment);
     }
     if (!out.has_adam()) continue;
@@ -418,6 +498,8 @@ void SpeedrunOptimizer::begin_step(int step, float lr) {
   lr_ = lr;
   ready_order_.clear();
   last_unshared_ = -1;
+  head_deferred_ = false;
+  accumulated_.assign(model_.layout().num_buckets(), false);
 }
 
 void SpeedrunOptimizer::before_first_backward() {
@@ -432,18 +514,55 @@ BucketHook SpeedrunOptimizer::before_bucket_use() {
 
 void SpeedrunOptimizer::wait_for_all_params() { params_ready_.wait_all(compute_stream_); }
 
+// On a tied Adam step the head's bucket (final first) waits for the embeddings' (final last): its gradient
+// absorbs the embedding's before it is reduced.
 BucketHook SpeedrunOptimizer::on_bucket_ready() {
   return [this](int bucket) {
     ready_order_.push_back(bucket);
     if (settings_.overlap == OverlapMode::kNone) return;
     CUDA_CHECK(cudaEventRecord(grad_ready_[bucket], compute_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, grad_ready_[bucket], 0));
-    reduce_bucket(bucket);
-    if (settings_.overlap != OverlapMode::kFull) return;
-    update_bucket(bucket);
-    if (last_unshared_ >= 0) share_bucket(last_unshared_);
-    last_unshared_ = bucket;
+    if (tied_adam_step() && bucket == tie_->head_bucket) {
+      head_deferred_ = true;
+      return;
+    }
+    if (head_deferred_ && bucket == tie_->embed_bucket) {
+      tie_head_grad();
+      reduce_and_chain(tie_->head_bucket);
+      head_deferred_ = false;
+    }
+    reduce_and_chain(bucket);
   };
+}
+
+void SpeedrunOptimizer::reduce_and_chain(int bucket) {
+  reduce_bucket(bucket);
+  if (settings_.overlap != OverlapMode::kFull) return;
+  update_bucket(bucket);
+  if (last_unshared_ >= 0) share_bucket(last_unshared_);
+  last_unshared_ = bucket;
+}
+
+// Both steps' local gradients of the bucket's Adam tensors (this step's plus the saved one), once per step.
+void SpeedrunOptimizer::accumulate_adam_grads(int bucket) {
+  if (accumulated_[bucket]) return;
+  accumulated_[bucket] = true;
+  const ParamBucket& b = model_.layout().buckets[bucket];
+  const BucketPlan& plan = buckets_[bucket];
+  for (const auto& [offset, numel] : plan.spec->adam_tensors)
+    add_into(model_.grads() + offset, plan.saved_grads + (offset - b.offset), numel, comm_stream_);
+}
+
+// head_grad [C, V] += embed_grad^T, both accumulated over the step pair first (as the record's gradients are).
+void SpeedrunOptimizer::tie_head_grad() {
+  accumulate_adam_grads(tie_->embed_bucket);
+  accumulate_adam_grads(tie_->head_bucket);
+  const ParamLayout& layout = model_.layout();
+  floatX* grads = model_.grads();
+  traced(tracer_, comm_stream_, TraceTrack::kComm, "tie_head_grad", {{"bucket", tie_->head_bucket}}, [&] {
+    transpose_add(grads + layout.tensors[tie_->head_tensor].offset, tie_->V,
+                  grads + layout.tensors[tie_->embed_tensor].offset, tie_->C, tie_->V, tie_->C, comm_stream_);
+  });
 }
 
 void SpeedrunOptimizer::reduce_bucket(int bucket) {
@@ -457,8 +576,7 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
         memcpy_async(plan.saved_grads + (offset - b.offset), grads + offset, numel * sizeof(floatX),
                      cudaMemcpyDeviceToDevice, comm_stream_);
     } else {
-      for (const auto& [offset, numel] : plan.spec->adam_tensors)
-        add_into(grads + offset, plan.saved_grads + (offset - b.offset), numel, comm_stream_);
+      accumulate_adam_grads(bucket);
       if (distributed)
         traced(tracer_, comm_stream_, TraceTrack::kComm, "reduce_scatter", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}},
                [&] { comm_.reduce_scatter_avg(grads + b.offset, plan.adam_grad_shard, b.shard_size, comm_stream_); });
@@ -491,9 +609,11 @@ void SpeedrunOptimizer::reduce_muon_span(const MuonSpan& span) {
 void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
   const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
   const double lr = settings_.muon_lr * lr_;
-  const double momentum = settings_.schedule.muon_momentum(step_ - 1);
+  const double momentum = muon_momentum(step_ - 1);
   const NorMuonRunner& runner = *runners_[batch.runner]->runner;
-  if (batch.storage == MuonStorage::kFp32Master) {
+  if (batch.storage == MuonStorage::kMantissa) {
+    runner.step_bank(matmul_, bank_view(batch), lr, momentum, update_stream_);
+  } else if (batch.storage == MuonStorage::kFp32Master) {
     size_t at = 0;
     for (size_t i = 0; i < batch.unit_offset.size(); i++) {
       const size_t length = batch.unit_matrices[i] * matrix;
@@ -517,6 +637,7 @@ void SpeedrunOptimizer::update_adam(int bucket) {
   const long long t = step_ / 2;  // Adam updates so far, this one included (steps 2, 4, ... 1-based)
   const size_t begin = shard_begin(bucket);
   for (const AdamSegment& segment : plan.adam_segments) {
+    if (tied_adam_step() && segment.tensor == tie_->embed_tensor) continue;  // the head's transpose, after
     const floatX* grad = comm_.world_size() > 1 ? plan.adam_grad_shard + (segment.offset - begin)
                                                 : model_.grads() + segment.offset;
     const AdamRowShard rows{0, static_cast<int>(segment.length)};
@@ -524,9 +645,13 @@ void SpeedrunOptimizer::update_adam(int bucket) {
     floatX* param = model_.params() + segment.offset;
     if (segment.fp32_param)
       update_fp32_adam(segment, grad, plan, lr, t);
+    else if (segment.fp32_state)
+      adam_sharded_update<floatX, float>(param, grad, plan.adam_m32 + segment.state_offset,
+                                         plan.adam_v32 + segment.state_offset, 1, rows, segment.adam, lr, t,
+                                         update_stream_);
     else
       adam_sharded_update<floatX, floatX>(param, grad, plan.adam_m + segment.state_offset,
-                                          plan.adam_v + segment.state_offset, 1, rows, settings_.adam, lr, t,
+                                          plan.adam_v + segment.state_offset, 1, rows, segment.adam, lr, t,
                                           update_stream_);
   }
 }
@@ -540,7 +665,7 @@ void SpeedrunOptimizer::update_fp32_adam(const AdamSegment& segment, const float
   float* values = fp32_params_.values + (segment.offset - fp32_params_.offset);
   adam_sharded_update<float, float, floatX>(values, grad, plan.adam_m32 + segment.state_offset,
                                             plan.adam_v32 + segment.state_offset, 1,
-                                            AdamRowShard{0, static_cast<int>(segment.length)}, settings_.adam, lr, t,
+                                            AdamRowShard{0, static_cast<int>(segment.length)}, segment.adam, lr, t,
                                             update_stream_);
   convert(model_.params() + segment.offset, values, segment.length, update_stream_);
 }
@@ -599,7 +724,49 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
     watch_.enqueued("all_gather", &bucket_labels_[bucket], step_, comm_stream_);
     share_fp32_params(bucket);
   }
+  if (tied_adam_step() && bucket == tie_->embed_bucket) {  // after the head's share (the head's bucket is first)
+    const ParamLayout& layout = model_.layout();
+    traced(tracer_, comm_stream_, TraceTrack::kComm, "tie_embed", {{"bucket", bucket}}, [&] {
+      transpose_copy(params + layout.tensors[tie_->embed_tensor].offset, tie_->C,
+                     params + layout.tensors[tie_->head_tensor].offset, tie_->V, tie_->C, tie_->V, comm_stream_);
+    });
+  }
   params_ready_.mark_ready(bucket, comm_stream_);
+}
+
+// At the untie (after its update): the embedding's Adam moments become the head's, transposed. The head's
+// moments are sharded by its bucket and the embedding's by its own: every rank's head shard is gathered (an
+// all-reduce of the shards, zero elsewhere: x + 0 is exact), transposed, and each rank keeps its embedding shard.
+void SpeedrunOptimizer::untie_moments() {
+  Tie& tie = *tie_;
+  const ParamLayout& layout = model_.layout();
+  const size_t n = static_cast<size_t>(tie.C) * tie.V;
+  if (tie.gathered == nullptr) {
+    tie.gathered = allocate<float>(n);
+    tie.transposed = allocate<float>(n);
+  }
+  const size_t head_offset = layout.tensors[tie.head_tensor].offset, embed_offset = layout.tensors[tie.embed_tensor].offset;
+  const BucketPlan& head = buckets_[tie.head_bucket];
+  BucketPlan& embed = buckets_[tie.embed_bucket];
+  for (int moment = 0; moment < 2; moment++) {
+    const float* head_state = moment == 0 ? head.adam_m32 : head.adam_v32;
+    float* embed_state = moment == 0 ? embed.adam_m32 : embed.adam_v32;
+    CUDA_CHECK(cudaMemsetAsync(tie.gathered, 0, n * sizeof(float), comm_stream_));
+    for (const AdamSegment& segment : head.adam_segments)
+      if (segment.tensor == tie.head_tensor)
+        memcpy_async(tie.gathered + (segment.offset - head_offset), head_state + segment.state_offset,
+                     segment.length * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_);
+    if (comm_.world_size() > 1) {
+      traced(tracer_, comm_stream_, TraceTrack::kComm, "all_reduce", {{"bytes", n * sizeof(float)}},
+             [&] { comm_.all_reduce_sum_float(tie.gathered, n, comm_stream_); });
+      watch_.enqueued("all_reduce", &untie_label_, step_, comm_stream_);
+    }
+    transpose_copy(tie.transposed, tie.C, tie.gathered, tie.V, tie.C, tie.V, comm_stream_);
+    for (const AdamSegment& segment : embed.adam_segments)
+      if (segment.tensor == tie.embed_tensor)
+        memcpy_async(embed_state + segment.state_offset, tie.transposed + (segment.offset - embed_offset),
+                     segment.length * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_);
+  }
 }
 
 void SpeedrunOptimizer::finish_step() {
@@ -607,9 +774,11 @@ void SpeedrunOptimizer::finish_step() {
   if (static_cast<int>(ready_order_.size()) != num_buckets)
     throw std::logic_error("finish_step: the backward reported " + std::to_string(ready_order_.size()) + " of " +
                            std::to_string(num_buckets) + " buckets");
+  if (head_deferred_) throw std::logic_error("finish_step: the embeddings' bucket never came for the tied head");
   if (settings_.overlap == OverlapMode::kNone) {
     CUDA_CHECK(cudaEventRecord(backward_done_, compute_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, backward_done_, 0));
+    if (tied_adam_step()) tie_head_grad();
     for (int bucket : ready_order_) reduce_bucket(bucket);
   }
   if (settings_.overlap == OverlapMode::kFull) {
@@ -623,6 +792,7 @@ void SpeedrunOptimizer::finish_step() {
     for (int bucket : ready_order_) update_bucket(bucket);
     for (int bucket : ready_order_) share_bucket(bucket);
   }
+  if (tie_ != nullptr && step_ - 1 == settings_.modded89_schedule.untie_step()) untie_moments();
   enqueue_grad_norm();
   CUDA_CHECK(cudaEventRecord(step_done_, comm_stream_));
   step_done_pending_ = true;
@@ -641,10 +811,12 @@ void SpeedrunOptimizer::enqueue_grad_norm() {
         segments.add(model_.grads() + span.offset, span.length);
     if (!adam) continue;
     const size_t begin = shard_begin(bucket);
-    for (const AdamSegment& segment : plan.adam_segments)
+    for (const AdamSegment& segment : plan.adam_segments) {
+      if (tied_adam_step() && segment.tensor == tie_->embed_tensor) continue;  // folded into the head's
       segments.add(comm_.world_size() > 1 ? plan.adam_grad_shard + (segment.offset - begin)
                                           : model_.grads() + segment.offset,
                    segment.length);
+    }
   }
   traced(tracer_, comm_stream_, TraceTrack::kComm, "grad_norm", {{"elements", segments.total()}}, [&] {
     global_norm_squared(norm_squared_, segments, /*accumulate=*/false, norm_scratch_, norm_scratch_floats_,

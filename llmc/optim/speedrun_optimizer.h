@@ -20,6 +20,7 @@
 #include "llmc/optim/speedrun_state_plan.h"
 #include "llmc/optim/overlap_mode.h"
 #include "llmc/optim/tensor_roles.h"
+#include "llmc/schedule/modded89_schedule.h"
 #include "llmc/schedule/speedrun_schedule.h"
 
 namespace llmc {
@@ -42,7 +43,15 @@ struct SpeedrunOptimizerSettings {
   MuonOwnerOptions owners;
   OverlapMode overlap = OverlapMode::kFull;
   SpeedrunRecipe recipe = SpeedrunRecipe::k2025_10_31;  // the tensor roles (llmc/optim/tensor_roles.h)
+  // The 2026-07-17 recipe's (modded89_optimizer_settings): its schedule (NorMuon momentum, Adam steps, the
+  // untie), c_proj's lr multiplier; the per-tensor Adam rates come from modded89_param_settings.
+  Modded89Schedule modded89_schedule = Modded89Schedule::record();
+  double proj_lr_multiplier = 2.0;
 };
+
+// The 2026-07-17 record's optimizer (SPEEDRUN89.md section 5) on `schedule`: NorMuon lr 0.023, weight decay
+// 1.2, beta2 0.9 over the banks; Adam lr 0.008 with the table's rates; the tie until schedule.untie_step().
+SpeedrunOptimizerSettings modded89_optimizer_settings(const Modded89Schedule& schedule);
 
 class SpeedrunOptimizer : public BucketOptimizer {
  public:
@@ -105,13 +114,23 @@ class SpeedrunOptimizer : public BucketOptimizer {
   void build_adam();
   // Whether the state after step `step` holds the saved local Adam gradients (a step without Adam, whose
   // gradients the next step adds).
-  bool adam_grads_saved_after(int step) const { return step >= 1 && !settings_.schedule.adam_steps_at(step - 1); }
+  bool adam_grads_saved_after(int step) const { return step >= 1 && !adam_steps_at(step - 1); }
+  bool adam_steps_at(int step0) const;    // the recipe's schedule, 0-based step
+  double muon_momentum(int step0) const;  // likewise
+  // The 2026-07-17 recipe before its untie: the head absorbs the embedding's gradient on the Adam steps, and
+  // the embedding is the head transposed after each of them.
+  bool tied_adam_step() const;
+  struct Tie;  // the tied pair's places
   // The arrays download_state(step) writes, by the plan.
   std::vector<StateArrayPlan> state_arrays(int step) const;
   double adam_lr_multiplier(const TensorView& view) const;
   double matrix_lr_multiplier(const TensorView& view, int matrix) const;  // of a NorMuon tensor's matrix
-  bool adam_step() const { return settings_.schedule.adam_steps_at(step_ - 1); }
+  bool adam_step() const { return adam_steps_at(step_ - 1); }
   void reduce_bucket(int bucket);  // comm stream
+  void accumulate_adam_grads(int bucket);  // comm stream: the saved local Adam gradients (Adam steps)
+  void reduce_and_chain(int bucket);       // the hook's work for a bucket in the rs and full modes
+  void tie_head_grad();                    // comm stream: the head's gradient += the embedding's, transposed
+  void untie_moments();                    // comm stream: the embedding's moments = the head's, transposed
   void reduce_muon_span(const MuonSpan& span);
   void update_bucket(int bucket);  // update stream
   void share_bucket(int bucket);   // comm stream, then param_ready[bucket]
@@ -153,6 +172,10 @@ class SpeedrunOptimizer : public BucketOptimizer {
   // all-reduce of the vector with every value it does not update zeroed (x + 0 is exact).
   Fp32Params fp32_params_;
   void update_fp32_adam(const AdamSegment& segment, const floatX* grad, const BucketPlan& plan, double lr, long long t);
+  std::unique_ptr<Tie> tie_;  // the 2026-07-17 recipe only
+  bool head_deferred_ = false;  // a tied Adam step's head bucket waits for the embeddings' gradient
+  std::vector<bool> accumulated_;  // per bucket: this step's saved Adam gradients added
+  const std::string untie_label_ = "the untie's moment gather";
   void share_fp32_params(int bucket);  // comm stream
 };
 

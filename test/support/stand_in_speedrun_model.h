@@ -1,11 +1,12 @@
-// A stand-in for the speedrun model in optimizer tests: the speedrun layout's buffers without layers, whose
-// backward delivers gradients the test sets, bucket by bucket from the last, calling the hooks as the real
-// model does.
+// A stand-in for the speedrun models in optimizer tests: a layout's buffers without layers (the 2025-10-31
+// model's, or any layout with its fp32 span), whose backward delivers gradients the test sets, bucket by
+// bucket from the last, calling the hooks as the real model does.
 #pragma once
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/cuda/cuda_common.h"
@@ -17,20 +18,26 @@
 
 namespace llmc::test {
 
-// A TrainableModel without layers: the buffers of a speedrun layout; backward() copies the gradients set by
+// A TrainableModel without layers: the buffers of a layout; backward() copies the gradients set by
 // set_grads() into the gradient buffer bucket by bucket, from the last, calling the hook after each;
-// forward() calls before_bucket_use for every bucket in order.
+// forward() calls before_bucket_use for every bucket in order. Elements [fp32_offset, + fp32_count) are the
+// model's fp32 tensors (take_fp32_params).
 class StandInModel : public TrainableModel {
  public:
-  StandInModel(const SpeedrunConfig& config, int world_size)
-      : layout_(make_speedrun_layout(config, world_size)),
+  StandInModel(ParamLayout layout, size_t fp32_offset, size_t fp32_count)
+      : layout_(std::move(layout)),
+        fp32_offset_(fp32_offset),
+        fp32_count_(fp32_count),
         params_(layout_.total_size),
         grads_(layout_.total_size),
         pending_(layout_.total_size),
-        scalars_(layout_.tensor(SpeedrunTensor::kScalars).numel) {
+        scalars_(fp32_count) {
     CUDA_CHECK(cudaStreamCreate(&stream_));
     grads_.fill_zero();
   }
+  // The 2025-10-31 model: its scalar vector is fp32.
+  StandInModel(const SpeedrunConfig& config, int world_size)
+      : StandInModel(make_speedrun_layout(config, world_size), config, world_size) {}
   ~StandInModel() override { CUDA_REPORT(cudaStreamDestroy(stream_)); }
 
   const ParamLayout& layout() const override { return layout_; }
@@ -58,20 +65,19 @@ class StandInModel : public TrainableModel {
   // The scalars also in fp32, as the speedrun model keeps them (TrainableModel::take_fp32_params).
   void upload_params(const std::vector<float>& host) override {
     params_.upload_raw(to_x(host));
-    scalars_.upload_raw(std::vector<float>(host.begin() + scalar_view().offset,
-                                           host.begin() + scalar_view().offset + scalar_view().numel));
+    scalars_.upload_raw(std::vector<float>(host.begin() + fp32_offset_, host.begin() + fp32_offset_ + fp32_count_));
   }
   std::vector<float> download_params() const override {
     std::vector<float> params = to_f(params_.download_raw());
     if (fp32_scalars_taken_) {
       const std::vector<float> scalars = scalars_.download_raw();
-      std::copy(scalars.begin(), scalars.end(), params.begin() + scalar_view().offset);
+      std::copy(scalars.begin(), scalars.end(), params.begin() + fp32_offset_);
     }
     return params;
   }
   Fp32Params take_fp32_params() override {
     fp32_scalars_taken_ = true;
-    return Fp32Params{scalars_.get(), scalar_view().offset, scalar_view().numel};
+    return Fp32Params{scalars_.get(), fp32_offset_, fp32_count_};
   }
   std::vector<float> download_grads() const override { return to_f(grads_.download_raw()); }
   // The gradients the next backward delivers (synchronous).
@@ -90,9 +96,12 @@ class StandInModel : public TrainableModel {
   }
 
  private:
-  const TensorView& scalar_view() const { return layout_.tensor(SpeedrunTensor::kScalars); }
+  StandInModel(const SpeedrunLayout& layout, const SpeedrunConfig&, int)
+      : StandInModel(layout, layout.tensor(SpeedrunTensor::kScalars).offset,
+                     layout.tensor(SpeedrunTensor::kScalars).numel) {}
 
-  SpeedrunLayout layout_;
+  ParamLayout layout_;
+  size_t fp32_offset_, fp32_count_;
   DeviceBuffer<floatX> params_, grads_, pending_;
   DeviceBuffer<float> scalars_;
   bool fp32_scalars_taken_ = false;
