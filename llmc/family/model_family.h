@@ -43,7 +43,7 @@ class ModelFamily {
   // rather than llm.c's fixed windows.
   virtual bool trains_on_documents() const = 0;
   // The optimizer --optimizer auto picks for this family. Every family trains with ZeRO AdamW; the
-  // speedrun optimizer reads the #44 family's tensor roles and runs only where it is the family's own.
+  // speedrun optimizer (its record's recipe: llmc/optim/tensor_roles.h) runs only where it is the family's own.
   virtual StateOptimizer default_optimizer() const = 0;
   // Initial parameters from the seed, in the layout order of `world_size` ranks (the same values for
   // every world size).

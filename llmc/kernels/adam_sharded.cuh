@@ -48,12 +48,14 @@ void adam_sharded_update(P* param, const G* grad_shard, S* m_shard, S* v_shard, 
   const size_t n = static_cast<size_t>(shard.rows()) * cols;
   if (n == 0) return;
   constexpr int kBlock = 256;
-  LLMC_LAUNCH((adam_sharded_kernel<P, S, G>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
-              param + static_cast<size_t>(shard.row_begin) * cols, grad_shard, m_shard, v_shard, n,
-              static_cast<float>(settings.beta1), static_cast<float>(1.0 - settings.beta1),
-              static_cast<float>(settings.beta2), static_cast<float>(1.0 - settings.beta2),
-              static_cast<float>(settings.eps), static_cast<float>(adam_step_size(settings, lr, t)),
-              static_cast<float>(adam_decay(settings, lr)));
+  // g read; m, v and the parameter read and written.
+  const KernelCost cost{static_cast<double>(n) * (sizeof(G) + 4.0 * sizeof(S) + 2.0 * sizeof(P)), 14.0 * n};
+  LLMC_LAUNCH_COSTED(cost, (adam_sharded_kernel<P, S, G>), dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream,
+                     param + static_cast<size_t>(shard.row_begin) * cols, grad_shard, m_shard, v_shard, n,
+                     static_cast<float>(settings.beta1), static_cast<float>(1.0 - settings.beta1),
+                     static_cast<float>(settings.beta2), static_cast<float>(1.0 - settings.beta2),
+                     static_cast<float>(settings.eps), static_cast<float>(adam_step_size(settings, lr, t)),
+                     static_cast<float>(adam_decay(settings, lr)));
 }
 
 }  // namespace llmc

@@ -76,12 +76,14 @@ inline void frobenius_normalize(const floatX* in, floatX* out, size_t elements, 
   require_scratch("frobenius_normalize", scratch_floats, frobenius_scratch_floats(elements, batch));
   const FrobeniusChunking chunking = frobenius_chunking(elements);
   constexpr int kBlock = 256;
-  LLMC_LAUNCH(frobenius_partials_kernel<floatX>,
-              dim3(static_cast<unsigned>(chunking.chunks), static_cast<unsigned>(batch)), dim3(kBlock), 0, stream, in,
-              elements, chunking.chunk_elements, chunking.chunks, scratch);
+  const double n = static_cast<double>(elements) * batch;  // the sum of squares reads once, the scaling twice
+  LLMC_LAUNCH_COSTED((KernelCost{n * sizeof(floatX), 2.0 * n}), frobenius_partials_kernel<floatX>,
+                     dim3(static_cast<unsigned>(chunking.chunks), static_cast<unsigned>(batch)), dim3(kBlock), 0,
+                     stream, in, elements, chunking.chunk_elements, chunking.chunks, scratch);
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
-  LLMC_LAUNCH(frobenius_scale_kernel<floatX>, dim3(blocks, static_cast<unsigned>(batch)), dim3(kBlock), 0, stream, in,
-              out, elements, chunking.chunks, static_cast<const float*>(scratch), scale, eps);
+  LLMC_LAUNCH_COSTED((KernelCost{2.0 * n * sizeof(floatX), n}), frobenius_scale_kernel<floatX>,
+                     dim3(blocks, static_cast<unsigned>(batch)), dim3(kBlock), 0, stream, in, out, elements,
+                     chunking.chunks, static_cast<const float*>(scratch), scale, eps);
 }
 
 }  // namespace llmc

@@ -59,8 +59,10 @@ void normuon_momentum(const G* const* grads, S* momentum, floatX* u, int count, 
                       cudaStream_t stream) {
   constexpr int kBlock = 256;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
-  LLMC_LAUNCH((normuon_momentum_kernel<S, G>), dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream,
-              grads, momentum, u, elements, static_cast<float>(mu), static_cast<float>(1.0 - mu));
+  const double n = static_cast<double>(elements) * count;  // g read, the buffer read and written, u written
+  LLMC_LAUNCH_COSTED((KernelCost{n * (sizeof(G) + 2.0 * sizeof(S) + sizeof(floatX)), 6.0 * n}),
+                     (normuon_momentum_kernel<S, G>), dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0,
+                     stream, grads, momentum, u, elements, static_cast<float>(mu), static_cast<float>(1.0 - mu));
 }
 
 // ---- 2. variance ----------------------------------------------------------------------------------------
@@ -151,17 +153,24 @@ void normuon_variance(const floatX* x, P* variance, int count, int rows, int col
   require_scratch("normuon_variance", partial_floats, normuon_partial_floats(count, rows, cols, per_column));
   const NorMuonStatistics stats = normuon_statistics(rows, cols, per_column);
   constexpr int kBlock = 256;
+  const double n = static_cast<double>(count) * rows * cols, partial_values = static_cast<double>(partial_floats);
+  const KernelCost sums{n * sizeof(floatX) + partial_values * sizeof(float), 2.0 * n};
   if (per_column) {
-    LLMC_LAUNCH(normuon_column_partials_kernel<floatX>,
-                dim3(static_cast<unsigned>(ceil_div(cols, kBlock)), static_cast<unsigned>(stats.chunks),
-                     static_cast<unsigned>(count)),
-                dim3(kBlock), 0, stream, x, rows, cols, stats.rows_per_chunk, stats.chunks, partials);
+    LLMC_LAUNCH_COSTED(sums, normuon_column_partials_kernel<floatX>,
+                       dim3(static_cast<unsigned>(ceil_div(cols, kBlock)), static_cast<unsigned>(stats.chunks),
+                            static_cast<unsigned>(count)),
+                       dim3(kBlock), 0, stream, x, rows, cols, stats.rows_per_chunk, stats.chunks, partials);
   } else {
-    LLMC_LAUNCH(normuon_row_sums_kernel<floatX>, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(count)),
-                dim3(kBlock), 0, stream, x, rows, cols, partials);
+    LLMC_LAUNCH_COSTED(sums, normuon_row_sums_kernel<floatX>,
+                       dim3(static_cast<unsigned>(rows), static_cast<unsigned>(count)), dim3(kBlock), 0, stream, x,
+                       rows, cols, partials);
   }
-  LLMC_LAUNCH(normuon_variance_kernel<P>, dim3(static_cast<unsigned>(count)), dim3(kBlock), 0, stream,
-              static_cast<const float*>(partials), stats, variance, static_cast<float>(1.0 - beta2), steps, ratios);
+  const double stat = static_cast<double>(count) * stats.stat_len;  // partials read; buffer r/w; steps written
+  LLMC_LAUNCH_COSTED((KernelCost{partial_values * sizeof(float) + stat * (2.0 * sizeof(P) + sizeof(float)),
+                                 stat * (stats.chunks + 8.0)}),
+                     normuon_variance_kernel<P>, dim3(static_cast<unsigned>(count)), dim3(kBlock), 0, stream,
+                     static_cast<const float*>(partials), stats, variance, static_cast<float>(1.0 - beta2), steps,
+                     ratios);
 }
 
 // ---- 3. apply: scaling, cautious weight decay, update ------------------------------------------------------
@@ -196,9 +205,11 @@ void normuon_apply(const floatX* x, const float* steps, const float* ratios, P* 
   constexpr int kBlock = 256;
   const size_t elements = static_cast<size_t>(rows) * cols;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
-  LLMC_LAUNCH(normuon_apply_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream, x, steps,
-              ratios, params, lr_multipliers, rows, cols, per_column, static_cast<float>(lr),
-              static_cast<float>(lr * weight_decay), static_cast<float>(shape_scale));
+  const double n = static_cast<double>(elements) * count;  // X read, the parameter read and written
+  LLMC_LAUNCH_COSTED((KernelCost{n * (sizeof(floatX) + 2.0 * sizeof(P)), 6.0 * n}), normuon_apply_kernel<P>,
+                     dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream, x, steps, ratios, params,
+                     lr_multipliers, rows, cols, per_column, static_cast<float>(lr),
+                     static_cast<float>(lr * weight_decay), static_cast<float>(shape_scale));
 }
 
 // ---- 3'. the banks' apply (the 2026-07-17 record) ------------------------------------------------------------
@@ -257,9 +268,13 @@ void normuon_apply_mantissa(const floatX* x, const float* steps, const float* ra
   constexpr int kBlock = 256;
   const size_t elements = static_cast<size_t>(rows) * cols;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
-  LLMC_LAUNCH(normuon_apply_mantissa_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream,
-              x, steps, ratios, params, mantissas, lr_multipliers, rows, cols, per_column,
-              static_cast<float>(lr * shape_scale), static_cast<float>(lr * weight_decay));
+  // X read; the parameter and its mantissa read and written.
+  const double n = static_cast<double>(elements) * count;
+  const double mantissa_bytes = mantissas != nullptr ? 2.0 * sizeof(uint16_t) : 0.0;
+  LLMC_LAUNCH_COSTED((KernelCost{n * (sizeof(floatX) + 2.0 * sizeof(P) + mantissa_bytes), 9.0 * n}),
+                     normuon_apply_mantissa_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0,
+                     stream, x, steps, ratios, params, mantissas, lr_multipliers, rows, cols, per_column,
+                     static_cast<float>(lr * shape_scale), static_cast<float>(lr * weight_decay));
 }
 
 }  // namespace llmc

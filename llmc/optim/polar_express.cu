@@ -32,7 +32,8 @@ __global__ void add_scaled_kernel(floatX* y, const floatX* x, float a, size_t n)
 void add_scaled(floatX* y, const floatX* x, float a, size_t n, cudaStream_t stream) {
   constexpr int kBlock = 256;
   const unsigned blocks = elementwise_grid(n, kBlock) < 1024 ? elementwise_grid(n, kBlock) : 1024;
-  LLMC_LAUNCH(add_scaled_kernel, dim3(blocks), dim3(kBlock), 0, stream, y, x, a, n);
+  LLMC_LAUNCH_COSTED((KernelCost{3.0 * n * sizeof(floatX), 2.0 * n}), add_scaled_kernel, dim3(blocks), dim3(kBlock), 0,
+                     stream, y, x, a, n);
 }
 size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 

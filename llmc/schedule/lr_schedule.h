@@ -9,14 +9,16 @@
 namespace llmc {
 
 // kSpeedrun: max_lr * SpeedrunSchedule::for_total_steps(total_steps).lr_multiplier(step) (1 for the first
-// half of the scheduled steps, then linear down to 0.1; llmc/schedule/speedrun_schedule.h); final_fraction
-// is not used.
-enum class LrDecay { kCosine, kLinear, kConstant, kSpeedrun };
+// half of the scheduled steps, then linear down to 0.1; llmc/schedule/speedrun_schedule.h); kModded89: max_lr *
+// Modded89Schedule::for_total_steps(total_steps).lr_multiplier(step) (the 2026-07-17 record's stage multipliers
+// and cooldown to 0.15; llmc/schedule/modded89_schedule.h); final_fraction is not used by either.
+enum class LrDecay { kCosine, kLinear, kConstant, kSpeedrun, kModded89 };
 inline constexpr EnumName<LrDecay> kLrDecayNames[] = {
-    {LrDecay::kCosine, "cosine"}, {LrDecay::kLinear, "linear"}, {LrDecay::kConstant, "constant"},
-    {LrDecay::kSpeedrun, "speedrun"}};
+    {LrDecay::kCosine, "cosine"},     {LrDecay::kLinear, "linear"},     {LrDecay::kConstant, "constant"},
+    {LrDecay::kSpeedrun, "speedrun"}, {LrDecay::kModded89, "modded89"}};
 
-LrDecay parse_lr_decay(const std::string& name);  // "cosine" | "linear" | "constant" | "speedrun"; throws otherwise
+// "cosine" | "linear" | "constant" | "speedrun" | "modded89"; throws otherwise
+LrDecay parse_lr_decay(const std::string& name);
 
 struct LrSchedule {
   double max_lr = 6e-4;

@@ -145,9 +145,10 @@ void add_model_options(CLI::App& app, TrainOptions& o) {
 // The optimizer and its communication.
 void add_optimizer_options(CLI::App& app, TrainOptions& o) {
   add_choice(app, "--optimizer", o.optimizer, kOptimizerChoiceNames,
-             "zero-adamw (ZeRO-1 AdamW on every tensor), speedrun (NorMuon on the block matrices and gates, "
-             "sharded Adam on the embeddings, head and scalars; no --grad-clip) or auto (speedrun for the "
-             "speedrun models, zero-adamw for GPT-2); checkpoints of either resume on any number of ranks");
+             "zero-adamw (ZeRO-1 AdamW on every tensor), speedrun (the model's record's: NorMuon on the block "
+             "matrices (and #44's gates), sharded Adam on the rest, the 2026-07-17 model's head and embedding tied "
+             "until its untie; no --grad-clip) or auto (speedrun for the speedrun models, zero-adamw for GPT-2); "
+             "checkpoints of either resume on any number of ranks");
   app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(at_least(0));
   app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (2-D tensors only)")
       ->capture_default_str()->check(at_least(0));
@@ -169,8 +170,9 @@ void add_schedule_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--steps", o.steps, "Number of optimizer steps")->capture_default_str()->check(at_least(1));
   app.add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps")->capture_default_str()->check(at_least(0));
   add_choice(app, "--lr-schedule", o.lr_schedule, kLrDecayNames,
-             "Decay after warmup; speedrun: the record's multiplier of --lr (1, then linear to 0.1 over the "
-             "second half of the scheduled steps), stretched to --steps (docs/optimizers.md)");
+             "Decay after warmup; speedrun: the 2025-10-31 record's multiplier of --lr (1, then linear to 0.1 over "
+             "the second half of the scheduled steps); modded89: the 2026-07-17 record's (stages 1 / 1.52 / 1.73, "
+             "cooldown to 0.15); both stretched to --steps (docs/optimizers.md)");
   app.add_option("--final-lr-frac", o.final_lr_frac, "Learning rate at the last step, as a fraction of --lr")
       ->capture_default_str()->check(between(0.0, 1.0));
   add_choice(app, "--window-schedule", o.window_schedule, kWindowScheduleNames,
@@ -268,9 +270,9 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     throw std::invalid_argument("--keep-checkpoints needs --output-dir (where the checkpoints are)");
   // The records' schedules stretched to --steps (SpeedrunSchedule and Modded89Schedule::for_total_steps) need
   // every phase.
-  const bool speedrun_lr = o.lr_schedule == LrDecay::kSpeedrun;
-  if ((speedrun_lr || o.window_schedule != WindowScheduleKind::kFixed) && o.steps < 4)
-    throw std::invalid_argument((speedrun_lr ? std::string("--lr-schedule speedrun")
+  const bool record_lr = o.lr_schedule == LrDecay::kSpeedrun || o.lr_schedule == LrDecay::kModded89;
+  if ((record_lr || o.window_schedule != WindowScheduleKind::kFixed) && o.steps < 4)
+    throw std::invalid_argument((record_lr ? "--lr-schedule " + std::string(name_of(o.lr_schedule, kLrDecayNames))
                                              : "--window-schedule " +
                                                    std::string(name_of(o.window_schedule, kWindowScheduleNames))) +
                                 " needs --steps >= 4 (three window phases and an extension step), got " +

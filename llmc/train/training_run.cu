@@ -22,6 +22,8 @@ cudaStream_t create_compute_stream() {
   return stream;
 }
 
+bool is_modded89(const ModelFamily& family) { return family.state_model().family == ModelFamilyId::kModded89; }
+
 OptimizerSettings zero_settings(const TrainOptions& opt) {
   OptimizerSettings settings;
   settings.adamw.weight_decay = static_cast<float>(opt.weight_decay);
@@ -39,13 +41,17 @@ std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, const M
                         (opt.optimizer == OptimizerChoice::kAuto && family_speedrun);
   if (!speedrun) return std::make_unique<ZeroOptimizer>(model, comm, zero_settings(opt), &tracer);
   if (!family_speedrun)
-    throw std::invalid_argument("--optimizer speedrun needs a speedrun model (--model speedrun, speedrun-tiny or its file)");
+    throw std::invalid_argument(
+        "--optimizer speedrun needs a speedrun model (--model speedrun, modded89, their tiny shapes or their files)");
   if (opt.effective_grad_clip(/*speedrun_optimizer=*/true) > 0)
     throw std::invalid_argument("--optimizer speedrun has no gradient clipping: drop --grad-clip or pass 0");
-  SpeedrunOptimizerSettings settings;
-  // The Muon momentum's schedule: the record's stretched to --steps, as --lr-schedule speedrun's (at least
-  // the 4 steps that stretch needs).
-  settings.schedule = SpeedrunSchedule::for_total_steps(std::max(4, opt.steps));
+  // The record's schedule stretched to --steps, as --lr-schedule speedrun's and modded89's (at least the 4
+  // steps that stretch needs): the NorMuon momentum, the Adam steps and (2026-07-17) the untie.
+  const bool modded89 = is_modded89(family);
+  SpeedrunOptimizerSettings settings =
+      modded89 ? modded89_optimizer_settings(Modded89Schedule::for_total_steps(std::max(4, opt.steps)))
+               : SpeedrunOptimizerSettings();
+  if (!modded89) settings.schedule = SpeedrunSchedule::for_total_steps(std::max(4, opt.steps));
   settings.overlap = opt.overlap;
   return std::make_unique<SpeedrunOptimizer>(model, comm, settings, &tracer);
 }
@@ -168,7 +174,9 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
   header.notes.push_back("train loader: " + train_batches->describe() + " (--train-loader " +
                          name_of(opt.train_loader, kTrainLoaderChoiceNames) + ")");
   if (optimizer->state_kind() == StateOptimizer::kSpeedrun)
-    header.notes.push_back("optimizer: speedrun (NorMuon + sharded Adam)");
+    header.notes.push_back(is_modded89(*start.family)
+                               ? "optimizer: speedrun, the 2026-07-17 recipe (NorMuon banks + Adam, tied until the untie)"
+                               : "optimizer: speedrun (NorMuon + sharded Adam)");
   header.notes.push_back(std::string("loss gradient: ") +
                          (loss_reduction == LossReduction::kSum ? "sum over each micro-step's tokens"
                                                                 : "mean over the step's tokens") +
@@ -179,8 +187,10 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
   if (opt.lr_schedule == LrDecay::kSpeedrun || opt.window_schedule == WindowScheduleKind::kSpeedrun)
     header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(opt.steps).describe());
-  if (opt.window_schedule == WindowScheduleKind::kModded89)
-    header.notes.push_back("modded89 schedule: " + Modded89Schedule::for_total_steps(opt.steps).describe());
+  const bool modded89_optimizer = optimizer->state_kind() == StateOptimizer::kSpeedrun && is_modded89(*start.family);
+  if (opt.lr_schedule == LrDecay::kModded89 || opt.window_schedule == WindowScheduleKind::kModded89 ||
+      modded89_optimizer)
+    header.notes.push_back("modded89 schedule: " + Modded89Schedule::for_total_steps(std::max(4, opt.steps)).describe());
   return header;
 }
 

@@ -224,14 +224,17 @@ class TrainProgram(unittest.TestCase):
 
     def test_modded89_model_trains_accumulates_resumes_and_starts_from_its_file(self):
         # modded89-tiny: the 2026-07-17 record's model (V=96, T<=64, one packed sequence per micro-step), trained
-        # by AdamW ZeRO until the record's optimizer is ported; 128 tokens per step at -t 64 are two micro-steps.
+        # by its record's optimizer (--optimizer auto) on its lr schedule; 128 tokens per step at -t 64 are two
+        # micro-steps. 6 steps: stages from 0/2/3/5, the untie at 3 (0-based): the resume from step 3 crosses it.
         rng = np.random.default_rng(3)
         write_shard(f"{self.tmp}/m89_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
-        data = ["--train-data", f"{self.tmp}/m89_train_*.bin", "-b", 1, "-t", 64, "--lr", "3e-3",
+        data = ["--train-data", f"{self.tmp}/m89_train_*.bin", "-b", 1, "-t", 64, "--lr", "1.0",
                 "--total-batch-tokens", 128]
-        args = data + ["--model", "modded89-tiny", "--steps", 6, "--checkpoint-every", 3]
+        args = data + ["--model", "modded89-tiny", "--steps", 6, "--checkpoint-every", 3, "--lr-schedule", "modded89"]
         out_dir, log = self.train_run("modded89", args)
         self.assertIn("# model: modded89 V=96 H=2 D=16", log)
+        self.assertIn("# optimizer: speedrun, the 2026-07-17 recipe", log)
+        self.assertIn("# modded89 schedule: 5 scheduled + 1 extension steps, stages from 0/2/3/5, untie at 3", log)
         self.assertIn("prefix_loss=off", log)  # V = 96 holds no GPT-2 tokens (test_modded89_model: the table)
         self.assertRegex(log, r"(?m)^# head: fp8 \(--fp8-head auto\)")  # the record's head, where it fits
         train = losses(log)

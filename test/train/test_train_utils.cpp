@@ -78,6 +78,25 @@ TEST(LrSchedule, SpeedrunIsTheRecordsMultiplierTimesMaxLr) {
   EXPECT_EQ(parse_lr_decay("speedrun"), LrDecay::kSpeedrun);
 }
 
+// --lr-schedule modded89: --lr times the 2026-07-17 record's factor f (SPEEDRUN89.md section 5's published values
+// at its 1,285 steps), stretched to --steps.
+TEST(LrSchedule, Modded89IsTheRecordsFactorTimesMaxLr) {
+  const LrSchedule record{1.0, 0, 1285, 0.0, LrDecay::kModded89};
+  EXPECT_EQ(record.at(0), 1.0);
+  EXPECT_EQ(record.at(422), 1.0);
+  EXPECT_EQ(record.at(423), 1.52);
+  EXPECT_EQ(record.at(507), 1.52);
+  EXPECT_NEAR(record.at(600), 1.3546, 5e-5);
+  EXPECT_NEAR(record.at(846), 0.9123, 5e-5);
+  EXPECT_NEAR(record.at(847), 1.0271, 5e-5);
+  EXPECT_NEAR(record.at(1000), 0.7098, 5e-5);
+  EXPECT_NEAR(record.at(1270), 0.15, 1e-12);
+  EXPECT_NEAR(record.at(1284), 0.15, 1e-12);
+  const LrSchedule doubled{2.0, 0, 1285, 0.0, LrDecay::kModded89};
+  EXPECT_EQ(doubled.at(600), 2.0 * record.at(600));
+  EXPECT_EQ(parse_lr_decay("modded89"), LrDecay::kModded89);
+}
+
 TEST(Mfu, FlopsPerTokenOfGpt2Small) {
   // 124,439,808 real parameters (V = 50257) at T = 1024: 6N + 6*12*768*1024 = 0.8029 GFLOP.
   // 6 * 124,439,808 = 746,638,848 and 6 * 12 * 768 * 1024 = 56,623,104 (worked out by hand).

@@ -1,7 +1,8 @@
 // The 2026-07-17 model as a model family, and what only the family knows of its device model (see
-// modded89_family.h, modded89_model.h). Until the record's optimizer and schedule are ported it trains with
-// ZeRO AdamW on the record's initial loss weights, windows and RoPE, with a fixed bigram sign table; the prefix
-// table comes from the GPT-2 vocabulary (docs/recipes.md#the-2026-07-17-model-being-ported).
+// modded89_family.h, modded89_model.h). Its own optimizer is its record's (the speedrun optimizer's 2026-07-17
+// recipe); until the rest of the schedule is ported it trains on the record's initial loss weights, windows and
+// RoPE, with a fixed bigram sign table; the prefix table comes from the GPT-2 vocabulary
+// (docs/recipes.md#the-2026-07-17-model-being-ported).
 #include <algorithm>
 #include <memory>
 #include <stdexcept>
@@ -56,7 +57,7 @@ class Modded89Family : public ModelFamily {
     return choose_fp8_head(choice, seq_len, config_.channels(), config_.vocab_size);
   }
   bool trains_on_documents() const override { return true; }
-  StateOptimizer default_optimizer() const override { return StateOptimizer::kZeroAdamW; }
+  StateOptimizer default_optimizer() const override { return StateOptimizer::kSpeedrun; }  // its record's
   std::vector<float> init_params(uint64_t seed, int world_size) const override {
     return init_modded89_params(make_modded89_layout(config_, world_size), seed);
   }
