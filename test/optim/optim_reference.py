@@ -176,26 +176,37 @@ def normuon_step(inp, cfg, store=exact):
     return new_params, momentum, variance.reshape(variance.shape[0], -1)
 
 
-def mode_normuon(d, cfg):
-    inp = {name: np.load(os.path.join(d, name + ".npy"))
-           for name in ("grads", "params", "momentum", "variance", "lr_mul")}
+def load_step_inputs(d, cfg, names):
+    inp = {name: np.load(os.path.join(d, name + ".npy")) for name in names}
     inp["variance"] = inp["variance"].reshape(
         inp["variance"].shape[0], *((1, -1) if cfg["per_column"] else (-1, 1)))
-    params, momentum, variance = normuon_step(inp, cfg)
-    save(d, "params_out", params)
+    return inp
+
+
+def save_step(d, step, inp, cfg, weights):
+    """One NorMuon step of `step` (normuon_step or normuon_bank_step) on inp: its results (weights_out: the
+    parameters or masters, momentum_out, variance_out) and per matrix the largest error of its noisy replicas
+    (update_tolerance: of the change of inp[weights], momentum_tolerance, variance_tolerance)."""
+    new_weights, momentum, variance = step(inp, cfg)
+    save(d, weights + "_out", new_weights)
     save(d, "momentum_out", momentum)
     save(d, "variance_out", variance)
-    update = params - inp["params"]
+    update = new_weights - inp[weights]
     variance3 = variance.reshape(variance.shape[0], 1, -1)
     momentum_tol, variance_tol, update_tol = 0.0, 0.0, 0.0
     for sample in range(NOISE_SAMPLES):
-        noisy = normuon_step(inp, cfg, NoisyStores(1000 + sample))
-        update_tol = np.maximum(update_tol, relative_errors(noisy[0] - inp["params"], update))
+        noisy = step(inp, cfg, NoisyStores(1000 + sample))
+        update_tol = np.maximum(update_tol, relative_errors(noisy[0] - inp[weights], update))
         momentum_tol = np.maximum(momentum_tol, relative_errors(noisy[1], momentum))
         variance_tol = np.maximum(variance_tol, relative_errors(noisy[2].reshape(variance3.shape), variance3))
     save(d, "update_tolerance", update_tol)
     save(d, "momentum_tolerance", momentum_tol)
     save(d, "variance_tolerance", variance_tol)
+
+
+def mode_normuon(d, cfg):
+    inp = load_step_inputs(d, cfg, ("grads", "params", "momentum", "variance", "lr_mul"))
+    save_step(d, normuon_step, inp, cfg, "params")
 
 
 def normuon_bank_step(inp, cfg, store=exact):
@@ -226,25 +237,8 @@ def normuon_bank_step(inp, cfg, store=exact):
 
 
 def mode_normuon_bank(d, cfg):
-    inp = {name: np.load(os.path.join(d, name + ".npy"))
-           for name in ("grads", "master", "momentum", "variance", "lr_mul")}
-    inp["variance"] = inp["variance"].reshape(
-        inp["variance"].shape[0], *((1, -1) if cfg["per_column"] else (-1, 1)))
-    master, momentum, variance = normuon_bank_step(inp, cfg)
-    save(d, "master_out", master)
-    save(d, "momentum_out", momentum)
-    save(d, "variance_out", variance)
-    update = master - inp["master"]
-    variance3 = variance.reshape(variance.shape[0], 1, -1)
-    momentum_tol, variance_tol, update_tol = 0.0, 0.0, 0.0
-    for sample in range(NOISE_SAMPLES):
-        noisy = normuon_bank_step(inp, cfg, NoisyStores(1000 + sample))
-        update_tol = np.maximum(update_tol, relative_errors(noisy[0] - inp["master"], update))
-        momentum_tol = np.maximum(momentum_tol, relative_errors(noisy[1], momentum))
-        variance_tol = np.maximum(variance_tol, relative_errors(noisy[2].reshape(variance3.shape), variance3))
-    save(d, "update_tolerance", update_tol)
-    save(d, "momentum_tolerance", momentum_tol)
-    save(d, "variance_tolerance", variance_tol)
+    inp = load_step_inputs(d, cfg, ("grads", "master", "momentum", "variance", "lr_mul"))
+    save_step(d, normuon_bank_step, inp, cfg, "master")
 
 
 def bf16_round_f32(x):

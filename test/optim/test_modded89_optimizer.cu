@@ -25,6 +25,7 @@
 #include "test/dist/comm_test_context.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
+#include "test/support/rank_gradients.h"
 #include "test/support/stand_in_speedrun_model.h"
 
 namespace {
@@ -32,6 +33,9 @@ namespace {
 using namespace llmc;
 using llmc::test::DeviceBuffer;
 using llmc::test::StandInModel;
+using llmc::test::mean_over_ranks;
+using llmc::test::rank_grads;
+using llmc::test::round_x;
 using llmc::test::enqueue_stand_in_step;
 
 constexpr int kSteps = 8;  // stages from 0/2/5/7, the untie at 5: tied Adam steps 1, 3, 5, untied 7
@@ -46,8 +50,6 @@ std::pair<size_t, size_t> fp32_span(const Modded89Layout& layout) {
   const TensorView& last = layout.find(modded89_tensor_name(Modded89Tensor::kGateScale));
   return {first.offset, last.offset + last.numel - first.offset};
 }
-
-float round_x(float value) { return to_float(from_float<floatX>(value)); }
 
 // floatX values, zero in the padding; the embedding is the head transposed (the tied start).
 std::vector<float> random_buffer(const Modded89Layout& layout, double scale, unsigned seed, bool tie) {
@@ -64,23 +66,6 @@ std::vector<float> random_buffer(const Modded89Layout& layout, double scale, uns
       for (size_t c = 0; c < C; c++) values[embed.offset + v * C + c] = values[head.offset + c * V + v];
   }
   return values;
-}
-
-std::vector<float> rank_grads(const std::vector<float>& grads, int rank) {
-  std::vector<float> out(grads.size());
-  for (size_t i = 0; i < grads.size(); i++) out[i] = round_x(grads[i] * static_cast<float>(rank + 1));
-  return out;
-}
-
-template <class PerRank>
-std::vector<float> mean_over_ranks(size_t n, int world, PerRank per_rank) {
-  std::vector<float> sum(n, 0.0f);
-  for (int r = 0; r < world; r++) {
-    const std::vector<float> values = per_rank(r);
-    for (size_t i = 0; i < n; i++) sum[i] += values[i];
-  }
-  for (float& value : sum) value = round_x(value / static_cast<float>(world));
-  return sum;
 }
 
 SpeedrunOptimizerSettings test_settings(OverlapMode overlap, bool all_owned) {

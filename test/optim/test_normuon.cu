@@ -17,6 +17,7 @@
 #include "llmc/optim/normuon.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
+#include "test/support/normuon_oracle_check.h"
 #include "test/support/python_oracle.h"
 
 namespace {
@@ -142,28 +143,8 @@ void check_step_against_oracle(const llmc::test::PythonOracle& oracle, const Nor
                 steps.c_str());
   oracle.config(json);
   oracle.run("normuon");
-  const std::vector<double> params = oracle.get("params_out"), momentum = oracle.get("momentum_out"),
-                            variance = oracle.get("variance_out");
-  const std::vector<double> update_tol = oracle.get("update_tolerance"),
-                            momentum_tol = oracle.get("momentum_tolerance"),
-                            variance_tol = oracle.get("variance_tolerance");
-  const size_t matrix = rows * cols;
-  for (int b = 0; b < c.count; b++) {
-    std::vector<double> got_update(matrix), want_update(matrix);
-    for (size_t i = 0; i < matrix; i++) {
-      got_update[i] = after.params[b * matrix + i] - before.params[b * matrix + i];
-      want_update[i] = params[b * matrix + i] - before.params[b * matrix + i];
-    }
-    const double update_error = relative_frobenius_error(got_update.data(), want_update.data(), matrix);
-    const double momentum_error = relative_frobenius_error(&after.momentum[b * matrix], &momentum[b * matrix], matrix);
-    const double variance_error = relative_frobenius_error(&after.variance[b * stats], &variance[b * stats], stats);
-    EXPECT_LE(update_error, update_tol[b]) << c.name << " matrix " << b << ": parameter update";
-    EXPECT_LE(momentum_error, momentum_tol[b]) << c.name << " matrix " << b << ": momentum";
-    EXPECT_LE(variance_error, variance_tol[b]) << c.name << " matrix " << b << ": variance";
-    if (std::getenv("LLMC_TEST_VERBOSE"))
-      std::printf("  %s[%d]: update %.3g (tol %.3g), momentum %.3g (%.3g), variance %.3g (%.3g)\n", c.name.c_str(), b,
-                  update_error, update_tol[b], momentum_error, momentum_tol[b], variance_error, variance_tol[b]);
-  }
+  expect_step_matches_oracle(oracle, c.name, "params", c.count, rows * cols, stats,
+                             {before.params, after.params, after.momentum, after.variance});
 }
 
 TEST_F(NorMuon, AttentionTensorAsFourMatricesMatchesFloat64) {

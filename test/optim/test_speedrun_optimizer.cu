@@ -26,6 +26,7 @@
 #include "test/dist/comm_test_context.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
+#include "test/support/rank_gradients.h"
 #include "test/support/stand_in_speedrun_model.h"
 
 namespace {
@@ -33,6 +34,9 @@ namespace {
 using namespace llmc;
 using llmc::test::DeviceBuffer;
 using llmc::test::StandInModel;
+using llmc::test::mean_over_ranks;
+using llmc::test::rank_grads;
+using llmc::test::round_x;
 using llmc::test::enqueue_stand_in_step;
 
 // Values representable in floatX (so host and device agree), zero in the padding.
@@ -50,28 +54,6 @@ struct StepInputs {
   std::vector<std::vector<float>> grads;  // per step: G (rank r gets (r + 1) G)
   std::vector<float> lrs;                 // per step
 };
-
-float round_x(float value) { return to_float(from_float<floatX>(value)); }
-
-// What rank `rank` delivers: (r + 1) G, in floatX.
-std::vector<float> rank_grads(const std::vector<float>& grads, int rank) {
-  std::vector<float> out(grads.size());
-  for (size_t i = 0; i < grads.size(); i++) out[i] = round_x(grads[i] * static_cast<float>(rank + 1));
-  return out;
-}
-
-// The mean over `world` ranks of per_rank(r), element by element: an fp32 sum (exact for these values),
-// divided by the world size, one rounding to floatX (what the averaging collectives compute).
-template <class PerRank>
-std::vector<float> mean_over_ranks(size_t n, int world, PerRank per_rank) {
-  std::vector<float> sum(n, 0.0f);
-  for (int r = 0; r < world; r++) {
-    const std::vector<float> values = per_rank(r);
-    for (size_t i = 0; i < n; i++) sum[i] += values[i];
-  }
-  for (float& value : sum) value = round_x(value / static_cast<float>(world));
-  return sum;
-}
 
 StepInputs make_run(const ParamLayout& layout, int steps) {
   StepInputs run;
