@@ -314,10 +314,8 @@ double SpeedrunOptimizer::matrix_lr_multiplier(const TensorView& view, int matri
   return speedrun_kind(view) == SpeedrunTensor::kFc ? settings_.fc_lr_multiplier : 1.0;
 }
 
-bool SpeedrunOptimizer::adam_steps_at(int step0) const {
-  return settings_.recipe == SpeedrunRecipe::k2026_07_17 ? Modded89Schedule::adam_steps_at(step0)
-                                                         : settings_.schedule.adam_steps_at(step0);
-}
+// Both records step Adam on the odd 0-based steps (Modded89Schedule::adam_steps_at is the same rule).
+bool SpeedrunOptimizer::adam_steps_at(int step0) const { return SpeedrunSchedule::adam_steps_at(step0); }
 
 double SpeedrunOptimizer::muon_momentum(int step0) const {
   return settings_.recipe == SpeedrunRecipe::k2026_07_17 ? settings_.modded89_schedule.muon_momentum(step0)

@@ -1,7 +1,8 @@
-// The speedrun recipe's optimizers (docs/recipes.md, "The optimizer") behind the BucketOptimizer hooks: NorMuon on
-// the block matrices and gates, dealt to owner ranks by plan_muon_owners, and the sharded Adam with bf16
-// state on the embeddings, head and scalars, stepping on odd steps with two steps of gradients. Every
-// collective starts from the backward's bucket hook; the updates run on their own stream.
+// The speedrun records' optimizers (docs/optimizers.md) behind the BucketOptimizer hooks: NorMuon on the block
+// matrices (and #44's gates), dealt to owner ranks by plan_muon_owners, and the sharded Adam on the rest,
+// stepping on odd steps with two steps of gradients; the 2025-10-31 or the 2026-07-17 recipe (tensor roles,
+// rates, schedule, the latter's tied head). Every collective starts from the backward's bucket hook; the
+// updates run on their own stream.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -55,7 +56,7 @@ SpeedrunOptimizerSettings modded89_optimizer_settings(const Modded89Schedule& sc
 
 class SpeedrunOptimizer : public BucketOptimizer {
  public:
-  // The model's layout must be a speedrun layout (every tensor's group and kind, SpeedrunTensor).
+  // The model's layout must be one of settings.recipe's family (speedrun_tensor_roles: every tensor's role).
   SpeedrunOptimizer(TrainableModel& model, CommContext& comm, const SpeedrunOptimizerSettings& settings,
                     Tracer* tracer = nullptr);
   ~SpeedrunOptimizer() override;

@@ -48,10 +48,12 @@ std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, const M
   // The record's schedule stretched to --steps, as --lr-schedule speedrun's and modded89's (at least the 4
   // steps that stretch needs): the NorMuon momentum, the Adam steps and (2026-07-17) the untie.
   const bool modded89 = is_modded89(family);
-  SpeedrunOptimizerSettings settings =
-      modded89 ? modded89_optimizer_settings(Modded89Schedule::for_total_steps(std::max(4, opt.steps)))
-               : SpeedrunOptimizerSettings();
-  if (!modded89) settings.schedule = SpeedrunSchedule::for_total_steps(std::max(4, opt.steps));
+  const int schedule_steps = std::max(4, opt.steps);
+  SpeedrunOptimizerSettings settings;
+  if (modded89)
+    settings = modded89_optimizer_settings(Modded89Schedule::for_total_steps(schedule_steps));
+  else
+    settings.schedule = SpeedrunSchedule::for_total_steps(schedule_steps);
   settings.overlap = opt.overlap;
   return std::make_unique<SpeedrunOptimizer>(model, comm, settings, &tracer);
 }
