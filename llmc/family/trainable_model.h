@@ -17,6 +17,7 @@
 #include "llmc/base/atomic_file.h"
 #include "llmc/family/decoder.h"
 #include "llmc/kernels/gemm_plan_cache.h"
+#include "llmc/kernels/mtp_loss_weights.h"
 #include "llmc/family/param_layout.h"
 #include "llmc/cuda/precision.h"
 
@@ -98,6 +99,9 @@ class FamilyModel : public TrainableModel {
   // attention scale in force. Throws std::invalid_argument naming --window-schedule for a model without
   // windows.
   virtual double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) = 0;
+  // The training objective's weights of its multi-token and prefix terms, from the next forward on. Throws
+  // std::invalid_argument naming --loss-schedule for a model whose loss is the next token's alone.
+  virtual void set_loss_weights(const MtpLossWeights& weights) = 0;
 };
 
 }  // namespace llmc

@@ -15,6 +15,7 @@
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/mtp_loss_weights.h"
 #include "llmc/kernels/mutant.h"
 
 namespace llmc {
@@ -22,15 +23,7 @@ namespace llmc {
 constexpr float kMtpSoftcapScale = 23.0f;  // z' = 23 u, in (0, 23): a static maximum for the softmax
 constexpr float kMtpSoftcapShift = 5.0f;
 constexpr float kMtpSoftcapDivisor = 7.5f;
-constexpr int kMtpMaxTokens = 3;  // the next 1, 2 or 3 tokens
 constexpr int kMtpBlock = 512;
-
-// The row loss's weights: w[k] for the token k + 1 positions ahead (k < tokens), and the prefix term's.
-struct MtpLossWeights {
-  int tokens = 1;
-  float next[kMtpMaxTokens] = {1.0f, 0.0f, 0.0f};
-  float prefix = 0.0f;  // 0: no prefix term
-};
 
 namespace detail {
 

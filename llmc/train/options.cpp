@@ -179,6 +179,10 @@ void add_schedule_options(CLI::App& app, TrainOptions& o) {
              "Attention windows of a speedrun model: fixed (long 3, short 1 blocks), speedrun (the 2025-10-31 "
              "record's 3/7/11/13 blocks with YaRN at each change, 20 for the final validation) or modded89 (the "
              "2026-07-17 record's, by its stages), stretched to --steps");
+  add_choice(app, "--loss-schedule", o.loss_schedule, kLossScheduleNames,
+             "Training-loss weights of a modded89 model: fixed (next tokens 1, 0.5, 0.25 and the prefix term 0.25 "
+             "throughout) or modded89 (the 2026-07-17 record's, linear within each stage: three next tokens, then "
+             "two, then one; the prefix term to 0 by stage 3), stretched to --steps");
   app.add_option("--batch-size,-b", o.batch_size, "Micro-batch size B (sequences per rank per micro-step)")
       ->capture_default_str()->check(at_least(1));
   app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(at_least(1));
@@ -271,12 +275,15 @@ void validate_train_options(const TrainOptions& o, int world_size) {
   // The records' schedules stretched to --steps (SpeedrunSchedule and Modded89Schedule::for_total_steps) need
   // every phase.
   const bool record_lr = o.lr_schedule == LrDecay::kSpeedrun || o.lr_schedule == LrDecay::kModded89;
-  if ((record_lr || o.window_schedule != WindowScheduleKind::kFixed) && o.steps < 4)
-    throw std::invalid_argument((record_lr ? "--lr-schedule " + std::string(name_of(o.lr_schedule, kLrDecayNames))
-                                             : "--window-schedule " +
-                                                   std::string(name_of(o.window_schedule, kWindowScheduleNames))) +
-                                " needs --steps >= 4 (three window phases and an extension step), got " +
-                                std::to_string(o.steps));
+  std::string record_schedule;
+  if (record_lr) record_schedule = "--lr-schedule " + std::string(name_of(o.lr_schedule, kLrDecayNames));
+  else if (o.window_schedule != WindowScheduleKind::kFixed)
+    record_schedule = "--window-schedule " + std::string(name_of(o.window_schedule, kWindowScheduleNames));
+  else if (o.loss_schedule != LossScheduleKind::kFixed)
+    record_schedule = "--loss-schedule " + std::string(name_of(o.loss_schedule, kLossScheduleNames));
+  if (!record_schedule.empty() && o.steps < 4)
+    throw std::invalid_argument(record_schedule + " needs --steps >= 4 (three window phases and an extension step), " +
+                                "got " + std::to_string(o.steps));
   if (o.shuffle && o.train_loader == TrainLoaderChoice::kBos)  // auto's choice is checked once the model is known (train_batches.h)
     throw std::invalid_argument("--shuffle cannot be used with --train-loader bos: the BOS loader walks the shards "
                                 "in order; drop --shuffle or pass --train-loader window");

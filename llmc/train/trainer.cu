@@ -156,6 +156,7 @@ int Trainer::train_loop() {
       // Set at enqueue time, with step s - 1 possibly still running: the forward reads the windows when it
       // is enqueued, and a YaRN update of the RoPE tables is ordered after step s - 1 on the stream.
       if (run_->windows) log_lines(*log_, run_->windows->before_step(step - 1));
+      if (run_->loss_weights) log_lines(*log_, run_->loss_weights->before_step(step - 1));
       enqueue_train_step(parts_, step, lr, batch_);
     } catch (...) {  // e.g. the loader refusing the next shard: the step before it still gets its log line
       if (pending) finish(*pending);

@@ -102,6 +102,17 @@ std::unique_ptr<WindowSchedule> make_window_schedule(const TrainOptions& opt, Fa
   });
 }
 
+// --loss-schedule modded89: that record's loss weights stretched to --steps, set on the model before each step
+// (fixed: the model keeps its own). Setting the first ones fails at once for a model without them.
+std::unique_ptr<LossWeightSchedule> make_loss_schedule(const TrainOptions& opt, FamilyModel& model) {
+  if (opt.loss_schedule == LossScheduleKind::kFixed) return nullptr;
+  const Modded89Schedule schedule = Modded89Schedule::for_total_steps(opt.steps);
+  model.set_loss_weights(mtp_loss_weights(schedule.loss_weights(0)));
+  return std::make_unique<LossWeightSchedule>(schedule, [&model](const MtpLossWeights& weights) {
+    model.set_loss_weights(weights);
+  });
+}
+
 // What this run's checkpoints must match to be resumed.
 ResumeExpectations resume_expectations(const ModelFamily& family, const BucketOptimizer& optimizer,
                                        TrainLoaderKind loader) {
@@ -135,7 +146,8 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
       loss_reduction(opt.effective_loss_reduction(optimizer->state_kind() == StateOptimizer::kSpeedrun)),
       train_batches(make_train_batches(loader_kind, opt, comm, *start.family, grad_accum)),
       val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
-      windows(make_window_schedule(opt, *model)) {
+      windows(make_window_schedule(opt, *model)),
+      loss_weights(make_loss_schedule(opt, *model)) {
   model->set_gemm_algo_selection(opt.gemm_algo);
   if (start.params.empty()) start.params = start.family->init_params(opt.seed, comm.world_size());
   model->upload_params(start.params);
@@ -191,7 +203,7 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
     header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(opt.steps).describe());
   const bool modded89_optimizer = optimizer->state_kind() == StateOptimizer::kSpeedrun && is_modded89(*start.family);
   if (opt.lr_schedule == LrDecay::kModded89 || opt.window_schedule == WindowScheduleKind::kModded89 ||
-      modded89_optimizer)
+      opt.loss_schedule == LossScheduleKind::kModded89 || modded89_optimizer)
     header.notes.push_back("modded89 schedule: " + Modded89Schedule::for_total_steps(std::max(4, opt.steps)).describe());
   return header;
 }

@@ -18,6 +18,7 @@
 #include "llmc/train/log.h"
 #include "llmc/train/options.h"
 #include "llmc/train/train_batches.h"
+#include "llmc/train/loss_schedule.h"
 #include "llmc/train/train_step.h"
 #include "llmc/train/window_schedule.h"
 
@@ -61,6 +62,7 @@ struct TrainingRun {
   std::unique_ptr<TrainBatches> train_batches;  // --train-loader
   std::unique_ptr<ValLoader> val_loader;        // null: no validation
   std::unique_ptr<WindowSchedule> windows;      // null: fixed windows
+  std::unique_ptr<LossWeightSchedule> loss_weights;  // null: the model's own loss weights
   LoopState loop;
   TrainStateHeader resumed_from;  // what the checkpoint's writer saw (when resuming)
 };

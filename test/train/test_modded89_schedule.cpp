@@ -1,13 +1,16 @@
 // The 2026-07-17 schedule (llmc/schedule/modded89_schedule.h) against the values SPEEDRUN89.md publishes for the
 // record (sections 5-6: the lr factor at its quoted steps, the stage boundaries, the untie step, the YaRN attention
 // scales, the warm-up's steps), the loss weights computed by hand from its linear ramps, and the record stretched
-// to other run lengths.
+// to other run lengths; the trainer's loss-weight schedule (llmc/train/loss_schedule.h) against a recording
+// stand-in for the model.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "llmc/schedule/modded89_schedule.h"
+#include "llmc/train/loss_schedule.h"
 
 namespace {
 
@@ -132,6 +135,72 @@ TEST(Modded89Schedule, StretchedToTheRunsSteps) {
   EXPECT_EQ(four.untie_step(), 3);
   EXPECT_EQ(four.window_change_steps(), (std::vector<int>{1, 2, 3}));
   EXPECT_THROW(Modded89Schedule::for_total_steps(3), std::invalid_argument);
+}
+
+// What the trainer's --loss-schedule modded89 sets before each step: the ramps of LossWeightsFollowTheStagesRamps
+// in float, the count of next-token terms dropping 3 -> 2 -> 1, and a log line at each stage's first step only.
+struct RecordedWeights {
+  std::vector<llmc::MtpLossWeights> set;
+  llmc::LossWeightSchedule::SetWeights setter() {
+    return [this](const llmc::MtpLossWeights& weights) { set.push_back(weights); };
+  }
+};
+
+void expect_set(const llmc::MtpLossWeights& w, std::vector<float> next, float prefix, int step) {
+  ASSERT_EQ(w.tokens, static_cast<int>(next.size())) << step;
+  for (size_t k = 0; k < next.size(); k++) EXPECT_EQ(w.next[k], next[k]) << step << " k=" << k;
+  EXPECT_EQ(w.prefix, prefix) << step;
+}
+
+TEST(LossWeightSchedule, SetsEachStepsWeightsAndLogsEachStage) {
+  RecordedWeights model;
+  llmc::LossWeightSchedule schedule(Modded89Schedule::record(), model.setter());
+  std::vector<std::string> lines;
+  for (int step = 0; step < 1285; step++)
+    for (const std::string& line : schedule.before_step(step)) lines.push_back(line);
+  ASSERT_EQ(model.set.size(), 1285u);
+  expect_set(model.set[0], {1.0f, 0.5f, 0.25f}, 0.25f, 0);
+  expect_set(model.set[422], {1.0f, 0.5f, static_cast<float>(0.25 / 423.0)}, 0.25f, 422);
+  expect_set(model.set[423], {1.0f, 0.5f}, 0.25f, 423);
+  expect_set(model.set[846], {1.0f, static_cast<float>(0.5 / 424.0)}, static_cast<float>(0.25 / 424.0), 846);
+  expect_set(model.set[847], {1.0f}, 0.0f, 847);
+  expect_set(model.set[1284], {1.0f}, 0.0f, 1284);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "# loss weights: step 1 (schedule step 0) stage 1: next tokens 1 0.5 0.25 -> 1 0.5 0, "
+                      "prefix 0.25 -> 0.25");
+  EXPECT_EQ(lines[1], "# loss weights: step 424 (schedule step 423) stage 2: next tokens 1 0.5 -> 1 0, "
+                      "prefix 0.25 -> 0");
+  EXPECT_EQ(lines[2], "# loss weights: step 848 (schedule step 847) stage 3: next tokens 1 -> 1, prefix 0 -> 0");
+  EXPECT_EQ(lines[3], "# loss weights: step 1271 (schedule step 1270) extension: next tokens 1 -> 1, prefix 0 -> 0");
+  EXPECT_THROW(schedule.before_step(1285), std::invalid_argument);
+  EXPECT_THROW(schedule.before_step(-1), std::invalid_argument);
+}
+
+// A run resumed mid-stage sets what one that ran through sets, and says where it picked the ramp up.
+TEST(LossWeightSchedule, ResumedMidStageSetsTheSameWeights) {
+  RecordedWeights through, resumed;
+  llmc::LossWeightSchedule all(Modded89Schedule::for_total_steps(100), through.setter());
+  llmc::LossWeightSchedule later(Modded89Schedule::for_total_steps(100), resumed.setter());
+  for (int step = 0; step < 100; step++) all.before_step(step);
+  const std::vector<std::string> first = later.before_step(40);  // stage 2 is [33, 66) at 100 steps
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_NE(first[0].find("stage 2: next tokens 1 0.3939 -> 1 0, prefix 0.197 -> 0 (resumed mid-stage)"),
+            std::string::npos)
+      << first[0];  // t = 7 / 33: 0.5 x 26 / 33 and 0.25 x 26 / 33
+  for (int step = 41; step < 100; step++) later.before_step(step);
+  ASSERT_EQ(resumed.set.size(), 60u);
+  for (int step = 40; step < 100; step++) {
+    const llmc::MtpLossWeights &a = resumed.set[static_cast<size_t>(step - 40)], &b = through.set[static_cast<size_t>(step)];
+    ASSERT_EQ(a.tokens, b.tokens) << step;
+    for (int k = 0; k < a.tokens; k++) EXPECT_EQ(a.next[k], b.next[k]) << step;
+    EXPECT_EQ(a.prefix, b.prefix) << step;
+  }
+}
+
+TEST(LossWeightSchedule, RefusesMoreTermsThanTheKernelHas) {
+  llmc::Modded89LossWeights four{{1.0, 0.5, 0.25, 0.125}, 0.0}, none{{}, 0.25};
+  EXPECT_THROW(llmc::mtp_loss_weights(four), std::invalid_argument);
+  EXPECT_THROW(llmc::mtp_loss_weights(none), std::invalid_argument);
 }
 
 }  // namespace

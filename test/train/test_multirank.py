@@ -592,6 +592,100 @@ class SpeedrunOptimizer(MultiRankCase):
                 self.assertEqual(run.steps[step][:2], self.runs["np2_full"].steps[step][:2], f"{mode}, step {step}")
 
 
+class Modded89Optimizer(MultiRankCase):
+    """The 2026-07-17 record's optimizer (NorMuon banks + Adam with the tied head, --optimizer auto with
+    modded89-tiny) in the trainer, on its lr and loss schedules over 6 steps (stages from 0/2/3/5, Adam on the
+    odd 0-based steps, tied through the untie at step 3, untied at 5): 2 and 4 ranks, one sequence each, match 1
+    rank accumulating as many in losses and gradient norms; the overlap modes agree bitwise; and the traces show
+    which collectives start before the backward ends. The optimizer's parameters themselves are compared bitwise
+    across 1, 2 and 4 ranks by test/optim/test_modded89_optimizer.cu."""
+    STEPS = 6
+    ARGS = ["--model", "modded89-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", "1.0",
+            "--lr-schedule", "modded89", "--loss-schedule", "modded89", "--seed", "7"]
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.train_data = speedrun_tiny_shard(cls.directory, "modded89_optimizer_data", seed=89, stride=5)
+        for ranks in (2, 4):
+            tokens = ["--total-batch-tokens", str(64 * ranks)]
+            cls.train(f"np1_accum{ranks}", 1, cls.ARGS + tokens)
+            cls.train(f"np{ranks}_full", ranks, cls.ARGS + tokens + [
+                "--overlap", "full", "--trace", os.path.join(cls.directory, f"trace_np{ranks}")])
+        for mode in ("none", "rs"):
+            cls.train(f"np2_{mode}", 2, cls.ARGS + ["--total-batch-tokens", "128", "--overlap", mode])
+
+    def assert_ok(self, run):
+        self.assertEqual(run.returncode, 0, run.describe())
+        self.assertEqual(sorted(run.steps), list(range(1, self.STEPS + 1)), run.describe())
+
+    def test_ranks_match_one_rank_accumulating(self):
+        for ranks in (2, 4):
+            reference, run = self.runs[f"np1_accum{ranks}"], self.runs[f"np{ranks}_full"]
+            self.assert_ok(reference)
+            self.assert_ok(run)
+            self.assertIn("optimizer: speedrun, the 2026-07-17 recipe", run.stdout)
+            # The fp32 reduction-order differences (per-rank partial sums, then the collectives' sums) through
+            # NorMuon and Adam stay below the printed digits; the loss falls by far more, so a lost update shows.
+            for step in range(1, self.STEPS + 1):
+                (loss, norm, line), (ref_loss, ref_norm, ref_line) = run.steps[step], reference.steps[step]
+                self.assertLessEqual(abs(float(loss) - float(ref_loss)), PRINTED_TOL, f"{line} vs {ref_line}")
+                self.assertLessEqual(abs(float(norm) - float(ref_norm)), PRINTED_TOL * float(ref_norm),
+                                     f"{line} vs {ref_line}")
+            self.assertLess(float(run.steps[self.STEPS][0]), float(run.steps[1][0]) - 0.05)
+
+    def test_overlap_modes_agree_bitwise(self):
+        for mode in ("none", "rs"):
+            run = self.runs[f"np2_{mode}"]
+            self.assert_ok(run)
+            for step in range(1, self.STEPS + 1):
+                self.assertEqual(run.steps[step][:2], self.runs["np2_full"].steps[step][:2], f"{mode}, step {step}")
+
+    def traces(self, ranks):
+        self.assert_ok(self.runs[f"np{ranks}_full"])
+        files = mr.trace_files(os.path.join(self.directory, f"trace_np{ranks}"))
+        self.assertEqual(len(files), ranks)
+        return [slices_by_step(mr.load_trace(path)) for path in files]
+
+    def test_full_mode_streams_the_banks_and_defers_only_the_tied_head(self):
+        # Every step the layers' bank reduces follow their backward; on Adam steps the tables' reduce-scatters
+        # too. On a tied Adam step (1, 3) the head's reduce-scatter waits for the embeddings' backward (the head
+        # absorbs the embedding's gradient first: tie_head_grad), the one collective that waits for the backward's
+        # end; untied (step 5) it follows the head's own backward. What the emulated ranks' scheduling decides
+        # (a reduce starting before the backward's last slice ends) must happen in at least one step per rank.
+        for ranks in (2, 4):
+            for rank, steps in enumerate(self.traces(ranks)):
+                self.assertEqual(sorted(steps), list(range(self.STEPS)))
+                under = {"muon_reduce": 0, "adam reduce_scatter": 0, "untied head reduce_scatter": 0}
+                for step, slices in steps.items():
+                    with self.subTest(ranks=ranks, rank=rank, step=step):
+                        backward = [s for s in slices if s["tid"] == 1 and s["name"].startswith("backward")]
+                        backward_end = max(end(s) for s in backward)
+                        head = next(s["args"]["bucket"] for s in backward if s["name"] == "backward head")
+                        embeddings = next(s for s in backward if s["name"] == "backward embeddings")
+                        reduces = [s for s in slices if s["name"] == "muon_reduce"]
+                        self.assertTrue(reduces)
+                        under["muon_reduce"] += min(s["ts"] for s in reduces) < backward_end
+                        scatters = [s for s in slices if s["name"] == "reduce_scatter"]
+                        ties = [s for s in slices if s["name"] == "tie_head_grad"]
+                        if step % 2 == 0:
+                            self.assertEqual((scatters, ties), ([], []))
+                            continue
+                        self.assertTrue(scatters)
+                        under["adam reduce_scatter"] += min(s["ts"] for s in scatters) < backward_end
+                        head_scatter = [s for s in scatters if s["args"]["bucket"] == head]
+                        self.assertEqual(len(head_scatter), 1)
+                        if step <= 3:  # tied
+                            self.assertEqual(len(ties), 1)
+                            self.assertGreaterEqual(ties[0]["ts"], end(embeddings))
+                            self.assertGreaterEqual(head_scatter[0]["ts"], end(ties[0]))
+                        else:
+                            self.assertEqual(ties, [])
+                            under["untied head reduce_scatter"] += head_scatter[0]["ts"] < backward_end
+                for what, found in under.items():
+                    self.assertGreater(found, 0, f"{ranks} ranks, rank {rank}: no {what} under the backward")
+
+
 class Resume(MultiRankCase):
     """Checkpoints hold the model once, each rank's optimizer shard and a manifest; a 2-rank resume
     continues bitwise."""

@@ -42,6 +42,7 @@ TEST(Recipe, ModdedRecordMatchesSpeedrunMd) {
   EXPECT_EQ(o.grad_accum_steps(1), 8);
   EXPECT_EQ(o.lr_schedule, llmc::LrDecay::kSpeedrun);
   EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kSpeedrun);
+  EXPECT_EQ(o.loss_schedule, llmc::LossScheduleKind::kFixed);
   EXPECT_EQ(o.warmup_steps, 0);
   EXPECT_EQ(o.grad_clip, 0.0);  // section 2: no gradient clipping
   EXPECT_EQ(o.loss_reduction, llmc::LossReduction::kSum);  // the training loss is the SUM over the rank's tokens
@@ -89,6 +90,7 @@ TEST(Recipe, ExplicitOptionsWinWhereverTheyStand) {
     EXPECT_EQ(o.lr_schedule, llmc::LrDecay::kCosine);  // the trainer's default, given explicitly, still wins
     EXPECT_EQ(o.train_loader, llmc::TrainLoaderChoice::kWindow);
     EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kSpeedrun);
+  EXPECT_EQ(o.loss_schedule, llmc::LossScheduleKind::kFixed);
     EXPECT_EQ(o.seq_len, 32768);
   }
 }

@@ -230,7 +230,8 @@ class TrainProgram(unittest.TestCase):
         write_shard(f"{self.tmp}/m89_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
         data = ["--train-data", f"{self.tmp}/m89_train_*.bin", "-b", 1, "-t", 64, "--lr", "1.0",
                 "--total-batch-tokens", 128]
-        args = data + ["--model", "modded89-tiny", "--steps", 6, "--checkpoint-every", 3, "--lr-schedule", "modded89"]
+        args = data + ["--model", "modded89-tiny", "--steps", 6, "--checkpoint-every", 3, "--lr-schedule", "modded89",
+                       "--loss-schedule", "modded89"]
         out_dir, log = self.train_run("modded89", args)
         self.assertIn("# model: modded89 V=96 H=2 D=16", log)
         self.assertIn("# optimizer: speedrun, the 2026-07-17 recipe", log)
@@ -358,6 +359,41 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(re.findall(r"(?m)^# windows: .*$", log), expected)
         self.expect_failure(args[:-4] + ["--steps", 3, "--window-schedule", "modded89"],
                             r"--window-schedule modded89 needs --steps >= 4")
+
+    def test_modded89_loss_schedule_sets_each_stages_weights(self):
+        # --loss-schedule modded89 stretched to 6 steps: stages from schedule steps 0/2/3/5. With --lr 0 the
+        # N(0, 0.005) head keeps near-uniform logits, so each step's loss is its weights' sum times ln 96, a row's
+        # terms past the sequence dropped: step 1 next tokens (1, 0.5, 0.25), step 2 halfway down stage 1's ramp
+        # (1, 0.5, 0.125), step 3 stage 2 (1, 0.5), then the next token alone; no prefix table at V = 96.
+        rng = np.random.default_rng(8)
+        write_shard(f"{self.tmp}/m89l_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        args = ["--train-data", f"{self.tmp}/m89l_train_*.bin", "-b", 1, "-t", 64, "--model", "modded89-tiny",
+                "--steps", 6, "--lr", 0, "--loss-schedule", "modded89"]
+        _, log = self.train_run("m89_loss", args)
+        self.assertEqual(re.findall(r"(?m)^# loss weights: .*$", log), [
+            "# loss weights: step 1 (schedule step 0) stage 1: next tokens 1 0.5 0.25 -> 1 0.5 0, prefix 0.25 -> 0.25",
+            "# loss weights: step 3 (schedule step 2) stage 2: next tokens 1 0.5 -> 1 0, prefix 0.25 -> 0",
+            "# loss weights: step 4 (schedule step 3) stage 3: next tokens 1 -> 1, prefix 0 -> 0",
+            "# loss weights: step 6 (schedule step 5) extension: next tokens 1 -> 1, prefix 0 -> 0"])
+        T = 64
+
+        def uniform_loss(next_weights):  # the mean over rows of the weights of the targets inside the sequence
+            return sum(w * (T - k) for k, w in enumerate(next_weights)) / T * np.log(96)
+        expected = {1: uniform_loss([1, 0.5, 0.25]), 2: uniform_loss([1, 0.5, 0.125]), 3: uniform_loss([1, 0.5]),
+                    4: uniform_loss([1]), 5: uniform_loss([1]), 6: uniform_loss([1])}
+        train = losses(log)
+        self.assertEqual(sorted(train), list(range(1, 7)))
+        for step, loss in expected.items():
+            self.assertAlmostEqual(float(train[step]), loss, delta=0.02, msg=f"step {step}")
+        # The negative control: the model's own weights (fixed) keep step 6 at step 1's.
+        _, fixed_log = self.train_run("m89_loss_fixed", args[:-2])
+        self.assertNotIn("# loss weights", fixed_log)
+        self.assertAlmostEqual(float(losses(fixed_log)[6]), expected[1], delta=0.02)
+        steps_at = args.index("--steps") + 1
+        self.expect_failure(args[:steps_at] + [3] + args[steps_at + 1:], r"--loss-schedule modded89 needs --steps >= 4")
+        self.expect_failure(["--train-data", f"{self.tmp}/m89l_train_*.bin", "-b", 1, "-t", 64, "--model",
+                             "speedrun-tiny", "--steps", 4, "--loss-schedule", "modded89"],
+                            r"--loss-schedule modded89: the 2025-10-31 speedrun model trains on the next token's loss")
 
     def test_speedrun_schedules_and_the_recipe(self):
         # --lr-schedule and --window-schedule speedrun stretched to 8 steps: 7 scheduled (the lr is --lr while

@@ -78,4 +78,10 @@ double GPT2::set_attention_windows(int short_blocks, int long_blocks, bool apply
                               "model or --window-schedule fixed)");
 }
 
+void GPT2::set_loss_weights(const MtpLossWeights& weights) {
+  (void)weights;
+  throw std::invalid_argument("--loss-schedule modded89: GPT-2 models train on the next token's loss alone (use a "
+                              "modded89 model or --loss-schedule fixed)");
+}
+
 }  // namespace llmc

@@ -313,6 +313,12 @@ double SpeedrunModel::set_attention_windows(int short_blocks, int long_blocks, b
   return attn_scale();
 }
 
+void SpeedrunModel::set_loss_weights(const MtpLossWeights& weights) {
+  (void)weights;
+  throw std::invalid_argument("--loss-schedule modded89: the 2025-10-31 speedrun model trains on the next token's "
+                              "loss alone (use a modded89 model or --loss-schedule fixed)");
+}
+
 void SpeedrunModel::rebuild_rope_tables() {
   Activations& a = *acts_;
   const std::vector<float>& frequencies = yarn_.frequencies();

@@ -77,8 +77,9 @@ class Modded89Model : public FamilyModel, public ContextModel {
   const std::vector<float>& rope_frequencies() const { return frequencies_; }  // the D/4 in force
   // Attention windows in tokens (a key farther than the window is masked; the paired layers count rows).
   void set_windows(int short_tokens, int long_tokens);
-  // The training objective's weights (llmc/kernels/mtp_cross_entropy.cuh).
-  void set_loss_weights(const MtpLossWeights& weights);
+  // The training objective's weights (llmc/kernels/mtp_cross_entropy.cuh); throws std::invalid_argument for
+  // a count of next tokens outside 1..kMtpMaxTokens.
+  void set_loss_weights(const MtpLossWeights& weights) override;
 
   // See TrainableModel. inputs/targets: seq_len tokens each (targets[t] = the token after inputs[t]). With
   // compute_dlogits (training) each row's loss sums the weighted next-token and prefix terms and the logit
