@@ -42,3 +42,15 @@ add_test(NAME bos_loader_vs_python
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/data/check_bos_loader.py
           --probe $<TARGET_FILE:bos_loader_probe> --tokenizer $<TARGET_FILE:tokenize_gpt2> --shared ${LLMC_SHARED_DIR})
 set_tests_properties(bos_loader_vs_python PROPERTIES LABELS data TIMEOUT 300)
+
+# The bigram table's gradient exchange, sparse rows vs a dense reduce-scatter (bytes on the wire per Adam step,
+# docs/distributed.md#the-bigram-tables-gradient-exchange), on the shared KJV text tokenized by ./tokenize_gpt2:
+# smoke-run so that it cannot rot; the table in the docs comes from the same command.
+add_executable(bench_bigram_exchange test/data/bench_bigram_exchange.cpp)
+target_link_libraries(bench_bigram_exchange PRIVATE llmc_data CLI11::CLI11)
+add_test(NAME bench_bigram_exchange_smoke
+  COMMAND sh -c "rm -rf ${CMAKE_CURRENT_BINARY_DIR}/bigram_exchange && $<TARGET_FILE:tokenize_gpt2> --output-dir ${CMAKE_CURRENT_BINARY_DIR}/bigram_exchange --name kjv \
+--val-tokens 0 ${LLMC_SHARED_DIR}/data/text/kjv.txt && $<TARGET_FILE:bench_bigram_exchange> \
+--shard ${CMAKE_CURRENT_BINARY_DIR}/bigram_exchange/kjv_train_000001.bin")
+set_tests_properties(bench_bigram_exchange_smoke PROPERTIES LABELS data TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "\\| 3 \\| 49152 \\| 8 \\| [0-9]+ \\| 507\\.")
