@@ -37,7 +37,7 @@ void check_config(const BosLoaderConfig& c) {
 }  // namespace
 
 BosLoader::BosLoader(const BosLoaderConfig& config, const BosLoaderPosition& start)
-    : config_(config), position_(start) {
+    : config_(config), max_seq_len_(config.seq_len), position_(start) {
   check_config(config_);
   if (config_.cu_seqlens_length == 0) config_.cu_seqlens_length = default_cu_seqlens_length(config_.seq_len);
   const int64_t step_tokens = int64_t{sequences_per_step()} * (config_.seq_len + 1);
@@ -101,6 +101,20 @@ void BosLoader::deal_current_step() {
                                      " sequences of T+1 = " + std::to_string(config_.seq_len + 1) + " tokens");
   }
   step_dealt_ = true;
+}
+
+void BosLoader::set_step_shape(int64_t seq_len, int64_t max_document_tokens) {
+  if (position_.micro_step != 0)
+    throw std::logic_error("BosLoader::set_step_shape inside a step " + position_text(position_));
+  if (seq_len < 1 || seq_len > max_seq_len_)
+    throw std::invalid_argument("BosLoader: a step of sequences of " + std::to_string(seq_len) + " tokens outside [1, " +
+                                std::to_string(max_seq_len_) + "] (the loader's T)");
+  if (max_document_tokens < 1)
+    throw std::invalid_argument("BosLoader: the document cut must be positive, got " +
+                                std::to_string(max_document_tokens));
+  config_.seq_len = seq_len;
+  config_.max_document_tokens = max_document_tokens;
+  step_dealt_ = false;
 }
 
 void BosLoader::next(PackedSequence* out) {

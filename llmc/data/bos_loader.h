@@ -51,6 +51,11 @@ class BosLoader {
   // This rank's next micro-batch. Throws std::runtime_error naming the shard for a shard without
   // documents, too small for one step, or with more documents in a sequence than cu_seqlens holds.
   void next(PackedSequence* out);
+  // From the next step on (at a step boundary: std::logic_error inside a step), sequences of seq_len tokens
+  // (at most the config's, which sized the checks) of documents cut to max_document_tokens: the record's stages.
+  // The position is the same either way, so a run resumed at any step deals what one that ran through did.
+  // Throws std::invalid_argument naming the bad value.
+  void set_step_shape(int64_t seq_len, int64_t max_document_tokens);
   BosLoaderPosition position() const { return position_; }  // of the micro-batch next() returns next
   const BosLoaderConfig& config() const { return config_; }
   int sequences_per_step() const { return config_.world_size * config_.grad_accum; }
@@ -61,6 +66,7 @@ class BosLoader {
   void deal_current_step();
 
   BosLoaderConfig config_;
+  int64_t max_seq_len_ = 0;  // the constructor's seq_len
   std::vector<std::string> paths_;
   BosLoaderPosition position_;
   IndexedShard shard_;                  // the shard at position_.shard

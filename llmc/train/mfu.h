@@ -22,9 +22,12 @@ class ThroughputMeter {
         flops_per_token_(flops_per_token),
         world_size_(world_size),
         peak_flops_(peak_flops) {}
-  double tokens_per_second(double step_ms) const { return tokens_per_step_ / (step_ms / 1000.0); }
-  std::string mfu(double step_ms) const {
-    return format_mfu(flops_per_token_ * tokens_per_second(step_ms) / world_size_, peak_flops_);
+  // tokens_fraction: the step's share of the tokens per step (a stage of --batch-schedule).
+  double tokens_per_second(double step_ms, double tokens_fraction = 1.0) const {
+    return tokens_per_step_ * tokens_fraction / (step_ms / 1000.0);
+  }
+  std::string mfu(double step_ms, double tokens_fraction = 1.0) const {
+    return format_mfu(flops_per_token_ * tokens_per_second(step_ms, tokens_fraction) / world_size_, peak_flops_);
   }
 
  private:

@@ -183,6 +183,10 @@ void add_schedule_options(CLI::App& app, TrainOptions& o) {
              "Training-loss weights of a modded89 model: fixed (next tokens 1, 0.5, 0.25 and the prefix term 0.25 "
              "throughout) or modded89 (the 2026-07-17 record's, linear within each stage: three next tokens, then "
              "two, then one; the prefix term to 0 by stage 3), stretched to --steps");
+  add_choice(app, "--batch-schedule", o.batch_schedule, kBatchScheduleNames,
+             "Tokens per sequence by step: fixed (--seq-len throughout) or modded89 (the 2026-07-17 record's stages: "
+             "a third, two thirds, then all of --seq-len, a multiple of 3; documents cut to 896 tokens in stage 1, "
+             "2,048 later), stretched to --steps; for a modded89 model");
   app.add_option("--batch-size,-b", o.batch_size, "Micro-batch size B (sequences per rank per micro-step)")
       ->capture_default_str()->check(at_least(1));
   app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(at_least(1));
@@ -281,6 +285,8 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     record_schedule = "--window-schedule " + std::string(name_of(o.window_schedule, kWindowScheduleNames));
   else if (o.loss_schedule != LossScheduleKind::kFixed)
     record_schedule = "--loss-schedule " + std::string(name_of(o.loss_schedule, kLossScheduleNames));
+  else if (o.batch_schedule != BatchScheduleKind::kFixed)
+    record_schedule = "--batch-schedule " + std::string(name_of(o.batch_schedule, kBatchScheduleNames));
   if (!record_schedule.empty() && o.steps < 4)
     throw std::invalid_argument(record_schedule + " needs --steps >= 4 (three window phases and an extension step), " +
                                 "got " + std::to_string(o.steps));

@@ -12,6 +12,7 @@
 #include "llmc/schedule/lr_schedule.h"
 #include "llmc/train/loss_reduction.h"
 #include "llmc/train/train_batches.h"
+#include "llmc/train/batch_schedule.h"
 #include "llmc/train/loss_schedule.h"
 #include "llmc/train/window_schedule.h"
 
@@ -47,6 +48,7 @@ struct TrainOptions {
   LrDecay lr_schedule = LrDecay::kCosine;                          // cosine | linear | constant | speedrun
   WindowScheduleKind window_schedule = WindowScheduleKind::kFixed;  // fixed | speedrun (speedrun models' windows)
   LossScheduleKind loss_schedule = LossScheduleKind::kFixed;        // fixed | modded89 (its MTP/prefix weights)
+  BatchScheduleKind batch_schedule = BatchScheduleKind::kFixed;     // fixed | modded89 (its stage batches)
   double final_lr_frac = 0.0;
   double weight_decay = 0.0;
   double grad_clip = kGradClipAuto;    // 0 = off; see effective_grad_clip()

@@ -56,7 +56,28 @@ DataLoaderPosition resumed_position(const TrainStateHeader& written, const DataL
   return loader.position_at_tokens(at.epoch, at.shard_order_index, tokens_into_shard);
 }
 
-WindowBatches::WindowBatches(const TrainBatchesConfig& config) : loader_(window_config(config)) {}
+WindowBatches::WindowBatches(const TrainBatchesConfig& config)
+    : loader_(window_config(config)), step_seq_len_(config.seq_len) {}
+
+void WindowBatches::next_batch(int32_t* inputs, int32_t* targets) {
+  const int64_t T = loader_.config().seq_len, B = loader_.config().batch_size;
+  if (step_seq_len_ == T) return loader_.next_batch(inputs, targets);
+  window_inputs_.resize(static_cast<size_t>(B * T));
+  window_targets_.resize(static_cast<size_t>(B * T));
+  loader_.next_batch(window_inputs_.data(), window_targets_.data());
+  for (int64_t row = 0; row < B; row++) {
+    std::copy_n(window_inputs_.begin() + row * T, step_seq_len_, inputs + row * step_seq_len_);
+    std::copy_n(window_targets_.begin() + row * T, step_seq_len_, targets + row * step_seq_len_);
+  }
+}
+
+void WindowBatches::set_step_shape(int64_t seq_len, int64_t max_document_tokens) {
+  (void)max_document_tokens;
+  if (seq_len < 1 || seq_len > loader_.config().seq_len)
+    throw std::invalid_argument("window loader: a step of " + std::to_string(seq_len) + " tokens outside [1, " +
+                                std::to_string(loader_.config().seq_len) + "] (--seq-len)");
+  step_seq_len_ = seq_len;
+}
 
 void WindowBatches::save_position(TrainStateHeader& state) const {
   state.train_loader = TrainLoaderKind::kWindow;
@@ -83,12 +104,16 @@ BosBatches::BosBatches(const TrainBatchesConfig& config, const BosLoaderPosition
       loader_(std::make_unique<BosLoader>(loader_config_, start)) {}
 
 void BosBatches::next_batch(int32_t* inputs, int32_t* targets) {
-  const auto T = static_cast<size_t>(loader_config_.seq_len);
+  const auto T = static_cast<size_t>(loader_->config().seq_len);
   for (int64_t row = 0; row < batch_size_; row++) {
     loader_->next(&sequence_);
     std::copy(sequence_.inputs.begin(), sequence_.inputs.end(), inputs + row * T);
     std::copy(sequence_.targets.begin(), sequence_.targets.end(), targets + row * T);
   }
+}
+
+void BosBatches::set_step_shape(int64_t seq_len, int64_t max_document_tokens) {
+  loader_->set_step_shape(seq_len, max_document_tokens);
 }
 
 void BosBatches::save_position(TrainStateHeader& state) const {

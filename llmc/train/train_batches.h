@@ -31,8 +31,12 @@ class TrainBatches {
  public:
   virtual ~TrainBatches() = default;
   virtual TrainLoaderKind kind() const = 0;
-  // This rank's next micro-batch: B*T inputs and the B*T targets (each the token after its input).
+  // This rank's next micro-batch: B*T inputs and the B*T targets (each the token after its input), T the step's
+  // sequence length (set_step_shape; --seq-len until then).
   virtual void next_batch(int32_t* inputs, int32_t* targets) = 0;
+  // From the next step on, sequences of seq_len tokens (at most --seq-len) of documents cut to
+  // max_document_tokens (--batch-schedule). At a step boundary; the saved position does not depend on it.
+  virtual void set_step_shape(int64_t seq_len, int64_t max_document_tokens) = 0;
   // The kind and the position of the next micro-batch, into a state about to be saved.
   virtual void save_position(TrainStateHeader& state) const = 0;
   // Continues where the writer of `written` (a state of this kind) stopped. Throws FileError naming
@@ -55,13 +59,18 @@ class WindowBatches final : public TrainBatches {
  public:
   explicit WindowBatches(const TrainBatchesConfig& config);
   TrainLoaderKind kind() const override { return TrainLoaderKind::kWindow; }
-  void next_batch(int32_t* inputs, int32_t* targets) override { loader_.next_batch(inputs, targets); }
+  void next_batch(int32_t* inputs, int32_t* targets) override;
+  // The windows stay --seq-len long (their positions are the checkpoint's); a step of fewer tokens trains on the
+  // first seq_len of each. No documents: the cut is not used.
+  void set_step_shape(int64_t seq_len, int64_t max_document_tokens) override;
   void save_position(TrainStateHeader& state) const override;
   void resume(const TrainStateHeader& written, const std::string& where) override;
   std::string describe() const override;
 
  private:
   DataLoader loader_;
+  int64_t step_seq_len_;
+  std::vector<int32_t> window_inputs_, window_targets_;  // whole windows, for steps of fewer tokens
 };
 
 // The speedrun's loader with B rows per micro-step: a BosLoader dealing world_size * grad_accum * B
@@ -74,6 +83,7 @@ class BosBatches final : public TrainBatches {
   explicit BosBatches(const TrainBatchesConfig& config, const BosLoaderPosition& start = BosLoaderPosition{});
   TrainLoaderKind kind() const override { return TrainLoaderKind::kBos; }
   void next_batch(int32_t* inputs, int32_t* targets) override;
+  void set_step_shape(int64_t seq_len, int64_t max_document_tokens) override;  // BosLoader::set_step_shape
   void save_position(TrainStateHeader& state) const override;
   void resume(const TrainStateHeader& written, const std::string& where) override;
   std::string describe() const override;

@@ -36,6 +36,7 @@ void log_lines(TrainLog& log, const std::vector<std::string>& lines) {
 double evaluate(TrainingRun& run, Batch& batch) {
   ValLoader& val_loader = *run.val_loader;
   val_loader.reset();
+  if (run.stage_batches) run.model->set_seq_len(run.opt.seq_len);  // the val sequences; the next step sets its own
   double loss_sum = 0.0;
   for (int64_t s = 0; s < val_loader.num_steps(); s++) {
     val_loader.next_batch(batch.inputs.data(), batch.targets.data());
@@ -55,16 +56,17 @@ ThroughputMeter throughput_meter(const TrainingRun& run) {
   return ThroughputMeter(tokens_per_step, run.model->flops_per_token(run.opt.seq_len), run.comm.world_size(), peak);
 }
 
+// tokens_fraction: the step's share of --seq-len's tokens (--batch-schedule).
 std::string step_line(TrainingRun& run, const ThroughputMeter& meter, int step, const StepResult& result, float lr,
-                      double step_ms) {
+                      double step_ms, double tokens_fraction) {
   TrainStepRecord record;
   record.step = step;
   record.total_steps = run.opt.steps;
   record.loss = result.loss;
   record.train_time_ms = run.loop.train_time_ms;
   record.step_avg_ms = run.loop.train_time_ms / step;
-  record.tokens_per_second = meter.tokens_per_second(step_ms);
-  record.mfu = meter.mfu(step_ms);
+  record.tokens_per_second = meter.tokens_per_second(step_ms, tokens_fraction);
+  record.mfu = meter.mfu(step_ms, tokens_fraction);
   record.lr = lr;
   record.grad_norm = result.grad_norm;
   record.eta_seconds = (run.opt.steps - step) * record.step_avg_ms / 1000.0;
@@ -157,13 +159,14 @@ int Trainer::train_loop() {
       // is enqueued, and a YaRN update of the RoPE tables is ordered after step s - 1 on the stream.
       if (run_->windows) log_lines(*log_, run_->windows->before_step(step - 1));
       if (run_->loss_weights) log_lines(*log_, run_->loss_weights->before_step(step - 1));
+      log_lines(*log_, run_->set_step_shape(step - 1, parts_));
       enqueue_train_step(parts_, step, lr, batch_);
     } catch (...) {  // e.g. the loader refusing the next shard: the step before it still gets its log line
       if (pending) finish(*pending);
       throw;
     }
     if (pending && !finish(*pending)) return 1;
-    pending = PendingStep{step, lr};
+    pending = PendingStep{step, lr, run_->stage_batches ? run_->stage_batches->shape(step - 1).seq_len : opt_.seq_len};
     if (needs_state_after(step)) {
       watchdog_->begin(Watchdog::Activity::kStep, step);
       if (!finish(*pending)) return 1;
@@ -200,8 +203,9 @@ bool Trainer::finish(const PendingStep& pending) {
   }
   if (debug_.wants_dump(step) && comm_.is_main_rank())
     debug_.dump_step(batch_.inputs, batch_.targets, result.loss, run_->model->download_grads(), opt_.batch_size,
-                     opt_.seq_len, kPrecisionName);
-  log_->line(step_line(*run_, meter_, step, result, pending.lr, step_ms));
+                     pending.seq_len, kPrecisionName);
+  log_->line(step_line(*run_, meter_, step, result, pending.lr, step_ms,
+                       static_cast<double>(pending.seq_len) / opt_.seq_len));
   validate(step);
   sample(step);
   checkpoint(step);

@@ -43,6 +43,7 @@ class Trainer {
   struct PendingStep {
     int step;
     float lr;
+    int seq_len;  // of its sequences (--batch-schedule: the stage's)
   };
   using Clock = std::chrono::steady_clock;
 

@@ -113,6 +113,17 @@ std::unique_ptr<LossWeightSchedule> make_loss_schedule(const TrainOptions& opt, 
   });
 }
 
+// --batch-schedule modded89: that record's stage batches stretched to --steps. Every stage's length is tried on the
+// model at once (GPT-2 refuses any, the FP8 head one that is not a multiple of 16), then the first step's is set.
+std::unique_ptr<BatchSchedule> make_stage_batches(const TrainOptions& opt, FamilyModel& model) {
+  if (opt.batch_schedule == BatchScheduleKind::kFixed) return nullptr;
+  const Modded89Schedule schedule = Modded89Schedule::for_total_steps(opt.steps);
+  auto batches = std::make_unique<BatchSchedule>(schedule, opt.seq_len);
+  for (int start : schedule.stage_starts()) model.set_seq_len(batches->shape(start).seq_len);
+  model.set_seq_len(opt.seq_len);
+  return batches;
+}
+
 // What this run's checkpoints must match to be resumed.
 ResumeExpectations resume_expectations(const ModelFamily& family, const BucketOptimizer& optimizer,
                                        TrainLoaderKind loader) {
@@ -147,7 +158,8 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
       train_batches(make_train_batches(loader_kind, opt, comm, *start.family, grad_accum)),
       val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
       windows(make_window_schedule(opt, *model)),
-      loss_weights(make_loss_schedule(opt, *model)) {
+      loss_weights(make_loss_schedule(opt, *model)),
+      stage_batches(make_stage_batches(opt, *model)) {
   model->set_gemm_algo_selection(opt.gemm_algo);
   if (start.params.empty()) start.params = start.family->init_params(opt.seed, comm.world_size());
   model->upload_params(start.params);
@@ -160,6 +172,15 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
   train_batches->resume(checkpoint.written(), checkpoint.state_path(0));
   loop = LoopState{static_cast<int>(checkpoint.written().step), checkpoint.written().train_time_ms, resume_prefix};
   resumed_from = checkpoint.written();
+}
+
+std::vector<std::string> TrainingRun::set_step_shape(int step, StepParts& parts) {
+  if (!stage_batches) return {};
+  const StepShape shape = stage_batches->shape(step);
+  model->set_seq_len(shape.seq_len);
+  train_batches->set_step_shape(shape.seq_len, shape.document_cut);
+  parts.loss_gradient_scale = loss_gradient_scale(loss_reduction, int64_t{opt.batch_size} * shape.seq_len, grad_accum);
+  return stage_batches->changes(step);
 }
 
 LogHeader TrainingRun::describe(const std::string& options_text, const DebugHooks& debug) const {
@@ -203,8 +224,9 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
     header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(opt.steps).describe());
   const bool modded89_optimizer = optimizer->state_kind() == StateOptimizer::kSpeedrun && is_modded89(*start.family);
   if (opt.lr_schedule == LrDecay::kModded89 || opt.window_schedule == WindowScheduleKind::kModded89 ||
-      opt.loss_schedule == LossScheduleKind::kModded89 || modded89_optimizer)
+      opt.loss_schedule == LossScheduleKind::kModded89 || stage_batches || modded89_optimizer)
     header.notes.push_back("modded89 schedule: " + Modded89Schedule::for_total_steps(std::max(4, opt.steps)).describe());
+  if (stage_batches) header.notes.push_back("batch schedule: " + stage_batches->describe() + " (--batch-schedule modded89)");
   return header;
 }
 

@@ -18,6 +18,7 @@
 #include "llmc/train/log.h"
 #include "llmc/train/options.h"
 #include "llmc/train/train_batches.h"
+#include "llmc/train/batch_schedule.h"
 #include "llmc/train/loss_schedule.h"
 #include "llmc/train/train_step.h"
 #include "llmc/train/window_schedule.h"
@@ -41,6 +42,9 @@ struct TrainingRun {
     return StepParts{*model, *optimizer, *train_batches, tracer, comm, grad_accum,
                      loss_gradient_scale(loss_reduction, int64_t{opt.batch_size} * opt.seq_len, grad_accum)};
   }
+  // Before step `step` (0-based): its sequence length on the model and the loader, and its tokens' dloss into
+  // `parts`, with --batch-schedule; log lines at a change. Nothing otherwise.
+  std::vector<std::string> set_step_shape(int step, StepParts& parts);
   // The log header: the run's environment, model, options, shapes and how it was set up.
   LogHeader describe(const std::string& options_text, const DebugHooks& debug) const;
   // Collective: checkpoint `prefix` of the state after loop.step (the model file once, every rank's
@@ -63,6 +67,7 @@ struct TrainingRun {
   std::unique_ptr<ValLoader> val_loader;        // null: no validation
   std::unique_ptr<WindowSchedule> windows;      // null: fixed windows
   std::unique_ptr<LossWeightSchedule> loss_weights;  // null: the model's own loss weights
+  std::unique_ptr<BatchSchedule> stage_batches;      // null: every step on --seq-len tokens
   LoopState loop;
   TrainStateHeader resumed_from;  // what the checkpoint's writer saw (when resuming)
 };

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -185,6 +186,38 @@ TEST_F(BosLoaderTest, ResumesBitForBitFromASavedPosition) {
     ASSERT_TRUE(same(a, b)) << "micro-batch " << i << " after the resume";
     ASSERT_EQ(original.position(), resumed.position());
   }
+}
+
+// The record's stages (--batch-schedule modded89): after set_step_shape a loader deals what a loader built with that
+// shape deals from the same position, so a run resumed in any stage continues as one that ran through; a shape
+// inside a step, longer than the loader's T, or without documents is refused.
+TEST_F(BosLoaderTest, StepShapesDealAsALoaderBuiltWithThem) {
+  make_shards(2, 120, 60, 5);
+  const BosLoaderConfig c = config(60, 1, 0, 2);
+  BosLoader staged(c);
+  const int64_t shapes[3][2] = {{20, 10}, {40, 40}, {60, 40}};  // T, document cut
+  for (const auto& shape : shapes) {
+    staged.set_step_shape(shape[0], shape[1]);
+    BosLoaderConfig built = c;
+    built.seq_len = shape[0];
+    built.max_document_tokens = shape[1];
+    BosLoader reference(built, staged.position());
+    for (int i = 0; i < 10; ++i) {  // 5 steps of 2 micro-steps
+      PackedSequence a, b;
+      staged.next(&a);
+      reference.next(&b);
+      ASSERT_EQ(a.inputs.size(), static_cast<size_t>(shape[0]));
+      ASSERT_TRUE(same(a, b)) << "T " << shape[0] << ", micro-batch " << i;
+      ASSERT_EQ(staged.position(), reference.position());
+    }
+  }
+  PackedSequence sequence;
+  staged.next(&sequence);
+  EXPECT_THROW(staged.set_step_shape(20, 10), std::logic_error);  // mid-step
+  staged.next(&sequence);
+  EXPECT_THROW(staged.set_step_shape(61, 40), std::invalid_argument);
+  EXPECT_THROW(staged.set_step_shape(0, 40), std::invalid_argument);
+  EXPECT_THROW(staged.set_step_shape(20, 0), std::invalid_argument);
 }
 
 TEST_F(BosLoaderTest, FewerRanksWithAccumulationSeeTheSameSequences) {

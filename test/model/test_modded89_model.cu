@@ -484,6 +484,48 @@ TEST_F(Modded89ModelTest, Fp8HeadMemoryIsPlannedAndBadShapesRefuse) {
   EXPECT_THROW(Modded89Model(config, 1, 40, 1, stream, c.bos, Modded89Head::kFp8), std::invalid_argument);
 }
 
+// The record's stages train shorter sequences than the last (--batch-schedule modded89): a model allocated for 64
+// tokens running steps of 32 gives bitwise the losses and gradients of a model allocated for 32, then of one
+// allocated for 64 again (nothing of the short step stays behind), in both heads; what it cannot take is refused.
+TEST_F(Modded89ModelTest, ShorterStepsMatchAModelAllocatedForThem) {
+  const Case c(53);
+  const int half = c.T / 2;
+  for (const Modded89Head head : {Modded89Head::kBf16, Modded89Head::kFp8}) {
+    Modded89Model large(c.layout.config, 1, c.T, 1, stream, c.bos, head), small(c.layout.config, 1, half, 1, stream,
+                                                                                 c.bos, head);
+    Modded89Model whole(c.layout.config, 1, c.T, 1, stream, c.bos, head);
+    for (Modded89Model* model : {&large, &small, &whole}) {
+      c.load(*model);
+      model->set_loss_weights(stage1_weights());
+    }
+    const auto step = [&](Modded89Model& model) {
+      model.forward(c.tokens.data(), c.targets.data(), 0, true, 1.0f);
+      std::vector<float> losses = model.download_losses();
+      model.backward(true);
+      return std::make_pair(losses, model.download_grads());
+    };
+    large.set_seq_len(half);
+    EXPECT_EQ(large.seq_len(), half);
+    EXPECT_EQ(large.allocated_seq_len(), c.T);
+    const auto short_step = step(large), short_reference = step(small);
+    ASSERT_EQ(short_step.first.size(), static_cast<size_t>(half));
+    EXPECT_EQ(short_step.first, short_reference.first);
+    EXPECT_EQ(short_step.second, short_reference.second);
+    large.set_seq_len(c.T);
+    const auto long_step = step(large), long_reference = step(whole);
+    EXPECT_EQ(long_step.first, long_reference.first);
+    EXPECT_EQ(long_step.second, long_reference.second);
+    EXPECT_NE(long_step.second, short_step.second);
+    EXPECT_THROW(large.set_seq_len(0), std::invalid_argument);
+    EXPECT_THROW(large.set_seq_len(c.T + 1), std::invalid_argument);
+    if (head == Modded89Head::kFp8) {
+      EXPECT_THROW(large.set_seq_len(40), std::invalid_argument);
+    }
+    large.forward(c.tokens.data(), c.targets.data(), 0, true, 1.0f);
+    EXPECT_THROW(large.set_seq_len(half), std::logic_error);  // its backward would read the other length
+  }
+}
+
 // The GPT-2 BPE files: under $LLMC_SHARED_DIR (the GPU kit points it at its pack), else the build's shared folder.
 std::string gpt2_vocab_dir() {
   const char* shared = std::getenv("LLMC_SHARED_DIR");

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,9 @@ class FixedBatches : public TrainBatches {
     const SpeedrunBatch& batch = batches_.at(next_++);
     std::copy(batch.inputs.begin(), batch.inputs.end(), inputs);
     std::copy(batch.targets.begin(), batch.targets.end(), targets);
+  }
+  void set_step_shape(int64_t, int64_t) override {
+    throw std::logic_error("FixedBatches: the trajectory's batches have one length");
   }
   void save_position(TrainStateHeader&) const override {}
   void resume(const TrainStateHeader&, const std::string&) override {}

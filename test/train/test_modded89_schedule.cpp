@@ -2,7 +2,7 @@
 // record (sections 5-6: the lr factor at its quoted steps, the stage boundaries, the untie step, the YaRN attention
 // scales, the warm-up's steps), the loss weights computed by hand from its linear ramps, and the record stretched
 // to other run lengths; the trainer's loss-weight schedule (llmc/train/loss_schedule.h) against a recording
-// stand-in for the model.
+// stand-in for the model, and its stage batches (llmc/train/batch_schedule.h).
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "llmc/schedule/modded89_schedule.h"
+#include "llmc/train/batch_schedule.h"
 #include "llmc/train/loss_schedule.h"
 
 namespace {
@@ -190,7 +191,8 @@ TEST(LossWeightSchedule, ResumedMidStageSetsTheSameWeights) {
   for (int step = 41; step < 100; step++) later.before_step(step);
   ASSERT_EQ(resumed.set.size(), 60u);
   for (int step = 40; step < 100; step++) {
-    const llmc::MtpLossWeights &a = resumed.set[static_cast<size_t>(step - 40)], &b = through.set[static_cast<size_t>(step)];
+    const llmc::MtpLossWeights& a = resumed.set[static_cast<size_t>(step - 40)];
+    const llmc::MtpLossWeights& b = through.set[static_cast<size_t>(step)];
     ASSERT_EQ(a.tokens, b.tokens) << step;
     for (int k = 0; k < a.tokens; k++) EXPECT_EQ(a.next[k], b.next[k]) << step;
     EXPECT_EQ(a.prefix, b.prefix) << step;
@@ -201,6 +203,38 @@ TEST(LossWeightSchedule, RefusesMoreTermsThanTheKernelHas) {
   llmc::Modded89LossWeights four{{1.0, 0.5, 0.25, 0.125}, 0.0}, none{{}, 0.25};
   EXPECT_THROW(llmc::mtp_loss_weights(four), std::invalid_argument);
   EXPECT_THROW(llmc::mtp_loss_weights(none), std::invalid_argument);
+}
+
+// Section 6 at the record's --seq-len 49,152 (8 ranks x 49,152 = 393,216 tokens): 16,384 / 32,768 / 49,152 tokens
+// per sequence, documents cut to 896 then 2,048; a line where the shape changes (not at the extension: the same).
+TEST(BatchSchedule, TheRecordsStagesAsSharesOfTheLastStagesSequence) {
+  llmc::BatchSchedule batches(Modded89Schedule::record(), 49152);
+  const auto expect_shape = [&](int step, int seq_len, int cut) {
+    EXPECT_EQ(batches.shape(step).seq_len, seq_len) << step;
+    EXPECT_EQ(batches.shape(step).document_cut, cut) << step;
+  };
+  expect_shape(0, 16384, 896);
+  expect_shape(422, 16384, 896);
+  expect_shape(423, 32768, 2048);
+  expect_shape(846, 32768, 2048);
+  expect_shape(847, 49152, 2048);
+  expect_shape(1284, 49152, 2048);
+  EXPECT_DOUBLE_EQ(batches.tokens_fraction(0), 1.0 / 3.0);
+  EXPECT_EQ(batches.describe(),
+            "T 16384/32768/49152/49152 tokens per sequence, documents cut to 896/2048/2048/2048 by stage");
+  std::vector<std::string> lines;
+  for (int step = 0; step < 1285; step++)
+    for (const std::string& line : batches.changes(step)) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "# batch: step 1 (schedule step 0) T=16384 tokens per sequence, documents cut to 896 tokens");
+  EXPECT_EQ(lines[1], "# batch: step 424 (schedule step 423) T=32768 tokens per sequence, documents cut to 2048 "
+                      "tokens");
+  EXPECT_EQ(lines[2], "# batch: step 848 (schedule step 847) T=49152 tokens per sequence, documents cut to 2048 "
+                      "tokens");
+  llmc::BatchSchedule resumed(Modded89Schedule::record(), 49152);
+  EXPECT_EQ(resumed.changes(600).size(), 1u);  // the first step a run sets says its shape
+  EXPECT_EQ(llmc::BatchSchedule(Modded89Schedule::for_total_steps(6), 48).shape(0).seq_len, 16);
+  EXPECT_THROW(llmc::BatchSchedule(Modded89Schedule::record(), 64), std::invalid_argument);  // not a multiple of 3
 }
 
 }  // namespace

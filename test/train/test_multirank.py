@@ -594,26 +594,33 @@ class SpeedrunOptimizer(MultiRankCase):
 
 class Modded89Optimizer(MultiRankCase):
     """The 2026-07-17 record's optimizer (NorMuon banks + Adam with the tied head, --optimizer auto with
-    modded89-tiny) in the trainer, on its lr and loss schedules over 6 steps (stages from 0/2/3/5, Adam on the
-    odd 0-based steps, tied through the untie at step 3, untied at 5): 2 and 4 ranks, one sequence each, match 1
-    rank accumulating as many in losses and gradient norms; the overlap modes agree bitwise; and the traces show
-    which collectives start before the backward ends. The optimizer's parameters themselves are compared bitwise
-    across 1, 2 and 4 ranks by test/optim/test_modded89_optimizer.cu."""
+    modded89-tiny) in the trainer, on its lr, loss and batch schedules over 6 steps (stages from 0/2/3/5 with
+    sequences of 16, 32 and 48 tokens, Adam on the odd 0-based steps, tied through the untie at step 3, untied at
+    5): 2 and 4 ranks, one sequence each, match 1 rank accumulating as many in losses and gradient norms; the
+    overlap modes agree bitwise; the step-3 checkpoint of 2 ranks resumes across the stage boundary and the untie
+    bit for bit on 2 ranks and re-sharded on 1; and the traces show which collectives start before the backward
+    ends. The optimizer's parameters themselves are compared bitwise across 1, 2 and 4 ranks by
+    test/optim/test_modded89_optimizer.cu."""
     STEPS = 6
-    ARGS = ["--model", "modded89-tiny", "-b", "1", "-t", "64", "--steps", str(STEPS), "--lr", "1.0",
-            "--lr-schedule", "modded89", "--loss-schedule", "modded89", "--seed", "7"]
+    ARGS = ["--model", "modded89-tiny", "-b", "1", "-t", "48", "--steps", str(STEPS), "--lr", "1.0",
+            "--lr-schedule", "modded89", "--loss-schedule", "modded89", "--batch-schedule", "modded89",
+            "--seed", "7"]
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.train_data = speedrun_tiny_shard(cls.directory, "modded89_optimizer_data", seed=89, stride=5)
         for ranks in (2, 4):
-            tokens = ["--total-batch-tokens", str(64 * ranks)]
+            tokens = ["--total-batch-tokens", str(48 * ranks)]
+            every = ["--checkpoint-every", "3"] if ranks == 2 else []
             cls.train(f"np1_accum{ranks}", 1, cls.ARGS + tokens)
-            cls.train(f"np{ranks}_full", ranks, cls.ARGS + tokens + [
+            cls.train(f"np{ranks}_full", ranks, cls.ARGS + tokens + every + [
                 "--overlap", "full", "--trace", os.path.join(cls.directory, f"trace_np{ranks}")])
         for mode in ("none", "rs"):
-            cls.train(f"np2_{mode}", 2, cls.ARGS + ["--total-batch-tokens", "128", "--overlap", mode])
+            cls.train(f"np2_{mode}", 2, cls.ARGS + ["--total-batch-tokens", "96", "--overlap", mode])
+        middle = cls.runs["np2_full"].checkpoint(3)
+        for ranks in (2, 1):
+            cls.train(f"np{ranks}_from_np2", ranks, cls.ARGS + ["--total-batch-tokens", "96", "--resume", middle])
 
     def assert_ok(self, run):
         self.assertEqual(run.returncode, 0, run.describe())
@@ -640,6 +647,30 @@ class Modded89Optimizer(MultiRankCase):
             self.assert_ok(run)
             for step in range(1, self.STEPS + 1):
                 self.assertEqual(run.steps[step][:2], self.runs["np2_full"].steps[step][:2], f"{mode}, step {step}")
+
+    def test_resumes_across_the_stage_boundary_and_the_untie(self):
+        # Steps 4-6 are stage 3 (T 48) and the extension, step 4 the untie's update: on 2 ranks bit for bit (the
+        # final checkpoints too), re-sharded on 1 rank as close to the 2-rank run as 1 rank accumulating is.
+        whole, same, fewer = self.runs["np2_full"], self.runs["np2_from_np2"], self.runs["np1_from_np2"]
+        for run in (same, fewer):
+            self.assertEqual(run.returncode, 0, run.describe())
+            self.assertEqual(sorted(run.steps), [4, 5, 6], run.describe())
+        self.assertIn("(written by 2 ranks, optimizer state re-sharded)", fewer.stdout)
+        self.assertIn("# batch: step 4 (schedule step 3) T=48", same.stdout)
+        for step in (4, 5, 6):
+            self.assertEqual(same.steps[step][:2], whole.steps[step][:2], f"step {step}")
+            (loss, norm, line), (ref_loss, ref_norm, ref_line) = fewer.steps[step], whole.steps[step]
+            self.assertLessEqual(abs(float(loss) - float(ref_loss)), PRINTED_TOL, f"{line} vs {ref_line}")
+            self.assertLessEqual(abs(float(norm) - float(ref_norm)), PRINTED_TOL * float(ref_norm),
+                                 f"{line} vs {ref_line}")
+        # The final checkpoints: the same model file and, after each header (its timings), the same state arrays.
+        with open(same.checkpoint(6) + "_model.bin", "rb") as a, open(whole.checkpoint(6) + "_model.bin", "rb") as b:
+            self.assertTrue(a.read() == b.read(), "model files differ")
+        for rank in range(2):
+            with open(same.checkpoint(6) + f"_state_rank{rank}.bin", "rb") as a, \
+                    open(whole.checkpoint(6) + f"_state_rank{rank}.bin", "rb") as b:
+                self.assertTrue(a.read()[mr.STATE_HEADER_BYTES:] == b.read()[mr.STATE_HEADER_BYTES:],
+                                f"rank {rank}'s optimizer state differs")
 
     def traces(self, ranks):
         self.assert_ok(self.runs[f"np{ranks}_full"])

@@ -395,6 +395,32 @@ class TrainProgram(unittest.TestCase):
                              "speedrun-tiny", "--steps", 4, "--loss-schedule", "modded89"],
                             r"--loss-schedule modded89: the 2025-10-31 speedrun model trains on the next token's loss")
 
+    def test_modded89_batch_schedule_trains_each_stages_sequences(self):
+        # --batch-schedule modded89 at -t 48 over 6 steps (stages from 0/2/3/5): sequences of 16, 16, 32, 48, 48, 48
+        # tokens. At --lr 0 the near-uniform head scores each row's next-token weights (1, 0.5, 0.25, the terms
+        # past the sequence dropped) times ln 96, a mean that depends on T: the steps train on their stage's T.
+        rng = np.random.default_rng(9)
+        write_shard(f"{self.tmp}/m89b_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        data = ["--train-data", f"{self.tmp}/m89b_train_*.bin", "-b", 1, "-t", 48, "--total-batch-tokens", 96]
+        args = data + ["--model", "modded89-tiny", "--steps", 6, "--batch-schedule", "modded89"]
+        _, log = self.train_run("m89_batches", args + ["--lr", 0])
+        self.assertIn("# batch schedule: T 16/32/48/48 tokens per sequence, documents cut to 896/2048/2048/2048 by "
+                      "stage (--batch-schedule modded89)", log)
+        self.assertEqual(re.findall(r"(?m)^# batch: step .*$", log), [
+            f"# batch: step {step} (schedule step {step - 1}) T={T} tokens per sequence, documents cut to {cut} tokens"
+            for step, T, cut in ((1, 16, 896), (3, 32, 2048), (4, 48, 2048))])
+        train = losses(log)
+        for step, T in {1: 16, 2: 16, 3: 32, 4: 48, 5: 48, 6: 48}.items():
+            uniform = (T + 0.5 * (T - 1) + 0.25 * (T - 2)) / T * np.log(96)
+            self.assertAlmostEqual(float(train[step]), uniform, delta=0.02, msg=f"step {step}, T {T}")
+        # Trained, with checkpoints: the step-3 checkpoint resumes across the stage boundary bit for bit.
+        trained = args + ["--lr", "1.0", "--checkpoint-every", 3, "--lr-schedule", "modded89"]
+        out_dir, log = self.train_run("m89_batches_trained", trained)
+        self.expect_resumes_and_starts_from_its_file("m89_batches_trained", trained, data, out_dir, losses(log))
+        self.expect_failure([{48: 64, 96: 128}.get(a, a) for a in args], r"--seq-len 64 is the last stage's sequence")
+        self.expect_failure([("speedrun-tiny" if a == "modded89-tiny" else a) for a in args],
+                            r"--batch-schedule modded89: the 2025-10-31 speedrun model trains every step on")
+
     def test_speedrun_schedules_and_the_recipe(self):
         # --lr-schedule and --window-schedule speedrun stretched to 8 steps: 7 scheduled (the lr is --lr while
         # s / 7 < 0.5, then falls linearly towards 0.1 --lr) and 1 extension; the long window 3 -> 7 -> 11 -> 13

@@ -60,6 +60,7 @@ class GPT2 : public FamilyModel {
   std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
   double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) override;
   void set_loss_weights(const MtpLossWeights& weights) override;  // throws: the next token's loss alone
+  void set_seq_len(int seq_len) override;                         // throws: one length
 
   // The logits of the last forward, (B*T, Vp) in layout order as float; meaningless after a forward that
   // computed dlogits (they replace the logits). Synchronous.

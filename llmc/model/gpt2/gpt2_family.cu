@@ -84,4 +84,10 @@ void GPT2::set_loss_weights(const MtpLossWeights& weights) {
                               "modded89 model or --loss-schedule fixed)");
 }
 
+void GPT2::set_seq_len(int seq_len) {
+  (void)seq_len;
+  throw std::invalid_argument("--batch-schedule modded89: GPT-2 models train every step on --seq-len tokens (use a "
+                              "modded89 model or --batch-schedule fixed)");
+}
+
 }  // namespace llmc

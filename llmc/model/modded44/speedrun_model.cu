@@ -319,6 +319,12 @@ void SpeedrunModel::set_loss_weights(const MtpLossWeights& weights) {
                               "loss alone (use a modded89 model or --loss-schedule fixed)");
 }
 
+void SpeedrunModel::set_seq_len(int seq_len) {
+  (void)seq_len;
+  throw std::invalid_argument("--batch-schedule modded89: the 2025-10-31 speedrun model trains every step on "
+                              "--seq-len tokens (use a modded89 model or --batch-schedule fixed)");
+}
+
 void SpeedrunModel::rebuild_rope_tables() {
   Activations& a = *acts_;
   const std::vector<float>& frequencies = yarn_.frequencies();

@@ -306,6 +306,7 @@ MtpLossWeights modded89_initial_loss_weights() {
 Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots,
                              cudaStream_t stream, int bos_token, Modded89Head head)
     : layout_(make_modded89_layout(config, world_size)),
+      allocated_seq_len_(seq_len),
       seq_len_(seq_len),
       loss_slots_(loss_slots),
       bos_token_(bos_token),
@@ -384,7 +385,7 @@ size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int
 
 size_t Modded89Model::activation_bytes() const {
   return buffers_->arena.bytes() - 2 * layout_.total_size * sizeof(floatX) +
-         embedding_plan_bytes(layout_.config, seq_len_);
+         embedding_plan_bytes(layout_.config, allocated_seq_len_);
 }
 
 int Modded89Model::fp32_index(const std::string& name, int element) const {
@@ -472,7 +473,8 @@ void Modded89Model::rebuild_rope_tables() {
   Buffers& b = *buffers_;
   CUDA_CHECK(cudaMemcpyAsync(b.rope_freq, frequencies_.data(), frequencies_.size() * sizeof(float),
                              cudaMemcpyHostToDevice, stream_));
-  rope_tables_build(b.rope_cos, b.rope_sin, b.rope_freq, 2 * seq_len_, layout_.config.rotary_pairs(), stream_);
+  rope_tables_build(b.rope_cos, b.rope_sin, b.rope_freq, 2 * allocated_seq_len_, layout_.config.rotary_pairs(),
+                    stream_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the frequencies' host copy must outlive the transfer
 }
 
@@ -1301,6 +1303,19 @@ std::string Modded89Model::bucket_name(int bucket) const {
 }
 
 void Modded89Model::set_gemm_algo_selection(GemmAlgoSelection selection) { buffers_->matmul.set_selection(selection); }
+
+void Modded89Model::set_seq_len(int seq_len) {
+  if (has_training_forward_)
+    throw std::logic_error("Modded89Model::set_seq_len between a training forward and its backward");
+  if (seq_len < 1 || seq_len > allocated_seq_len_)
+    throw std::invalid_argument("modded89 model: a step of " + std::to_string(seq_len) + " tokens outside [1, " +
+                                std::to_string(allocated_seq_len_) + "] (the model was allocated for " +
+                                std::to_string(allocated_seq_len_) + ")");
+  if (buffers_->fp8_head && !fp8_head_shape_fits(seq_len, layout_.config.channels(), layout_.config.vocab_size))
+    throw std::invalid_argument("modded89 model: the FP8 head needs steps of a multiple of 16 tokens, got " +
+                                std::to_string(seq_len));
+  seq_len_ = seq_len;
+}
 
 void Modded89Model::set_loss_weights(const MtpLossWeights& weights) {
   if (weights.tokens < 1 || weights.tokens > kMtpMaxTokens)

@@ -45,7 +45,8 @@ class Modded89Model : public FamilyModel, public ContextModel {
   Modded89Model& operator=(const Modded89Model&) = delete;
 
   const Modded89Layout& layout() const override { return layout_; }
-  int seq_len() const { return seq_len_; }
+  int seq_len() const { return seq_len_; }                      // the tokens of each forward now
+  int allocated_seq_len() const { return allocated_seq_len_; }  // the most it can take (the constructor's)
   cudaStream_t stream() const override { return stream_; }
   floatX* params() override { return params_; }
   floatX* grads() override { return grads_; }
@@ -112,6 +113,10 @@ class Modded89Model : public FamilyModel, public ContextModel {
   double flops_per_token(int seq_len) const override;
   std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
   double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) override;
+  // The tokens of each following forward (and of its backward and loss slots), 1 .. allocated_seq_len(); with
+  // the FP8 head a multiple of 16. Between steps: a training forward waiting for its backward refuses it
+  // (std::logic_error); a bad length throws std::invalid_argument.
+  void set_seq_len(int seq_len) override;
 
  private:
   struct Buffers;
@@ -154,6 +159,7 @@ class Modded89Model : public FamilyModel, public ContextModel {
   bool accumulating() const { return grad_target_ != grads_; }  // the running backward adds into grads_
 
   Modded89Layout layout_;
+  const int allocated_seq_len_;
   int seq_len_, loss_slots_, bos_token_;
   Modded89Head head_;
   cudaStream_t stream_;
