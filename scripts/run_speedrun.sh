@@ -4,9 +4,13 @@
 # scripts/compare_runs.py reads them; with RUNS >= 2 it ends with compare_runs' table.
 #
 # The recipe is the trainer's --recipe (docs/recipes.md; values in llmc/train/recipe.cpp):
-#   RECIPE=modded-2025-10-31 (default): modded-nanogpt's record of 2025-10-31: the speedrun model,
+#   RECIPE=modded-2026-07-17 (default): modded-nanogpt's record of 2026-07-17: the modded89 model and its
+#     NorMuon + Adam, 1,285 steps of 131,072 / 262,144 / 393,216 tokens by stage (one packed sequence of
+#     16,384 / 32,768 / 49,152 tokens per GPU), the record's lr, window, loss-weight and batch schedules,
+#     validation every 250 steps and at the end on 10,485,760 val tokens.
+#   RECIPE=modded-2025-10-31: modded-nanogpt's record of 2025-10-31: the speedrun model,
 #     2,245 steps of 262,144 tokens (one packed sequence of 32,768 tokens per GPU), the record's lr
-#     and window schedules, validation every 250 steps and at the end on 10,485,760 val tokens.
+#     and window schedules, the same validation.
 #   RECIPE=llmc-gpt2-124m: llm.c's GPT-2 124M run (d12, 64 x 1024 tokens per GPU = 524,288 per step,
 #     19,073 steps = 10B tokens, AdamW lr 6e-4, 700 warmup steps, cosine to 0, weight decay 0.1, clip
 #     1.0, the same validation), known to reach 3.28; the gpt2_124m_8gpu track's configuration.
@@ -14,9 +18,10 @@
 # left empty keeps the recipe's value, and only those set are passed to the trainer:
 #   MODEL (--model), BATCH_SIZE (--batch-size), SEQ_LEN (--seq-len), TOTAL_BATCH_TOKENS
 #   (--total-batch-tokens), STEPS (--steps), LR (--lr), WARMUP_STEPS (--warmup-steps), LR_SCHEDULE
-#   (--lr-schedule cosine|linear|constant|speedrun), WINDOW_SCHEDULE (--window-schedule fixed|speedrun),
+#   (--lr-schedule cosine|linear|constant|speedrun|modded89), WINDOW_SCHEDULE (--window-schedule
+#   fixed|speedrun|modded89), LOSS_SCHEDULE (--loss-schedule), BATCH_SCHEDULE (--batch-schedule),
 #   FINAL_LR_FRAC (--final-lr-frac), WEIGHT_DECAY (--weight-decay), GRAD_CLIP (--grad-clip),
-#   VAL_EVERY (--val-every), VAL_TOKENS (--val-tokens).
+#   VAL_EVERY (--val-every), VAL_TOKENS (--val-tokens), VAL_SEQ_LEN (--val-seq-len).
 #
 # The trainer options this script always passes:
 #   --recipe R --train-data GLOB --val-data GLOB --checkpoint-every N --output-dir DIR --seed N
@@ -45,22 +50,23 @@ RUNS_DIR=${RUNS_DIR:-runs}
 DATA_DIR=${DATA_DIR:-data/cache/fineweb10B}
 TRAIN_DATA=${TRAIN_DATA:-$DATA_DIR/fineweb_train_*.bin}
 VAL_DATA=${VAL_DATA:-$DATA_DIR/fineweb_val_*.bin}
-RECIPE=${RECIPE:-modded-2025-10-31}
+RECIPE=${RECIPE:-modded-2026-07-17}
 CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-0}
 OVERLAP=${OVERLAP:-full}
 # The recipe settings: environment variable and trainer option.
 RECIPE_SETTINGS=(MODEL:--model BATCH_SIZE:--batch-size SEQ_LEN:--seq-len TOTAL_BATCH_TOKENS:--total-batch-tokens
                  STEPS:--steps LR:--lr WARMUP_STEPS:--warmup-steps LR_SCHEDULE:--lr-schedule
-                 WINDOW_SCHEDULE:--window-schedule FINAL_LR_FRAC:--final-lr-frac WEIGHT_DECAY:--weight-decay
-                 GRAD_CLIP:--grad-clip VAL_EVERY:--val-every VAL_TOKENS:--val-tokens)
+                 WINDOW_SCHEDULE:--window-schedule LOSS_SCHEDULE:--loss-schedule BATCH_SCHEDULE:--batch-schedule
+                 FINAL_LR_FRAC:--final-lr-frac WEIGHT_DECAY:--weight-decay GRAD_CLIP:--grad-clip
+                 VAL_EVERY:--val-every VAL_TOKENS:--val-tokens VAL_SEQ_LEN:--val-seq-len)
 BASELINE=${BASELINE:-}
 EXTRA_ARGS=${EXTRA_ARGS:-}
 DRY_RUN=${DRY_RUN:-0}
 
 die() { echo "run_speedrun: error: $*" >&2; exit 2; }
 
-[[ $RECIPE == modded-2025-10-31 || $RECIPE == llmc-gpt2-124m ]] \
-  || die "RECIPE=$RECIPE: use modded-2025-10-31 or llmc-gpt2-124m"
+[[ $RECIPE == modded-2026-07-17 || $RECIPE == modded-2025-10-31 || $RECIPE == llmc-gpt2-124m ]] \
+  || die "RECIPE=$RECIPE: use modded-2026-07-17, modded-2025-10-31 or llmc-gpt2-124m"
 recipe_args=()
 for setting in "${RECIPE_SETTINGS[@]}"; do
   var=${setting%%:*}

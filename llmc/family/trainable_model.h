@@ -103,7 +103,7 @@ class FamilyModel : public TrainableModel {
   // std::invalid_argument naming --loss-schedule for a model whose loss is the next token's alone.
   virtual void set_loss_weights(const MtpLossWeights& weights) = 0;
   // The tokens of each following step's sequences, at most the build's seq_len; between steps. Throws
-  // std::invalid_argument naming --batch-schedule for a model whose steps keep one length.
+  // std::invalid_argument naming --batch-schedule and --val-seq-len for a model whose steps keep one length.
   virtual void set_seq_len(int seq_len) = 0;
 };
 

@@ -99,9 +99,11 @@ CLI::Option* add_choice(CLI::App& app, const std::string& name, Enum& field, con
 // The recipe: applied once the command line is parsed, to every option it did not give.
 void add_recipe_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--recipe", o.recipe,
-                 "Set the defaults of a whole recipe: modded-2025-10-31 (the speedrun record: speedrun model, 2,245 "
-                 "steps of 262,144 tokens, speedrun lr and window schedules) or llmc-gpt2-124m (llm.c's GPT-2 "
-                 "124M run); options given explicitly still win")
+                 "Set the defaults of a whole recipe: modded-2026-07-17 (the current speedrun record: modded89 model, "
+                 "1,285 steps of 131,072 / 262,144 / 393,216 tokens by stage, its lr, window, loss and batch "
+                 "schedules), modded-2025-10-31 (the earlier record: speedrun model, 2,245 steps of 262,144 tokens, "
+                 "speedrun lr and window schedules) or llmc-gpt2-124m (llm.c's GPT-2 124M run); options given "
+                 "explicitly still win")
       ->check(one_of(recipe_names()));
   app.final_callback([&app, &o] {
     try {
@@ -213,7 +215,12 @@ void add_evaluation_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--val-every", o.val_every, "Evaluate every N steps (0 = only after the last step)")
       ->capture_default_str()->check(at_least(0));
   app.add_option("--val-tokens", o.val_tokens,
-                 "Evaluate exactly the first N tokens of the val shards (a multiple of B*T*ranks; 0 = no validation)")
+                 "Evaluate exactly the first N tokens of the val shards (a multiple of B*T*ranks, T the validation's "
+                 "sequence length; 0 = no validation)")
+      ->capture_default_str()->check(at_least(0));
+  app.add_option("--val-seq-len", o.val_seq_len,
+                 "Tokens per validation sequence, at most --seq-len, for a model that runs shorter steps (modded89); "
+                 "0 = --seq-len")
       ->capture_default_str()->check(at_least(0));
   app.add_option("--sample-every", o.sample_every,
                  "Print a sample of the model every N steps, from rank 0, outside the timed part (0 = never)")
@@ -264,10 +271,15 @@ void validate_train_options(const TrainOptions& o, int world_size) {
   if (o.warmup_steps > o.steps)
     throw std::invalid_argument("--warmup-steps " + std::to_string(o.warmup_steps) + " exceeds --steps " +
                                 std::to_string(o.steps));
-  if (o.val_tokens > 0 && o.val_tokens % tokens_per_micro_step != 0)
+  if (o.val_seq_len > o.seq_len)
+    throw std::invalid_argument("--val-seq-len " + std::to_string(o.val_seq_len) + " exceeds --seq-len " +
+                                std::to_string(o.seq_len) + " (the model's buffers)");
+  const int64_t val_tokens_per_call = static_cast<int64_t>(o.batch_size) * o.validation_seq_len() * world_size;
+  if (o.val_tokens > 0 && o.val_tokens % val_tokens_per_call != 0)
     throw std::invalid_argument("--val-tokens " + std::to_string(o.val_tokens) +
-                                " is not a multiple of --batch-size * --seq-len * ranks = " +
-                                std::to_string(tokens_per_micro_step));
+                                " is not a multiple of --batch-size * " +
+                                (o.val_seq_len > 0 ? "--val-seq-len" : "--seq-len") + " * ranks = " +
+                                std::to_string(val_tokens_per_call));
   if (o.val_every > 0 && o.val_tokens == 0)
     throw std::invalid_argument("--val-every needs --val-tokens (how many tokens to evaluate)");
   if (o.checkpoint_every > 0 && o.output_dir.empty())

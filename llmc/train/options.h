@@ -56,6 +56,7 @@ struct TrainOptions {
   // evaluation, checkpoints, output
   int val_every = 0;                   // 0 = only at the end
   int64_t val_tokens = 0;              // 0 = no validation
+  int val_seq_len = 0;                 // tokens per validation sequence; 0 = --seq-len (see validation_seq_len())
   int checkpoint_every = 0;            // 0 = only at the end (if --output-dir is given)
   std::string output_dir;              // log.txt, checkpoints, traces; empty = stdout only
   std::string resume;                  // a checkpoint prefix written by --checkpoint-every, or "latest"
@@ -80,6 +81,7 @@ struct TrainOptions {
   Fp8HeadChoice fp8_head = Fp8HeadChoice::kAuto;  // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)
 
   int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)
+  int validation_seq_len() const { return val_seq_len > 0 ? val_seq_len : seq_len; }
   // The clipping threshold in force: --grad-clip, or its default for the optimizer chosen.
   double effective_grad_clip(bool speedrun_optimizer) const;
   // The loss the backward differentiates: --loss-reduction, or its default for the optimizer chosen.

@@ -30,11 +30,40 @@ const RecipeSettings kModded20251031 = {
     {"--window-schedule", "speedrun"},
     {"--loss-schedule", "fixed"},
     {"--batch-schedule", "fixed"},
+    {"--val-seq-len", "0"},
     {"--weight-decay", "0"},
     {"--grad-clip", "0"},
     {"--loss-reduction", "sum"},
     {"--val-every", "250"},
     {"--val-tokens", "10485760"},
+    {"--train-loader", "bos"},
+};
+
+// modded-nanogpt's record of 2026-07-17 (SPEEDRUN89.md; docs/recipes.md): the modded89 model and its
+// optimizer (--optimizer auto), 1,270 + 15 steps of the stages' 131,072 / 262,144 / 393,216 tokens (one packed
+// sequence per rank and micro-step of 16,384 / 32,768 / 49,152 tokens on 8 ranks; 8 / ranks micro-steps on fewer),
+// the record's lr, window, loss-weight and batch schedules, no warm-up, no clipping, the loss summed over each
+// sequence, validation every 250 steps and at the end on 10,485,760 tokens. The record validates 262,144 contiguous
+// tokens per rank at once; here in sequences of 16,384 (the model's buffers hold 49,152, which does not divide the
+// val tokens), the documents inside them as the record's but those crossing a sequence's start cut there.
+const RecipeSettings kModded20260717 = {
+    {"--model", "modded89"},
+    {"--batch-size", "1"},
+    {"--seq-len", "49152"},
+    {"--total-batch-tokens", "393216"},
+    {"--steps", "1285"},
+    {"--lr", "1.0"},
+    {"--warmup-steps", "0"},
+    {"--lr-schedule", "modded89"},
+    {"--window-schedule", "modded89"},
+    {"--loss-schedule", "modded89"},
+    {"--batch-schedule", "modded89"},
+    {"--weight-decay", "0"},
+    {"--grad-clip", "0"},
+    {"--loss-reduction", "sum"},
+    {"--val-every", "250"},
+    {"--val-tokens", "10485760"},
+    {"--val-seq-len", "16384"},
     {"--train-loader", "bos"},
 };
 
@@ -55,6 +84,7 @@ const RecipeSettings kLlmcGpt2124M = {
     {"--window-schedule", "fixed"},
     {"--loss-schedule", "fixed"},
     {"--batch-schedule", "fixed"},
+    {"--val-seq-len", "0"},
     {"--weight-decay", "0.1"},
     {"--grad-clip", "1"},
     {"--loss-reduction", "mean"},
@@ -63,12 +93,13 @@ const RecipeSettings kLlmcGpt2124M = {
     {"--train-loader", "window"},
 };
 
-// The one table of recipes: a name and a set of option values each; the first is the speedrun record's.
+// The one table of recipes: a name and a set of option values each; the first is the current speedrun record's.
 struct Recipe {
   const char* name;
   const RecipeSettings& settings;
 };
 const Recipe kRecipes[] = {
+    {"modded-2026-07-17", kModded20260717},
     {"modded-2025-10-31", kModded20251031},
     {"llmc-gpt2-124m", kLlmcGpt2124M},
 };

@@ -1,5 +1,5 @@
 // --recipe: one option that sets the defaults of a whole training recipe -- the modded-nanogpt
-// 2025-10-31 record (docs/recipes.md) or llm.c's GPT-2 124M run -- as the values of the
+// 2026-07-17 or 2025-10-31 record (docs/recipes.md) or llm.c's GPT-2 124M run -- as the values of the
 // trainer's own options, so that any option given explicitly on the command line still wins.
 #pragma once
 

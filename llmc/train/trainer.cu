@@ -36,7 +36,9 @@ void log_lines(TrainLog& log, const std::vector<std::string>& lines) {
 double evaluate(TrainingRun& run, Batch& batch) {
   ValLoader& val_loader = *run.val_loader;
   val_loader.reset();
-  if (run.stage_batches) run.model->set_seq_len(run.opt.seq_len);  // the val sequences; the next step sets its own
+  // The val sequences' length; after them the training one (with --batch-schedule the next step sets its own).
+  const int val_seq_len = run.opt.validation_seq_len();
+  if (run.stage_batches || val_seq_len != run.opt.seq_len) run.model->set_seq_len(val_seq_len);
   double loss_sum = 0.0;
   for (int64_t s = 0; s < val_loader.num_steps(); s++) {
     val_loader.next_batch(batch.inputs.data(), batch.targets.data());
@@ -44,6 +46,7 @@ double evaluate(TrainingRun& run, Batch& batch) {
                        run.optimizer->before_bucket_use());
     loss_sum += run.model->mean_loss(1);
   }
+  if (val_seq_len != run.opt.seq_len) run.model->set_seq_len(run.opt.seq_len);
   return run.comm.all_reduce_mean(loss_sum / static_cast<double>(val_loader.num_steps()));
 }
 

@@ -84,6 +84,7 @@ std::unique_ptr<TrainBatches> make_train_batches(TrainLoaderKind kind, const Tra
 std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommContext& comm, int vocab_size) {
   if (opt.val_tokens <= 0) return nullptr;
   ValLoaderConfig config = loader_config<ValLoaderConfig>(opt.val_data, opt, comm, vocab_size);
+  config.seq_len = opt.validation_seq_len();
   config.val_tokens = opt.val_tokens;
   return std::make_unique<ValLoader>(config);
 }
@@ -161,6 +162,10 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
       loss_weights(make_loss_schedule(opt, *model)),
       stage_batches(make_stage_batches(opt, *model)) {
   model->set_gemm_algo_selection(opt.gemm_algo);
+  if (val_loader && opt.validation_seq_len() != opt.seq_len) {  // refused now, not at the first validation
+    model->set_seq_len(opt.validation_seq_len());
+    model->set_seq_len(opt.seq_len);
+  }
   if (start.params.empty()) start.params = start.family->init_params(opt.seed, comm.world_size());
   model->upload_params(start.params);
   optimizer->init_master(start.params);

@@ -29,14 +29,14 @@ for name in ("checkpoint-every", "seed"):
 # The recipe settings: passed only when set (the end-to-end test sets these four).
 for name in ("steps", "val-every", "total-batch-tokens", "val-tokens"):
     parser.add_argument("--" + name, type=int, required=True)
-for name in ("batch-size", "seq-len", "warmup-steps"):
+for name in ("batch-size", "seq-len", "warmup-steps", "val-seq-len"):
     parser.add_argument("--" + name, type=int)
-for name in ("model", "lr-schedule", "window-schedule"):
+for name in ("model", "lr-schedule", "window-schedule", "loss-schedule", "batch-schedule"):
     parser.add_argument("--" + name)
 for name in ("lr", "final-lr-frac", "weight-decay", "grad-clip"):
     parser.add_argument("--" + name, type=float)
 args = parser.parse_args()
-assert args.recipe in ("modded-2025-10-31", "llmc-gpt2-124m")
+assert args.recipe in ("modded-2026-07-17", "modded-2025-10-31", "llmc-gpt2-124m")
 for step in range(1, args.steps + 1):
     ms = 100.0 * step + args.seed
     print(f"step:{{step}}/{{args.steps}} train_loss:{{5 - step / args.steps:.4f}} "
@@ -87,7 +87,7 @@ class RunScripts(unittest.TestCase):
         self.assertEqual(len(commands), 3)
         for index, (words, log) in enumerate(commands):
             self.assertEqual(words[:3], ["mpirun", "-np", "8"])
-            self.assertEqual(option(words, "--recipe"), "modded-2025-10-31")  # the record's, by default
+            self.assertEqual(option(words, "--recipe"), "modded-2026-07-17")  # the current record's, by default
             self.assertEqual(option(words, "--seed"), str(7 + index))
             self.assertEqual(log, f"runs/dry/run{index + 1}.log")
             self.assertEqual(option(words, "--output-dir"), f"runs/dry/run{index + 1}")

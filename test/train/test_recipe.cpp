@@ -1,5 +1,5 @@
-// --recipe (llmc/train/recipe.h) through the trainer's own options: the modded-nanogpt 2025-10-31
-// record's values against the record (docs/recipes.md), llm.c's GPT-2 124M run against
+// --recipe (llmc/train/recipe.h) through the trainer's own options: the modded-nanogpt 2026-07-17 and 2025-10-31
+// records' values against the records (SPEEDRUN89.md, docs/recipes.md), llm.c's GPT-2 124M run against
 // scripts/run_gpt2_124m.sh, and options given explicitly winning over the recipe.
 #include "llmc/train/recipe.h"
 
@@ -57,6 +57,42 @@ TEST(Recipe, ModdedRecordMatchesSpeedrunMd) {
   EXPECT_NE(text.find("lr-schedule=\"speedrun\"\n"), std::string::npos) << text;
 }
 
+// SPEEDRUN89.md section 6: 1,270 + 15 steps; 393,216 tokens in the last stages = 8 ranks x 49,152, the stages a
+// third and two thirds of it; validation every 250 steps on 10,485,760 tokens (in 80 sequences of 16,384 per rank
+// on 8 ranks); the model's optimizer and FP8 head by their auto choices.
+TEST(Recipe, Modded2026RecordMatchesSpeedrun89Md) {
+  std::string text;
+  const TrainOptions o = parse({"--recipe", "modded-2026-07-17"}, &text);
+  EXPECT_EQ(o.model, "modded89");
+  EXPECT_EQ(o.steps, 1270 + 15);
+  EXPECT_EQ(o.batch_size, 1);
+  EXPECT_EQ(o.seq_len, 49152);
+  EXPECT_EQ(o.total_batch_tokens, 393216);
+  EXPECT_EQ(o.grad_accum_steps(8), 1);
+  EXPECT_EQ(o.grad_accum_steps(1), 8);
+  EXPECT_EQ(o.lr_schedule, llmc::LrDecay::kModded89);
+  EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kModded89);
+  EXPECT_EQ(o.loss_schedule, llmc::LossScheduleKind::kModded89);
+  EXPECT_EQ(o.batch_schedule, llmc::BatchScheduleKind::kModded89);
+  EXPECT_EQ(o.warmup_steps, 0);
+  EXPECT_EQ(o.grad_clip, 0.0);
+  EXPECT_EQ(o.loss_reduction, llmc::LossReduction::kSum);
+  EXPECT_EQ(o.lr, 1.0);
+  EXPECT_EQ(o.val_every, 250);
+  EXPECT_EQ(o.val_tokens, 10485760);
+  EXPECT_EQ(o.validation_seq_len(), 16384);
+  EXPECT_EQ(o.val_tokens % (8 * 16384), 0);
+  EXPECT_EQ(o.train_loader, llmc::TrainLoaderChoice::kBos);
+  EXPECT_EQ(o.optimizer, llmc::OptimizerChoice::kAuto);
+  EXPECT_NO_THROW(llmc::validate_train_options(o, 8));
+  EXPECT_NO_THROW(llmc::validate_train_options(o, 1));
+  EXPECT_NE(text.find("batch-schedule=\"modded89\"\n"), std::string::npos) << text;
+  // The earlier record's recipe keeps its own: every step on 32,768 tokens, validation at --seq-len.
+  const TrainOptions earlier = parse({"--recipe", "modded-2025-10-31"});
+  EXPECT_EQ(earlier.batch_schedule, llmc::BatchScheduleKind::kFixed);
+  EXPECT_EQ(earlier.validation_seq_len(), 32768);
+}
+
 TEST(Recipe, LlmcGpt2124MMatchesItsScript) {
   const TrainOptions o = parse({"--recipe", "llmc-gpt2-124m"});
   EXPECT_EQ(o.model, "d12");
@@ -90,7 +126,7 @@ TEST(Recipe, ExplicitOptionsWinWhereverTheyStand) {
     EXPECT_EQ(o.lr_schedule, llmc::LrDecay::kCosine);  // the trainer's default, given explicitly, still wins
     EXPECT_EQ(o.train_loader, llmc::TrainLoaderChoice::kWindow);
     EXPECT_EQ(o.window_schedule, llmc::WindowScheduleKind::kSpeedrun);
-  EXPECT_EQ(o.loss_schedule, llmc::LossScheduleKind::kFixed);
+    EXPECT_EQ(o.loss_schedule, llmc::LossScheduleKind::kFixed);
     EXPECT_EQ(o.seq_len, 32768);
   }
 }

@@ -419,7 +419,25 @@ class TrainProgram(unittest.TestCase):
         self.expect_resumes_and_starts_from_its_file("m89_batches_trained", trained, data, out_dir, losses(log))
         self.expect_failure([{48: 64, 96: 128}.get(a, a) for a in args], r"--seq-len 64 is the last stage's sequence")
         self.expect_failure([("speedrun-tiny" if a == "modded89-tiny" else a) for a in args],
-                            r"--batch-schedule modded89: the 2025-10-31 speedrun model trains every step on")
+                            r"--batch-schedule modded89 or --val-seq-len: the 2025-10-31 speedrun model trains and")
+
+    def test_val_seq_len_validates_in_shorter_sequences(self):
+        # --val-seq-len 16 with -t 48: the val loss is bitwise that of a model allocated for 16 tokens (the same
+        # init, --lr 0: the same parameters at every validation); GPT-2 and a length past --seq-len are refused.
+        rng = np.random.default_rng(10)
+        write_shard(f"{self.tmp}/m89v_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        write_shard(f"{self.tmp}/m89v_val_000000.bin", np.tile(rng.integers(0, 96, size=31), 5))
+        data = ["--train-data", f"{self.tmp}/m89v_train_*.bin", "--val-data", f"{self.tmp}/m89v_val_*.bin", "-b", 1,
+                "--model", "modded89-tiny", "--steps", 2, "--lr", 0, "--val-every", 1, "--val-tokens", 64]
+        _, short = self.train_run("m89_val_short", data + ["-t", 48, "--val-seq-len", 16])
+        _, allocated = self.train_run("m89_val_allocated", data + ["-t", 16])
+        short_val, allocated_val = losses(short, VAL_LINE), losses(allocated, VAL_LINE)
+        self.assertEqual(sorted(short_val), [1, 2])
+        self.assertEqual(short_val, allocated_val)
+        self.assertNotEqual(losses(short)[1], losses(allocated)[1])  # training ran 48-token sequences
+        self.expect_failure(data + ["-t", 48, "--val-seq-len", 64], r"--val-seq-len 64 exceeds --seq-len 48")
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--val-tokens", 64, "--val-seq-len", 8],
+                            r"--batch-schedule modded89 or --val-seq-len: GPT-2 models train and validate")
 
     def test_speedrun_schedules_and_the_recipe(self):
         # --lr-schedule and --window-schedule speedrun stretched to 8 steps: 7 scheduled (the lr is --lr while

@@ -86,8 +86,8 @@ void GPT2::set_loss_weights(const MtpLossWeights& weights) {
 
 void GPT2::set_seq_len(int seq_len) {
   (void)seq_len;
-  throw std::invalid_argument("--batch-schedule modded89: GPT-2 models train every step on --seq-len tokens (use a "
-                              "modded89 model or --batch-schedule fixed)");
+  throw std::invalid_argument("--batch-schedule modded89 or --val-seq-len: GPT-2 models train and validate every "
+                              "step on --seq-len tokens (use a modded89 model)");
 }
 
 }  // namespace llmc

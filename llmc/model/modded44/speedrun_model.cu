@@ -321,8 +321,8 @@ void SpeedrunModel::set_loss_weights(const MtpLossWeights& weights) {
 
 void SpeedrunModel::set_seq_len(int seq_len) {
   (void)seq_len;
-  throw std::invalid_argument("--batch-schedule modded89: the 2025-10-31 speedrun model trains every step on "
-                              "--seq-len tokens (use a modded89 model or --batch-schedule fixed)");
+  throw std::invalid_argument("--batch-schedule modded89 or --val-seq-len: the 2025-10-31 speedrun model trains and "
+                              "validates every step on --seq-len tokens (use a modded89 model)");
 }
 
 void SpeedrunModel::rebuild_rope_tables() {
