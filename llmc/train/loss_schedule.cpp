@@ -41,21 +41,21 @@ std::vector<std::string> LossWeightSchedule::before_step(int step) {
   if (step < 0 || step >= schedule_.total_steps())
     throw std::invalid_argument("LossWeightSchedule: step " + std::to_string(step) + " outside [0, " +
                                 std::to_string(schedule_.total_steps()) + ")");
-  set_weights_(mtp_loss_weights(schedule_.loss_weights(step)));
+  const Modded89LossWeights weights = schedule_.loss_weights(step);
+  set_weights_(mtp_loss_weights(weights));
   const int stage = schedule_.position(step).stage;
   if (stage == last_stage_) return {};
   last_stage_ = stage;
-  return {describe(step)};
+  return {describe(step, stage, weights)};
 }
 
 // "# loss weights: step 424 (schedule step 423) stage 2: next tokens 1 0.5 -> 1 0, prefix 0.25 -> 0"
-std::string LossWeightSchedule::describe(int step) const {
-  const int stage = schedule_.position(step).stage;
+std::string LossWeightSchedule::describe(int step, int stage, const Modded89LossWeights& weights) const {
   const Modded89Stage& s = schedule_.stages[static_cast<size_t>(stage)];
   return "# loss weights: step " + std::to_string(step + 1) + " (schedule step " + std::to_string(step) + ") " +
          (stage == 3 ? std::string("extension") : "stage " + std::to_string(stage + 1)) + ": next tokens " +
-         list(schedule_.loss_weights(step).next) + " -> " + list(s.mtp_end) + ", prefix " +
-         list({schedule_.loss_weights(step).prefix}) + " -> " + list({s.prefix_end}) +
+         list(weights.next) + " -> " + list(s.mtp_end) + ", prefix " + list({weights.prefix}) + " -> " +
+         list({s.prefix_end}) +
          (step == schedule_.stage_starts()[static_cast<size_t>(stage)] ? "" : " (resumed mid-stage)");
 }
 

@@ -36,7 +36,8 @@ class LossWeightSchedule {
   std::vector<std::string> before_step(int step);
 
  private:
-  std::string describe(int step) const;
+  // The line of step `step`, the first set in its stage, whose weights are `weights`.
+  std::string describe(int step, int stage, const Modded89LossWeights& weights) const;
 
   Modded89Schedule schedule_;
   SetWeights set_weights_;

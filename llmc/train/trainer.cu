@@ -169,7 +169,7 @@ int Trainer::train_loop() {
       throw;
     }
     if (pending && !finish(*pending)) return 1;
-    pending = PendingStep{step, lr, run_->stage_batches ? run_->stage_batches->shape(step - 1).seq_len : opt_.seq_len};
+    pending = PendingStep{step, lr, run_->step_seq_len(step - 1)};
     if (needs_state_after(step)) {
       watchdog_->begin(Watchdog::Activity::kStep, step);
       if (!finish(*pending)) return 1;

@@ -114,15 +114,24 @@ std::unique_ptr<LossWeightSchedule> make_loss_schedule(const TrainOptions& opt, 
   });
 }
 
-// --batch-schedule modded89: that record's stage batches stretched to --steps. Every stage's length is tried on the
-// model at once (GPT-2 refuses any, the FP8 head one that is not a multiple of 16), then the first step's is set.
-std::unique_ptr<BatchSchedule> make_stage_batches(const TrainOptions& opt, FamilyModel& model) {
+// --batch-schedule modded89: that record's stage batches stretched to --steps.
+std::unique_ptr<BatchSchedule> make_stage_batches(const TrainOptions& opt) {
   if (opt.batch_schedule == BatchScheduleKind::kFixed) return nullptr;
-  const Modded89Schedule schedule = Modded89Schedule::for_total_steps(opt.steps);
-  auto batches = std::make_unique<BatchSchedule>(schedule, opt.seq_len);
-  for (int start : schedule.stage_starts()) model.set_seq_len(batches->shape(start).seq_len);
-  model.set_seq_len(opt.seq_len);
-  return batches;
+  return std::make_unique<BatchSchedule>(Modded89Schedule::for_total_steps(opt.steps), opt.seq_len);
+}
+
+// Every sequence length other than --seq-len that the run will ask of the model (each stage's, the validation's)
+// tried at once, so that a model that refuses one (GPT-2 any, the FP8 head one that is not a multiple of 16) stops
+// the run before it starts; then the model is back at --seq-len.
+void try_step_lengths(const TrainOptions& opt, const BatchSchedule* stage_batches, bool validates, FamilyModel& model) {
+  std::vector<int> lengths;
+  if (stage_batches)
+    for (int start : Modded89Schedule::for_total_steps(opt.steps).stage_starts())
+      lengths.push_back(stage_batches->shape(start).seq_len);
+  if (validates) lengths.push_back(opt.validation_seq_len());
+  lengths.erase(std::remove(lengths.begin(), lengths.end(), opt.seq_len), lengths.end());
+  for (int length : lengths) model.set_seq_len(length);
+  if (!lengths.empty()) model.set_seq_len(opt.seq_len);
 }
 
 // What this run's checkpoints must match to be resumed.
@@ -160,12 +169,9 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
       val_loader(make_val_loader(opt, comm, start.family->vocab_size())),
       windows(make_window_schedule(opt, *model)),
       loss_weights(make_loss_schedule(opt, *model)),
-      stage_batches(make_stage_batches(opt, *model)) {
+      stage_batches(make_stage_batches(opt)) {
   model->set_gemm_algo_selection(opt.gemm_algo);
-  if (val_loader && opt.validation_seq_len() != opt.seq_len) {  // refused now, not at the first validation
-    model->set_seq_len(opt.validation_seq_len());
-    model->set_seq_len(opt.seq_len);
-  }
+  try_step_lengths(opt, stage_batches.get(), val_loader != nullptr, *model);
   if (start.params.empty()) start.params = start.family->init_params(opt.seed, comm.world_size());
   model->upload_params(start.params);
   optimizer->init_master(start.params);
@@ -177,6 +183,10 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
   train_batches->resume(checkpoint.written(), checkpoint.state_path(0));
   loop = LoopState{static_cast<int>(checkpoint.written().step), checkpoint.written().train_time_ms, resume_prefix};
   resumed_from = checkpoint.written();
+}
+
+int TrainingRun::step_seq_len(int step) const {
+  return stage_batches ? stage_batches->shape(step).seq_len : opt.seq_len;
 }
 
 std::vector<std::string> TrainingRun::set_step_shape(int step, StepParts& parts) {

@@ -45,6 +45,7 @@ struct TrainingRun {
   // Before step `step` (0-based): its sequence length on the model and the loader, and its tokens' dloss into
   // `parts`, with --batch-schedule; log lines at a change. Nothing otherwise.
   std::vector<std::string> set_step_shape(int step, StepParts& parts);
+  int step_seq_len(int step) const;  // step's tokens per sequence: --seq-len, or its stage's share
   // The log header: the run's environment, model, options, shapes and how it was set up.
   LogHeader describe(const std::string& options_text, const DebugHooks& debug) const;
   // Collective: checkpoint `prefix` of the state after loop.step (the model file once, every rank's
