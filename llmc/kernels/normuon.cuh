@@ -162,8 +162,8 @@ void normuon_variance(const floatX* x, P* variance, int count, int rows, int col
                        dim3(kBlock), 0, stream, x, rows, cols, stats.rows_per_chunk, stats.chunks, partials);
   } else {
     LLMC_LAUNCH_COSTED(sums, normuon_row_sums_kernel<floatX>,
-                       dim3(static_cast<unsigned>(rows), static_cast<unsigned>(count)), dim3(kBlock), 0, stream, x,
-                       rows, cols, partials);
+                       dim3(static_cast<unsigned>(rows), static_cast<unsigned>(count)),
+                       dim3(row_block(cols, kBlock)), 0, stream, x, rows, cols, partials);
   }
   const double stat = static_cast<double>(count) * stats.stat_len;  // partials read; buffer r/w; steps written
   LLMC_LAUNCH_COSTED((KernelCost{partial_values * sizeof(float) + stat * (2.0 * sizeof(P) + sizeof(float)),

@@ -35,6 +35,17 @@ inline unsigned elementwise_grid(size_t n, int block) {
   return blocks < 1 ? 1u : static_cast<unsigned>(blocks);
 }
 
+// Threads for a block that walks one row of `items` (elements or packets), thread i taking items i, i + block,
+// ...: the fewest whole warps that give each thread at most one item, at most `max_block`. The threads left out
+// would only add zeros to the block's sums (block_reduce_sum), so a short row sums the same values in the same
+// order as in a block of max_block, bit for bit, without the idle warps (each one a cost at every barrier, on a
+// GPU and far more in the emulation, where the tiny test shapes run).
+inline unsigned row_block(long long items, int max_block) {
+  const long long warps = ceil_div(items < 1 ? 1 : items, kWarpSize);
+  const long long block = warps * kWarpSize;
+  return static_cast<unsigned>(block < max_block ? block : max_block);
+}
+
 // 16-byte alignment, the precondition of the Packed128 loads and stores (llmc/cuda/cuda_common.h).
 inline bool is_aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 

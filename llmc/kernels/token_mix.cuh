@@ -116,6 +116,9 @@ inline void check_token_mix(const char* launcher, const TokenMix& mix, int T, in
   }
 }
 
+// One block per token, a thread per packet of its row (kTokenMixBlock at most).
+inline unsigned token_mix_block(int C) { return row_block(C / Packed128<floatX>::size, kTokenMixBlock); }
+
 // Forward: each stream's rows and each gated stream's weight read, out written; 2 operations per stream and
 // element. Backward: dout and every stream read, each gradient written (read too when added), each gated
 // stream's dot.
@@ -143,7 +146,8 @@ inline void token_mix_forward(floatX* out, int out_stride, const TokenMix& mix, 
   require_aligned16("token_mix_forward", {out});
   if (T == 0) return;
   LLMC_LAUNCH_COSTED(detail::token_mix_cost(mix, T, C, false), token_mix_forward_kernel<floatX>,
-                     dim3(static_cast<unsigned>(T)), dim3(kTokenMixBlock), 0, stream, out, out_stride, mix, C);
+                     dim3(static_cast<unsigned>(T)), dim3(detail::token_mix_block(C)), 0, stream, out, out_stride, mix,
+                     C);
 }
 
 // From dout (the gradient of out): each stream's grad (+)= w_k dout, and dgate[t, column_k] = s_k[t] . dout[t]
@@ -155,7 +159,8 @@ inline void token_mix_backward(const floatX* dout, int dout_stride, const TokenM
   require_aligned16("token_mix_backward", {dout});
   if (T == 0) return;
   LLMC_LAUNCH_COSTED(detail::token_mix_cost(mix, T, C, true), token_mix_backward_kernel<floatX>,
-                     dim3(static_cast<unsigned>(T)), dim3(kTokenMixBlock), 0, stream, dout, dout_stride, mix, C);
+                     dim3(static_cast<unsigned>(T)), dim3(detail::token_mix_block(C)), 0, stream, dout, dout_stride,
+                     mix, C);
 }
 
 }  // namespace llmc
