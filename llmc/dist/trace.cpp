@@ -154,6 +154,14 @@ OverlapFigures Tracer::flush_step() {
   return compute_overlap(compute, comm);
 }
 
+void Tracer::discard_step() {
+  if (!enabled_) return;
+  const size_t kept = slices_.size();
+  flush_step();
+  slices_.resize(kept);
+  --step_;
+}
+
 void Tracer::write(const std::string& path) const {
   if (!enabled_) return;
   nlohmann::json events = nlohmann::json::array();

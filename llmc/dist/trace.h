@@ -65,6 +65,9 @@ class Tracer {
   // Ends the step: waits for this step's events, converts them into slices, recycles the events
   // and returns the step's overlap figures. Throws std::logic_error if a slice was never ended.
   OverlapFigures flush_step();
+  // Ends the step as flush_step does but keeps none of its slices and leaves the step number (the untimed
+  // warm-up's steps: the trace shows the run's own).
+  void discard_step();
 
   // Writes every flushed slice as Chrome trace-event JSON, atomically (temp file + rename).
   void write(const std::string& path) const;

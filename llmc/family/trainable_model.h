@@ -99,6 +99,9 @@ class FamilyModel : public TrainableModel {
   // attention scale in force. Throws std::invalid_argument naming --window-schedule for a model without
   // windows.
   virtual double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) = 0;
+  // Undoes every YaRN update: the RoPE tables and attention scale the model was built with (the untimed
+  // warm-up's restore; a model without RoPE has nothing to undo).
+  virtual void reset_yarn() = 0;
   // The training objective's weights of its multi-token and prefix terms, from the next forward on. Throws
   // std::invalid_argument naming --loss-schedule for a model whose loss is the next token's alone.
   virtual void set_loss_weights(const MtpLossWeights& weights) = 0;

@@ -189,6 +189,12 @@ void add_schedule_options(CLI::App& app, TrainOptions& o) {
              "Tokens per sequence by step: fixed (--seq-len throughout) or modded89 (the 2026-07-17 record's stages: "
              "a third, two thirds, then all of --seq-len, a multiple of 3; documents cut to 896 tokens in stage 1, "
              "2,048 later), stretched to --steps; for a modded89 model");
+  app.add_option("--untimed-warmup", o.untimed_warmup,
+                 "Before the timed steps, train the steps around each change of the step's shape (0, 1 and two "
+                 "either side of each stage's start: the 2026-07-17 record's warm-up, stretched to --steps), then "
+                 "restore the state the run started from, so that no timed step pays a first use; on or off; needs "
+                 "--output-dir (the state is restored from a checkpoint written there and deleted after)")
+      ->capture_default_str();
   app.add_option("--batch-size,-b", o.batch_size, "Micro-batch size B (sequences per rank per micro-step)")
       ->capture_default_str()->check(at_least(1));
   app.add_option("--seq-len,-t", o.seq_len, "Sequence length T")->capture_default_str()->check(at_least(1));
@@ -286,6 +292,9 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     throw std::invalid_argument("--checkpoint-every needs --output-dir (where to write the checkpoints)");
   if (o.resume == "latest" && o.output_dir.empty())
     throw std::invalid_argument("--resume latest needs --output-dir (where to look for checkpoints)");
+  if (o.untimed_warmup && o.output_dir.empty())
+    throw std::invalid_argument("--untimed-warmup needs --output-dir (the run's starting state is restored from a "
+                                "checkpoint written there); pass --output-dir DIR or --untimed-warmup off");
   if (o.keep_checkpoints > 0 && o.output_dir.empty())
     throw std::invalid_argument("--keep-checkpoints needs --output-dir (where the checkpoints are)");
   // The records' schedules stretched to --steps (SpeedrunSchedule and Modded89Schedule::for_total_steps) need

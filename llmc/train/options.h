@@ -49,6 +49,7 @@ struct TrainOptions {
   WindowScheduleKind window_schedule = WindowScheduleKind::kFixed;  // fixed | speedrun (speedrun models' windows)
   LossScheduleKind loss_schedule = LossScheduleKind::kFixed;        // fixed | modded89 (its MTP/prefix weights)
   BatchScheduleKind batch_schedule = BatchScheduleKind::kFixed;     // fixed | modded89 (its stage batches)
+  bool untimed_warmup = false;  // the schedule's warm-up steps first, untimed, then the start's state restored
   double final_lr_frac = 0.0;
   double weight_decay = 0.0;
   double grad_clip = kGradClipAuto;    // 0 = off; see effective_grad_clip()

@@ -36,16 +36,19 @@ const RecipeSettings kModded20251031 = {
     {"--loss-reduction", "sum"},
     {"--val-every", "250"},
     {"--val-tokens", "10485760"},
+    {"--untimed-warmup", "off"},
     {"--train-loader", "bos"},
 };
 
 // modded-nanogpt's record of 2026-07-17 (SPEEDRUN89.md; docs/recipes.md): the modded89 model and its
 // optimizer (--optimizer auto), 1,270 + 15 steps of the stages' 131,072 / 262,144 / 393,216 tokens (one packed
 // sequence per rank and micro-step of 16,384 / 32,768 / 49,152 tokens on 8 ranks; 8 / ranks micro-steps on fewer),
-// the record's lr, window, loss-weight and batch schedules, no warm-up, no clipping, the loss summed over each
-// sequence, validation every 250 steps and at the end on 10,485,760 tokens. The record validates 262,144 contiguous
-// tokens per rank at once; here in sequences of 16,384 (the model's buffers hold 49,152, which does not divide the
-// val tokens), the documents inside them as the record's but those crossing a sequence's start cut there.
+// the record's lr, window, loss-weight and batch schedules, no lr warm-up, no clipping, the loss summed over each
+// sequence, validation every 250 steps and at the end on 10,485,760 tokens; before the timed steps the record's
+// untimed warm-up (its 14 steps at the stage transitions, then the starting state restored). The record validates
+// 262,144 contiguous tokens per rank at once; here in sequences of 16,384 (the model's buffers hold 49,152, which
+// does not divide the val tokens), the documents inside them as the record's but those crossing a sequence's start
+// cut there.
 const RecipeSettings kModded20260717 = {
     {"--model", "modded89"},
     {"--batch-size", "1"},
@@ -64,6 +67,7 @@ const RecipeSettings kModded20260717 = {
     {"--val-every", "250"},
     {"--val-tokens", "10485760"},
     {"--val-seq-len", "16384"},
+    {"--untimed-warmup", "on"},
     {"--train-loader", "bos"},
 };
 
@@ -90,6 +94,7 @@ const RecipeSettings kLlmcGpt2124M = {
     {"--loss-reduction", "mean"},
     {"--val-every", "250"},
     {"--val-tokens", "10485760"},
+    {"--untimed-warmup", "off"},
     {"--train-loader", "window"},
 };
 

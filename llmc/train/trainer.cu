@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -48,6 +49,11 @@ double evaluate(TrainingRun& run, Batch& batch) {
   }
   if (val_seq_len != run.opt.seq_len) run.model->set_seq_len(run.opt.seq_len);
   return run.comm.all_reduce_mean(loss_sum / static_cast<double>(val_loader.num_steps()));
+}
+
+// The lr at each 0-based step: --lr, --warmup-steps and the --lr-schedule decay to --final-lr-frac.
+LrSchedule lr_schedule(const TrainOptions& opt) {
+  return LrSchedule{opt.lr, opt.warmup_steps, opt.steps, opt.final_lr_frac, opt.lr_schedule};
 }
 
 // The run's throughput figures (no peak in the fp32 build: its MFU is "n/a").
@@ -131,6 +137,7 @@ int Trainer::run() {
   try {
     if (debug_.dumps() && comm_.is_main_rank())
       run_->model->write_model_file(debug_.prepare_model_dump(), run_->model->download_params(), /*fp32=*/true);
+    untimed_warmup();
     since_ = Clock::now();
     const int status = train_loop();
     watchdog_->idle();
@@ -142,8 +149,48 @@ int Trainer::run() {
   }
 }
 
+// Each warm-up step as the loop would train it (its lr, windows, loss weights and shape; the loader's next
+// batches), read at once, its trace slices and schedule log lines dropped: what the timed steps use first (GEMM
+// plans, kernels, collectives at each shape) is used here. Then the state written before it is restored on every
+// rank and its files deleted. Resumed runs too: they restore the resumed state.
+void Trainer::untimed_warmup() {
+  if (!opt_.untimed_warmup) return;
+  const Clock::time_point began = Clock::now();
+  const std::string dir = opt_.output_dir + "/untimed_warmup";
+  if (comm_.is_main_rank()) make_directories(dir, "untimed warm-up directory");
+  comm_.barrier();
+  const std::string prefix = checkpoint_prefix(dir, run_->loop.step);
+  watchdog_->begin(Watchdog::Activity::kCheckpoint, run_->loop.step);
+  run_->save_state(prefix);
+  const LrSchedule schedule = lr_schedule(opt_);
+  const std::vector<int> steps = run_->warmup_steps();
+  std::string listed;
+  for (int step : steps) {
+    watchdog_->begin(Watchdog::Activity::kStep, step + 1);
+    if (run_->windows) run_->windows->before_step(step);
+    if (run_->loss_weights) run_->loss_weights->before_step(step);
+    run_->set_step_shape(step, parts_);
+    train_step(parts_, step + 1, static_cast<float>(schedule.at(step)), batch_);
+    run_->tracer.discard_step();
+    listed += (listed.empty() ? "" : " ") + std::to_string(step);
+  }
+  watchdog_->begin(Watchdog::Activity::kCheckpoint, run_->loop.step);
+  run_->restore_start_state(prefix);
+  comm_.barrier();  // every rank has read the files
+  if (comm_.is_main_rank()) {
+    for (const std::string& problem : remove_checkpoint(prefix))
+      log_->line("# warning: --untimed-warmup could not delete " + problem);
+    std::error_code ignored;  // a directory left behind (e.g. with a file the warning named) is harmless
+    std::filesystem::remove(dir, ignored);
+  }
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f", elapsed_ms(began) / 1000.0);
+  log_->line("# untimed warm-up: " + std::to_string(steps.size()) + " steps (schedule steps " + listed + ") in " +
+             seconds + " s, then the state of step " + std::to_string(run_->loop.step) + " restored");
+}
+
 int Trainer::train_loop() {
-  const LrSchedule schedule{opt_.lr, opt_.warmup_steps, opt_.steps, opt_.final_lr_frac, opt_.lr_schedule};
+  const LrSchedule schedule = lr_schedule(opt_);
   const int first_step = run_->loop.step + 1;
   std::optional<PendingStep> pending;
   for (int step = first_step; step <= opt_.steps; step++) {

@@ -47,6 +47,8 @@ class Trainer {
   };
   using Clock = std::chrono::steady_clock;
 
+  // --untimed-warmup: the warm-up steps, then the run back at its starting state (before the clock starts).
+  void untimed_warmup();
   int train_loop();
   // Whether step `step` needs the model's state right after it (parameters, gradients, the batch, the
   // loader's position, a trace): then the next step is enqueued only after finishing it.

@@ -2,6 +2,7 @@
 #include "llmc/train/training_run.h"
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 
 #include "llmc/checkpoint/checkpoint.h"
@@ -237,15 +238,22 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
   if (opt.lr_schedule == LrDecay::kSpeedrun || opt.window_schedule == WindowScheduleKind::kSpeedrun)
     header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(opt.steps).describe());
-  const bool modded89_optimizer = optimizer->state_kind() == StateOptimizer::kSpeedrun && is_modded89(*start.family);
-  if (opt.lr_schedule == LrDecay::kModded89 || opt.window_schedule == WindowScheduleKind::kModded89 ||
-      opt.loss_schedule == LossScheduleKind::kModded89 || stage_batches || modded89_optimizer)
+  if (uses_modded89_schedule())
     header.notes.push_back("modded89 schedule: " + Modded89Schedule::for_total_steps(std::max(4, opt.steps)).describe());
   if (stage_batches) header.notes.push_back("batch schedule: " + stage_batches->describe() + " (--batch-schedule modded89)");
   return header;
 }
 
 void TrainingRun::write_checkpoint(const std::string& prefix, TrainLog& log) {
+  save_state(prefix);
+  loop.last_checkpoint = prefix;
+  log.line("# checkpoint " + prefix);
+  if (!comm.is_main_rank()) return;
+  for (const std::string& problem : prune_checkpoints(opt.output_dir, opt.keep_checkpoints))
+    log.line("# warning: --keep-checkpoints could not delete " + problem);
+}
+
+void TrainingRun::save_state(const std::string& prefix) {
   optimizer->wait_for_all_params();
   const std::vector<float> params = comm.is_main_rank() ? model->download_params() : std::vector<float>();
   TrainState state;
@@ -264,11 +272,40 @@ void TrainingRun::write_checkpoint(const std::string& prefix, TrainLog& log) {
     return model->write_model_file(path, params, /*fp32=*/false);
   };
   save_checkpoint(prefix, comm, CheckpointContents{write_model, state});
-  loop.last_checkpoint = prefix;
-  log.line("# checkpoint " + prefix);
-  if (!comm.is_main_rank()) return;
-  for (const std::string& problem : prune_checkpoints(opt.output_dir, opt.keep_checkpoints))
-    log.line("# warning: --keep-checkpoints could not delete " + problem);
+}
+
+std::vector<int> TrainingRun::warmup_steps() const {
+  if (uses_modded89_schedule()) return Modded89Schedule::for_total_steps(opt.steps).warmup_steps();
+  std::set<int> steps = {0, 1};
+  if (opt.lr_schedule == LrDecay::kSpeedrun || opt.window_schedule == WindowScheduleKind::kSpeedrun)
+    for (int change : SpeedrunSchedule::for_total_steps(opt.steps).window_change_steps())
+      for (int step = change - 2; step <= change + 1; step++) steps.insert(step);
+  std::vector<int> within;
+  for (int step : steps)
+    if (step >= 0 && step < opt.steps) within.push_back(step);
+  return within;
+}
+
+void TrainingRun::restore_start_state(const std::string& prefix) {
+  optimizer->wait_for_all_params();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  // As the constructor builds a run resumed from `prefix`, on the model and optimizer already built.
+  model->reset_yarn();
+  model->upload_params(start.params);
+  optimizer->init_master(start.params);
+  const CheckpointReader checkpoint(prefix, comm.rank(), comm.world_size(),
+                                    resume_expectations(*start.family, *optimizer, train_batches->kind()));
+  optimizer->restore_state(checkpoint);
+  train_batches->resume(checkpoint.written(), checkpoint.state_path(0));
+  if (stage_batches) model->set_seq_len(opt.seq_len);
+  windows = make_window_schedule(opt, *model);  // the first windows and loss weights on the model again
+  loss_weights = make_loss_schedule(opt, *model);
+}
+
+bool TrainingRun::uses_modded89_schedule() const {
+  const bool modded89_optimizer = optimizer->state_kind() == StateOptimizer::kSpeedrun && is_modded89(*start.family);
+  return opt.lr_schedule == LrDecay::kModded89 || opt.window_schedule == WindowScheduleKind::kModded89 ||
+         opt.loss_schedule == LossScheduleKind::kModded89 || stage_batches || modded89_optimizer;
 }
 
 }  // namespace llmc

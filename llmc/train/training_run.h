@@ -52,6 +52,19 @@ struct TrainingRun {
   // optimizer state; complete on every rank or not at all, llmc/checkpoint/checkpoint.h); then, with
   // --keep-checkpoints, the oldest ones go.
   void write_checkpoint(const std::string& prefix, TrainLog& log);
+  // Collective: the checkpoint files of the state after loop.step at `prefix`, no more (write_checkpoint
+  // without its log line, the pruning and the record as the last checkpoint).
+  void save_state(const std::string& prefix);
+  // --untimed-warmup: the 0-based steps the warm-up trains, ascending: the 2026-07-17 schedule's own
+  // (Modded89Schedule::warmup_steps) in a run on it, else 0, 1 and two either side of each window change of
+  // the 2025-10-31 schedule (none without it), below --steps.
+  std::vector<int> warmup_steps() const;
+  // Collective, after the warm-up: back to the state save_state wrote at `prefix` before it, as a run resumed
+  // from there starts (parameters, optimizer state, loader position, RoPE without YaRN, the schedules' first
+  // windows and loss weights), on the model and optimizer already built (their plans and buffers kept).
+  void restore_start_state(const std::string& prefix);
+  // Whether any part of the run follows the 2026-07-17 record's schedule (the log's line on it, the warm-up).
+  bool uses_modded89_schedule() const;
 
   const TrainOptions& opt;
   CommContext& comm;

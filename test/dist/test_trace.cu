@@ -242,6 +242,19 @@ TEST(Tracer, MisuseIsReported) {
   EXPECT_EQ(tracer.slices().size(), 1u);
 }
 
+// A discarded step (the untimed warm-up's) leaves no slices and no step number behind: the next step is step 0.
+TEST(Tracer, DiscardedStepLeavesNothing) {
+  Tracer tracer(true, 0);
+  tracer.end(tracer.begin(nullptr, TraceTrack::kCompute, "warm-up forward"), nullptr);
+  tracer.discard_step();
+  EXPECT_TRUE(tracer.slices().empty());
+  tracer.end(tracer.begin(nullptr, TraceTrack::kCompute, "forward"), nullptr);
+  tracer.flush_step();
+  ASSERT_EQ(tracer.slices().size(), 1u);
+  EXPECT_EQ(tracer.slices()[0].at("name"), "forward");
+  EXPECT_EQ(tracer.slices()[0].at("args").at("step"), 0);
+}
+
 TEST_F(TraceFiles, DisabledRecordsAndWritesNothing) {
   Tracer tracer(false, 0);
   const Tracer::SliceId slice = tracer.begin(nullptr, TraceTrack::kComm, "x", {{"bucket", 0}});

@@ -84,12 +84,17 @@ TEST(Recipe, Modded2026RecordMatchesSpeedrun89Md) {
   EXPECT_EQ(o.val_tokens % (8 * 16384), 0);
   EXPECT_EQ(o.train_loader, llmc::TrainLoaderChoice::kBos);
   EXPECT_EQ(o.optimizer, llmc::OptimizerChoice::kAuto);
-  EXPECT_NO_THROW(llmc::validate_train_options(o, 8));
-  EXPECT_NO_THROW(llmc::validate_train_options(o, 1));
+  // The untimed warm-up restores the starting state from a checkpoint in --output-dir: refused without one.
+  EXPECT_TRUE(o.untimed_warmup);
+  EXPECT_THROW(llmc::validate_train_options(o, 8), std::invalid_argument);
+  const TrainOptions with_dir = parse({"--recipe", "modded-2026-07-17", "-o", "out"});
+  EXPECT_NO_THROW(llmc::validate_train_options(with_dir, 8));
+  EXPECT_NO_THROW(llmc::validate_train_options(with_dir, 1));
   EXPECT_NE(text.find("batch-schedule=\"modded89\"\n"), std::string::npos) << text;
   // The earlier record's recipe keeps its own: every step on 32,768 tokens, validation at --seq-len.
   const TrainOptions earlier = parse({"--recipe", "modded-2025-10-31"});
   EXPECT_EQ(earlier.batch_schedule, llmc::BatchScheduleKind::kFixed);
+  EXPECT_FALSE(earlier.untimed_warmup);
   EXPECT_EQ(earlier.validation_seq_len(), 32768);
 }
 

@@ -421,6 +421,47 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure([("speedrun-tiny" if a == "modded89-tiny" else a) for a in args],
                             r"--batch-schedule modded89 or --val-seq-len: the 2025-10-31 speedrun model trains and")
 
+    def test_untimed_warmup_restores_the_starting_state(self):
+        # --untimed-warmup on trains the warm-up's steps first (here every step: 0, 1 and two either side of each
+        # stage start of a 6-step modded89 schedule, so every stage shape, YaRN and the untie; of an 8-step
+        # 2025-10-31 schedule, each window change), then restores the starting state: the run is the one without
+        # it, to the bit (losses, model and state files), and leaves no files of its own. A resumed run restores
+        # the resumed state. Without --output-dir it is refused.
+        rng = np.random.default_rng(12)
+        write_shard(f"{self.tmp}/warm_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        data = ["--train-data", f"{self.tmp}/warm_train_*.bin", "-b", 1]
+        m89 = data + ["-t", 48, "--total-batch-tokens", 96, "--model", "modded89-tiny", "--steps", 6, "--lr", "1.0",
+                      "--lr-schedule", "modded89", "--window-schedule", "modded89", "--loss-schedule", "modded89",
+                      "--batch-schedule", "modded89", "--checkpoint-every", 3]
+        m44 = data + ["-t", 64, "--model", "speedrun-tiny", "--steps", 8, "--lr", "3e-3", "--lr-schedule", "speedrun",
+                      "--window-schedule", "speedrun", "--checkpoint-every", 8]
+        runs = {}
+        for name, args, steps, warm_steps in (("m89", m89, 6, "0 1 2 3 4 5"), ("m44", m44, 8, "0 1 2 3 4 5 6 7")):
+            with self.subTest(name):
+                plain_dir, plain = self.train_run(f"warm_{name}_plain", args)
+                warm_dir, warm = self.train_run(f"warm_{name}_on", args + ["--untimed-warmup", "on"])
+                runs[name] = plain_dir
+                self.assertRegex(warm, rf"(?m)^# untimed warm-up: {len(warm_steps.split())} steps \(schedule steps "
+                                       rf"{warm_steps}\) in [0-9.]+ s, then the state of step 0 restored$")
+                self.assertEqual(losses(warm), losses(plain))
+                self.assertEqual(sorted(losses(warm)), list(range(1, steps + 1)))
+                last = f"ckpt_{steps:06d}"
+                self.assertEqual(read(f"{warm_dir}/{last}_model.bin"), read(f"{plain_dir}/{last}_model.bin"))
+                self.assertEqual(state_without_time(f"{warm_dir}/{last}_state_rank0.bin"),
+                                 state_without_time(f"{plain_dir}/{last}_state_rank0.bin"))
+                self.assertFalse(os.path.exists(f"{warm_dir}/untimed_warmup"), os.listdir(warm_dir))
+        resumed = f"{self.tmp}/warm_m89_resumed"
+        os.makedirs(resumed)
+        for file in ("ckpt_000003_model.bin", "ckpt_000003_state_rank0.bin", "ckpt_000003_manifest.json"):
+            shutil.copy(f"{runs['m89']}/{file}", resumed)
+        _, resumed_log = self.train_run("warm_m89_resumed", m89 + ["--untimed-warmup", "on", "--resume", "latest"])
+        self.assertIn("then the state of step 3 restored", resumed_log)
+        with open(f"{runs['m89']}/log.txt", encoding="utf-8") as handle:
+            self.assertEqual(losses(resumed_log), {s: l for s, l in losses(handle.read()).items() if s > 3})
+        self.assertEqual(read(f"{resumed}/ckpt_000006_model.bin"), read(f"{runs['m89']}/ckpt_000006_model.bin"))
+        without_checkpoints = m89[:m89.index("--checkpoint-every")]
+        self.expect_failure(without_checkpoints + ["--untimed-warmup", "on"], r"--untimed-warmup needs --output-dir")
+
     def test_val_seq_len_validates_in_shorter_sequences(self):
         # --val-seq-len 16 with -t 48: the val loss is bitwise that of a model allocated for 16 tokens (the same
         # init, --lr 0: the same parameters at every validation); GPT-2 and a length past --seq-len are refused.

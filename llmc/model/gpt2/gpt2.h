@@ -59,6 +59,7 @@ class GPT2 : public FamilyModel {
   double flops_per_token(int seq_len) const override;
   std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
   double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) override;
+  void reset_yarn() override {}  // learned positions: no RoPE
   void set_loss_weights(const MtpLossWeights& weights) override;  // throws: the next token's loss alone
   void set_seq_len(int seq_len) override;                         // throws: one length
 

@@ -313,6 +313,11 @@ double SpeedrunModel::set_attention_windows(int short_blocks, int long_blocks, b
   return attn_scale();
 }
 
+void SpeedrunModel::reset_yarn() {
+  yarn_.reset();
+  rebuild_rope_tables();
+}
+
 void SpeedrunModel::set_loss_weights(const MtpLossWeights& weights) {
   (void)weights;
   throw std::invalid_argument("--loss-schedule modded89: the 2025-10-31 speedrun model trains on the next token's "

@@ -68,6 +68,7 @@ class SpeedrunModel : public FamilyModel {
   // non-positive windows.
   // Returns the attention scale in force.
   double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) override;
+  void reset_yarn() override;
   void set_loss_weights(const MtpLossWeights& weights) override;  // throws: the next token's loss alone
   void set_seq_len(int seq_len) override;                         // throws: one length
   int short_window_tokens() const { return short_blocks_ * layout_.config.window_block; }

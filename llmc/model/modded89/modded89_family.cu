@@ -133,6 +133,11 @@ std::unique_ptr<CausalDecoder> Modded89Model::make_decoder(int max_chunk) {
   return std::make_unique<RecomputeDecoder>(std::shared_ptr<ContextModel>(this, [](ContextModel*) {}));
 }
 
+void Modded89Model::reset_yarn() {
+  yarn_ = initial_yarn(layout_.config);
+  apply_yarn_state();
+}
+
 double Modded89Model::set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) {
   if (short_blocks < 1 || long_blocks < 1)
     throw std::invalid_argument("--window-schedule: windows must be at least one block (short " +

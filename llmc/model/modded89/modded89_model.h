@@ -113,6 +113,7 @@ class Modded89Model : public FamilyModel, public ContextModel {
   double flops_per_token(int seq_len) const override;
   std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
   double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) override;
+  void reset_yarn() override;
   // The tokens of each following forward (and of its backward and loss slots), 1 .. allocated_seq_len(); with
   // the FP8 head a multiple of 16. Between steps: a training forward waiting for its backward refuses it
   // (std::logic_error); a bad length throws std::invalid_argument.
