@@ -6,7 +6,8 @@
 set(LLMC_MULTIRANK_ENV
   "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
   "LLMC_MPIEXEC=${MPIEXEC_EXECUTABLE}"
-  "LLMC_TRAIN_FP32_EMU=$<TARGET_FILE:train_gpt2_fp32_emu>")
+  "LLMC_TRAIN_FP32_EMU=$<TARGET_FILE:train_gpt2_fp32_emu>"
+  "LLMC_BENCH_SPEEDRUN_COLLECTIVES=$<TARGET_FILE:bench_speedrun_collectives>")
 if(LLMC_ASAN)
   list(APPEND LLMC_MULTIRANK_ENV "ASAN_OPTIONS=detect_leaks=0")  # OpenMPI leaks at exit (see comm.cmake)
 endif()

@@ -9,6 +9,7 @@ target_link_libraries(llmc_muon_plan PUBLIC llmc_flags)
 
 # What each rank of the speedrun optimizer holds, and the re-sharding of its checkpoints (pure C++).
 add_library(llmc_speedrun_state STATIC llmc/optim/speedrun_state_plan.cpp llmc/optim/tensor_roles.cpp
+  llmc/optim/speedrun_collectives.cpp
   llmc/optim/modded89_param_table.cpp)
 target_link_libraries(llmc_speedrun_state PUBLIC llmc_muon_plan llmc_model)
 add_executable(test_speedrun_state_plan test/optim/test_speedrun_state_plan.cpp)
@@ -72,3 +73,11 @@ foreach(precision IN ITEMS bf16 fp32)
     endif()
   endforeach()
 endforeach()
+
+# The speedrun optimizer's collectives per step from its plan at the full model (calls, bytes, time at a bus
+# bandwidth); the smoke test keeps it running, multirank.Modded89Optimizer compares its JSON with the trace.
+add_executable(bench_speedrun_collectives test/optim/bench_speedrun_collectives.cpp)
+target_link_libraries(bench_speedrun_collectives PRIVATE llmc_speedrun_state llmc_train_utils CLI11::CLI11
+                      nlohmann_json::nlohmann_json)
+add_test(NAME bench_speedrun_collectives_smoke COMMAND bench_speedrun_collectives --model modded89 --world 2,8)
+set_tests_properties(bench_speedrun_collectives_smoke PROPERTIES LABELS optim TIMEOUT 60)

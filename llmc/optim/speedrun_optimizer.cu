@@ -706,7 +706,10 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
   const bool owned_spans = std::any_of(plan.muon_spans().begin(), plan.muon_spans().end(),
                                       [](const MuonSpan& span) { return span.owner != kAllRanks; });
   if (comm_.world_size() > 1 && owned_spans) {
-    traced(tracer_, comm_stream_, TraceTrack::kComm, "broadcast", {{"bucket", bucket}}, [&] {
+    size_t bytes = 0;
+    for (const MuonSpan& span : plan.muon_spans())
+      if (span.owner != kAllRanks) bytes += span.length * sizeof(floatX);
+    traced(tracer_, comm_stream_, TraceTrack::kComm, "broadcast", {{"bucket", bucket}, {"bytes", bytes}}, [&] {
       comm_.group_start();  // one launch for the bucket's owners
       for (const MuonSpan& span : plan.muon_spans())
         if (span.owner != kAllRanks) comm_.broadcast(params + span.offset, span.length, span.owner, comm_stream_);

@@ -9,10 +9,12 @@ Binaries come from the environment (set by cmake/multirank.cmake): LLMC_MPIEXEC,
 Run: ctest --test-dir build -L multirank
 """
 import glob
+import json
 import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -718,6 +720,28 @@ class Modded89Optimizer(MultiRankCase):
                             under["untied head reduce_scatter"] += head_scatter[0]["ts"] < backward_end
                 for what, found in under.items():
                     self.assertGreater(found, 0, f"{ranks} ranks, rank {rank}: no {what} under the backward")
+
+    def test_traced_collectives_are_the_benchmarks(self):
+        # Each step's traced collectives on every rank (name, bucket, bytes) are exactly those the plan lists for
+        # its kind of step (bench_speedrun_collectives --json: NorMuon only on even 0-based steps, Adam on odd ones,
+        # the untie's moment gathers at step 3): the benchmark's calls and bytes at the full model are the trainer's.
+        # (This trainer is the fp32 build: 4-byte parameters.)
+        bench = os.environ.get("LLMC_BENCH_SPEEDRUN_COLLECTIVES", "")
+        self.assertTrue(os.path.exists(bench), f"bench_speedrun_collectives not found: '{bench}' (run through ctest)")
+        listed = subprocess.run([bench, "--model", "modded89-tiny", "--world", "2,4", "--element-bytes", "4", "--json"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        plans = json.loads(listed.stdout)
+        names = {"muon_reduce", "reduce_scatter", "broadcast", "all_gather", "all_reduce"}
+        for ranks in (2, 4):
+            for rank, steps in enumerate(self.traces(ranks)):
+                for step, slices in steps.items():
+                    kind = "untie" if step == 3 else "adam" if step % 2 == 1 else "muon"
+                    expected = sorted((c["name"], c["bucket"], c["bytes"]) for c in plans[str(ranks)][kind]
+                                      if c["traced"])
+                    seen = sorted((s["name"], s["args"].get("bucket", -1), s["args"]["bytes"]) for s in slices
+                                  if s["name"] in names)
+                    self.assertEqual(seen, expected, f"{ranks} ranks, rank {rank}, step {step} ({kind})")
 
 
 class Resume(MultiRankCase):

@@ -1,0 +1,202 @@
+// The collectives of the speedrun optimizer per step and rank, from its plan at the full model (no device): the
+// traced collectives and their NCCL calls, the buffers' bytes, the bytes a ring puts on the wire per rank and the
+// time that takes at a bus bandwidth, for a NorMuon-only step, an Adam step and the untie's, and over a run.
+// Usage: bench_speedrun_collectives [--model modded89] [--world 2,4,8] [--json]
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "llmc/model/modded44/speedrun_layout.h"
+#include "llmc/model/modded89/modded89_layout.h"
+#include "llmc/optim/speedrun_collectives.h"
+#include "llmc/schedule/modded89_schedule.h"
+#include "llmc/schedule/speedrun_schedule.h"
+
+namespace {
+
+using llmc::CollectiveKind;
+using llmc::PlannedCollective;
+
+// A model's layout at a world size and what its steps need besides the plan.
+struct ModelPlan {
+  llmc::ParamLayout layout;
+  llmc::SpeedrunRecipe recipe;
+  size_t untie_elements = 0;  // 0: never untied (#44)
+  size_t fp32_offset = 0, fp32_count = 0;  // the range the model's take_fp32_params hands the optimizer
+  int run_steps = 0;          // the recipe's steps
+  int adam_steps = 0;         // of them
+};
+
+ModelPlan model_plan(const std::string& name, int world) {
+  ModelPlan plan;
+  const bool modded89 = name.rfind("modded89", 0) == 0;
+  if (modded89) {
+    const llmc::Modded89Layout layout = llmc::make_modded89_layout(llmc::modded89_config_from_name(name), world);
+    plan.layout = layout;
+    plan.recipe = llmc::SpeedrunRecipe::k2026_07_17;
+    plan.untie_elements = layout.find("head").numel;
+    const llmc::TensorView& first = layout.find(llmc::modded89_tensor_name(llmc::Modded89Tensor::kScalars));
+    const llmc::TensorView& last = layout.find(llmc::modded89_tensor_name(llmc::Modded89Tensor::kGateScale));
+    plan.fp32_offset = first.offset;
+    plan.fp32_count = last.offset + last.numel - first.offset;
+    plan.run_steps = llmc::Modded89Schedule::record().total_steps();
+  } else {
+    const llmc::SpeedrunLayout layout = llmc::make_speedrun_layout(llmc::speedrun_config_from_name(name), world);
+    plan.layout = layout;
+    const llmc::TensorView& scalars = layout.tensor(llmc::SpeedrunTensor::kScalars);
+    plan.fp32_offset = scalars.offset;
+    plan.fp32_count = scalars.numel;
+    plan.recipe = llmc::SpeedrunRecipe::k2025_10_31;
+    plan.run_steps = llmc::SpeedrunSchedule::record().total_steps();
+  }
+  for (int step = 0; step < plan.run_steps; step++) plan.adam_steps += step % 2 == 1;
+  return plan;
+}
+
+llmc::CollectiveStep step_inputs(const ModelPlan& plan, int world, bool adam, bool untie, size_t element_bytes) {
+  llmc::CollectiveStep step;
+  step.element_bytes = element_bytes;
+  step.world_size = world;
+  step.adam_step = adam;
+  step.untie_elements = untie ? plan.untie_elements : 0;
+  step.fp32_offset = plan.fp32_offset;
+  step.fp32_count = plan.fp32_count;
+  return step;
+}
+
+// Bytes a rank sends for one call on a ring of `world` ranks.
+double wire_bytes(const llmc::PlannedCall& call, int world) {
+  const double share = static_cast<double>(world - 1) / world;
+  switch (call.kind) {
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllGather: return call.bytes * share;
+    case CollectiveKind::kAllReduce: return call.bytes * 2.0 * share;
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kBroadcast: return static_cast<double>(call.bytes);
+  }
+  return 0.0;
+}
+
+struct Row {
+  int collectives = 0, calls = 0;
+  double buffer_bytes = 0, wire = 0;
+};
+
+struct StepTotals {
+  std::map<std::string, Row> by_name;
+  Row total;
+  double seconds = 0;
+};
+
+StepTotals totals(const std::vector<PlannedCollective>& collectives, int world, double busbw, double latency) {
+  StepTotals out;
+  for (const PlannedCollective& c : collectives) {
+    Row& row = out.by_name[c.name];
+    row.collectives++;
+    out.total.collectives++;
+    for (const llmc::PlannedCall& call : c.calls) {
+      const double wire = wire_bytes(call, world);
+      row.calls++;
+      row.buffer_bytes += call.bytes;
+      row.wire += wire;
+      out.total.calls++;
+      out.total.buffer_bytes += call.bytes;
+      out.total.wire += wire;
+      out.seconds += latency + wire / busbw;
+    }
+  }
+  return out;
+}
+
+// Muon matrices of buckets that also hold Adam tensors: the bucket's reduce-scatter and all-gather carry them on
+// Adam steps besides their own reduce and broadcast.
+double mixed_bucket_muon_bytes(const llmc::SpeedrunRankPlan& rank_plan, size_t element_bytes) {
+  double bytes = 0;
+  for (const llmc::SpeedrunBucketPlan& bucket : rank_plan.buckets) {
+    if (!bucket.has_adam()) continue;
+    for (const llmc::MuonSpan& span : bucket.muon_spans)
+      bytes += static_cast<double>(span.length) * element_bytes;
+  }
+  return bytes;
+}
+
+void print_step(const char* what, const StepTotals& t) {
+  std::printf("| %-15s | %-14s | %5s | %5s | %10s | %10s |\n", what, "", "", "", "", "");
+  for (const auto& [name, row] : t.by_name)
+    std::printf("| %-15s | %-14s | %5d | %5d | %10.2f | %10.2f |\n", "", name.c_str(), row.collectives, row.calls,
+                row.buffer_bytes / 1e6, row.wire / 1e6);
+  std::printf("| %-15s | %-14s | %5d | %5d | %10.2f | %10.2f | %.3f ms\n", "", "total", t.total.collectives,
+              t.total.calls, t.total.buffer_bytes / 1e6, t.total.wire / 1e6, t.seconds * 1e3);
+}
+
+nlohmann::json to_json(const std::vector<PlannedCollective>& collectives) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const PlannedCollective& c : collectives)
+    out.push_back({{"name", c.name}, {"bucket", c.bucket}, {"bytes", c.bytes()}, {"traced", c.traced},
+                   {"calls", c.calls.size()}});
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Collectives per step of the speedrun optimizer, from its plan: calls, bytes, time at a bus bandwidth"};
+  std::string model = "modded89";
+  std::vector<int> worlds = {2, 4, 8};
+  double busbw = 370e9, latency = 60e-6;
+  bool json = false;
+  size_t element_bytes = llmc::CollectiveStep{}.element_bytes;
+  app.add_option("--model", model, "speedrun, modded89 or their -tiny shapes")->capture_default_str();
+  app.add_option("--world", worlds, "rank counts")->delimiter(',')->check(CLI::Range(2, 1 << 16));
+  app.add_option("--busbw", busbw, "bus bandwidth, bytes/s")->capture_default_str();
+  app.add_option("--latency", latency, "seconds per NCCL call")->capture_default_str();
+  app.add_option("--element-bytes", element_bytes, "bytes of a parameter: 2 (bf16 build), 4 (fp32 build)")
+      ->capture_default_str()->check(CLI::IsMember(std::vector<size_t>{2, 4}));
+  app.add_flag("--json", json, "each step kind's collectives as JSON (for the trace test), no table");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    nlohmann::json out;
+    for (int world : worlds) {
+      const ModelPlan plan = model_plan(model, world);
+      const llmc::SpeedrunRankPlan rank_plan = llmc::plan_speedrun_rank(
+          plan.layout, llmc::speedrun_tensor_roles(plan.recipe, plan.layout), 0, llmc::MuonOwnerOptions{});
+      const auto collectives = [&](bool adam, bool untie) {
+        return llmc::speedrun_step_collectives(plan.layout, rank_plan, step_inputs(plan, world, adam, untie, element_bytes));
+      };
+      const auto muon = collectives(false, false), adam = collectives(true, false);
+      if (json) {
+        out[std::to_string(world)] = {{"muon", to_json(muon)}, {"adam", to_json(adam)}};
+        if (plan.untie_elements > 0) out[std::to_string(world)]["untie"] = to_json(collectives(true, true));
+        continue;
+      }
+      std::printf("\n%s on %d ranks (rank 0; ring bytes per rank; %.0f GB/s bus, %.0f us per call)\n\n", model.c_str(),
+                  world, busbw / 1e9, latency * 1e6);
+      std::printf("| %-15s | %-14s | %5s | %5s | %10s | %10s |\n", "step", "collective", "count", "calls",
+                  "buffer MB", "wire MB");
+      std::printf("|---|---|---:|---:|---:|---:|\n");
+      const StepTotals muon_totals = totals(muon, world, busbw, latency);
+      const StepTotals adam_totals = totals(adam, world, busbw, latency);
+      print_step("NorMuon only", muon_totals);
+      print_step("Adam (odd)", adam_totals);
+      if (plan.untie_elements > 0) print_step("the untie", totals(collectives(true, true), world, busbw, latency));
+      const int muon_steps = plan.run_steps - plan.adam_steps;
+      const double run_wire = muon_steps * muon_totals.total.wire + plan.adam_steps * adam_totals.total.wire;
+      const double run_seconds = muon_steps * muon_totals.seconds + plan.adam_steps * adam_totals.seconds;
+      std::printf("\nrun of %d steps (%d with Adam): %.1f GB on the wire per rank, %.2f s at the ceilings "
+                  "(%.3f ms per step)\n",
+                  plan.run_steps, plan.adam_steps, run_wire / 1e9, run_seconds, run_seconds * 1e3 / plan.run_steps);
+      std::printf("of an Adam step's buffers, %.2f MB are NorMuon matrices of buckets that also hold Adam tensors "
+                  "(reduce-scattered and all-gathered besides their own reduce and broadcast)\n",
+                  mixed_bucket_muon_bytes(rank_plan, element_bytes) / 1e6);
+    }
+    if (json) std::printf("%s\n", out.dump().c_str());
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_speedrun_collectives: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}
