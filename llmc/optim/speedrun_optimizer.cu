@@ -109,7 +109,7 @@ struct SpeedrunOptimizer::MuonBatch : MuonBatchPlan {
 
 struct SpeedrunOptimizer::AdamSegment : AdamSegmentPlan {
   double lr_multiplier = 1.0;
-  AdamShardedSettings adam;  // the recipe's: one for all (2025-10-31) or the tensor's (2026-07-17)
+  AdamShardedSettings adam;  // the tensor's role's
 };
 
 // A bucket's plan (rank_plan_: its Muon spans, Adam tensors and moment sizes) with this rank's buffers.
@@ -181,8 +181,8 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   fp32_params_ = model.take_fp32_params();
   if (fp32_params_.empty())
     throw std::invalid_argument("SpeedrunOptimizer: the model does not keep its scalars in fp32 (take_fp32_params)");
-  rank_plan_ = plan_speedrun_rank(layout, speedrun_tensor_roles(settings_.recipe, layout), comm.rank(),
-                                  settings_.owners);
+  roles_ = speedrun_tensor_roles(settings_.recipe, layout);
+  rank_plan_ = plan_speedrun_rank(layout, roles_, comm.rank(), settings_.owners);
   buckets_.resize(layout.num_buckets());
   for (int b = 0; b < layout.num_buckets(); b++) buckets_[b].spec = &rank_plan_.buckets[b];
   build_muon();
@@ -238,7 +238,7 @@ void SpeedrunOptimizer::allocate_batch(MuonBatch& batch) {
   for (size_t i = 0; i < batch.unit_offset.size(); i++)
     for (int m = 0; m < batch.unit_matrices[i]; m++)
       lr_multipliers.push_back(static_cast<float>(
-          matrix_lr_multiplier(model_.layout().tensors[batch.unit_tensor[i]], batch.unit_first_matrix[i] + m)));
+          roles_[static_cast<size_t>(batch.unit_tensor[i])].lr_multiplier(batch.unit_first_matrix[i] + m)));
   batch.lr_multipliers = allocate<float>(batch.count);
   CUDA_CHECK(cudaMemcpy(batch.lr_multipliers, lr_multipliers.data(), batch.count * sizeof(float),
                         cudaMemcpyHostToDevice));
@@ -305,15 +305,6 @@ void SpeedrunOptimizer::build_muon() {
   }
 }
 
-// W_fc's x2 (2025-10-31), or c_proj's: the second matrix of each MLP bank (2026-07-17).
-double SpeedrunOptimizer::matrix_lr_multiplier(const TensorView& view, int matrix) const {
-  if (settings_.recipe == SpeedrunRecipe::k2026_07_17)
-    return static_cast<Modded89Tensor>(view.kind) == Modded89Tensor::kMlpBank && matrix == 1
-               ? settings_.proj_lr_multiplier
-               : 1.0;
-  return speedrun_kind(view) == SpeedrunTensor::kFc ? settings_.fc_lr_multiplier : 1.0;
-}
-
 // Both records step Adam on the odd 0-based steps (Modded89Schedule::adam_steps_at is the same rule).
 bool SpeedrunOptimizer::adam_steps_at(int step0) const { return SpeedrunSchedule::adam_steps_at(step0); }
 
@@ -324,16 +315,6 @@ double SpeedrunOptimizer::muon_momentum(int step0) const {
 
 bool SpeedrunOptimizer::tied_adam_step() const {
   return tie_ != nullptr && adam_step() && step_ - 1 <= settings_.modded89_schedule.untie_step();
-}
-
-double SpeedrunOptimizer::adam_lr_multiplier(const TensorView& view) const {
-  if (settings_.recipe == SpeedrunRecipe::k2026_07_17)
-    return modded89_param_settings(static_cast<Modded89Tensor>(view.kind)).lr_multiplier;
-  switch (speedrun_kind(view)) {
-    case SpeedrunTensor::kScalars: return settings_.scalar_lr_multiplier;
-    case SpeedrunTensor::kHead: return settings_.head_lr_multiplier;
-    default: return settings_.embed_lr_multiplier;  // embed and the value embeddings
-  }
 }
 
 // Per Adam bucket: the plan's segments with their lr multipliers, the moments, the saved gradients and the
@@ -347,11 +328,9 @@ void SpeedrunOptimizer::build_adam() {
     for (const AdamSegmentPlan& segment_plan : from.adam_segments) {
       AdamSegment segment;
       static_cast<AdamSegmentPlan&>(segment) = segment_plan;
-      const TensorView& view = layout.tensors[segment.tensor];
-      segment.lr_multiplier = adam_lr_multiplier(view);
-      segment.adam = settings_.recipe == SpeedrunRecipe::k2026_07_17
-                         ? modded89_param_settings(static_cast<Modded89Tensor>(view.kind)).adam()
-                         : settings_.adam;
+      const TensorRole& role = roles_[static_cast<size_t>(segment.tensor)];
+      segment.lr_multiplier = role.lr_multiplier(0);
+      segment.adam = role.adam;
       out.adam_segments.push_back(segment);
     }
     if (!out.has_adam()) continue;

@@ -31,23 +31,18 @@ class Tracer;
 
 // The record's constants. The loop's lr (begin_step) multiplies both base lrs: the recipe passes
 // --lr 1.0 times the schedule's multiplier.
+// The per-tensor lr multipliers and Adam constants are the recipe's tensor roles (llmc/optim/tensor_roles.h).
 struct SpeedrunOptimizerSettings {
   double muon_lr = 0.03;
-  double fc_lr_multiplier = 2.0;  // W_fc's lr_mul
   NorMuonSettings normuon;        // weight decay 1.2 (cautious), beta2 0.95
   double adam_lr = 0.008;
-  double embed_lr_multiplier = 75.0;  // embed and the value embeddings
-  double head_lr_multiplier = 1.0;
-  double scalar_lr_multiplier = 5.0;
-  AdamShardedSettings adam;      // betas (0.65, 0.95), eps 1e-8
   SpeedrunSchedule schedule = SpeedrunSchedule::record();  // Muon momentum and the Adam steps, by 0-based step
   MuonOwnerOptions owners;
   OverlapMode overlap = OverlapMode::kFull;
   SpeedrunRecipe recipe = SpeedrunRecipe::k2025_10_31;  // the tensor roles (llmc/optim/tensor_roles.h)
   // The 2026-07-17 recipe's (modded89_optimizer_settings): its schedule (NorMuon momentum, Adam steps, the
-  // untie), c_proj's lr multiplier; the per-tensor Adam rates come from modded89_param_settings.
+  // untie).
   Modded89Schedule modded89_schedule = Modded89Schedule::record();
-  double proj_lr_multiplier = 2.0;
 };
 
 // The 2026-07-17 record's optimizer (SPEEDRUN89.md section 5) on `schedule`: NorMuon lr 0.023, weight decay
@@ -124,8 +119,6 @@ class SpeedrunOptimizer : public BucketOptimizer {
   struct Tie;  // the tied pair's places
   // The arrays download_state(step) writes, by the plan.
   std::vector<StateArrayPlan> state_arrays(int step) const;
-  double adam_lr_multiplier(const TensorView& view) const;
-  double matrix_lr_multiplier(const TensorView& view, int matrix) const;  // of a NorMuon tensor's matrix
   bool adam_step() const { return adam_steps_at(step_ - 1); }
   void reduce_bucket(int bucket);  // comm stream
   void accumulate_adam_grads(int bucket);  // comm stream: the saved local Adam gradients (Adam steps)
@@ -147,6 +140,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   Tracer* tracer_;
   cudaStream_t compute_stream_, comm_stream_, update_stream_ = nullptr;
   MatmulContext matmul_;
+  std::vector<TensorRole> roles_;  // one per layout tensor: the recipe's (speedrun_tensor_roles)
   SpeedrunRankPlan rank_plan_;  // never changes after construction: buckets_[b].spec points into it
   std::vector<BucketPlan> buckets_;
   std::vector<std::unique_ptr<Runner>> runners_;

@@ -1,12 +1,13 @@
 // How the speedrun optimizer treats each tensor of a layout: a NorMuon tensor as a stack of matrices with the
-// storage of its update, an Adam tensor with the types of its state and parameter. The two speedrun records'
-// recipes as data, one role per layout tensor: the 2025-10-31 record's (the modded44 layout) and the
-// 2026-07-17 record's (the modded89 layout, SPEEDRUN89.md section 5).
+// storage of its update, an Adam tensor with the types of its state and parameter, and each its lr multipliers
+// and Adam constants. The two speedrun records' recipes as data, one role per layout tensor: the 2025-10-31
+// record's (the modded44 layout) and the 2026-07-17 record's (the modded89 layout, SPEEDRUN89.md section 5).
 #pragma once
 
 #include <vector>
 
 #include "llmc/family/param_layout.h"
+#include "llmc/kernels/adam_sharded_settings.h"
 #include "llmc/optim/normuon_shape.h"
 
 namespace llmc {
@@ -28,6 +29,12 @@ struct TensorRole {
   // Adam tensors (ParamGroup::kAdam).
   bool fp32_state = false;  // fp32 moments, else floatX
   bool fp32_param = false;  // updated in the model's fp32 copy of its fp32 tensors (take_fp32_params)
+  AdamShardedSettings adam;  // betas, eps, weight decay
+  // Both: multipliers of the optimizer's base lr, one for the whole tensor or one per matrix of the stack.
+  std::vector<double> lr_multipliers = {1.0};
+  double lr_multiplier(int matrix) const {
+    return lr_multipliers.size() == 1 ? lr_multipliers[0] : lr_multipliers.at(static_cast<size_t>(matrix));
+  }
 };
 
 // One role per tensor of `layout` (a modded44 or a modded89 layout). Throws std::invalid_argument for a tensor
