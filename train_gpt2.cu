@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   // Outside the try: it must outlive the error path (see stop_after_error).
   std::unique_ptr<llmc::CommContext> comm;
   try {
+    // What the options alone decide, checked before MPI and the GPU are touched (as for one rank: a combination
+    // that fails there fails on any number of ranks): a bad command line is named even where no GPU is, so the GPU
+    // kit's dry run (docs/gpu_check.md) catches it. The trainer checks again with the real number of ranks.
+    llmc::validate_train_options(options, 1);
     comm = std::make_unique<llmc::CommContext>();
     llmc::Trainer trainer(options, app.config_to_str(/*default_also=*/true, /*write_description=*/false), *comm);
     return trainer.run();

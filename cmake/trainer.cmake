@@ -210,6 +210,11 @@ if(LLMC_HAVE_CUDA)
                    --trainer $<TARGET_FILE:train_gpt2> --mpiexec ${MPIEXEC_EXECUTABLE} --require-gpu)
   set_tests_properties(train_program_cuda PROPERTIES LABELS "trainer;train;cuda" TIMEOUT 180 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
+  # The GPU build names a contradictory command line before it looks for MPI or a GPU (here: none), which is what
+  # lets the GPU kit's dry run catch a bad command of its stages.
+  add_test(NAME train_program_cuda_options_before_the_gpu COMMAND train_gpt2 --val-every 5 --val-tokens 0)
+  set_tests_properties(train_program_cuda_options_before_the_gpu PROPERTIES LABELS "trainer;train" TIMEOUT 30
+                       PASS_REGULAR_EXPRESSION "rank 0: --val-every needs --val-tokens")
 endif()
 
 # The soak benchmark (scripts/bench_soak.py: thousands of steps, stopped and resumed twice) smoke-run at 12

@@ -28,7 +28,7 @@ STAGES=(
   "sanitizer|75|30|sanitizer.log|compute-sanitizer memcheck and racecheck on the kernel tests"
   "kernels|50|20|kernels.log|kernel benchmark against the ceilings measured here"
   "train|90|40|train.log|train_gpt2 d12, T=1024: B=16 and 32, --grad-clip 1.0 and 0"
-  "speedrun|75|40|train.log|train_gpt2 --recipe modded-2025-10-31: one GPU's share of a record step (T=32768)"
+  "speedrun|150|40|train.log|train_gpt2, both records' recipes: one GPU's share of a record step (T=49152, 32768)"
   "torch|150|60|train.log|PyTorch peer (torch.compile, SDPA flash attention) on the same runs"
   "ncu|70|30|ncu.log|ncu on the attention kernels: occupancy, shared-memory throughput"
   "generate|60|20|kernels.log|generation: d12 tokens/s at batch 1 (KV cache), generate_gpt2's program tests"
@@ -360,13 +360,22 @@ stage_train() {
   done
 }
 
-# The record's model, optimizer and schedules on one GPU with one sequence of 32,768 tokens per step: what
-# each of the record's 8 GPUs computes per step, without the communication (docs/projection.md projects
-# it). Fixed windows of the data (the BOS loader needs shards of many whole documents; the speed is the same).
+# Each record's model, optimizer and schedules on one GPU with one sequence per step: what each of the record's 8
+# GPUs computes per step, without the communication -- the current record's (2026-07-17) at its last stages'
+# 49,152 tokens (every step that long: --batch-schedule fixed; the kit times steps itself: no warm-up), then the
+# 2025-10-31 one's 32,768 (docs/projection.md projects it). No validation (the recipes' --val-every needs
+# --val-tokens). Fixed windows of the data (the BOS loader needs shards of many whole documents; the speed is the
+# same).
 stage_speedrun() {
   start_memory_sampler
+  run_cmd modded89_record_step --cap 70 -- "$WRAP/train_gpt2" --recipe modded-2026-07-17 -b 1 -t 49152 \
+    --total-batch-tokens 49152 --batch-schedule fixed --untimed-warmup off --steps "$SPEEDRUN_STEPS" --val-every 0 \
+    --val-tokens 0 --train-loader window --vocab "$PACK/data/gpt2" \
+    --train-data "$PACK/data/tinyshakespeare/tinyshakespeare_train_*.bin"
+  stop_memory_sampler modded89_record_step
+  start_memory_sampler
   run_cmd speedrun_record_step --cap 70 -- "$WRAP/train_gpt2" --recipe modded-2025-10-31 --model speedrun -b 1 \
-    -t 32768 --total-batch-tokens 32768 --steps "$SPEEDRUN_STEPS" --val-tokens 0 --train-loader window \
+    -t 32768 --total-batch-tokens 32768 --steps "$SPEEDRUN_STEPS" --val-every 0 --val-tokens 0 --train-loader window \
     --train-data "$PACK/data/tinyshakespeare/tinyshakespeare_train_*.bin"
   stop_memory_sampler speedrun_record_step
 }

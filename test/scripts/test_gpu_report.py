@@ -97,6 +97,11 @@ class RealOutputs(unittest.TestCase):
                                   capture_output=True, text=True, timeout=120, env=dict(os.environ, **MPI_SINGLETON_ENV))
         assert speedrun.returncode == 0, speedrun.stdout + speedrun.stderr
         cls.speedrun_log = speedrun.stdout
+        modded89 = subprocess.run([trainer, "--model", "modded89-tiny", "-b", "1", "-t", "48", "--steps", "14",
+                                   "--train-loader", "window", "--train-data", shard],  # modded89-tiny: V=96
+                                  capture_output=True, text=True, timeout=120, env=dict(os.environ, **MPI_SINGLETON_ENV))
+        assert modded89.returncode == 0, modded89.stdout + modded89.stderr
+        cls.modded89_log = modded89.stdout
         bench = subprocess.run([os.environ["LLMC_BENCH_KERNELS_EMU"], "--batch", "1", "--seq", "64", "--channels", "128",
                                 "--heads", "2", "--vocab", "200", "--params", "5000", "--repeats", "1"],
                                capture_output=True, text=True, timeout=120)
@@ -139,18 +144,25 @@ class RealOutputs(unittest.TestCase):
         self.assertEqual(row[6], last_loss)
 
     def test_speedrun_stage_is_read_from_the_timed_steps(self):
+        # Both records' runs (check.sh's stage e: the 2026-07-17 recipe's, then the 2025-10-31 one's), each row
+        # from its own log's timed steps.
         check = Check(tempfile.mkdtemp(dir=self.tmp.name))
-        check.stage("e", "speedrun", "train.log", [command_block("speedrun_record_step", self.speedrun_log, peak=4321)])
+        check.stage("e", "speedrun", "train.log", [command_block("modded89_record_step", self.modded89_log, peak=8765),
+                                                    command_block("speedrun_record_step", self.speedrun_log, peak=4321)])
         report = check.report()
-        times = {int(m.group(1)): int(m.group(2))
-                 for m in re.finditer(r"^step:(\d+)/14 train_loss:\S+ train_time:(\d+)ms", self.speedrun_log, re.M)}
-        expected_ms = (times[14] - times[10]) / 4
-        row = table_row(report, "speedrun_record_step")
-        self.assertAlmostEqual(float(row[1]), expected_ms, delta=0.006)
-        self.assertAlmostEqual(float(row[2]), 64 / (expected_ms / 1000), delta=max(1.0, 64 / expected_ms))
-        self.assertEqual(row[3], "4321")
-        self.assertEqual(row[4], re.findall(r"^step:14/14 train_loss:(\S+)", self.speedrun_log, re.M)[0])
-        self.assertIn(f"{expected_ms:.1f} ms/step", table_row(report, "e. speedrun title")[4])
+        for label, log, T, peak, recipe in (("modded89_record_step", self.modded89_log, 48, "8765", "modded-2026-07-17"),
+                                            ("speedrun_record_step", self.speedrun_log, 64, "4321", "modded-2025-10-31")):
+            with self.subTest(label):
+                times = {int(m.group(1)): int(m.group(2))
+                         for m in re.finditer(r"^step:(\d+)/14 train_loss:\S+ train_time:(\d+)ms", log, re.M)}
+                expected_ms = (times[14] - times[10]) / 4
+                row = table_row(report, label)
+                self.assertEqual(row[1:3], [recipe, str(T)])
+                self.assertAlmostEqual(float(row[3]), expected_ms, delta=0.006)
+                self.assertAlmostEqual(float(row[4]), T / (expected_ms / 1000), delta=max(1.0, T / expected_ms))
+                self.assertEqual(row[5], peak)
+                self.assertEqual(row[6], re.findall(r"^step:14/14 train_loss:(\S+)", log, re.M)[0])
+                self.assertIn(f"{label.split('_')[0]} {expected_ms:.1f} ms/step", table_row(report, "e. speedrun title")[4])
 
     def test_speed_against_pytorch_is_their_ms_over_ours(self):
         report = self.make_report(torch_ms=1e9)
