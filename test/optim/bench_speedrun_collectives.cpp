@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,6 +30,9 @@ struct ModelPlan {
   size_t fp32_offset = 0, fp32_count = 0;  // the range the model's take_fp32_params hands the optimizer
   int run_steps = 0;          // the recipe's steps
   int adam_steps = 0;         // of them
+  int tied_adam_steps = 0;    // of those, the ones through the untie (the 2026-07-17 recipe)
+  int head_bucket = -1;       // the tied head's (its reduce-scatter waits for the embeddings' backward)
+  double record_ms_per_step = 0;  // the record's measured step (its time / its steps)
 };
 
 ModelPlan model_plan(const std::string& name, int world) {
@@ -44,6 +48,9 @@ ModelPlan model_plan(const std::string& name, int world) {
     plan.fp32_offset = first.offset;
     plan.fp32_count = last.offset + last.numel - first.offset;
     plan.run_steps = llmc::Modded89Schedule::record().total_steps();
+    plan.head_bucket = layout.head_bucket();
+    plan.record_ms_per_step = 73.8e3 / plan.run_steps;
+    for (int step = 1; step <= llmc::Modded89Schedule::record().untie_step(); step += 2) plan.tied_adam_steps++;
   } else {
     const llmc::SpeedrunLayout layout = llmc::make_speedrun_layout(llmc::speedrun_config_from_name(name), world);
     plan.layout = layout;
@@ -52,6 +59,7 @@ ModelPlan model_plan(const std::string& name, int world) {
     plan.fp32_count = scalars.numel;
     plan.recipe = llmc::SpeedrunRecipe::k2025_10_31;
     plan.run_steps = llmc::SpeedrunSchedule::record().total_steps();
+    plan.record_ms_per_step = 137.5e3 / plan.run_steps;
   }
   for (int step = 0; step < plan.run_steps; step++) plan.adam_steps += step % 2 == 1;
   return plan;
@@ -92,9 +100,14 @@ struct StepTotals {
   double seconds = 0;
 };
 
-StepTotals totals(const std::vector<PlannedCollective>& collectives, int world, double busbw, double latency) {
+// Which of a step's collectives a total counts.
+using Selection = std::function<bool(const PlannedCollective&)>;
+
+StepTotals totals(const std::vector<PlannedCollective>& collectives, int world, double busbw, double latency,
+                  const Selection& counted = nullptr) {
   StepTotals out;
   for (const PlannedCollective& c : collectives) {
+    if (counted && !counted(c)) continue;
     Row& row = out.by_name[c.name];
     row.collectives++;
     out.total.collectives++;
@@ -122,6 +135,17 @@ double mixed_bucket_muon_bytes(const llmc::SpeedrunRankPlan& rank_plan, size_t e
       bytes += static_cast<double>(span.length) * element_bytes;
   }
   return bytes;
+}
+
+// What full overlap cannot hide, at least: the collectives of the buckets the backward makes final last, up to and
+// including the first with NorMuon matrices (the embeddings, whose gradient is final when the backward ends; then
+// the first layer's banks, which the next forward needs right after the embeddings), and those of no bucket (the
+// gradient norm, the untie's gathers). Their updates are not counted.
+Selection exposed_tail(const llmc::SpeedrunRankPlan& plan) {
+  int last = 0;
+  while (last + 1 < static_cast<int>(plan.buckets.size()) && plan.buckets[static_cast<size_t>(last)].muon_spans.empty())
+    last++;
+  return [last](const PlannedCollective& c) { return c.bucket <= last; };
 }
 
 void print_step(const char* what, const StepTotals& t) {
@@ -165,7 +189,8 @@ int main(int argc, char** argv) {
       const llmc::SpeedrunRankPlan rank_plan = llmc::plan_speedrun_rank(
           plan.layout, llmc::speedrun_tensor_roles(plan.recipe, plan.layout), 0, llmc::MuonOwnerOptions{});
       const auto collectives = [&](bool adam, bool untie) {
-        return llmc::speedrun_step_collectives(plan.layout, rank_plan, step_inputs(plan, world, adam, untie, element_bytes));
+        return llmc::speedrun_step_collectives(plan.layout, rank_plan,
+                                               step_inputs(plan, world, adam, untie, element_bytes));
       };
       const auto muon = collectives(false, false), adam = collectives(true, false);
       if (json) {
@@ -192,6 +217,23 @@ int main(int argc, char** argv) {
       std::printf("of an Adam step's buffers, %.2f MB are NorMuon matrices of buckets that also hold Adam tensors "
                   "(reduce-scattered and all-gathered besides their own reduce and broadcast)\n",
                   mixed_bucket_muon_bytes(rank_plan, element_bytes) / 1e6);
+      const Selection tail = exposed_tail(rank_plan);
+      const double muon_exposed = totals(muon, world, busbw, latency, tail).seconds;
+      const double adam_exposed = totals(adam, world, busbw, latency, tail).seconds;
+      const int head = plan.head_bucket;
+      const double tied_head = totals(adam, world, busbw, latency, [head](const PlannedCollective& c) {
+                                 return c.bucket == head && c.name == "reduce_scatter";
+                               }).seconds;
+      const double mean_exposed = (muon_steps * muon_exposed + plan.adam_steps * adam_exposed +
+                                   plan.tied_adam_steps * tied_head) / plan.run_steps;
+      char tied[160] = "";
+      if (plan.tied_adam_steps > 0)
+        std::snprintf(tied, sizeof tied, " (+%.3f ms for the tied head's reduce-scatter on the %d through the untie)",
+                      tied_head * 1e3, plan.tied_adam_steps);
+      std::printf("exposed under full overlap, at least (the last-final buckets' collectives, their updates not "
+                  "counted): %.3f ms per NorMuon step, %.3f ms per Adam step%s; %.3f ms per step over the run, beside "
+                  "the record's %.1f ms per step\n",
+                  muon_exposed * 1e3, adam_exposed * 1e3, tied, mean_exposed * 1e3, plan.record_ms_per_step);
     }
     if (json) std::printf("%s\n", out.dump().c_str());
   } catch (const std::exception& error) {
