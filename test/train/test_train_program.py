@@ -424,9 +424,9 @@ class TrainProgram(unittest.TestCase):
     def test_untimed_warmup_restores_the_starting_state(self):
         # --untimed-warmup on trains the warm-up's steps first (here every step: 0, 1 and two either side of each
         # stage start of a 6-step modded89 schedule, so every stage shape, YaRN and the untie; of an 8-step
-        # 2025-10-31 schedule, each window change), then restores the starting state: the run is the one without
-        # it, to the bit (losses, model and state files), and leaves no files of its own. A resumed run restores
-        # the resumed state. Without --output-dir it is refused.
+        # 2025-10-31 schedule, each window change; GPT-2 with ZeRO AdamW steps 0 and 1), then restores the starting
+        # state: the run is the one without it, to the bit (losses, model and state files), and leaves no files of
+        # its own. A resumed run restores the resumed state. Without --output-dir it is refused.
         rng = np.random.default_rng(12)
         write_shard(f"{self.tmp}/warm_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
         data = ["--train-data", f"{self.tmp}/warm_train_*.bin", "-b", 1]
@@ -436,7 +436,9 @@ class TrainProgram(unittest.TestCase):
         m44 = data + ["-t", 64, "--model", "speedrun-tiny", "--steps", 8, "--lr", "3e-3", "--lr-schedule", "speedrun",
                       "--window-schedule", "speedrun", "--checkpoint-every", 8]
         runs = {}
-        for name, args, steps, warm_steps in (("m89", m89, 6, "0 1 2 3 4 5"), ("m44", m44, 8, "0 1 2 3 4 5 6 7")):
+        gpt2 = self.tiny_args + ["--steps", 4, "--lr", "1e-2"]  # ZeRO AdamW, no schedule: steps 0 and 1
+        for name, args, steps, warm_steps in (("m89", m89, 6, "0 1 2 3 4 5"), ("m44", m44, 8, "0 1 2 3 4 5 6 7"),
+                                              ("gpt2", gpt2, 4, "0 1")):
             with self.subTest(name):
                 plain_dir, plain = self.train_run(f"warm_{name}_plain", args)
                 warm_dir, warm = self.train_run(f"warm_{name}_on", args + ["--untimed-warmup", "on"])
