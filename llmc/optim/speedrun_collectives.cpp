@@ -1,20 +1,7 @@
 // The speedrun optimizer's collectives per step, from its plan (see speedrun_collectives.h).
 #include "llmc/optim/speedrun_collectives.h"
 
-#include <algorithm>
-
 namespace llmc {
-
-const char* collective_kind_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kReduce: return "reduce";
-    case CollectiveKind::kAllReduce: return "all_reduce";
-    case CollectiveKind::kReduceScatter: return "reduce_scatter";
-    case CollectiveKind::kAllGather: return "all_gather";
-    case CollectiveKind::kBroadcast: return "broadcast";
-  }
-  return "?";
-}
 
 size_t PlannedCollective::bytes() const {
   size_t total = 0;

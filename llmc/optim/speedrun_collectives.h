@@ -14,7 +14,6 @@
 namespace llmc {
 
 enum class CollectiveKind { kReduce, kAllReduce, kReduceScatter, kAllGather, kBroadcast };
-const char* collective_kind_name(CollectiveKind kind);  // "reduce", "all_reduce", ...
 
 // One NCCL call: its kind and the bytes of the buffer it is given (the whole buffer of a reduce-scatter or an
 // all-gather, not a rank's shard).

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -122,12 +121,8 @@ bool Modded89Schedule::validates_at(int step) const {
 }
 
 std::vector<int> Modded89Schedule::warmup_steps() const {
-  std::set<int> steps = {0, 1};
   const std::vector<int> starts = stage_starts();
-  for (size_t i = 1; i < starts.size(); i++)
-    for (int step = starts[i] - 2; step <= starts[i] + 1; step++)
-      if (step >= 0 && step < total_steps()) steps.insert(step);
-  return std::vector<int>(steps.begin(), steps.end());
+  return steps_around_changes(std::vector<int>(starts.begin() + 1, starts.end()), total_steps());
 }
 
 std::string Modded89Schedule::describe() const {

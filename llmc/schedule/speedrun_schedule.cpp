@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -95,6 +96,20 @@ AttentionWindows SpeedrunSchedule::windows(int step) const {
 }
 
 std::vector<int> SpeedrunSchedule::window_change_steps() const { return long_window_changes(*this); }
+
+std::vector<int> SpeedrunSchedule::warmup_steps() const {
+  return steps_around_changes(window_change_steps(), total_steps());
+}
+
+std::vector<int> steps_around_changes(const std::vector<int>& changes, int total_steps) {
+  std::set<int> steps = {0, 1};
+  for (int change : changes)
+    for (int step = change - 2; step <= change + 1; step++) steps.insert(step);
+  std::vector<int> within;
+  for (int step : steps)
+    if (step >= 0 && step < total_steps) within.push_back(step);
+  return within;
+}
 
 std::string SpeedrunSchedule::describe() const {
   std::string blocks = std::to_string(windows(0).long_blocks), steps = "0";

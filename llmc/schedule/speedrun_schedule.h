@@ -49,6 +49,8 @@ struct SpeedrunSchedule {
   AttentionWindows windows(int step) const;
   // Steps at which the long window changes (and YaRN is applied), ascending.
   std::vector<int> window_change_steps() const;
+  // The untimed warm-up's steps: 0, 1 and two either side of each window change (steps_around_changes).
+  std::vector<int> warmup_steps() const;
   bool validates_at(int step) const;  // before training step `step`; step == total_steps(): the last
   static bool adam_steps_at(int step) { return step % 2 == 1; }  // Adam on odd steps (two steps of gradients)
 
@@ -78,6 +80,10 @@ std::vector<int> long_window_changes(const Schedule& schedule) {
     if (schedule.windows(step).long_blocks != schedule.windows(step - 1).long_blocks) changes.push_back(step);
   return changes;
 }
+
+// An untimed warm-up's steps: 0, 1 and the two steps either side of each of `changes` (both parities of the Adam
+// pairs on each side of a change of the step's shape), those below total_steps, ascending.
+std::vector<int> steps_around_changes(const std::vector<int>& changes, int total_steps);
 
 // The YaRN state in force during training step `step` of such a schedule (every change up to and including `step`
 // applied); the final validation (step == total_steps()) uses the last one.

@@ -2,7 +2,6 @@
 #include "llmc/train/training_run.h"
 
 #include <algorithm>
-#include <set>
 #include <stdexcept>
 
 #include "llmc/checkpoint/checkpoint.h"
@@ -276,14 +275,9 @@ void TrainingRun::save_state(const std::string& prefix) {
 
 std::vector<int> TrainingRun::warmup_steps() const {
   if (uses_modded89_schedule()) return Modded89Schedule::for_total_steps(opt.steps).warmup_steps();
-  std::set<int> steps = {0, 1};
   if (opt.lr_schedule == LrDecay::kSpeedrun || opt.window_schedule == WindowScheduleKind::kSpeedrun)
-    for (int change : SpeedrunSchedule::for_total_steps(opt.steps).window_change_steps())
-      for (int step = change - 2; step <= change + 1; step++) steps.insert(step);
-  std::vector<int> within;
-  for (int step : steps)
-    if (step >= 0 && step < opt.steps) within.push_back(step);
-  return within;
+    return SpeedrunSchedule::for_total_steps(opt.steps).warmup_steps();
+  return steps_around_changes({}, opt.steps);
 }
 
 void TrainingRun::restore_start_state(const std::string& prefix) {

@@ -158,6 +158,9 @@ TEST(SpeedrunSchedule, ForTotalStepsIsTheRecordAt2245Steps) {
   EXPECT_EQ(s.muon_cooldown_steps, r.muon_cooldown_steps);
   EXPECT_EQ(s.validation_every, r.validation_every);
   EXPECT_EQ(s.window_change_steps(), (std::vector<int>{735, 1470, 2205}));
+  // The untimed warm-up: 0, 1 and both parities either side of each change.
+  EXPECT_EQ(s.warmup_steps(),
+            (std::vector<int>{0, 1, 733, 734, 735, 736, 1468, 1469, 1470, 1471, 2203, 2204, 2205, 2206}));
   EXPECT_EQ(s.describe(),
             "2205 scheduled + 40 extension steps, long window 3/7/11/13 blocks from schedule steps 0/735/1470/2205");
 }
