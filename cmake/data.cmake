@@ -13,7 +13,7 @@ target_link_libraries(llmc_files PUBLIC llmc_flags)
 
 add_executable(test_base_helpers test/base/test_base_helpers.cpp)
 target_link_libraries(test_base_helpers PRIVATE llmc_files Threads::Threads GTest::gtest_main)
-gtest_discover_tests(test_base_helpers PROPERTIES LABELS data)
+gtest_discover_tests(test_base_helpers DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS data)
 
 add_library(llmc_shards STATIC llmc/data/shards.cpp)
 target_link_libraries(llmc_shards PUBLIC llmc_files)
@@ -24,15 +24,15 @@ target_link_libraries(llmc_data PUBLIC llmc_shards Threads::Threads)
 
 add_executable(test_shards test/data/test_shards.cpp)
 target_link_libraries(test_shards PRIVATE llmc_shards GTest::gtest_main)
-gtest_discover_tests(test_shards PROPERTIES LABELS data)
+gtest_discover_tests(test_shards DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS data)
 
 add_executable(test_dataloader test/data/test_dataloader.cpp test/data/test_bigram_hash.cpp)
 target_link_libraries(test_dataloader PRIVATE llmc_data GTest::gtest_main)
-gtest_discover_tests(test_dataloader PROPERTIES LABELS data)
+gtest_discover_tests(test_dataloader DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS data)
 
 add_executable(test_bos_loader test/data/test_bos_loader.cpp)
 target_link_libraries(test_bos_loader PRIVATE llmc_data GTest::gtest_main)
-gtest_discover_tests(test_bos_loader PROPERTIES LABELS data)
+gtest_discover_tests(test_bos_loader DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS data)
 
 # The dealing rule against an independent Python implementation, on the shared KJV and tiny-shakespeare
 # texts split into documents and tokenized by ./tokenize_gpt2 (bos_loader_probe writes what the loaders deal).

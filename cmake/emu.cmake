@@ -145,7 +145,8 @@ function(llmc_add_cu_test)
     if(environment)
       list(APPEND properties ENVIRONMENT "${environment}")
     endif()
-    gtest_discover_tests(${ARG_NAME}_emu TEST_PREFIX "${prefix}" DISCOVERY_MODE PRE_TEST PROPERTIES ${properties})
+    gtest_discover_tests(${ARG_NAME}_emu DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT}
+                         TEST_PREFIX "${prefix}" DISCOVERY_MODE PRE_TEST PROPERTIES ${properties})
   endforeach()
   if(LLMC_BUILD_CUDA_TESTS AND NOT ARG_EMU_ONLY)
     llmc_group_cu_sources(cuda_sources ${ARG_NAME}_cuda 8 ${ARG_SOURCES})
@@ -154,7 +155,8 @@ function(llmc_add_cu_test)
     target_include_directories(${ARG_NAME}_cuda PRIVATE ${CMAKE_SOURCE_DIR})
     target_link_libraries(${ARG_NAME}_cuda PRIVATE llmc_gpu_test_main_cuda llmc_flags
                           CUDA::cudart CUDA::cublasLt GTest::gtest ${ARG_LIBS} ${ARG_CUDA_LIBS})
-    gtest_discover_tests(${ARG_NAME}_cuda TEST_PREFIX "${ARG_NAME}_cuda." DISCOVERY_MODE PRE_TEST
+    gtest_discover_tests(${ARG_NAME}_cuda DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT}
+                         TEST_PREFIX "${ARG_NAME}_cuda." DISCOVERY_MODE PRE_TEST
                          PROPERTIES LABELS "${ARG_LABELS};cuda" TIMEOUT ${ARG_TIMEOUT})
   endif()
 endfunction()

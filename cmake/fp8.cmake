@@ -43,5 +43,6 @@ llmc_emu_wrap_sources(fp8_mutant_control_sources fp8_mutant_control_emu test/ker
 add_executable(fp8_mutant_control_emu ${fp8_mutant_control_sources})
 target_compile_definitions(fp8_mutant_control_emu PRIVATE LLMC_FP8_MUTANT_CONTROL)
 target_link_libraries(fp8_mutant_control_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest)
-gtest_discover_tests(fp8_mutant_control_emu TEST_PREFIX "fp8_mutant_control." DISCOVERY_MODE PRE_TEST
+gtest_discover_tests(fp8_mutant_control_emu DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT}
+                     TEST_PREFIX "fp8_mutant_control." DISCOVERY_MODE PRE_TEST
                      PROPERTIES LABELS "fp8;kernels" TIMEOUT 300)

@@ -33,7 +33,7 @@ endforeach()
 # The sampler (plain C++): greedy, seeds, and the drawn frequencies against the exact distributions.
 add_executable(test_sampler test/generate/test_sampler.cpp)
 target_link_libraries(test_sampler PRIVATE llmc_generate GTest::gtest_main)
-gtest_discover_tests(test_sampler PROPERTIES LABELS generate)
+gtest_discover_tests(test_sampler DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS generate)
 
 # The Hugging Face oracle: transformers' GPT-2 (PyTorch when installed, else Flax on JAX; exit 77 =
 # skipped without transformers) against a model imported with scripts/import_hf.py and one of our trained

@@ -127,7 +127,8 @@ function(llmc_kernel_mutant NAME TEST_SOURCE HEADERS FILE LINE)
   add_executable(${NAME}_emu ${sources})
   target_include_directories(${NAME}_emu BEFORE PRIVATE ${directory}/include)
   target_link_libraries(${NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
-  gtest_discover_tests(${NAME}_emu TEST_PREFIX "${NAME}." DISCOVERY_MODE PRE_TEST
+  gtest_discover_tests(${NAME}_emu DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT}
+                       TEST_PREFIX "${NAME}." DISCOVERY_MODE PRE_TEST
                        PROPERTIES LABELS kernels TIMEOUT 300)
 endfunction()
 

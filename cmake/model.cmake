@@ -56,19 +56,22 @@ if(EXISTS "${LLMC_CUDA_INCLUDE_DIR}/cuda_bf16.h")
 endif()
 # The checksum test calls libxxhash itself, as the independent check of the stored value.
 target_include_directories(test_checkpoint SYSTEM PRIVATE ${LLMC_XXHASH_INCLUDE_DIR})
-gtest_discover_tests(test_model_layout PROPERTIES LABELS model)
-gtest_discover_tests(test_checkpoint PROPERTIES LABELS model)
-gtest_discover_tests(test_speedrun_config PROPERTIES LABELS model)
-gtest_discover_tests(test_speedrun_layout PROPERTIES LABELS model)
-gtest_discover_tests(test_modded89_layout PROPERTIES LABELS model)
-gtest_discover_tests(test_speedrun_model_file PROPERTIES LABELS model)
-gtest_discover_tests(test_modded89_model_file PROPERTIES LABELS model)
+gtest_discover_tests(test_model_layout DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS model)
+gtest_discover_tests(test_checkpoint DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS model)
+gtest_discover_tests(test_speedrun_config DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS model)
+gtest_discover_tests(test_speedrun_layout DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS model)
+gtest_discover_tests(test_modded89_layout DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS model)
+gtest_discover_tests(test_speedrun_model_file DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS model)
+gtest_discover_tests(test_modded89_model_file DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS model)
 # gtest_discover_tests flattens a list-valued LABELS, so the second label is added by a CTest include
 # file that runs after discovery, over the discovered names (TEST_LIST).
-gtest_discover_tests(test_reference TEST_LIST llmc_reference_gtests)
-gtest_discover_tests(test_reference_speedrun TEST_LIST llmc_reference_speedrun_gtests)
-gtest_discover_tests(test_reference_mtp_loss TEST_LIST llmc_reference_mtp_gtests)
-gtest_discover_tests(test_reference_modded89 TEST_LIST llmc_reference_modded89_gtests)
+gtest_discover_tests(test_reference DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} TEST_LIST llmc_reference_gtests)
+gtest_discover_tests(test_reference_speedrun DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT}
+                     TEST_LIST llmc_reference_speedrun_gtests)
+gtest_discover_tests(test_reference_mtp_loss DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT}
+                     TEST_LIST llmc_reference_mtp_gtests)
+gtest_discover_tests(test_reference_modded89 DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT}
+                     TEST_LIST llmc_reference_modded89_gtests)
 file(WRITE ${CMAKE_BINARY_DIR}/model_reference_labels.cmake
   "foreach(name IN LISTS llmc_reference_gtests llmc_reference_speedrun_gtests llmc_reference_mtp_gtests\n"
   "                      llmc_reference_modded89_gtests)\n"

@@ -14,16 +14,16 @@ add_library(llmc_speedrun_state STATIC llmc/optim/speedrun_state_plan.cpp llmc/o
 target_link_libraries(llmc_speedrun_state PUBLIC llmc_muon_plan llmc_model)
 add_executable(test_speedrun_state_plan test/optim/test_speedrun_state_plan.cpp)
 target_link_libraries(test_speedrun_state_plan PRIVATE llmc_speedrun_state GTest::gtest_main)
-gtest_discover_tests(test_speedrun_state_plan PROPERTIES LABELS optim)
+gtest_discover_tests(test_speedrun_state_plan DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS optim)
 
 # The 2026-07-17 record's per-tensor optimizer table (pure data).
 add_executable(test_modded89_param_table test/optim/test_modded89_param_table.cpp)
 target_link_libraries(test_modded89_param_table PRIVATE llmc_speedrun_state GTest::gtest_main)
-gtest_discover_tests(test_modded89_param_table PROPERTIES LABELS optim)
+gtest_discover_tests(test_modded89_param_table DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS optim)
 
 add_executable(test_muon_owners test/optim/test_muon_owners.cpp)
 target_link_libraries(test_muon_owners PRIVATE llmc_muon_plan GTest::gtest_main)
-gtest_discover_tests(test_muon_owners PROPERTIES LABELS optim)
+gtest_discover_tests(test_muon_owners DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS optim)
 
 # Per-rank FLOPs, bytes and time at the H200 ceilings of one Polar Express + NorMuon pass (see
 # docs/optimizers.md); the smoke test keeps it from rotting.

@@ -21,7 +21,7 @@ add_executable(test_tokenizer test/tokenizer/test_tokenizer.cpp test/tokenizer/t
   test/tokenizer/test_token_prefixes.cpp)
 target_link_libraries(test_tokenizer PRIVATE llmc_tokenizer llmc_shards GTest::gtest_main)
 target_compile_definitions(test_tokenizer PRIVATE LLMC_SHARED_DIR="${LLMC_SHARED_DIR}")
-gtest_discover_tests(test_tokenizer PROPERTIES LABELS tokenizer)
+gtest_discover_tests(test_tokenizer DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS tokenizer)
 
 add_test(NAME tokenizer_vs_tiktoken
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/tokenizer/test_tokenizer_tiktoken.py

@@ -21,31 +21,31 @@ target_link_libraries(llmc_train_samples PUBLIC llmc_flags llmc_generate llmc_to
 
 add_executable(test_train_utils test/train/test_train_utils.cpp)
 target_link_libraries(test_train_utils PRIVATE llmc_train_utils GTest::gtest_main)
-gtest_discover_tests(test_train_utils PROPERTIES LABELS train)
+gtest_discover_tests(test_train_utils DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS train)
 
 add_executable(test_train_state test/train/test_train_state.cpp)
 target_link_libraries(test_train_state PRIVATE llmc_train_utils GTest::gtest_main)
-gtest_discover_tests(test_train_state PROPERTIES LABELS train)
+gtest_discover_tests(test_train_state DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS train)
 
 add_executable(test_speedrun_schedule test/train/test_speedrun_schedule.cpp)
 target_link_libraries(test_speedrun_schedule PRIVATE llmc_train_utils GTest::gtest_main)
-gtest_discover_tests(test_speedrun_schedule PROPERTIES LABELS train)
+gtest_discover_tests(test_speedrun_schedule DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS train)
 add_executable(test_modded89_schedule test/train/test_modded89_schedule.cpp)
 target_link_libraries(test_modded89_schedule PRIVATE llmc_train_utils GTest::gtest_main)
-gtest_discover_tests(test_modded89_schedule PROPERTIES LABELS train)
+gtest_discover_tests(test_modded89_schedule DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS train)
 
 add_executable(test_train_batches test/train/test_train_batches.cpp)
 target_link_libraries(test_train_batches PRIVATE llmc_train_utils GTest::gtest_main)
-gtest_discover_tests(test_train_batches PROPERTIES LABELS train)
+gtest_discover_tests(test_train_batches DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS train)
 
 add_executable(test_recipe test/train/test_recipe.cpp)
 target_link_libraries(test_recipe PRIVATE llmc_train_utils GTest::gtest_main)
-gtest_discover_tests(test_recipe PROPERTIES LABELS train)
+gtest_discover_tests(test_recipe DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS train)
 
 add_executable(test_checkpoint_set test/train/test_checkpoint_set.cpp)
 target_link_libraries(test_checkpoint_set PRIVATE llmc_train_utils GTest::gtest_main)
-gtest_discover_tests(test_checkpoint_set PROPERTIES LABELS train)
+gtest_discover_tests(test_checkpoint_set DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS train)
 
 add_executable(test_stop_watchdog test/train/test_stop_watchdog.cpp)
 target_link_libraries(test_stop_watchdog PRIVATE llmc_train_utils GTest::gtest_main)
-gtest_discover_tests(test_stop_watchdog PROPERTIES LABELS train)
+gtest_discover_tests(test_stop_watchdog DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS train)
