@@ -54,8 +54,9 @@ ModelStart locate_model(const std::string& model, const std::string& file, int w
     start.family = make_speedrun_family(layout.config);
   } else if (magic == kModded89ModelMagic) {
     Modded89Layout layout;
-    start.params = load_modded89_model(path, world_size, &layout);
-    start.family = make_modded89_family(layout.config);
+    Modded89AttentionState attention;
+    start.params = load_modded89_model(path, world_size, &layout, &attention);
+    start.family = make_modded89_family(layout.config, attention);
   } else if (magic == kGpt2ModelMagic) {
     GPT2Layout layout;
     start.params = load_gpt2_model_file(path, world_size, &layout);

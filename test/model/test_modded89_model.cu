@@ -720,4 +720,35 @@ TEST_F(Modded89ModelTest, FamilyDecoderHasItsOwnModelOfTheParameters) {
   std::remove(path.c_str());
 }
 
+// A trained model's windows and YaRN (the record's stage changes 3 -> 7 -> 11 blocks with YaRN, then the final
+// validation's 20 blocks without) go into its model file, and generate_gpt2's decoder of that file attends with
+// them: the live model's logits bitwise; a decoder from the record's first state gives other logits.
+TEST_F(Modded89ModelTest, ModelFileKeepsTheAttentionStateTheDecoderAttendsWith) {
+  const Case c(61);
+  const int block = c.layout.config.window_block;
+  Modded89Model live(c.layout.config, 1, c.T, 1, stream, /*bos_token=*/50256);  // the family's BOS: not in V
+  live.set_sign_table(modded89_sign_table(c.C));
+  live.upload_params(c.params);
+  EXPECT_EQ(live.attention_state(), modded89_first_attention_state(c.layout.config));
+  live.set_attention_windows(3, 7, /*apply_yarn=*/true);
+  live.set_attention_windows(5, 11, /*apply_yarn=*/true);
+  live.set_attention_windows(6, 20, /*apply_yarn=*/false);
+  const Modded89AttentionState trained{6 * block, 20 * block, {{3, 7}, {7, 11}}};
+  ASSERT_EQ(live.attention_state(), trained);
+  std::vector<float> want, got, first;
+  live.make_decoder(16)->forward(c.tokens.data(), 30, want, /*all_positions=*/true);
+
+  const std::string path = ::testing::TempDir() + "modded89_attention_model.bin";
+  live.write_model_file(path, c.params, /*fp32=*/true);
+  ModelStart start = locate_model(path, "", /*world_size=*/1);
+  start.family->make_decoder(start.params, 16, stream)->forward(c.tokens.data(), 30, got, /*all_positions=*/true);
+  EXPECT_EQ(got, want);
+  make_modded89_family(c.layout.config)->make_decoder(c.params, 16, stream)->forward(c.tokens.data(), 30, first, true);
+  EXPECT_NE(first, want);
+  std::remove(path.c_str());
+
+  live.reset_yarn();  // the untimed warm-up's restore: the changes go with the tables
+  EXPECT_TRUE(live.attention_state().yarn_changes.empty());
+}
+
 }  // namespace

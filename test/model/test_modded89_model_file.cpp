@@ -1,12 +1,13 @@
 // Tests of the 2026-07-17 family's model file and initialisation (llmc/model/modded89/): fp32 round trips exact
 // across world sizes, reference-dtype files round exactly the bf16 tensors, the layout order read from a file
-// written by hand from the documented header words, a one-line error naming the file for every kind of bad
-// file; the init's constants against the double-precision reference's init and its random tensors' bounds,
-// statistics and tie.
+// written by hand from the documented header words (a version 1 file), the attention state of version 2, a
+// one-line error naming the file for every kind of bad file; the init's constants against the double-precision
+// reference's init and its random tensors' bounds, statistics and tie.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -157,6 +158,38 @@ TEST_F(Modded89ModelFile, ReadsTheDocumentedOrderWrittenByHand) {
   }
 }
 
+// Version 2's attention state (windows in tokens, then each YaRN change's old and new long window in blocks)
+// in the documented header words 13.., read back; a file written without one, and a version 1 file (which has
+// none), give the record's first state (short 1 block, long 3 blocks of the tiny model's 8 tokens, no YaRN).
+TEST_F(Modded89ModelFile, KeepsTheAttentionStateInTheHeader) {
+  const Modded89Layout layout = make_modded89_layout(tiny(), 1);
+  const std::vector<float> params = init_modded89_params(layout, 1);
+  const Modded89AttentionState trained{40, 160, {{3, 7}, {7, 11}}};
+  write_modded89_model(path("trained.bin"), layout, params.data(), TensorFileDtype::kFp32, trained);
+  const std::vector<char> bytes = read_bytes(path("trained.bin"));
+  std::vector<int32_t> words(256);
+  std::memcpy(words.data(), bytes.data(), 1024);
+  EXPECT_EQ(words[1], 2);
+  EXPECT_EQ(std::vector<int32_t>(words.begin() + 13, words.begin() + 21),
+            (std::vector<int32_t>{40, 160, 2, 3, 7, 7, 11, 0}));
+  EXPECT_EQ(read_modded89_model_header(path("trained.bin")).attention, trained);
+  Modded89AttentionState loaded;
+  EXPECT_EQ(load_modded89_model(path("trained.bin"), 2, nullptr, &loaded), load_modded89_model(path("trained.bin"), 2,
+                                                                                              nullptr));
+  EXPECT_EQ(loaded, trained);
+
+  const Modded89AttentionState first{8, 24, {}};
+  write_modded89_model(path("untrained.bin"), layout, params.data(), TensorFileDtype::kFp32);
+  EXPECT_EQ(read_modded89_model_header(path("untrained.bin")).attention, first);
+  llmc::test::write_edited_copy(bytes, path("version1.bin"), [](auto& b) { set_int32_word(b, 1, 1); });
+  EXPECT_EQ(read_modded89_model_header(path("version1.bin")).attention, first);
+
+  Modded89AttentionState too_many = trained;
+  too_many.yarn_changes.assign(65, YarnChange{3, 7});
+  EXPECT_THROW(write_modded89_model(path("many.bin"), layout, params.data(), TensorFileDtype::kFp32, too_many),
+               std::invalid_argument);
+}
+
 TEST_F(Modded89ModelFile, BadFilesGiveOneLineErrorsNamingTheFile) {
   const Modded89Layout layout = make_modded89_layout(tiny(), 1);
   const std::vector<float> params = init_modded89_params(layout, 1);
@@ -178,6 +211,16 @@ TEST_F(Modded89ModelFile, BadFilesGiveOneLineErrorsNamingTheFile) {
   expect_error(variant("short.bin", [&](auto& b) { b.resize(b.size() - 2); }), layout, "truncated model file");
   expect_error(variant("header.bin", [&](auto& b) { b.resize(100); }), layout, "shorter than its 1024-byte header");
   expect_error(variant("long.bin", [&](auto& b) { b.push_back(0); }), layout, "1 trailing bytes");
+  expect_error(variant("window.bin", [&](auto& b) { set_int32_word(b, 13, -1); }), layout,
+               "attention windows -1 and 24 tokens outside [0, 2^24]");
+  expect_error(variant("changes.bin", [&](auto& b) { set_int32_word(b, 15, 65); }), layout,
+               "65 YaRN changes outside [0, 64]");
+  expect_error(variant("change.bin",
+                       [&](auto& b) {
+                         set_int32_word(b, 15, 1);
+                         set_int32_word(b, 17, 7);
+                       }),
+               layout, "YaRN change 0 from 0 to 7 blocks");
   Modded89Config other = tiny();
   other.vocab_size = 104;
   other.dc_window = 10;

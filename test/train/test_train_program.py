@@ -352,11 +352,16 @@ class TrainProgram(unittest.TestCase):
         args = ["--train-data", f"{self.tmp}/m89w_train_*.bin", "--val-data", f"{self.tmp}/m89w_val_*.bin",
                 "-b", 1, "-t", 64, "--val-tokens", 64, "--model", "modded89-tiny", "--steps", 8,
                 "--window-schedule", "modded89"]
-        _, log = self.train_run("m89_windows", args)
+        out_dir, log = self.train_run("m89_windows", args)
         self.assertIn("# modded89 schedule: 7 scheduled + 1 extension steps, stages from 0/2/5/7, untie at 5", log)
         self.assertNotIn("# speedrun schedule", log)
         expected = expected_window_lines((3, 6, 8))
         self.assertEqual(re.findall(r"(?m)^# windows: .*$", log), expected)
+        # The final model file keeps what the model attended with last (header words 13..: short and long window in
+        # tokens of 8-token blocks, the YaRN changes' count, then each change's old and new long window in blocks).
+        header = np.fromfile(f"{out_dir}/ckpt_000008_model.bin", dtype=np.int32, count=24)
+        self.assertEqual(header[1], 2)
+        self.assertEqual(header[13:22].tolist(), [6 * 8, 20 * 8, 3, 3, 7, 7, 11, 11, 13])
         self.expect_failure(args[:-4] + ["--steps", 3, "--window-schedule", "modded89"],
                             r"--window-schedule modded89 needs --steps >= 4")
 

@@ -1,8 +1,7 @@
 // The 2026-07-17 model as a model family, and what only the family knows of its device model (see
 // modded89_family.h, modded89_model.h). Its own optimizer is its record's (the speedrun optimizer's 2026-07-17
-// recipe); until the rest of the schedule is ported it trains on the record's initial loss weights, windows and
-// RoPE, with a fixed bigram sign table; the prefix table comes from the GPT-2 vocabulary
-// (docs/recipes.md#the-2026-07-17-model-being-ported).
+// recipe); it trains with a fixed bigram sign table and the prefix table of the GPT-2 vocabulary, its decoders
+// attend with a model file's windows and YaRN (docs/recipes.md#the-2026-07-17-model-being-ported).
 #include <algorithm>
 #include <memory>
 #include <stdexcept>
@@ -48,7 +47,8 @@ std::vector<int32_t> prefix_table_from(const std::string& vocab_dir, int padded_
 
 class Modded89Family : public ModelFamily {
  public:
-  explicit Modded89Family(const Modded89Config& config) : config_(config) {}
+  Modded89Family(const Modded89Config& config, const Modded89AttentionState& attention)
+      : config_(config), attention_(attention) {}
   std::string describe() const override {
     return "modded89 " + describe_modded89_config(config_) + " prefix_loss=" + (has_prefix_loss(config_) ? "on" : "off");
   }
@@ -61,12 +61,13 @@ class Modded89Family : public ModelFamily {
   std::vector<float> init_params(uint64_t seed, int world_size) const override {
     return init_modded89_params(make_modded89_layout(config_, world_size), seed);
   }
-  // Its own model of the generation context, the bf16 head, the model's first windows (those it trains at
-  // until the record's schedule is ported), the fixed sign table; no loss, so no prefix table.
+  // Its own model of the generation context, the bf16 head, the attention state it was built with (a model
+  // file's: the windows and YaRN its training ended with), the fixed sign table; no loss, so no prefix table.
   std::unique_ptr<CausalDecoder> make_decoder(const std::vector<float>& params, int, cudaStream_t stream) const override {
     auto model = std::make_shared<Modded89Model>(config_, /*world_size=*/1, generation_context(config_),
                                                  /*loss_slots=*/1, stream, kModded89BosToken);
     model->set_sign_table(modded89_sign_table(config_.channels()));
+    model->set_attention_state(attention_);
     model->upload_params(params);
     return std::make_unique<RecomputeDecoder>(std::move(model));
   }
@@ -93,13 +94,19 @@ class Modded89Family : public ModelFamily {
 
  private:
   Modded89Config config_;
+  Modded89AttentionState attention_;
 };
 
 }  // namespace
 
 std::unique_ptr<ModelFamily> make_modded89_family(const Modded89Config& config) {
+  return make_modded89_family(config, modded89_first_attention_state(config));
+}
+
+std::unique_ptr<ModelFamily> make_modded89_family(const Modded89Config& config,
+                                                  const Modded89AttentionState& attention) {
   validate_modded89_config(config);
-  return std::make_unique<Modded89Family>(config);
+  return std::make_unique<Modded89Family>(config, attention);
 }
 
 // ---- Modded89Model's family methods ---------------------------------------------------------------------------
@@ -107,7 +114,8 @@ std::unique_ptr<ModelFamily> make_modded89_family(const Modded89Config& config) 
 WrittenFile Modded89Model::write_model_file(const std::string& path, const std::vector<float>& params,
                                             bool fp32) const {
   return write_modded89_model(path, layout_, params.data(),
-                              fp32 || kFp32Build ? TensorFileDtype::kFp32 : TensorFileDtype::kReference);
+                              fp32 || kFp32Build ? TensorFileDtype::kFp32 : TensorFileDtype::kReference,
+                              attention_state());
 }
 
 // 6 FLOPs per token per GEMM parameter: the banks, the head and the small MLPs (114.3M parameters, 0.686 GFLOP
@@ -135,6 +143,21 @@ std::unique_ptr<CausalDecoder> Modded89Model::make_decoder(int max_chunk) {
 
 void Modded89Model::reset_yarn() {
   yarn_ = initial_yarn(layout_.config);
+  yarn_changes_.clear();
+  apply_yarn_state();
+}
+
+Modded89AttentionState Modded89Model::attention_state() const {
+  return Modded89AttentionState{short_window_, long_window_, yarn_changes_};
+}
+
+void Modded89Model::set_attention_state(const Modded89AttentionState& state) {
+  YarnState yarn = initial_yarn(layout_.config);
+  for (const YarnChange& change : state.yarn_changes) yarn.apply(change.old_blocks, change.new_blocks,
+                                                                  layout_.config.window_block);
+  set_windows(state.short_window, state.long_window);
+  yarn_ = std::move(yarn);
+  yarn_changes_ = state.yarn_changes;
   apply_yarn_state();
 }
 
@@ -144,7 +167,9 @@ double Modded89Model::set_attention_windows(int short_blocks, int long_blocks, b
                                 std::to_string(short_blocks) + ", long " + std::to_string(long_blocks) + ")");
   const int block = layout_.config.window_block;
   if (apply_yarn && long_blocks * block != long_window_) {  // both rotary tables alike (SPEEDRUN89.md section 2)
-    yarn_.apply(long_window_ / block, long_blocks, block);
+    const YarnChange change{long_window_ / block, long_blocks};
+    yarn_.apply(change.old_blocks, change.new_blocks, block);
+    yarn_changes_.push_back(change);
     apply_yarn_state();
   }
   set_windows(short_blocks * block, long_blocks * block);

@@ -586,7 +586,10 @@ void Modded89Model::context_logits(const int32_t* tokens, int first, int count, 
 
 int Modded89Model::context_vocab_size() const { return std::min(layout_.config.vocab_size, kGpt2VocabSize); }
 
-std::string Modded89Model::context_describe() const { return "modded89 " + describe_modded89_config(layout_.config); }
+std::string Modded89Model::context_describe() const {
+  return "modded89 " + describe_modded89_config(layout_.config) + ", attention " +
+         describe_attention_state(attention_state());
+}
 
 // Steps 1-4: embeddings, smear, x0, the bigram rows with their signs, the pre gate, x = x0 + g b.
 void Modded89Model::input_forward() {

@@ -16,6 +16,7 @@
 #include "llmc/family/recompute_decoder.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/mtp_cross_entropy.cuh"
+#include "llmc/model/modded89/modded89_attention_state.h"
 #include "llmc/model/modded89/modded89_layout.h"
 #include "llmc/schedule/speedrun_schedule.h"
 
@@ -114,6 +115,10 @@ class Modded89Model : public FamilyModel, public ContextModel {
   std::unique_ptr<CausalDecoder> make_decoder(int max_chunk) override;
   double set_attention_windows(int short_blocks, int long_blocks, bool apply_yarn) override;
   void reset_yarn() override;
+  // The windows and the YaRN changes since the start or the last reset_yarn (what the model file keeps), and
+  // their replay from the record's first RoPE (generation from a file; std::invalid_argument for a bad state).
+  Modded89AttentionState attention_state() const;
+  void set_attention_state(const Modded89AttentionState& state);
   // The tokens of each following forward (and of its backward and loss slots), 1 .. allocated_seq_len(); with
   // the FP8 head a multiple of 16. Between steps: a training forward waiting for its backward refuses it
   // (std::logic_error); a bad length throws std::invalid_argument.
@@ -171,6 +176,7 @@ class Modded89Model : public FamilyModel, public ContextModel {
   bool fp32_taken_ = false;  // take_fp32_params(): an optimizer writes the fp32 tensors
   MtpLossWeights loss_weights_;
   YarnState yarn_ = initial_yarn(layout_.config);
+  std::vector<YarnChange> yarn_changes_;  // the ones yarn_ went through since initial_yarn
   std::vector<float> frequencies_;
   float attn_scale_ = 0.1f;
   int short_window_ = 0, long_window_ = 0;

@@ -33,6 +33,13 @@ constexpr ConfigField kConfigFields[] = {
 };
 constexpr int kNumConfigFields = static_cast<int>(sizeof kConfigFields / sizeof kConfigFields[0]);
 constexpr int kNumTensors = kFirstConfigField + kNumConfigFields;
+// Version 2's attention state after the tensor count: the windows in tokens, the number of YaRN changes, then
+// each change's old and new long window in blocks. Version 1 files have none: the record's first state.
+constexpr int kShortWindow = kNumTensors + 1, kLongWindow = kNumTensors + 2, kNumYarnChanges = kNumTensors + 3;
+constexpr int kFirstYarnChange = kNumTensors + 4;
+constexpr int kMaxYarnChanges = 64;
+static_assert(kFirstYarnChange + 2 * kMaxYarnChanges <= kHeaderInts, "the YaRN changes must fit the header");
+constexpr int32_t kMaxWindow = 1 << 24;  // tokens, as the config's longest sequence
 
 bool reference_dtypes(TensorFileDtype dtype) {
   return dtype == TensorFileDtype::kReference;
@@ -59,9 +66,9 @@ void check_format_words(const std::string& path, const int32_t* header) {
   if (header[kMagic] != kModded89ModelMagic)
     throw FileError(path, "not a 2026-07-17 model file: magic is " + std::to_string(header[kMagic]) + ", expected " +
                               std::to_string(kModded89ModelMagic));
-  if (header[kVersion] != kModded89ModelVersion)
+  if (header[kVersion] != 1 && header[kVersion] != kModded89ModelVersion)
     throw FileError(path, "unsupported 2026-07-17 model file version " + std::to_string(header[kVersion]) +
-                              " (supported: " + std::to_string(kModded89ModelVersion) + ")");
+                              " (supported: 1 and " + std::to_string(kModded89ModelVersion) + ")");
   if (header[kArchitecture] != kModded89ArchitectureRecord20260717)
     throw FileError(path, "unknown 2026-07-17 model architecture " + std::to_string(header[kArchitecture]) +
                               " (supported: 1 = the 2026-07-17 record's structure)");
@@ -69,6 +76,44 @@ void check_format_words(const std::string& path, const int32_t* header) {
       header[kDtype] != static_cast<int32_t>(TensorFileDtype::kReference))
     throw FileError(path,
                     "unknown dtype field " + std::to_string(header[kDtype]) + " (0 = fp32, 1 = reference dtypes)");
+}
+
+Modded89AttentionState read_attention_state(const std::string& path, const int32_t* header,
+                                            const Modded89Config& config) {
+  if (header[kVersion] == 1) return modded89_first_attention_state(config);
+  Modded89AttentionState state;
+  state.short_window = header[kShortWindow];
+  state.long_window = header[kLongWindow];
+  if (state.short_window < 0 || state.long_window < 0 || state.short_window > kMaxWindow ||
+      state.long_window > kMaxWindow)
+    throw FileError(path, "attention windows " + std::to_string(state.short_window) + " and " +
+                              std::to_string(state.long_window) + " tokens outside [0, 2^24]");
+  const int32_t changes = header[kNumYarnChanges];
+  if (changes < 0 || changes > kMaxYarnChanges)
+    throw FileError(path, std::to_string(changes) + " YaRN changes outside [0, " + std::to_string(kMaxYarnChanges) +
+                              "]");
+  for (int i = 0; i < changes; i++) {
+    const YarnChange change{header[kFirstYarnChange + 2 * i], header[kFirstYarnChange + 2 * i + 1]};
+    if (change.old_blocks < 1 || change.new_blocks < 1 || change.old_blocks > kMaxWindow ||
+        change.new_blocks > kMaxWindow)
+      throw FileError(path, "YaRN change " + std::to_string(i) + " from " + std::to_string(change.old_blocks) +
+                                " to " + std::to_string(change.new_blocks) + " blocks: windows must be in [1, 2^24]");
+    state.yarn_changes.push_back(change);
+  }
+  return state;
+}
+
+void write_attention_state(const Modded89AttentionState& state, int32_t* header) {
+  if (state.yarn_changes.size() > static_cast<size_t>(kMaxYarnChanges))
+    throw std::invalid_argument("a 2026-07-17 model file holds at most " + std::to_string(kMaxYarnChanges) +
+                                " YaRN changes, the model has " + std::to_string(state.yarn_changes.size()));
+  header[kShortWindow] = state.short_window;
+  header[kLongWindow] = state.long_window;
+  header[kNumYarnChanges] = static_cast<int32_t>(state.yarn_changes.size());
+  for (size_t i = 0; i < state.yarn_changes.size(); i++) {
+    header[kFirstYarnChange + 2 * i] = state.yarn_changes[i].old_blocks;
+    header[kFirstYarnChange + 2 * i + 1] = state.yarn_changes[i].new_blocks;
+  }
 }
 
 }  // namespace
@@ -95,6 +140,7 @@ Modded89ModelFileInfo read_modded89_model_header(const std::string& path) {
   info.num_parameters = static_cast<int64_t>(layout.num_parameters);
   info.data_bytes = tensor_payload_bytes(layout, reference_dtypes(info.dtype));
   check_model_file_size(path, kHeaderBytes, info.data_bytes, what);
+  info.attention = read_attention_state(path, header, info.config);
   return info;
 }
 
@@ -110,8 +156,10 @@ void read_modded89_model(const std::string& path, const Modded89Layout& layout, 
   params.swap(loaded);
 }
 
-std::vector<float> load_modded89_model(const std::string& path, int world_size, Modded89Layout* layout_out) {
+std::vector<float> load_modded89_model(const std::string& path, int world_size, Modded89Layout* layout_out,
+                                       Modded89AttentionState* attention_out) {
   const Modded89ModelFileInfo info = read_modded89_model_header(path);
+  if (attention_out != nullptr) *attention_out = info.attention;
   Modded89Layout layout = make_modded89_layout(info.config, world_size);
   std::vector<float> params;
   read_modded89_model(path, layout, params);
@@ -120,7 +168,7 @@ std::vector<float> load_modded89_model(const std::string& path, int world_size, 
 }
 
 WrittenFile write_modded89_model(const std::string& path, const Modded89Layout& layout, const float* params,
-                                 TensorFileDtype dtype) {
+                                 TensorFileDtype dtype, const Modded89AttentionState& attention) {
   int32_t header[kHeaderInts] = {};
   header[kMagic] = kModded89ModelMagic;
   header[kVersion] = kModded89ModelVersion;
@@ -128,10 +176,16 @@ WrittenFile write_modded89_model(const std::string& path, const Modded89Layout& 
   header[kDtype] = static_cast<int32_t>(dtype);
   for (int f = 0; f < kNumConfigFields; f++) header[kFirstConfigField + f] = layout.config.*kConfigFields[f].member;
   header[kNumTensors] = static_cast<int32_t>(layout.tensors.size());
+  write_attention_state(attention, header);
   AtomicFileWriter out(path);
   out.write(header, sizeof header);
   write_tensor_payload(out, layout, layout_order(layout), params, reference_dtypes(dtype));
   return out.commit();
+}
+
+WrittenFile write_modded89_model(const std::string& path, const Modded89Layout& layout, const float* params,
+                                 TensorFileDtype dtype) {
+  return write_modded89_model(path, layout, params, dtype, modded89_first_attention_state(layout.config));
 }
 
 }  // namespace llmc
