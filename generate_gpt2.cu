@@ -1,7 +1,6 @@
 // generate_gpt2: continues a prompt with a trained model (one of our model files or checkpoints), on
 // the GPU with a KV cache, streaming the text to stdout as it is generated and the timings to stderr.
 // main() reads the options and the prompt; the loop lives in llmc/generate/.
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -126,11 +125,13 @@ int run(const GenerateOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"generate_gpt2: continue a prompt with a trained GPT-2 (KV cache on the GPU); the text goes to "
-               "stdout as it is generated, the timings to stderr"};
   GenerateOptions options;
-  add_generate_options(app, options);
-  CLI11_PARSE(app, argc, argv);
+  const int parse_exit = parse_generate_command_line(
+      argc, argv,
+      "generate_gpt2: continue a prompt with a trained GPT-2 (KV cache on the GPU); the text goes to stdout as it is "
+      "generated, the timings to stderr",
+      options);
+  if (parse_exit >= 0) return parse_exit;
   try {
     return run(options);
   } catch (const std::exception& error) {

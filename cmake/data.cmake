@@ -11,6 +11,10 @@ add_library(llmc_files STATIC llmc/base/file_io.cpp llmc/base/atomic_file.cpp ll
 target_include_directories(llmc_files SYSTEM PRIVATE ${LLMC_XXHASH_INCLUDE_DIR})
 target_link_libraries(llmc_files PUBLIC llmc_flags)
 
+# The benchmarks' and probes' command lines (llmc/base/command_line.h): CLI11 compiled here once.
+add_library(llmc_command_line STATIC llmc/base/command_line.cpp)
+target_link_libraries(llmc_command_line PUBLIC llmc_flags PRIVATE CLI11::CLI11)
+
 add_executable(test_base_helpers test/base/test_base_helpers.cpp)
 target_link_libraries(test_base_helpers PRIVATE llmc_files Threads::Threads GTest::gtest_main)
 gtest_discover_tests(test_base_helpers DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS data)

@@ -41,7 +41,7 @@ gtest_discover_tests(test_sampler DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOU
 # emulated), and 20 greedy tokens of generate_gpt2 (fp32 emulated).
 llmc_emu_wrap_sources(forward_probe_sources forward_probe_fp32_emu test/generate/forward_probe.cu)
 add_executable(forward_probe_fp32_emu ${forward_probe_sources})
-target_link_libraries(forward_probe_fp32_emu PRIVATE llmc_model_core_fp32_emu CLI11::CLI11 nlohmann_json::nlohmann_json)
+target_link_libraries(forward_probe_fp32_emu PRIVATE llmc_model_core_fp32_emu llmc_command_line nlohmann_json::nlohmann_json)
 add_test(NAME hf_transformers_oracle
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/generate/check_hf_transformers.py
           --generator $<TARGET_FILE:generate_gpt2_fp32_emu> --probe $<TARGET_FILE:forward_probe_fp32_emu>
@@ -72,7 +72,7 @@ endif()
 
 # Generation benchmark (bench_generate on a GPU; the emulated build prints the per-token accounting and is
 # smoke-tested running the decoder at d1 so that the benchmark cannot rot).
-llmc_add_cu_executable(NAME bench_generate BENCHMARK SOURCES test/generate/bench_generate.cu LIBS llmc_generate CLI11::CLI11
+llmc_add_cu_executable(NAME bench_generate BENCHMARK SOURCES test/generate/bench_generate.cu LIBS llmc_generate llmc_command_line
   EMU_LIBS llmc_model_core_bf16_emu CUDA_LIBS llmc_model_core_bf16_cuda)
 add_test(NAME generate_bench_smoke_emu
   COMMAND bench_generate_emu --model d1 --prompt-tokens 5 --new-tokens 3 --contexts 8 --run)

@@ -91,7 +91,7 @@ set_tests_properties(kernels_mutants_emu PROPERTIES LABELS kernels TIMEOUT 300)
 
 # Per-kernel timing at a chosen model size (bench_kernels on a GPU, bench_kernels_emu on the CPU).
 # The emulated build is smoke-tested at a tiny size so that the benchmark cannot rot.
-llmc_add_cu_executable(NAME bench_kernels BENCHMARK SOURCES test/kernels/bench_kernels.cu LIBS CLI11::CLI11 llmc_shards)
+llmc_add_cu_executable(NAME bench_kernels BENCHMARK SOURCES test/kernels/bench_kernels.cu LIBS llmc_command_line llmc_shards)
 add_test(NAME kernels_bench_smoke_emu
   COMMAND bench_kernels_emu --batch 1 --seq 64 --channels 128 --heads 2 --vocab 200 --params 5000 --repeats 1)
 set_tests_properties(kernels_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
@@ -150,7 +150,7 @@ llmc_kernel_mutant(kv_cache_mutant_without_barrier test/kernels/test_kv_cache_mu
 # Window attention benchmark rows (bench_window_attention on a GPU; the emulated build prints the shapes,
 # FLOPs and ceilings, and is smoke-tested running the kernels at a tiny size).
 llmc_add_cu_executable(NAME bench_window_attention BENCHMARK SOURCES test/kernels/bench_window_attention.cu
-                       LIBS CLI11::CLI11 llmc_data)
+                       LIBS llmc_command_line llmc_data)
 add_test(NAME window_attention_bench_smoke_emu
   COMMAND bench_window_attention_emu --tokens 300 --heads 1 --windows 64,1000 --run --repeats 1 --simple)
 set_tests_properties(window_attention_bench_smoke_emu PROPERTIES LABELS kernels TIMEOUT 120)
@@ -158,7 +158,7 @@ set_tests_properties(window_attention_bench_smoke_emu PROPERTIES LABELS kernels 
 # The speedrun kernels' rows (bytes, FLOPs, time at the H200 ceilings) at the record shapes; measured times
 # on a GPU. Smoke-tested emulated at a tiny shape, plus the record-shape rows without running (--dry-run).
 llmc_add_cu_executable(NAME bench_speedrun_kernels BENCHMARK SOURCES test/kernels/bench_speedrun_kernels.cu
-                       LIBS CLI11::CLI11)
+                       LIBS llmc_command_line)
 add_test(NAME kernels_speedrun_bench_smoke_emu
   COMMAND bench_speedrun_kernels_emu --tokens 64 --channels 64 --heads 2 --vocab 256 --repeats 1)
 add_test(NAME kernels_speedrun_bench_rows_emu COMMAND bench_speedrun_kernels_emu --dry-run)

@@ -123,7 +123,8 @@ llmc_add_cu_test(NAME loss_scale_fp32 LABELS trainer TIMEOUT 300 EMU_ONLY
 foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(agreement_sources speedrun_agreement_probe_${precision}_emu test/train/speedrun_agreement_probe.cu)
   add_executable(speedrun_agreement_probe_${precision}_emu ${agreement_sources})
-  target_link_libraries(speedrun_agreement_probe_${precision}_emu PRIVATE llmc_trainer_${precision}_emu llmc_reference GTest::gtest)
+  target_link_libraries(speedrun_agreement_probe_${precision}_emu PRIVATE llmc_trainer_${precision}_emu llmc_reference GTest::gtest
+                        llmc_command_line)
   add_test(NAME speedrun_agreement_probe_${precision}_smoke COMMAND speedrun_agreement_probe_${precision}_emu --steps 4)
   set_tests_properties(speedrun_agreement_probe_${precision}_smoke PROPERTIES LABELS trainer TIMEOUT 120
                        ENVIRONMENT "${LLMC_MPI_ROOT_ENV}")
@@ -181,7 +182,7 @@ set(LLMC_MPI_SINGLETON_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONF
 # The step benchmark (docs/benchmarks.md "Training step"): bench_step on a GPU; bench_step_emu enqueues a
 # full-size step without executing it (launches, host waits, bytes, FLOPs, ceilings). Smoke-tested at a
 # tiny size, as enqueued only and executed, so that it cannot rot.
-llmc_add_cu_executable(NAME bench_step BENCHMARK HOST_ONLY SOURCES test/train/bench_step.cu LIBS ${LLMC_TRAINER_LIBS}
+llmc_add_cu_executable(NAME bench_step BENCHMARK HOST_ONLY SOURCES test/train/bench_step.cu LIBS ${LLMC_TRAINER_LIBS} llmc_command_line
   EMU_LIBS llmc_trainer_bf16_emu CUDA_LIBS llmc_trainer_bf16_cuda)
 add_test(NAME train_bench_step_smoke_emu COMMAND bench_step_emu --model tiny -b 2 -t 16 --steps 2)
 add_test(NAME train_bench_step_executed_emu COMMAND bench_step_emu --model tiny -b 2 -t 16 --steps 2 --execute)

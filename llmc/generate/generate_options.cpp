@@ -9,6 +9,17 @@
 
 namespace llmc {
 
+int parse_generate_command_line(int argc, char** argv, const std::string& about, GenerateOptions& options) {
+  CLI::App app{about};
+  add_generate_options(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  return -1;
+}
+
 void add_generate_options(CLI::App& app, GenerateOptions& o) {
   o.vocab_dir = default_vocab_dir();
   app.add_option("--model", o.model,

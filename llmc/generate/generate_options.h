@@ -23,6 +23,10 @@ struct GenerateOptions {
 
 void add_generate_options(CLI::App& app, GenerateOptions& options);
 
+// generate_gpt2's command line (`about`: --help's first line) parsed into `options`. Returns -1 to go on, else
+// the exit status after CLI11 printed --help (0) or the error. Here so that CLI11 is compiled once.
+int parse_generate_command_line(int argc, char** argv, const std::string& about, GenerateOptions& options);
+
 // Throws std::invalid_argument naming the option that is out of range.
 void validate_generate_options(const GenerateOptions& options);
 

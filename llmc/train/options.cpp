@@ -255,6 +255,19 @@ void add_diagnostic_options(CLI::App& app, TrainOptions& o) {
 
 }  // namespace
 
+int parse_train_command_line(int argc, char** argv, const std::string& about, TrainOptions& options,
+                             std::string& config) {
+  CLI::App app{about};
+  add_train_options(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  config = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
+  return -1;
+}
+
 void add_train_options(CLI::App& app, TrainOptions& o) {
   add_recipe_options(app, o);
   add_data_options(app, o);

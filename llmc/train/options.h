@@ -94,6 +94,13 @@ struct TrainOptions {
 // --recipe sets every option of its recipe that the command line did not give.
 void add_train_options(CLI::App& app, TrainOptions& options);
 
+// train_gpt2's command line (`about`: --help's first line) parsed into `options` with add_train_options, and
+// `config` the options as CLI11's config text (every option, defaults too), which the trainer logs. Returns -1 to
+// go on, else the exit status after CLI11 printed --help (0) or the error. Here, not in train_gpt2.cu, so that
+// CLI11's header-only parser is compiled once rather than in each build of the program.
+int parse_train_command_line(int argc, char** argv, const std::string& about, TrainOptions& options,
+                             std::string& config);
+
 // Throws std::invalid_argument with a message naming the options that contradict each other.
 void validate_train_options(const TrainOptions& options, int world_size);
 

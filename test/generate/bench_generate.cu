@@ -2,7 +2,6 @@
 // KV-cache decoder reads, its FLOPs and kernel launches at several context lengths, and the time at the
 // H200's ceilings (4.3 TB/s, 790 TFLOP/s); on a GPU (or with --run) it also times a prefill and the
 // decoding of --new-tokens tokens through the real generation loop (host sampling included).
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -12,12 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "llmc/base/command_line.h"
 #include "llmc/cuda/cuda_common.h"
-#include "llmc/generate/generation.h"
-#include "llmc/model/gpt2/gpt2_decoder.h"
-#include "llmc/model/gpt2/gpt2_config.h"
-#include "llmc/model/gpt2/gpt2_init.h"
 #include "llmc/cuda/precision.h"
+#include "llmc/generate/generation.h"
+#include "llmc/model/gpt2/gpt2_config.h"
+#include "llmc/model/gpt2/gpt2_decoder.h"
+#include "llmc/model/gpt2/gpt2_init.h"
 
 using namespace llmc;
 
@@ -114,17 +114,18 @@ std::vector<int> parse_list(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_generate: KV-cache generation at batch 1: per-token bytes, FLOPs, launches and ceilings; "
-               "tokens/s on a GPU"};
+  llmc::CommandLine app{
+      "bench_generate: KV-cache generation at batch 1: per-token bytes, FLOPs, launches and ceilings; "
+      "tokens/s on a GPU"};
   std::string model = "d12", contexts = "64,256,512,1024";
   int prompt_tokens = 64, new_tokens = 256;
   bool run = false;
-  app.add_option("--model", model, "preset shape (random weights)")->capture_default_str();
-  app.add_option("--prompt-tokens", prompt_tokens, "prefill length of the timed run")->capture_default_str();
-  app.add_option("--new-tokens", new_tokens, "decode steps of the timed run")->capture_default_str();
-  app.add_option("--contexts", contexts, "context lengths of the accounting rows")->capture_default_str();
-  app.add_flag("--run", run, "run the decoder even without a GPU (emulated: a smoke test, not a timing)");
-  CLI11_PARSE(app, argc, argv);
+  app.option("--model", model, "preset shape (random weights)");
+  app.option("--prompt-tokens", prompt_tokens, "prefill length of the timed run");
+  app.option("--new-tokens", new_tokens, "decode steps of the timed run");
+  app.option("--contexts", contexts, "context lengths of the accounting rows");
+  app.flag("--run", run, "run the decoder even without a GPU (emulated: a smoke test, not a timing)");
+  if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   try {
     const GPT2Config config = config_from_name(model);
     const GPT2Layout layout = make_param_layout(config, 1);

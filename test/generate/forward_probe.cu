@@ -5,21 +5,20 @@
 //
 //   forward_probe --model FILE --tokens 1,2,3,... --out DIR
 //   -> DIR/train_logits.bin, DIR/decoder_logits.bin ((n-1) x V float32 each), DIR/meta.json
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "llmc/base/command_line.h"
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/model/gpt2/gpt2.h"
 #include "llmc/model/gpt2/gpt2_decoder.h"
 #include "llmc/model/gpt2/gpt2_model_file.h"
-#include "llmc/model/gpt2/gpt2.h"
 
 using namespace llmc;
 
@@ -70,12 +69,12 @@ int run(const std::string& model_file, const std::vector<int>& tokens, const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"forward_probe: our two forwards' logits and loss for one token sequence"};
+  llmc::CommandLine app{"forward_probe: our two forwards' logits and loss for one token sequence"};
   std::string model_file, token_list, out_dir;
-  app.add_option("--model", model_file, "model file")->required();
-  app.add_option("--tokens", token_list, "comma-separated token ids (n >= 2)")->required();
-  app.add_option("--out", out_dir, "existing output directory")->required();
-  CLI11_PARSE(app, argc, argv);
+  app.required("--model", model_file, "model file");
+  app.required("--tokens", token_list, "comma-separated token ids (n >= 2)");
+  app.required("--out", out_dir, "existing output directory");
+  if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   try {
     return run(model_file, parse_tokens(token_list), out_dir);
   } catch (const std::exception& error) {

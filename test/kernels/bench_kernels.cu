@@ -3,7 +3,6 @@
 // on a GPU machine. The emulated build runs the same code (at tiny sizes) as a smoke test. Token ids
 // come from a token shard (--shard: real text, whose frequent tokens shape the embedding backward) or
 // are spread evenly over the vocabulary.
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "llmc/base/command_line.h"
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
 #include "llmc/data/shards.h"
 #include "llmc/kernels/adamw.cuh"
 #include "llmc/kernels/attention.cuh"
@@ -22,7 +23,6 @@
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul.cuh"
-#include "llmc/cuda/precision.h"
 #include "test/kernels/bench_support.h"
 
 namespace {
@@ -238,19 +238,19 @@ void time_parameter_kernels(const Timer& timer, const Sizes& s, Arena& arena, Bu
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Time the GPT-2 kernels and GEMMs (llmc/kernels) at one model size."};
+  llmc::CommandLine app{"Time the GPT-2 kernels and GEMMs (llmc/kernels) at one model size."};
   Sizes s;
-  app.add_option("--batch", s.B, "micro-batch size B")->check(CLI::PositiveNumber);
-  app.add_option("--seq", s.T, "sequence length T")->check(CLI::PositiveNumber);
-  app.add_option("--channels", s.C, "model width C")->check(CLI::PositiveNumber);
-  app.add_option("--heads", s.NH, "attention heads (must divide C)")->check(CLI::PositiveNumber);
-  app.add_option("--vocab", s.V, "vocabulary size V (padded to a multiple of 128)")->check(CLI::PositiveNumber);
-  app.add_option("--params", s.params, "parameter count for AdamW and the global norm")->check(CLI::PositiveNumber);
-  app.add_option("--repeats", s.repeats, "timed calls per kernel")->check(CLI::PositiveNumber);
-  app.add_option("--shard", s.shard, "token shard whose first B*T tokens are the batch (default: ids spread evenly)");
-  app.add_flag("--encoder-plan", s.encoder_plan_only,
-               "only print the embedding backward's plan of the batch (no kernel runs: any size, any build)");
-  CLI11_PARSE(app, argc, argv);
+  app.positive("--batch", s.B, "micro-batch size B");
+  app.positive("--seq", s.T, "sequence length T");
+  app.positive("--channels", s.C, "model width C");
+  app.positive("--heads", s.NH, "attention heads (must divide C)");
+  app.positive("--vocab", s.V, "vocabulary size V (padded to a multiple of 128)");
+  app.positive("--params", s.params, "parameter count for AdamW and the global norm");
+  app.positive("--repeats", s.repeats, "timed calls per kernel");
+  app.option("--shard", s.shard, "token shard whose first B*T tokens are the batch (default: ids spread evenly)");
+  app.flag("--encoder-plan", s.encoder_plan_only,
+           "only print the embedding backward's plan of the batch (no kernel runs: any size, any build)");
+  if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   if (s.C % s.NH != 0) {
     std::fprintf(stderr, "bench_kernels: --channels %d is not divisible by --heads %d\n", s.C, s.NH);
     return 2;

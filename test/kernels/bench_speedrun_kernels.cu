@@ -4,7 +4,6 @@
 // with the calls per training step; on a GPU also
 // the measured time. --dry-run prints the model rows only (what the emulated build reports for the record
 // shapes); the emulated smoke test runs the kernels at a tiny shape.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "llmc/base/command_line.h"
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
 #include "llmc/kernels/attention_gate.cuh"
 #include "llmc/kernels/embedding.cuh"
 #include "llmc/kernels/fp8_head.cuh"
@@ -26,7 +27,6 @@
 #include "llmc/kernels/scalar_vector.cuh"
 #include "llmc/kernels/smear_gate.cuh"
 #include "llmc/kernels/softcap_cross_entropy.cuh"
-#include "llmc/cuda/precision.h"
 #include "test/kernels/bench_support.h"
 
 namespace {
@@ -255,17 +255,18 @@ void print_rows(const std::vector<Row>& rows, const std::vector<double>& measure
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Speedrun-model kernels: bytes, FLOPs and time at the H200 ceilings per call, measured on a GPU."};
+  llmc::CommandLine app{
+      "Speedrun-model kernels: bytes, FLOPs and time at the H200 ceilings per call, measured on a GPU."};
   Shape shape{32768, 768, 6, 50304};
   int repeats = 20;
   bool dry_run = false;
-  app.add_option("--tokens", shape.T, "tokens per rank T")->check(CLI::PositiveNumber);
-  app.add_option("--channels", shape.C, "model width C")->check(CLI::PositiveNumber);
-  app.add_option("--heads", shape.H, "attention heads (must divide C)")->check(CLI::PositiveNumber);
-  app.add_option("--vocab", shape.V, "vocabulary V, padding included (multiple of 8)")->check(CLI::PositiveNumber);
-  app.add_option("--repeats", repeats, "timed calls per kernel")->check(CLI::PositiveNumber);
-  app.add_flag("--dry-run", dry_run, "print the byte/FLOP rows and ceilings without running anything");
-  CLI11_PARSE(app, argc, argv);
+  app.positive("--tokens", shape.T, "tokens per rank T");
+  app.positive("--channels", shape.C, "model width C");
+  app.positive("--heads", shape.H, "attention heads (must divide C)");
+  app.positive("--vocab", shape.V, "vocabulary V, padding included (multiple of 8)");
+  app.positive("--repeats", repeats, "timed calls per kernel");
+  app.flag("--dry-run", dry_run, "print the byte/FLOP rows and ceilings without running anything");
+  if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   if (shape.C % shape.H != 0) {
     std::fprintf(stderr, "bench_speedrun_kernels: --channels %d is not divisible by --heads %d\n", shape.C, shape.H);
     return 2;

@@ -5,7 +5,6 @@
 // head, backward 2.5 times that (FlashAttention's convention); "executed" counts what the kernels'
 // tiles compute. Prints the shapes, FLOPs, HBM bytes and the time at the H200's ceilings (790 TFLOP/s
 // bf16 dense, 4.3 TB/s) everywhere; on a GPU (or with --run) it also times the kernels.
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/base/command_line.h"
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/data/document_packing.h"
 #include "llmc/kernels/simple_window_attention.cuh"
@@ -225,19 +225,19 @@ int main(int argc, char** argv) {
   bool run = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
   (void)cudaGetLastError();  // no GPU is an answer here, not an error to keep
 #endif
-  CLI::App app{"Window attention benchmark rows: shapes, unmasked FLOPs, bytes, ceilings, and GPU timings"};
-  app.add_option("--tokens", T, "Tokens in the packed sequence")->capture_default_str();
-  app.add_option("--heads", heads, "Heads of 128")->capture_default_str();
-  app.add_option("--windows", windows_text, "Comma-separated windows W (tokens)")->capture_default_str();
-  app.add_option("--shard", shard, "Token shard whose first BOS-aligned sequence gives the documents");
-  app.add_option("--scale", scale, "Softmax scale")->capture_default_str();
-  app.add_option("--repeats", repeats, "Timed calls per row")->capture_default_str();
-  app.add_flag("--run,!--no-run", run, "Time the kernels (default: on a GPU only)");
+  llmc::CommandLine app{"Window attention benchmark rows: shapes, unmasked FLOPs, bytes, ceilings, and GPU timings"};
+  app.option("--tokens", T, "Tokens in the packed sequence");
+  app.option("--heads", heads, "Heads of 128");
+  app.option("--windows", windows_text, "Comma-separated windows W (tokens)");
+  app.option("--shard", shard, "Token shard whose first BOS-aligned sequence gives the documents");
+  app.option("--scale", scale, "Softmax scale");
+  app.option("--repeats", repeats, "Timed calls per row");
+  app.flag("--run,!--no-run", run, "Time the kernels (default: on a GPU only)");
   bool simple = false;
-  app.add_flag("--simple", simple,
-               "Also the simple path's rows (simple_window_attention.cuh: one thread per query or key, fp32 on the "
-               "CUDA cores; the fp32 build's and small shapes' attention)");
-  CLI11_PARSE(app, argc, argv);
+  app.flag("--simple", simple,
+           "Also the simple path's rows (simple_window_attention.cuh: one thread per query or key, fp32 on the "
+           "CUDA cores; the fp32 build's and small shapes' attention)");
+  if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   try {
     const std::vector<int> lengths = shard.empty() ? synthetic_documents(T) : shard_documents(shard, T);
     std::printf("window attention, T = %d, %d heads of %d, %zu documents (%s), scale %g%s\n", T, heads, D,

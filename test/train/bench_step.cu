@@ -7,7 +7,8 @@
 // TFLOP/s FP8 dense for the FP8 GEMMs, 4.3 TB/s). The emulated build enqueues the step without executing
 // anything (a d12 step would take hours on a CPU), so it runs at full size anywhere; on a GPU the step runs
 // and the measured time of every row and of the whole step is printed beside the ceilings.
-#include <CLI/CLI.hpp>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <unistd.h>
 #include <map>
 #include <memory>
 #include <random>
@@ -23,11 +23,12 @@
 #include <utility>
 #include <vector>
 
+#include "llmc/base/command_line.h"
+#include "llmc/base/launch_observer.h"
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/data/shards.h"
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
-#include "llmc/base/launch_observer.h"
 #include "llmc/model/registry.h"
 #include "llmc/tokenizer/bpe_vocab.h"
 #include "llmc/train/train_step.h"
@@ -329,26 +330,26 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Per-step launches, host waits, host time and per-kernel bytes, FLOPs and H200 ceiling times of "
-               "train_gpt2's step (one rank); measured times on a GPU."};
+  llmc::CommandLine app{
+      "Per-step launches, host waits, host time and per-kernel bytes, FLOPs and H200 ceiling times of "
+      "train_gpt2's step (one rank); measured times on a GPU."};
   Options o;
-  app.add_option("--model", o.model,
-                 "model preset (dN, tiny, small; speedrun, speedrun-tiny, modded89, modded89-tiny with -b 1)");
-  app.add_option("-b,--batch", o.batch, "micro-batch size B")->check(CLI::PositiveNumber);
-  app.add_option("-t,--seq-len", o.seq_len, "sequence length T")->check(CLI::PositiveNumber);
-  app.add_option("--grad-accum", o.grad_accum, "micro-steps per step")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", o.warmup, "steps before the observed ones")->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps, "observed (emulated) or timed (GPU) steps")->check(CLI::PositiveNumber);
-  app.add_option("--overlap", o.overlap, "optimizer overlap mode: none, rs, full");
-  app.add_option("--optimizer", o.optimizer, "zero-adamw, speedrun or auto (the family's own)");
-  app.add_option("--grad-clip", o.grad_clip, "gradient clipping threshold (0 = off)");
-  app.add_option("--gemm-algo", o.gemm_algo, "GEMM algorithm selection: heuristic or fastest (GPU: timed)");
-  app.add_option("--data", o.data, "token shard glob (default: a synthetic Zipf(1.1) shard)");
-  app.add_option("--vocab", o.vocab, "GPT-2 BPE files (a 2026-07-17 model with GPT-2's vocabulary reads them)")
-      ->capture_default_str();
-  app.add_flag("--execute", o.execute, "emulated build: execute the kernels too (tiny sizes only)");
-  app.add_flag("--require-costs", o.require_costs, "exit 1 if a kernel or GEMM launch has no bytes and FLOPs");
-  CLI11_PARSE(app, argc, argv);
+  app.option("--model", o.model,
+             "model preset (dN, tiny, small; speedrun, speedrun-tiny, modded89, modded89-tiny with -b 1)");
+  app.positive("-b,--batch", o.batch, "micro-batch size B");
+  app.positive("-t,--seq-len", o.seq_len, "sequence length T");
+  app.positive("--grad-accum", o.grad_accum, "micro-steps per step");
+  app.positive("--warmup", o.warmup, "steps before the observed ones");
+  app.positive("--steps", o.steps, "observed (emulated) or timed (GPU) steps");
+  app.option("--overlap", o.overlap, "optimizer overlap mode: none, rs, full");
+  app.option("--optimizer", o.optimizer, "zero-adamw, speedrun or auto (the family's own)");
+  app.option("--grad-clip", o.grad_clip, "gradient clipping threshold (0 = off)");
+  app.option("--gemm-algo", o.gemm_algo, "GEMM algorithm selection: heuristic or fastest (GPU: timed)");
+  app.option("--data", o.data, "token shard glob (default: a synthetic Zipf(1.1) shard)");
+  app.option("--vocab", o.vocab, "GPT-2 BPE files (a 2026-07-17 model with GPT-2's vocabulary reads them)");
+  app.flag("--execute", o.execute, "emulated build: execute the kernels too (tiny sizes only)");
+  app.flag("--require-costs", o.require_costs, "exit 1 if a kernel or GEMM launch has no bytes and FLOPs");
+  if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   try {
     return run(o);
   } catch (const std::exception& error) {

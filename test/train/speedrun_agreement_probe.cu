@@ -3,7 +3,6 @@
 // reference trajectory's (the double-precision model's SUM-loss gradients into the same optimizer), and the
 // parameters' distance at the end. Emulated, speedrun-tiny; built for fp32 and bf16 (docs/speedrun_model.md).
 // --dump DIR writes the first step's inputs for test/train/speedrun_bf16_replay.py (the record's arithmetic).
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 
 #include "llmc/base/atomic_file.h"
 #include "llmc/base/bf16_bits.h"
+#include "llmc/base/command_line.h"
 #include "llmc/base/file_io.h"
 #include "llmc/dist/comm.h"
 #include "llmc/model/modded44/speedrun_config.h"
@@ -157,15 +157,15 @@ void dump_first_step(const std::string& dir, const TrajectorySetup& setup, doubl
 
 int main(int argc, char** argv) {
   ProbeOptions o;
-  CLI::App app{"The speedrun model's training in this build against the double-precision model's gradients"};
-  app.add_option("--steps", o.steps, "optimizer steps")->check(CLI::Range(4, 1000));
-  app.add_option("--micro-steps", o.micro_steps, "micro-steps of 64 tokens per step")->check(CLI::Range(1, 64));
-  app.add_option("--seed", o.seed, "seed of the perturbed init");
-  app.add_option("--dump", o.dump_dir, "write step 1's first micro-batch and start here (for speedrun_bf16_replay.py)");
-  app.add_option("--heads", o.heads, "attention heads (speedrun-tiny: 2)")->check(CLI::Range(1, 16));
-  app.add_option("--head-dim", o.head_dim, "head size (speedrun-tiny: 16)")->check(CLI::Range(4, 128));
-  app.add_option("--batch-seed", o.batch_seed, "seed of the first micro-batch (the i-th: seed + i)");
-  CLI11_PARSE(app, argc, argv);
+  llmc::CommandLine app{"The speedrun model's training in this build against the double-precision model's gradients"};
+  app.in_range("--steps", o.steps, 4, 1000, "optimizer steps");
+  app.in_range("--micro-steps", o.micro_steps, 1, 64, "micro-steps of 64 tokens per step");
+  app.option("--seed", o.seed, "seed of the perturbed init");
+  app.option("--dump", o.dump_dir, "write step 1's first micro-batch and start here (for speedrun_bf16_replay.py)");
+  app.in_range("--heads", o.heads, 1, 16, "attention heads (speedrun-tiny: 2)");
+  app.in_range("--head-dim", o.head_dim, 4, 128, "head size (speedrun-tiny: 16)");
+  app.option("--batch-seed", o.batch_seed, "seed of the first micro-batch (the i-th: seed + i)");
+  if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   if (!o.dump_dir.empty() && o.micro_steps != 1) {
     std::fprintf(stderr, "speedrun_agreement_probe: --dump needs --micro-steps 1 (the step-1 losses of one batch)\n");
     return 2;
