@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""Projects seconds per step and time to 3.28 on 8xH100 for the speedrun recipe (modded-nanogpt record
-2025-10-31) and for llm.c's GPT-2 124M recipe, from FLOP counts, the project's kernel benchmark rows and
+"""Projects seconds per step and time to 3.28 on 8xH100 for the speedrun recipes (modded-nanogpt records
+2025-10-31 and 2026-07-17) and for llm.c's GPT-2 124M recipe, from FLOP counts, the project's benchmark rows and
 the H100's ceilings. A projection, not a measurement: see docs/projection.md for the method.
 
-usage: project_speedrun.py --kernels KERNELS.txt --muon MUON.txt [--attention ATTN.txt] [--gemm-fraction 0.7 ...]
+usage: project_speedrun.py [--kernels KERNELS.txt --muon MUON.txt [--attention ATTN.txt]]
+                           [--modded89-step STEP1.txt --modded89-step STEP2.txt --modded89-collectives COLL.txt]
+                           [--gemm-fraction 0.7 ...]
   KERNELS.txt: output of `build/bench_speedrun_kernels_emu --dry-run`
   MUON.txt:    output of `build/bench_muon_owners --world 8`
   ATTN.txt:    output of `build/bench_window_attention_emu --windows 128,384,640,768,896,1408,1664`
+  STEP*.txt:   output of `build/bench_step_emu --model modded89 -b 1 -t T --vocab DIR` at two T
+  COLL.txt:    output of `build/bench_speedrun_collectives --model modded89 --world 8`
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Sequence, Tuple
+
+import projection_modded89
 
 # The record's recipe (docs/recipes.md: the model, the windows, the steps).
 C = 768
@@ -560,8 +566,12 @@ def read_text(path: str) -> str:
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--kernels", required=True, help="output of bench_speedrun_kernels_emu --dry-run")
-    p.add_argument("--muon", required=True, help="output of bench_muon_owners --world 8")
+    p.add_argument("--kernels", help="output of bench_speedrun_kernels_emu --dry-run (the 2025-10-31 recipe)")
+    p.add_argument("--muon", help="output of bench_muon_owners --world 8 (the 2025-10-31 recipe)")
+    p.add_argument("--modded89-step", action="append", default=[],
+                   help="output of bench_step_emu --model modded89 -b 1 -t T; twice, at two T (the 2026-07-17 recipe)")
+    p.add_argument("--modded89-collectives",
+                   help="output of bench_speedrun_collectives --model modded89 --world 8 (the 2026-07-17 recipe)")
     d = Machine()
     p.add_argument("--bf16-tflops", type=float, default=d.bf16_flops / 1e12, help="dense bf16 peak")
     p.add_argument("--fp8-tflops", type=float, default=d.fp8_flops / 1e12, help="dense FP8 peak")
@@ -589,6 +599,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                                        "128,384,640,768,896,1408,1664: use its rows (its documents and "
                                        "its kernel's executed FLOPs) instead of --doc-length/--tile")
     args = p.parse_args(argv)
+    if bool(args.kernels) != bool(args.muon):
+        p.error("--kernels and --muon go together (the 2025-10-31 recipe)")
+    if bool(args.modded89_step) != bool(args.modded89_collectives) or len(args.modded89_step) not in (0, 2):
+        p.error("the 2026-07-17 recipe needs --modded89-step twice (two T) and --modded89-collectives")
+    if not args.kernels and not args.modded89_step:
+        p.error("nothing to project: give --kernels and --muon, or --modded89-step (twice) and --modded89-collectives")
     for name in ("gemm_fraction", "attention_fraction", "memory_fraction"):
         if not 0.0 < getattr(args, name) <= 1.0:
             p.error(f"--{name.replace('_', '-')} must be in (0, 1]")
@@ -599,11 +615,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
-    m = Machine(args.bf16_tflops * 1e12, args.fp8_tflops * 1e12, args.vector_tflops * 1e12,
-                args.hbm_tbs * 1e12, args.nvlink_gbs * 1e9, args.busbw_gbs * 1e9, args.latency_us * 1e-6,
-                args.gemm_fraction, args.attention_fraction, args.memory_fraction)
+def record44_report(args: argparse.Namespace, m: Machine) -> str:
+    """The 2025-10-31 recipe's report from --kernels, --muon and --attention (or the analytic attention)."""
     kernels = parse_kernel_table(read_text(args.kernels), args.kernels)
     muon = parse_muon_table(read_text(args.muon), args.muon)
     if args.attention:
@@ -619,8 +632,25 @@ def main(argv: Sequence[str]) -> int:
         docs_text = (f"documents of {args.doc_length} tokens" if args.doc_length else
                      "windows never cut by documents (upper bound)")
         text = f"{docs_text}, {tile_q}x{tile_k} tiles computed whole"
-    print(speedrun_report(kernels, muon, m, args.muon_comm_bytes, attention, text))
-    print()
+    return speedrun_report(kernels, muon, m, args.muon_comm_bytes, attention, text)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    m = Machine(args.bf16_tflops * 1e12, args.fp8_tflops * 1e12, args.vector_tflops * 1e12,
+                args.hbm_tbs * 1e12, args.nvlink_gbs * 1e9, args.busbw_gbs * 1e9, args.latency_us * 1e-6,
+                args.gemm_fraction, args.attention_fraction, args.memory_fraction)
+    if args.kernels:
+        print(record44_report(args, m))
+        print()
+    if args.modded89_step:
+        runs = [projection_modded89.parse_step(read_text(path), path) for path in args.modded89_step]
+        exposed = projection_modded89.parse_collectives(read_text(args.modded89_collectives),
+                                                        args.modded89_collectives)
+        ceilings = projection_modded89.Ceilings(m.bf16_flops, m.fp8_flops, m.vector_flops, m.bandwidth)
+        print(projection_modded89.report(runs, exposed, ceilings, m.gemm_fraction, m.attention_fraction,
+                                         m.memory_fraction))
+        print()
     print(gpt2_report(m))
     return 0
 

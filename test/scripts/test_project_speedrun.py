@@ -4,11 +4,13 @@ Oracles: the block-matrix and head FLOPs written out here from the shapes of doc
 tokens per linear layer), the record's published ~0.69 GFLOP per token, attention pairs counted by brute
 force over every (query, key) pair at tiny shapes, and the benchmark's own per-step total, which the
 script's rescaling must reproduce at the benchmark's ceilings. Inputs: the recorded outputs of the two
-benchmarks in projection/ (no build needed).
+benchmarks in projection/ (no build needed). The 2026-07-17 recipe's part (projection_modded89.py) on
+bench_step outputs written here, each stage and the steps' weighting computed by hand.
 """
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -18,6 +20,7 @@ MUON = os.path.join(HERE, "projection", "bench_muon_owners_world8.txt")
 ATTENTION = os.path.join(HERE, "projection", "bench_window_attention_phases.txt")
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import project_speedrun as ps  # noqa: E402  (the module under test lives in scripts/)
+import projection_modded89 as pm  # noqa: E402
 
 C, T, V = 768, 32768, 50304
 
@@ -218,6 +221,111 @@ class CommandLine(unittest.TestCase):
                            capture_output=True, text=True, timeout=120)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("/no/such/file", r.stderr)
+
+
+def step_text(tokens, rows):
+    """bench_step's output for a modded89 model at B=1, T=tokens: (kind, name, MB/call, GFLOP/call, ceil us)."""
+    lines = [f"bench_step (bf16, emulated, nothing executed): model modded89 (modded89 V=50304 H=6 D=128 C=768 "
+             f"T=49152 window_block=128), B=1 T={tokens}, grad_accum 1, optimizer speedrun",
+             "kind   name                                                         calls   MB/call GFLOP/call  "
+             "ceil us/st       share"]
+    lines += [f"{kind:<6} {name:<58} {1:7d} {mb:9.2f} {gflop:10.3f} {us:11.1f} {1.0:10.1f}%"
+              for kind, name, mb, gflop, us in rows]
+    return "\n".join(lines) + "\n"
+
+
+# Two runs, T = 1000 and 2000: a per-token norm, a per-step Adam, FLOP-bound attention, an FP8 and a bf16 GEMM
+# (the bf16 one with a per-step part), a DC kernel.
+STEP_ROWS = {1000: [("kernel", "rmsnorm_forward_kernel<floatX>", 1.0, 0.0, 10.0),
+                    ("kernel", "(adam_sharded_kernel<P, S, G>)", 5.0, 0.0, 100.0),
+                    ("kernel", "dkdv_kernel<floatX>", 0.01, 1.0, 50.0),
+                    ("gemm", "fp8 gemm 1000x96x64 e4m3 x e5m2 -> fp32", 0.0, 2.0, 30.0),
+                    ("gemm", "bf16 gemm 1000x768x768", 0.0, 1.0, 200.0),
+                    ("kernel", "dc_forward_kernel<floatX>", 1.0, 0.0, 5.0)],
+             2000: [("kernel", "rmsnorm_forward_kernel<floatX>", 1.0, 0.0, 20.0),
+                    ("kernel", "(adam_sharded_kernel<P, S, G>)", 5.0, 0.0, 100.0),
+                    ("kernel", "dkdv_kernel<floatX>", 0.01, 1.0, 100.0),
+                    ("gemm", "fp8 gemm 2000x96x64 e4m3 x e5m2 -> fp32", 0.0, 2.0, 60.0),
+                    ("gemm", "bf16 gemm 2000x768x768", 0.0, 1.0, 300.0),
+                    ("kernel", "dc_forward_kernel<floatX>", 1.0, 0.0, 10.0)]}
+COLLECTIVES = """modded89 on 8 ranks (rank 0; ring bytes per rank; 370 GB/s bus, 60 us per call)
+run of 1285 steps (642 with Adam): 1742.7 GB on the wire per rank, 8.68 s at the ceilings (6.755 ms per step)
+exposed under full overlap, at least (...): 0.377 ms per NorMuon step, 5.491 ms per Adam step; 3.012 ms per step \
+over the run, beside the record's 57.4 ms per step
+"""
+# Ceilings of the test: 1 TB/s, 1,000 TFLOP/s bf16, 2,000 FP8, 10 vector.
+CEIL = pm.Ceilings(1e15, 2e15, 1e13, 1e12)
+
+
+class Modded89Projection(unittest.TestCase):
+    def runs(self):
+        return [pm.parse_step(step_text(t, rows), f"T{t}") for t, rows in STEP_ROWS.items()]
+
+    def test_rows_are_rescaled_from_the_benchs_ceilings(self):
+        # Each ratio by hand: a call's time here over bench_step's (4.3 TB/s, 790 TFLOP/s for every non-FP8 row,
+        # 1,979 for FP8): bytes-bound 4.3 / 1; the FLOP-bound attention and bf16 GEMM 790 / 1,000; FP8 1,979 / 2,000.
+        a = {row.name: pm.row_seconds(row, CEIL) for row in self.runs()[0].rows}
+        self.assertAlmostEqual(a["rmsnorm_forward_kernel<floatX>"], 10e-6 * 4.3, delta=1e-12)
+        self.assertAlmostEqual(a["dkdv_kernel<floatX>"], 50e-6 * 0.79, delta=1e-12)
+        self.assertAlmostEqual(a["fp8 gemm 1000x96x64 e4m3 x e5m2 -> fp32"], 30e-6 * 1979 / 2000, delta=1e-12)
+        self.assertAlmostEqual(a["bf16 gemm 1000x768x768"], 200e-6 * 0.79, delta=1e-12)
+        self.assertEqual([pm.category(r) for r in self.runs()[0].rows],
+                         [pm.CATEGORIES[i] for i in (5, 4, 2, 1, 0, 3)])
+
+    def test_stages_are_affine_in_tokens_with_attention_at_the_stages_windows(self):
+        stages = pm.stage_seconds(self.runs(), CEIL)
+        # Keys per query summed over the ten attention layers (8 short, 2 long) over the bench's 1/3 blocks.
+        ratios = [(8 * (s * 128 + 1) + 2 * (lw * 128 + 1)) / (8 * 129 + 2 * 385)
+                  for s, lw in ((1, 3), (3, 7), (5, 11), (6, 13))]
+        for stage, tokens, ratio in zip(stages, (16384, 32768, 49152, 49152), ratios):
+            self.assertAlmostEqual(stage[pm.CATEGORIES[5]], 4.3e-8 * tokens, delta=1e-12)       # 10 us per 1000
+            self.assertAlmostEqual(stage[pm.CATEGORIES[4]], 100e-6 * 4.3, delta=1e-12)          # per step
+            self.assertAlmostEqual(stage[pm.CATEGORIES[2]], 0.79 * 5e-8 * tokens * ratio, delta=1e-12)
+            self.assertAlmostEqual(stage[pm.CATEGORIES[0]], 0.79 * (100e-6 + 1e-7 * tokens), delta=1e-12)
+            self.assertAlmostEqual(stage[pm.CATEGORIES[3]], 4.3 * 5e-9 * tokens, delta=1e-12)  # DC: no window
+        self.assertAlmostEqual(ratios[3], (8 * 769 + 2 * 1665) / 1802)
+
+    def test_report_weights_the_stages_by_their_steps(self):
+        stages = pm.stage_seconds(self.runs(), CEIL)
+        steps = (423, 424, 423, 15)
+        mean = sum(n * sum(s.values()) for n, s in zip(steps, stages)) / 1285
+        out = pm.report(self.runs(), pm.parse_collectives(COLLECTIVES, "c"), CEIL, 1.0, 1.0, 1.0)
+        line = next(x for x in out.splitlines() if x.startswith("| lower bound"))
+        self.assertEqual(line, f"| lower bound: ceilings, `full` overlap (exposed tail) | {mean * 1e3 + 3.012:.2f} | "
+                               f"{(mean * 1e3 + 3.012) * 1.285:.1f} s |")
+        exposed = next(x for x in out.splitlines() if x.startswith("| achievable fractions, all comm"))
+        self.assertIn(f"| {mean * 1e3 + 6.755:.2f} |", exposed)
+        self.assertIn("| record, measured (PyTorch, 8xH100) | 57.4 | 73.8 s |", out)
+        halved = pm.report(self.runs(), pm.parse_collectives(COLLECTIVES, "c"), CEIL, 0.5, 1.0, 1.0)
+        gemm = sum(n * (s[pm.CATEGORIES[0]] + s[pm.CATEGORIES[1]]) for n, s in zip(steps, stages)) / 1285
+        line = next(x for x in halved.splitlines() if x.startswith("| achievable fractions, `full`"))
+        self.assertIn(f"| {(mean + gemm) * 1e3 + 3.012:.2f} |", line)  # GEMMs at half their peak: twice as long
+
+    def test_command_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for t, rows in STEP_ROWS.items():
+                paths.append(os.path.join(tmp, f"step{t}.txt"))
+                with open(paths[-1], "w") as f:
+                    f.write(step_text(t, rows))
+            coll = os.path.join(tmp, "coll.txt")
+            with open(coll, "w") as f:
+                f.write(COLLECTIVES)
+            args = ["--modded89-step", paths[0], "--modded89-step", paths[1], "--modded89-collectives", coll]
+            r = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("## 2026-07-17 recipe (#89) on 8xH100", r.stdout)
+            self.assertNotIn("2025-10-31", r.stdout)
+            for bad, needle in ((args[:2] + args[4:], "--modded89-step twice"),
+                                (["--modded89-step", paths[0], "--modded89-step", paths[0], *args[4:]],
+                                 "two bench_step outputs at different T"),
+                                (["--modded89-step", coll, "--modded89-step", paths[1], *args[4:]], coll),
+                                (args[:4] + ["--modded89-collectives", paths[0]], paths[0]),
+                                (["--kernels", KERNELS], "--kernels and --muon go together"),
+                                ([], "nothing to project")):
+                r = subprocess.run([sys.executable, SCRIPT, *bad], capture_output=True, text=True, timeout=120)
+                self.assertNotEqual(r.returncode, 0, bad)
+                self.assertIn(needle, r.stderr, bad)
 
 
 if __name__ == "__main__":
