@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "llmc/base/atomic_file.h"
 #include "llmc/cuda/cuda_common.h"
 
@@ -88,7 +90,7 @@ cudaEvent_t Tracer::take_event() {
   return event;
 }
 
-Tracer::SliceId Tracer::begin(cudaStream_t stream, TraceTrack track, std::string name, nlohmann::json args) {
+Tracer::SliceId Tracer::begin(cudaStream_t stream, TraceTrack track, std::string name, TraceArgs args) {
   if (!enabled_) return 0;
   if (trace_origin_ == nullptr) {
     CUDA_CHECK(cudaEventCreate(&trace_origin_));
@@ -133,7 +135,8 @@ OverlapFigures Tracer::flush_step() {
     for (PendingSlice& slice : pending_) {
       const double begin_us = step_offset_us + elapsed_us(step_origin, slice.begin);
       const double duration_us = elapsed_us(slice.begin, slice.end);
-      nlohmann::json args = slice.args.is_object() ? std::move(slice.args) : nlohmann::json::object();
+      nlohmann::json args = nlohmann::json::object();
+      for (const auto& [key, value] : slice.args) args[key] = value;
       args["step"] = step_;
       const bool is_comm = slice.track == TraceTrack::kComm;
       slices_.push_back({{"name", slice.name},

@@ -7,10 +7,14 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+// Declarations only: the full header costs 2-5 s of compile time in each of the ~30 translation units that
+// include this one (nvcc's among them); trace.cpp and the tests that read slices() include it.
+#include <nlohmann/json_fwd.hpp>
 
 namespace llmc {
 
@@ -37,11 +41,13 @@ OverlapFigures compute_overlap(const std::vector<TraceInterval>& compute,
 
 class Tracer;
 
+// A slice's arguments (e.g. {{"bucket", 3}, {"bytes", 14175744}}), written into its JSON "args" with the step.
+using TraceArgs = std::vector<std::pair<std::string, int64_t>>;
+
 // Runs `work` (which enqueues on `stream`) inside a named slice of `track`; without a tracer (null) or with a
 // disabled one nothing is recorded.
 template <class Work>
-void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* name, nlohmann::json args,
-            Work&& work);
+void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* name, TraceArgs args, Work&& work);
 
 class Tracer {
  public:
@@ -57,8 +63,7 @@ class Tracer {
 
   // Records a begin event on `stream` now (in stream order); args become the slice's "args"
   // (e.g. {"bucket", 3}, {"bytes", 14175744}, {"layer", 11}); the step number is added.
-  SliceId begin(cudaStream_t stream, TraceTrack track, std::string name,
-                nlohmann::json args = nlohmann::json::object());
+  SliceId begin(cudaStream_t stream, TraceTrack track, std::string name, TraceArgs args = {});
   // Records the end event of `slice` on `stream` (normally the stream that did the work).
   void end(SliceId slice, cudaStream_t stream);
 
@@ -72,14 +77,14 @@ class Tracer {
   // Writes every flushed slice as Chrome trace-event JSON, atomically (temp file + rename).
   void write(const std::string& path) const;
 
-  // The flushed slices ("ph":"X" events), for tests and summaries.
+  // The flushed slices ("ph":"X" events), for tests and summaries (their reader includes nlohmann/json.hpp).
   const std::vector<nlohmann::json>& slices() const { return slices_; }
 
  private:
   struct PendingSlice {
     TraceTrack track;
     std::string name;
-    nlohmann::json args;
+    TraceArgs args;
     cudaEvent_t begin = nullptr;
     cudaEvent_t end = nullptr;
   };
@@ -96,8 +101,7 @@ class Tracer {
 };
 
 template <class Work>
-void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* name, nlohmann::json args,
-            Work&& work) {
+void traced(Tracer* tracer, cudaStream_t stream, TraceTrack track, const char* name, TraceArgs args, Work&& work) {
   if (tracer == nullptr) {
     work();
     return;
