@@ -5,7 +5,8 @@
 
 add_library(llmc_generate STATIC llmc/generate/sampler.cpp llmc/generate/generation.cpp
             llmc/generate/model_source.cpp llmc/generate/generate_options.cpp)
-target_link_libraries(llmc_generate PUBLIC llmc_flags llmc_model llmc_train_utils llmc_tokenizer CLI11::CLI11)
+target_link_libraries(llmc_generate PUBLIC llmc_flags llmc_model llmc_train_utils llmc_tokenizer CLI11::CLI11
+                      llmc_command_line)
 
 set(LLMC_GENERATE_SOURCES generate_gpt2.cu llmc/generate/load_decoder.cu)
 set(LLMC_GENERATE_LIBS llmc_generate llmc_tokenizer nlohmann_json::nlohmann_json)

@@ -13,8 +13,8 @@ add_library(llmc_train_utils STATIC llmc/schedule/lr_schedule.cpp llmc/schedule/
   llmc/optim/zero_state.cpp llmc/checkpoint/checkpoint_reader.cpp llmc/checkpoint/checkpoint_writer.cpp llmc/train/stop_signals.cpp
   llmc/train/watchdog.cpp llmc/train/window_schedule.cpp llmc/train/loss_schedule.cpp llmc/train/batch_schedule.cpp
   llmc/train/recipe.cpp llmc/train/train_batches.cpp)
-target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_data llmc_model llmc_tokenizer
-                      llmc_checkpoint_files PRIVATE nlohmann_json::nlohmann_json)
+target_link_libraries(llmc_train_utils PUBLIC llmc_flags CLI11::CLI11 llmc_command_line llmc_data llmc_model
+                      llmc_tokenizer llmc_checkpoint_files PRIVATE nlohmann_json::nlohmann_json)
 # The trainer's samples (--sample-every) run the generation loop of llmc_generate (cmake/generate.cmake).
 add_library(llmc_train_samples STATIC llmc/train/samples.cpp)
 target_link_libraries(llmc_train_samples PUBLIC llmc_flags llmc_generate llmc_tokenizer)

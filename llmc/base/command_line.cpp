@@ -43,13 +43,15 @@ void CommandLine::flag(const std::string& names, bool& value, const std::string&
   app_->add_flag(names, value, help);
 }
 
-int CommandLine::parse(int argc, char** argv) {
+int parse_command_line(CLI::App& app, int argc, char** argv) {
   try {
-    app_->parse(argc, argv);
+    app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app_->exit(error);
+    return app.exit(error);
   }
   return -1;
 }
+
+int CommandLine::parse(int argc, char** argv) { return parse_command_line(*app_, argc, argv); }
 
 }  // namespace llmc

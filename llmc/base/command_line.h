@@ -13,6 +13,10 @@ class App;
 
 namespace llmc {
 
+// Parses argv with `app`: -1 to go on; else the exit status after --help (0) or the error was printed. For
+// programs whose options are defined on a CLI::App elsewhere (train_gpt2, generate_gpt2).
+int parse_command_line(CLI::App& app, int argc, char** argv);
+
 class CommandLine {
  public:
   explicit CommandLine(const std::string& about);  // --help's first line

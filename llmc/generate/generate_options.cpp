@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "llmc/base/command_line.h"
 #include "llmc/tokenizer/bpe_vocab.h"
 
 namespace llmc {
@@ -12,12 +13,7 @@ namespace llmc {
 int parse_generate_command_line(int argc, char** argv, const std::string& about, GenerateOptions& options) {
   CLI::App app{about};
   add_generate_options(app, options);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error);
-  }
-  return -1;
+  return parse_command_line(app, argc, argv);
 }
 
 void add_generate_options(CLI::App& app, GenerateOptions& o) {

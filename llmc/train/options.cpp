@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/base/command_line.h"
 #include "llmc/tokenizer/bpe_vocab.h"
 #include "llmc/train/recipe.h"
 #include "llmc/train/stop_signals.h"
@@ -259,13 +260,9 @@ int parse_train_command_line(int argc, char** argv, const std::string& about, Tr
                              std::string& config) {
   CLI::App app{about};
   add_train_options(app, options);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error);
-  }
-  config = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
-  return -1;
+  const int exit_status = parse_command_line(app, argc, argv);
+  if (exit_status < 0) config = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
+  return exit_status;
 }
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
