@@ -58,6 +58,9 @@ foreach(target IN ITEMS kernels_fp32_emu kernels_fp32_cuda)
   if(TARGET ${target})
     target_compile_definitions(${target} PRIVATE LLMC_FP32)
   endif()
+  if(target STREQUAL "kernels_fp32_emu")
+    target_compile_definitions(${target} PRIVATE LLMC_KERNEL_MUTANTS)  # the mutation tests' binary (below)
+  endif()
 endforeach()
 # The emulated kernel tests share their heaviest headers (GoogleTest, the emulated CUDA runtime through the
 # test helpers): parsed once per binary instead of once per test file (docs/testing.md#budget).
@@ -71,22 +74,13 @@ endforeach()
 llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
   SOURCES test/kernels/mutants/test_mutants.cu LIBS llmc_reference)
 
-# Mutation tests: the speedrun and 2026-07-17 kernel tests and the GPT-2 ones whose kernels have mutant sites once more,
-# emulated in fp32 with LLMC_KERNEL_MUTANTS, so that LLMC_MUTANT(...) sites in llmc/kernels can be switched
-# to a plausible bug one at a time; the driver expects the named tests to fail under each mutant and to
-# pass without one.
-llmc_emu_wrap_sources(llmc_kernel_mutant_sources kernel_mutants_fp32_emu ${LLMC_SPEEDRUN_KERNEL_TEST_SOURCES}
-                      ${LLMC_MODDED89_KERNEL_TEST_SOURCES}
-                      test/kernels/test_encoder.cu test/kernels/test_layernorm.cu test/kernels/test_bias_grad.cu
-                      test/kernels/test_classifier.cu test/kernels/test_global_norm.cu test/kernels/test_adamw.cu)
-add_executable(kernel_mutants_fp32_emu ${llmc_kernel_mutant_sources})
-target_link_libraries(kernel_mutants_fp32_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
-target_compile_definitions(kernel_mutants_fp32_emu PRIVATE LLMC_FP32 LLMC_KERNEL_MUTANTS)
-target_precompile_headers(kernel_mutants_fp32_emu PRIVATE <gtest/gtest.h> "${CMAKE_SOURCE_DIR}/test/support/gpu_test.h"
-                          "${CMAKE_SOURCE_DIR}/test/support/kernel_test_utils.h")
+# Mutation tests: the emulated fp32 kernel tests are built with LLMC_KERNEL_MUTANTS (above), so that each
+# LLMC_MUTANT(...) site in llmc/kernels can be switched to a plausible bug at run time (LLMC_KERNEL_MUTANT=name;
+# off otherwise); the driver expects the named tests to fail under each mutant and to pass without one. (A
+# separate binary compiled 25 of the same test files again: 72 s of CI's build.)
 add_test(NAME kernels_mutants_emu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/kernels/run_kernel_mutants.py
-          --binary $<TARGET_FILE:kernel_mutants_fp32_emu> --kernels ${CMAKE_SOURCE_DIR}/llmc/kernels)
+          --binary $<TARGET_FILE:kernels_fp32_emu> --kernels ${CMAKE_SOURCE_DIR}/llmc/kernels)
 set_tests_properties(kernels_mutants_emu PROPERTIES LABELS kernels TIMEOUT 300)
 
 # Per-kernel timing at a chosen model size (bench_kernels on a GPU, bench_kernels_emu on the CPU).

@@ -1,5 +1,5 @@
 // LLMC_MUTANT(name, correct, mutant): a plausible bug that the kernel tests must catch (mutation testing).
-// It is `correct` in every build except the emulated kernel-mutant test binary (LLMC_KERNEL_MUTANTS,
+// It is `correct` in every build except the emulated fp32 kernel tests, kernels_fp32_emu (LLMC_KERNEL_MUTANTS,
 // cmake/kernels.cmake), where it becomes `mutant` when the environment variable LLMC_KERNEL_MUTANT
 // equals `name`; test/kernels/run_kernel_mutants.py then expects the named tests to fail.
 #pragma once

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Mutation tests of the kernels: runs the kernel-mutant test binary (the speedrun kernel tests and those of
-the GPT-2 kernels with mutant sites, built with LLMC_KERNEL_MUTANTS, emulated fp32) once with no mutant, where the tests must pass, and once per
+"""Mutation tests of the kernels: runs the emulated fp32 kernel tests (kernels_fp32_emu, built with
+LLMC_KERNEL_MUTANTS) on the tests that guard a mutant site, once with no mutant, where they must pass, and once per
 mutant (LLMC_KERNEL_MUTANT=name, one plausible bug switched on in llmc/kernels), where the tests that guard
 that kernel must fail. Also checks that every LLMC_MUTANT site in the kernel sources has an entry here.
 Exit 0 when every mutant is caught, 1 otherwise.
@@ -76,7 +76,7 @@ def run(binary, gtest_filter, mutant):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--binary", required=True, help="the kernel-mutant test binary")
+    parser.add_argument("--binary", required=True, help="kernels_fp32_emu (the kernel tests built with LLMC_KERNEL_MUTANTS)")
     parser.add_argument("--kernels", required=True, help="llmc/kernels, to find every LLMC_MUTANT site")
     args = parser.parse_args()
     ok = True
