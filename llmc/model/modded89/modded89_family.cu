@@ -153,8 +153,8 @@ Modded89AttentionState Modded89Model::attention_state() const {
 
 void Modded89Model::set_attention_state(const Modded89AttentionState& state) {
   YarnState yarn = initial_yarn(layout_.config);
-  for (const YarnChange& change : state.yarn_changes) yarn.apply(change.old_blocks, change.new_blocks,
-                                                                  layout_.config.window_block);
+  for (const YarnChange& change : state.yarn_changes)
+    yarn.apply(change.old_blocks, change.new_blocks, layout_.config.window_block);
   set_windows(state.short_window, state.long_window);
   yarn_ = std::move(yarn);
   yarn_changes_ = state.yarn_changes;

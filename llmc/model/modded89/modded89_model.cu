@@ -344,7 +344,8 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
   set_sign_table(std::vector<float>(static_cast<size_t>(kBigramSignRows) * config.channels(), 1.0f));
   set_prefix_table({});
   apply_yarn_state();
-  set_windows(config.window_block, 3 * config.window_block);
+  const Modded89AttentionState first = modded89_first_attention_state(config);
+  set_windows(first.short_window, first.long_window);
 }
 
 // The record's start: frequencies (1/1024)^(m / (D/4 - 1)) in double, rounded once (the double model's; the record's
