@@ -6,7 +6,6 @@ add_library(llmc_model STATIC
   llmc/model/gpt2/gpt2_config.cpp
   llmc/family/param_layout.cpp
   llmc/family/tensor_file.cpp
-  llmc/family/recompute_decoder.cpp
   llmc/model/gpt2/gpt2_layout.cpp
   llmc/model/gpt2/gpt2_init.cpp
   llmc/model/gpt2/gpt2_model_file.cpp

@@ -26,7 +26,7 @@ target_include_directories(llmc_build_commit PRIVATE ${CMAKE_SOURCE_DIR})
 # samples and ./generate_gpt2 both use it.
 set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2/gpt2.cu llmc/model/gpt2/gpt2_family.cu llmc/model/gpt2/gpt2_decoder.cu
     llmc/model/modded44/speedrun_model.cu llmc/model/modded44/speedrun_family.cu llmc/model/modded89/modded89_model.cu
-    llmc/model/modded89/modded89_family.cu
+    llmc/model/modded89/modded89_family.cu llmc/model/modded89/modded89_decoder.cu
     llmc/cuda/device_arena.cu llmc/family/loss_means.cu
     llmc/train/run_info.cu llmc/model/registry.cpp)
 # The optimizer library also holds the training step that drives model and optimizer (train_step.cu). The

@@ -17,13 +17,16 @@ namespace llmc {
 
 constexpr int kBigramSignRows = 8192;  // a power of two: mod is a mask
 
-__host__ __device__ __forceinline__ int bigram_sign_row(const int* tokens, int t) {
-  return t == 0 ? 0 : (LLMC_MUTANT("bigram_sign.current_token_only", tokens[t - 1] ^ tokens[t], tokens[t])) &
-                          (kBigramSignRows - 1);
+// continues: tokens[-1] is the previous token (a KV cache's continuation), which row 0 pairs with.
+__host__ __device__ __forceinline__ int bigram_sign_row(const int* tokens, int t, bool continues) {
+  return t == 0 && !continues ? 0
+                              : (LLMC_MUTANT("bigram_sign.current_token_only", tokens[t - 1] ^ tokens[t], tokens[t])) &
+                                    (kBigramSignRows - 1);
 }
 
 template <typename Tx>
-__global__ void bigram_sign_kernel(Tx* out, const Tx* in, const int* tokens, const Tx* signs, int T, int C) {
+__global__ void bigram_sign_kernel(Tx* out, const Tx* in, const int* tokens, const Tx* signs, int T, int C,
+                                   bool continues) {
   using Packet = Packed128<Tx>;
   const int packets_per_row = C / Packet::size;
   const size_t total = static_cast<size_t>(T) * packets_per_row;
@@ -31,7 +34,7 @@ __global__ void bigram_sign_kernel(Tx* out, const Tx* in, const int* tokens, con
   for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < total; p += stride) {
     const int t = static_cast<int>(p / packets_per_row), column = static_cast<int>(p % packets_per_row) * Packet::size;
     const Packet x = load128(in + static_cast<size_t>(t) * C + column);
-    const Packet s = load128(signs + static_cast<size_t>(bigram_sign_row(tokens, t)) * C + column);
+    const Packet s = load128(signs + static_cast<size_t>(bigram_sign_row(tokens, t, continues)) * C + column);
     Packet y;
     for (int j = 0; j < Packet::size; j++) y[j] = from_float<Tx>(to_float(x[j]) * to_float(s[j]));
     store128(out + static_cast<size_t>(t) * C + column, y);
@@ -39,9 +42,10 @@ __global__ void bigram_sign_kernel(Tx* out, const Tx* in, const int* tokens, con
 }
 
 // out (T, C) = in (T, C) times the sign rows (signs: kBigramSignRows x C of +-1); tokens (T, non-negative) on
-// the device. out may alias in. Forward and backward alike.
+// the device. out may alias in. Forward and backward alike. continues: tokens[-1] is the token before row 0's (a KV
+// cache's continuation).
 inline void bigram_sign(floatX* out, const floatX* in, const int* tokens, const floatX* signs, int T, int C,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, bool continues = false) {
   require_packets<floatX>("bigram_sign", "C", C);
   require_aligned16("bigram_sign", {out, in, signs});
   if (T < 0) throw std::invalid_argument("bigram_sign: negative row count");
@@ -52,7 +56,7 @@ inline void bigram_sign(floatX* out, const floatX* in, const int* tokens, const 
   const double tc = static_cast<double>(T) * C, sign_rows = std::min(T, kBigramSignRows);
   const KernelCost cost{(2.0 * tc + sign_rows * C) * sizeof(floatX) + 4.0 * T, tc};
   LLMC_LAUNCH_COSTED(cost, bigram_sign_kernel<floatX>, dim3(elementwise_grid(packets, kBlock)), dim3(kBlock), 0, stream,
-                     out, in, tokens, signs, T, C);
+                     out, in, tokens, signs, T, C, continues);
 }
 
 }  // namespace llmc

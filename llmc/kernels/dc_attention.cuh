@@ -34,6 +34,9 @@ struct DcInputs {
   const int* doc_start = nullptr;  // (T): the first position of t's document
   int T = 0, H = 0, D = 0, window = 0;
   float attn_scale = 0.0f;
+  // dc_forward's queries are rows [first_row, T): the earlier rows are keys and values only (a KV cache's
+  // earlier tokens). The backward needs 0.
+  int first_row = 0;
 };
 
 namespace detail {
@@ -107,7 +110,7 @@ template <typename Tx>
 __global__ void dc_forward_kernel(Tx* out, const Tx* y, int y_stride, float* lse, DcInputs in) {
   __shared__ float P[kDcMaxHeads][kDcMaxWindow];
   __shared__ float A[kDcMaxWindow];
-  const int t = blockIdx.x, keys = detail::dc_key_count(in, t);
+  const int t = in.first_row + blockIdx.x, keys = detail::dc_key_count(in, t);
   detail::dc_probabilities(P, in, t, keys, nullptr, lse + static_cast<size_t>(t) * in.H);
   detail::dc_mix(A, P, in, t, keys);
   for (int h = 0; h < in.H; h++) {
@@ -297,14 +300,18 @@ inline void check_dc(const char* launcher, const DcInputs& in) {
   if (in.q_stride < in.H * in.D || in.k_stride < in.H * in.D || in.v_stride < in.H * in.D || in.w_stride < in.H)
     throw std::invalid_argument(where + "rows must hold H heads of D (and H weights)");
   if (in.doc_start == nullptr) throw std::invalid_argument(where + "no document starts");
+  if (in.first_row < 0 || (in.T > 0 && in.first_row >= in.T))
+    throw std::invalid_argument(where + "first_row " + std::to_string(in.first_row) + " outside [0, T)");
 }
 
 // `rows` (T, H D) tensors read or written once (an accumulated one counts twice), the lse and the mixing
 // weights; flops_per_pair per (query, key, head), over the window's pairs before the document cuts.
+// From first_row on (the earlier rows' keys and values counted once each).
 inline KernelCost dc_cost(const DcInputs& in, int rows, double flops_per_pair) {
-  const double head_rows = static_cast<double>(in.T) * in.H;
-  return KernelCost{rows * head_rows * in.D * sizeof(floatX) + head_rows * (8.0 + 2.0 * sizeof(floatX)),
-                    causal_window_pairs(in.T, in.window) * in.H * flops_per_pair};
+  const double head_rows = static_cast<double>(in.T - in.first_row) * in.H, key_rows = 2.0 * in.first_row * in.H;
+  const double pairs = causal_window_pairs(in.T, in.window) - causal_window_pairs(in.first_row, in.window);
+  return KernelCost{(rows * head_rows + key_rows) * in.D * sizeof(floatX) + head_rows * (8.0 + 2.0 * sizeof(floatX)),
+                    pairs * in.H * flops_per_pair};
 }
 }  // namespace detail
 
@@ -318,7 +325,8 @@ inline void dc_forward(floatX* out, const floatX* y, int y_stride, float* lse, c
   detail::check_dc("dc_forward", in);
   if (in.T == 0) return;
   LLMC_LAUNCH_COSTED(detail::dc_cost(in, 5, 4.0 * in.D + 3.0), dc_forward_kernel<floatX>,
-                     dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, out, y, y_stride, lse, in);
+                     dim3(static_cast<unsigned>(in.T - in.first_row)), dim3(kDcBlock), 0, stream, out, y, y_stride, lse,
+                     in);
 }
 
 // From dy (the gradient of out; y's own gradient is dy itself): dq, dk, dv accumulated (rows at their
@@ -327,6 +335,7 @@ inline void dc_backward(floatX* dq, int dq_stride, floatX* dk, int dk_stride, fl
                         float* dw2, float* delta, const floatX* dy, int dy_stride, const float* lse, const DcInputs& in,
                         cudaStream_t stream) {
   detail::check_dc("dc_backward", in);
+  if (in.first_row != 0) throw std::invalid_argument("dc_backward: first_row must be 0");
   if (in.T == 0) return;
   LLMC_LAUNCH_COSTED(detail::dc_cost(in, 6, 6.0 * in.D + 6.0), dc_backward_query_kernel<floatX>,
                      dim3(static_cast<unsigned>(in.T)), dim3(kDcBlock), 0, stream, dq, dq_stride, dw1, dw2, delta, dy,

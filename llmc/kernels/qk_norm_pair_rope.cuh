@@ -28,6 +28,9 @@ struct PairRopeLayout {
   // The row's heads from this one on are k heads; -1: the second half (rows of q heads, then k heads). 0 lets
   // a launch over k heads alone (rows of a separate k buffer) apply the key offset to all of them.
   int first_key_head = -1;
+  // inp's row 0 is this row of the sequence (a KV cache's continuation): positions count from it, and from a row
+  // after the first, row 0's key offset reads the row before inp. Forward only.
+  int first_row = 0;
 };
 
 namespace detail {
@@ -45,7 +48,7 @@ struct PairRopeHead {
       : t(head_row / heads), h(head_row % heads) {
     offset = layout.key_offset && h >= (layout.first_key_head < 0 ? heads / 2 : layout.first_key_head);
     x = inp + static_cast<size_t>(t) * in_stride + static_cast<size_t>(h) * D;
-    const size_t position = static_cast<size_t>(t) * layout.position_step + h % layout.position_step;
+    const size_t position = static_cast<size_t>(t + layout.first_row) * layout.position_step + h % layout.position_step;
     cos_row = cos_table + position * layout.pairs;
     sin_row = sin_table + position * layout.pairs;
   }
@@ -75,7 +78,7 @@ __global__ void qk_norm_pair_rope_forward_kernel(Tx* out, int out_stride, const 
   const bool valid = head_row < T * heads;
   const detail::PairRopeHead<Tx> head(inp, in_stride, cos_table, sin_table, valid ? head_row : 0, heads, D, layout);
   const float r = rsqrtf(detail::head_sum_squares(head.x, D, lane, group, valid) / D + kRmsNormEps);
-  const bool from_previous = head.offset && head.t > 0;
+  const bool from_previous = head.offset && (head.t > 0 || layout.first_row > 0);
   const Tx* previous = from_previous ? head.x - in_stride : head.x;
   const float r_previous =
       rsqrtf(detail::head_sum_squares(previous, D, lane, group, valid && from_previous) / D + kRmsNormEps);
@@ -236,6 +239,7 @@ inline void qk_norm_pair_rope_backward(floatX* dinp, int dinp_stride, const floa
   require_aligned16(name, {dinp, dout, inp, cos_table, sin_table});
   if (layout.key_offset && dinp == dout)
     throw std::invalid_argument(std::string(name) + ": key_offset cannot run in place");
+  if (layout.first_row != 0) throw std::invalid_argument(std::string(name) + ": a continuation has no backward");
   if (T <= 0 || heads <= 0) return;
   const long long threads = static_cast<long long>(T) * heads * group;
   LLMC_LAUNCH_COSTED(detail::pair_rope_cost(T, heads, D, layout, 3, 7.0 * D),

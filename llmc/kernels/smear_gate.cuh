@@ -31,14 +31,15 @@ __device__ __forceinline__ float smear_gate_value(const Tx* e_row, const Tx* w, 
 // One warp per row.
 template <typename Tx>
 __global__ void smear_forward_kernel(Tx* out, const Tx* e, const Tx* w, const float* scalars, int lambda_index, int T,
-                                     int C) {
+                                     int C, bool continues) {
   using Packet = Packed128<Tx>;
   const int lane = threadIdx.x % kWarpSize;
   const int t = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (t >= T) return;
   const Tx* row = e + static_cast<size_t>(t) * C;
-  const float mix = t > 0 ? scalars[lambda_index] * smear_gate_value(row, w, lane) : 0.0f;
-  const Tx* previous = t > 0 ? row - C : row;
+  const bool has_previous = t > 0 || continues;
+  const float mix = has_previous ? scalars[lambda_index] * smear_gate_value(row, w, lane) : 0.0f;
+  const Tx* previous = has_previous ? row - C : row;
   for (int p = lane; p < C / Packet::size; p += kWarpSize) {
     const Packet x = load128(row + p * Packet::size), prev = load128(previous + p * Packet::size);
     Packet result;
@@ -121,16 +122,17 @@ inline void check_smear_args(const char* launcher, int C, std::initializer_list<
 }  // namespace detail
 
 // out (T, C) = the smear of e (T, C) with gate weights w (12) and lambda = scalars[lambda_index] (device).
-// out must not alias e (row t reads row t-1).
+// out must not alias e (row t reads row t-1). continues: the row before e's first is the previous token's (a KV
+// cache's continuation), which row 0 smears in.
 inline void smear_forward(floatX* out, const floatX* e, const floatX* w, const float* scalars, int lambda_index, int T,
-                          int C, cudaStream_t stream) {
+                          int C, cudaStream_t stream, bool continues = false) {
   detail::check_smear_args("smear_forward", C, {out, e});
   if (T <= 0) return;
   const int rows_per_block = kSmearBlock / kWarpSize;
   const double elements = static_cast<double>(T) * C;  // e read, out written; the gate's 12-dot and sigmoid
   LLMC_LAUNCH_COSTED((KernelCost{2.0 * elements * sizeof(floatX), 3.0 * elements + 30.0 * T}),
                      smear_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(T, rows_per_block))),
-                     dim3(kSmearBlock), 0, stream, out, e, w, scalars, lambda_index, T, C);
+                     dim3(kSmearBlock), 0, stream, out, e, w, scalars, lambda_index, T, C, continues);
 }
 
 inline size_t smear_backward_scratch_floats(int T) {

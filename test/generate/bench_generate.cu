@@ -1,7 +1,8 @@
 // Generation benchmark at batch 1 (default GPT-2 d12 with random weights): per new token, the bytes the
 // KV-cache decoder reads, its FLOPs and kernel launches at several context lengths, and the time at the
 // H200's ceilings (4.3 TB/s, 790 TFLOP/s); on a GPU (or with --run) it also times a prefill and the
-// decoding of --new-tokens tokens through the real generation loop (host sampling included).
+// decoding of --new-tokens tokens through the real generation loop (host sampling included). With
+// --model modded89 (the 2026-07-17 model): the launchers' own counts of a decode step, nothing executed.
 
 #include <algorithm>
 #include <chrono>
@@ -12,12 +13,16 @@
 #include <vector>
 
 #include "llmc/base/command_line.h"
+#include "llmc/base/launch_observer.h"
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/precision.h"
 #include "llmc/generate/generation.h"
 #include "llmc/model/gpt2/gpt2_config.h"
 #include "llmc/model/gpt2/gpt2_decoder.h"
 #include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/model/modded89/modded89_config.h"
+#include "llmc/model/modded89/modded89_decoder.h"
+#include "llmc/model/modded89/modded89_model.h"
 
 using namespace llmc;
 
@@ -62,6 +67,89 @@ void print_accounting(const GPT2Config& config, size_t parameters, const std::ve
                 cost.cache_bytes / 1e6, cost.bytes() / 1e6, cost.flops / 1e9, cost.launches + cost.copies,
                 1e6 * cost.bytes() / kH200Bandwidth, 1e6 * cost.flops / kH200Bf16Flops, 1.0 / cost.ceiling_seconds());
   }
+}
+
+// Tallies what is enqueued while it is active, from the launchers' own costs; runs only the copies (the host reads
+// the logits back), or nothing is tallied and only the copies run (a prefill that sets up the cache's rows).
+class DecodeCounter : public LaunchObserver {
+ public:
+  explicit DecodeCounter(bool tally) : tally_(tally) {}
+  bool before_launch(const LaunchRecord& record) override {
+    const bool copy = record.kind == LaunchKind::kCopy;
+    if (tally_) {
+      (copy ? cost.copies : cost.launches) += 1;
+      if (record.cost.known()) {
+        (copy ? cost.other_bytes : cost.weight_bytes) += record.cost.bytes;
+        cost.flops += std::max(record.cost.flops, 0.0);
+      } else if (!copy) {
+        unaccounted++;
+      }
+    }
+    return copy;
+  }
+  TokenCost cost{0.0, 0.0, 0.0, 0.0, 0, 0};  // weight_bytes: the kernels' and GEMMs' bytes, other_bytes: copies'
+  int unaccounted = 0;
+
+ private:
+  bool tally_;
+};
+
+void print_modded89_row(const char* what, int context, const DecodeCounter& counter) {
+  const TokenCost& c = counter.cost;
+  std::printf("%-10s %8d %12.2f %12.4f %9d %12.2f %12.3f %14.0f %12d\n", what, context, c.bytes() / 1e6, c.flops / 1e9,
+              c.launches, 1e6 * c.bytes() / kH200Bandwidth, 1e6 * c.flops / kH200Bf16Flops, 1.0 / c.ceiling_seconds(),
+              counter.unaccounted);
+}
+
+// The 2026-07-17 model at generate_gpt2's context (2,048 positions), the windows of the record's final validation
+// (6 and 20 blocks): a decode step of the KV cache (Modded89Decoder) after t - 1 tokens, and the whole forward
+// over the context that each step cost without a cache, as its launchers account them (nothing executed).
+void print_modded89_accounting(const std::string& name, const std::vector<int>& contexts) {
+  const Modded89Config config = modded89_config_from_name(name);
+  const int length = std::min(config.max_seq_len, 2048);
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  auto model = std::make_shared<Modded89Model>(config, 1, length, 1, stream, /*bos_token=*/config.vocab_size);
+  model->set_windows(6 * config.window_block, 20 * config.window_block);
+  Modded89Decoder decoder(std::shared_ptr<Modded89Model>(model.get(), [](Modded89Model*) {}));
+  std::printf(
+      "# per new token at batch 1, %s %s, attention short %d long %d tokens: the launchers' counts, nothing "
+      "executed\n",
+      describe_modded89_config(config).c_str(), kPrecisionName, 6 * config.window_block, 20 * config.window_block);
+  std::printf("%-10s %8s %12s %12s %9s %12s %12s %14s %12s\n", "decoder", "context", "total_MB", "GFLOP", "launches",
+              "us@4.3TB/s", "us@790TF/s", "ceiling_tok/s", "unaccounted");
+  const std::vector<int32_t> tokens(static_cast<size_t>(length), std::min(464, config.vocab_size - 1));
+  std::vector<float> logits;
+  for (int t : contexts) {
+    if (t < 1 || t > length)
+      throw std::invalid_argument("--contexts: " + std::to_string(t) + " outside [1, " + std::to_string(length) + "]");
+    decoder.reset();
+    if (t > 1) {
+      DecodeCounter prefill(/*tally=*/false);
+      ScopedLaunchObserver scope(&prefill);
+      decoder.forward(tokens.data(), t - 1, logits);
+    }
+    DecodeCounter step(/*tally=*/true);
+    {
+      ScopedLaunchObserver scope(&step);
+      decoder.forward(tokens.data() + t - 1, 1, logits);
+    }
+    print_modded89_row("kv_cache", t, step);
+  }
+  DecodeCounter whole(/*tally=*/true);
+  {
+    ScopedLaunchObserver scope(&whole);
+    std::vector<float> last(static_cast<size_t>(model->context_vocab_size()));
+    model->context_logits(tokens.data(), length - 1, 1, last.data());
+  }
+  print_modded89_row("recompute", length, whole);
+  std::printf(
+      "# recompute: the whole %d-position forward that each token cost before the KV cache, at every context "
+      "(the head over the last row only: a lower bound)\n# launches: kernels and GEMMs; the token and logits "
+      "copies come on top\n",
+      length);
+  model.reset();  // before its stream
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 bool gpu_present() {
@@ -120,13 +208,18 @@ int main(int argc, char** argv) {
   std::string model = "d12", contexts = "64,256,512,1024";
   int prompt_tokens = 64, new_tokens = 256;
   bool run = false;
-  app.option("--model", model, "preset shape (random weights)");
+  app.option("--model", model, "preset shape (random weights); modded89: the 2026-07-17 model's counts only");
   app.option("--prompt-tokens", prompt_tokens, "prefill length of the timed run");
   app.option("--new-tokens", new_tokens, "decode steps of the timed run");
   app.option("--contexts", contexts, "context lengths of the accounting rows");
   app.flag("--run", run, "run the decoder even without a GPU (emulated: a smoke test, not a timing)");
   if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   try {
+    if (model.rfind("modded89", 0) == 0) {
+      if (run) throw std::invalid_argument("--run times the GPT-2 decoder only");
+      print_modded89_accounting(model, parse_list(contexts));
+      return 0;
+    }
     const GPT2Config config = config_from_name(model);
     const GPT2Layout layout = make_param_layout(config, 1);
     print_accounting(config, layout.num_parameters, parse_list(contexts));

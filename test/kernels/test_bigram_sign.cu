@@ -1,6 +1,6 @@
 // Kernel tests of the bigram sign trick (llmc/kernels/bigram_sign.cuh): every row multiplied by the sign row
-// its token pair selects (row 0 at the first position), exactly (a product with +-1), also in place, and the
-// launcher's checks. Built for fp32 and bf16, emulated and on a GPU.
+// its token pair selects (row 0 at the first position), exactly (a product with +-1), also in place and as a KV
+// cache's continuation, and the launcher's checks. Built for fp32 and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -41,6 +41,11 @@ TEST(BigramSignKernel, EachRowTimesTheSignRowOfItsTokenPair) {
           in[static_cast<size_t>(t) * C + c] * signs[static_cast<size_t>(row) * C + c];
   }
   EXPECT_EQ(d_out.download(), want);  // exact
+  const int first = 5;                // a KV cache's continuation: row 0 pairs with the token before it
+  DeviceBuffer<floatX> d_rows(in.size() - static_cast<size_t>(first) * C);
+  llmc::bigram_sign(d_rows.get(), d_in.get() + static_cast<size_t>(first) * C, d_tokens.get() + first, d_signs.get(),
+                    T - first, C, nullptr, /*continues=*/true);
+  EXPECT_EQ(d_rows.download(), std::vector<double>(want.begin() + static_cast<std::ptrdiff_t>(first) * C, want.end()));
   llmc::bigram_sign(d_in.get(), d_in.get(), d_tokens.get(), d_signs.get(), T, C, nullptr);
   EXPECT_EQ(d_in.download(), want);
 }

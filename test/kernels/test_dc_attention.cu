@@ -82,6 +82,30 @@ TEST(DcAttentionKernel, ForwardMatchesReferenceInPlace) {
   EXPECT_TRUE(all_close(device.y.download(), data.reference(), tolerance(2, data.kWindow + data.D + 8)));
 }
 
+// A KV cache's continuation (first_row 23, inside the second document): rows 23.. are the whole run's bitwise (the
+// same block per query), the rows before it and their lse untouched.
+TEST(DcAttentionKernel, ContinuationComputesItsRowsOnly) {
+  LLMC_REQUIRE_GPU();
+  DcData data;
+  DeviceDc whole(data), continued(data);
+  DeviceBuffer<floatX> out(data.y.size());
+  out.upload(data.y);
+  llmc::dc_forward(whole.y.get(), whole.y.get(), data.C, whole.lse.get(), whole.in, nullptr);
+  const int first = 23;
+  continued.in.first_row = first;
+  continued.lse.upload(std::vector<double>(continued.lse.size(), -7.0));
+  llmc::dc_forward(out.get(), continued.y.get(), data.C, continued.lse.get(), continued.in, nullptr);
+  const std::vector<double> got = out.download(), want = whole.y.download(), lse = continued.lse.download(),
+                            whole_lse = whole.lse.download();
+  const size_t split = static_cast<size_t>(first) * data.C;
+  for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], i < split ? data.y[i] : want[i]) << i;
+  for (size_t i = 0; i < lse.size(); i++)
+    ASSERT_EQ(lse[i], i < static_cast<size_t>(first) * data.H ? -7.0 : whole_lse[i]) << i;
+  continued.in.first_row = data.T;
+  EXPECT_THROW(llmc::dc_forward(out.get(), continued.y.get(), data.C, continued.lse.get(), continued.in, nullptr),
+               std::invalid_argument);
+}
+
 TEST(DcAttentionKernel, BackwardMatchesCentralDifferencesAndRepeatsBitwise) {
   LLMC_REQUIRE_GPU();
   DcData data;

@@ -84,6 +84,18 @@ TEST(QkNormPairRope, ForwardMatchesReference) {
                                     d_cos.get(), d_sin.get(), T, data.kHeads, data.D, layout, nullptr);
     // A sum of D squares, the scale and a rotation in fp32, one rounding.
     EXPECT_TRUE(all_close(d_out.download(), data.reference(data.heads(), layout), tolerance(1, data.D + 8)));
+    // A KV cache's continuation from row 3 (positions from 3; the key offset reads row 2): the whole run's rows
+    // bitwise.
+    const int first = 3, width = data.kHeads * data.D;
+    llmc::PairRopeLayout continued = layout;
+    continued.first_row = first;
+    DeviceBuffer<floatX> d_rows(static_cast<size_t>(T - first) * width);
+    llmc::qk_norm_pair_rope_forward(d_rows.get(), width, d_qkv.get() + static_cast<size_t>(first) * data.kStride,
+                                    data.kStride, d_rstd.get(), d_cos.get(), d_sin.get(), T - first, data.kHeads,
+                                    data.D, continued, nullptr);
+    const std::vector<floatX> rows = d_rows.download_raw(), whole = d_out.download_raw();
+    for (size_t i = 0; i < rows.size(); i++)
+      ASSERT_EQ(llmc::to_float(rows[i]), llmc::to_float(whole[static_cast<size_t>(first) * width + i])) << i;
   }
 }
 

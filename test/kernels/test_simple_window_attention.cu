@@ -2,7 +2,8 @@
 // attention for the fp32 build and head sizes other than 128: out, lse, dq, dk, dv against the double
 // reference of the window attention (test/reference/window_attention_reference.h) for random document
 // packings, windows from 0 to beyond T, head sizes 8..128 and fused or separate q/k/v layouts; the
-// backward run twice agrees bitwise. Built for fp32 and bf16, emulated and on a GPU.
+// backward run twice agrees bitwise; a KV cache's continuation (first_row) gives the whole run's rows. Built for fp32
+// and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -113,6 +114,23 @@ void check_case(const Case& c, uint32_t seed) {
   d_dout.upload(dout);
   const sa::Problem problem{c.T, c.heads, c.D, d_cu.get(), static_cast<int>(cu.size()) - 1, c.window, c.scale};
   sa::forward(d_out.get(), d_lse.get(), slice(d_in, 0), slice(d_in, 1), slice(d_in, 2), stride, problem, nullptr);
+  {  // a KV cache's continuation: rows T/2.. bitwise the whole run's (the same thread per row), the others untouched
+    sa::Problem continued = problem;
+    continued.first_row = c.T / 2;
+    DeviceBuffer<floatX> d_rows(n);
+    DeviceBuffer<float> d_rows_lse(d_lse.size());
+    d_rows.upload(std::vector<double>(n, 5.0));
+    d_rows_lse.upload(std::vector<double>(d_lse.size(), 5.0));
+    sa::forward(d_rows.get(), d_rows_lse.get(), slice(d_in, 0), slice(d_in, 1), slice(d_in, 2), stride, continued,
+                nullptr);
+    const std::vector<floatX> rows = d_rows.download_raw(), whole = d_out.download_raw();
+    const std::vector<double> rows_lse = d_rows_lse.download(), whole_lse = d_lse.download();
+    const size_t split = static_cast<size_t>(continued.first_row) * row;
+    for (size_t i = 0; i < n; i++)
+      ASSERT_EQ(llmc::to_float(rows[i]), i < split ? 5.0f : llmc::to_float(whole[i])) << "continuation element " << i;
+    for (size_t i = 0; i < rows_lse.size(); i++)
+      ASSERT_EQ(rows_lse[i], static_cast<int>(i % c.T) < continued.first_row ? 5.0 : whole_lse[i]) << "lse " << i;
+  }
   std::vector<floatX> first_bits;
   for (int run = 0; run < 2; run++) {
     for (auto& buffer : d_grad) buffer->fill_nan();
@@ -192,6 +210,13 @@ TEST(SimpleAttentionKernel, RejectsBadArguments) {
   problem.window = 2;
   EXPECT_THROW(sa::forward(buffer.get(), lse.get(), buffer.get(), buffer.get(), buffer.get(), 8, problem, nullptr),
                std::invalid_argument);  // stride below heads * D
+  problem.first_row = 4;                // no row left to compute
+  EXPECT_THROW(sa::forward(buffer.get(), lse.get(), buffer.get(), buffer.get(), buffer.get(), 16, problem, nullptr),
+               std::invalid_argument);
+  problem.first_row = 1;  // the backward needs every row
+  EXPECT_THROW(sa::backward(buffer.get(), buffer.get(), buffer.get(), 16, lse.get(), buffer.get(), buffer.get(),
+                            lse.get(), buffer.get(), buffer.get(), buffer.get(), 16, problem, nullptr),
+               std::invalid_argument);
 }
 
 }  // namespace

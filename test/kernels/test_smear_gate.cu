@@ -36,6 +36,15 @@ TEST(SmearKernel, ForwardAndBackwardMatchReference) {
   ref::smear_forward(out.data(), e.data(), w.data(), lambda, T, C);
   // A 12-term fp32 dot, a sigmoid, a multiply-add, one rounding.
   EXPECT_TRUE(all_close(d_out.download(), out, tolerance(1, 16)));
+  {  // a KV cache's continuation from row 33 (e's rows before it in place): the whole run's rows bitwise
+    const int first = 33;
+    DeviceBuffer<floatX> d_rows(e.size() - static_cast<size_t>(first) * C);
+    llmc::smear_forward(d_rows.get(), d_e.get() + static_cast<size_t>(first) * C, d_w.get(), scalars.d_values.get(),
+                        kLambda, T - first, C, nullptr, /*continues=*/true);
+    const std::vector<floatX> rows = d_rows.download_raw(), whole = d_out.download_raw();
+    for (size_t i = 0; i < rows.size(); i++)
+      ASSERT_EQ(llmc::to_float(rows[i]), llmc::to_float(whole[static_cast<size_t>(first) * C + i])) << i;
+  }
 
   std::vector<std::vector<floatX>> runs;
   std::vector<std::vector<float>> scalar_runs;

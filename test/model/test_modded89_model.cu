@@ -612,7 +612,7 @@ TEST_F(Modded89ModelTest, YarnAtAWindowChangeFollowsTheRecordsFormula) {
   expect_loss_near(losses[0], losses[1], "validation loss after YaRN");
 }
 
-// ---- the decoder (llmc/family/recompute_decoder.h): the whole context re-run per call ------------------------
+// ---- the decoder (llmc/model/modded89/modded89_decoder.h): the model's activations as its KV cache ------------
 
 // Row t's validation loss from soft-capped logits: lse - logit of the target, in double.
 double row_loss(const float* logits, int V, int target) {
@@ -635,7 +635,7 @@ TEST_F(Modded89ModelTest, DecoderLogitsGiveTheValidationLossOfEveryRow) {
   const std::unique_ptr<CausalDecoder> decoder = model.make_decoder(16);
   ASSERT_EQ(decoder->vocab_size(), c.V);
   ASSERT_EQ(decoder->max_positions(), c.T);
-  EXPECT_NE(decoder->describe().find("no KV cache"), std::string::npos) << decoder->describe();
+  EXPECT_NE(decoder->describe().find("KV cache"), std::string::npos) << decoder->describe();
   std::vector<float> logits;
   decoder->forward(c.tokens.data(), c.T, logits, /*all_positions=*/true);
   ASSERT_EQ(logits.size(), static_cast<size_t>(c.T) * c.V);
@@ -650,7 +650,7 @@ TEST_F(Modded89ModelTest, DecoderLogitsGiveTheValidationLossOfEveryRow) {
   expect_loss_near(total, reference.forward(c.batch(MtpLossWeights{}, false)), "decoder's validation loss");
 }
 
-// No position reads a later one (what makes re-running a padded context exact): the first 20 positions' logits
+// No position reads a later one (what makes a cache of the earlier rows exact): the first 20 positions' logits
 // (documents opened at 0 and 7) are bitwise the same whatever follows, padding or other tokens and documents;
 // appending in two calls gives the one call's logits; what does not fit is refused with the context unchanged.
 TEST_F(Modded89ModelTest, DecoderIsCausalAndAppendsInPieces) {
@@ -680,6 +680,66 @@ TEST_F(Modded89ModelTest, DecoderIsCausalAndAppendsInPieces) {
   EXPECT_THROW(decoder->forward(&outside, 1, first), std::out_of_range);
   EXPECT_THROW(decoder->forward(c.tokens.data(), 0, first), std::out_of_range);
   EXPECT_EQ(decoder->position(), n);
+}
+
+// The KV cache: a prompt of 5 tokens, then one token per call to the end of the 64-position context, through the
+// documents opened at 7, 30 and 41 and past every window (short 8 tokens, long 24, DC 12; smear and the key
+// offset and the bigram sign read the row of the previous call). The rows' logits, summed into the validation loss,
+// give the double model's (to the loss tolerance above); emulated, each call's logits are bitwise the whole forward's
+// (an emulated GEMM gives each output row its own dot products whatever the other rows; a GPU library may choose
+// another kernel for one row).
+TEST_F(Modded89ModelTest, KvCacheDecodesTokenByTokenAsTheWholeForward) {
+  const Case c(71);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
+  c.load(model);
+  std::vector<float> whole(static_cast<size_t>(c.T) * c.V);
+  model.context_logits(c.tokens.data(), 0, c.T, whole.data());
+  const std::unique_ptr<CausalDecoder> decoder = model.make_decoder(16);
+  std::vector<float> logits;
+  decoder->forward(c.tokens.data(), 5, logits, /*all_positions=*/true);
+  std::vector<float> rows = logits;
+  for (int t = 5; t < c.T; t++) {
+    decoder->forward(c.tokens.data() + t, 1, logits);
+    rows.insert(rows.end(), logits.begin(), logits.end());
+  }
+  ASSERT_EQ(rows.size(), whole.size());
+  double total = 0.0;
+  for (int t = 0; t < c.T; t++) total += row_loss(rows.data() + static_cast<size_t>(t) * c.V, c.V, c.targets[t]);
+  ref::Modded89Reference reference = c.reference(/*round_u=*/false);
+  expect_loss_near(total, reference.forward(c.batch(MtpLossWeights{}, false)), "the KV cache's validation loss");
+#if defined(LLMC_EMULATION)
+  for (size_t i = 0; i < rows.size(); i++) ASSERT_EQ(rows[i], whole[i]) << "row " << i / c.V;
+#endif
+}
+
+// The cache is the live model's activations: another forward (other tokens), new windows with YaRN or new
+// parameters between two calls make the next call compute the tokens so far again, so its logits are those of a
+// fresh decoder of the same tokens (the same kernels over the same rows: bitwise on any device).
+TEST_F(Modded89ModelTest, KvCacheRecomputesWhatTheModelOverwrote) {
+  const Case c(73);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
+  c.load(model);
+  const std::unique_ptr<CausalDecoder> decoder = model.make_decoder(16), fresh = model.make_decoder(16);
+  std::vector<int32_t> other(c.tokens.begin(), c.tokens.end());
+  for (int32_t& token : other) token = (token + 11) % (c.V - 1);
+  std::vector<float> got, want, scratch(c.V);
+  auto expect_fresh = [&](int n, const char* after) {
+    fresh->reset();
+    fresh->forward(c.tokens.data(), n, want);
+    EXPECT_EQ(got, want) << "after " << after;
+  };
+  decoder->forward(c.tokens.data(), 20, got);
+  model.context_logits(other.data(), 0, 1, scratch.data());
+  decoder->forward(c.tokens.data() + 20, 1, got);
+  expect_fresh(21, "a whole forward of other tokens");
+  model.set_attention_windows(3, 7, /*apply_yarn=*/true);
+  decoder->forward(c.tokens.data() + 21, 1, got);
+  expect_fresh(22, "new windows and YaRN");
+  std::vector<float> params = c.params;
+  for (float& p : params) p *= 0.5f;
+  model.upload_params(params);
+  decoder->forward(c.tokens.data() + 22, 1, got);
+  expect_fresh(23, "new parameters");
 }
 
 // generate_gpt2's decoder (ModelFamily::make_decoder): its own model of the parameters given, the same logits as

@@ -7,9 +7,9 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "llmc/model/modded89/modded89_family.h"
 #include "llmc/family/fp8_head_decision.h"
-#include "llmc/family/recompute_decoder.h"
+#include "llmc/model/modded89/modded89_decoder.h"
+#include "llmc/model/modded89/modded89_family.h"
 #include "llmc/model/modded89/modded89_init.h"
 #include "llmc/model/modded89/modded89_model.h"
 #include "llmc/model/modded89/modded89_model_file.h"
@@ -69,7 +69,7 @@ class Modded89Family : public ModelFamily {
     model->set_sign_table(modded89_sign_table(config_.channels()));
     model->set_attention_state(attention_);
     model->upload_params(params);
-    return std::make_unique<RecomputeDecoder>(std::move(model));
+    return std::make_unique<Modded89Decoder>(std::move(model));
   }
   std::unique_ptr<FamilyModel> build(const ModelBuild& r) const override {
     if (r.batch_size != 1)
@@ -134,11 +134,11 @@ double Modded89Model::flops_per_token(int seq_len) const {
   return 6.0 * static_cast<double>(gemm_params);
 }
 
-// Over the live model, not owned (the trainer's samples run between steps): each call re-runs the training
-// sequence's seq_len positions, whatever max_chunk.
+// Over the live model, not owned (the trainer's samples run between steps): a context of the training sequence's
+// seq_len positions, whatever max_chunk (the activations are the cache).
 std::unique_ptr<CausalDecoder> Modded89Model::make_decoder(int max_chunk) {
   (void)max_chunk;
-  return std::make_unique<RecomputeDecoder>(std::shared_ptr<ContextModel>(this, [](ContextModel*) {}));
+  return std::make_unique<Modded89Decoder>(std::shared_ptr<Modded89Model>(this, [](Modded89Model*) {}));
 }
 
 void Modded89Model::reset_yarn() {

@@ -80,6 +80,13 @@ TokenMix token_mix(GateRows gate, std::initializer_list<std::pair<const floatX*,
   return mix;
 }
 
+// A forward's mix from row `first` on: its gate's rows and every stream's.
+TokenMix from_row(TokenMix mix, int first) {
+  if (mix.gate != nullptr) mix.gate += static_cast<size_t>(first) * mix.gate_stride;
+  for (int k = 0; k < mix.count; k++) mix.streams[k].rows += static_cast<size_t>(first) * mix.streams[k].stride;
+  return mix;
+}
+
 // A stream of a token mix's backward: its rows and gate column as in the forward, where its gradient goes.
 struct GradStream {
   const floatX* rows = nullptr;
@@ -406,6 +413,7 @@ void Modded89Model::upload_params(const std::vector<float>& host_params) {
   CUDA_CHECK(cudaMemcpyAsync(buffers_->fp32_params, host_params.data() + layout_.find("scalars").offset,
                              buffers_->fp32_count * sizeof(float), cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  decoded_rows_ = 0;
 }
 
 namespace {
@@ -444,6 +452,7 @@ void Modded89Model::set_sign_table(const std::vector<float>& signs) {
   CUDA_CHECK(cudaMemcpyAsync(buffers_->signs, converted.data(), converted.size() * sizeof(floatX),
                              cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  decoded_rows_ = 0;
 }
 
 void Modded89Model::set_prefix_table(const std::vector<int>& prefix_of) {
@@ -477,6 +486,7 @@ void Modded89Model::rebuild_rope_tables() {
   rope_tables_build(b.rope_cos, b.rope_sin, b.rope_freq, 2 * allocated_seq_len_, layout_.config.rotary_pairs(),
                     stream_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the frequencies' host copy must outlive the transfer
+  decoded_rows_ = 0;
 }
 
 void Modded89Model::set_windows(int short_tokens, int long_tokens) {
@@ -485,9 +495,27 @@ void Modded89Model::set_windows(int short_tokens, int long_tokens) {
                                 ", long " + std::to_string(long_tokens) + ")");
   short_window_ = short_tokens;
   long_window_ = long_tokens;
+  decoded_rows_ = 0;
 }
 
 // ---- forward --------------------------------------------------------------------------------------------------
+
+namespace {
+
+// Document bounds of tokens[0, T) (a document opens at each BOS after the first position): cu[0..n] with cu[n] = T,
+// and each position's document start. Returns n, the number of documents.
+int document_bounds(const int* tokens, int T, int bos_token, int* cu, int* doc_start) {
+  int bounds = 0;
+  cu[bounds++] = 0;
+  for (int t = 0; t < T; t++) {
+    if (t > 0 && tokens[t] == bos_token) cu[bounds++] = t;
+    doc_start[t] = cu[bounds - 1];
+  }
+  cu[bounds++] = T;
+  return bounds - 1;
+}
+
+}  // namespace
 
 // Tokens, targets, bigram hashes, document bounds in tokens and in paired rows (doubled), each token's document
 // start. Synchronous: the host vectors are temporaries.
@@ -504,14 +532,8 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
   int *cu = doc_start + n, *cu_rows = cu + n + 1;
   std::copy_n(inputs_host, n, inputs);
   std::copy_n(targets_host, n, targets);
-  int bounds = 0;
-  cu[bounds++] = 0;
-  for (int t = 0; t < T; t++) {
-    if (t > 0 && inputs_host[t] == bos_token_) cu[bounds++] = t;
-    doc_start[t] = cu[bounds - 1];
-  }
-  cu[bounds++] = T;
-  num_docs_ = bounds - 1;
+  num_docs_ = document_bounds(inputs_host, T, bos_token_, cu, doc_start);
+  const int bounds = num_docs_ + 1;
   for (int d = 0; d < bounds; d++) cu_rows[d] = 2 * cu[d];
   bigram_hashes(hashes, inputs_host, T, layout_.config.bigram_rows);
   auto upload = [&](int* device, const int* host, size_t count) {
@@ -543,8 +565,15 @@ void Modded89Model::forward(const int* inputs_host, const int* targets_host, int
 void Modded89Model::body_forward(const int* inputs_host, const int* targets_host, bool training,
                                  const BucketHook& before_bucket_use) {
   upload_batch(inputs_host, targets_host, training);
+  rows_ = RowSpan{0, seq_len_};
+  decoded_rows_ = 0;
   plan_window_attention();
   has_training_forward_ = training;
+  rows_forward(before_bucket_use);
+}
+
+// The embeddings, the 11 layers and the final hidden state of rows_ (the batch's rows uploaded).
+void Modded89Model::rows_forward(const BucketHook& before_bucket_use) {
   auto use_bucket = [&](int bucket) {
     if (before_bucket_use) before_bucket_use(bucket);
   };
@@ -562,22 +591,73 @@ void Modded89Model::body_forward(const int* inputs_host, const int* targets_host
   final_hidden_forward();
 }
 
-// The decoder's forward (ContextModel): the validation model's logits, soft-capped as its loss reads them
-// (23 sigmoid((z + 5) / 7.5) in fp32, unrounded), for the real tokens only. The targets are not read without a
-// loss: the inputs stand in for them.
+// The whole forward's logits (the decoder's oracle in the tests): the validation model's, soft-capped as its loss
+// reads them (23 sigmoid((z + 5) / 7.5) in fp32, unrounded), for the real tokens only. The targets are not read
+// without a loss: the inputs stand in for them.
 void Modded89Model::context_logits(const int32_t* tokens, int first, int count, float* out) {
   if (first < 0 || count < 1 || first + count > seq_len_)
     throw std::out_of_range("modded89 model: logits of positions [" + std::to_string(first) + ", " +
                             std::to_string(first + count) + ") outside [0, " + std::to_string(seq_len_) + ")");
   body_forward(tokens, tokens, /*training=*/false, nullptr);
+  read_capped_logits(RowSpan{first, count}, out);
+}
+
+void Modded89Model::decode_logits(const int32_t* tokens, int first, int total, int logit_rows, float* out) {
+  if (first < 0 || first >= total || total > seq_len_ || logit_rows < 1 || logit_rows > total - first)
+    throw std::out_of_range("modded89 model: decoding tokens [" + std::to_string(first) + ", " + std::to_string(total) +
+                            ") with the logits of the last " + std::to_string(logit_rows) + " outside a context of " +
+                            std::to_string(seq_len_));
+  if (has_training_forward_)
+    throw std::logic_error("modded89 model: decoding between a training forward and its backward");
+  first = std::min(first, decoded_rows_);
+  decoded_rows_ = 0;  // until this call's rows are all written
+  upload_decoder_rows(tokens, first, total);
+  rows_ = RowSpan{first, total - first};
+  if (whole_sequence()) plan_window_attention();
+  rows_forward(nullptr);
+  read_capped_logits(RowSpan{total - logit_rows, logit_rows}, out);
+  decoded_rows_ = total;
+}
+
+// The decoder's tokens [0, total): rows [first, total) of the inputs, bigram hashes and document starts, and the
+// bounds of every document so far (the targets are not read without a loss).
+void Modded89Model::upload_decoder_rows(const int32_t* tokens, int first, int total) {
+  Buffers& b = *buffers_;
+  const int V = layout_.config.vocab_size;
+  for (int t = first; t < total; t++)
+    if (tokens[t] < 0 || tokens[t] >= V)
+      throw std::invalid_argument("modded89 model: token at position " + std::to_string(t) + " outside [0, " +
+                                  std::to_string(V) + ")");
+  CUDA_CHECK(cudaEventSynchronize(b.staging_free));
+  const size_t n = static_cast<size_t>(seq_len_);
+  int *inputs = b.staging, *hashes = inputs + 2 * n, *doc_start = hashes + n;
+  int *cu = doc_start + n, *cu_rows = cu + n + 1;
+  std::copy_n(tokens, total, inputs);
+  num_docs_ = document_bounds(tokens, total, bos_token_, cu, doc_start);
+  const int bounds = num_docs_ + 1;
+  for (int d = 0; d < bounds; d++) cu_rows[d] = 2 * cu[d];
+  bigram_hashes(hashes, tokens, total, layout_.config.bigram_rows);
+  auto upload = [&](int* device, const int* host, int count) {
+    CUDA_CHECK(
+        cudaMemcpyAsync(device, host, static_cast<size_t>(count) * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  };
+  for (auto [device, host] : {std::pair{b.inputs, inputs}, {b.hashes, hashes}, {b.doc_start, doc_start}})
+    upload(device + first, host + first, total - first);
+  upload(b.cu_seqlens, cu, bounds);
+  upload(b.cu_rows, cu_rows, bounds);
+  CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
+}
+
+// The bf16 head's logits of `rows` (a forward's b.xf), soft-capped on the host, the real tokens' only.
+void Modded89Model::read_capped_logits(RowSpan rows, float* out) {
   Buffers& b = *buffers_;
   const int V = layout_.config.vocab_size, real = context_vocab_size();
-  head_logits();
-  std::vector<floatX> z(static_cast<size_t>(count) * V);
-  CUDA_CHECK(cudaMemcpyAsync(z.data(), b.z + static_cast<size_t>(first) * V, z.size() * sizeof(floatX),
+  head_logits(rows);
+  std::vector<floatX> z(static_cast<size_t>(rows.count) * V);
+  CUDA_CHECK(cudaMemcpyAsync(z.data(), b.z + static_cast<size_t>(rows.first) * V, z.size() * sizeof(floatX),
                              cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int r = 0; r < count; r++)
+  for (int r = 0; r < rows.count; r++)
     for (int v = 0; v < real; v++) {
       const float zv = to_float(z[static_cast<size_t>(r) * V + v]);
       out[static_cast<size_t>(r) * real + v] =
@@ -596,57 +676,62 @@ std::string Modded89Model::context_describe() const {
 void Modded89Model::input_forward() {
   Buffers& b = *buffers_;
   const Modded89Config& cfg = layout_.config;
-  const int T = seq_len_, C = cfg.channels();
+  const int T = rows_.count, C = cfg.channels();
   const size_t table = static_cast<size_t>(cfg.vocab_size) * C;
+  const int* inputs = at(b.inputs, 1);
   EmbeddingGather<floatX> gather;  // embed and value tables 0..2, then 3..4 (four tables per launch)
   gather.count = 4;
   gather.tables[0] = param("embed");
-  gather.outputs[0] = b.e;
+  gather.outputs[0] = at(b.e, C);
   for (int k = 0; k < 3; k++) {
     gather.tables[1 + k] = param("value_embeds") + k * table;
-    gather.outputs[1 + k] = b.ve[k];
+    gather.outputs[1 + k] = at(b.ve[k], C);
   }
-  embedding_forward(gather, b.inputs, T, C, stream_);
+  embedding_forward(gather, inputs, T, C, stream_);
   gather.count = 2;
   for (int k = 0; k < 2; k++) {
     gather.tables[k] = param("value_embeds") + (3 + k) * table;
-    gather.outputs[k] = b.ve[3 + k];
+    gather.outputs[k] = at(b.ve[3 + k], C);
   }
-  embedding_forward(gather, b.inputs, T, C, stream_);
-  smear_forward(b.smeared, b.e, param("smear_gate"), b.fp32_params, kModded89SmearLambda, T, C, stream_);
-  rmsnorm_forward(b.x0, b.rstd0, b.smeared, T, C, stream_);
+  embedding_forward(gather, inputs, T, C, stream_);
+  smear_forward(at(b.smeared, C), at(b.e, C), param("smear_gate"), b.fp32_params, kModded89SmearLambda, T, C, stream_,
+                /*continues=*/rows_.first > 0);
+  rmsnorm_forward(at(b.x0, C), at(b.rstd0, 1), at(b.smeared, C), T, C, stream_);
   gather.count = 1;
   gather.tables[0] = param("bigram_embed");
-  gather.outputs[0] = b.bigram_rows;
-  embedding_forward(gather, b.hashes, T, C, stream_);
-  bigram_sign(b.b, b.bigram_rows, b.inputs, b.signs, T, C, stream_);
+  gather.outputs[0] = at(b.bigram_rows, C);
+  embedding_forward(gather, at(b.hashes, 1), T, C, stream_);
+  bigram_sign(at(b.b, C), at(b.bigram_rows, C), inputs, b.signs, T, C, stream_, /*continues=*/rows_.first > 0);
   small_mlp_forward(0, b.x0);
   const int bigram_column = layout_.structure.layers[0].bigram_gate.column;
-  token_mix_forward(b.x_start, C, token_mix(b.mlps[0].gate(), {{b.x0, -1}, {b.b, bigram_column}}, C), T, C, stream_);
+  token_mix_forward(at(b.x_start, C), C,
+                    from_row(token_mix(b.mlps[0].gate(), {{b.x0, -1}, {b.b, bigram_column}}, C), rows_.first), T, C,
+                    stream_);
 }
 
-// out = s (gelu(x w1^T) w2^T + b2) for gate0 (G0), gate1 (G1), mudd0, mudd1; s the gate scale or 0.1.
+// out = s (gelu(x w1^T) w2^T + b2) for gate0 (G0), gate1 (G1), mudd0, mudd1; s the gate scale or 0.1. x: the
+// whole buffer (rows_ are read).
 void Modded89Model::small_mlp_forward(int index, const floatX* x) {
   static const char* const kPrefixes[4] = {"gate0.", "gate1.", "mudd0.", "mudd1."};
   Buffers& b = *buffers_;
   Buffers::SmallMlp& mlp = b.mlps[index];
   const std::string prefix = kPrefixes[index];
-  const int T = seq_len_, C = layout_.config.channels(), m = layout_.config.mudd_hidden;
+  const int T = rows_.count, C = layout_.config.channels(), m = layout_.config.mudd_hidden, n = mlp.columns;
   GemmArgs hidden;  // (T, m) = x w1^T
-  hidden.d = mlp.hidden_pre, hidden.a = x, hidden.b = param(prefix + "w1"), hidden.m = T, hidden.n = m, hidden.k = C;
-  hidden.trans_b = true;
+  hidden.d = at(mlp.hidden_pre, m), hidden.a = at(x, C), hidden.b = param(prefix + "w1");
+  hidden.m = T, hidden.n = m, hidden.k = C, hidden.trans_b = true;
   gemm(b.matmul, hidden, stream_);
-  gelu_exact_forward(mlp.hidden, mlp.hidden_pre, static_cast<size_t>(T) * m, stream_);
+  gelu_exact_forward(at(mlp.hidden, m), at(mlp.hidden_pre, m), static_cast<size_t>(T) * m, stream_);
   GemmArgs out;  // (T, n) = gelu(.) w2^T
-  out.d = mlp.out_raw, out.a = mlp.hidden, out.b = param(prefix + "w2"), out.m = T, out.n = mlp.columns, out.k = m;
-  out.trans_b = true;
+  out.d = at(mlp.out_raw, n), out.a = at(mlp.hidden, m), out.b = param(prefix + "w2"), out.m = T, out.n = n;
+  out.k = m, out.trans_b = true;
   gemm(b.matmul, out, stream_);
   GateMlpScale scale;
   if (index < 2)
     scale.scale = b.fp32_params + fp32_index("mudd_gate_scale", 0);
   else
     scale.constant = kMuddScale;
-  gate_mlp_output_forward(mlp.out, mlp.out_raw, param(prefix + "b2"), scale, T, mlp.columns, stream_);
+  gate_mlp_output_forward(at(mlp.out, n), at(mlp.out_raw, n), param(prefix + "b2"), scale, T, n, stream_);
 }
 
 // Step 5 for layer i: the post gate before layer 4, the skip add at layer 6, attention with the residual,
@@ -656,29 +741,31 @@ void Modded89Model::layer_forward(int i) {
   Buffers::Layer& l = b.layers[i];
   const Modded89Structure& structure = layout_.structure;
   const Modded89Layer& role = structure.layers[static_cast<size_t>(i)];
-  const int T = seq_len_, C = layout_.config.channels();
+  const int T = rows_.count, C = layout_.config.channels(), first = rows_.first;
   const floatX* previous = i == 0 ? b.x_start : b.layers[i - 1].x_out;
   if (i == structure.post_gate_layer) small_mlp_forward(1, previous);
   if (i == structure.skip_to) {  // x += sigmoid(skip_lambda) G1[28] cache3
-    mix_forward(Rows{l.skip, C}, ConstRows{b.layers[structure.skip_from].x_out, C}, ConstRows{nullptr, C},
+    mix_forward(Rows{at(l.skip, C), C}, ConstRows{at(b.layers[structure.skip_from].x_out, C), C}, ConstRows{nullptr, C},
                 b.fp32_params, MixCoefficient{MixScalar::kSigmoid, kModded89SkipLambda}, one(), T, C, stream_);
-    token_mix_forward(l.x_in, C, token_mix(b.mlps[1].gate(), {{previous, -1}, {l.skip, structure.skip_gate.column}}, C),
-                      T, C, stream_);
+    token_mix_forward(
+        at(l.x_in, C), C,
+        from_row(token_mix(b.mlps[1].gate(), {{previous, -1}, {l.skip, structure.skip_gate.column}}, C), first), T, C,
+        stream_);
   }
   if (role.mudd) {
     mudd_attention_forward(i);
   } else if (role.attention) {
     const floatX* source = role.reads_layer7 ? b.layers[7].x_out : l.x_in;
-    rmsnorm_forward(l.xn_attn, l.rstd_attn, source, T, C, stream_);
+    rmsnorm_forward(at(l.xn_attn, C), at(l.rstd_attn, 1), at(source, C), T, C, stream_);
     attention_forward(i, l.xn_attn, nullptr);
-    mix_forward(Rows{l.x_attn, C}, ConstRows{l.x_in, C}, ConstRows{l.attn_out, C}, b.fp32_params,
+    mix_forward(Rows{at(l.x_attn, C), C}, ConstRows{at(l.x_in, C), C}, ConstRows{at(l.attn_out, C), C}, b.fp32_params,
                 identity(fp32_index("resid_lambdas", 2 * i)), identity(fp32_index("post_lambdas", 2 * i)), T, C,
                 stream_);
     const GateRows gate = b.mlps[role.x0_gate.gate].gate();
     TokenMix extra = token_mix(gate, {{l.x_attn, -1}, {b.x0, role.x0_gate.column}}, C);
     if (i != 0)
       extra = token_mix(gate, {{l.x_attn, -1}, {b.x0, role.x0_gate.column}, {b.b, role.bigram_gate.column}}, C);
-    token_mix_forward(l.x_attn, C, extra, T, C, stream_);
+    token_mix_forward(at(l.x_attn, C), C, from_row(extra, first), T, C, stream_);
   }
   mlp_forward(i);
 }
@@ -689,45 +776,55 @@ void Modded89Model::layer_forward(int i) {
 void Modded89Model::mudd_attention_forward(int i) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
-  const int T = seq_len_, C = layout_.config.channels();
+  const int T = rows_.count, C = layout_.config.channels(), first = rows_.first;
   const floatX *x = l.x_in, *cache0 = b.x_start, *cache7 = b.layers[7].x_out;
   small_mlp_forward(2, x);
   const GateRows mu = b.mlps[2].gate();
-  token_mix_forward(l.aux_v, C, token_mix(mu, {{cache0, 0}, {cache7, 1}, {x, 2}}, C), T, C, stream_);
+  token_mix_forward(at(l.aux_v, C), C, from_row(token_mix(mu, {{cache0, 0}, {cache7, 1}, {x, 2}}, C), first), T, C,
+                    stream_);
   for (int half = 0; half < 2; half++) {  // heads 0..H/2-1 take mu6, the rest mu7
-    const size_t at = static_cast<size_t>(half) * (C / 2);
-    token_mix_forward(l.aux_v + at, C, token_mix(mu, {{l.aux_v + at, -1}, {b.ve[4] + at, 6 + half}}, C), T, C / 2,
+    const size_t h0 = static_cast<size_t>(half) * (C / 2);
+    token_mix_forward(at(l.aux_v, C) + h0, C,
+                      from_row(token_mix(mu, {{l.aux_v + h0, -1}, {b.ve[4] + h0, 6 + half}}, C), first), T, C / 2,
                       stream_);
   }
-  token_mix_forward(l.x_pre, C, token_mix(mu, {{x, -1}, {x, 5}, {cache0, 3}, {cache7, 4}}, C), T, C, stream_);
-  rmsnorm_forward(l.xn_attn, l.rstd_attn, cache7, T, C, stream_);
+  token_mix_forward(at(l.x_pre, C), C, from_row(token_mix(mu, {{x, -1}, {x, 5}, {cache0, 3}, {cache7, 4}}, C), first),
+                    T, C, stream_);
+  rmsnorm_forward(at(l.xn_attn, C), at(l.rstd_attn, 1), at(cache7, C), T, C, stream_);
   attention_forward(i, l.xn_attn, l.aux_v);
-  token_mix_forward(l.x_attn, C, token_mix(mu, {{l.x_pre, 8}, {l.attn_out, 9}, {cache0, 10}, {b.b, 11}}, C), T, C,
+  token_mix_forward(at(l.x_attn, C), C,
+                    from_row(token_mix(mu, {{l.x_pre, 8}, {l.attn_out, 9}, {cache0, 10}, {b.b, 11}}, C), first), T, C,
                     stream_);
 }
 
 // A layer's window attention as one problem over rows: T rows of H heads, or for the paired layers the
 // [T, H, D] buffers read as [2T, H/2, D] (rows 2t, 2t + 1 hold heads 0..H/2-1 and H/2..H-1) with doubled
 // document bounds, the window counted in rows; the fast kernel's plan (index 2 paired + long) and the window.
+// Rows from first_row on are computed (the rows of rows_; the earlier ones are keys and values only).
 struct Modded89Model::AttentionCall {
   int rows, heads, stride, plan, window;
   const int* bounds;
+  int first_row;
 #if !defined(LLMC_FP32)  // the fast kernel is bf16 only
   window_attention::Problem problem(int num_docs, float scale) const {
     return window_attention::Problem{rows, heads, bounds, num_docs, window, scale};
   }
 #endif
   simple_attention::Problem simple_problem(int head_dim, int num_docs, float scale) const {
-    return simple_attention::Problem{rows, heads, head_dim, bounds, num_docs, window, scale};
+    simple_attention::Problem p{rows, heads, head_dim, bounds, num_docs, window, scale};
+    p.first_row = first_row;
+    return p;
   }
 };
 
 Modded89Model::AttentionCall Modded89Model::attention_view(bool paired, bool long_window) const {
   const Modded89Config& cfg = layout_.config;
   const int window = long_window ? long_window_ : short_window_, long_plan = long_window ? 1 : 0;
+  const int end = rows_.first + rows_.count;
   if (paired)
-    return AttentionCall{2 * seq_len_, cfg.num_heads / 2, cfg.channels() / 2, 2 + long_plan, window, buffers_->cu_rows};
-  return AttentionCall{seq_len_, cfg.num_heads, cfg.channels(), long_plan, window, buffers_->cu_seqlens};
+    return AttentionCall{2 * end, cfg.num_heads / 2, cfg.channels() / 2, 2 + long_plan,
+                         window,  buffers_->cu_rows, 2 * rows_.first};
+  return AttentionCall{end, cfg.num_heads, cfg.channels(), long_plan, window, buffers_->cu_seqlens, rows_.first};
 }
 
 Modded89Model::AttentionCall Modded89Model::attention_call(int layer) const {
@@ -748,13 +845,14 @@ void Modded89Model::plan_window_attention() {
 #endif
 }
 
-// y, lse = the window attention of layer i's q, k, v.
+// y, lse = the window attention of layer i's q, k, v (the fast kernel over whole sequences, the simple one for the
+// decoder's new rows).
 void Modded89Model::window_attention_forward(int i) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
   const AttentionCall a = attention_call(i);
 #if !defined(LLMC_FP32)
-  if (window_attention_kernel_fits(layout_.config)) {
+  if (window_attention_kernel_fits(layout_.config) && whole_sequence()) {
     window_attention::forward(l.y, l.lse, l.q, l.k, l.v, a.stride, b.attention_plans[a.plan],
                               a.problem(num_docs_, attn_scale_), stream_);
     return;
@@ -780,54 +878,61 @@ void Modded89Model::window_attention_backward(int i, const floatX* dout) {
                              a.simple_problem(layout_.config.head_dim, num_docs_, attn_scale_), stream_);
 }
 
-// Section 2 for layer i on xn: q, k, v = xn (l0 W)^T; per-head norm and adjacent-pair RoPE (positions 2t + h % 2
-// in the paired layers), the key offset; v += the gated value embedding or aux_v; window attention (paired: rows
-// of H/2 heads, two per token); DC, XSA, the output gate; attn_out = y (l1 W_o)^T.
+// Section 2 for layer i on xn (the whole buffer; rows_ are read): q, k, v = xn (l0 W)^T; per-head norm and
+// adjacent-pair RoPE (positions 2t + h % 2 in the paired layers), the key offset; v += the gated value embedding or
+// aux_v; window attention (paired: rows of H/2 heads, two per token); DC, XSA, the output gate;
+// attn_out = y (l1 W_o)^T.
 void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux_v) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
   const Modded89Config& cfg = layout_.config;
   const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
-  const int T = seq_len_, C = cfg.channels(), H = cfg.num_heads, D = cfg.head_dim;
+  const int T = rows_.count, C = cfg.channels(), H = cfg.num_heads, D = cfg.head_dim, first = rows_.first;
   const std::string prefix = "layers." + std::to_string(i) + ".";
   const size_t CC = static_cast<size_t>(C) * C;
   scale_layer_weights(i);
   GemmArgs qk;  // (T, 2C) = xn [l0 W_q; l0 W_k]^T
-  qk.d = l.qk_raw, qk.a = xn, qk.b = b.scaled_weights, qk.m = T, qk.n = 2 * C, qk.k = C, qk.trans_b = true;
+  qk.d = at(l.qk_raw, 2 * C), qk.a = at(xn, C), qk.b = b.scaled_weights, qk.m = T, qk.n = 2 * C, qk.k = C;
+  qk.trans_b = true;
   gemm(b.matmul, qk, stream_);
   GemmArgs v = qk;  // (T, C) = xn (l0 W_v)^T
-  v.d = l.v, v.b = b.scaled_weights + 2 * CC, v.n = C;
+  v.d = at(l.v, C), v.b = b.scaled_weights + 2 * CC, v.n = C;
   gemm(b.matmul, v, stream_);
   const int step = role.paired_heads ? 2 : 1;
-  qk_norm_pair_rope_forward(l.q, C, l.qk_raw, 2 * C, l.rstd_q, b.rope_cos, b.rope_sin, T, H, D,
-                            PairRopeLayout{cfg.rotary_pairs(), step, false}, stream_);
-  qk_norm_pair_rope_forward(l.k, C, l.qk_raw + C, 2 * C, l.rstd_k, b.rope_cos, b.rope_sin, T, H, D,
-                            PairRopeLayout{cfg.rotary_pairs(), step, role.key_offset, 0}, stream_);
+  qk_norm_pair_rope_forward(at(l.q, C), C, at(l.qk_raw, 2 * C), 2 * C, at(l.rstd_q, H), b.rope_cos, b.rope_sin, T, H, D,
+                            PairRopeLayout{cfg.rotary_pairs(), step, false, -1, first}, stream_);
+  qk_norm_pair_rope_forward(at(l.k, C), C, at(l.qk_raw, 2 * C) + C, 2 * C, at(l.rstd_k, H), b.rope_cos, b.rope_sin, T,
+                            H, D, PairRopeLayout{cfg.rotary_pairs(), step, role.key_offset, 0, first}, stream_);
   if (role.value_embed >= 0)
-    value_embed_gate_forward(l.v, l.v, b.ve[role.value_embed], xn, param(prefix + "ve_gate"),
-                             ValueGateShape{T, H, D, C, C}, stream_);
+    value_embed_gate_forward(at(l.v, C), at(l.v, C), at(b.ve[role.value_embed], C), at(xn, C),
+                             param(prefix + "ve_gate"), ValueGateShape{T, H, D, C, C}, stream_);
   if (aux_v != nullptr)
-    mix_forward(Rows{l.v, C}, ConstRows{l.v, C}, ConstRows{aux_v, C}, b.fp32_params, one(), one(), T, C, stream_);
+    mix_forward(Rows{at(l.v, C), C}, ConstRows{at(l.v, C), C}, ConstRows{at(aux_v, C), C}, b.fp32_params, one(), one(),
+                T, C, stream_);
   window_attention_forward(i);
   if (role.dc) {
-    dc_mix_weights_forward(l.dc_weights, b.mlps[1].out, kModded89GateColumns, kModded89DcW1Column,
-                           kModded89DcW2Column, T, H, stream_);
-    const DcInputs dc{l.q, l.k, l.v,           C,          C, C, l.dc_weights, l.dc_weights + H, 2 * H, b.doc_start, T,
-                      H,   D,   cfg.dc_window, attn_scale_};
+    dc_mix_weights_forward(at(l.dc_weights, 2 * H), at(b.mlps[1].out, kModded89GateColumns), kModded89GateColumns,
+                           kModded89DcW1Column, kModded89DcW2Column, T, H, stream_);
+    DcInputs dc{
+        l.q, l.k, l.v,           C,          C, C, l.dc_weights, l.dc_weights + H, 2 * H, b.doc_start, first + T,
+        H,   D,   cfg.dc_window, attn_scale_};
+    dc.first_row = first;
     dc_forward(l.y_dc, l.y, C, l.dc_lse, dc, stream_);
   }
   if (role.xsa.present())
-    xsa_forward(l.y_xsa, l.y_dc, l.v, b.mlps[role.xsa.gate].out + role.xsa.column,
+    xsa_forward(at(l.y_xsa, C), at(l.y_dc, C), at(l.v, C),
+                at(b.mlps[role.xsa.gate].out, kModded89GateColumns) + role.xsa.column,
                 XsaShape{T, H, D, C, C, kModded89GateColumns}, stream_);
   if (role.output_gate.present())  // y_h *= G[t, column + h]: a one-stream token mix per head
     for (int h = 0; h < H; h++)
       token_mix_forward(
-          l.y_gated + h * D, C,
-          token_mix(b.mlps[role.output_gate.gate].gate(), {{l.y_xsa + h * D, role.output_gate.column + h}}, C), T, D,
-          stream_);
+          at(l.y_gated, C) + h * D, C,
+          from_row(token_mix(b.mlps[role.output_gate.gate].gate(), {{l.y_xsa + h * D, role.output_gate.column + h}}, C),
+                   first),
+          T, D, stream_);
   GemmArgs out;  // (T, C) = y (l1 W_o)^T
-  out.d = l.attn_out, out.a = l.y_gated, out.b = b.scaled_weights + 3 * CC, out.m = T, out.n = C, out.k = C;
-  out.trans_b = true;
+  out.d = at(l.attn_out, C), out.a = at(l.y_gated, C), out.b = b.scaled_weights + 3 * CC, out.m = T, out.n = C;
+  out.k = C, out.trans_b = true;
   gemm(b.matmul, out, stream_);
 }
 
@@ -836,21 +941,24 @@ void Modded89Model::mlp_forward(int i) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
   const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
-  const int T = seq_len_, C = layout_.config.channels(), hidden = layout_.config.mlp_hidden();
+  const int T = rows_.count, C = layout_.config.channels(), hidden = layout_.config.mlp_hidden();
   const floatX* bank = param("layers." + std::to_string(i) + ".mlp");
-  rmsnorm_forward(l.xn_mlp, l.rstd_mlp, l.x_attn, T, C, stream_);
+  rmsnorm_forward(at(l.xn_mlp, C), at(l.rstd_mlp, 1), at(l.x_attn, C), T, C, stream_);
   GemmArgs fc;  // pre (T, 4C) = xn c_fc^T, c_fc (out, in)
-  fc.d = l.pre, fc.a = l.xn_mlp, fc.b = bank, fc.m = T, fc.n = hidden, fc.k = C, fc.trans_b = true;
+  fc.d = at(l.pre, hidden), fc.a = at(l.xn_mlp, C), fc.b = bank, fc.m = T, fc.n = hidden, fc.k = C;
+  fc.trans_b = true;
   gemm(b.matmul, fc, stream_);
-  relu_squared_forward(l.post, l.pre, static_cast<size_t>(T) * hidden, stream_);
+  relu_squared_forward(at(l.post, hidden), at(l.pre, hidden), static_cast<size_t>(T) * hidden, stream_);
   GemmArgs proj;  // (T, C) = post c_proj, c_proj stored (in, out)
-  proj.d = l.mlp_out, proj.a = l.post, proj.b = bank + static_cast<size_t>(hidden) * C, proj.m = T, proj.n = C;
-  proj.k = hidden;
+  proj.d = at(l.mlp_out, C), proj.a = at(l.post, hidden), proj.b = bank + static_cast<size_t>(hidden) * C;
+  proj.m = T, proj.n = C, proj.k = hidden;
   gemm(b.matmul, proj, stream_);
   if (role.mudd)
-    token_mix_forward(l.x_out, C, token_mix(b.mlps[2].gate(), {{l.x_attn, 12}, {l.mlp_out, 13}}, C), T, C, stream_);
+    token_mix_forward(at(l.x_out, C), C,
+                      from_row(token_mix(b.mlps[2].gate(), {{l.x_attn, 12}, {l.mlp_out, 13}}, C), rows_.first), T, C,
+                      stream_);
   else
-    mix_forward(Rows{l.x_out, C}, ConstRows{l.x_attn, C}, ConstRows{l.mlp_out, C}, b.fp32_params,
+    mix_forward(Rows{at(l.x_out, C), C}, ConstRows{at(l.x_attn, C), C}, ConstRows{at(l.mlp_out, C), C}, b.fp32_params,
                 identity(fp32_index("resid_lambdas", 2 * i + 1)), identity(fp32_index("post_lambdas", 2 * i + 1)), T, C,
                 stream_);
 }
@@ -859,29 +967,31 @@ void Modded89Model::mlp_forward(int i) {
 void Modded89Model::final_hidden_forward() {
   Buffers& b = *buffers_;
   const Modded89Config& cfg = layout_.config;
-  const int T = seq_len_, C = cfg.channels();
+  const int T = rows_.count, C = cfg.channels();
   const floatX* x = b.layers[kModded89Layers - 1].x_out;
   small_mlp_forward(3, x);
-  token_mix_forward(b.x_final, C,
-                    token_mix(b.mlps[3].gate(),
-                              {{x, -1},
-                               {b.x_start, 0},
-                               {b.layers[7].x_out, 1},
-                               {b.layers[10].x_in, 2},
-                               {b.ve[0], 3},
-                               {b.layers[3].x_out, 4}},
-                              C),
+  token_mix_forward(at(b.x_final, C), C,
+                    from_row(token_mix(b.mlps[3].gate(),
+                                       {{x, -1},
+                                        {b.x_start, 0},
+                                        {b.layers[7].x_out, 1},
+                                        {b.layers[10].x_in, 2},
+                                        {b.ve[0], 3},
+                                        {b.layers[3].x_out, 4}},
+                                       C),
+                             rows_.first),
                     T, C, stream_);
-  rmsnorm_forward(b.xf, b.rstd_f, b.x_final, T, C, stream_);
+  rmsnorm_forward(at(b.xf, C), at(b.rstd_f, 1), at(b.x_final, C), T, C, stream_);
 }
 
-// The bf16 head: z (T, V) = xf W_head, W_head stored (in, out).
-void Modded89Model::head_logits() {
+// The bf16 head over `rows` of b.xf: z (rows, V) = xf W_head, W_head stored (in, out).
+void Modded89Model::head_logits(RowSpan rows) {
   Buffers& b = *buffers_;
   const Modded89Config& cfg = layout_.config;
   GemmArgs head;
-  head.d = b.z, head.a = b.xf, head.b = param("head");
-  head.m = seq_len_, head.n = cfg.vocab_size, head.k = cfg.channels();
+  head.d = b.z + static_cast<size_t>(rows.first) * cfg.vocab_size;
+  head.a = b.xf + static_cast<size_t>(rows.first) * cfg.channels(), head.b = param("head");
+  head.m = rows.count, head.n = cfg.vocab_size, head.k = cfg.channels();
   gemm(b.matmul, head, stream_);
 }
 
@@ -899,7 +1009,7 @@ void Modded89Model::head_forward(int loss_slot, bool training, float dloss) {
                                     head.scales().grad, T, V, stream_);
     return;
   }
-  head_logits();
+  head_logits(rows_);
   if (training)
     mtp_cross_entropy_backward(b.z, losses, b.targets, prefix_of, loss_weights_, dloss, T, V, stream_);
   else
@@ -1319,6 +1429,7 @@ void Modded89Model::set_seq_len(int seq_len) {
     throw std::invalid_argument("modded89 model: the FP8 head needs steps of a multiple of 16 tokens, got " +
                                 std::to_string(seq_len));
   seq_len_ = seq_len;
+  decoded_rows_ = 0;
 }
 
 void Modded89Model::set_loss_weights(const MtpLossWeights& weights) {

@@ -7,13 +7,13 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "llmc/cuda/precision.h"
 #include "llmc/family/loss_means.h"
-#include "llmc/family/recompute_decoder.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/mtp_cross_entropy.cuh"
 #include "llmc/model/modded89/modded89_attention_state.h"
@@ -31,7 +31,7 @@ MtpLossWeights modded89_initial_loss_weights();
 // e5m2 logit gradient with g_s = 0.75/448 of the SUM loss; T, C and V multiples of 16).
 enum class Modded89Head { kBf16, kFp8 };
 
-class Modded89Model : public FamilyModel, public ContextModel {
+class Modded89Model : public FamilyModel {
  public:
   // Allocates parameters, gradients (laid out for world_size ranks) and the activations of sequences of
   // seq_len tokens (at most config.max_seq_len), with loss_slots micro-steps of per-position losses (more than
@@ -98,17 +98,23 @@ class Modded89Model : public FamilyModel, public ContextModel {
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
 
-  // The decoder's forward (ContextModel): seq_len positions, the real tokens' logits (GPT-2's 50,257 of a
-  // padded vocabulary, else all V), soft-capped as the validation loss reads them. Overwrites the activations:
-  // call between steps, not between a training forward and its backward.
-  int context_length() const override { return seq_len_; }
-  int context_vocab_size() const override;
-  std::string context_describe() const override;
-  int32_t context_pad_token() const override { return bos_token_ == 0 ? 1 : 0; }
-  void context_logits(const int32_t* tokens, int first, int count, float* out) override;
+  // The decoders' logits: the real tokens' (GPT-2's 50,257 of a padded vocabulary, else all V), soft-capped as the
+  // validation loss reads them, of a context of seq_len positions. They overwrite the activations: call between
+  // steps, not between a training forward and its backward. context_logits: the whole forward over
+  // tokens[0, seq_len), the logits of positions [first, first + count).
+  int context_length() const { return seq_len_; }
+  int context_vocab_size() const;
+  std::string context_describe() const;
+  void context_logits(const int32_t* tokens, int first, int count, float* out);
+  // The KV-cached forward (Modded89Decoder): the model's activations are the cache. tokens[0, total) are the
+  // sequence so far, of which the first `first` were given to the previous calls since the last reset (first 0);
+  // computes the rows the model does not hold yet (from `first` on, or from the start after any other forward or
+  // a change of parameters, windows or RoPE it knows of) and writes the logits of the last `logit_rows` as
+  // context_logits does. The parameters must not change between the calls of one sequence.
+  void decode_logits(const int32_t* tokens, int first, int total, int logit_rows, float* out);
 
   // What only the family knows (modded89_family.cu): its model file, 6 FLOPs per GEMM parameter, a decoder
-  // that re-runs the context (no KV cache yet), windows in blocks with YaRN at a change of the long window
+  // with the activations as its KV cache (Modded89Decoder), windows in blocks with YaRN at a change of the long window
   // (from the model's own YaRN state; set_rope replaces the tables until the next change).
   WrittenFile write_model_file(const std::string& path, const std::vector<float>& params, bool fp32) const override;
   double flops_per_token(int seq_len) const override;
@@ -127,6 +133,18 @@ class Modded89Model : public FamilyModel, public ContextModel {
  private:
   struct Buffers;
   struct AttentionCall;
+  // The rows a forward computes, [first, first + count) of the sequence: all seq_len of them in training and
+  // validation; the decoder's new tokens, after the rows its earlier calls computed (attention, DC, smear and the
+  // key offset read those).
+  struct RowSpan {
+    int first = 0, count = 0;
+  };
+  // A buffer of rows of `width` values, from the first computed row on.
+  template <typename P>
+  P* at(P* rows, size_t width) const {
+    return rows + static_cast<size_t>(rows_.first) * width;
+  }
+  bool whole_sequence() const { return rows_.first == 0 && rows_.count == seq_len_; }
   floatX* param(const std::string& name) const { return params_ + layout_.find(name).offset; }
   // Where the running backward writes: the gradient buffer, or the accumulation buffer after the first
   // micro-step (added into the gradient buffer bucket by bucket).
@@ -149,8 +167,11 @@ class Modded89Model : public FamilyModel, public ContextModel {
   void small_mlp_forward(int index, const floatX* x);
   void body_forward(const int* inputs_host, const int* targets_host, bool training,
                     const BucketHook& before_bucket_use);
+  void rows_forward(const BucketHook& before_bucket_use);
+  void upload_decoder_rows(const int32_t* tokens, int first, int total);
+  void read_capped_logits(RowSpan rows, float* out);
   void final_hidden_forward();
-  void head_logits();
+  void head_logits(RowSpan rows);
   void head_forward(int loss_slot, bool training, float dloss);
   void head_backward();
   void layer_backward(int layer);
@@ -181,6 +202,8 @@ class Modded89Model : public FamilyModel, public ContextModel {
   float attn_scale_ = 0.1f;
   int short_window_ = 0, long_window_ = 0;
   int num_docs_ = 1;
+  RowSpan rows_;
+  int decoded_rows_ = 0;  // rows whose activations are the decoder's (decode_logits) and still hold
   bool has_prefix_table_ = false;
   std::unique_ptr<Buffers> buffers_;
   std::unique_ptr<LossMeans> loss_means_;
