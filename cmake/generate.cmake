@@ -78,5 +78,6 @@ llmc_add_cu_executable(NAME bench_generate BENCHMARK SOURCES test/generate/bench
 add_test(NAME generate_bench_smoke_emu
   COMMAND bench_generate_emu --model d1 --prompt-tokens 5 --new-tokens 3 --contexts 8 --run)
 set_tests_properties(generate_bench_smoke_emu PROPERTIES LABELS generate TIMEOUT 120)
-add_test(NAME generate_bench_modded89_smoke_emu COMMAND bench_generate_emu --model modded89-tiny --contexts 1,8,64)
+add_test(NAME generate_bench_modded89_smoke_emu
+  COMMAND bench_generate_emu --model modded89-tiny --contexts 1,8,64 --prompt-tokens 5 --new-tokens 20 --run)
 set_tests_properties(generate_bench_modded89_smoke_emu PROPERTIES LABELS generate TIMEOUT 120)

@@ -31,7 +31,7 @@ STAGES=(
   "speedrun|150|40|train.log|train_gpt2, both records' recipes: one GPU's share of a record step (T=49152, 32768)"
   "torch|150|60|train.log|PyTorch peer (torch.compile, SDPA flash attention) on the same runs"
   "ncu|70|30|ncu.log|ncu on the attention kernels: occupancy, shared-memory throughput"
-  "generate|60|20|kernels.log|generation: d12 tokens/s at batch 1 (KV cache), generate_gpt2's program tests"
+  "generate|80|20|kernels.log|generation: d12 and modded89 tokens/s at batch 1 (KV cache), generate_gpt2's program tests"
 )
 MAX_RESULT_FILES=8
 KILL_GRACE=10          # seconds between a time limit's TERM and its KILL
@@ -416,6 +416,9 @@ stage_ncu() {
 stage_generate() {
   # d12 with random weights: 64 prompt tokens, then 256 decode steps through the real generation loop.
   run_cmd bench_generate --cap 40 -- "$WRAP/bench_generate" --model d12 --prompt-tokens 64 --new-tokens 256
+  # The 2026-07-17 model's decoder (its activations as the cache), the same prompt and steps.
+  run_cmd bench_generate_modded89 --cap 30 -- "$WRAP/bench_generate" --model modded89 --contexts 64,2048 \
+    --prompt-tokens 64 --new-tokens 256
   run_cmd generate_program --cap 60 -- env LLMC_SHARED_DIR="$PACK" python3 \
     "$REPO/test/generate/test_generate_program.py" --generator "$WRAP/generate_gpt2" --require-gpu
 }

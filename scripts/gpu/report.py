@@ -402,7 +402,8 @@ def build_report(work, out_dir):
     for label in ("ncu_attention", "ncu_attention_sections"):
         if label in commands:
             ncu.update(ncu_rows(commands[label].text()))
-    generation = generate_rows(commands["bench_generate"].text()) if "bench_generate" in commands else []
+    generation = [row for label in ("bench_generate", "bench_generate_modded89") if label in commands
+                  for row in generate_rows(commands[label].text())]
     context = {"bench": bench, "runs": runs, "ncu": ncu, "generate": generation, "speedrun": speedrun}
 
     dry = facts.get("mode") == "dry"

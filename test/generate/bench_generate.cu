@@ -2,7 +2,8 @@
 // KV-cache decoder reads, its FLOPs and kernel launches at several context lengths, and the time at the
 // H200's ceilings (4.3 TB/s, 790 TFLOP/s); on a GPU (or with --run) it also times a prefill and the
 // decoding of --new-tokens tokens through the real generation loop (host sampling included). With
-// --model modded89 (the 2026-07-17 model): the launchers' own counts of a decode step, nothing executed.
+// --model modded89 (the 2026-07-17 model): the launchers' own counts of a decode step, nothing executed, and the
+// family's decoder (generate_gpt2's) timed the same way.
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +23,7 @@
 #include "llmc/model/gpt2/gpt2_init.h"
 #include "llmc/model/modded89/modded89_config.h"
 #include "llmc/model/modded89/modded89_decoder.h"
+#include "llmc/model/modded89/modded89_family.h"
 #include "llmc/model/modded89/modded89_model.h"
 
 using namespace llmc;
@@ -94,6 +96,24 @@ class DecodeCounter : public LaunchObserver {
   bool tally_;
 };
 
+// A decode step at context t (after t - 1 tokens, which are set up but not tallied), as its launchers count it.
+DecodeCounter count_decode_step(CausalDecoder& decoder, const std::vector<int32_t>& tokens, int t) {
+  if (t < 1 || t > decoder.max_positions() || t > static_cast<int>(tokens.size()))
+    throw std::invalid_argument("--contexts: " + std::to_string(t) + " outside [1, " +
+                                std::to_string(decoder.max_positions()) + "]");
+  std::vector<float> logits;
+  decoder.reset();
+  if (t > 1) {
+    DecodeCounter prefill(/*tally=*/false);
+    ScopedLaunchObserver scope(&prefill);
+    decoder.forward(tokens.data(), t - 1, logits);
+  }
+  DecodeCounter step(/*tally=*/true);
+  ScopedLaunchObserver scope(&step);
+  decoder.forward(tokens.data() + t - 1, 1, logits);
+  return step;
+}
+
 void print_modded89_row(const char* what, int context, const DecodeCounter& counter) {
   const TokenCost& c = counter.cost;
   std::printf("%-10s %8d %12.2f %12.4f %9d %12.2f %12.3f %14.0f %12d\n", what, context, c.bytes() / 1e6, c.flops / 1e9,
@@ -119,23 +139,7 @@ void print_modded89_accounting(const std::string& name, const std::vector<int>& 
   std::printf("%-10s %8s %12s %12s %9s %12s %12s %14s %12s\n", "decoder", "context", "total_MB", "GFLOP", "launches",
               "us@4.3TB/s", "us@790TF/s", "ceiling_tok/s", "unaccounted");
   const std::vector<int32_t> tokens(static_cast<size_t>(length), std::min(464, config.vocab_size - 1));
-  std::vector<float> logits;
-  for (int t : contexts) {
-    if (t < 1 || t > length)
-      throw std::invalid_argument("--contexts: " + std::to_string(t) + " outside [1, " + std::to_string(length) + "]");
-    decoder.reset();
-    if (t > 1) {
-      DecodeCounter prefill(/*tally=*/false);
-      ScopedLaunchObserver scope(&prefill);
-      decoder.forward(tokens.data(), t - 1, logits);
-    }
-    DecodeCounter step(/*tally=*/true);
-    {
-      ScopedLaunchObserver scope(&step);
-      decoder.forward(tokens.data() + t - 1, 1, logits);
-    }
-    print_modded89_row("kv_cache", t, step);
-  }
+  for (int t : contexts) print_modded89_row("kv_cache", t, count_decode_step(decoder, tokens, t));
   DecodeCounter whole(/*tally=*/true);
   {
     ScopedLaunchObserver scope(&whole);
@@ -149,6 +153,43 @@ void print_modded89_accounting(const std::string& name, const std::vector<int>& 
       "copies come on top\n",
       length);
   model.reset();  // before its stream
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// The 2026-07-17 family's own decoder (what generate_gpt2 runs: its model of 2,048 positions, random weights, the
+// windows of the record's final validation) timed through the generation loop as run_generation does GPT-2's.
+void run_modded89_generation(const std::string& name, int prompt_tokens, int new_tokens) {
+  const Modded89Config config = modded89_config_from_name(name);
+  const int block = config.window_block;
+  const std::unique_ptr<ModelFamily> family =
+      make_modded89_family(config, Modded89AttentionState{6 * block, 20 * block, {}});
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    const std::unique_ptr<CausalDecoder> decoder = family->make_decoder(family->init_params(1337, 1), 256, stream);
+    if (prompt_tokens < 1 || prompt_tokens + new_tokens > decoder->max_positions())
+      throw std::invalid_argument("--prompt-tokens + --new-tokens must fit the context of " +
+                                  std::to_string(decoder->max_positions()));
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> token(0, decoder->vocab_size() - 2);  // not the last: a test shape's BOS
+    std::vector<int32_t> prompt(prompt_tokens);
+    for (int32_t& t : prompt) t = token(rng);
+    GenerationSettings settings;
+    settings.max_new_tokens = new_tokens;
+    settings.sampling.seed = 1;
+    generate(*decoder, prompt, settings);  // warm-up
+    const GenerationResult result = generate(*decoder, prompt, settings);
+    const double ms_per_token = 1e3 * result.decode_seconds / std::max(result.decode_steps, 1);
+    std::vector<int32_t> tokens = prompt;
+    tokens.insert(tokens.end(), result.tokens.begin(), result.tokens.end());
+    const DecodeCounter middle = count_decode_step(*decoder, tokens, prompt_tokens + new_tokens / 2);
+    std::printf(
+        "generate %s batch:1 prompt:%d new:%zu prefill_ms=%.3f prefill_tokens_per_s=%.1f decode_steps=%d "
+        "ms_per_token=%.4f decode_tokens_per_s=%.1f ceiling_tokens_per_s=%.0f\n",
+        name.c_str(), prompt_tokens, result.tokens.size(), 1e3 * result.prefill_seconds,
+        prompt_tokens / result.prefill_seconds, result.decode_steps, ms_per_token, 1e3 / ms_per_token,
+        1.0 / middle.cost.ceiling_seconds());
+  }
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
@@ -208,7 +249,7 @@ int main(int argc, char** argv) {
   std::string model = "d12", contexts = "64,256,512,1024";
   int prompt_tokens = 64, new_tokens = 256;
   bool run = false;
-  app.option("--model", model, "preset shape (random weights); modded89: the 2026-07-17 model's counts only");
+  app.option("--model", model, "preset shape (random weights): d12 ..., modded89, modded89-tiny");
   app.option("--prompt-tokens", prompt_tokens, "prefill length of the timed run");
   app.option("--new-tokens", new_tokens, "decode steps of the timed run");
   app.option("--contexts", contexts, "context lengths of the accounting rows");
@@ -216,8 +257,13 @@ int main(int argc, char** argv) {
   if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   try {
     if (model.rfind("modded89", 0) == 0) {
-      if (run) throw std::invalid_argument("--run times the GPT-2 decoder only");
       print_modded89_accounting(model, parse_list(contexts));
+      if (!gpu_present() && !run) {
+        std::printf("# no GPU: nothing timed (the rows above are counts and ceilings, not measurements)\n");
+        return 0;
+      }
+      if (!gpu_present()) std::printf("# emulated run: the times below are the CPU emulation's, not a GPU's\n");
+      run_modded89_generation(model, prompt_tokens, new_tokens);
       return 0;
     }
     const GPT2Config config = config_from_name(model);

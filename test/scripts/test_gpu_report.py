@@ -112,6 +112,11 @@ class RealOutputs(unittest.TestCase):
                                     capture_output=True, text=True, timeout=120)
         assert generation.returncode == 0, generation.stdout + generation.stderr
         cls.generate_log = generation.stdout
+        generation = subprocess.run([os.environ["LLMC_BENCH_GENERATE_EMU"], "--model", "modded89-tiny",
+                                     "--prompt-tokens", "5", "--new-tokens", "3", "--contexts", "8", "--run"],
+                                    capture_output=True, text=True, timeout=120)
+        assert generation.returncode == 0, generation.stdout + generation.stderr
+        cls.generate_modded89_log = generation.stdout
 
     @classmethod
     def tearDownClass(cls):
@@ -187,6 +192,8 @@ class RealOutputs(unittest.TestCase):
         check.stage("c", "kernels", "kernels.log", [command_block("bench_kernels", self.bench_log)])
         program = "Ran 9 tests in 20.0s\n\nOK\n"
         check.stage("g", "generate", "kernels.log", [command_block("bench_generate", self.generate_log),
+                                                      command_block("bench_generate_modded89",
+                                                                    self.generate_modded89_log),
                                                       command_block("generate_program", program)])
         report = check.report()
         line = re.search(r"^generate .*ms_per_token=(\S+) decode_tokens_per_s=(\S+) ceiling_tokens_per_s=(\S+)",
@@ -196,6 +203,12 @@ class RealOutputs(unittest.TestCase):
         self.assertAlmostEqual(float(row[4]), float(line.group(1)), delta=0.001)
         self.assertEqual(row[5], f"{float(line.group(2)):.0f}")
         self.assertEqual(row[6], f"{float(line.group(3)):.0f}")
+        modded89 = re.search(r"^generate .*ms_per_token=(\S+) decode_tokens_per_s=(\S+) ceiling_tokens_per_s=(\S+)",
+                             self.generate_modded89_log, re.M)
+        row = table_row(report, "modded89-tiny")
+        self.assertEqual(row[1:3], ["5", "3"])
+        self.assertEqual(row[5], f"{float(modded89.group(2)):.0f}")
+        self.assertEqual(row[6], f"{float(modded89.group(3)):.0f}")
         summary = table_row(report, "g. generate title")[4]
         self.assertIn(f"{float(line.group(2)):.0f} tokens/s at batch 1", summary)
         self.assertIn("9 tests passed, 0 failed, 0 skipped", summary)
