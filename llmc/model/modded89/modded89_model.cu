@@ -515,6 +515,29 @@ int document_bounds(const int* tokens, int T, int bos_token, int* cu, int* doc_s
   return bounds - 1;
 }
 
+// The pinned staging's arrays for a sequence of `capacity` positions (Buffers::staging).
+struct StagedTokens {
+  int *inputs, *targets, *hashes, *doc_start, *cu, *cu_rows;
+  int num_docs;
+};
+
+// Fills the staging from tokens[0, count): the tokens, bigram hashes, document starts and bounds (in tokens and in
+// paired rows, doubled). The targets are the caller's.
+StagedTokens stage_tokens(int* staging, size_t capacity, const int* tokens, int count, int bos_token, int bigram_rows) {
+  StagedTokens s;
+  s.inputs = staging, s.targets = s.inputs + capacity, s.hashes = s.targets + capacity;
+  s.doc_start = s.hashes + capacity, s.cu = s.doc_start + capacity, s.cu_rows = s.cu + capacity + 1;
+  std::copy_n(tokens, count, s.inputs);
+  s.num_docs = document_bounds(tokens, count, bos_token, s.cu, s.doc_start);
+  for (int d = 0; d <= s.num_docs; d++) s.cu_rows[d] = 2 * s.cu[d];
+  bigram_hashes(s.hashes, tokens, count, bigram_rows);
+  return s;
+}
+
+void upload_ints(int* device, const int* host, size_t count, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(int), cudaMemcpyHostToDevice, stream));
+}
+
 }  // namespace
 
 // Tokens, targets, bigram hashes, document bounds in tokens and in paired rows (doubled), each token's document
@@ -528,27 +551,20 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
                                   std::to_string(V) + ")");
   CUDA_CHECK(cudaEventSynchronize(b.staging_free));  // the previous batch's copies have left the staging
   const size_t n = static_cast<size_t>(T);
-  int *inputs = b.staging, *targets = inputs + n, *hashes = targets + n, *doc_start = hashes + n;
-  int *cu = doc_start + n, *cu_rows = cu + n + 1;
-  std::copy_n(inputs_host, n, inputs);
-  std::copy_n(targets_host, n, targets);
-  num_docs_ = document_bounds(inputs_host, T, bos_token_, cu, doc_start);
-  const int bounds = num_docs_ + 1;
-  for (int d = 0; d < bounds; d++) cu_rows[d] = 2 * cu[d];
-  bigram_hashes(hashes, inputs_host, T, layout_.config.bigram_rows);
-  auto upload = [&](int* device, const int* host, size_t count) {
-    CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(int), cudaMemcpyHostToDevice, stream_));
-  };
-  upload(b.inputs, inputs, n);
-  upload(b.targets, targets, n);
-  upload(b.hashes, hashes, n);
-  upload(b.doc_start, doc_start, n);
-  upload(b.cu_seqlens, cu, static_cast<size_t>(bounds));
-  upload(b.cu_rows, cu_rows, static_cast<size_t>(bounds));
+  const StagedTokens staged = stage_tokens(b.staging, n, inputs_host, T, bos_token_, layout_.config.bigram_rows);
+  std::copy_n(targets_host, n, staged.targets);
+  num_docs_ = staged.num_docs;
+  const size_t bounds = static_cast<size_t>(num_docs_) + 1;
+  upload_ints(b.inputs, staged.inputs, n, stream_);
+  upload_ints(b.targets, staged.targets, n, stream_);
+  upload_ints(b.hashes, staged.hashes, n, stream_);
+  upload_ints(b.doc_start, staged.doc_start, n, stream_);
+  upload_ints(b.cu_seqlens, staged.cu, bounds, stream_);
+  upload_ints(b.cu_rows, staged.cu_rows, bounds, stream_);
   CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
   if (training) {  // the embedding backward's sorted rows, for the tokens' tables and the bigram table
     b.token_plan->prepare(inputs_host, T, stream_);
-    b.hash_plan->prepare(hashes, T, stream_);
+    b.hash_plan->prepare(staged.hashes, T, stream_);
   }
 }
 
@@ -629,22 +645,15 @@ void Modded89Model::upload_decoder_rows(const int32_t* tokens, int first, int to
       throw std::invalid_argument("modded89 model: token at position " + std::to_string(t) + " outside [0, " +
                                   std::to_string(V) + ")");
   CUDA_CHECK(cudaEventSynchronize(b.staging_free));
-  const size_t n = static_cast<size_t>(seq_len_);
-  int *inputs = b.staging, *hashes = inputs + 2 * n, *doc_start = hashes + n;
-  int *cu = doc_start + n, *cu_rows = cu + n + 1;
-  std::copy_n(tokens, total, inputs);
-  num_docs_ = document_bounds(tokens, total, bos_token_, cu, doc_start);
-  const int bounds = num_docs_ + 1;
-  for (int d = 0; d < bounds; d++) cu_rows[d] = 2 * cu[d];
-  bigram_hashes(hashes, tokens, total, layout_.config.bigram_rows);
-  auto upload = [&](int* device, const int* host, int count) {
-    CUDA_CHECK(
-        cudaMemcpyAsync(device, host, static_cast<size_t>(count) * sizeof(int), cudaMemcpyHostToDevice, stream_));
-  };
-  for (auto [device, host] : {std::pair{b.inputs, inputs}, {b.hashes, hashes}, {b.doc_start, doc_start}})
-    upload(device + first, host + first, total - first);
-  upload(b.cu_seqlens, cu, bounds);
-  upload(b.cu_rows, cu_rows, bounds);
+  const StagedTokens staged =
+      stage_tokens(b.staging, static_cast<size_t>(seq_len_), tokens, total, bos_token_, layout_.config.bigram_rows);
+  num_docs_ = staged.num_docs;
+  const size_t rows = static_cast<size_t>(total - first), bounds = static_cast<size_t>(num_docs_) + 1;
+  upload_ints(b.inputs + first, staged.inputs + first, rows, stream_);
+  upload_ints(b.hashes + first, staged.hashes + first, rows, stream_);
+  upload_ints(b.doc_start + first, staged.doc_start + first, rows, stream_);
+  upload_ints(b.cu_seqlens, staged.cu, bounds, stream_);
+  upload_ints(b.cu_rows, staged.cu_rows, bounds, stream_);
   CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
 }
 
