@@ -66,6 +66,13 @@ __device__ __forceinline__ float dot_row(const Tx* a, const Tx* b, int D) {
   return sum;
 }
 
+// The first key query t attends: the window's start, cut at its document's start (the forward kernels').
+__device__ __forceinline__ int first_key(const Problem& p, int t) {
+  const DocumentSpan doc = document_of(p.cu_seqlens, p.num_docs, t);
+  const int window_start = LLMC_MUTANT("simple_attention.window_plus_one", t - p.window, t - p.window - 1);
+  return window_start > doc.begin ? window_start : doc.begin;
+}
+
 // A score's dot product in a warp's order, so that one thread (forward_kernel) and a warp (decode_kernel) give the
 // same bits: lane l sums dims l, l + 32, ... in increasing order, then warp_reduce_sum's butterfly (after the step
 // of `offset`, lane l holds its value plus lane l ^ offset's; every lane ends with the same sum).
@@ -92,9 +99,7 @@ __global__ void forward_kernel(Tx* out, float* lse, const Tx* q, const Tx* k, co
   const int row = p.first_row * p.heads + blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= p.T * p.heads) return;
   const int t = row / p.heads, h = row % p.heads, D = p.head_dim;
-  const DocumentSpan doc = document_of(p.cu_seqlens, p.num_docs, t);
-  const int window_start = LLMC_MUTANT("simple_attention.window_plus_one", t - p.window, t - p.window - 1);
-  const int first = window_start > doc.begin ? window_start : doc.begin;
+  const int first = first_key(p, t);
   const Tx* q_row = q + t * row_stride + static_cast<int64_t>(h) * D;
   float acc[kMaxHeadDim];
   for (int d = 0; d < D; d++) acc[d] = 0.0f;
@@ -122,9 +127,7 @@ __global__ void decode_kernel(Tx* out, float* lse, const Tx* q, const Tx* k, con
                               Problem p) {
   const int t = p.first_row + static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), D = p.head_dim;
   const int lane = static_cast<int>(threadIdx.x);
-  const DocumentSpan doc = document_of(p.cu_seqlens, p.num_docs, t);
-  const int window_start = LLMC_MUTANT("simple_attention.window_plus_one", t - p.window, t - p.window - 1);
-  const int first = window_start > doc.begin ? window_start : doc.begin;
+  const int first = first_key(p, t);
   const Tx* q_row = q + t * row_stride + static_cast<int64_t>(h) * D;
   float q_lane[kDecodeDimsPerLane], acc[kDecodeDimsPerLane];
   for (int i = 0; i < kDecodeDimsPerLane; i++) {
@@ -138,7 +141,7 @@ __global__ void decode_kernel(Tx* out, float* lse, const Tx* q, const Tx* k, con
     float dot = 0.0f;
     for (int i = 0; i < kDecodeDimsPerLane && lane + i * kWarpSize < D; i++)
       dot += q_lane[i] * to_float(k[key_offset + lane + i * kWarpSize]);
-    const float score = p.scale * warp_reduce_sum(dot);
+    const float score = p.scale * LLMC_MUTANT("simple_attention.decode_lane_dot", warp_reduce_sum(dot), dot);
     const float new_max = fmaxf(running_max, score);
     const float correction = expf(running_max - new_max), weight = expf(score - new_max);
     sum = sum * correction + weight;

@@ -71,6 +71,43 @@ void print_accounting(const GPT2Config& config, size_t parameters, const std::ve
   }
 }
 
+// A prompt of `prompt_tokens` random tokens below `token_limit`, prefilled, then `new_tokens` decode steps through
+// llmc::generate, after a warm-up pass of the same (cuBLASLt heuristics, first-touch of every buffer).
+struct GenerationTiming {
+  std::vector<int32_t> prompt;
+  GenerationResult result;
+  double ms_per_token;
+};
+
+GenerationTiming time_generation(CausalDecoder& decoder, int token_limit, int prompt_tokens, int new_tokens) {
+  if (prompt_tokens < 1 || prompt_tokens + new_tokens > decoder.max_positions())
+    throw std::invalid_argument("--prompt-tokens + --new-tokens must fit the context of " +
+                                std::to_string(decoder.max_positions()));
+  GenerationTiming timing;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> token(0, token_limit - 1);
+  timing.prompt.resize(static_cast<size_t>(prompt_tokens));
+  for (int32_t& t : timing.prompt) t = token(rng);
+  GenerationSettings settings;
+  settings.max_new_tokens = new_tokens;
+  settings.sampling.seed = 1;
+  generate(decoder, timing.prompt, settings);  // warm-up
+  timing.result = generate(decoder, timing.prompt, settings);
+  timing.ms_per_token = 1e3 * timing.result.decode_seconds / std::max(timing.result.decode_steps, 1);
+  return timing;
+}
+
+// The measured line the GPU check's report reads (scripts/gpu/report.py), `extra` appended.
+void print_generate_line(const std::string& model, const GenerationTiming& t, double ceiling_tokens_per_s,
+                         const std::string& extra) {
+  std::printf(
+      "generate %s batch:1 prompt:%zu new:%zu prefill_ms=%.3f prefill_tokens_per_s=%.1f decode_steps=%d "
+      "ms_per_token=%.4f decode_tokens_per_s=%.1f ceiling_tokens_per_s=%.0f%s\n",
+      model.c_str(), t.prompt.size(), t.result.tokens.size(), 1e3 * t.result.prefill_seconds,
+      t.prompt.size() / t.result.prefill_seconds, t.result.decode_steps, t.ms_per_token, 1e3 / t.ms_per_token,
+      ceiling_tokens_per_s, extra.c_str());
+}
+
 // Tallies what is enqueued while it is active, from the launchers' own costs; runs only the copies (the host reads
 // the logits back), or nothing is tallied and only the copies run (a prefill that sets up the cache's rows).
 class DecodeCounter : public LaunchObserver {
@@ -167,28 +204,12 @@ void run_modded89_generation(const std::string& name, int prompt_tokens, int new
   CUDA_CHECK(cudaStreamCreate(&stream));
   {
     const std::unique_ptr<CausalDecoder> decoder = family->make_decoder(family->init_params(1337, 1), 256, stream);
-    if (prompt_tokens < 1 || prompt_tokens + new_tokens > decoder->max_positions())
-      throw std::invalid_argument("--prompt-tokens + --new-tokens must fit the context of " +
-                                  std::to_string(decoder->max_positions()));
-    std::mt19937 rng(7);
-    std::uniform_int_distribution<int> token(0, decoder->vocab_size() - 2);  // not the last: a test shape's BOS
-    std::vector<int32_t> prompt(prompt_tokens);
-    for (int32_t& t : prompt) t = token(rng);
-    GenerationSettings settings;
-    settings.max_new_tokens = new_tokens;
-    settings.sampling.seed = 1;
-    generate(*decoder, prompt, settings);  // warm-up
-    const GenerationResult result = generate(*decoder, prompt, settings);
-    const double ms_per_token = 1e3 * result.decode_seconds / std::max(result.decode_steps, 1);
-    std::vector<int32_t> tokens = prompt;
-    tokens.insert(tokens.end(), result.tokens.begin(), result.tokens.end());
+    // Tokens below the family's BOS (50256, GPT-2's last real token), which opens documents.
+    const GenerationTiming timing = time_generation(*decoder, decoder->vocab_size() - 1, prompt_tokens, new_tokens);
+    std::vector<int32_t> tokens = timing.prompt;
+    tokens.insert(tokens.end(), timing.result.tokens.begin(), timing.result.tokens.end());
     const DecodeCounter middle = count_decode_step(*decoder, tokens, prompt_tokens + new_tokens / 2);
-    std::printf(
-        "generate %s batch:1 prompt:%d new:%zu prefill_ms=%.3f prefill_tokens_per_s=%.1f decode_steps=%d "
-        "ms_per_token=%.4f decode_tokens_per_s=%.1f ceiling_tokens_per_s=%.0f\n",
-        name.c_str(), prompt_tokens, result.tokens.size(), 1e3 * result.prefill_seconds,
-        prompt_tokens / result.prefill_seconds, result.decode_steps, ms_per_token, 1e3 / ms_per_token,
-        1.0 / middle.cost.ceiling_seconds());
+    print_generate_line(name, timing, 1.0 / middle.cost.ceiling_seconds(), "");
   }
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
@@ -210,22 +231,11 @@ void run_generation(const GPT2Config& config, const std::vector<float>& params, 
   CUDA_CHECK(cudaStreamCreate(&stream));
   const GPT2Layout layout = make_param_layout(config, 1);
   GPT2Decoder decoder(layout, params, std::min(256, config.max_seq_len), stream);
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int> token(0, config.vocab_size - 1);
-  std::vector<int32_t> prompt(prompt_tokens);
-  for (int32_t& t : prompt) t = token(rng);
-  GenerationSettings settings;
-  settings.max_new_tokens = new_tokens;
-  settings.sampling.seed = 1;
-  generate(decoder, prompt, settings);  // warm-up: cuBLASLt heuristics, first-touch of every buffer
-  const GenerationResult result = generate(decoder, prompt, settings);
-  const double ms_per_token = 1e3 * result.decode_seconds / std::max(result.decode_steps, 1);
+  const GenerationTiming timing = time_generation(decoder, config.vocab_size, prompt_tokens, new_tokens);
   const TokenCost middle = token_cost(config, layout.num_parameters, prompt_tokens + new_tokens / 2);
-  std::printf("generate %s batch:1 prompt:%d new:%zu prefill_ms=%.3f prefill_tokens_per_s=%.1f decode_steps=%d "
-              "ms_per_token=%.4f decode_tokens_per_s=%.1f ceiling_tokens_per_s=%.0f device_MiB=%.1f\n",
-              describe_config(config).c_str(), prompt_tokens, result.tokens.size(), 1e3 * result.prefill_seconds,
-              prompt_tokens / result.prefill_seconds, result.decode_steps, ms_per_token, 1e3 / ms_per_token,
-              1.0 / middle.ceiling_seconds(), decoder.device_bytes() / 1048576.0);
+  char device[64];
+  std::snprintf(device, sizeof(device), " device_MiB=%.1f", decoder.device_bytes() / 1048576.0);
+  print_generate_line(describe_config(config), timing, 1.0 / middle.ceiling_seconds(), device);
 }
 
 std::vector<int> parse_list(const std::string& text) {
@@ -256,28 +266,22 @@ int main(int argc, char** argv) {
   app.flag("--run", run, "run the decoder even without a GPU (emulated: a smoke test, not a timing)");
   if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   try {
-    if (model.rfind("modded89", 0) == 0) {
+    const bool modded89 = model.rfind("modded89", 0) == 0;
+    const GPT2Config config = modded89 ? GPT2Config{} : config_from_name(model);
+    if (modded89)
       print_modded89_accounting(model, parse_list(contexts));
-      if (!gpu_present() && !run) {
-        std::printf("# no GPU: nothing timed (the rows above are counts and ceilings, not measurements)\n");
-        return 0;
-      }
-      if (!gpu_present()) std::printf("# emulated run: the times below are the CPU emulation's, not a GPU's\n");
-      run_modded89_generation(model, prompt_tokens, new_tokens);
-      return 0;
-    }
-    const GPT2Config config = config_from_name(model);
-    const GPT2Layout layout = make_param_layout(config, 1);
-    print_accounting(config, layout.num_parameters, parse_list(contexts));
+    else
+      print_accounting(config, make_param_layout(config, 1).num_parameters, parse_list(contexts));
     if (!gpu_present() && !run) {
       std::printf("# no GPU: nothing timed (the rows above are counts and ceilings, not measurements)\n");
       return 0;
     }
-    if (prompt_tokens < 1 || prompt_tokens + new_tokens > config.max_seq_len)
-      throw std::invalid_argument("--prompt-tokens + --new-tokens must fit the context of " +
-                                  std::to_string(config.max_seq_len));
     if (!gpu_present()) std::printf("# emulated run: the times below are the CPU emulation's, not a GPU's\n");
-    run_generation(config, init_gpt2_params(layout, 1337), prompt_tokens, new_tokens);
+    if (modded89) {
+      run_modded89_generation(model, prompt_tokens, new_tokens);
+    } else {
+      run_generation(config, init_gpt2_params(make_param_layout(config, 1), 1337), prompt_tokens, new_tokens);
+    }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_generate: %s\n", error.what());
     return 1;
