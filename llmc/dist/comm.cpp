@@ -237,6 +237,22 @@ void CommContext::broadcast(__nv_bfloat16* data, size_t count, int root, cudaStr
   NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type<__nv_bfloat16>(), root, nccl_comm_, stream));
 }
 
+void CommContext::send(const __nv_bfloat16* data, size_t count, int peer, cudaStream_t stream) const {
+  NCCL_CHECK(ncclSend(data, count, nccl_type<__nv_bfloat16>(), peer, nccl_comm_, stream));
+}
+
+void CommContext::recv(__nv_bfloat16* data, size_t count, int peer, cudaStream_t stream) const {
+  NCCL_CHECK(ncclRecv(data, count, nccl_type<__nv_bfloat16>(), peer, nccl_comm_, stream));
+}
+
+void CommContext::send(const float* data, size_t count, int peer, cudaStream_t stream) const {
+  NCCL_CHECK(ncclSend(data, count, nccl_type<float>(), peer, nccl_comm_, stream));
+}
+
+void CommContext::recv(float* data, size_t count, int peer, cudaStream_t stream) const {
+  NCCL_CHECK(ncclRecv(data, count, nccl_type<float>(), peer, nccl_comm_, stream));
+}
+
 void CommContext::broadcast_from_rank0(float* data, size_t count, cudaStream_t stream) const {
   NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type<float>(), 0, nccl_comm_, stream));
 }

@@ -96,6 +96,13 @@ class CommContext : public RankGroup {
   // data on every rank = data of rank `root`, in place.
   void broadcast(float* data, size_t count, int root, cudaStream_t stream) const;
   void broadcast(__nv_bfloat16* data, size_t count, int root, cudaStream_t stream) const;
+  // Point to point: `count` elements to / from rank `peer` (which calls the other with the same count). A
+  // rank's sends and receives of one exchange go between group_start() and group_end(), so that none waits
+  // for another (an all-to-all of variable sizes); a rank may send to itself.
+  void send(const __nv_bfloat16* data, size_t count, int peer, cudaStream_t stream) const;
+  void recv(__nv_bfloat16* data, size_t count, int peer, cudaStream_t stream) const;
+  void send(const float* data, size_t count, int peer, cudaStream_t stream) const;
+  void recv(float* data, size_t count, int peer, cudaStream_t stream) const;
   // data on every rank = data of rank 0 (e.g. initial parameters), in place.
   void broadcast_from_rank0(float* data, size_t count, cudaStream_t stream) const;
   void broadcast_from_rank0(__nv_bfloat16* data, size_t count, cudaStream_t stream) const;

@@ -7,8 +7,10 @@
 // Arithmetic: reductions of ncclFloat32 and ncclBfloat16 run in fp32 (MPI_FLOAT); bf16 inputs are
 // widened exactly, and each result element is rounded to bf16 once, at the end. ncclAvg is the
 // fp32 sum divided by the number of ranks. ncclInt32 supports sum, prod, max and min (not avg).
-// Reduce writes the root's recvbuff only. All-gather and broadcast move bytes, so every datatype
-// works for them.
+// Reduce writes the root's recvbuff only. All-gather, broadcast, send and recv move bytes, so every
+// datatype works for them. The sends and receives of one group run together (NCCL's rule: a rank may
+// send to and receive from its peers in any order inside a group); outside a group each one waits for its
+// peer, as in NCCL. A receive must get exactly the count its peer sent.
 //
 // Test hook: LLMC_EMU_NCCL_DELAY_MS=<ms> (read once per communicator, at ncclCommInitRank) makes
 // the stream worker sleep that long before each collective, so that a missing cross-stream wait
@@ -51,12 +53,22 @@ namespace {
 using llmc::emu::EmulatedDevice;
 using llmc::emu::MemoryKind;
 
-// A collective called inside ncclGroupStart/End, held until the outermost ncclGroupEnd.
+// One ncclSend or ncclRecv: bytes to or from `peer`.
+struct PointToPoint {
+  bool send = false;
+  void* buffer = nullptr;
+  size_t bytes = 0;
+  int peer = 0;
+};
+
+// A call inside ncclGroupStart/End, held until the outermost ncclGroupEnd: a collective's work, or a send
+// or receive (work empty), which the group end runs together with the others of its communicator and stream.
 struct DeferredCall {
   const char* function;
   ncclComm* comm;
   cudaStream_t stream;
   std::function<void()> work;
+  PointToPoint p2p;
 };
 
 // NCCL's last-error text, group nesting and a group's calls are per host thread, as in NCCL.
@@ -310,6 +322,40 @@ void run_broadcast(const void* send, void* recv, size_t bytes, int root, ncclCom
   std::memcpy(recv, buffer.data(), bytes);
 }
 
+// Posts every send and receive, then waits for all: none of them waits for another to start.
+void run_point_to_point(const std::vector<PointToPoint>& ops, ncclComm* comm) {
+  constexpr int kTag = 17;
+  std::vector<MPI_Request> requests(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PointToPoint& op = ops[i];
+    const int bytes = static_cast<int>(op.bytes);
+    if (op.send)
+      // Synchronous mode: a send completes only once its receive has begun, as an NCCL send waits for its peer
+      // (MPI would finish a small standard send eagerly, so an ungrouped send-before-receive on both ranks,
+      // which hangs on a GPU, would pass here).
+      mpi_or_throw(MPI_Issend(op.buffer, bytes, MPI_BYTE, op.peer, kTag, comm->mpi_comm, &requests[i]), "MPI_Issend");
+    else
+      mpi_or_throw(MPI_Irecv(op.buffer, bytes, MPI_BYTE, op.peer, kTag, comm->mpi_comm, &requests[i]), "MPI_Irecv");
+  }
+  std::vector<MPI_Status> statuses(ops.size());
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    mpi_or_throw(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, statuses.data()),
+                 "MPI_Testall (ncclSend/ncclRecv)");
+    if (done) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(polls < 64 ? 0 : 50));
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].send) continue;
+    int received = 0;
+    MPI_Get_count(&statuses[i], MPI_BYTE, &received);
+    if (static_cast<size_t>(received) != ops[i].bytes)
+      throw std::runtime_error("NCCL emulation: ncclRecv of " + std::to_string(ops[i].bytes) + " bytes from rank " +
+                               std::to_string(ops[i].peer) + " got " + std::to_string(received) +
+                               " (the peer's ncclSend count differs)");
+  }
+}
+
 void CUDART_CB run_host_task(void* task) {
   auto* work = static_cast<std::function<void()>*>(task);
   (*work)();
@@ -346,7 +392,7 @@ ncclResult_t enqueue_now(const char* function, ncclComm* comm, cudaStream_t stre
 // runs before the collective, here as on a GPU.
 ncclResult_t enqueue(const char* function, ncclComm* comm, cudaStream_t stream, std::function<void()> work) {
   if (group_depth > 0) {
-    deferred_calls.push_back({function, comm, stream, std::move(work)});
+    deferred_calls.push_back({function, comm, stream, std::move(work), {}});
     return ncclSuccess;
   }
   return enqueue_now(function, comm, stream, std::move(work));
@@ -365,6 +411,31 @@ void with_wide_type(ncclDataType_t type, Run run) {
   } else {
     run(float{});
   }
+}
+
+// ncclSend and ncclRecv: checked, then run alone (outside a group) or with the group's others.
+ncclResult_t point_to_point(const char* function, bool send, const void* buffer, size_t count, ncclDataType_t datatype,
+                            int peer, ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = check_comm(function, comm); r != ncclSuccess) return r;
+  const size_t element = datatype_size(datatype);
+  if (element == 0) {
+    return fail(ncclInvalidArgument,
+                std::string(function) + ": unknown datatype " + std::to_string(static_cast<int>(datatype)));
+  }
+  if (peer < 0 || peer >= comm->nranks) {
+    return fail(ncclInvalidArgument,
+                std::string(function) + ": peer " + std::to_string(peer) + " is not a rank of the communicator");
+  }
+  const size_t bytes = count * element;
+  if (ncclResult_t r = check_mpi_count(function, bytes); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_device_buffer(function, send ? "sendbuff" : "recvbuff", buffer, bytes); r != ncclSuccess)
+    return r;
+  const PointToPoint op{send, const_cast<void*>(buffer), bytes, peer};
+  if (group_depth > 0) {
+    deferred_calls.push_back({function, comm, stream, nullptr, op});
+    return ncclSuccess;
+  }
+  return enqueue_now(function, comm, stream, [op, comm] { run_point_to_point({op}, comm); });
 }
 
 }  // namespace
@@ -519,11 +590,39 @@ ncclResult_t ncclGroupEnd() {
   if (--group_depth > 0) return ncclSuccess;
   std::vector<DeferredCall> calls;
   calls.swap(deferred_calls);
-  for (DeferredCall& call : calls) {
-    if (ncclResult_t r = enqueue_now(call.function, call.comm, call.stream, std::move(call.work)); r != ncclSuccess)
+  for (size_t i = 0; i < calls.size(); ++i) {
+    DeferredCall& call = calls[i];
+    if (call.work) {
+      if (ncclResult_t r = enqueue_now(call.function, call.comm, call.stream, std::move(call.work)); r != ncclSuccess)
+        return r;
+      continue;
+    }
+    if (call.function == nullptr) continue;  // a send or receive already gathered below
+    // The group's sends and receives on this communicator and stream, run together where the first was called.
+    std::vector<PointToPoint> ops;
+    for (size_t j = i; j < calls.size(); ++j) {
+      if (calls[j].work || calls[j].function == nullptr || calls[j].comm != call.comm || calls[j].stream != call.stream)
+        continue;
+      ops.push_back(calls[j].p2p);
+      if (j > i) calls[j].function = nullptr;
+    }
+    ncclComm* comm = call.comm;
+    if (ncclResult_t r =
+            enqueue_now("ncclSend/ncclRecv", comm, call.stream, [ops, comm] { run_point_to_point(ops, comm); });
+        r != ncclSuccess)
       return r;
   }
   return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return point_to_point("ncclSend", true, sendbuff, count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return point_to_point("ncclRecv", false, recvbuff, count, datatype, peer, comm, stream);
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
