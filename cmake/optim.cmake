@@ -7,12 +7,13 @@
 add_library(llmc_muon_plan STATIC llmc/optim/muon_cost.cpp llmc/optim/muon_owners.cpp llmc/optim/normuon_shape.cpp)
 target_link_libraries(llmc_muon_plan PUBLIC llmc_flags)
 
-# What each rank of the speedrun optimizer holds, and the re-sharding of its checkpoints (pure C++).
+# What each rank of the speedrun optimizer holds, the re-sharding of its checkpoints, its collectives and the
+# sparse row exchange's plan (pure C++).
 add_library(llmc_speedrun_state STATIC llmc/optim/speedrun_state_plan.cpp llmc/optim/tensor_roles.cpp
-  llmc/optim/speedrun_collectives.cpp
+  llmc/optim/speedrun_collectives.cpp llmc/optim/sparse_row_exchange.cpp
   llmc/optim/modded89_param_table.cpp)
 target_link_libraries(llmc_speedrun_state PUBLIC llmc_muon_plan llmc_model)
-add_executable(test_speedrun_state_plan test/optim/test_speedrun_state_plan.cpp)
+add_executable(test_speedrun_state_plan test/optim/test_speedrun_state_plan.cpp test/optim/test_sparse_row_exchange.cpp)
 target_link_libraries(test_speedrun_state_plan PRIVATE llmc_speedrun_state GTest::gtest_main)
 gtest_discover_tests(test_speedrun_state_plan DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT} PROPERTIES LABELS optim)
 
