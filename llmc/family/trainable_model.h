@@ -36,6 +36,11 @@ struct Fp32Params {
   bool empty() const { return count == 0; }
 };
 
+struct RowSparseGrad {
+  int tensor = -1;        // index into the layout's tensors
+  std::vector<int> rows;  // the rows of [rows, columns] with a gradient
+};
+
 class TrainableModel {
  public:
   virtual ~TrainableModel() = default;
@@ -82,6 +87,11 @@ class TrainableModel {
   // they are, the taker writes them (and keeps the floatX slots a rounded copy), and download_params()
   // returns them exactly. upload_params() sets them either way. Empty where the model has none.
   virtual Fp32Params take_fp32_params() { return {}; }
+  // A tensor whose gradient is row-sparse (the 2026-07-17 model's bigram table: only the rows its tokens hash to
+  // get one) and the rows the micro-batches of the last backward's step touched, sorted and distinct: every
+  // other row's gradient is exactly zero. Valid from the hook that reports the tensor's bucket final until the
+  // next step's first backward. tensor -1: the model has none.
+  virtual RowSparseGrad row_sparse_grad() const { return {}; }
 };
 
 // A family's device model as the trainer holds it (ModelFamily::build).

@@ -87,10 +87,12 @@ TEST(Modded89Layout, RecordParameterCountIsSectionOnesListWithoutPadding) {
 
 TEST(Modded89Layout, BucketsFollowTheBackward) {
   const llmc::Modded89Layout layout = llmc::make_modded89_layout(llmc::modded89_config_from_name("modded89-tiny"), 2);
-  ASSERT_EQ(layout.num_buckets(), 2 + llmc::kModded89Layers);
+  ASSERT_EQ(layout.num_buckets(), 3 + llmc::kModded89Layers);
   auto bucket_of = [&layout](const std::string& name) { return layout.find(name).bucket; };
-  EXPECT_EQ(bucket_of("embed"), 0);
-  EXPECT_EQ(bucket_of("gate0.w1"), 0);  // the pre gate reads x0: final with the embeddings
+  EXPECT_EQ(bucket_of("bigram_embed"), llmc::Modded89Layout::bigram_bucket());  // alone: its exchange is sparse
+  EXPECT_EQ(layout.buckets[0].num_tensors, 1);
+  EXPECT_EQ(bucket_of("embed"), llmc::Modded89Layout::embeddings_bucket());
+  EXPECT_EQ(bucket_of("gate0.w1"), 1);  // the pre gate reads x0: final with the embeddings
   EXPECT_EQ(bucket_of("gate1.w1"), llmc::Modded89Layout::layer_bucket(4));  // the post gate before layer 4
   EXPECT_EQ(bucket_of("mudd0.w2"), llmc::Modded89Layout::layer_bucket(10));
   EXPECT_EQ(bucket_of("mudd1.b2"), layout.head_bucket());  // after the loop: final first

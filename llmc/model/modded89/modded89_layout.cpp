@@ -72,7 +72,6 @@ std::vector<TensorSpec> embeddings_bucket(const Modded89Config& c) {
   std::vector<TensorSpec> b;
   b.push_back(adam(Modded89Tensor::kEmbed, {V, C}, ParamDtype::kBf16));
   b.push_back(adam(Modded89Tensor::kValueEmbeds, {kModded89ValueEmbeds * V, C}, ParamDtype::kBf16));
-  b.push_back(adam(Modded89Tensor::kBigram, {static_cast<size_t>(c.bigram_rows), C}, ParamDtype::kBf16));
   b.push_back(adam(Modded89Tensor::kSmearGate, {1, 12}, ParamDtype::kBf16));
   b.push_back(adam(Modded89Tensor::kScalars, {kScalarCount}, ParamDtype::kFp32));
   b.push_back(adam(Modded89Tensor::kResidLambdas, {L, 2}, ParamDtype::kFp32));
@@ -106,6 +105,9 @@ Modded89Layout make_modded89_layout(const Modded89Config& config, int world_size
   validate_modded89_config(config);
   const Modded89Structure structure = modded89_structure();
   std::vector<std::vector<TensorSpec>> buckets;
+  buckets.push_back(
+      {adam(Modded89Tensor::kBigram, {static_cast<size_t>(config.bigram_rows), static_cast<size_t>(config.channels())},
+            ParamDtype::kBf16)});
   buckets.push_back(embeddings_bucket(config));
   for (int i = 0; i < kModded89Layers; i++)
     buckets.push_back(layer_bucket(config, structure.layers[static_cast<size_t>(i)], i));

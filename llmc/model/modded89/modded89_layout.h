@@ -1,7 +1,8 @@
 // Where every parameter of the 2026-07-17 record's model lives in the flat parameter buffer
-// (llmc/family/param_layout.h), in buckets whose gradients become final in backward order: 0 the
-// embeddings, the scalars and the pre gate (final last); one per layer 0..10 (its bank matrices, its
-// value-embedding gate, layer 4 the post gate, layer 10 MUDD0); the head and MUDD1 last (final first).
+// (llmc/family/param_layout.h), in buckets whose gradients become final in backward order: 0 the bigram
+// table, 1 the other embeddings, the scalars and the pre gate (both final last); one per layer 0..10 (its
+// bank matrices, its value-embedding gate, layer 4 the post gate, layer 10 MUDD0); the head and MUDD1 last
+// (final first).
 // The record's banks are stored per layer here, without the record's padding matrices (which only make 8
 // ranks divide its banks and never touch the model): the optimizer batches them per shape through pointer
 // tables.
@@ -24,7 +25,7 @@ enum class Modded89Tensor {
   kResidLambdas,  // [11, 2] fp32, Adam
   kPostLambdas,   // [11, 2] fp32, Adam
   kGateScale,     // [1] fp32, Adam: the gate MLPs' output scale (0.1)
-  kGateW1,        // [m, C] bf16, Adam (layer 0: the pre gate, in bucket 0; 4: the post gate)
+  kGateW1,        // [m, C] bf16, Adam (layer -1: the pre gate, in the embeddings' bucket; 4: the post gate)
   kGateW2,        // [41, m] bf16, Adam
   kGateB2,        // [41] bf16, Adam
   kQkBank,        // [H, 2D, C] bf16, Muon: W_q rows of head pairs (2j, 2j + 1), then W_k's
@@ -41,8 +42,12 @@ const char* modded89_tensor_name(Modded89Tensor kind);
 struct Modded89Layout : ParamLayout {
   Modded89Config config;
   Modded89Structure structure;
-  static constexpr int embeddings_bucket() { return 0; }
-  static int layer_bucket(int layer) { return 1 + layer; }
+  // The bigram table alone in the first bucket: its gradient is row-sparse, and on several ranks it travels as
+  // the rows the ranks touched (docs/distributed.md#the-bigram-tables-gradient-exchange), the other embeddings'
+  // as their bucket's reduce-scatter. Both are final when the backward ends.
+  static constexpr int bigram_bucket() { return 0; }
+  static constexpr int embeddings_bucket() { return 1; }
+  static int layer_bucket(int layer) { return 2 + layer; }
   int head_bucket() const { return num_buckets() - 1; }
 };
 

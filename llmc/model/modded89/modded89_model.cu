@@ -5,6 +5,7 @@
 // paired heads view its rows as [2T, H/2, D]); the fast kernel, the FP8 head and the fusions come later.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -565,6 +566,10 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
   if (training) {  // the embedding backward's sorted rows, for the tokens' tables and the bigram table
     b.token_plan->prepare(inputs_host, T, stream_);
     b.hash_plan->prepare(staged.hashes, T, stream_);
+    batch_bigram_rows_.assign(staged.hashes, staged.hashes + T);
+    std::sort(batch_bigram_rows_.begin(), batch_bigram_rows_.end());
+    batch_bigram_rows_.erase(std::unique(batch_bigram_rows_.begin(), batch_bigram_rows_.end()),
+                             batch_bigram_rows_.end());
   }
 }
 
@@ -593,6 +598,7 @@ void Modded89Model::rows_forward(const BucketHook& before_bucket_use) {
   auto use_bucket = [&](int bucket) {
     if (before_bucket_use) before_bucket_use(bucket);
   };
+  use_bucket(Modded89Layout::bigram_bucket());
   use_bucket(Modded89Layout::embeddings_bucket());
   if (!fp32_taken_) {  // an optimizer of the floatX buffer updates them there
     Buffers& b = *buffers_;
@@ -1068,11 +1074,18 @@ void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_
     layer_backward(i);
     finish_bucket_grads(Modded89Layout::layer_bucket(i), on_bucket_ready);
   }
+  start_bucket_grads(Modded89Layout::bigram_bucket());
   start_bucket_grads(Modded89Layout::embeddings_bucket());
   input_backward();
   const TensorView& scalars = layout_.find("scalars");
   add_fp32_grads(grad_target_ + scalars.offset, b.d_fp32, static_cast<int>(b.fp32_count), stream_);
+  if (first_micro_step) step_bigram_rows_.clear();
+  std::vector<int> rows;
+  std::set_union(step_bigram_rows_.begin(), step_bigram_rows_.end(), batch_bigram_rows_.begin(),
+                 batch_bigram_rows_.end(), std::back_inserter(rows));
+  step_bigram_rows_.swap(rows);
   finish_bucket_grads(Modded89Layout::embeddings_bucket(), on_bucket_ready);
+  finish_bucket_grads(Modded89Layout::bigram_bucket(), on_bucket_ready);
   grad_target_ = grads_;
   has_training_forward_ = false;  // the logits now hold their gradient
 }
@@ -1419,7 +1432,15 @@ Fp32Params Modded89Model::take_fp32_params() {
   return Fp32Params{buffers_->fp32_params, layout_.find("scalars").offset, buffers_->fp32_count};
 }
 
+RowSparseGrad Modded89Model::row_sparse_grad() const {
+  RowSparseGrad sparse;
+  sparse.tensor = static_cast<int>(&layout_.find("bigram_embed") - layout_.tensors.data());
+  sparse.rows = step_bigram_rows_;
+  return sparse;
+}
+
 std::string Modded89Model::bucket_name(int bucket) const {
+  if (bucket == Modded89Layout::bigram_bucket()) return "bigram table";
   if (bucket == Modded89Layout::embeddings_bucket()) return "embeddings";
   if (bucket == layout_.head_bucket()) return "head";
   return "layer " + std::to_string(bucket - Modded89Layout::layer_bucket(0));

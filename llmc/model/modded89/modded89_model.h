@@ -51,7 +51,7 @@ class Modded89Model : public FamilyModel {
   cudaStream_t stream() const override { return stream_; }
   floatX* params() override { return params_; }
   floatX* grads() override { return grads_; }
-  std::string bucket_name(int bucket) const override;  // "embeddings", "layer 3", "head"
+  std::string bucket_name(int bucket) const override;  // "bigram table", "embeddings", "layer 3", "head"
   void set_gemm_algo_selection(GemmAlgoSelection selection) override;
   // Device bytes of everything but the parameters and their gradients at seq_len (activations, tables, the
   // backward's buffers and embedding plans, the accumulation buffer), without allocating anything;
@@ -92,11 +92,13 @@ class Modded89Model : public FamilyModel {
   std::vector<float> download_losses(int loss_slot = 0) const;
   // The gradient of the last training forward's objective (the losses' sum plus the lse terms whose targets
   // fall past the last row: what the loss kernel differentiates): stored with first_micro_step, else added.
-  // on_bucket_ready(b) once bucket b is final (head, layers 10..0, embeddings). Throws std::logic_error without
-  // a training forward before it, or to accumulate with one loss slot.
+  // on_bucket_ready(b) once bucket b is final (head, layers 10..0, embeddings, bigram table). Throws std::logic_error
+  // without a training forward before it, or to accumulate with one loss slot.
   void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
+  // The bigram table and the rows the step's training forwards hashed to (TrainableModel::row_sparse_grad).
+  RowSparseGrad row_sparse_grad() const override;
 
   // The decoders' logits: the real tokens' (GPT-2's 50,257 of a padded vocabulary, else all V), soft-capped as the
   // validation loss reads them, of a context of seq_len positions. They overwrite the activations: call between
@@ -202,6 +204,8 @@ class Modded89Model : public FamilyModel {
   float attn_scale_ = 0.1f;
   int short_window_ = 0, long_window_ = 0;
   int num_docs_ = 1;
+  // The bigram rows the last training batch hashed to, and those of the step's backwards so far (sorted, distinct).
+  std::vector<int> batch_bigram_rows_, step_bigram_rows_;
   RowSpan rows_;
   int decoded_rows_ = 0;  // rows whose activations are the decoder's (decode_logits) and still hold
   bool has_prefix_table_ = false;

@@ -45,9 +45,16 @@ bool reference_dtypes(TensorFileDtype dtype) {
   return dtype == TensorFileDtype::kReference;
 }
 
-std::vector<int> layout_order(const Modded89Layout& layout) {
-  std::vector<int> order(layout.tensors.size());
-  std::iota(order.begin(), order.end(), 0);
+// The file's tensor order (docs/model.md): the layout's, except that the bigram table, alone in the first bucket,
+// comes after the value embeddings, where the record keeps it.
+std::vector<int> file_order(const Modded89Layout& layout) {
+  std::vector<int> order;
+  const int bigram = static_cast<int>(&layout.find("bigram_embed") - layout.tensors.data());
+  const int after = static_cast<int>(&layout.find("value_embeds") - layout.tensors.data());
+  for (int t = 0; t < static_cast<int>(layout.tensors.size()); t++) {
+    if (t != bigram) order.push_back(t);
+    if (t == after) order.push_back(bigram);
+  }
   return order;
 }
 
@@ -152,7 +159,7 @@ void read_modded89_model(const std::string& path, const Modded89Layout& layout, 
   if (std::fseek(in.get(), long{kHeaderBytes}, SEEK_SET) != 0)
     throw_errno_file_error(path, "cannot seek past the header");
   std::vector<float> loaded(layout.total_size, 0.0f);
-  read_tensor_payload(in.get(), path, layout, layout_order(layout), reference_dtypes(info.dtype), loaded.data());
+  read_tensor_payload(in.get(), path, layout, file_order(layout), reference_dtypes(info.dtype), loaded.data());
   params.swap(loaded);
 }
 
@@ -179,7 +186,7 @@ WrittenFile write_modded89_model(const std::string& path, const Modded89Layout& 
   write_attention_state(attention, header);
   AtomicFileWriter out(path);
   out.write(header, sizeof header);
-  write_tensor_payload(out, layout, layout_order(layout), params, reference_dtypes(dtype));
+  write_tensor_payload(out, layout, file_order(layout), params, reference_dtypes(dtype));
   return out.commit();
 }
 
