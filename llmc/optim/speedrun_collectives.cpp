@@ -11,11 +11,14 @@ size_t PlannedCollective::bytes() const {
 
 namespace {
 
-// reduce_bucket: on Adam steps the whole bucket's reduce-scatter; every step one group of the Muon spans' reduces
-// to their owners (all-reduces for the replicated ones).
+// reduce_bucket: on Adam steps the whole bucket's reduce-scatter (the row-sparse bucket's: the sparse row
+// exchange, one group of sends and receives); every step one group of the Muon spans' reduces to their owners
+// (all-reduces for the replicated ones).
 void add_reduces(std::vector<PlannedCollective>& out, const ParamBucket& bucket, const SpeedrunBucketPlan& plan,
                  int index, const CollectiveStep& step) {
-  if (plan.has_adam() && step.adam_step)
+  if (plan.has_adam() && step.adam_step && index == step.sparse_bucket)
+    out.push_back({"sparse_rows", index, true, {{CollectiveKind::kSendRecv, step.sparse_bytes}}});
+  else if (plan.has_adam() && step.adam_step)
     out.push_back({"reduce_scatter", index, true,
                    {{CollectiveKind::kReduceScatter, bucket.padded_size * step.element_bytes}}});
   if (plan.muon_spans.empty()) return;

@@ -13,10 +13,11 @@
 
 namespace llmc {
 
-enum class CollectiveKind { kReduce, kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+enum class CollectiveKind { kReduce, kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSendRecv };
 
 // One NCCL call: its kind and the bytes of the buffer it is given (the whole buffer of a reduce-scatter or an
-// all-gather, not a rank's shard).
+// all-gather, not a rank's shard; for the sparse row exchange's sends and receives, what the rank sends to the
+// others).
 struct PlannedCall {
   CollectiveKind kind;
   size_t bytes;
@@ -24,7 +25,7 @@ struct PlannedCall {
 
 // One traced collective: a group of calls (a bucket's Muon reduces, its owners' broadcasts) or a single one.
 struct PlannedCollective {
-  std::string name;  // the trace's: muon_reduce, reduce_scatter, broadcast, all_gather, all_reduce
+  std::string name;  // the trace's: muon_reduce, reduce_scatter, sparse_rows, broadcast, all_gather, all_reduce
   int bucket = -1;   // -1: the untie's moment gathers and the gradient norm, which belong to no bucket
   bool traced = true;  // the gradient norm's all-reduce of one float has no slice of its own
   std::vector<PlannedCall> calls;
@@ -39,6 +40,11 @@ struct CollectiveStep {
   size_t fp32_count = 0;     // bucket's all-gather on Adam steps
   size_t untie_elements = 0;  // the untie step's: the head's C x V moments, gathered by two all-reduces; else 0
   size_t element_bytes = 2;   // of a parameter (floatX)
+  // The row-sparse bucket (-1: none) whose reduce on Adam steps is the sparse row exchange instead of a
+  // reduce-scatter, and the bytes the rank sends there to the others: they depend on the tokens, so the caller
+  // estimates them.
+  int sparse_bucket = -1;
+  size_t sparse_bytes = 0;
 };
 
 // Every collective of one step on a rank of `plan`, in the order the backward makes the buckets final (the last

@@ -13,14 +13,15 @@
 // the backward, full everything from the hooks (share(b) right after the next bucket's reduce, so that the
 // comm stream does not wait for b's update before reducing the next bucket). Every mode runs the same
 // kernels on the same data in the same batches: the parameters are bitwise the same.
-#include "llmc/optim/speedrun_optimizer.h"
-
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
+#include <numeric>
 #include <stdexcept>
 #include <tuple>
 
+#include "llmc/base/file_io.h"
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/dist/comm.h"
 #include "llmc/dist/trace.h"
@@ -28,12 +29,14 @@
 #include "llmc/kernels/convert.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/reduction.cuh"
+#include "llmc/kernels/sparse_rows.cuh"
 #include "llmc/kernels/tied_transpose.cuh"
 #include "llmc/model/modded44/speedrun_layout.h"
 #include "llmc/model/modded89/modded89_layout.h"
 #include "llmc/optim/modded89_param_table.h"
+#include "llmc/optim/sparse_row_exchange.h"
+#include "llmc/optim/speedrun_optimizer.h"
 #include "llmc/optim/speedrun_state_plan.h"
-#include "llmc/base/file_io.h"
 
 namespace llmc {
 
@@ -86,6 +89,21 @@ struct SpeedrunOptimizer::Tie {
   int C = 0, V = 0;
   float* gathered = nullptr;    // the head's moment, every rank's shard
   float* transposed = nullptr;  // it transposed, [V, C]
+};
+
+// The row-sparse bucket (the bigram table alone): on Adam steps its reduce is the sparse row exchange of the
+// rows touched over the step pair (this step's and the saved step's); its buffers grow to the largest exchange
+// yet and are reused once the previous exchange is done.
+struct SpeedrunOptimizer::SparseRows {
+  int bucket = -1, tensor = -1;
+  SparseRowTable table;
+  std::vector<int> saved_rows;   // the rows of the saved gradients (the step without Adam before)
+  bool saved_rows_known = true;  // false after a restore: every row counts as touched for one exchange
+  int* staged_ints = nullptr;    // pinned: the plan's lists for the copy to device_ints (kept until `done`)
+  int* device_ints = nullptr;
+  floatX *send = nullptr, *received = nullptr;
+  size_t staged_capacity = 0, ints_capacity = 0, send_capacity = 0, received_capacity = 0;  // elements
+  cudaEvent_t done = nullptr;  // the last exchange's copies, transfers and sums are done
 };
 
 struct SpeedrunOptimizer::Runner {
@@ -187,6 +205,7 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   for (int b = 0; b < layout.num_buckets(); b++) buckets_[b].spec = &rank_plan_.buckets[b];
   build_muon();
   build_adam();
+  build_sparse_rows();
   const int num_buckets = layout.num_buckets();
   for (auto* events : {&grad_ready_, &reduced_, &updated_}) {
     events->resize(num_buckets);
@@ -214,6 +233,13 @@ SpeedrunOptimizer::~SpeedrunOptimizer() {
   CUDA_REPORT(cudaEventDestroy(backward_done_));
   CUDA_REPORT(cudaEventDestroy(step_done_));
   for (const auto& runner : runners_) CUDA_REPORT(cudaFree(runner->workspace));
+  if (sparse_ != nullptr) {
+    CUDA_REPORT(cudaEventDestroy(sparse_->done));
+    CUDA_REPORT(cudaFreeHost(sparse_->staged_ints));
+    for (void* pointer : {static_cast<void*>(sparse_->device_ints), static_cast<void*>(sparse_->send),
+                          static_cast<void*>(sparse_->received)})
+      CUDA_REPORT(cudaFree(pointer));
+  }
   for (void* pointer : allocations_) CUDA_REPORT(cudaFree(pointer));
   CUDA_REPORT(cudaStreamDestroy(update_stream_));
 }
@@ -345,6 +371,22 @@ void SpeedrunOptimizer::build_adam() {
   }
 }
 
+// The model's row-sparse tensor, when it is alone in its bucket and several ranks share the work.
+void SpeedrunOptimizer::build_sparse_rows() {
+  const RowSparseGrad sparse = model_.row_sparse_grad();
+  if (settings_.row_exchange != RowExchange::kSparse || comm_.world_size() == 1 || sparse.tensor < 0) return;
+  const ParamLayout& layout = model_.layout();
+  const TensorView& view = layout.tensors[static_cast<size_t>(sparse.tensor)];
+  const ParamBucket& bucket = layout.buckets[static_cast<size_t>(view.bucket)];
+  if (bucket.num_tensors != 1 || view.shape.size() != 2) return;  // its bucket's other tensors need the dense reduce
+  sparse_ = std::make_unique<SparseRows>();
+  sparse_->bucket = view.bucket;
+  sparse_->tensor = sparse.tensor;
+  sparse_->table =
+      SparseRowTable{view.shape[0], view.shape[1], view.offset - bucket.offset, bucket.shard_size, comm_.world_size()};
+  CUDA_CHECK(cudaEventCreateWithFlags(&sparse_->done, cudaEventDisableTiming));
+}
+
 void SpeedrunOptimizer::init_master(const std::vector<float>& host_params) {
   if (host_params.size() != model_.layout().total_size)
     throw std::invalid_argument("init_master: parameter buffer has the wrong size");
@@ -452,6 +494,8 @@ void SpeedrunOptimizer::upload_resharded_state(const std::vector<std::vector<Nam
 
 void SpeedrunOptimizer::restore_state(const CheckpointReader& checkpoint) {
   const int step = static_cast<int>(checkpoint.written().step);
+  // The checkpoint keeps the saved gradients, not which rows they touched.
+  if (sparse_ != nullptr) sparse_->saved_rows_known = !adam_grads_saved_after(step);
   try {
     if (checkpoint.old_world_size() == checkpoint.world_size()) {
       upload_state(checkpoint.arrays(checkpoint.rank()), step);
@@ -548,10 +592,18 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
   floatX* grads = model_.grads();
   const bool distributed = comm_.world_size() > 1;
   if (plan.has_adam()) {
+    const bool sparse = sparse_ != nullptr && bucket == sparse_->bucket;
     if (!adam_step()) {  // the next backward overwrites them: keep this step's local gradients
       for (const auto& [offset, numel] : plan.spec->adam_tensors)
         memcpy_async(plan.saved_grads + (offset - b.offset), grads + offset, numel * sizeof(floatX),
                      cudaMemcpyDeviceToDevice, comm_stream_);
+      if (sparse) {
+        sparse_->saved_rows = model_.row_sparse_grad().rows;
+        sparse_->saved_rows_known = true;
+      }
+    } else if (sparse) {
+      accumulate_adam_grads(bucket);
+      exchange_sparse_rows(bucket);
     } else {
       accumulate_adam_grads(bucket);
       if (distributed)
@@ -571,6 +623,106 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
     watch_.enqueued("muon_reduce", &bucket_labels_[bucket], step_, comm_stream_);
   }
   CUDA_CHECK(cudaEventRecord(reduced_[bucket], comm_stream_));
+}
+
+namespace {
+
+// Every rank's list (all ranks call it with theirs): two host all-gathers, the lengths, then the lists padded to
+// the longest.
+std::vector<std::vector<int>> all_rank_rows(const RankGroup& ranks, const std::vector<int>& mine) {
+  const int world = ranks.world_size();
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<size_t>(world));
+  ranks.all_gather_bytes(&length, sizeof(int), lengths.data());
+  const size_t longest = static_cast<size_t>(*std::max_element(lengths.begin(), lengths.end()));
+  std::vector<int> padded(mine);
+  padded.resize(std::max<size_t>(longest, 1), -1);
+  std::vector<int> all(padded.size() * static_cast<size_t>(world));
+  ranks.all_gather_bytes(padded.data(), padded.size() * sizeof(int), all.data());
+  std::vector<std::vector<int>> rows(static_cast<size_t>(world));
+  for (int r = 0; r < world; r++) {
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(r * padded.size());
+    rows[static_cast<size_t>(r)].assign(first, first + lengths[static_cast<size_t>(r)]);
+  }
+  return rows;
+}
+
+// A device (or with `pinned`, pinned host) buffer of at least `count` T: reallocated a quarter larger when
+// smaller. The caller has waited for the work that used it.
+template <typename T>
+void ensure_capacity(T** buffer, size_t* capacity, size_t count, bool pinned = false) {
+  if (count <= *capacity) return;
+  *capacity = count + count / 4;
+  if (pinned) {
+    CUDA_CHECK(cudaFreeHost(*buffer));
+    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(buffer), *capacity * sizeof(T)));
+  } else {
+    CUDA_CHECK(cudaFree(*buffer));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(buffer), *capacity * sizeof(T)));
+  }
+}
+
+}  // namespace
+
+// The reduce of the row-sparse bucket on an Adam step (its gradients already summed over the step pair): every
+// rank's touched rows by a host all-gather, each rank's rows sent to the owners of the shards they overlap, each
+// owner's shard the mean of what it received (zero elsewhere), as the dense reduce-scatter would give.
+void SpeedrunOptimizer::exchange_sparse_rows(int bucket) {
+  SparseRows& s = *sparse_;
+  std::vector<int> mine;
+  if (s.saved_rows_known) {
+    const std::vector<int> current = model_.row_sparse_grad().rows;
+    std::set_union(s.saved_rows.begin(), s.saved_rows.end(), current.begin(), current.end(), std::back_inserter(mine));
+  } else {
+    mine.resize(s.table.rows);
+    std::iota(mine.begin(), mine.end(), 0);
+  }
+  const SparseRowExchangePlan plan = plan_sparse_row_exchange(s.table, comm_.rank(), all_rank_rows(comm_, mine));
+  CUDA_CHECK(cudaEventSynchronize(s.done));  // the previous exchange has left the buffers and the staged lists
+  std::vector<int> lists;                    // the rows to send (by peer), then the sum's rows, slot bounds and slots
+  for (const std::vector<int>& rows : plan.send_rows) lists.insert(lists.end(), rows.begin(), rows.end());
+  const size_t sent = lists.size(), out_at = sent, begin_at = out_at + plan.out_rows.size(),
+               slots_at = begin_at + plan.slot_begin.size();
+  for (const std::vector<int>* list : {&plan.out_rows, &plan.slot_begin, &plan.slots})
+    lists.insert(lists.end(), list->begin(), list->end());
+  const size_t C = s.table.row_elements;
+  ensure_capacity(&s.staged_ints, &s.staged_capacity, lists.size(), /*pinned=*/true);
+  ensure_capacity(&s.device_ints, &s.ints_capacity, lists.size());
+  ensure_capacity(&s.send, &s.send_capacity, std::max<size_t>(sent, 1) * C);
+  ensure_capacity(&s.received, &s.received_capacity, std::max<size_t>(plan.received_rows(), 1) * C);
+  std::copy(lists.begin(), lists.end(), s.staged_ints);
+  CUDA_CHECK(
+      cudaMemcpyAsync(s.device_ints, s.staged_ints, lists.size() * sizeof(int), cudaMemcpyHostToDevice, comm_stream_));
+  const floatX* table_grads = model_.grads() + model_.layout().tensors[static_cast<size_t>(s.tensor)].offset;
+  gather_rows(s.send, table_grads, s.device_ints, static_cast<int>(sent), static_cast<int>(C), comm_stream_);
+  size_t wire_bytes = 0;
+  for (int peer = 0; peer < comm_.world_size(); peer++)
+    if (peer != comm_.rank()) wire_bytes += plan.send_rows[static_cast<size_t>(peer)].size() * C * sizeof(floatX);
+  traced(tracer_, comm_stream_, TraceTrack::kComm, "sparse_rows",
+         {{"bucket", bucket}, {"bytes", wire_bytes}, {"rows", mine.size()}}, [&] {
+           comm_.group_start();
+           size_t send_at = 0, receive_at = 0;
+           for (int peer = 0; peer < comm_.world_size(); peer++) {
+             const size_t out = plan.send_rows[static_cast<size_t>(peer)].size(),
+                          in = plan.recv_rows[static_cast<size_t>(peer)];
+             if (out > 0) comm_.send(s.send + send_at * C, out * C, peer, comm_stream_);
+             if (in > 0) comm_.recv(s.received + receive_at * C, in * C, peer, comm_stream_);
+             send_at += out;
+             receive_at += in;
+           }
+           comm_.group_end();
+         });
+  watch_.enqueued("sparse_rows", &bucket_labels_[bucket], step_, comm_stream_);
+  const ParamBucket& b = model_.layout().buckets[static_cast<size_t>(bucket)];
+  floatX* shard = buckets_[static_cast<size_t>(bucket)].adam_grad_shard;
+  CUDA_CHECK(cudaMemsetAsync(shard, 0, b.shard_size * sizeof(floatX), comm_stream_));
+  const long long table_at = static_cast<long long>(s.table.table_offset) -
+                             static_cast<long long>(comm_.rank()) * static_cast<long long>(b.shard_size);
+  sum_rows_avg(SparseRowShard<floatX>{shard, table_at, static_cast<long long>(b.shard_size)}, s.received,
+               s.device_ints + out_at, s.device_ints + begin_at, s.device_ints + slots_at,
+               static_cast<int>(plan.out_rows.size()), static_cast<int>(plan.slots.size()), static_cast<int>(C),
+               comm_.world_size(), comm_stream_);
+  CUDA_CHECK(cudaEventRecord(s.done, comm_stream_));
 }
 
 // The mean gradient of a span where it is needed: on its owner (a reduce), or on every rank for a replicated

@@ -16,10 +16,11 @@
 #include "llmc/optim/bucket_optimizer.h"
 #include "llmc/optim/grad_norm_readback.h"
 #include "llmc/optim/muon_owners.h"
-#include "llmc/optim/param_ready_gate.h"
 #include "llmc/optim/normuon.h"
-#include "llmc/optim/speedrun_state_plan.h"
 #include "llmc/optim/overlap_mode.h"
+#include "llmc/optim/param_ready_gate.h"
+#include "llmc/optim/row_exchange.h"
+#include "llmc/optim/speedrun_state_plan.h"
 #include "llmc/optim/tensor_roles.h"
 #include "llmc/schedule/modded89_schedule.h"
 #include "llmc/schedule/speedrun_schedule.h"
@@ -39,6 +40,9 @@ struct SpeedrunOptimizerSettings {
   SpeedrunSchedule schedule = SpeedrunSchedule::record();  // Muon momentum and the Adam steps, by 0-based step
   MuonOwnerOptions owners;
   OverlapMode overlap = OverlapMode::kFull;
+  // A model's row-sparse gradient (TrainableModel::row_sparse_grad, alone in its bucket) on several ranks: the
+  // rows the ranks touched, sent to their owners, or the bucket's reduce-scatter.
+  RowExchange row_exchange = RowExchange::kSparse;
   SpeedrunRecipe recipe = SpeedrunRecipe::k2025_10_31;  // the tensor roles (llmc/optim/tensor_roles.h)
   // The 2026-07-17 recipe's (modded89_optimizer_settings): its schedule (NorMuon momentum, Adam steps, the
   // untie).
@@ -172,6 +176,10 @@ class SpeedrunOptimizer : public BucketOptimizer {
   std::vector<bool> accumulated_;  // per bucket: this step's saved Adam gradients added
   const std::string untie_label_ = "the untie's moment gather";
   void share_fp32_params(int bucket);  // comm stream
+  struct SparseRows;  // the row-sparse bucket's exchange and its buffers (several ranks, row_exchange kSparse)
+  std::unique_ptr<SparseRows> sparse_;
+  void build_sparse_rows();
+  void exchange_sparse_rows(int bucket);  // comm stream: the Adam step's reduce of the row-sparse bucket
 };
 
 }  // namespace llmc

@@ -166,6 +166,9 @@ void add_optimizer_options(CLI::App& app, TrainOptions& o) {
   add_choice(app, "--overlap", o.overlap, kOverlapModeNames,
              "Gradient communication: none (after the backward), rs (reduce-scatter during the backward), "
              "full (reduce-scatter, update and all-gather streamed during the backward)");
+  add_choice(app, "--bigram-exchange", o.bigram_exchange, kRowExchangeNames,
+             "The 2026-07-17 model's bigram-table gradient on several ranks (--optimizer speedrun): sparse (each "
+             "rank sends the rows its tokens touched to their owners) or dense (its bucket's reduce-scatter)");
 }
 
 // The schedule and the batch.

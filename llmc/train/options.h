@@ -9,11 +9,12 @@
 #include "llmc/family/fp8_head_choice.h"
 #include "llmc/kernels/gemm_algo_selection.h"
 #include "llmc/optim/overlap_mode.h"
+#include "llmc/optim/row_exchange.h"
 #include "llmc/schedule/lr_schedule.h"
-#include "llmc/train/loss_reduction.h"
-#include "llmc/train/train_batches.h"
 #include "llmc/train/batch_schedule.h"
+#include "llmc/train/loss_reduction.h"
 #include "llmc/train/loss_schedule.h"
+#include "llmc/train/train_batches.h"
 #include "llmc/train/window_schedule.h"
 
 namespace CLI { class App; }
@@ -70,6 +71,7 @@ struct TrainOptions {
   TrainLoaderChoice train_loader = TrainLoaderChoice::kAuto;  // auto | window | bos (auto: train_batches.h)
   // distributed
   OverlapMode overlap = OverlapMode::kFull;         // none | rs | full
+  RowExchange bigram_exchange = RowExchange::kSparse;  // sparse | dense (the 2026-07-17 model's bigram table)
   OptimizerChoice optimizer = OptimizerChoice::kAuto;  // auto | zero-adamw | speedrun (auto: by the model family)
   std::string trace_dir;
   // samples: rank 0 prints sample_tokens tokens continuing sample_prompt every sample_every steps

@@ -55,6 +55,7 @@ std::unique_ptr<BucketOptimizer> make_optimizer(const TrainOptions& opt, const M
   else
     settings.schedule = SpeedrunSchedule::for_total_steps(schedule_steps);
   settings.overlap = opt.overlap;
+  settings.row_exchange = opt.bigram_exchange;
   return std::make_unique<SpeedrunOptimizer>(model, comm, settings, &tracer);
 }
 

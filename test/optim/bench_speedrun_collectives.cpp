@@ -1,13 +1,14 @@
 // The collectives of the speedrun optimizer per step and rank, from its plan at the full model (no device): the
 // traced collectives and their NCCL calls, the buffers' bytes, the bytes a ring puts on the wire per rank and the
 // time that takes at a bus bandwidth, for a NorMuon-only step, an Adam step and the untie's, and over a run.
-// Usage: bench_speedrun_collectives [--model modded89] [--world 2,4,8] [--json]
+// The bigram table's sparse exchange moves what the tokens touch: its bytes are an estimate (--bigram-rows).
+// Usage: bench_speedrun_collectives [--model modded89] [--world 2,4,8] [--bigram-rows N | --bigram-dense] [--json]
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct ModelPlan {
   int adam_steps = 0;         // of them
   int tied_adam_steps = 0;    // of those, the ones through the untie (the 2026-07-17 recipe)
   int head_bucket = -1;       // the tied head's (its reduce-scatter waits for the embeddings' backward)
+  int sparse_bucket = -1;     // the bigram table's (the 2026-07-17 model), reduced by the sparse row exchange
+  size_t sparse_row_bytes = 0;    // one of its rows
+  size_t sparse_rows = 0;         // of them
   double record_ms_per_step = 0;  // the record's measured step (its time / its steps)
 };
 
@@ -49,6 +53,9 @@ ModelPlan model_plan(const std::string& name, int world) {
     plan.fp32_count = last.offset + last.numel - first.offset;
     plan.run_steps = llmc::Modded89Schedule::record().total_steps();
     plan.head_bucket = layout.head_bucket();
+    plan.sparse_bucket = llmc::Modded89Layout::bigram_bucket();
+    plan.sparse_rows = layout.find("bigram_embed").shape[0];
+    plan.sparse_row_bytes = layout.find("bigram_embed").shape[1];  // elements, times the element bytes below
     plan.record_ms_per_step = 73.8e3 / plan.run_steps;
     for (int step = 1; step <= llmc::Modded89Schedule::record().untie_step(); step += 2) plan.tied_adam_steps++;
   } else {
@@ -65,8 +72,21 @@ ModelPlan model_plan(const std::string& name, int world) {
   return plan;
 }
 
-llmc::CollectiveStep step_inputs(const ModelPlan& plan, int world, bool adam, bool untie, size_t element_bytes) {
+// What the exchange's estimate assumes: `touched` rows per rank and Adam step (at most the table's), spread evenly
+// over the owners, so that (world - 1) / world of them go to other ranks. With `dense` the bucket reduce-scatters.
+struct SparseEstimate {
+  bool dense = false;
+  size_t touched = 0;
+};
+
+llmc::CollectiveStep step_inputs(const ModelPlan& plan, int world, bool adam, bool untie, size_t element_bytes,
+                                 const SparseEstimate& sparse) {
   llmc::CollectiveStep step;
+  if (plan.sparse_bucket >= 0 && !sparse.dense) {
+    const double rows = static_cast<double>(std::min(sparse.touched, plan.sparse_rows)) * (world - 1) / world;
+    step.sparse_bucket = plan.sparse_bucket;
+    step.sparse_bytes = static_cast<size_t>(rows * plan.sparse_row_bytes * element_bytes);
+  }
   step.element_bytes = element_bytes;
   step.world_size = world;
   step.adam_step = adam;
@@ -84,7 +104,8 @@ double wire_bytes(const llmc::PlannedCall& call, int world) {
     case CollectiveKind::kAllGather: return call.bytes * share;
     case CollectiveKind::kAllReduce: return call.bytes * 2.0 * share;
     case CollectiveKind::kReduce:
-    case CollectiveKind::kBroadcast: return static_cast<double>(call.bytes);
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kSendRecv: return static_cast<double>(call.bytes);
   }
   return 0.0;
 }
@@ -181,6 +202,12 @@ int main(int argc, char** argv) {
   app.add_option("--element-bytes", element_bytes, "bytes of a parameter: 2 (bf16 build), 4 (fp32 build)")
       ->capture_default_str()->check(CLI::IsMember(std::vector<size_t>{2, 4}));
   app.add_flag("--json", json, "each step kind's collectives as JSON (for the trace test), no table");
+  // 28,367: bench_bigram_exchange's count on the KJV text at the record's stage 3 on 8 ranks (docs/distributed.md).
+  SparseEstimate sparse{false, 28367};
+  app.add_option("--bigram-rows", sparse.touched,
+                 "bigram rows each rank touches per Adam step (the sparse exchange's estimate)")
+      ->capture_default_str();
+  app.add_flag("--bigram-dense", sparse.dense, "the bigram table reduce-scattered dense instead");
   CLI11_PARSE(app, argc, argv);
   try {
     nlohmann::json out;
@@ -190,7 +217,7 @@ int main(int argc, char** argv) {
           plan.layout, llmc::speedrun_tensor_roles(plan.recipe, plan.layout), 0, llmc::MuonOwnerOptions{});
       const auto collectives = [&](bool adam, bool untie) {
         return llmc::speedrun_step_collectives(plan.layout, rank_plan,
-                                               step_inputs(plan, world, adam, untie, element_bytes));
+                                               step_inputs(plan, world, adam, untie, element_bytes, sparse));
       };
       const auto muon = collectives(false, false), adam = collectives(true, false);
       if (json) {

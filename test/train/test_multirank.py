@@ -623,6 +623,7 @@ class Modded89Optimizer(MultiRankCase):
                 "--overlap", "full", "--trace", os.path.join(cls.directory, f"trace_np{ranks}")])
         for mode in ("none", "rs"):
             cls.train(f"np2_{mode}", 2, cls.ARGS + ["--total-batch-tokens", "96", "--overlap", mode])
+        cls.train("np2_dense", 2, cls.ARGS + ["--total-batch-tokens", "96", "--bigram-exchange", "dense"])
         middle = cls.runs["np2_full"].checkpoint(3)
         for ranks in (2, 1):
             cls.train(f"np{ranks}_from_np2", ranks, cls.ARGS + ["--total-batch-tokens", "96", "--resume", middle])
@@ -652,6 +653,19 @@ class Modded89Optimizer(MultiRankCase):
             self.assert_ok(run)
             for step in range(1, self.STEPS + 1):
                 self.assertEqual(run.steps[step][:2], self.runs["np2_full"].steps[step][:2], f"{mode}, step {step}")
+
+    def test_sparse_bigram_exchange_is_the_dense_reduce_scatter(self):
+        # The bigram table's gradient as the touched rows sent to their owners (the default) or as its bucket's
+        # reduce-scatter: on 2 ranks the emulated reduce-scatter's mean is the same fp32 sum of two values divided
+        # by 2 and rounded once, so the runs agree bit for bit, their final model files included. The resumed run
+        # of test_resumes_across_the_stage_boundary_and_the_untie exchanges every row at step 4 (the checkpoint
+        # does not say which rows its saved gradients touched) and agrees bit for bit too.
+        dense, sparse = self.runs["np2_dense"], self.runs["np2_full"]
+        self.assert_ok(dense)
+        for step in range(1, self.STEPS + 1):
+            self.assertEqual(dense.steps[step][:2], sparse.steps[step][:2], f"step {step}")
+        with open(dense.checkpoint(6) + "_model.bin", "rb") as a, open(sparse.checkpoint(6) + "_model.bin", "rb") as b:
+            self.assertTrue(a.read() == b.read(), "model files differ")
 
     def test_resumes_across_the_stage_boundary_and_the_untie(self):
         # Steps 4-6 are stage 3 (T 48) and the extension, step 4 the untie's update: on 2 ranks bit for bit (the
@@ -732,16 +746,26 @@ class Modded89Optimizer(MultiRankCase):
                                 capture_output=True, text=True, timeout=60)
         self.assertEqual(listed.returncode, 0, listed.stderr)
         plans = json.loads(listed.stdout)
-        names = {"muon_reduce", "reduce_scatter", "broadcast", "all_gather", "all_reduce"}
+        # The bigram table's sparse exchange (bucket 0, Adam steps) sends what the tokens touched: the benchmark
+        # estimates its bytes, so here its name and bucket are compared, and its bytes bounded by the rows touched.
+        names = {"muon_reduce", "reduce_scatter", "broadcast", "all_gather", "all_reduce", "sparse_rows"}
+        row_bytes = 4 * 32  # modded89-tiny: C = 32, fp32 build
         for ranks in (2, 4):
             for rank, steps in enumerate(self.traces(ranks)):
                 for step, slices in steps.items():
                     kind = "untie" if step == 3 else "adam" if step % 2 == 1 else "muon"
-                    expected = sorted((c["name"], c["bucket"], c["bytes"]) for c in plans[str(ranks)][kind]
+                    key = lambda name, bucket, size: (name, bucket, -1 if name == "sparse_rows" else size)
+                    expected = sorted(key(c["name"], c["bucket"], c["bytes"]) for c in plans[str(ranks)][kind]
                                       if c["traced"])
-                    seen = sorted((s["name"], s["args"].get("bucket", -1), s["args"]["bytes"]) for s in slices
+                    seen = sorted(key(s["name"], s["args"].get("bucket", -1), s["args"]["bytes"]) for s in slices
                                   if s["name"] in names)
                     self.assertEqual(seen, expected, f"{ranks} ranks, rank {rank}, step {step} ({kind})")
+                    for exchange in (s for s in slices if s["name"] == "sparse_rows"):
+                        self.assertEqual(exchange["args"]["bucket"], 0)
+                        self.assertGreater(exchange["args"]["rows"], 0)
+                        # A row that straddles two shards goes to both owners: at most ranks - 1 such rows.
+                        self.assertLessEqual(exchange["args"]["bytes"],
+                                             (exchange["args"]["rows"] + ranks - 1) * row_bytes)
 
 
 class Resume(MultiRankCase):
