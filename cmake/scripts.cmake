@@ -1,8 +1,8 @@
 # cmake/scripts.cmake: tests of the speedrun workflow's Python and shell tools (label "scripts"):
-# compare_runs.py statistics, add_record.py, the 8xH100 projection (project_speedrun.py), the FineWeb
-# downloader against a local HTTP server, the tokenizing data scripts (through ./tokenize_gpt2), the run
-# scripts' dry runs, that every path the README and docs/ name exists, and that llmc/'s includes follow
-# docs/architecture.md's layers. Seconds each.
+# compare_runs.py statistics, add_record.py, the 8xH100 projection (project_speedrun.py), the recipe
+# comparison's bookkeeping (bench_recipes.py), the FineWeb downloader against a local HTTP server, the
+# tokenizing data scripts (through ./tokenize_gpt2), the run scripts' dry runs, that every path the README and
+# docs/ name exists, and that llmc/'s includes follow docs/architecture.md's layers. Seconds each.
 set(LLMC_SCRIPTS_TEST_DIR ${CMAKE_SOURCE_DIR}/test/scripts)
 set(LLMC_SCRIPTS_ENV "LLMC_SHARED_DIR=${LLMC_SHARED_DIR}")
 if(TARGET tokenize_gpt2)
@@ -21,6 +21,7 @@ endfunction()
 llmc_scripts_test(scripts_compare_runs test_compare_runs)
 llmc_scripts_test(scripts_add_record test_add_record)
 llmc_scripts_test(scripts_project_speedrun test_project_speedrun)
+llmc_scripts_test(scripts_bench_recipes test_bench_recipes)
 llmc_scripts_test(scripts_fineweb_download test_fineweb_download)
 llmc_scripts_test(scripts_run_scripts test_run_scripts)
 llmc_scripts_test(scripts_doc_paths test_doc_paths)

@@ -9,7 +9,7 @@ namespace llmc {
 
 bool is_speedrun_preset(const std::string& name) { return name == "speedrun" || name == "speedrun-tiny"; }
 
-bool is_modded89_preset(const std::string& name) { return name == "modded89" || name == "modded89-tiny"; }
+bool is_modded89_preset(const std::string& name) { return name == "modded89" || name == "modded89-small" || name == "modded89-tiny"; }
 
 bool is_model_preset(const std::string& name) {
   if (is_speedrun_preset(name) || is_modded89_preset(name)) return true;

@@ -20,7 +20,7 @@ ModelStart preset(const std::string& model) {
   if (!is_model_preset(model))
     throw std::invalid_argument("--model '" + model +
                                 "' is neither a model file nor a preset (dN with N in 1..64, tiny, small, speedrun, "
-                                "speedrun-tiny, modded89, modded89-tiny)");
+                                "speedrun-tiny, modded89, modded89-small, modded89-tiny)");
   ModelStart start;
   if (is_speedrun_preset(model))
     start.family = make_speedrun_family(speedrun_config_from_name(model));

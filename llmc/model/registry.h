@@ -21,7 +21,7 @@ struct ModelStart {
   std::vector<float> params;  // layout order for `world_size`; empty until initialised
 };
 
-// `model`: a preset (dN, tiny, small; speedrun, speedrun-tiny; modded89, modded89-tiny) or, when it names a regular file, a model
+// `model`: a preset (dN, tiny, small; speedrun, speedrun-tiny; modded89, modded89-small, modded89-tiny) or, when it names a regular file, a model
 // file of either family. `file` overrides it when non-empty (a checkpoint's model file). Throws
 // std::invalid_argument for an unknown preset, FileError for a bad file.
 ModelStart locate_model(const std::string& model, const std::string& file, int world_size);

@@ -60,8 +60,10 @@ Modded89Structure modded89_structure() {
 
 Modded89Config modded89_config_from_name(const std::string& name) {
   if (name == "modded89") return make_config(50304, 6, 128, 49152, 128, 377280, 64, 112);
+  if (name == "modded89-small") return make_config(50304, 2, 32, 768, 32, 377280, 8, 28);
   if (name == "modded89-tiny") return make_config(96, 2, 16, 64, 8, 61, 8, 12);
-  throw std::invalid_argument("unknown model preset '" + name + "' (expected 'modded89' or 'modded89-tiny')");
+  throw std::invalid_argument("unknown model preset '" + name +
+                              "' (expected 'modded89', 'modded89-small' or 'modded89-tiny')");
 }
 
 void validate_modded89_config(const Modded89Config& c) {

@@ -75,7 +75,9 @@ struct Modded89Structure {
 Modded89Structure modded89_structure();
 
 // Presets: "modded89" (the record: V 50,304, H 6, D 128, T 49,152, window block 128, bigram 377,280 rows,
-// MUDD width 64, DC window 112) and "modded89-tiny" (tests: V 96, H 2, D 16, T 64, window block 8, bigram
+// MUDD width 64, DC window 112), "modded89-small" (the recipe comparison, docs/recipe_comparison.md: GPT-2's
+// padded vocabulary and the record's bigram table at C 64: H 2, D 32, T 768, window block 32, MUDD width 8, DC
+// window 28, the record's 112 / 128 of a block) and "modded89-tiny" (tests: V 96, H 2, D 16, T 64, window block 8, bigram
 // 61 rows, MUDD width 8, DC window 12). Throws std::invalid_argument naming the presets.
 Modded89Config modded89_config_from_name(const std::string& name);
 
