@@ -5,9 +5,11 @@
 add_library(llmc_emu STATIC
   llmc/emu/block_runner.cpp
   llmc/emu/cublaslt.cpp
+  llmc/emu/device_capture.cpp
   llmc/emu/emulated_device.cpp
   llmc/emu/kernel_symbols.cpp
   llmc/emu/runtime_api.cpp
+  llmc/emu/stream_capture.cpp
   llmc/emu/stream_worker.cpp
   llmc/emu/tsan_hooks.cpp)
 target_link_libraries(llmc_emu PUBLIC llmc_flags Boost::context Threads::Threads)
@@ -208,6 +210,7 @@ llmc_add_cu_test(NAME emu_tests LABELS emu ALSO_SCHEDULES reverse drift
     test/emu/test_block.cu
     test/emu/test_warp.cu
     test/emu/test_streams.cu
+    test/emu/test_graphs.cu
     test/emu/test_bf16.cu
     test/emu/test_mma.cu
     test/emu/test_cublaslt.cu

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -128,13 +129,11 @@ struct MatmulJob {
   int threads = 1;
 };
 
-void run_matmul_job(void* pointer) {
-  MatmulJob* job = static_cast<MatmulJob*>(pointer);
-  if (job->fp8)
-    llmc::emu::cpu_fp8_gemm(job->fp8_gemm, job->threads);
+void run_matmul_job(const MatmulJob& job) {
+  if (job.fp8)
+    llmc::emu::cpu_fp8_gemm(job.fp8_gemm, job.threads);
   else
-    llmc::emu::cpu_gemm(job->gemm, job->threads);
-  delete job;
+    llmc::emu::cpu_gemm(job.gemm, job.threads);
 }
 
 // Column-major D = op(A) op(B) is row-major D^T = op(B)^T op(A)^T: the CPU GEMM's first operand is cuBLASLt's
@@ -443,9 +442,9 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatm
   }
   const unsigned cores = std::thread::hardware_concurrency();
   job->threads = cores > 0 ? static_cast<int>(cores) : 1;
-  if (cudaLaunchHostFunc(stream, run_matmul_job, job) != cudaSuccess) {
-    delete job;
+  // The task owns the job: a captured matmul runs again at every replay of its graph.
+  const std::shared_ptr<const MatmulJob> owned(job);
+  if (llmc::emu::EmulatedDevice::instance().enqueue(stream, [owned] { run_matmul_job(*owned); }) != cudaSuccess)
     return CUBLAS_STATUS_EXECUTION_FAILED;
-  }
   return CUBLAS_STATUS_SUCCESS;
 }

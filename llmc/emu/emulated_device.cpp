@@ -140,11 +140,17 @@ cudaError_t EmulatedDevice::release(void* pointer, MemoryKind kind) {
     std::lock_guard<std::mutex> lock(memory_mutex_);
     auto found = allocations_.find(reinterpret_cast<uintptr_t>(pointer));
     if (found == allocations_.end() || found->second.kind != kind) return cudaErrorInvalidValue;
+  }
+  // cudaFree/cudaFreeHost synchronise the device: no queued task may still use the memory (refused while a stream
+  // captures, as that synchronisation is).
+  if (cudaError_t error = synchronize_all(); error != cudaSuccess) return error;
+  {
+    std::lock_guard<std::mutex> lock(memory_mutex_);
+    auto found = allocations_.find(reinterpret_cast<uintptr_t>(pointer));
+    if (found == allocations_.end() || found->second.kind != kind) return cudaErrorInvalidValue;
     if (kind == MemoryKind::kDevice) device_bytes_in_use_ -= found->second.bytes;
     allocations_.erase(found);
   }
-  // cudaFree/cudaFreeHost synchronise the device: no queued task may still use the memory.
-  synchronize_all();
   std::free(pointer);
   return cudaSuccess;
 }
@@ -226,9 +232,17 @@ void EmulatedDevice::destroy_stream(cudaStream_t stream) {
   delete stream;
 }
 
-uint64_t EmulatedDevice::enqueue(cudaStream_t stream_handle, std::function<void()> task) {
+cudaError_t EmulatedDevice::enqueue(cudaStream_t stream_handle, std::function<void()> task, uint64_t* sequence) {
   std::lock_guard<std::mutex> lock(stream_mutex_);
   CUstream_st* stream = resolve(stream_handle);
+  if (sequence != nullptr) *sequence = 0;
+  if (stream->capture != nullptr) {
+    if (stream->capture->invalidated()) return cudaErrorStreamCaptureInvalidated;
+    stream->capture->add(stream, std::move(task));
+    return cudaSuccess;
+  }
+  if (stream == &legacy_stream_ && blocking_stream_captures())
+    return refuse_in_capture(nullptr, "work on the legacy default stream", cudaErrorStreamCaptureImplicit);
   const auto wait_for = [](std::shared_ptr<StreamWorker> other, uint64_t sequence) {
     return [other = std::move(other), sequence] { other->wait_until_complete(sequence); };
   };
@@ -252,18 +266,29 @@ uint64_t EmulatedDevice::enqueue(cudaStream_t stream_handle, std::function<void(
       legacy_stream_.worker->wait_until_complete(tail);
     }
   }
-  return stream->worker->enqueue(std::move(task));
+  const uint64_t enqueued = stream->worker->enqueue(std::move(task));
+  if (sequence != nullptr) *sequence = enqueued;
+  return cudaSuccess;
 }
 
-void EmulatedDevice::synchronize_stream(cudaStream_t stream) { resolve(stream)->worker->wait_until_idle(); }
+cudaError_t EmulatedDevice::synchronize_stream(cudaStream_t stream) {
+  if (cudaError_t error = check_not_capturing(stream, "synchronizing a capturing stream"); error != cudaSuccess)
+    return error;
+  resolve(stream)->worker->wait_until_idle();
+  return cudaSuccess;
+}
 
-void EmulatedDevice::synchronize_all() {
+cudaError_t EmulatedDevice::synchronize_all() {
   std::vector<std::shared_ptr<StreamWorker>> workers{legacy_stream_.worker};
   {
     std::lock_guard<std::mutex> lock(stream_mutex_);
+    for (CUstream_st* stream : streams_)
+      if (stream->capture != nullptr)
+        return refuse_in_capture(stream, "synchronizing the device", cudaErrorStreamCaptureUnsupported);
     for (CUstream_st* stream : streams_) workers.push_back(stream->worker);
   }
   for (const auto& worker : workers) worker->wait_until_idle();
+  return cudaSuccess;
 }
 
 // ---- kernels ----------------------------------------------------------------------------------
@@ -366,10 +391,9 @@ cudaError_t EmulatedDevice::launch(KernelLaunchInfo launch, std::function<void()
     schedule = schedule_;
     launch_sequence = ++launches_;
   }
-  enqueue(stream, [this, launch, body = std::move(thread_body), schedule, launch_sequence] {
+  return enqueue(stream, [this, launch, body = std::move(thread_body), schedule, launch_sequence] {
     run_grid(launch, body, schedule, launch_sequence);
   });
-  return cudaSuccess;
 }
 
 namespace {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "llmc/emu/block_runner.h"
+#include "llmc/emu/stream_capture.h"
 #include "llmc/emu/stream_worker.h"
 
 // The opaque handle types of the CUDA runtime (declared by driver_types.h).
@@ -23,6 +24,7 @@ struct CUstream_st {
   std::shared_ptr<llmc::emu::StreamWorker> worker;
   unsigned flags = 0;
   int priority = 0;
+  std::shared_ptr<llmc::emu::StreamCapture> capture;  // while the stream captures (the device's stream mutex)
 };
 struct CUevent_st {
   unsigned flags = 0;
@@ -32,6 +34,21 @@ struct CUevent_st {
   uint64_t sequence = 0;
   int recorder_priority = 0;  // of the stream that recorded it
   std::shared_ptr<std::atomic<int64_t>> timestamp_ns;  // -1 until the record executed
+  // Recorded last in a capture: the graph's nodes it stands for (no stream work: waiting on it joins a capture).
+  std::shared_ptr<llmc::emu::StreamCapture> capture;
+  std::vector<size_t> captured_nodes;
+};
+struct CUgraph_st {
+  llmc::emu::CapturedGraph graph;
+};
+// An instantiated graph: its nodes, and a worker per lane that replays them (llmc/emu/device_capture.cpp).
+struct CUgraphExec_st {
+  std::shared_ptr<const llmc::emu::CapturedGraph> graph;
+  std::vector<std::shared_ptr<llmc::emu::StreamWorker>> lanes;
+  std::mutex mutex;
+  // The stream task that ends the last launch: the next launch starts after it (launches of one graph are ordered).
+  std::shared_ptr<llmc::emu::StreamWorker> last_stream;
+  uint64_t last_end = 0;
 };
 
 namespace llmc::emu {
@@ -69,10 +86,32 @@ class EmulatedDevice {
   CUstream_st* resolve(cudaStream_t stream);  // null / legacy / per-thread -> the legacy stream
   cudaStream_t create_stream(unsigned flags, int priority);
   void destroy_stream(cudaStream_t stream);
-  // Enqueues with CUDA's legacy default-stream ordering; returns the task's sequence number.
-  uint64_t enqueue(cudaStream_t stream, std::function<void()> task);
-  void synchronize_stream(cudaStream_t stream);
-  void synchronize_all();
+  // Enqueues with CUDA's legacy default-stream ordering (*sequence: the task's number), or adds the task to the
+  // stream's capture (*sequence 0). Fails where CUDA does: on the legacy stream while a blocking stream captures
+  // (cudaErrorStreamCaptureImplicit, which invalidates that capture), on a stream whose capture is invalidated.
+  cudaError_t enqueue(cudaStream_t stream, std::function<void()> task, uint64_t* sequence = nullptr);
+  // Blocking waits: refused for a capturing stream (any, for the whole device), which invalidates the capture.
+  cudaError_t synchronize_stream(cudaStream_t stream);
+  cudaError_t synchronize_all();
+
+  // ---- stream capture and graphs (device_capture.cpp; docs/emulation.md#cuda-graphs) ----
+  cudaError_t begin_capture(cudaStream_t stream, cudaStreamCaptureMode mode);
+  cudaError_t end_capture(cudaStream_t stream, CapturedGraph* graph);
+  cudaError_t capture_status(cudaStream_t stream, cudaStreamCaptureStatus* status);
+  // A call CUDA calls potentially unsafe during a capture (cudaMalloc, cudaFree, ...): refused, and the capture
+  // invalidated, while this thread captures in global or thread-local mode or another thread in global mode.
+  cudaError_t check_unsafe_call(const char* call);
+  // A call that must not see a capturing stream (cudaStreamQuery, a stream-ordered allocation): refused, and
+  // the capture invalidated, when `stream` captures.
+  cudaError_t check_not_capturing(cudaStream_t stream, const char* call);
+  // cudaEventRecord / cudaStreamWaitEvent / cudaEventQuery's part in a capture; *handled false: not a capture's.
+  cudaError_t record_event_in_capture(cudaEvent_t event, cudaStream_t stream, bool* handled);
+  cudaError_t wait_event_in_capture(cudaStream_t stream, cudaEvent_t event, bool* handled);
+  cudaError_t check_event_not_captured(cudaEvent_t event, const char* call);  // the caller holds event->mutex
+  cudaError_t instantiate(cudaGraphExec_t* exec, cudaGraph_t graph);
+  // The graph's nodes after the stream's earlier work, each lane on its own worker, the stream's later work after
+  // all of them.
+  cudaError_t launch_graph(cudaGraphExec_t exec, cudaStream_t stream);
 
   // ---- kernels ----
   // `pointer_arguments`: the kernel's pointer-typed arguments (a GPU faults on pageable host memory).
@@ -114,7 +153,11 @@ class EmulatedDevice {
   size_t device_bytes_in_use_ = 0;
   size_t total_memory_bytes_ = 0;
 
-  std::mutex stream_mutex_;  // orders enqueues across streams (legacy-stream semantics)
+  // The capture rules' shared part: invalidates every capture `stream` belongs to. The caller holds stream_mutex_.
+  cudaError_t refuse_in_capture(CUstream_st* stream, const std::string& why, cudaError_t error);
+  bool blocking_stream_captures() const;  // the caller holds stream_mutex_
+
+  std::mutex stream_mutex_;  // orders enqueues across streams (legacy-stream semantics), and guards captures
   CUstream_st legacy_stream_;
   std::vector<CUstream_st*> streams_;  // created streams, alive
   int streams_created_ = 0;

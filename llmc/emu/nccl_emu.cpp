@@ -364,6 +364,11 @@ void CUDART_CB run_host_task(void* task) {
 
 // Puts `work` on `stream` (cudaLaunchHostFunc: the stream's worker runs it in stream order).
 ncclResult_t enqueue_now(const char* function, ncclComm* comm, cudaStream_t stream, std::function<void()> work) {
+  // NCCL captures into graphs; this emulation does not (its calls count pending work once per call, not per
+  // replay): refused by name instead of replaying wrongly.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
+    return fail(ncclInvalidUsage, std::string(function) + ": the NCCL emulation does not capture into CUDA graphs");
   {
     std::lock_guard<std::mutex> lock(comm->mutex);
     ++comm->pending;

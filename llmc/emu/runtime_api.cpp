@@ -54,19 +54,27 @@ cudaError_t enqueue_copy(void* dst, const void* src, size_t count, cudaStream_t 
   }
   const bool pageable_dst = dst_kind == MemoryKind::kPageableHost;
   const bool pageable_src = src_kind == MemoryKind::kPageableHost;
+  if (call == CopyCall::kSynchronous || pageable_src || pageable_dst) {
+    // A wait on the stream, or a copy that reads or writes pageable memory when the call is made: no graph
+    // node can replay either (refused in captures; the emulation is stricter than CUDA on pageable copies).
+    const char* what = call == CopyCall::kSynchronous ? "cudaMemcpy" : "cudaMemcpyAsync with pageable host memory";
+    if (cudaError_t error = device().check_not_capturing(stream, what); error != cudaSuccess) return record(error);
+  }
   if (pageable_src && !pageable_dst) {
     // Staged: the call returns once the pageable source is copied, the device write happens later in
     // stream order (cudaMemcpy first waits for the stream's earlier work).
     if (call == CopyCall::kSynchronous) {
       llmc::notify_host_wait("cudaMemcpy");
-      device().synchronize_stream(stream);
+      if (cudaError_t error = device().synchronize_stream(stream); error != cudaSuccess) return record(error);
     }
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + count);
-    device().enqueue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
-    return cudaSuccess;
+    return record(device().enqueue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }));
   }
-  const uint64_t sequence = device().enqueue(stream, [dst, src, count] { std::memmove(dst, src, count); });
+  uint64_t sequence = 0;
+  if (cudaError_t error = device().enqueue(stream, [dst, src, count] { std::memmove(dst, src, count); }, &sequence);
+      error != cudaSuccess)
+    return record(error);
   // Into pageable memory: returns when done. cudaMemcpy returns when done unless device to device.
   const bool device_to_device = dst_kind == MemoryKind::kDevice && src_kind == MemoryKind::kDevice;
   if (pageable_dst || (call == CopyCall::kSynchronous && !device_to_device)) {
@@ -84,8 +92,7 @@ cudaError_t enqueue_memset(void* pointer, int value, size_t count, cudaStream_t 
       kind != MemoryKind::kDevice) {
     return record(cudaErrorInvalidValue);
   }
-  device().enqueue(stream, [pointer, value, count] { std::memset(pointer, value, count); });
-  return cudaSuccess;
+  return record(device().enqueue(stream, [pointer, value, count] { std::memset(pointer, value, count); }));
 }
 
 }  // namespace
@@ -196,14 +203,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
 
 cudaError_t cudaDeviceSynchronize(void) {
   llmc::notify_host_wait("cudaDeviceSynchronize");
-  device().synchronize_all();
-  return cudaSuccess;
+  return record(device().synchronize_all());
 }
 
-cudaError_t cudaDeviceReset(void) {
-  device().synchronize_all();
-  return cudaSuccess;
-}
+cudaError_t cudaDeviceReset(void) { return record(device().synchronize_all()); }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return record(cudaErrorInvalidValue);
@@ -233,34 +236,47 @@ cudaError_t cudaFuncSetAttribute(const void* function, cudaFuncAttribute attribu
 
 // ---- memory ------------------------------------------------------------------------------------
 
+// cudaMalloc, cudaFree and the pinned allocations are what CUDA calls potentially unsafe during a capture
+// (EmulatedDevice::check_unsafe_call); the stream-ordered ones are not emulated in captures.
 cudaError_t cudaMalloc(void** pointer, size_t bytes) {
+  if (cudaError_t error = device().check_unsafe_call("cudaMalloc"); error != cudaSuccess) return record(error);
   return record(device().allocate(pointer, bytes, MemoryKind::kDevice));
 }
-cudaError_t cudaFree(void* pointer) { return record(device().release(pointer, MemoryKind::kDevice)); }
+cudaError_t cudaFree(void* pointer) {
+  if (cudaError_t error = device().check_unsafe_call("cudaFree"); error != cudaSuccess) return record(error);
+  return record(device().release(pointer, MemoryKind::kDevice));
+}
 // Stream-ordered allocation: the memory exists from the call on (at least as early as a GPU makes it usable
 // to the stream's later work), and cudaFreeAsync releases it when the stream reaches the free, after every
 // earlier task of the stream, so a use of it enqueued before the free still finds it.
 cudaError_t cudaMallocAsync(void** pointer, size_t bytes, cudaStream_t stream) {
-  (void)stream;
+  if (cudaError_t error = device().check_not_capturing(stream, "cudaMallocAsync (not emulated in captures)");
+      error != cudaSuccess)
+    return record(error);
   return record(device().allocate(pointer, bytes, MemoryKind::kDevice));
 }
 cudaError_t cudaFreeAsync(void* pointer, cudaStream_t stream) {
   MemoryKind kind;
   if (device().classify(pointer, 1, &kind) != cudaSuccess || kind != MemoryKind::kDevice)
     return record(cudaErrorInvalidValue);
-  device().enqueue(stream, [pointer] {
+  if (cudaError_t error = device().check_not_capturing(stream, "cudaFreeAsync (not emulated in captures)");
+      error != cudaSuccess)
+    return record(error);
+  return record(device().enqueue(stream, [pointer] {
     if (device().release_in_stream_order(pointer) != cudaSuccess)
       std::fprintf(stderr, "emulation: cudaFreeAsync: %p is no longer a device allocation\n", pointer);
-  });
-  return cudaSuccess;
+  }));
 }
 cudaError_t cudaMallocHost(void** pointer, size_t bytes) {
+  if (cudaError_t error = device().check_unsafe_call("cudaMallocHost"); error != cudaSuccess) return record(error);
   return record(device().allocate(pointer, bytes, MemoryKind::kPinnedHost));
 }
 cudaError_t cudaHostAlloc(void** pointer, size_t bytes, unsigned int flags) {
+  if (cudaError_t error = device().check_unsafe_call("cudaHostAlloc"); error != cudaSuccess) return record(error);
   return record(device().allocate(pointer, bytes, MemoryKind::kPinnedHost));
 }
 cudaError_t cudaFreeHost(void* pointer) {
+  if (cudaError_t error = device().check_unsafe_call("cudaFreeHost"); error != cudaSuccess) return record(error);
   return record(device().release(pointer, MemoryKind::kPinnedHost));
 }
 
@@ -312,17 +328,18 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   llmc::notify_host_wait("cudaStreamSynchronize");
-  device().synchronize_stream(stream);
-  return cudaSuccess;
+  return record(device().synchronize_stream(stream));
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  if (cudaError_t error = device().check_not_capturing(stream, "cudaStreamQuery of a capturing stream");
+      error != cudaSuccess)
+    return record(error);
   const auto& worker = device().resolve(stream)->worker;
   return worker->is_complete(worker->last_enqueued()) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t function, void* user_data) {
   if (function == nullptr) return record(cudaErrorInvalidValue);
-  device().enqueue(stream, [function, user_data] { function(user_data); });
-  return cudaSuccess;
+  return record(device().enqueue(stream, [function, user_data] { function(user_data); }));
 }
 
 // ---- events ------------------------------------------------------------------------------------
@@ -349,7 +366,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
   auto timestamp = std::make_shared<std::atomic<int64_t>>(-1);
   std::lock_guard<std::mutex> lock(event->mutex);
-  event->sequence = device().enqueue(stream, [timestamp] { timestamp->store(now_ns()); });
+  bool captured = false;
+  if (cudaError_t error = device().record_event_in_capture(event, stream, &captured); captured || error != cudaSuccess)
+    return record(error);
+  uint64_t sequence = 0;
+  if (cudaError_t error = device().enqueue(stream, [timestamp] { timestamp->store(now_ns()); }, &sequence);
+      error != cudaSuccess)
+    return record(error);
+  event->sequence = sequence;
   event->worker = device().resolve(stream)->worker;
   event->recorder_priority = device().resolve(stream)->priority;
   event->timestamp_ns = std::move(timestamp);
@@ -358,6 +382,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> lock(event->mutex);
+  if (cudaError_t error = device().check_event_not_captured(event, "cudaEventQuery"); error != cudaSuccess)
+    return record(error);
   if (event->worker == nullptr) return cudaSuccess;  // never recorded: complete, as in CUDA
   return event->worker->is_complete(event->sequence) ? cudaSuccess : cudaErrorNotReady;
 }
@@ -367,6 +393,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   uint64_t sequence;
   {
     std::lock_guard<std::mutex> lock(event->mutex);
+    if (cudaError_t error = device().check_event_not_captured(event, "cudaEventSynchronize"); error != cudaSuccess)
+      return record(error);
     worker = event->worker;
     sequence = event->sequence;
   }
@@ -381,6 +409,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   int producer_priority;
   {
     std::lock_guard<std::mutex> lock(event->mutex);
+    bool in_capture = false;
+    if (cudaError_t error = device().wait_event_in_capture(stream, event, &in_capture);
+        in_capture || error != cudaSuccess)
+      return record(error);
     producer = event->worker;
     sequence = event->sequence;
     producer_priority = event->recorder_priority;
@@ -391,9 +423,47 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (producer == nullptr || producer == waiting->worker) return cudaSuccess;
   // Greater priority is a smaller number; see EmulatedDevice::drops_waits_on_priority_streams.
   if (device().drops_waits_on_priority_streams() && producer_priority < waiting->priority) return cudaSuccess;
-  device().enqueue(stream, [producer, sequence] { producer->wait_until_complete(sequence); });
+  return record(device().enqueue(stream, [producer, sequence] { producer->wait_until_complete(sequence); }));
+}
+// ---- stream capture and graphs (docs/emulation.md#cuda-graphs) -----------------------------------
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed)
+    return record(cudaErrorInvalidValue);
+  return record(device().begin_capture(stream, mode));
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  if (graph == nullptr) return record(cudaErrorInvalidValue);
+  *graph = nullptr;
+  llmc::emu::CapturedGraph captured;
+  if (cudaError_t error = device().end_capture(stream, &captured); error != cudaSuccess) return record(error);
+  *graph = new CUgraph_st{std::move(captured)};
   return cudaSuccess;
 }
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  if (status == nullptr) return record(cudaErrorInvalidValue);
+  return record(device().capture_status(stream, status));
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
+  if (exec == nullptr || graph == nullptr || flags != 0) return record(cudaErrorInvalidValue);
+  return record(device().instantiate(exec, graph));
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return record(cudaErrorInvalidValue);
+  return record(device().launch_graph(exec, stream));
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  if (exec == nullptr) return record(cudaErrorInvalidValue);
+  delete exec;  // its lanes finish their queued replays first
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  if (graph == nullptr) return record(cudaErrorInvalidValue);
+  delete graph;
+  return cudaSuccess;
+}
+
 cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
   if (milliseconds == nullptr) return record(cudaErrorInvalidValue);
   if (start == nullptr || end == nullptr) return record(cudaErrorInvalidResourceHandle);

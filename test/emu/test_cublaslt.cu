@@ -125,6 +125,46 @@ TEST(CublasLt, ColumnMajorSemanticsWithTransposesStridesAndBatches) {
   }
 }
 
+// A captured matmul is a graph node: each replay computes it again (D += A B twice after two launches), nothing
+// at capture time.
+TEST(CublasLt, CapturedMatmulRunsAtEveryReplay) {
+  LLMC_REQUIRE_GPU();
+  const int m = 4, n = 3, k = 5;
+  const std::vector<float> a = small_integers(static_cast<size_t>(m) * k, 4), b = small_integers(static_cast<size_t>(k) * n, 5),
+                           d0 = small_integers(static_cast<size_t>(m) * n, 6);
+  DeviceBuffer<float> d_a(a), d_b(b), d_d(d0);
+  Call call;
+  call.a = Call::layout(m, k, m, 1, 0);
+  call.b = Call::layout(k, n, k, 1, 0);
+  call.d = Call::layout(m, n, m, 1, 0);
+  const float alpha = 1.0f, beta = 1.0f;
+  const cublasLtMatmulAlgo_t algo = call.algorithm();
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  CUBLAS_CHECK(cublasLtMatmul(call.handle, call.op, &alpha, d_a.get(), call.a, d_b.get(), call.b, &beta, d_d.get(),
+                              call.d, d_d.get(), call.d, &algo, nullptr, 0, stream));
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_EQ(d_d.download_raw(), d0);
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<float> d = d_d.download_raw();
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      double sum = 0.0;
+      for (int kk = 0; kk < k; kk++) sum += a[at(i, kk, m)] * b[at(kk, j, k)];
+      EXPECT_EQ(d[at(i, j, m)], d0[at(i, j, m)] + 2.0 * sum) << "(" << i << ", " << j << ")";
+    }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 // The bias is one value per row of D (column-major); GELU_AUX keeps the pre-activation with its own ld.
 TEST(CublasLt, BiasAndGeluAuxEpilogues) {
   LLMC_REQUIRE_GPU();
