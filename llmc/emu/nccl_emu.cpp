@@ -364,11 +364,19 @@ void CUDART_CB run_host_task(void* task) {
 
 // Puts `work` on `stream` (cudaLaunchHostFunc: the stream's worker runs it in stream order).
 ncclResult_t enqueue_now(const char* function, ncclComm* comm, cudaStream_t stream, std::function<void()> work) {
-  // NCCL captures into graphs; this emulation does not (its calls count pending work once per call, not per
-  // replay): refused by name instead of replaying wrongly.
+  // Into a capture (as NCCL does): a graph node that runs the collective at each replay. Not counted as pending:
+  // destroying the communicator while a launch of the graph may still run is the program's error, as with NCCL.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
-    return fail(ncclInvalidUsage, std::string(function) + ": the NCCL emulation does not capture into CUDA graphs");
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess)
+    return fail(ncclInvalidUsage, std::string(function) + ": cudaStreamIsCapturing failed on its stream");
+  if (capture != cudaStreamCaptureStatusNone) {
+    const cudaError_t code = EmulatedDevice::instance().enqueue(stream, [comm, work = std::move(work)] {
+      if (comm->delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(comm->delay_ms));
+      work();
+    });
+    if (code == cudaSuccess) return ncclSuccess;
+    return fail(ncclInvalidUsage, std::string(function) + ": its capture refused it: " + cudaGetErrorString(code));
+  }
   {
     std::lock_guard<std::mutex> lock(comm->mutex);
     ++comm->pending;

@@ -377,6 +377,36 @@ TEST(Collectives, GroupedSendsAndReceivesAreAnAllToAll) {
   }
 }
 
+// A collective captured into a CUDA graph runs at each launch, on the data the buffers hold then: two launches
+// after two different inputs give the two sums.
+TEST(Collectives, CapturedAllReduceRunsAtEveryLaunch) {
+  CommContext& comm = comm_context();
+  const int world = comm.world_size(), rank = comm.rank();
+  constexpr size_t kCount = 4096;
+  DeviceBuffer<float> data(kCount);
+  cudaStream_t stream = comm.comm_stream();
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  comm.all_reduce_sum_float(data.get(), kCount, stream);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 2; ++launch) {
+    std::vector<float> mine(kCount);
+    for (size_t i = 0; i < kCount; ++i) mine[i] = fp32_input(rank, i) * static_cast<float>(launch + 1);
+    data.upload_raw(mine);
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<float> got = data.download_raw();
+    for (size_t i = 0; i < kCount; ++i) {
+      const double want = exact_sum(fp32_input, world, i) * (launch + 1);  // exact: small integers times 1 or 2
+      ASSERT_EQ(got[i], static_cast<float>(want)) << "launch " << launch << ", element " << i;
+    }
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 // What real NCCL supports (fp16) or leaves undefined (bad overlap), the emulation refuses by name.
 TEST(Collectives, EmulationRejectsWhatItCannotDoCorrectly) {
   if (!LLMC_IS_EMULATION) GTEST_SKIP() << "emulation-only behaviour";
