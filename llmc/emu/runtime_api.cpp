@@ -122,6 +122,14 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
     default: return "cudaErrorUnknown";
   }
 }
@@ -139,6 +147,14 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorIllegalState: return "not allowed in the object's present state";
+    case cudaErrorStreamCaptureUnsupported: return "not allowed while the stream captures (emulated)";
+    case cudaErrorStreamCaptureInvalidated: return "the capture was invalidated by an earlier call (emulated)";
+    case cudaErrorStreamCaptureUnmatched: return "the capture did not begin on this stream (emulated)";
+    case cudaErrorStreamCaptureUnjoined: return "a stream forked into the capture did not join its origin (emulated)";
+    case cudaErrorStreamCaptureIsolation: return "a dependency would cross the capture's boundary (emulated)";
+    case cudaErrorStreamCaptureImplicit: return "legacy-stream work beside a capturing blocking stream (emulated)";
+    case cudaErrorStreamCaptureWrongThread: return "the capture must end on the thread that began it (emulated)";
     default: return "unrecognized error code";
   }
 }

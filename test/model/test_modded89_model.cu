@@ -343,6 +343,41 @@ TEST_F(Modded89ModelTest, RefusesBadInputs) {
 // once; a second micro-step adds its gradients to the first's with one rounding per element (so exactly the
 // rounded sum of two single-step gradients, which the same kernels compute bitwise alike); the mean loss over
 // both slots; dloss scales the gradient exactly (a power of two) and not the losses.
+// The backward captured as a CUDA graph (the first part of a step that replays as graphs, issue 27) and replayed
+// after later forwards computes what the eager backward does, bit for bit: it reads the activations the forward
+// left in the model's buffers, not what they held at the capture. (The forward itself uploads its batch from the
+// host inside, which a capture refuses; it has to move out of the graph first.)
+TEST_F(Modded89ModelTest, BackwardReplaysFromAGraphBitwise) {
+  const Case c(17);
+  Case other(19);
+  const MtpLossWeights weights = stage1_weights();
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
+  c.load(model);
+  std::vector<std::vector<float>> eager;
+  for (const Case* batch : {&c, static_cast<const Case*>(&other)}) {
+    run_forward(model, *batch, weights, true);
+    model.backward(true);
+    eager.push_back(model.download_grads());
+  }
+  run_forward(model, c, weights, true);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  model.backward(true);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (size_t i = 0; i < 2; i++) {
+    if (i > 0) run_forward(model, other, weights, true);  // new activations under the captured pointers
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    const std::vector<float> replayed = model.download_grads();
+    ASSERT_EQ(replayed.size(), eager[i].size());
+    for (size_t k = 0; k < replayed.size(); k++) ASSERT_EQ(replayed[k], eager[i][k]) << "batch " << i << ", " << k;
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 TEST_F(Modded89ModelTest, MicroStepsAccumulateWithHooksInBucketOrder) {
   const Case c(17);
   Case other(19);
