@@ -62,6 +62,12 @@ struct Call {
     }
     return layout;
   }
+  // D (m x n) = A (m x k) B (k x n), one matrix each, leading dimensions their row counts.
+  void set_plain_layouts(int m, int n, int k) {
+    a = layout(m, k, m, 1, 0);
+    b = layout(k, n, k, 1, 0);
+    d = layout(m, n, m, 1, 0);
+  }
   // The heuristic's first algorithm (a test failure if there is none).
   cublasLtMatmulAlgo_t algorithm() {
     cublasLtMatmulPreference_t preference = nullptr;
@@ -134,9 +140,7 @@ TEST(CublasLt, CapturedMatmulRunsAtEveryReplay) {
                            d0 = small_integers(static_cast<size_t>(m) * n, 6);
   DeviceBuffer<float> d_a(a), d_b(b), d_d(d0);
   Call call;
-  call.a = Call::layout(m, k, m, 1, 0);
-  call.b = Call::layout(k, n, k, 1, 0);
-  call.d = Call::layout(m, n, m, 1, 0);
+  call.set_plain_layouts(m, n, k);
   const float alpha = 1.0f, beta = 1.0f;
   const cublasLtMatmulAlgo_t algo = call.algorithm();
   cudaStream_t stream;
@@ -176,9 +180,7 @@ TEST(CublasLt, BiasAndGeluAuxEpilogues) {
   call.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(d_bias.get()));
   call.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(d_aux.get()));
   call.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(aux_ld));
-  call.a = Call::layout(m, k, m, 1, 0);
-  call.b = Call::layout(k, n, k, 1, 0);
-  call.d = Call::layout(m, n, m, 1, 0);
+  call.set_plain_layouts(m, n, k);
   const float alpha = 1.0f, beta = 0.0f;
   const cublasLtMatmulAlgo_t algo = call.algorithm();
   CUBLAS_CHECK(cublasLtMatmul(call.handle, call.op, &alpha, d_a.get(), call.a, d_b.get(), call.b, &beta, d_d.get(),
@@ -212,9 +214,7 @@ TEST(CublasLt, AccumulationErrorGrowsAsATiledSumNotASerialOne) {
     for (float& value : b) value = uniform(rng);
     DeviceBuffer<float> d_a(a), d_b(b), d_d(static_cast<size_t>(m) * n);
     Call call;
-    call.a = Call::layout(m, k, m, 1, 0);
-    call.b = Call::layout(k, n, k, 1, 0);
-    call.d = Call::layout(m, n, m, 1, 0);
+    call.set_plain_layouts(m, n, k);
     const float alpha = 1.0f, beta = 0.0f;
     const cublasLtMatmulAlgo_t algo = call.algorithm();
     CUBLAS_CHECK(cublasLtMatmul(call.handle, call.op, &alpha, d_a.get(), call.a, d_b.get(), call.b, &beta, d_d.get(),
