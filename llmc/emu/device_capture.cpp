@@ -3,22 +3,14 @@
 // potentially unsafe calls by the mode's threads, no legacy-stream work beside a capturing blocking stream, no
 // dependency across a capture's boundary, every fork joined), and replays that run each captured stream's nodes in
 // order on a worker of its own, the streams side by side, as on a GPU.
+#include <cstdio>
 #include <string>
-#include <utility>
 
 #include "llmc/emu/emulated_device.h"
 
 namespace llmc::emu {
 
 namespace {
-
-bool is_legacy(cudaStream_t stream) {
-  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
-}
-
-std::function<void()> wait_for(std::shared_ptr<StreamWorker> worker, uint64_t sequence) {
-  return [worker = std::move(worker), sequence] { worker->wait_until_complete(sequence); };
-}
 
 void report(const std::string& why) { std::fprintf(stderr, "emulation: stream capture: %s\n", why.c_str()); }
 
@@ -41,7 +33,7 @@ cudaError_t EmulatedDevice::refuse_in_capture(CUstream_st* stream, const std::st
 }
 
 cudaError_t EmulatedDevice::begin_capture(cudaStream_t handle, cudaStreamCaptureMode mode) {
-  if (is_legacy(handle)) return cudaErrorStreamCaptureUnsupported;  // the legacy stream cannot capture
+  if (is_legacy_handle(handle)) return cudaErrorStreamCaptureUnsupported;  // the legacy stream cannot capture
   std::lock_guard<std::mutex> lock(stream_mutex_);
   CUstream_st* stream = resolve(handle);
   if (stream->capture != nullptr) return cudaErrorIllegalState;
@@ -136,7 +128,7 @@ cudaError_t EmulatedDevice::wait_event_in_capture(cudaStream_t handle, cudaEvent
     report("a wait on an event recorded in another (or an ended) capture");
     return cudaErrorStreamCaptureIsolation;
   }
-  if (is_legacy(handle)) return refuse_in_capture(nullptr, "the legacy stream joining a capture",
+  if (is_legacy_handle(handle)) return refuse_in_capture(nullptr, "the legacy stream joining a capture",
                                                   cudaErrorStreamCaptureImplicit);
   if (captured->invalidated()) return cudaErrorStreamCaptureInvalidated;
   stream->capture = captured;  // a stream not yet in the capture forks into it
@@ -176,19 +168,19 @@ cudaError_t EmulatedDevice::launch_graph(cudaGraphExec_t exec, cudaStream_t stre
     const GraphNode& node = graph->nodes[i];
     StreamWorker& lane = *exec->lanes[static_cast<size_t>(node.lane)];
     if (!lane_started[static_cast<size_t>(node.lane)]) {  // after the stream's earlier work and the last launch
-      lane.enqueue(wait_for(stream_worker, start));
-      if (exec->last_stream != nullptr) lane.enqueue(wait_for(exec->last_stream, exec->last_end));
+      lane.enqueue(wait_task(stream_worker, start));
+      if (exec->last_stream != nullptr) lane.enqueue(wait_task(exec->last_stream, exec->last_end));
       lane_started[static_cast<size_t>(node.lane)] = true;
     }
     for (size_t dependency : node.dependencies) {
       const int other = graph->nodes[dependency].lane;
-      if (other != node.lane) lane.enqueue(wait_for(exec->lanes[static_cast<size_t>(other)], done[dependency]));
+      if (other != node.lane) lane.enqueue(wait_task(exec->lanes[static_cast<size_t>(other)], done[dependency]));
     }
     done[i] = lane.enqueue([graph, i] { graph->nodes[i].task(); });
   }
   std::vector<std::function<void()>> lane_ends;
   for (size_t lane = 0; lane < exec->lanes.size(); lane++)
-    if (lane_started[lane]) lane_ends.push_back(wait_for(exec->lanes[lane], exec->lanes[lane]->last_enqueued()));
+    if (lane_started[lane]) lane_ends.push_back(wait_task(exec->lanes[lane], exec->lanes[lane]->last_enqueued()));
   uint64_t end = 0;
   if (cudaError_t error = enqueue(stream, [lane_ends] { for (const auto& wait : lane_ends) wait(); }, &end);
       error != cudaSuccess)

@@ -19,11 +19,11 @@
 
 namespace llmc::emu {
 
-namespace {
-
 bool is_legacy_handle(cudaStream_t stream) {
   return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
 }
+
+namespace {
 
 std::string format_dim(dim3 v) {
   return "(" + std::to_string(v.x) + "," + std::to_string(v.y) + "," + std::to_string(v.z) + ")";
@@ -243,16 +243,13 @@ cudaError_t EmulatedDevice::enqueue(cudaStream_t stream_handle, std::function<vo
   }
   if (stream == &legacy_stream_ && blocking_stream_captures())
     return refuse_in_capture(nullptr, "work on the legacy default stream", cudaErrorStreamCaptureImplicit);
-  const auto wait_for = [](std::shared_ptr<StreamWorker> other, uint64_t sequence) {
-    return [other = std::move(other), sequence] { other->wait_until_complete(sequence); };
-  };
   if (stream == &legacy_stream_) {
     // Legacy default stream: waits for all earlier work in every blocking stream.
     for (CUstream_st* other : streams_) {
       if (other->flags & cudaStreamNonBlocking) continue;
       const uint64_t tail = other->worker->last_enqueued();
       if (!other->worker->is_complete(tail)) {
-        stream->worker->enqueue(wait_for(other->worker, tail));
+        stream->worker->enqueue(wait_task(other->worker, tail));
       } else {
         other->worker->wait_until_complete(tail);  // returns at once; orders the work before the task (TSan)
       }
@@ -261,7 +258,7 @@ cudaError_t EmulatedDevice::enqueue(cudaStream_t stream_handle, std::function<vo
     // Blocking stream: waits for all earlier work in the legacy default stream.
     const uint64_t tail = legacy_stream_.worker->last_enqueued();
     if (!legacy_stream_.worker->is_complete(tail)) {
-      stream->worker->enqueue(wait_for(legacy_stream_.worker, tail));
+      stream->worker->enqueue(wait_task(legacy_stream_.worker, tail));
     } else {
       legacy_stream_.worker->wait_until_complete(tail);
     }

@@ -64,6 +64,9 @@ inline constexpr size_t kMaxSharedOptIn = 227 * 1024;
 inline constexpr int kLeastStreamPriority = 0;
 inline constexpr int kGreatestStreamPriority = -5;
 
+// null, cudaStreamLegacy and cudaStreamPerThread: the handles the emulation maps to the legacy default stream.
+bool is_legacy_handle(cudaStream_t stream);
+
 class EmulatedDevice {
  public:
   static EmulatedDevice& instance();

@@ -439,7 +439,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (producer == nullptr || producer == waiting->worker) return cudaSuccess;
   // Greater priority is a smaller number; see EmulatedDevice::drops_waits_on_priority_streams.
   if (device().drops_waits_on_priority_streams() && producer_priority < waiting->priority) return cudaSuccess;
-  return record(device().enqueue(stream, [producer, sequence] { producer->wait_until_complete(sequence); }));
+  return record(device().enqueue(stream, llmc::emu::wait_task(producer, sequence)));
 }
 // ---- stream capture and graphs (docs/emulation.md#cuda-graphs) -----------------------------------
 

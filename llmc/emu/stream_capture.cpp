@@ -33,12 +33,6 @@ void StreamCapture::wait(const CUstream_st* stream, const std::vector<size_t>& n
     if (std::find(frontier.begin(), frontier.end(), node) == frontier.end()) frontier.push_back(node);
 }
 
-std::vector<const CUstream_st*> StreamCapture::streams() const {
-  std::vector<const CUstream_st*> out;
-  for (const auto& entry : streams_) out.push_back(entry.first);
-  return out;
-}
-
 bool StreamCapture::reaches(size_t from, const std::vector<size_t>& targets) const {
   std::vector<bool> seen(graph_.nodes.size(), false);
   std::vector<size_t> stack(targets.begin(), targets.end());

@@ -45,14 +45,12 @@ class StreamCapture {
   const std::string& invalidated_by() const { return invalidated_by_; }
   void invalidate(const std::string& why);  // keeps the first reason
 
-  bool has(const CUstream_st* stream) const { return streams_.count(stream) != 0; }
   // A node on `stream`'s lane after its last one and whatever it waited on since.
   void add(const CUstream_st* stream, std::function<void()> task);
   // The nodes a later node of `stream` would wait for (a captured event records this).
   std::vector<size_t> frontier(const CUstream_st* stream) const;
   // `stream` waits for `nodes` (a captured event): it joins the capture if it was not in it.
   void wait(const CUstream_st* stream, const std::vector<size_t>& nodes);
-  std::vector<const CUstream_st*> streams() const;
 
   // The streams whose work the origin does not wait for (cudaErrorStreamCaptureUnjoined when not empty).
   int unjoined_streams() const;

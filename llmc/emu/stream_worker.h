@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace llmc::emu {
 
@@ -50,5 +51,11 @@ class StreamWorker {
   std::unique_ptr<char[]> completion_sync_{new char[kCompletionSlots]};
   std::thread thread_;  // last: starts after the members above exist
 };
+
+// A task that waits until `worker` has run task `sequence`: how one stream's work waits for another's (an event
+// wait, the legacy stream's ordering, a graph lane's dependency on another lane).
+inline std::function<void()> wait_task(std::shared_ptr<StreamWorker> worker, uint64_t sequence) {
+  return [worker = std::move(worker), sequence] { worker->wait_until_complete(sequence); };
+}
 
 }  // namespace llmc::emu
