@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -68,6 +69,8 @@ class EmbeddingBackwardPlan {
   int channels() const { return channels_; }
   const int* sorted_positions() const { return device_table_; }
   const int* sorted_tokens() const { return device_table_ + max_tokens_; }
+  // The batch's distinct token ids, ascending, from the sort prepare() made (on the host, until the next prepare).
+  std::vector<int> distinct_tokens() const;
   const int* runs() const {
     return device_table_ + 2 * static_cast<size_t>(max_tokens_);
   }                                              // (token, first, count) triples
@@ -105,6 +108,13 @@ inline EmbeddingBackwardPlan::~EmbeddingBackwardPlan() {
   CUDA_REPORT(cudaEventDestroy(upload_done_));
   CUDA_REPORT(cudaFree(partials_));
   CUDA_REPORT(cudaFree(device_table_));
+}
+
+inline std::vector<int> EmbeddingBackwardPlan::distinct_tokens() const {
+  const int* sorted = host_table_.data() + max_tokens_;
+  std::vector<int> distinct;
+  std::unique_copy(sorted, sorted + tokens_, std::back_inserter(distinct));
+  return distinct;
 }
 
 inline void EmbeddingBackwardPlan::prepare(const int* tokens_host, int T, cudaStream_t stream) {

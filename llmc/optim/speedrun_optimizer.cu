@@ -601,15 +601,15 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
         sparse_->saved_rows = model_.row_sparse_grad().rows;
         sparse_->saved_rows_known = true;
       }
-    } else if (sparse) {
-      accumulate_adam_grads(bucket);
-      exchange_sparse_rows(bucket);
     } else {
       accumulate_adam_grads(bucket);
-      if (distributed)
+      if (sparse) {
+        exchange_sparse_rows(bucket);
+      } else if (distributed) {
         traced(tracer_, comm_stream_, TraceTrack::kComm, "reduce_scatter", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}},
                [&] { comm_.reduce_scatter_avg(grads + b.offset, plan.adam_grad_shard, b.shard_size, comm_stream_); });
-      if (distributed) watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
+        watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
+      }
     }
   }
   if (distributed && !plan.muon_spans().empty()) {

@@ -566,10 +566,7 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
   if (training) {  // the embedding backward's sorted rows, for the tokens' tables and the bigram table
     b.token_plan->prepare(inputs_host, T, stream_);
     b.hash_plan->prepare(staged.hashes, T, stream_);
-    batch_bigram_rows_.assign(staged.hashes, staged.hashes + T);
-    std::sort(batch_bigram_rows_.begin(), batch_bigram_rows_.end());
-    batch_bigram_rows_.erase(std::unique(batch_bigram_rows_.begin(), batch_bigram_rows_.end()),
-                             batch_bigram_rows_.end());
+    batch_bigram_rows_ = b.hash_plan->distinct_tokens();  // the bigram rows: the hashes' plan has them sorted
   }
 }
 
