@@ -1,6 +1,7 @@
 // The output layer's bias and scale of the 2026-07-17 record's small MLPs (the gate MLPs G0, G1 and the MUDD
 // MLPs): out[t, j] = s (in[t, j] + b[j]) over rows of n columns (n = 41 or 14, not a whole number of packets),
-// s the learnable gate scale (a device fp32 value) or the MUDD MLPs' constant 0.1. Elementwise, one rounding.
+// s the learnable gate scale (a device fp32 value, used as a bf16 copy) or the MUDD MLPs' constant 0.1.
+// Elementwise, one rounding.
 // Backward from the fp32 gradient of out (the per-token gates' gradients): din = s dout, db += s sum_t dout, and
 // ds += sum dout (in + b), the sums as fixed-order block sums (no atomics).
 #pragma once
@@ -23,11 +24,17 @@ struct GateMlpScale {
   float constant = 1.0f;
 };
 
+// The record multiplies by `_mudd_gate_scale.type_as(x)`: the learnable fp32 scale as a bf16 copy (its
+// activations are bf16; the cast passes the gradient through). The MUDD MLPs' constant is used as it is.
+__device__ __forceinline__ float gate_mlp_scale_value(const GateMlpScale& scale) {
+  return scale.scale != nullptr ? __bfloat162float(__float2bfloat16(*scale.scale)) : scale.constant;
+}
+
 template <typename Tx>
 __global__ void gate_mlp_output_forward_kernel(Tx* out, const Tx* in, const Tx* bias, GateMlpScale scale, int rows,
                                                int n) {
   const size_t count = static_cast<size_t>(rows) * n;
-  const float s = scale.scale != nullptr ? *scale.scale : scale.constant;
+  const float s = gate_mlp_scale_value(scale);
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     out[i] = from_float<Tx>(LLMC_MUTANT("gate_mlp_output.bias_unscaled", s * (to_float(in[i]) + to_float(bias[i % n])),
@@ -50,7 +57,7 @@ inline void gate_mlp_output_forward(floatX* out, const floatX* in, const floatX*
 
 template <typename Tx>
 __global__ void gate_mlp_output_input_grad_kernel(Tx* din, const float* dout, GateMlpScale scale, size_t count) {
-  const float s = scale.scale != nullptr ? *scale.scale : scale.constant;
+  const float s = gate_mlp_scale_value(scale);
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     din[i] = from_float<Tx>(s * dout[i]);
@@ -72,7 +79,7 @@ __global__ void gate_mlp_output_param_grads_kernel(Tx* dbias, float* dscale, con
   const float total = block_reduce_sum(sum, warp_totals);
   if (threadIdx.x != 0) return;
   if (j < n) {
-    const float s = scale.scale != nullptr ? *scale.scale : scale.constant;
+    const float s = gate_mlp_scale_value(scale);
     dbias[j] = from_float<Tx>(to_float(dbias[j]) + LLMC_MUTANT("gate_mlp_output.bias_grad_unscaled", s, 1.0f) * total);
   } else {
     *dscale += total;

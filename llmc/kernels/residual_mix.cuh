@@ -19,8 +19,10 @@ namespace llmc {
 
 constexpr int kMixBlock = 256;
 
-// How a coefficient comes from the scalar vector s: one (1, no scalar), s[index], -s[index], sigmoid(s[index]).
-enum class MixScalar { kOne, kIdentity, kNegated, kSigmoid };
+// How a coefficient comes from the scalar vector s: one (1, no scalar), s[index], -s[index], sigmoid(s[index]),
+// or s[index] rounded to bf16 (a record's `.bfloat16()` copy of an fp32 scalar; the cast passes the gradient
+// through, so its derivative is 1).
+enum class MixScalar { kOne, kIdentity, kNegated, kSigmoid, kBf16Copy };
 struct MixCoefficient {
   MixScalar kind = MixScalar::kOne;
   int index = -1;
@@ -36,6 +38,8 @@ __device__ __forceinline__ float mix_coefficient(const float* scalars, MixCoeffi
       return -scalars[c.index];
     case MixScalar::kSigmoid:
       return 1.0f / (1.0f + expf(-scalars[c.index]));
+    case MixScalar::kBf16Copy:
+      return __bfloat162float(__float2bfloat16(scalars[c.index]));
   }
   return 0.0f;
 }
@@ -46,6 +50,7 @@ __device__ __forceinline__ float mix_coefficient_derivative(const float* scalars
     case MixScalar::kOne:
       return 0.0f;
     case MixScalar::kIdentity:
+    case MixScalar::kBf16Copy:
       return 1.0f;
     case MixScalar::kNegated:
       return -1.0f;

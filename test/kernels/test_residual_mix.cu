@@ -1,12 +1,13 @@
 // Speedrun kernel tests of the scalar-weighted mixes (llmc/kernels/residual_mix.cuh: block lambdas,
-// value-embedding lambdas, skips, backout) against the double-precision reference, forward and backward, with
-// their scalar gradients reduced deterministically. Built for fp32 and bf16, emulated and on a GPU.
+// value-embedding lambdas, skips, backout, the 2026-07-17 residual lambdas as bf16 copies) against the
+// double-precision reference, forward and backward, with their scalar gradients reduced deterministically. Built for fp32 and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "llmc/base/bf16_bits.h"
 #include "llmc/kernels/residual_mix.cuh"
 #include "test/kernels/scalar_data.h"
 #include "test/reference/reference_speedrun_ops.h"
@@ -45,6 +46,8 @@ double coefficient_value(const llmc::MixCoefficient& c, const std::vector<double
       return -s[c.index];
     case llmc::MixScalar::kSigmoid:
       return ref::sigmoid(s[c.index]);
+    case llmc::MixScalar::kBf16Copy:  // the fp32 scalar rounded to the nearest bf16, ties to even
+      return llmc::bf16_bits_to_float(llmc::float_to_bf16_bits(static_cast<float>(s[c.index])));
   }
   return 0.0;
 }
@@ -54,6 +57,7 @@ double coefficient_derivative(const llmc::MixCoefficient& c, const std::vector<d
     case llmc::MixScalar::kOne:
       return 0.0;
     case llmc::MixScalar::kIdentity:
+    case llmc::MixScalar::kBf16Copy:  // the cast passes the gradient through
       return 1.0;
     case llmc::MixScalar::kNegated:
       return -1.0;
@@ -81,6 +85,8 @@ TEST(MixKernel, EveryModelMixMatchesReference) {
       {"sa lambda without ve", {MixScalar::kIdentity, 50}, {MixScalar::kIdentity, 51}, false, 3, false},
       {"skip", {MixScalar::kOne, -1}, {MixScalar::kSigmoid, 2}, true, 1, true},
       {"backout", {MixScalar::kOne, -1}, {MixScalar::kNegated, 61}, true, 1, true},
+      {"2026-07-17 residual lambdas (bf16 copies)", {MixScalar::kBf16Copy, 14}, {MixScalar::kBf16Copy, 15}, true, 1,
+       false},
   };
   const int rows = 53, C = 96;
   for (const MixCase& mix : cases) {

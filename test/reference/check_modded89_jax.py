@@ -72,15 +72,19 @@ def make_objective(jax, jnp, meta):
         h = jax.nn.gelu(x @ w1.T, approximate=False)
         return (h @ w2.T + b2) * factor
 
+    def bf16_copy(x):  # the record's `.bfloat16()` / `type_as(x)` of an fp32 parameter; the cast passes the gradient
+        return x + jax.lax.stop_gradient(x.astype(jnp.bfloat16).astype(x.dtype) - x)
+
     def objective(p):
         s = p["scalars"]
-        lam_r, lam_p = p["resid_lambdas"], p["post_lambdas"]
+        lam_r, lam_p = bf16_copy(p["resid_lambdas"]), bf16_copy(p["post_lambdas"])
+        gate_scale = bf16_copy(p["mudd_gate_scale"][0])
         e = p["embed"][tokens]
         ve = p["value_embeds"].reshape(5, V, C)[:, tokens]  # (5, T, C)
         g_smear = sig(e[1:, :12] @ p["smear_gate"][0])
         x0 = rms(jnp.concatenate([e[:1], e[1:] + s[22] * g_smear[:, None] * e[:-1]]))
         b = p["bigram_embed"][np.array(meta["bigram_hashes"])] * signs
-        gates = {"pre": small_mlp(x0, p["gate0.w1"], p["gate0.w2"], p["gate0.b2"], p["mudd_gate_scale"][0])}
+        gates = {"pre": small_mlp(x0, p["gate0.w1"], p["gate0.w2"], p["gate0.b2"], gate_scale)}
 
         def col(which, c):
             return gates[which][:, c:c + 1]
@@ -133,7 +137,7 @@ def make_objective(jax, jnp, meta):
         cache = {0: x}
         for i in range(LAYERS):
             if i == 4:
-                gates["post"] = small_mlp(x, p["gate1.w1"], p["gate1.w2"], p["gate1.b2"], p["mudd_gate_scale"][0])
+                gates["post"] = small_mlp(x, p["gate1.w1"], p["gate1.w2"], p["gate1.b2"], gate_scale)
             if i == 6:
                 x = x + sig(s[23]) * col("post", 28) * cache[3]
             if i == 10:

@@ -115,7 +115,9 @@ double Modded89Reference::forward(const Modded89Batch& batch) {
     const llmc::TensorView& view = layout_.find(name);
     return leaves_[static_cast<size_t>(&view - layout_.tensors.data())];
   };
-  const NodeId scalars = P("scalars"), resid = P("resid_lambdas"), post = P("post_lambdas");
+  // The record uses r, p and the gate scale as bf16 copies of their fp32 parameters (`.bfloat16()`, `type_as(x)`).
+  auto used = [&](NodeId parameter) { return bf16_parameter_copies ? bf16_copy(t, parameter) : parameter; };
+  const NodeId scalars = P("scalars"), resid = used(P("resid_lambdas")), post = used(P("post_lambdas"));
   auto norm = [&](NodeId x) { return rms_norm(t, x, C, kNormEps); };
   // A small MLP: scale (lin(gelu(lin(x, w1)), w2) + b2).
   auto small_mlp = [&](NodeId x, const std::string& prefix, NodeId scale_node) {
@@ -148,7 +150,7 @@ double Modded89Reference::forward(const Modded89Batch& batch) {
   }
   const NodeId b = mul_constant(t, gather_rows(t, P("bigram_embed"), batch.bigram_hashes), signs);
   // 3. The pre gate, from x0.
-  const NodeId gate_scale = P("mudd_gate_scale");
+  const NodeId gate_scale = used(P("mudd_gate_scale"));
   const NodeId G0 = small_mlp(x0, "gate0", gate_scale);
   NodeId G1 = -1;
   auto gate_node = [&](const GateColumn& g) { return g.gate == 0 ? G0 : G1; };

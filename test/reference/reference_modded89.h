@@ -33,6 +33,10 @@ class Modded89Reference {
   // u = sigmoid((z + 5) / 7.5) rounded to bf16 as the record's kernel (and ours, in both builds) stores it: for
   // comparing a device model's training loss. The gradient then treats the rounded u as the function.
   bool round_softcap_to_bf16 = false;
+  // r, p (resid_lambdas, post_lambdas) and the gate MLPs' scale used as bf16 copies of their values, as the
+  // record (and the device model) uses them; the gradient passes the cast. Off for finite differences, which
+  // cannot see through a rounding.
+  bool bf16_parameter_copies = true;
 
   // The rotary frequencies (D / 4) and the attention scale; tables for positions 0 .. 2 max_seq_len - 1.
   void set_rope(const std::vector<double>& frequencies, double attn_scale);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "llmc/base/bf16_bits.h"
+
 namespace ref {
 
 namespace {
@@ -168,6 +170,13 @@ NodeId scale(Tape& t, NodeId x, NodeId s, int index) {
     }
     tape.grad(s)[static_cast<size_t>(index)] += ds;
   });
+}
+
+NodeId bf16_copy(Tape& t, NodeId x) {
+  const auto to_bf16 = [](double v) {
+    return static_cast<double>(llmc::bf16_bits_to_float(llmc::float_to_bf16_bits(static_cast<float>(v))));
+  };
+  return elementwise(t, x, to_bf16, [](double) { return 1.0; });
 }
 
 NodeId scale_const(Tape& t, NodeId x, double c) {

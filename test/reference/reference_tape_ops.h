@@ -27,6 +27,9 @@ NodeId add_row(Tape& t, NodeId x, NodeId b);
 // x * s[index] (s any node: one of its values, e.g. a scalar parameter).
 NodeId scale(Tape& t, NodeId x, NodeId s, int index);
 NodeId scale_const(Tape& t, NodeId x, double c);
+// Each value rounded to the nearest bf16 (a record's `.bfloat16()` copy of an fp32 parameter); the cast passes
+// the gradient through unchanged.
+NodeId bf16_copy(Tape& t, NodeId x);
 // out[r, c] = x[r, c] * g[r, column + c / group]: per-row gates, one per group of `group` columns (group = cols:
 // one gate per row; group = D: one per head).
 NodeId mul_gate(Tape& t, NodeId x, NodeId g, int column, int group);

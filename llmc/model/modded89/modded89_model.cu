@@ -49,6 +49,10 @@ MixCoefficient one() {
 MixCoefficient identity(int index) {
   return MixCoefficient{MixScalar::kIdentity, index};
 }
+// The residual lambdas r and p enter the record's sublayers as bf16 copies (`resid_lambdas[:, 0].bfloat16()`).
+MixCoefficient bf16_copy(int index) {
+  return MixCoefficient{MixScalar::kBf16Copy, index};
+}
 
 // The fast attention kernel where this build has it for the model's heads, else the simple one.
 bool window_attention_kernel_fits(const Modded89Config& config) { return window_attention_fits(config.head_dim); }
@@ -771,7 +775,7 @@ void Modded89Model::layer_forward(int i) {
     rmsnorm_forward(at(l.xn_attn, C), at(l.rstd_attn, 1), at(source, C), T, C, stream_);
     attention_forward(i, l.xn_attn, nullptr);
     mix_forward(Rows{at(l.x_attn, C), C}, ConstRows{at(l.x_in, C), C}, ConstRows{at(l.attn_out, C), C}, b.fp32_params,
-                identity(fp32_index("resid_lambdas", 2 * i)), identity(fp32_index("post_lambdas", 2 * i)), T, C,
+                bf16_copy(fp32_index("resid_lambdas", 2 * i)), bf16_copy(fp32_index("post_lambdas", 2 * i)), T, C,
                 stream_);
     const GateRows gate = b.mlps[role.x0_gate.gate].gate();
     TokenMix extra = token_mix(gate, {{l.x_attn, -1}, {b.x0, role.x0_gate.column}}, C);
@@ -971,7 +975,7 @@ void Modded89Model::mlp_forward(int i) {
                       stream_);
   else
     mix_forward(Rows{at(l.x_out, C), C}, ConstRows{at(l.x_attn, C), C}, ConstRows{at(l.mlp_out, C), C}, b.fp32_params,
-                identity(fp32_index("resid_lambdas", 2 * i + 1)), identity(fp32_index("post_lambdas", 2 * i + 1)), T, C,
+                bf16_copy(fp32_index("resid_lambdas", 2 * i + 1)), bf16_copy(fp32_index("post_lambdas", 2 * i + 1)), T, C,
                 stream_);
 }
 
@@ -1194,8 +1198,8 @@ void Modded89Model::layer_backward(int i) {
                          stream_);
     // x_attn = r x_in + p attn_out
     mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, ConstRows{l.x_in, C},
-                 ConstRows{l.attn_out, C}, b.fp32_params, identity(fp32_index("resid_lambdas", 2 * i)),
-                 identity(fp32_index("post_lambdas", 2 * i)), T, C, b.scratch, b.scratch_floats, stream_);
+                 ConstRows{l.attn_out, C}, b.fp32_params, bf16_copy(fp32_index("resid_lambdas", 2 * i)),
+                 bf16_copy(fp32_index("post_lambdas", 2 * i)), T, C, b.scratch, b.scratch_floats, stream_);
     attention_backward(i, l.xn_attn);
     rmsnorm_backward(role.reads_layer7 ? b.d_cache7 : b.dx, b.dn, role.reads_layer7 ? b.layers[7].x_out : l.x_in,
                      l.rstd_attn, T, C, /*accumulate=*/true, stream_);
@@ -1230,8 +1234,8 @@ void Modded89Model::mlp_backward(int i) {
                        T, C, stream_);
   else
     mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, ConstRows{l.x_attn, C},
-                 ConstRows{l.mlp_out, C}, b.fp32_params, identity(fp32_index("resid_lambdas", 2 * i + 1)),
-                 identity(fp32_index("post_lambdas", 2 * i + 1)), T, C, b.scratch, b.scratch_floats, stream_);
+                 ConstRows{l.mlp_out, C}, b.fp32_params, bf16_copy(fp32_index("resid_lambdas", 2 * i + 1)),
+                 bf16_copy(fp32_index("post_lambdas", 2 * i + 1)), T, C, b.scratch, b.scratch_floats, stream_);
   GemmArgs dpost;  // (T, 4C) = d_mlp c_proj^T, c_proj stored (in, out)
   dpost.d = b.d_wide, dpost.a = b.d_branch, dpost.b = bank + static_cast<size_t>(hidden) * C, dpost.m = T;
   dpost.n = hidden, dpost.k = C, dpost.trans_b = true;
