@@ -5,11 +5,13 @@
 # minutes), writing OUT/report.md (one page, rewritten after every stage) and the raw logs: at most 8
 # files. A stage that fails or runs out of time is reported as such and the next one runs.
 #
-#   scripts/gpu/check.sh [--dry-run] [--pack DIR] [--budget SECONDS] [--stages KEY,...] [OUT_DIR]
+#   scripts/gpu/check.sh [--dry-run] [--pack DIR] [--part 1|2] [--budget SECONDS] [--stages KEY,...] [OUT_DIR]
 #
 # OUT_DIR defaults to $OUT (the device tool's result folder); --pack to gpukit/ (scripts/gpu/pack.sh);
-# --stages runs only the stages named (keys of STAGES below: tests,sanitizer,kernels,train,speedrun,torch,ncu,
-# generate).
+# --stages runs only the stages named (keys of STAGES below: tests,kernels,train,speedrun,torch,ncu,generate,
+# sanitizer). --part splits the check into two calls, so that what the first brings back is kept whatever
+# happens to the machine in the second: part 1 the stages of PART1 within 420 s, part 2 the others within
+# 300 s (each its own budget unless --budget says otherwise).
 # --dry-run is for a machine without a GPU (CI runs it under scripts/gpu/bare_env.sh): every command runs
 # as far as it goes without a GPU; one that stops at the missing GPU counts as passed, anything else
 # (a library or MPI plugin missing, a script error) as failed, and the GPU-only tools are not run.
@@ -23,16 +25,23 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 # min(limit_s, budget left) and is skipped when less than min_s is left; scripts/gpu/report.py reads each
 # key's log. A new benchmark joins as a row placed by its value, a stage_KEY function and a reader in
 # report.py; stages share log files so that report.md, console.log and the logs stay within 8 files.
+# compute-sanitizer comes last: it was never seen on a program this heavy on these machines, and the first
+# lent GPU (2026-12-05, records/gpu/) stopped answering somewhere in the stages then placed before the kernels'.
 STAGES=(
   "tests|150|60|tests.log|CUDA test suite: every kernel and the whole model against the reference"
-  "sanitizer|75|30|sanitizer.log|compute-sanitizer memcheck and racecheck on the kernel tests"
   "kernels|50|20|kernels.log|kernel benchmark against the ceilings measured here"
   "train|90|40|train.log|train_gpt2 d12, T=1024: B=16 and 32, --grad-clip 1.0 and 0"
   "speedrun|150|40|train.log|train_gpt2, both records' recipes: one GPU's share of a record step (T=49152, 32768)"
   "torch|150|60|train.log|PyTorch peer (torch.compile, SDPA flash attention) on the same runs"
   "ncu|70|30|ncu.log|ncu on the attention kernels: occupancy, shared-memory throughput"
   "generate|80|20|kernels.log|generation: d12 and modded89 tokens/s at batch 1 (KV cache), generate_gpt2's program tests"
+  "sanitizer|75|30|sanitizer.log|compute-sanitizer memcheck and racecheck on the kernel tests"
 )
+# The two calls of --part: our own code's correctness and speed first; the peers and the tools after.
+PART1=tests,kernels,train,speedrun
+PART2=torch,ncu,generate,sanitizer
+PART1_BUDGET=420
+PART2_BUDGET=300
 MAX_RESULT_FILES=8
 KILL_GRACE=10          # seconds between a time limit's TERM and its KILL
 TRAIN_STEPS=40         # 10 untimed + 30 timed steps (report.py times steps 11..40)
@@ -55,7 +64,8 @@ die_unusable() {
 DRY=0
 ONLY_STAGES=
 PACK=$REPO/gpukit
-BUDGET=530
+BUDGET=
+PART=
 OUT_DIR=${OUT:-}
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -63,12 +73,21 @@ while [[ $# -gt 0 ]]; do
     --pack) PACK=$(realpath -m "$2"); shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
     --stages) ONLY_STAGES=,$2,; shift 2 ;;
+    --part) PART=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     -*) die_unusable "unknown option $1 (see --help)" ;;
     *) OUT_DIR=$1; shift ;;
   esac
 done
 [[ -n $OUT_DIR ]] || die_unusable "no output folder: give OUT_DIR or set OUT"
+case $PART in
+  '') BUDGET=${BUDGET:-530} ;;
+  1) [[ -z $ONLY_STAGES ]] || die_unusable "--part and --stages: give one of them"
+     ONLY_STAGES=,$PART1, BUDGET=${BUDGET:-$PART1_BUDGET} ;;
+  2) [[ -z $ONLY_STAGES ]] || die_unusable "--part and --stages: give one of them"
+     ONLY_STAGES=,$PART2, BUDGET=${BUDGET:-$PART2_BUDGET} ;;
+  *) die_unusable "--part $PART: 1 or 2" ;;
+esac
 [[ $BUDGET =~ ^[0-9]+$ ]] || die_unusable "--budget $BUDGET: not a number of seconds"
 [[ -f $PACK/MANIFEST.txt ]] || die_unusable "no pack at $PACK (run scripts/gpu/pack.sh, and carry gpukit)"
 if [[ -n $ONLY_STAGES ]]; then
@@ -101,13 +120,14 @@ device_fact() { echo "$1: $2" >>"$WORK/device.txt"; }
 
 # ---- the device ---------------------------------------------------------------------------------
 print_device() {
-  say "$( ((DRY)) && echo 'DRY RUN (no GPU: nothing is measured); ')budget ${BUDGET}s, pack $PACK"
+  say "$( ((DRY)) && echo 'DRY RUN (no GPU: nothing is measured); ')${PART:+part $PART, }budget ${BUDGET}s, pack $PACK"
   sed -n '2,6p' "$PACK/MANIFEST.txt"
   device_fact mode "$( ((DRY)) && echo dry || echo gpu)"
   device_fact date "$(date -u +%Y-%m-%dT%H:%MZ)"
   device_fact host "$(hostname) ($(uname -r))"
   device_fact pack "$(sed -n 's/^commit: //p' "$PACK/MANIFEST.txt"), packed $(sed -n 's/^packed: //p' "$PACK/MANIFEST.txt")"
   device_fact budget "$BUDGET"
+  [[ -z $PART ]] || device_fact part "$PART of 2 (the stages $( ((PART == 1)) && echo "$PART1" || echo "$PART2"))"
   if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     nvidia-smi
     nvidia-smi --query-gpu=name,driver_version,memory.total,pstate,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \

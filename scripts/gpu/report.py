@@ -409,7 +409,7 @@ def build_report(work, out_dir):
     dry = facts.get("mode") == "dry"
     out = ["# GPU check report" + (" (DRY RUN: no GPU, nothing measured)" if dry else ""), "",
            "| | |", "|---|---|"]
-    for key in ("date", "gpu", "driver", "cuda_runtime", "nccl", "nvcc", "pack", "host"):
+    for key in ("date", "gpu", "driver", "cuda_runtime", "nccl", "nvcc", "pack", "host", "part"):
         if key in facts:
             out.append(f"| {key} | {facts[key]} |")
     used = sum(row["seconds"] for row in rows)

@@ -22,7 +22,8 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 PACK_SH = os.path.join(REPO, "scripts", "gpu", "pack.sh")
 CHECK_SH = os.path.join(REPO, "scripts", "gpu", "check.sh")
 BARE_ENV = os.path.join(REPO, "scripts", "gpu", "bare_env.sh")
-STAGE_KEYS = ["tests", "sanitizer", "kernels", "train", "speedrun", "torch", "ncu", "generate"]
+STAGE_KEYS = ["tests", "kernels", "train", "speedrun", "torch", "ncu", "generate", "sanitizer"]
+PARTS = {"1": ["tests", "kernels", "train", "speedrun"], "2": ["torch", "ncu", "generate", "sanitizer"]}
 MAX_RESULT_FILES = 8  # what the device tool brings back
 MAX_PACK_BYTES = 56 << 20
 SETTINGS = {}
@@ -160,6 +161,23 @@ class GpuKit(unittest.TestCase):
         # reach the packed generate_gpt2, which stops at its first CUDA call.
         self.assertRegex(files["kernels.log"], r"(?m)^# no GPU: nothing timed")
         self.assertRegex(files["kernels.log"], r"(?m)^skipped: no GPU")
+
+    def test_the_two_parts_run_every_stage_once_each_within_its_budget(self):
+        seen = []
+        for part, keys in PARTS.items():
+            status, console, files = self.dry_run(self.pack, f"out_part{part}", "--part", part)
+            self.assertEqual(status, 0, console)
+            budget = {"1": 420, "2": 300}[part]
+            self.assertRegex(console, rf"(?m)^check: DRY RUN .*part {part}, budget {budget}s,")
+            self.assertRegex(files["report.md"], rf"\| part \| {part} of 2 ")
+            statuses = stage_statuses(files["report.md"])
+            self.assertEqual(list(statuses), keys, files["report.md"])
+            self.assertTrue(all(value == "passed (dry)" for value in statuses.values()), statuses)
+            seen += keys
+        self.assertEqual(sorted(seen), sorted(STAGE_KEYS))
+        status, console, _ = self.dry_run(self.pack, "out_part_and_stages", "--part", "1", "--stages", "train")
+        self.assertEqual(status, 2, console)
+        self.assertIn("--part and --stages: give one of them", console)
 
     def test_a_library_missing_from_the_pack_stops_the_check_at_once(self):
         pack = clone_pack(self.pack, os.path.join(self.tmp, "pack_without_libmpi"))
