@@ -975,8 +975,8 @@ void Modded89Model::mlp_forward(int i) {
                       stream_);
   else
     mix_forward(Rows{at(l.x_out, C), C}, ConstRows{at(l.x_attn, C), C}, ConstRows{at(l.mlp_out, C), C}, b.fp32_params,
-                bf16_copy(fp32_index("resid_lambdas", 2 * i + 1)), bf16_copy(fp32_index("post_lambdas", 2 * i + 1)), T, C,
-                stream_);
+                bf16_copy(fp32_index("resid_lambdas", 2 * i + 1)), bf16_copy(fp32_index("post_lambdas", 2 * i + 1)),
+                T, C, stream_);
 }
 
 // Step 6: MUDD1's connections after the loop and the final norm, into b.xf.
