@@ -7,7 +7,8 @@ set(LLMC_FP8_TEST_SOURCES
   test/emu/test_fp8_format.cu
   test/kernels/test_fp8_matmul.cu
   test/kernels/test_fp8_cast.cu
-  test/kernels/test_fp8_head.cu)
+  test/kernels/test_fp8_head.cu
+  test/kernels/test_fp8_mlp.cu)
 
 # Emulated, each runs twice: lockstep warps in order, and the drift schedule (docs/emulation.md).
 llmc_add_cu_test(NAME fp8 LABELS "fp8;kernels" TIMEOUT 300 ALSO_SCHEDULES drift SOURCES ${LLMC_FP8_TEST_SOURCES})

@@ -27,7 +27,7 @@ target_include_directories(llmc_build_commit PRIVATE ${CMAKE_SOURCE_DIR})
 set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2/gpt2.cu llmc/model/gpt2/gpt2_family.cu llmc/model/gpt2/gpt2_decoder.cu
     llmc/model/modded44/speedrun_model.cu llmc/model/modded44/speedrun_family.cu llmc/model/modded89/modded89_model.cu
     llmc/model/modded89/modded89_family.cu llmc/model/modded89/modded89_decoder.cu
-    llmc/cuda/device_arena.cu llmc/family/loss_means.cu
+    llmc/model/modded89/modded89_fp8_mlp.cu llmc/cuda/device_arena.cu llmc/family/loss_means.cu
     llmc/train/run_info.cu llmc/model/registry.cpp)
 # The optimizer library also holds the training step that drives model and optimizer (train_step.cu). The
 # speedrun optimizer uses Polar Express and NorMuon (llmc_optim_math_<precision>_emu when emulated; the
@@ -102,7 +102,7 @@ foreach(precision IN ITEMS bf16 fp32)
     SOURCES test/model/test_speedrun_model.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
   llmc_add_cu_test(NAME modded89_model_${precision} LABELS model TIMEOUT 300 ${emu_only}
-    SOURCES test/model/test_modded89_model.cu LIBS llmc_reference llmc_model
+    SOURCES test/model/test_modded89_model.cu test/model/test_modded89_fp8_mlp.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
   foreach(variant IN ITEMS emu cuda)  # the GPT-2 BPE files of the prefix table (LLMC_SHARED_DIR overrides)
     if(TARGET modded89_model_${precision}_${variant})

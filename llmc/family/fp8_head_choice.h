@@ -1,5 +1,5 @@
 // --fp8-head: whether a model trains its head on FP8 tensor cores (ModelFamily::use_fp8_head decides what
-// auto means for a family on this device). Host-only.
+// auto means for a family on this device); --fp8-mlp: whether the 2026-07-17 model's MLPs do. Host-only.
 #pragma once
 
 #include "llmc/base/enum_names.h"
@@ -9,5 +9,10 @@ namespace llmc {
 enum class Fp8HeadChoice { kOn, kOff, kAuto };
 inline constexpr EnumName<Fp8HeadChoice> kFp8HeadChoiceNames[] = {
     {Fp8HeadChoice::kOn, "on"}, {Fp8HeadChoice::kOff, "off"}, {Fp8HeadChoice::kAuto, "auto"}};
+
+// Off by default until its delayed scales travel in checkpoints (docs/fp8.md#the-fp8-mlp).
+enum class Fp8MlpChoice { kOn, kOff };
+inline constexpr EnumName<Fp8MlpChoice> kFp8MlpChoiceNames[] = {{Fp8MlpChoice::kOn, "on"},
+                                                                 {Fp8MlpChoice::kOff, "off"}};
 
 }  // namespace llmc

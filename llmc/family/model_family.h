@@ -27,6 +27,7 @@ struct ModelBuild {
   cudaStream_t stream = nullptr;
   bool fp8_head = false;  // as use_fp8_head decided
   std::string vocab_dir;  // the GPT-2 BPE files (--vocab), for a family whose loss reads the vocabulary
+  bool fp8_mlp = false;   // --fp8-mlp on (a family without an FP8 MLP refuses it)
 };
 
 class ModelFamily {

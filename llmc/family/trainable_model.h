@@ -118,6 +118,9 @@ class FamilyModel : public TrainableModel {
   // The tokens of each following step's sequences, at most the build's seq_len; between steps. Throws
   // std::invalid_argument naming --batch-schedule and --val-seq-len for a model whose steps keep one length.
   virtual void set_seq_len(int seq_len) = 0;
+  // Step `step` (0-based) is about to be enqueued; from step 1 on the parameters carry step - 1's update.
+  // For state derived from the parameters (the 2026-07-17 model's FP8 weight copies); most models keep none.
+  virtual void before_step(int /*step*/) {}
 };
 
 }  // namespace llmc

@@ -35,16 +35,19 @@ __device__ __forceinline__ Packed128<Fp8> fp8_quantize_packet(const In* in, floa
 }
 
 template <class Fp8, class In>
-__global__ void fp8_cast_kernel(Fp8* out, const In* in, float scale, size_t packets) {
+__global__ void fp8_cast_kernel(Fp8* out, const In* in, float scale, const float* device_scale, size_t packets) {
+  if (device_scale != nullptr) scale = *device_scale;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packets; p += stride)
     store128(out + p * kFp8PacketElements, fp8_quantize_packet<Fp8>(in + p * kFp8PacketElements, scale));
 }
 
-// out (n fp8) = in (n) / scale. n must be a multiple of 16 and both pointers 16-byte aligned (the FP8 GEMMs
-// need sizes that are multiples of 16 anyway).
+// out (n fp8) = in (n) / scale, the scale read on the device instead where device_scale is not null. n must
+// be a multiple of 16 and both pointers 16-byte aligned (the FP8 GEMMs need sizes that are multiples of 16
+// anyway).
 template <class Fp8, class In>
-void fp8_cast(Fp8* out, const In* in, size_t n, float scale, cudaStream_t stream) {
+void fp8_cast(Fp8* out, const In* in, size_t n, float scale, cudaStream_t stream,
+              const float* device_scale = nullptr) {
   if (n % kFp8PacketElements != 0)
     throw std::invalid_argument("fp8_cast: the element count " + std::to_string(n) + " is not a multiple of 16");
   if (!is_aligned16(out) || !is_aligned16(in))
@@ -53,7 +56,8 @@ void fp8_cast(Fp8* out, const In* in, size_t n, float scale, cudaStream_t stream
   constexpr int kBlock = 256;
   const size_t packets = n / kFp8PacketElements;
   LLMC_LAUNCH_COSTED((KernelCost{static_cast<double>(n) * (sizeof(In) + 1.0), 2.0 * n}), (fp8_cast_kernel<Fp8, In>),
-                     dim3(elementwise_grid(packets, kBlock)), dim3(kBlock), 0, stream, out, in, scale, packets);
+                     dim3(elementwise_grid(packets, kBlock)), dim3(kBlock), 0, stream, out, in, scale, device_scale,
+                     packets);
 }
 
 }  // namespace llmc

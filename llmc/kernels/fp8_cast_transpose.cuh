@@ -36,7 +36,9 @@ __device__ __forceinline__ Packed128<Fp8> fp8_tile_codes(const In* in, float sca
 }
 
 template <class Fp8, class In>
-__global__ void fp8_cast_transpose_kernel(Fp8* out_t, Fp8* out, const In* in, float scale, int rows, int cols) {
+__global__ void fp8_cast_transpose_kernel(Fp8* out_t, Fp8* out, const In* in, float scale, const float* device_scale,
+                                          int rows, int cols) {
+  if (device_scale != nullptr) scale = *device_scale;
   __shared__ uint32_t staged_words[kFp8TransposeTile * kFp8TransposeRowWords];
   uint8_t* staged = reinterpret_cast<uint8_t*>(staged_words);  // staged[col][row] of the tile
   constexpr int kPacketsPerRow = kFp8TransposeTile / kFp8PacketElements;
@@ -64,10 +66,12 @@ __global__ void fp8_cast_transpose_kernel(Fp8* out_t, Fp8* out, const In* in, fl
   }
 }
 
-// out_t (cols, rows) = fp8(in (rows, cols)^T / scale); out (rows, cols) = fp8(in / scale) too unless null.
-// rows and cols must be multiples of 16 (as every FP8 GEMM dimension), the pointers 16-byte aligned.
+// out_t (cols, rows) = fp8(in (rows, cols)^T / scale); out (rows, cols) = fp8(in / scale) too unless null;
+// the scale read on the device instead where device_scale is not null. rows and cols must be multiples of 16
+// (as every FP8 GEMM dimension), the pointers 16-byte aligned.
 template <class Fp8, class In>
-void fp8_cast_transpose(Fp8* out_t, Fp8* out, const In* in, int rows, int cols, float scale, cudaStream_t stream) {
+void fp8_cast_transpose(Fp8* out_t, Fp8* out, const In* in, int rows, int cols, float scale, cudaStream_t stream,
+                        const float* device_scale = nullptr) {
   const double elements = static_cast<double>(rows) * cols;  // in read once, one or two copies written
   const KernelCost cost{elements * (sizeof(In) + (out != nullptr ? 2.0 : 1.0)),
                         std::is_same_v<In, Fp8> ? 0.0 : 2.0 * elements};
@@ -82,7 +86,7 @@ void fp8_cast_transpose(Fp8* out_t, Fp8* out, const In* in, int rows, int cols, 
   const dim3 grid(static_cast<unsigned>(ceil_div(cols, kFp8TransposeTile)),
                   static_cast<unsigned>(ceil_div(rows, kFp8TransposeTile)));
   LLMC_LAUNCH_COSTED(cost, (fp8_cast_transpose_kernel<Fp8, In>), grid, dim3(kFp8TransposeThreads), 0, stream, out_t,
-                     out, in, scale, rows, cols);
+                     out, in, scale, device_scale, rows, cols);
 }
 
 // out_t (cols, rows) = in (rows, cols)^T, codes copied exactly; the same sizes and alignment as above.

@@ -24,6 +24,14 @@ cudaStream_t create_compute_stream() {
 
 bool is_modded89(const ModelFamily& family) { return family.state_model().family == ModelFamilyId::kModded89; }
 
+// --fp8-mlp on: only the 2026-07-17 model has the record's FP8 MLP.
+bool use_fp8_mlp(const TrainOptions& opt, const ModelFamily& family) {
+  if (opt.fp8_mlp == Fp8MlpChoice::kOff) return false;
+  if (!is_modded89(family))
+    throw std::invalid_argument("--fp8-mlp on: only the 2026-07-17 model (--model modded89...) has an FP8 MLP");
+  return true;
+}
+
 OptimizerSettings zero_settings(const TrainOptions& opt) {
   OptimizerSettings settings;
   settings.adamw.weight_decay = static_cast<float>(opt.weight_decay);
@@ -162,7 +170,7 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
       fp8_head(start.family->use_fp8_head(opt.fp8_head, opt.seq_len)),
       model(start.family->build(
           ModelBuild{comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(), fp8_head,
-                     opt.vocab_dir})),
+                     opt.vocab_dir, use_fp8_mlp(opt, *start.family)})),
       tracer(!opt.trace_dir.empty(), comm.rank()),
       optimizer(make_optimizer(opt, *start.family, *model, comm, tracer)),
       loss_reduction(opt.effective_loss_reduction(optimizer->state_kind() == StateOptimizer::kSpeedrun)),
@@ -235,6 +243,9 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
   header.notes.push_back(std::string("head: ") + (fp8_head ? "fp8" : "bf16") + " (--fp8-head " +
                          name_of(opt.fp8_head, kFp8HeadChoiceNames) + "), activations " +
                          std::to_string(header.activation_bytes) + " bytes");
+  if (is_modded89(*start.family))
+    header.notes.push_back(std::string("mlp: ") + (opt.fp8_mlp == Fp8MlpChoice::kOn ? "fp8" : "bf16") +
+                           " training forward (--fp8-mlp " + name_of(opt.fp8_mlp, kFp8MlpChoiceNames) + ")");
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
   if (opt.lr_schedule == LrDecay::kSpeedrun || opt.window_schedule == WindowScheduleKind::kSpeedrun)
     header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(opt.steps).describe());

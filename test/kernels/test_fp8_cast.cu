@@ -2,8 +2,8 @@
 // checks both kernels' codes for the same inputs), fp32 and bf16 inputs, e4m3 and e5m2 outputs: fp8_cast and
 // fp8_cast_transpose (with and without its straight copy, tiles cut at the edges) give exactly the codes of the
 // emulation's conversion model (llmc/emu/fp8_convert.h, itself checked against ml_dtypes in test_fp8_format.cu)
-// applied to in / scale with IEEE division, for values from underflow to saturation; fp8_transpose copies codes
-// exactly; misuse is refused.
+// applied to in / scale with IEEE division, for values from underflow to saturation, the scale given by value or
+// read on the device; fp8_transpose copies codes exactly; misuse is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,9 +51,13 @@ void check_casts(int rows, int cols, float scale, unsigned seed) {
   DeviceBuffer<In> d_in(n);
   d_in.upload(values);
   DeviceBuffer<Fp8> d_straight(n), d_transposed(n), d_cast(n), d_transposed_only(n);
-  llmc::fp8_cast(d_cast.get(), d_in.get(), n, scale, nullptr);
+  // The straight cast and the transpose-only cast read the scale on the device (the FP8 MLP's), the other
+  // one takes it by value (the head's); a wrong host value (2 scale) shows where the device's was ignored.
+  const DeviceBuffer<float> d_scale(std::vector<float>{scale});
+  llmc::fp8_cast(d_cast.get(), d_in.get(), n, 2.0f * scale, nullptr, d_scale.get());
   llmc::fp8_cast_transpose(d_transposed.get(), d_straight.get(), d_in.get(), rows, cols, scale, nullptr);
-  llmc::fp8_cast_transpose(d_transposed_only.get(), static_cast<Fp8*>(nullptr), d_in.get(), rows, cols, scale, nullptr);
+  llmc::fp8_cast_transpose(d_transposed_only.get(), static_cast<Fp8*>(nullptr), d_in.get(), rows, cols, 2.0f * scale,
+                           nullptr, d_scale.get());
   const std::vector<Fp8> cast = d_cast.download_raw(), straight = d_straight.download_raw(),
                          transposed = d_transposed.download_raw(), transposed_only = d_transposed_only.download_raw();
   int failures = 0;

@@ -540,6 +540,43 @@ TEST_F(Modded89ModelTest, Fp8HeadMemoryIsPlannedAndBadShapesRefuse) {
   EXPECT_THROW(Modded89Model(config, 1, 40, 1, stream, c.bos, Modded89Head::kFp8), std::invalid_argument);
 }
 
+// The FP8 MLP runs in training forwards only: validation gives bitwise the bf16 MLP's losses; a training forward
+// moves the loss (the FP8 path ran) by about what e4m3's 3 mantissa bits allow (each of the MLP's three
+// quantisations is good to 2^-4 of a value: at most ~0.19 of an MLP's output; the tiny case's MLPs add a small
+// share of each layer's stream; measured 5e-5 (fp32) and 2e-4 (bf16) of the loss: the band is 5e-2, a sanity
+// band, the exact check being Modded89Fp8MlpTest's), and the backward runs on what it saved. Its memory is
+// planned; a shape the FP8 GEMMs cannot take is refused.
+TEST_F(Modded89ModelTest, Fp8MlpTrainsNearTheBf16MlpAndValidatesAsIt) {
+  const Case c(53);
+  const Modded89Config& config = c.layout.config;
+  Modded89Model fp8(config, 1, c.T, 1, stream, c.bos, Modded89Head::kBf16, Modded89Mlp::kFp8);
+  Modded89Model bf16(config, 1, c.T, 1, stream, c.bos);
+  EXPECT_EQ(fp8.mlp(), Modded89Mlp::kFp8);
+  c.load(fp8);
+  c.load(bf16);
+  for (Modded89Model* model : {&fp8, &bf16}) run_forward(*model, c, MtpLossWeights{}, false);
+  EXPECT_EQ(fp8.download_losses(), bf16.download_losses());
+  for (Modded89Model* model : {&fp8, &bf16}) run_forward(*model, c, stage1_weights(), true);
+  const double got = sum(fp8.download_losses()), want = sum(bf16.download_losses());
+  if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
+    std::printf("  FP8 MLP: loss %.6f, bf16 MLP %.6f, relative %.3g\n", got, want, std::fabs(got - want) / want);
+  EXPECT_NE(got, want);
+  EXPECT_NEAR(got, want, 5e-2 * want);
+  fp8.backward(/*first_micro_step=*/true);
+  size_t nonzero = 0;
+  for (float g : fp8.download_grads()) {
+    ASSERT_TRUE(std::isfinite(g));
+    nonzero += g != 0.0f;
+  }
+  EXPECT_GT(nonzero, c.layout.total_size / 2);
+  EXPECT_EQ(fp8.activation_bytes(),
+            Modded89Model::planned_activation_bytes(config, c.T, 1, Modded89Head::kBf16, Modded89Mlp::kFp8));
+  EXPECT_GE(fp8.activation_bytes() - Modded89Model::planned_activation_bytes(config, c.T, 1),
+            Modded89Fp8Mlp::bytes(c.T, c.C, kModded89Layers));
+  EXPECT_THROW(Modded89Model(config, 1, 40, 1, stream, c.bos, Modded89Head::kBf16, Modded89Mlp::kFp8),
+               std::invalid_argument);
+}
+
 // The record's stages train shorter sequences than the last (--batch-schedule modded89): a model allocated for 64
 // tokens running steps of 32 gives bitwise the losses and gradients of a model allocated for 32, then of one
 // allocated for 64 again (nothing of the short step stays behind), in both heads; what it cannot take is refused.

@@ -255,6 +255,32 @@ class TrainProgram(unittest.TestCase):
                                         1, "--vocab", VOCAB_DIR],
                             r"rank 0: --sample-every: the model's vocabulary has 96 tokens; samples need GPT-2's")
 
+    def test_modded89_fp8_mlp_trains_and_refuses_what_it_cannot_do(self):
+        # --fp8-mlp on: the 2026-07-17 model's training forward runs its MLPs in FP8 (test_modded89_fp8_mlp: the
+        # arithmetic); its buffers are planned, and the steps after the first move away from the bf16 MLP's
+        # (c_proj starts at zero, so step 1 is the same in both).
+        rng = np.random.default_rng(5)
+        write_shard(f"{self.tmp}/m89f_train_000001.bin", np.tile(rng.integers(0, 96, size=31), 40))
+        data = ["--train-data", f"{self.tmp}/m89f_train_*.bin", "-b", 1, "-t", 64, "--lr", "1.0",
+                "--total-batch-tokens", 128, "--model", "modded89-tiny", "--steps", 3]
+        runs = {}
+        for mode in ("on", "off"):
+            _, log = self.train_run(f"modded89_fp8_mlp_{mode}", data + ["--fp8-mlp", mode])
+            self.assertRegex(log, rf"(?m)^# mlp: {'fp8' if mode == 'on' else 'bf16'} training forward "
+                                  rf"\(--fp8-mlp {mode}\)$")
+            active = int(re.search(r"(?m)^# head: .*, activations (\d+) bytes$", log).group(1))
+            runs[mode] = (losses(log), active)
+        self.assertEqual(sorted(runs["on"][0]), [1, 2, 3])
+        self.assertEqual(runs["on"][0][1], runs["off"][0][1])
+        self.assertNotEqual(runs["on"][0][3], runs["off"][0][3])
+        self.assertGreater(runs["on"][1], runs["off"][1])
+        self.expect_failure(data + ["--fp8-mlp", "on", "--resume", "latest", "-o", f"{self.tmp}/m89f_resume"],
+                            r"--fp8-mlp on cannot --resume yet")
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--fp8-mlp", "on"],
+                            r"--fp8-mlp on: only the 2026-07-17 model")
+        self.expect_failure(data[:4] + ["-t", 40, "--model", "modded89-tiny", "--steps", 1, "--fp8-head", "off",
+                                        "--fp8-mlp", "on"], r"--fp8-mlp on: the FP8 MLP needs --seq-len \(40\)")
+
     def test_speedrun_optimizer_trains_and_refuses_what_it_cannot_do(self):
         # --optimizer auto picks NorMuon + sharded Adam for a speedrun model (llmc/optim/speedrun_optimizer.h).
         rng = np.random.default_rng(2)

@@ -76,6 +76,16 @@ class Modded89Family : public ModelFamily {
       throw std::invalid_argument("--batch-size " + std::to_string(r.batch_size) +
                                   ": the 2026-07-17 model trains one packed sequence per rank and micro-step; use -b 1 "
                                   "and set the sequence length with -t");
+    if (r.fp8_mlp && !Modded89Fp8Mlp::shape_fits(r.seq_len, config_.channels()))
+      throw std::invalid_argument("--fp8-mlp on: the FP8 MLP needs --seq-len (" + std::to_string(r.seq_len) +
+                                  ") and the width (" + std::to_string(config_.channels()) + ") to be multiples of 16");
+    if (r.fp8_mlp) {
+      int device = 0;
+      CUDA_CHECK(cudaGetDevice(&device));
+      if (!fp8_gemm_supported(device))
+        throw std::invalid_argument("--fp8-mlp on: this GPU has no FP8 GEMMs (compute capability 8.9 or newer "
+                                    "needed); use --fp8-mlp off");
+    }
     if (r.seq_len > config_.max_seq_len)
       throw std::invalid_argument("--seq-len " + std::to_string(r.seq_len) + " exceeds the 2026-07-17 model's maximum " +
                                   std::to_string(config_.max_seq_len));
@@ -84,7 +94,8 @@ class Modded89Family : public ModelFamily {
         has_prefix_loss(config_) ? prefix_table_from(r.vocab_dir, config_.vocab_size) : std::vector<int32_t>{};
     auto model = std::make_unique<Modded89Model>(config_, r.world_size, r.seq_len, r.loss_slots, r.stream,
                                                  kModded89BosToken,
-                                                 r.fp8_head ? Modded89Head::kFp8 : Modded89Head::kBf16);
+                                                 r.fp8_head ? Modded89Head::kFp8 : Modded89Head::kBf16,
+                                                 r.fp8_mlp ? Modded89Mlp::kFp8 : Modded89Mlp::kBf16);
     model->set_sign_table(modded89_sign_table(config_.channels()));
     model->set_prefix_table(prefix_of);
     return model;

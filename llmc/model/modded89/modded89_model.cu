@@ -170,6 +170,8 @@ struct Modded89Model::Buffers {
   unsigned char* fp8_head_memory = nullptr;
   float* head_dweight = nullptr;
   std::unique_ptr<Fp8HeadWorkspace> fp8_head;  // over fp8_head_memory; null for the bf16 head
+  unsigned char* fp8_mlp_memory = nullptr;     // FP8 MLP only: Modded89Fp8Mlp::bytes
+  std::unique_ptr<Modded89Fp8Mlp> fp8_mlp;     // over fp8_mlp_memory; null for the bf16 MLP
   // Pinned staging of a batch's host arrays (inputs, targets, hashes, document starts, cu_seqlens, cu_rows),
   // refilled only once the stream has taken the previous batch (staging_free): no wait for the device.
   int* staging = nullptr;
@@ -181,13 +183,13 @@ struct Modded89Model::Buffers {
   MatmulContext matmul;
 
   void request(floatX** params, floatX** grads, const Modded89Layout& layout, int T, int loss_slots,
-               Modded89Head head);
+               Modded89Head head, Modded89Mlp mlp);
   void request_backward(const Modded89Layout& layout, int T);
   void set_aliases(const Modded89Layout& layout);
 };
 
 void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modded89Layout& layout, int seq_len,
-                                     int loss_slots, Modded89Head head) {
+                                     int loss_slots, Modded89Head head, Modded89Mlp mlp) {
   const Modded89Config& config = layout.config;
   const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
                H = static_cast<size_t>(config.num_heads), V = static_cast<size_t>(config.vocab_size),
@@ -260,6 +262,8 @@ void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modd
     arena.request(&fp8_head_memory, fp8_head_workspace_bytes(seq_len, config.channels(), config.vocab_size));
     arena.request(&head_dweight, C * V);
   }
+  if (mlp == Modded89Mlp::kFp8)
+    arena.request(&fp8_mlp_memory, Modded89Fp8Mlp::bytes(seq_len, config.channels(), kModded89Layers));
   request_backward(layout, seq_len);
 }
 
@@ -316,13 +320,14 @@ MtpLossWeights modded89_initial_loss_weights() {
 }
 
 Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots,
-                             cudaStream_t stream, int bos_token, Modded89Head head)
+                             cudaStream_t stream, int bos_token, Modded89Head head, Modded89Mlp mlp)
     : layout_(make_modded89_layout(config, world_size)),
       allocated_seq_len_(seq_len),
       seq_len_(seq_len),
       loss_slots_(loss_slots),
       bos_token_(bos_token),
       head_(head),
+      mlp_(mlp),
       stream_(stream),
       loss_weights_(modded89_initial_loss_weights()) {
   if (seq_len < 1 || seq_len > config.max_seq_len)
@@ -334,9 +339,12 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
   if (head == Modded89Head::kFp8 && !fp8_head_shape_fits(seq_len, config.channels(), config.vocab_size))
     throw std::invalid_argument("modded89 model: the FP8 head needs the sequence length (" + std::to_string(seq_len) +
                                 "), width and vocabulary to be multiples of 16");
+  if (mlp == Modded89Mlp::kFp8 && !Modded89Fp8Mlp::shape_fits(seq_len, config.channels()))
+    throw std::invalid_argument("modded89 model: the FP8 MLP needs the sequence length (" + std::to_string(seq_len) +
+                                ") and width to be multiples of 16");
   buffers_ = std::make_unique<Buffers>();
   Buffers& b = *buffers_;
-  b.request(&params_, &grads_, layout_, seq_len, loss_slots, head);
+  b.request(&params_, &grads_, layout_, seq_len, loss_slots, head, mlp);
   b.token_plan = std::make_unique<EmbeddingBackwardPlan>(seq_len, config.vocab_size, config.channels());
   b.hash_plan = std::make_unique<EmbeddingBackwardPlan>(seq_len, config.bigram_rows, config.channels());
   b.arena.allocate("the modded89 model (parameters, activations for T=" + std::to_string(seq_len) + ")");
@@ -345,6 +353,8 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
     b.fp8_head = std::make_unique<Fp8HeadWorkspace>(seq_len, config.channels(), config.vocab_size,
                                                     Fp8HeadScales::modded89(), b.fp8_head_memory,
                                                     Fp8HeadWeight::kInOut);
+  if (mlp == Modded89Mlp::kFp8)
+    b.fp8_mlp = std::make_unique<Modded89Fp8Mlp>(seq_len, config.channels(), kModded89Layers, b.fp8_mlp_memory, stream_);
   loss_means_ = std::make_unique<LossMeans>();
   CUDA_CHECK(cudaMallocHost(&b.staging, Buffers::staging_ints(seq_len) * sizeof(int)));
   CUDA_CHECK(cudaEventCreateWithFlags(&b.staging_free, cudaEventDisableTiming));
@@ -387,11 +397,11 @@ Modded89Model::~Modded89Model() {
 }
 
 size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots,
-                                               Modded89Head head) {
+                                               Modded89Head head, Modded89Mlp mlp) {
   const Modded89Layout layout = make_modded89_layout(config, 1);
   Buffers buffers;
   floatX *params = nullptr, *grads = nullptr;
-  buffers.request(&params, &grads, layout, seq_len, loss_slots, head);
+  buffers.request(&params, &grads, layout, seq_len, loss_slots, head, mlp);
   return buffers.arena.requested_bytes() - 2 * layout.total_size * sizeof(floatX) +
          embedding_plan_bytes(config, seq_len);
 }
@@ -417,8 +427,18 @@ void Modded89Model::upload_params(const std::vector<float>& host_params) {
       cudaMemcpyAsync(params_, converted.data(), converted.size() * sizeof(floatX), cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaMemcpyAsync(buffers_->fp32_params, host_params.data() + layout_.find("scalars").offset,
                              buffers_->fp32_count * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  if (buffers_->fp8_mlp) buffers_->fp8_mlp->reset(stream_);  // new parameters: copies and scales start again
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   decoded_rows_ = 0;
+}
+
+void Modded89Model::before_step(int step) {
+  if (buffers_->fp8_mlp) buffers_->fp8_mlp->before_step(step);
+}
+
+Modded89Fp8Mlp::Scales Modded89Model::fp8_mlp_scales() const {
+  if (!buffers_->fp8_mlp) throw std::logic_error("modded89 model: fp8_mlp_scales without the FP8 MLP");
+  return buffers_->fp8_mlp->download_scales(stream_);
 }
 
 namespace {
@@ -956,10 +976,15 @@ void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux
 void Modded89Model::mlp_forward(int i) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
-  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
   const int T = rows_.count, C = layout_.config.channels(), hidden = layout_.config.mlp_hidden();
   const floatX* bank = param("layers." + std::to_string(i) + ".mlp");
   rmsnorm_forward(at(l.xn_mlp, C), at(l.rstd_mlp, 1), at(l.x_attn, C), T, C, stream_);
+  if (b.fp8_mlp && has_training_forward_) {  // the record's FP8 MLP: training forwards only
+    b.fp8_mlp->forward(b.matmul, i, at(l.xn_mlp, C), bank, bank + static_cast<size_t>(hidden) * C, at(l.pre, hidden),
+                       at(l.post, hidden), at(l.mlp_out, C), T, stream_);
+    mlp_output_mix(i);
+    return;
+  }
   GemmArgs fc;  // pre (T, 4C) = xn c_fc^T, c_fc (out, in)
   fc.d = at(l.pre, hidden), fc.a = at(l.xn_mlp, C), fc.b = bank, fc.m = T, fc.n = hidden, fc.k = C;
   fc.trans_b = true;
@@ -969,7 +994,15 @@ void Modded89Model::mlp_forward(int i) {
   proj.d = at(l.mlp_out, C), proj.a = at(l.post, hidden), proj.b = bank + static_cast<size_t>(hidden) * C;
   proj.m = T, proj.n = C, proj.k = hidden;
   gemm(b.matmul, proj, stream_);
-  if (role.mudd)
+  mlp_output_mix(i);
+}
+
+// The MLP's output into the stream: x = r x + p mlp, or MUDD0's coefficients at the MUDD layer.
+void Modded89Model::mlp_output_mix(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const int T = rows_.count, C = layout_.config.channels();
+  if (layout_.structure.layers[static_cast<size_t>(i)].mudd)
     token_mix_forward(at(l.x_out, C), C,
                       from_row(token_mix(b.mlps[2].gate(), {{l.x_attn, 12}, {l.mlp_out, 13}}, C), rows_.first), T, C,
                       stream_);

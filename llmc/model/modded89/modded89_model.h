@@ -17,6 +17,7 @@
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/mtp_cross_entropy.cuh"
 #include "llmc/model/modded89/modded89_attention_state.h"
+#include "llmc/model/modded89/modded89_fp8_mlp.h"
 #include "llmc/model/modded89/modded89_layout.h"
 #include "llmc/schedule/speedrun_schedule.h"
 
@@ -39,8 +40,9 @@ class Modded89Model : public FamilyModel {
   // `bos_token` (one outside the vocabulary never occurs). Windows start at the record's first ones (short 1 block,
   // long 3), RoPE at the record's start (frequencies (1/1024)^(m / (D/4 - 1)), scale 0.1), the sign table all +1, no
   // prefix table and the loss weights modded89_initial_loss_weights(). Throws std::invalid_argument for a bad shape.
+  // mlp: the training forward's MLPs in bf16 or the record's FP8 (Modded89Fp8Mlp; T and C multiples of 16).
   Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots, cudaStream_t stream,
-                int bos_token, Modded89Head head = Modded89Head::kBf16);
+                int bos_token, Modded89Head head = Modded89Head::kBf16, Modded89Mlp mlp = Modded89Mlp::kBf16);
   ~Modded89Model() override;
   Modded89Model(const Modded89Model&) = delete;
   Modded89Model& operator=(const Modded89Model&) = delete;
@@ -57,8 +59,12 @@ class Modded89Model : public FamilyModel {
   // backward's buffers and embedding plans, the accumulation buffer), without allocating anything;
   // activation_bytes() of an allocated model.
   static size_t planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots = 1,
-                                         Modded89Head head = Modded89Head::kBf16);
+                                         Modded89Head head = Modded89Head::kBf16, Modded89Mlp mlp = Modded89Mlp::kBf16);
   Modded89Head head() const { return head_; }
+  Modded89Mlp mlp() const { return mlp_; }
+  // With the FP8 MLP: its weight copies follow the parameters (TrainableModel::before_step), and its scales.
+  void before_step(int step) override;
+  Modded89Fp8Mlp::Scales fp8_mlp_scales() const;
   size_t activation_bytes() const override;
 
   // Host <-> device copies of the whole parameter buffer (layout order, as float; once taken, the fp32 tensors
@@ -166,6 +172,7 @@ class Modded89Model : public FamilyModel {
   void window_attention_backward(int layer, const floatX* dout);
   void mudd_attention_forward(int layer);
   void mlp_forward(int layer);
+  void mlp_output_mix(int layer);
   void small_mlp_forward(int index, const floatX* x);
   void body_forward(const int* inputs_host, const int* targets_host, bool training,
                     const BucketHook& before_bucket_use);
@@ -191,6 +198,7 @@ class Modded89Model : public FamilyModel {
   const int allocated_seq_len_;
   int seq_len_, loss_slots_, bos_token_;
   Modded89Head head_;
+  Modded89Mlp mlp_;
   cudaStream_t stream_;
   floatX* params_ = nullptr;
   floatX* grads_ = nullptr;
