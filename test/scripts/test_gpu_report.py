@@ -153,10 +153,14 @@ class RealOutputs(unittest.TestCase):
         # from its own log's timed steps.
         check = Check(tempfile.mkdtemp(dir=self.tmp.name))
         check.stage("e", "speedrun", "train.log", [command_block("modded89_record_step", self.modded89_log, peak=8765),
+                                                    command_block("modded89_fp8_mlp_step", self.modded89_log, peak=8766),
                                                     command_block("speedrun_record_step", self.speedrun_log, peak=4321)])
         report = check.report()
-        for label, log, T, peak, recipe in (("modded89_record_step", self.modded89_log, 48, "8765", "modded-2026-07-17"),
-                                            ("speedrun_record_step", self.speedrun_log, 64, "4321", "modded-2025-10-31")):
+        for label, log, T, peak, recipe, short in (
+                ("modded89_record_step", self.modded89_log, 48, "8765", "modded-2026-07-17", "modded89"),
+                ("modded89_fp8_mlp_step", self.modded89_log, 48, "8766", "modded-2026-07-17 --fp8-mlp on",
+                 "modded89+fp8mlp"),
+                ("speedrun_record_step", self.speedrun_log, 64, "4321", "modded-2025-10-31", "speedrun")):
             with self.subTest(label):
                 times = {int(m.group(1)): int(m.group(2))
                          for m in re.finditer(r"^step:(\d+)/14 train_loss:\S+ train_time:(\d+)ms", log, re.M)}
@@ -167,7 +171,7 @@ class RealOutputs(unittest.TestCase):
                 self.assertAlmostEqual(float(row[4]), T / (expected_ms / 1000), delta=max(1.0, T / expected_ms))
                 self.assertEqual(row[5], peak)
                 self.assertEqual(row[6], re.findall(r"^step:14/14 train_loss:(\S+)", log, re.M)[0])
-                self.assertIn(f"{label.split('_')[0]} {expected_ms:.1f} ms/step", table_row(report, "e. speedrun title")[4])
+                self.assertIn(f"{short} {expected_ms:.1f} ms/step", table_row(report, "e. speedrun title")[4])
 
     def test_speed_against_pytorch_is_their_ms_over_ours(self):
         report = self.make_report(torch_ms=1e9)
