@@ -69,8 +69,11 @@ class CheckpointReader {
   const TrainStateHeader& header(int old_rank) const { return headers_.at(static_cast<size_t>(old_rank)); }
   const TrainStateHeader& written() const { return headers_.front(); }
   std::string state_path(int old_rank) const;
-  // Every array of old rank `old_rank`'s state file, read whole (its checksum verified).
+  // The optimizer's arrays of old rank `old_rank`'s state file, read whole (its checksum verified): every array
+  // but the model's (model_arrays).
   std::vector<NamedStateArray> arrays(int old_rank) const;
+  // The model's own arrays of that file (names starting with kModelStatePrefix; TrainableModel::save_model_state).
+  std::vector<NamedStateArray> model_arrays(int old_rank) const;
   // The element count of old rank `old_rank`'s array `name` (FileError if it has none).
   int64_t array_elements(int old_rank, const std::string& name) const;
   // `count` elements of old rank `old_rank`'s array `name` from element `first` on, into `out`.

@@ -1,6 +1,7 @@
 // Opening a checkpoint to resume from, on the same or another number of ranks (see checkpoint.h).
 #include <cstdint>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "llmc/base/file_io.h"
@@ -76,9 +77,27 @@ CheckpointReader::CheckpointReader(std::string prefix, int rank, int world_size,
 
 std::string CheckpointReader::state_path(int old_rank) const { return checkpoint_state_path(prefix_, old_rank); }
 
+namespace {
+
+bool is_model_array(const NamedStateArray& array) { return array.name.rfind(kModelStatePrefix, 0) == 0; }
+
+std::vector<NamedStateArray> arrays_where(std::vector<NamedStateArray> all, bool model) {
+  std::vector<NamedStateArray> kept;
+  for (NamedStateArray& array : all)
+    if (is_model_array(array) == model) kept.push_back(std::move(array));
+  return kept;
+}
+
+}  // namespace
+
 std::vector<NamedStateArray> CheckpointReader::arrays(int old_rank) const {
   header(old_rank);  // a rank of the old world
-  return read_train_state(state_path(old_rank)).arrays;
+  return arrays_where(read_train_state(state_path(old_rank)).arrays, /*model=*/false);
+}
+
+std::vector<NamedStateArray> CheckpointReader::model_arrays(int old_rank) const {
+  header(old_rank);
+  return arrays_where(read_train_state(state_path(old_rank)).arrays, /*model=*/true);
 }
 
 int64_t CheckpointReader::array_elements(int old_rank, const std::string& name) const {

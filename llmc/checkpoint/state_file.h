@@ -66,6 +66,8 @@ struct NamedStateArray {
   std::vector<char> bytes; // a multiple of element_bytes
 };
 constexpr int kStateArrayNameBytes = 48;
+// Arrays whose names start so are the model's state (the 2026-07-17 model's FP8 scales), not the optimizer's.
+constexpr const char* kModelStatePrefix = "model.";
 constexpr int64_t kMaxNamedStateArrays = 1 << 16;
 
 // The names a version 2-4 zero-adamw file's three unnamed arrays are read under, in file order.

@@ -10,9 +10,9 @@ enum class Fp8HeadChoice { kOn, kOff, kAuto };
 inline constexpr EnumName<Fp8HeadChoice> kFp8HeadChoiceNames[] = {
     {Fp8HeadChoice::kOn, "on"}, {Fp8HeadChoice::kOff, "off"}, {Fp8HeadChoice::kAuto, "auto"}};
 
-// Off by default until its delayed scales travel in checkpoints (docs/fp8.md#the-fp8-mlp).
-enum class Fp8MlpChoice { kOn, kOff };
-inline constexpr EnumName<Fp8MlpChoice> kFp8MlpChoiceNames[] = {{Fp8MlpChoice::kOn, "on"},
-                                                                 {Fp8MlpChoice::kOff, "off"}};
+// ModelFamily::use_fp8_mlp decides what auto means (docs/fp8.md#the-fp8-mlp).
+enum class Fp8MlpChoice { kOn, kOff, kAuto };
+inline constexpr EnumName<Fp8MlpChoice> kFp8MlpChoiceNames[] = {
+    {Fp8MlpChoice::kOn, "on"}, {Fp8MlpChoice::kOff, "off"}, {Fp8MlpChoice::kAuto, "auto"}};
 
 }  // namespace llmc

@@ -40,6 +40,13 @@ class ModelFamily {
   // and sequences of seq_len tokens. Throws std::invalid_argument naming --fp8-head when `on` cannot be had
   // (a family without one, a GPU without FP8 GEMMs, a shape that is not a multiple of 16).
   virtual bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const = 0;
+  // Whether the model's training forward runs its MLPs in FP8, for --fp8-mlp `choice`: only the 2026-07-17 model
+  // has an FP8 MLP (its family decides auto); `on` elsewhere throws std::invalid_argument naming --fp8-mlp.
+  virtual bool use_fp8_mlp(Fp8MlpChoice choice, int /*seq_len*/) const {
+    if (choice == Fp8MlpChoice::kOn)
+      throw std::invalid_argument("--fp8-mlp on: only the 2026-07-17 model (--model modded89...) has an FP8 MLP");
+    return false;
+  }
   // Whether --train-loader auto gives this family BOS-aligned whole documents (the speedrun's loader)
   // rather than llm.c's fixed windows.
   virtual bool trains_on_documents() const = 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "llmc/base/atomic_file.h"
+#include "llmc/checkpoint/state_file.h"
 #include "llmc/family/decoder.h"
 #include "llmc/kernels/gemm_plan_cache.h"
 #include "llmc/kernels/mtp_loss_weights.h"
@@ -92,6 +93,10 @@ class TrainableModel {
   // other row's gradient is exactly zero. Valid from the hook that reports the tensor's bucket final until the
   // next step's first backward. tensor -1: the model has none.
   virtual RowSparseGrad row_sparse_grad() const { return {}; }
+  // Step `step` (0-based) is about to be enqueued (enqueue_train_step calls it first); from step 1 on the
+  // parameters carry step - 1's update. For state derived from the parameters (the 2026-07-17 model's FP8
+  // weight copies); most models keep none.
+  virtual void before_step(int /*step*/) {}
 };
 
 // A family's device model as the trainer holds it (ModelFamily::build).
@@ -118,9 +123,11 @@ class FamilyModel : public TrainableModel {
   // The tokens of each following step's sequences, at most the build's seq_len; between steps. Throws
   // std::invalid_argument naming --batch-schedule and --val-seq-len for a model whose steps keep one length.
   virtual void set_seq_len(int seq_len) = 0;
-  // Step `step` (0-based) is about to be enqueued; from step 1 on the parameters carry step - 1's update.
-  // For state derived from the parameters (the 2026-07-17 model's FP8 weight copies); most models keep none.
-  virtual void before_step(int /*step*/) {}
+  // State of the model's own that a resumed run needs to continue bit for bit (names start with
+  // kModelStatePrefix; most models keep none), saved with each rank's optimizer state; restore takes the
+  // arrays save wrote (this rank's, or another rank's when the number of ranks changed).
+  virtual std::vector<NamedStateArray> save_model_state() const { return {}; }
+  virtual void restore_model_state(const std::vector<NamedStateArray>& /*arrays*/) {}
 };
 
 }  // namespace llmc

@@ -143,7 +143,8 @@ void add_model_options(CLI::App& app, TrainOptions& o) {
   add_choice(app, "--fp8-mlp", o.fp8_mlp, kFp8MlpChoiceNames,
              "Training forward of the 2026-07-17 model's MLPs on FP8 tensor cores, as the record (e4m3, the up "
              "projection's input scaled by its current maximum, the down projection's by the previous forward's; "
-             "backward and validation stay bf16): on or off (the default; a run with it cannot be resumed yet)");
+             "backward and validation stay bf16): on, off, or auto (on for that model where the GPU has FP8 GEMMs "
+             "and the sequence length and width are multiples of 16; off for the other models)");
 
   add_choice(app, "--gemm-algo", o.gemm_algo, kGemmAlgoSelectionNames,
              "GEMM algorithm per shape: heuristic (cuBLASLt's first choice, runs bitwise reproducible) or "
@@ -308,9 +309,6 @@ void validate_train_options(const TrainOptions& o, int world_size) {
     throw std::invalid_argument("--val-every needs --val-tokens (how many tokens to evaluate)");
   if (o.checkpoint_every > 0 && o.output_dir.empty())
     throw std::invalid_argument("--checkpoint-every needs --output-dir (where to write the checkpoints)");
-  if (o.fp8_mlp == Fp8MlpChoice::kOn && !o.resume.empty())
-    throw std::invalid_argument("--fp8-mlp on cannot --resume yet: its delayed scales are not in checkpoints, so the "
-                                "resumed run would not continue the one that wrote them");
   if (o.resume == "latest" && o.output_dir.empty())
     throw std::invalid_argument("--resume latest needs --output-dir (where to look for checkpoints)");
   if (o.untimed_warmup && o.output_dir.empty())

@@ -81,7 +81,7 @@ struct TrainOptions {
   std::string vocab_dir;               // the GPT-2 BPE files of the samples and of the #89 prefix-token loss
   // performance
   GemmAlgoSelection gemm_algo = GemmAlgoSelection::kHeuristic;  // heuristic | fastest
-  Fp8MlpChoice fp8_mlp = Fp8MlpChoice::kOff;     // on | off (the 2026-07-17 model's MLPs in FP8; docs/fp8.md)
+  Fp8MlpChoice fp8_mlp = Fp8MlpChoice::kAuto;    // on | off | auto (the 2026-07-17 model's MLPs in FP8; docs/fp8.md)
   Fp8HeadChoice fp8_head = Fp8HeadChoice::kAuto;  // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)
 
   int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)

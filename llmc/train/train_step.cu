@@ -40,6 +40,7 @@ void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch) {
   TrainableModel& model = parts.model;
   BucketOptimizer& optimizer = parts.optimizer;
   const float dloss = parts.loss_gradient_scale;
+  model.before_step(step - 1);  // from the second step on, the parameters carry the previous step's update
   for (int micro = 0; micro < parts.grad_accum; micro++) {
     const bool last_micro = micro == parts.grad_accum - 1;
     parts.train_batches.next_batch(batch.inputs.data(), batch.targets.data());

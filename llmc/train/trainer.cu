@@ -167,7 +167,6 @@ void Trainer::untimed_warmup() {
   std::string listed;
   for (int step : steps) {
     watchdog_->begin(Watchdog::Activity::kStep, step + 1);
-    run_->model->before_step(step);
     if (run_->windows) run_->windows->before_step(step);
     if (run_->loss_weights) run_->loss_weights->before_step(step);
     run_->set_step_shape(step, parts_);
@@ -208,7 +207,6 @@ int Trainer::train_loop() {
     try {
       // Set at enqueue time, with step s - 1 possibly still running: the forward reads the windows when it
       // is enqueued, and a YaRN update of the RoPE tables is ordered after step s - 1 on the stream.
-      run_->model->before_step(step - 1);
       if (run_->windows) log_lines(*log_, run_->windows->before_step(step - 1));
       if (run_->loss_weights) log_lines(*log_, run_->loss_weights->before_step(step - 1));
       log_lines(*log_, run_->set_step_shape(step - 1, parts_));

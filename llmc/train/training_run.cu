@@ -24,13 +24,6 @@ cudaStream_t create_compute_stream() {
 
 bool is_modded89(const ModelFamily& family) { return family.state_model().family == ModelFamilyId::kModded89; }
 
-// --fp8-mlp on: only the 2026-07-17 model has the record's FP8 MLP.
-bool use_fp8_mlp(const TrainOptions& opt, const ModelFamily& family) {
-  if (opt.fp8_mlp == Fp8MlpChoice::kOff) return false;
-  if (!is_modded89(family))
-    throw std::invalid_argument("--fp8-mlp on: only the 2026-07-17 model (--model modded89...) has an FP8 MLP");
-  return true;
-}
 
 OptimizerSettings zero_settings(const TrainOptions& opt) {
   OptimizerSettings settings;
@@ -168,9 +161,10 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
                                       start.family->vocab_size(), opt.shuffle)),
       grad_accum(opt.grad_accum_steps(comm.world_size())),
       fp8_head(start.family->use_fp8_head(opt.fp8_head, opt.seq_len)),
+      fp8_mlp(start.family->use_fp8_mlp(opt.fp8_mlp, opt.seq_len)),
       model(start.family->build(
           ModelBuild{comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(), fp8_head,
-                     opt.vocab_dir, use_fp8_mlp(opt, *start.family)})),
+                     opt.vocab_dir, fp8_mlp})),
       tracer(!opt.trace_dir.empty(), comm.rank()),
       optimizer(make_optimizer(opt, *start.family, *model, comm, tracer)),
       loss_reduction(opt.effective_loss_reduction(optimizer->state_kind() == StateOptimizer::kSpeedrun)),
@@ -189,6 +183,7 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
   const CheckpointReader checkpoint(resume_prefix, comm.rank(), comm.world_size(),
                                     resume_expectations(*start.family, *optimizer, train_batches->kind()));
   optimizer->restore_state(checkpoint);
+  restore_model_state(checkpoint);
   train_batches->resume(checkpoint.written(), checkpoint.state_path(0));
   loop = LoopState{static_cast<int>(checkpoint.written().step), checkpoint.written().train_time_ms, resume_prefix};
   resumed_from = checkpoint.written();
@@ -244,7 +239,7 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
                          name_of(opt.fp8_head, kFp8HeadChoiceNames) + "), activations " +
                          std::to_string(header.activation_bytes) + " bytes");
   if (is_modded89(*start.family))
-    header.notes.push_back(std::string("mlp: ") + (opt.fp8_mlp == Fp8MlpChoice::kOn ? "fp8" : "bf16") +
+    header.notes.push_back(std::string("mlp: ") + (fp8_mlp ? "fp8" : "bf16") +
                            " training forward (--fp8-mlp " + name_of(opt.fp8_mlp, kFp8MlpChoiceNames) + ")");
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
   if (opt.lr_schedule == LrDecay::kSpeedrun || opt.window_schedule == WindowScheduleKind::kSpeedrun)
@@ -279,6 +274,7 @@ void TrainingRun::save_state(const std::string& prefix) {
   state.train_time_ms = loop.train_time_ms;
   state.optimizer = optimizer->state_kind();
   state.arrays = optimizer->save_state(loop.step);
+  for (NamedStateArray& array : model->save_model_state()) state.arrays.push_back(std::move(array));
   const ModelFileWriter write_model = [this, &params](const std::string& path) {
     return model->write_model_file(path, params, /*fp32=*/false);
   };
@@ -302,10 +298,26 @@ void TrainingRun::restore_start_state(const std::string& prefix) {
   const CheckpointReader checkpoint(prefix, comm.rank(), comm.world_size(),
                                     resume_expectations(*start.family, *optimizer, train_batches->kind()));
   optimizer->restore_state(checkpoint);
+  restore_model_state(checkpoint);
   train_batches->resume(checkpoint.written(), checkpoint.state_path(0));
   if (stage_batches) model->set_seq_len(opt.seq_len);
   windows = make_window_schedule(opt, *model);  // the first windows and loss weights on the model again
   loss_weights = make_loss_schedule(opt, *model);
+}
+
+// The model's own state (its FP8 scales): this rank's, or with another number of ranks old rank r mod old world's
+// (per-rank state such as the delayed activation scales has no owner to re-shard to; the data each rank sees
+// changes with the number of ranks anyway).
+void TrainingRun::restore_model_state(const CheckpointReader& checkpoint) {
+  const int old_rank = checkpoint.old_world_size() == checkpoint.world_size()
+                           ? checkpoint.rank()
+                           : checkpoint.rank() % checkpoint.old_world_size();
+  try {
+    model->restore_model_state(checkpoint.model_arrays(old_rank));
+  } catch (const std::runtime_error& error) {
+    if (dynamic_cast<const FileError*>(&error) != nullptr) throw;
+    throw FileError(checkpoint.state_path(old_rank), error.what());
+  }
 }
 
 bool TrainingRun::uses_modded89_schedule() const {

@@ -65,6 +65,8 @@ struct TrainingRun {
   void restore_start_state(const std::string& prefix);
   // Whether any part of the run follows the 2026-07-17 record's schedule (the log's line on it, the warm-up).
   bool uses_modded89_schedule() const;
+  // The model's own checkpoint state (TrainableModel::restore_model_state), after the optimizer's.
+  void restore_model_state(const CheckpointReader& checkpoint);
 
   const TrainOptions& opt;
   CommContext& comm;
@@ -73,6 +75,7 @@ struct TrainingRun {
   const TrainLoaderKind loader_kind;
   const int grad_accum;
   const bool fp8_head;  // the speedrun model's head in FP8 (--fp8-head)
+  const bool fp8_mlp;   // the 2026-07-17 model's MLP forward in FP8 (--fp8-mlp)
   std::unique_ptr<FamilyModel> model;
   Tracer tracer;
   std::unique_ptr<BucketOptimizer> optimizer;

@@ -393,12 +393,12 @@ stage_speedrun() {
     --val-tokens 0 --train-loader window --vocab "$PACK/data/gpt2" \
     --train-data "$PACK/data/tinyshakespeare/tinyshakespeare_train_*.bin"
   stop_memory_sampler modded89_record_step
-  start_memory_sampler  # the same with the record's FP8 MLP forward (docs/fp8.md#the-fp8-mlp)
-  run_cmd modded89_fp8_mlp_step --cap 70 -- "$WRAP/train_gpt2" --recipe modded-2026-07-17 -b 1 -t 49152 \
+  start_memory_sampler  # the same with the bf16 MLP: what the record's FP8 MLP forward saves (docs/fp8.md)
+  run_cmd modded89_bf16_mlp_step --cap 70 -- "$WRAP/train_gpt2" --recipe modded-2026-07-17 -b 1 -t 49152 \
     --total-batch-tokens 49152 --batch-schedule fixed --untimed-warmup off --steps "$SPEEDRUN_STEPS" --val-every 0 \
-    --val-tokens 0 --train-loader window --vocab "$PACK/data/gpt2" --fp8-mlp on \
+    --val-tokens 0 --train-loader window --vocab "$PACK/data/gpt2" --fp8-mlp off \
     --train-data "$PACK/data/tinyshakespeare/tinyshakespeare_train_*.bin"
-  stop_memory_sampler modded89_fp8_mlp_step
+  stop_memory_sampler modded89_bf16_mlp_step
   start_memory_sampler
   run_cmd speedrun_record_step --cap 70 -- "$WRAP/train_gpt2" --recipe modded-2025-10-31 --model speedrun -b 1 \
     -t 32768 --total-batch-tokens 32768 --steps "$SPEEDRUN_STEPS" --val-every 0 --val-tokens 0 --train-loader window \

@@ -294,7 +294,7 @@ def kernel_table(bench, ceilings, source):
 
 
 # The speedrun stage's runs as the stage summary names them.
-SPEEDRUN_SHORT_NAMES = {"modded89_record_step": "modded89", "modded89_fp8_mlp_step": "modded89+fp8mlp",
+SPEEDRUN_SHORT_NAMES = {"modded89_record_step": "modded89", "modded89_bf16_mlp_step": "modded89-bf16mlp",
                         "speedrun_record_step": "speedrun"}
 
 
@@ -306,8 +306,8 @@ def speedrun_table(speedrun):
            "record ms/step |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     rows = {"modded89_record_step": ("modded-2026-07-17", "none yet", f"{RECORD89_MS_PER_STEP} (8xH100, mean of "
                                      "all stages, with communication)"),
-            "modded89_fp8_mlp_step": ("modded-2026-07-17 --fp8-mlp on", "none yet",
-                                      f"{RECORD89_MS_PER_STEP} (the record runs its MLPs in FP8)"),
+            "modded89_bf16_mlp_step": ("modded-2026-07-17 --fp8-mlp off", "none yet",
+                                       f"{RECORD89_MS_PER_STEP} (the record runs its MLPs in FP8)"),
             "speedrun_record_step": ("modded-2025-10-31", f"{PROJECTED_SPEEDRUN_COMPUTE_MS} (H100, compute at the "
                                      "assumed fractions)", f"{RECORD_MS_PER_STEP} (8xH100, with communication)")}
     for label, (recipe, projected, record) in rows.items():
@@ -392,7 +392,7 @@ def build_report(work, out_dir):
     for label, command in commands.items():
         if label.startswith("train_gpt2_"):
             runs[label] = train_figures(command.text())
-        elif label in ("modded89_record_step", "modded89_fp8_mlp_step", "speedrun_record_step"):
+        elif label in ("modded89_record_step", "modded89_bf16_mlp_step", "speedrun_record_step"):
             figures = timed_steps(command.text())
             if figures and command.peak_mib not in (None, "n/a"):
                 figures["peak_mib"] = command.peak_mib

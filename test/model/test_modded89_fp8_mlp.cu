@@ -191,6 +191,42 @@ TEST_F(Modded89Fp8MlpTest, OutputsAreTheProductsOfTheRecordsCodes) {
   }
 }
 
+// A checkpoint's arrays carry every scale and which copies were made: a model restored from them (after its own
+// reset, as a resumed run) uses the saving model's delayed scales, where a fresh one would bootstrap; arrays of
+// another shape are refused.
+TEST_F(Modded89Fp8MlpTest, CheckpointArraysContinueTheScales) {
+  LLMC_REQUIRE_GPU();
+  llmc::Modded89Fp8Mlp saving(kT, kC, kLayers, memory_.get(), stream);
+  Layer layer;
+  fill(layer, 9700);
+  for (int step = 0; step < 18; step++) {  // past the bootstrap: the down scale is the delayed one
+    saving.before_step(step);
+    forward(saving, 0, layer);
+  }
+  const std::vector<llmc::NamedStateArray> arrays = saving.save_state(stream);
+  ASSERT_EQ(arrays.size(), 2u);
+  EXPECT_EQ(arrays[0].name, "model.fp8_mlp.scales");
+  const llmc::Modded89Fp8Mlp::Scales before = saving.download_scales(stream);
+  for (double& w : layer.c_proj) w = round_to_floatx(w * 1.5);  // step 17's update
+  layer.upload();
+  DeviceBuffer<unsigned char> other_memory(llmc::Modded89Fp8Mlp::bytes(kT, kC, kLayers));
+  llmc::Modded89Fp8Mlp restored(kT, kC, kLayers, other_memory.get(), stream);
+  restored.restore_state(arrays, stream);
+  EXPECT_EQ(restored.download_scales(stream).activation, before.activation);
+  for (llmc::Modded89Fp8Mlp* mlp : {&saving, &restored}) {
+    mlp->before_step(18);
+    forward(*mlp, 0, layer);
+  }
+  const float used = saving.download_scales(stream).down_used[0];
+  EXPECT_EQ(used, before.down_next[0]) << "the delayed scale, not a bootstrap";
+  EXPECT_EQ(restored.download_scales(stream).down_used[0], used);
+  EXPECT_EQ(restored.download_scales(stream).activation, saving.download_scales(stream).activation);
+  std::vector<llmc::NamedStateArray> short_arrays = arrays;
+  short_arrays[0].bytes.resize(8);
+  EXPECT_THROW(restored.restore_state(short_arrays, stream), std::runtime_error);
+  EXPECT_THROW(restored.restore_state({arrays[1]}, stream), std::runtime_error);
+}
+
 TEST_F(Modded89Fp8MlpTest, RefusesShapesTheFp8GemmsCannotTake) {
   LLMC_REQUIRE_GPU();
   EXPECT_FALSE(llmc::Modded89Fp8Mlp::shape_fits(40, kC));

@@ -153,13 +153,13 @@ class RealOutputs(unittest.TestCase):
         # from its own log's timed steps.
         check = Check(tempfile.mkdtemp(dir=self.tmp.name))
         check.stage("e", "speedrun", "train.log", [command_block("modded89_record_step", self.modded89_log, peak=8765),
-                                                    command_block("modded89_fp8_mlp_step", self.modded89_log, peak=8766),
+                                                    command_block("modded89_bf16_mlp_step", self.modded89_log, peak=8766),
                                                     command_block("speedrun_record_step", self.speedrun_log, peak=4321)])
         report = check.report()
         for label, log, T, peak, recipe, short in (
                 ("modded89_record_step", self.modded89_log, 48, "8765", "modded-2026-07-17", "modded89"),
-                ("modded89_fp8_mlp_step", self.modded89_log, 48, "8766", "modded-2026-07-17 --fp8-mlp on",
-                 "modded89+fp8mlp"),
+                ("modded89_bf16_mlp_step", self.modded89_log, 48, "8766", "modded-2026-07-17 --fp8-mlp off",
+                 "modded89-bf16mlp"),
                 ("speedrun_record_step", self.speedrun_log, 64, "4321", "modded-2025-10-31", "speedrun")):
             with self.subTest(label):
                 times = {int(m.group(1)): int(m.group(2))

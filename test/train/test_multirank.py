@@ -605,11 +605,13 @@ class Modded89Optimizer(MultiRankCase):
     overlap modes agree bitwise; the step-3 checkpoint of 2 ranks resumes across the stage boundary and the untie
     bit for bit on 2 ranks and re-sharded on 1; and the traces show which collectives start before the backward
     ends. The optimizer's parameters themselves are compared bitwise across 1, 2 and 4 ranks by
-    test/optim/test_modded89_optimizer.cu."""
+    test/optim/test_modded89_optimizer.cu. These runs use the bf16 MLP: the FP8 MLP's delayed activation scale is
+    each rank's own, as the record's, so 1 rank accumulating two sequences updates it between them where 2 ranks do
+    not (docs/fp8.md); its state's own resume on 2 ranks is test_fp8_mlp_resumes_bit_for_bit_on_two_ranks."""
     STEPS = 6
     ARGS = ["--model", "modded89-tiny", "-b", "1", "-t", "48", "--steps", str(STEPS), "--lr", "1.0",
             "--lr-schedule", "modded89", "--loss-schedule", "modded89", "--batch-schedule", "modded89",
-            "--seed", "7"]
+            "--seed", "7", "--fp8-mlp", "off"]
 
     @classmethod
     def setUpClass(cls):
@@ -627,6 +629,9 @@ class Modded89Optimizer(MultiRankCase):
         middle = cls.runs["np2_full"].checkpoint(3)
         for ranks in (2, 1):
             cls.train(f"np{ranks}_from_np2", ranks, cls.ARGS + ["--total-batch-tokens", "96", "--resume", middle])
+        fp8 = cls.ARGS[:-1] + ["on", "--total-batch-tokens", "96"]
+        cls.train("np2_fp8", 2, fp8 + ["--checkpoint-every", "3"])
+        cls.train("np2_fp8_from_np2", 2, fp8 + ["--resume", cls.runs["np2_fp8"].checkpoint(3)])
 
     def assert_ok(self, run):
         self.assertEqual(run.returncode, 0, run.describe())
@@ -690,6 +695,16 @@ class Modded89Optimizer(MultiRankCase):
                     open(whole.checkpoint(6) + f"_state_rank{rank}.bin", "rb") as b:
                 self.assertTrue(a.read()[mr.STATE_HEADER_BYTES:] == b.read()[mr.STATE_HEADER_BYTES:],
                                 f"rank {rank}'s optimizer state differs")
+
+    def test_fp8_mlp_resumes_bit_for_bit_on_two_ranks(self):
+        # Each rank's delayed FP8 scales travel in its own state file: the resumed run continues the whole one.
+        whole, resumed = self.runs["np2_fp8"], self.runs["np2_fp8_from_np2"]
+        self.assert_ok(whole)
+        self.assertIn("# mlp: fp8 training forward (--fp8-mlp on)", whole.stdout)
+        self.assertEqual(resumed.returncode, 0, resumed.describe())
+        for step in (4, 5, 6):
+            self.assertEqual(resumed.steps[step][:2], whole.steps[step][:2], f"step {step}")
+        self.assertNotEqual(whole.steps[6][:2], self.runs["np2_full"].steps[6][:2], "the FP8 MLP changes the run")
 
     def traces(self, ranks):
         self.assert_ok(self.runs[f"np{ranks}_full"])

@@ -238,6 +238,8 @@ class TrainProgram(unittest.TestCase):
         self.assertIn("# modded89 schedule: 5 scheduled + 1 extension steps, stages from 0/2/3/5, untie at 3", log)
         self.assertIn("prefix_loss=off", log)  # V = 96 holds no GPT-2 tokens (test_modded89_model: the table)
         self.assertRegex(log, r"(?m)^# head: fp8 \(--fp8-head auto\)")  # the record's head, where it fits
+        # and its FP8 MLP: the resume below continues its delayed scales from the checkpoint
+        self.assertRegex(log, r"(?m)^# mlp: fp8 training forward \(--fp8-mlp auto\)$")
         train = losses(log)
         self.assertEqual(sorted(train), list(range(1, 7)))
         # The N(0, 0.005) head gives near-uniform logits: each row scores its next-token weights (1, 0.5, 0.25;
@@ -258,7 +260,7 @@ class TrainProgram(unittest.TestCase):
     def test_modded89_fp8_mlp_trains_and_refuses_what_it_cannot_do(self):
         # --fp8-mlp on: the 2026-07-17 model's training forward runs its MLPs in FP8 (test_modded89_fp8_mlp: the
         # arithmetic); its buffers are planned, and the steps after the first move away from the bf16 MLP's
-        # (c_proj starts at zero, so step 1 is the same in both).
+        # (c_proj starts at zero, so step 1 is the same in both). Resuming with it: the modded89 test above.
         rng = np.random.default_rng(5)
         write_shard(f"{self.tmp}/m89f_train_000001.bin", np.tile(rng.integers(0, 96, size=31), 40))
         data = ["--train-data", f"{self.tmp}/m89f_train_*.bin", "-b", 1, "-t", 64, "--lr", "1.0",
@@ -274,8 +276,6 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(runs["on"][0][1], runs["off"][0][1])
         self.assertNotEqual(runs["on"][0][3], runs["off"][0][3])
         self.assertGreater(runs["on"][1], runs["off"][1])
-        self.expect_failure(data + ["--fp8-mlp", "on", "--resume", "latest", "-o", f"{self.tmp}/m89f_resume"],
-                            r"--fp8-mlp on cannot --resume yet")
         self.expect_failure(self.tiny_args + ["--steps", 1, "--fp8-mlp", "on"],
                             r"--fp8-mlp on: only the 2026-07-17 model")
         self.expect_failure(data[:4] + ["-t", 40, "--model", "modded89-tiny", "--steps", 1, "--fp8-head", "off",

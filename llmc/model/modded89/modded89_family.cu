@@ -56,6 +56,21 @@ class Modded89Family : public ModelFamily {
   bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const override {
     return choose_fp8_head(choice, seq_len, config_.channels(), config_.vocab_size);
   }
+  // auto: on where the device has FP8 GEMMs and the shape fits, as the head's.
+  bool use_fp8_mlp(Fp8MlpChoice choice, int seq_len) const override {
+    if (choice == Fp8MlpChoice::kOff) return false;
+    const bool shape_fits = Modded89Fp8Mlp::shape_fits(seq_len, config_.channels());
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const bool supported = fp8_gemm_supported(device);
+    if (choice == Fp8MlpChoice::kOn && !shape_fits)
+      throw std::invalid_argument("--fp8-mlp on: the FP8 MLP needs --seq-len (" + std::to_string(seq_len) +
+                                  ") and the width (" + std::to_string(config_.channels()) + ") to be multiples of 16");
+    if (choice == Fp8MlpChoice::kOn && !supported)
+      throw std::invalid_argument("--fp8-mlp on: this GPU has no FP8 GEMMs (compute capability 8.9 or newer "
+                                  "needed); use --fp8-mlp off");
+    return shape_fits && supported;
+  }
   bool trains_on_documents() const override { return true; }
   StateOptimizer default_optimizer() const override { return StateOptimizer::kSpeedrun; }  // its record's
   std::vector<float> init_params(uint64_t seed, int world_size) const override {
@@ -76,16 +91,6 @@ class Modded89Family : public ModelFamily {
       throw std::invalid_argument("--batch-size " + std::to_string(r.batch_size) +
                                   ": the 2026-07-17 model trains one packed sequence per rank and micro-step; use -b 1 "
                                   "and set the sequence length with -t");
-    if (r.fp8_mlp && !Modded89Fp8Mlp::shape_fits(r.seq_len, config_.channels()))
-      throw std::invalid_argument("--fp8-mlp on: the FP8 MLP needs --seq-len (" + std::to_string(r.seq_len) +
-                                  ") and the width (" + std::to_string(config_.channels()) + ") to be multiples of 16");
-    if (r.fp8_mlp) {
-      int device = 0;
-      CUDA_CHECK(cudaGetDevice(&device));
-      if (!fp8_gemm_supported(device))
-        throw std::invalid_argument("--fp8-mlp on: this GPU has no FP8 GEMMs (compute capability 8.9 or newer "
-                                    "needed); use --fp8-mlp off");
-    }
     if (r.seq_len > config_.max_seq_len)
       throw std::invalid_argument("--seq-len " + std::to_string(r.seq_len) + " exceeds the 2026-07-17 model's maximum " +
                                   std::to_string(config_.max_seq_len));

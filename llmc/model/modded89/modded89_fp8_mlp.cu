@@ -2,6 +2,7 @@
 // (modded89_fp8_mlp.h; the kernels are llmc/kernels/fp8_mlp.cuh, fp8_cast*.cuh and fp8_gemm).
 #include "llmc/model/modded89/modded89_fp8_mlp.h"
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -73,6 +74,7 @@ void Modded89Fp8Mlp::reset(cudaStream_t stream) {
   LLMC_LAUNCH(fill_floats_kernel, 1, 32, 0, stream, scalar(kActScale, 0), static_cast<int>(kScalars), layers_, 1.0f);
   stale_.assign(static_cast<size_t>(layers_), 1);
   bootstrap_.assign(static_cast<size_t>(layers_), 1);
+  refreshed_.assign(static_cast<size_t>(layers_), 0);
 }
 
 void Modded89Fp8Mlp::before_step(int step) {
@@ -100,6 +102,7 @@ void Modded89Fp8Mlp::refresh(int layer, const floatX* c_fc, const floatX* c_proj
                       fp8_mlp_scale_factor(kFp8MlpWeightHeadroom), stream);
   stale_[static_cast<size_t>(layer)] = 0;
   bootstrap_[static_cast<size_t>(layer)] = 0;
+  refreshed_[static_cast<size_t>(layer)] = 1;
 }
 
 void Modded89Fp8Mlp::forward(MatmulContext& matmul, int layer, const floatX* xn, const floatX* c_fc,
@@ -146,6 +149,56 @@ Modded89Fp8Mlp::Scales Modded89Fp8Mlp::download_scales(cudaStream_t stream) cons
     scales.down_next.push_back(row[kDownNext]);
   }
   return scales;
+}
+
+namespace {
+
+constexpr const char* kScalesArray = "model.fp8_mlp.scales";
+constexpr const char* kRefreshedArray = "model.fp8_mlp.refreshed";
+
+NamedStateArray float_array(const char* name, const std::vector<float>& values) {
+  NamedStateArray array;
+  array.name = name;
+  array.element_bytes = sizeof(float);
+  array.bytes.resize(values.size() * sizeof(float));
+  std::memcpy(array.bytes.data(), values.data(), array.bytes.size());
+  return array;
+}
+
+std::vector<float> floats_of(const std::vector<NamedStateArray>& arrays, const char* name, size_t count) {
+  for (const NamedStateArray& array : arrays) {
+    if (array.name != name) continue;
+    if (array.element_bytes != sizeof(float) || array.bytes.size() != count * sizeof(float))
+      throw std::runtime_error(std::string("the FP8 MLP's checkpoint array ") + name + " holds " +
+                               std::to_string(array.bytes.size()) + " bytes, this model expects " +
+                               std::to_string(count) + " fp32 values");
+    std::vector<float> values(count);
+    std::memcpy(values.data(), array.bytes.data(), array.bytes.size());
+    return values;
+  }
+  throw std::runtime_error(std::string("the checkpoint has no ") + name + " (the FP8 MLP's state)");
+}
+
+}  // namespace
+
+std::vector<NamedStateArray> Modded89Fp8Mlp::save_state(cudaStream_t stream) const {
+  std::vector<float> scalars(static_cast<size_t>(layers_) * kScalars);
+  CUDA_CHECK(cudaMemcpyAsync(scalars.data(), scalars_, scalars.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<float> refreshed(refreshed_.begin(), refreshed_.end());
+  return {float_array(kScalesArray, scalars), float_array(kRefreshedArray, refreshed)};
+}
+
+void Modded89Fp8Mlp::restore_state(const std::vector<NamedStateArray>& arrays, cudaStream_t stream) {
+  const std::vector<float> scalars = floats_of(arrays, kScalesArray, static_cast<size_t>(layers_) * kScalars);
+  const std::vector<float> refreshed = floats_of(arrays, kRefreshedArray, static_cast<size_t>(layers_));
+  CUDA_CHECK(cudaMemcpyAsync(scalars_, scalars.data(), scalars.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vector must outlive the copy
+  for (int i = 0; i < layers_; i++) {
+    refreshed_[static_cast<size_t>(i)] = refreshed[static_cast<size_t>(i)] != 0.0f;
+    bootstrap_[static_cast<size_t>(i)] = !refreshed_[static_cast<size_t>(i)];
+    stale_[static_cast<size_t>(i)] = 1;  // the copies themselves are made again from the parameters
+  }
 }
 
 }  // namespace llmc

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "llmc/checkpoint/state_file.h"
 #include "llmc/cuda/fp8.h"
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/matmul_context.h"
@@ -53,6 +54,13 @@ class Modded89Fp8Mlp {
   };
   Scales download_scales(cudaStream_t stream) const;
 
+  // For checkpoints (synchronous): every scale of every layer and which layers' copies were made since the
+  // last reset, as arrays "model.fp8_mlp.scales" and "model.fp8_mlp.refreshed". Restoring them after a reset
+  // (the resumed run's upload_params) continues where the saving run was: its next refresh bootstraps only
+  // where the saving run's would have. Throws std::runtime_error for arrays of another shape.
+  std::vector<NamedStateArray> save_state(cudaStream_t stream) const;
+  void restore_state(const std::vector<NamedStateArray>& arrays, cudaStream_t stream);
+
  private:
   enum Scalar { kXAmax, kXScale, kUpAmax, kUpScale, kActAmax, kActScale, kDownAmax, kDownUsed, kDownNext, kScalars };
   float* scalar(Scalar which, int layer) const { return scalars_ + static_cast<size_t>(layer) * kScalars + which; }
@@ -64,6 +72,7 @@ class Modded89Fp8Mlp {
   fp8e4m3 *x8_ = nullptr, *post8_ = nullptr, *up_codes_ = nullptr, *down_codes_ = nullptr;
   float* scalars_ = nullptr;                // kScalars per layer
   std::vector<char> stale_, bootstrap_;     // per layer: refresh before the next use; with a bootstrap
+  std::vector<char> refreshed_;             // per layer: a copy was made since the last reset
 };
 
 }  // namespace llmc

@@ -436,6 +436,14 @@ void Modded89Model::before_step(int step) {
   if (buffers_->fp8_mlp) buffers_->fp8_mlp->before_step(step);
 }
 
+std::vector<NamedStateArray> Modded89Model::save_model_state() const {
+  return buffers_->fp8_mlp ? buffers_->fp8_mlp->save_state(stream_) : std::vector<NamedStateArray>{};
+}
+
+void Modded89Model::restore_model_state(const std::vector<NamedStateArray>& arrays) {
+  if (buffers_->fp8_mlp && !arrays.empty()) buffers_->fp8_mlp->restore_state(arrays, stream_);
+}
+
 Modded89Fp8Mlp::Scales Modded89Model::fp8_mlp_scales() const {
   if (!buffers_->fp8_mlp) throw std::logic_error("modded89 model: fp8_mlp_scales without the FP8 MLP");
   return buffers_->fp8_mlp->download_scales(stream_);
@@ -1491,6 +1499,9 @@ void Modded89Model::set_seq_len(int seq_len) {
                                 std::to_string(allocated_seq_len_) + ")");
   if (buffers_->fp8_head && !fp8_head_shape_fits(seq_len, layout_.config.channels(), layout_.config.vocab_size))
     throw std::invalid_argument("modded89 model: the FP8 head needs steps of a multiple of 16 tokens, got " +
+                                std::to_string(seq_len));
+  if (buffers_->fp8_mlp && !Modded89Fp8Mlp::shape_fits(seq_len, layout_.config.channels()))
+    throw std::invalid_argument("modded89 model: the FP8 MLP needs steps of a multiple of 16 tokens, got " +
                                 std::to_string(seq_len));
   seq_len_ = seq_len;
   decoded_rows_ = 0;

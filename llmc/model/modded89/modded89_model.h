@@ -65,6 +65,10 @@ class Modded89Model : public FamilyModel {
   // With the FP8 MLP: its weight copies follow the parameters (TrainableModel::before_step), and its scales.
   void before_step(int step) override;
   Modded89Fp8Mlp::Scales fp8_mlp_scales() const;
+  // The FP8 MLP's scales (nothing with the bf16 MLP). Restoring a checkpoint without them (written with the bf16
+  // MLP) leaves the FP8 MLP at its start; one of a bf16-MLP run ignores them.
+  std::vector<NamedStateArray> save_model_state() const override;
+  void restore_model_state(const std::vector<NamedStateArray>& arrays) override;
   size_t activation_bytes() const override;
 
   // Host <-> device copies of the whole parameter buffer (layout order, as float; once taken, the fp32 tensors
