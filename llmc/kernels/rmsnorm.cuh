@@ -1,6 +1,7 @@
 // Weightless RMSNorm of the speedrun model (residual stream, x0 and the final norm):
 // y = x / sqrt(mean(x^2) + FLT_EPSILON) over rows of C, computed in fp32, stored as floatX, with the
-// per-row 1/rms kept in fp32 for the backward. One warp per row, 16-byte packets.
+// per-row 1/rms kept in fp32 for the backward, and optionally max |y| over the whole tensor (the FP8 MLP's
+// input scale, fused here to save its own read of y). One warp per row, 16-byte packets.
 #pragma once
 
 #include "llmc/cuda/cuda_common.h"
@@ -15,7 +16,7 @@ constexpr int kRmsNormBlock = 256;                      // 8 warps = 8 rows per 
 
 // Row r of C elements starts at base + r * C; the launchers require C to be a whole number of packets.
 template <typename Tx>
-__global__ void rmsnorm_forward_kernel(Tx* out, float* rstd, const Tx* inp, int N, int C) {
+__global__ void rmsnorm_forward_kernel(Tx* out, float* rstd, float* out_amax, const Tx* inp, int N, int C) {
   using Packet = Packed128<Tx>;
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -30,13 +31,21 @@ __global__ void rmsnorm_forward_kernel(Tx* out, float* rstd, const Tx* inp, int 
   const float eps = LLMC_MUTANT("rmsnorm.eps", kRmsNormEps, 1e-5f);
   const float r = rsqrtf(warp_reduce_sum(sum_squares) / C + eps);
   Tx* y = out + static_cast<size_t>(row) * C;
+  float largest = 0.0f;
   for (int p = lane; p < packets; p += kWarpSize) {
     const Packet v = load128(x + p * Packet::size);
     Packet result;
-    for (int j = 0; j < Packet::size; j++) result[j] = from_float<Tx>(to_float(v[j]) * r);
+    for (int j = 0; j < Packet::size; j++) {
+      result[j] = from_float<Tx>(to_float(v[j]) * r);
+      largest = fmaxf(largest, fabsf(to_float(result[j])));
+    }
     store128(y + p * Packet::size, result);
   }
   if (lane == 0 && rstd != nullptr) rstd[row] = r;
+  if (out_amax != nullptr) {  // exact and order-free: the bits of non-negative floats compare as the floats
+    largest = warp_reduce_max(largest);
+    if (lane == 0) atomicMax(reinterpret_cast<unsigned*>(out_amax), __float_as_uint(largest));
+  }
 }
 
 // dx = r (dy - n mean(dy n)) with n = x r; written, or added to dinp when accumulate. dinp may alias dout
@@ -73,14 +82,17 @@ __global__ void rmsnorm_backward_kernel(Tx* dinp, const Tx* dout, const Tx* inp,
 }
 
 // out (N,C) = inp / rms(inp) per row; rstd (N) saved for the backward (may be null). out may alias inp.
-inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, int N, int C, cudaStream_t stream) {
+// out_amax (may be null): set to max |out| over the tensor (zeroed first: one memset more).
+inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, int N, int C, cudaStream_t stream,
+                            float* out_amax = nullptr) {
   require_packets<floatX>("rmsnorm_forward", "C", C);
   require_aligned16("rmsnorm_forward", {out, inp});
   const int rows_per_block = kRmsNormBlock / kWarpSize;
   const double elements = static_cast<double>(N) * C;  // inp read, out written, rstd
-  LLMC_LAUNCH_COSTED((KernelCost{2.0 * elements * sizeof(floatX) + 4.0 * N, 3.0 * elements}),
+  if (out_amax != nullptr) CUDA_CHECK(cudaMemsetAsync(out_amax, 0, sizeof(float), stream));
+  LLMC_LAUNCH_COSTED((KernelCost{2.0 * elements * sizeof(floatX) + 4.0 * N, (out_amax ? 4.0 : 3.0) * elements}),
                      rmsnorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
-                     dim3(kRmsNormBlock), 0, stream, out, rstd, inp, N, C);
+                     dim3(kRmsNormBlock), 0, stream, out, rstd, out_amax, inp, N, C);
 }
 
 // dinp (N,C) = (accumulate ? dinp : 0) + d rmsnorm(inp) / d inp applied to dout; inp is the forward's input and

@@ -3,6 +3,7 @@
 // emulated and on a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -45,6 +46,17 @@ TEST(RmsNormKernel, ForwardMatchesReference) {
     // An fp32 sum of C squares, a few-ulp rsqrt, then one rounding to floatX (rstd: none).
     EXPECT_TRUE(all_close(d_out.download(), out, tolerance(1, C)));
     EXPECT_TRUE(all_close(d_rstd.download(), rstd, tolerance(0, C)));
+    // With the FP8 MLP's maximum (over a stale value: the launcher zeroes it): max |out| exactly, and the same
+    // output and rstd bits as without it.
+    DeviceBuffer<floatX> d_out2(data.inp.size());
+    DeviceBuffer<float> d_rstd2(data.N), d_amax(std::vector<float>{1e30f});
+    llmc::rmsnorm_forward(d_out2.get(), d_rstd2.get(), d_inp.get(), data.N, C, nullptr, d_amax.get());
+    const std::vector<double> got = d_out2.download();
+    double largest = 0.0;
+    for (double v : got) largest = std::max(largest, std::fabs(v));
+    EXPECT_EQ(d_amax.download_raw()[0], static_cast<float>(largest));
+    EXPECT_EQ(got, d_out.download());
+    EXPECT_EQ(d_rstd2.download(), d_rstd.download());
   }
 }
 

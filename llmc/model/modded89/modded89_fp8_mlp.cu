@@ -107,7 +107,7 @@ void Modded89Fp8Mlp::refresh(int layer, const floatX* c_fc, const floatX* c_proj
 
 void Modded89Fp8Mlp::forward(MatmulContext& matmul, int layer, const floatX* xn, const floatX* c_fc,
                              const floatX* c_proj, floatX* pre, floatX* post, floatX* out, int T,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, const float* xn_amax) {
   if (layer < 0 || layer >= layers_) throw std::out_of_range("Modded89Fp8Mlp: layer " + std::to_string(layer));
   if (T < 16 || T > seq_len_ || T % 16 != 0)
     throw std::invalid_argument("Modded89Fp8Mlp: " + std::to_string(T) + " rows (a multiple of 16 up to " +
@@ -116,8 +116,11 @@ void Modded89Fp8Mlp::forward(MatmulContext& matmul, int layer, const floatX* xn,
   const int C = channels_, hidden = 4 * channels_;
   const size_t rows = static_cast<size_t>(T);
   // x8 = e4m3(xn / x_s), x_s = max|xn| / 448 of this forward.
-  abs_max(scalar(kXAmax, layer), xn, rows * C, stream);
-  fp8_scale_from_amax(scalar(kXScale, layer), nullptr, scalar(kXAmax, layer), fp8_mlp_scale_factor(1.0), stream);
+  if (xn_amax == nullptr) {
+    abs_max(scalar(kXAmax, layer), xn, rows * C, stream);
+    xn_amax = scalar(kXAmax, layer);
+  }
+  fp8_scale_from_amax(scalar(kXScale, layer), nullptr, xn_amax, fp8_mlp_scale_factor(1.0), stream);
   fp8_cast(x8_, xn, rows * C, 1.0f, stream, scalar(kXScale, layer));
   Fp8GemmArgs up;  // pre (T, 4C) = (x_s s_up) x8 W8^T, fp32 accumulation
   up.d = pre, up.d_type = activation_type(), up.a = x8_, up.b = up_codes(layer), up.m = T, up.n = hidden, up.k = C;

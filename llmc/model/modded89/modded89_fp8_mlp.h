@@ -43,9 +43,11 @@ class Modded89Fp8Mlp {
   // Layer `layer` of a training forward over T rows (T a multiple of 16, at most the constructor's): pre and
   // post (T, 4C) and out (T, C) from xn (T, C), c_fc (4C, C) and c_proj stored (in, out) = (4C, C). Refreshes the
   // layer's weight copies first if they are stale; afterwards the layer's delayed activation scale holds this
-  // forward's maximum of post times 1.80 / 448 (for the next forward).
+  // forward's maximum of post times 1.80 / 448 (for the next forward). xn_amax: max |xn| already on the device
+  // (the RMSNorm that wrote xn computed it into input_amax(layer)); null: computed here, one more read of xn.
   void forward(MatmulContext& matmul, int layer, const floatX* xn, const floatX* c_fc, const floatX* c_proj,
-               floatX* pre, floatX* post, floatX* out, int T, cudaStream_t stream);
+               floatX* pre, floatX* post, floatX* out, int T, cudaStream_t stream, const float* xn_amax = nullptr);
+  float* input_amax(int layer) const { return scalar(kXAmax, layer); }
 
   // The device scales, one per layer (synchronous; for tests and logs): the up projection's input and weight
   // scales, the delayed activation scale the next forward uses, the down weights' scale in use and the next.

@@ -986,10 +986,12 @@ void Modded89Model::mlp_forward(int i) {
   Buffers::Layer& l = b.layers[i];
   const int T = rows_.count, C = layout_.config.channels(), hidden = layout_.config.mlp_hidden();
   const floatX* bank = param("layers." + std::to_string(i) + ".mlp");
-  rmsnorm_forward(at(l.xn_mlp, C), at(l.rstd_mlp, 1), at(l.x_attn, C), T, C, stream_);
-  if (b.fp8_mlp && has_training_forward_) {  // the record's FP8 MLP: training forwards only
+  const bool fp8 = b.fp8_mlp && has_training_forward_;  // the record's FP8 MLP: training forwards only
+  float* xn_amax = fp8 ? b.fp8_mlp->input_amax(i) : nullptr;  // its input scale, from the norm's own pass
+  rmsnorm_forward(at(l.xn_mlp, C), at(l.rstd_mlp, 1), at(l.x_attn, C), T, C, stream_, xn_amax);
+  if (fp8) {
     b.fp8_mlp->forward(b.matmul, i, at(l.xn_mlp, C), bank, bank + static_cast<size_t>(hidden) * C, at(l.pre, hidden),
-                       at(l.post, hidden), at(l.mlp_out, C), T, stream_);
+                       at(l.post, hidden), at(l.mlp_out, C), T, stream_, xn_amax);
     mlp_output_mix(i);
     return;
   }
