@@ -54,7 +54,7 @@ __global__ void abs_max_kernel(float* amax, const Tx* in, size_t n) {
 template <typename Tx>
 void abs_max(float* amax, const Tx* in, size_t n, cudaStream_t stream) {
   if (amax == nullptr || (in == nullptr && n > 0)) throw std::invalid_argument("abs_max: null pointer");
-  CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+  memset_async(amax, 0, sizeof(float), stream);
   if (n == 0) return;
   LLMC_LAUNCH_COSTED((KernelCost{static_cast<double>(n) * sizeof(Tx), static_cast<double>(n)}), abs_max_kernel<Tx>,
                      dim3(elementwise_grid(n, kFp8MlpBlock)), dim3(kFp8MlpBlock), 0, stream, amax, in, n);
@@ -121,7 +121,7 @@ inline void relu_squared_fp8_forward(floatX* post, fp8e4m3* post8, float* amax, 
     throw std::invalid_argument("relu_squared_fp8_forward: " + std::to_string(n) + " values, not a multiple of 16");
   if (!is_aligned16(post) || !is_aligned16(post8) || !is_aligned16(pre))
     throw std::invalid_argument("relu_squared_fp8_forward: pointers must be 16-byte aligned");
-  CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+  memset_async(amax, 0, sizeof(float), stream);
   if (n == 0) return;
   const size_t packets = n / kFp8PacketElements;
   const double count = static_cast<double>(n);

@@ -89,7 +89,7 @@ inline void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, int N, 
   require_aligned16("rmsnorm_forward", {out, inp});
   const int rows_per_block = kRmsNormBlock / kWarpSize;
   const double elements = static_cast<double>(N) * C;  // inp read, out written, rstd
-  if (out_amax != nullptr) CUDA_CHECK(cudaMemsetAsync(out_amax, 0, sizeof(float), stream));
+  if (out_amax != nullptr) memset_async(out_amax, 0, sizeof(float), stream);
   LLMC_LAUNCH_COSTED((KernelCost{2.0 * elements * sizeof(floatX) + 4.0 * N, (out_amax ? 4.0 : 3.0) * elements}),
                      rmsnorm_forward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))),
                      dim3(kRmsNormBlock), 0, stream, out, rstd, out_amax, inp, N, C);
