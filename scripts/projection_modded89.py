@@ -18,7 +18,8 @@ RECORD_MS_PER_STEP = 57.4    # 73.8 s / 1,285 steps (SPEEDRUN89.md)
 RECORD_SECONDS = 73.8
 
 # Report order; GEMM kinds at the GEMM fraction, attention at the attention fraction, the rest memory-bound.
-CATEGORIES = ("bf16 GEMMs (banks, MLPs, gate MLPs, Polar Express)", "FP8 head GEMMs", "window attention",
+CATEGORIES = ("bf16 GEMMs (banks, MLP backward, gate MLPs, Polar Express)", "FP8 GEMMs (head; MLP forward)",
+              "window attention",
               "DC correction (layer 10)", "optimizer kernels (NorMuon, Adam)", "other memory-bound kernels",
               "copies (cudaMemcpyAsync, at HBM bandwidth)")
 WINDOW_ATTENTION = re.compile(r"^(?:\w+::)*(?:window_)?(?:forward|delta|dq|dkdv)_kernel\b")
