@@ -227,6 +227,43 @@ TEST_F(Modded89Fp8MlpTest, CheckpointArraysContinueTheScales) {
   EXPECT_THROW(restored.restore_state({arrays[1]}, stream), std::runtime_error);
 }
 
+// Every scale lives on the device and nothing waits for the host, so a layer's forward, its weights' refresh
+// included, captures into a CUDA graph (the emulation refuses what a GPU would: host waits, pageable copies) and
+// each replay computes what the eager calls do, bit for bit: the same outputs, and the delayed activation scale
+// carried from replay to replay.
+TEST_F(Modded89Fp8MlpTest, ForwardWithRefreshReplaysFromAGraphBitwise) {
+  LLMC_REQUIRE_GPU();
+  Layer layer;
+  fill(layer, 9800);
+  DeviceBuffer<unsigned char> eager_memory(llmc::Modded89Fp8Mlp::bytes(kT, kC, kLayers));
+  llmc::Modded89Fp8Mlp eager(kT, kC, kLayers, eager_memory.get(), stream);
+  llmc::Modded89Fp8Mlp captured(kT, kC, kLayers, memory_.get(), stream);
+  std::vector<std::vector<double>> outputs;
+  for (int replay = 0; replay < 3; replay++) {
+    eager.before_step(1);  // every forward after an update: a refresh (a bootstrap: step 0's update)
+    forward(eager, 0, layer);
+    outputs.push_back(layer.d_out.download());
+  }
+  ASSERT_NE(outputs[0], outputs[1]) << "the first forward's activation scale is 1, the next ones' delayed";
+  const std::vector<float> eager_activation = eager.download_scales(stream).activation;
+  // The refresh is enqueued by the forward that finds the copies stale: capture one such forward.
+  captured.before_step(1);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  forward(captured, 0, layer);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; replay++) {
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    EXPECT_EQ(layer.d_out.download(), outputs[static_cast<size_t>(replay)]) << "replay " << replay;
+  }
+  EXPECT_EQ(captured.download_scales(stream).activation, eager_activation);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 TEST_F(Modded89Fp8MlpTest, RefusesShapesTheFp8GemmsCannotTake) {
   LLMC_REQUIRE_GPU();
   EXPECT_FALSE(llmc::Modded89Fp8Mlp::shape_fits(40, kC));
