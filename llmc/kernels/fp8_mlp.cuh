@@ -22,11 +22,6 @@ namespace llmc {
 inline constexpr float kFp8MlpAmaxFloor = 1e-12f;  // the record's clamp: an all-zero tensor keeps a finite scale
 inline constexpr int kFp8MlpBlock = 256;
 
-// |x| of non-negative floats compare as their bits: atomicMax on them is an exact, order-free maximum.
-__device__ __forceinline__ void atomic_max_nonnegative(float* target, float value) {
-  atomicMax(reinterpret_cast<unsigned*>(target), __float_as_uint(value));
-}
-
 // The block's largest value to one thread's atomicMax (values >= 0; every thread of the block calls it).
 // warp_maxima: a __shared__ array of 32 floats.
 __device__ __forceinline__ void block_max_to(float* target, float value, float* warp_maxima) {

@@ -123,6 +123,12 @@ __device__ __forceinline__ float warp_reduce_max(float value) {
   return value;
 }
 
+// *target = max(*target, value) for non-negative floats (maxima of |x|): their bits compare as the floats, so
+// atomicMax on them is exact and the same whatever the order.
+__device__ __forceinline__ void atomic_max_nonnegative(float* target, float value) {
+  atomicMax(reinterpret_cast<unsigned*>(target), __float_as_uint(value));
+}
+
 // Sum over the whole block, returned to every thread. Every thread of the block must call it;
 // blockDim.x must be a multiple of 32. `warp_totals` is a __shared__ array of at least 32 floats,
 // free for reuse once the function returns to all threads.

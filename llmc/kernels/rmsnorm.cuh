@@ -42,9 +42,9 @@ __global__ void rmsnorm_forward_kernel(Tx* out, float* rstd, float* out_amax, co
     store128(y + p * Packet::size, result);
   }
   if (lane == 0 && rstd != nullptr) rstd[row] = r;
-  if (out_amax != nullptr) {  // exact and order-free: the bits of non-negative floats compare as the floats
+  if (out_amax != nullptr) {
     largest = warp_reduce_max(largest);
-    if (lane == 0) atomicMax(reinterpret_cast<unsigned*>(out_amax), __float_as_uint(largest));
+    if (lane == 0) atomic_max_nonnegative(out_amax, largest);
   }
 }
 
