@@ -161,12 +161,6 @@ class Fp8HeadWorkspace {
   float* device_scales_ = nullptr;
 };
 
-template <class Tx>
-constexpr cudaDataType_t fp8_head_output_type() {
-  static_assert(std::is_same_v<Tx, float> || std::is_same_v<Tx, __nv_bfloat16>, "the head's Tx is fp32 or bf16");
-  return std::is_same_v<Tx, float> ? CUDA_R_32F : CUDA_R_16BF;
-}
-
 inline void check_fp8_head_tokens(const Fp8HeadWorkspace& workspace, int tokens, const char* what) {
   if (tokens <= 0 || tokens % 16 != 0 || tokens > workspace.max_tokens())
     throw std::invalid_argument(std::string(what) + ": tokens must be a positive multiple of 16 up to " +
@@ -179,7 +173,7 @@ template <class Tx>
 Fp8GemmArgs fp8_head_logits_gemm(const Fp8HeadWorkspace& workspace, Tx* logits, int tokens) {
   Fp8GemmArgs z;
   z.d = logits;
-  z.d_type = fp8_head_output_type<Tx>();
+  z.d_type = fp8_gemm_output_type<Tx>();
   z.a = workspace.x8();
   z.b = workspace.w8();
   z.m = tokens;
@@ -196,7 +190,7 @@ template <class Tx>
 Fp8GemmArgs fp8_head_input_grad_gemm(const Fp8HeadWorkspace& workspace, Tx* dx, int tokens) {
   Fp8GemmArgs input_grad;
   input_grad.d = dx;
-  input_grad.d_type = fp8_head_output_type<Tx>();
+  input_grad.d_type = fp8_gemm_output_type<Tx>();
   input_grad.a = workspace.g8();  // (T, V): K = V contiguous
   input_grad.a_type = CUDA_R_8F_E5M2;
   input_grad.b = workspace.w8t();  // (C, V)

@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/fp8_gemm_args.h"
@@ -23,6 +24,13 @@ inline bool fp8_gemm_supported(int device) {
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   return major * 10 + minor >= 89;
+}
+
+// D's type for activations of type Tx (fp32 or bf16).
+template <class Tx>
+constexpr cudaDataType_t fp8_gemm_output_type() {
+  static_assert(std::is_same_v<Tx, float> || std::is_same_v<Tx, __nv_bfloat16>, "FP8 GEMM outputs are fp32 or bf16");
+  return std::is_same_v<Tx, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
 inline size_t fp8_gemm_element_bytes(cudaDataType_t type) {

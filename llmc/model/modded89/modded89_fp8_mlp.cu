@@ -5,7 +5,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/kernels/fp8_cast.cuh"
@@ -23,8 +22,6 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 __global__ void fill_floats_kernel(float* out, int stride, int count, float value) {
   for (int i = threadIdx.x; i < count; i += blockDim.x) out[static_cast<size_t>(i) * stride] = value;
 }
-
-constexpr cudaDataType_t activation_type() { return std::is_same_v<floatX, float> ? CUDA_R_32F : CUDA_R_16BF; }
 
 }  // namespace
 
@@ -123,14 +120,16 @@ void Modded89Fp8Mlp::forward(MatmulContext& matmul, int layer, const floatX* xn,
   fp8_scale_from_amax(scalar(kXScale, layer), nullptr, xn_amax, fp8_mlp_scale_factor(1.0), stream);
   fp8_cast(x8_, xn, rows * C, 1.0f, stream, scalar(kXScale, layer));
   Fp8GemmArgs up;  // pre (T, 4C) = (x_s s_up) x8 W8^T, fp32 accumulation
-  up.d = pre, up.d_type = activation_type(), up.a = x8_, up.b = up_codes(layer), up.m = T, up.n = hidden, up.k = C;
+  up.d = pre, up.d_type = fp8_gemm_output_type<floatX>(), up.a = x8_, up.b = up_codes(layer);
+  up.m = T, up.n = hidden, up.k = C;
   up.a_scale = scalar(kXScale, layer), up.b_scale = scalar(kUpScale, layer);
   fp8_gemm(matmul, up, stream);
   relu_squared_fp8_forward(post, post8_, scalar(kActAmax, layer), pre, scalar(kActScale, layer), rows * hidden,
                            stream);
   Fp8GemmArgs down;  // out (T, C) = (s_act s_w) post8 Wd8^T, fast accumulation
-  down.d = out, down.d_type = activation_type(), down.a = post8_, down.b = down_codes(layer), down.m = T, down.n = C;
-  down.k = hidden, down.a_scale = scalar(kActScale, layer), down.b_scale = scalar(kDownUsed, layer);
+  down.d = out, down.d_type = fp8_gemm_output_type<floatX>(), down.a = post8_, down.b = down_codes(layer);
+  down.m = T, down.n = C, down.k = hidden;
+  down.a_scale = scalar(kActScale, layer), down.b_scale = scalar(kDownUsed, layer);
   down.fast_accumulation = true;
   fp8_gemm(matmul, down, stream);
   // The delayed scale for the next forward: this one's maximum of post with headroom 1.80.
