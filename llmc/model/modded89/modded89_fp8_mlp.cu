@@ -70,16 +70,13 @@ void Modded89Fp8Mlp::reset(cudaStream_t stream) {
   // Step 0 runs with activation scale 1 (the record's buffer init, and again after its warm-up reset).
   LLMC_LAUNCH(fill_floats_kernel, 1, 32, 0, stream, scalar(kActScale, 0), static_cast<int>(kScalars), layers_, 1.0f);
   stale_.assign(static_cast<size_t>(layers_), 1);
-  bootstrap_.assign(static_cast<size_t>(layers_), 1);
   refreshed_.assign(static_cast<size_t>(layers_), 0);
 }
 
 void Modded89Fp8Mlp::before_step(int step) {
   if (step < 1) return;  // the copies of the parameters step 0 starts from are already due
-  for (int i = 0; i < layers_; i++) {
-    stale_[static_cast<size_t>(i)] = 1;
-    if (step - 1 < kFp8MlpBootstrapSteps) bootstrap_[static_cast<size_t>(i)] = 1;
-  }
+  stale_.assign(static_cast<size_t>(layers_), 1);
+  update_bootstraps_ = step - 1 < kFp8MlpBootstrapSteps;
 }
 
 // Up: s_up = bf16(max|c_fc| / 448), W8 = e4m3(bf16(c_fc / s_up)). Down: with a bootstrap the scale of these
@@ -91,14 +88,13 @@ void Modded89Fp8Mlp::refresh(int layer, const floatX* c_fc, const floatX* c_proj
   abs_max(scalar(kUpAmax, layer), c_fc, n, stream);
   fp8_up_weights(up_codes(layer), scalar(kUpScale, layer), scalar(kUpAmax, layer), c_fc, n, stream);
   abs_max(scalar(kDownAmax, layer), c_proj, n, stream);
-  if (bootstrap_[static_cast<size_t>(layer)])
+  if (!refreshed_[static_cast<size_t>(layer)] || update_bootstraps_)
     fp8_scale_from_amax(scalar(kDownNext, layer), nullptr, scalar(kDownAmax, layer), fp8_mlp_scale_factor(1.0), stream);
   fp8_cast_transpose(down_codes(layer), static_cast<fp8e4m3*>(nullptr), c_proj, hidden, C, 1.0f, stream,
                      scalar(kDownNext, layer));
   fp8_scale_from_amax(scalar(kDownNext, layer), scalar(kDownUsed, layer), scalar(kDownAmax, layer),
                       fp8_mlp_scale_factor(kFp8MlpWeightHeadroom), stream);
   stale_[static_cast<size_t>(layer)] = 0;
-  bootstrap_[static_cast<size_t>(layer)] = 0;
   refreshed_[static_cast<size_t>(layer)] = 1;
 }
 
@@ -196,11 +192,8 @@ void Modded89Fp8Mlp::restore_state(const std::vector<NamedStateArray>& arrays, c
   const std::vector<float> refreshed = floats_of(arrays, kRefreshedArray, static_cast<size_t>(layers_));
   CUDA_CHECK(cudaMemcpyAsync(scalars_, scalars.data(), scalars.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vector must outlive the copy
-  for (int i = 0; i < layers_; i++) {
-    refreshed_[static_cast<size_t>(i)] = refreshed[static_cast<size_t>(i)] != 0.0f;
-    bootstrap_[static_cast<size_t>(i)] = !refreshed_[static_cast<size_t>(i)];
-    stale_[static_cast<size_t>(i)] = 1;  // the copies themselves are made again from the parameters
-  }
+  for (int i = 0; i < layers_; i++) refreshed_[static_cast<size_t>(i)] = refreshed[static_cast<size_t>(i)] != 0.0f;
+  stale_.assign(static_cast<size_t>(layers_), 1);  // the copies themselves are made again from the parameters
 }
 
 }  // namespace llmc

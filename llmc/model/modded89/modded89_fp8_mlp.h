@@ -73,8 +73,9 @@ class Modded89Fp8Mlp {
   int seq_len_, channels_, layers_;
   fp8e4m3 *x8_ = nullptr, *post8_ = nullptr, *up_codes_ = nullptr, *down_codes_ = nullptr;
   float* scalars_ = nullptr;                // kScalars per layer
-  std::vector<char> stale_, bootstrap_;     // per layer: refresh before the next use; with a bootstrap
-  std::vector<char> refreshed_;             // per layer: a copy was made since the last reset
+  std::vector<char> stale_;      // per layer: refresh before the next use
+  std::vector<char> refreshed_;  // per layer: a copy was made since the last reset (else the refresh bootstraps)
+  bool update_bootstraps_ = false;  // the last update's step is below kFp8MlpBootstrapSteps
 };
 
 }  // namespace llmc
