@@ -79,12 +79,11 @@ std::string CheckpointReader::state_path(int old_rank) const { return checkpoint
 
 namespace {
 
-bool is_model_array(const NamedStateArray& array) { return array.name.rfind(kModelStatePrefix, 0) == 0; }
-
-std::vector<NamedStateArray> arrays_where(std::vector<NamedStateArray> all, bool model) {
+// The optimizer's arrays: all but the model's (kModelStatePrefix).
+std::vector<NamedStateArray> optimizer_arrays(std::vector<NamedStateArray> all) {
   std::vector<NamedStateArray> kept;
   for (NamedStateArray& array : all)
-    if (is_model_array(array) == model) kept.push_back(std::move(array));
+    if (array.name.rfind(kModelStatePrefix, 0) != 0) kept.push_back(std::move(array));
   return kept;
 }
 
@@ -92,12 +91,11 @@ std::vector<NamedStateArray> arrays_where(std::vector<NamedStateArray> all, bool
 
 std::vector<NamedStateArray> CheckpointReader::arrays(int old_rank) const {
   header(old_rank);  // a rank of the old world
-  return arrays_where(read_train_state(state_path(old_rank)).arrays, /*model=*/false);
+  return optimizer_arrays(read_train_state(state_path(old_rank)).arrays);
 }
 
 std::vector<NamedStateArray> CheckpointReader::model_arrays(int old_rank) const {
-  header(old_rank);
-  return arrays_where(read_train_state(state_path(old_rank)).arrays, /*model=*/true);
+  return read_train_state_arrays_with_prefix(state_path(old_rank), header(old_rank), kModelStatePrefix);
 }
 
 int64_t CheckpointReader::array_elements(int old_rank, const std::string& name) const {

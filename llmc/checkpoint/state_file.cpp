@@ -399,6 +399,25 @@ int64_t train_state_array_elements(const std::string& path, const TrainStateHead
   return find_array(path, in.get(), header, name).count;
 }
 
+std::vector<NamedStateArray> read_train_state_arrays_with_prefix(const std::string& path,
+                                                                 const TrainStateHeader& header,
+                                                                 const std::string& prefix) {
+  std::vector<NamedStateArray> arrays;
+  if (header.version < 5 && header.optimizer == StateOptimizer::kZeroAdamW) return arrays;  // no named arrays
+  const FileHandle in = open_file(path, "rb", "optimizer state");
+  int64_t at = kHeaderBytes;
+  for (int64_t i = 0; i < header.named_arrays; i++) {
+    if (std::fseek(in.get(), static_cast<long>(at), SEEK_SET) != 0) throw_errno_file_error(path, "cannot seek");
+    const ArrayRecord record = read_record(path, in.get(), header.file_bytes - at);
+    at += kRecordWords * 8 + record.bytes;
+    if (record.name.rfind(prefix, 0) != 0) continue;
+    NamedStateArray array{record.name, record.element_bytes, std::vector<char>(static_cast<size_t>(record.bytes))};
+    read_exactly(path, in.get(), array.bytes.data(), array.bytes.size());
+    arrays.push_back(std::move(array));
+  }
+  return arrays;
+}
+
 void read_train_state_elements(const std::string& path, const TrainStateHeader& header, const std::string& name,
                                int64_t first, int64_t count, void* out) {
   const FileHandle in = open_file(path, "rb", "optimizer state");

@@ -116,5 +116,10 @@ int64_t train_state_array_elements(const std::string& path, const TrainStateHead
 // std::out_of_range for elements outside the array.
 void read_train_state_elements(const std::string& path, const TrainStateHeader& header, const std::string& name,
                                int64_t first, int64_t count, void* out);
+// The arrays whose names start with `prefix`, read alone (the others skipped, not read); the header already
+// read and checked. Verifying the whole file's checksum is read_train_state's or verify_train_state's.
+std::vector<NamedStateArray> read_train_state_arrays_with_prefix(const std::string& path,
+                                                                 const TrainStateHeader& header,
+                                                                 const std::string& prefix);
 
 }  // namespace llmc

@@ -241,6 +241,29 @@ TEST_F(StateFiles, SpeedrunOptimizerArraysRoundTrip) {
   EXPECT_EQ(read_train_state(path("zero.bin")).optimizer, StateOptimizer::kZeroAdamW);
 }
 
+// A model's own arrays (kModelStatePrefix) are read alone, by their prefix, in file order with their bytes; the
+// others are skipped; a legacy zero-adamw file has none.
+TEST_F(StateFiles, ModelArraysAreReadAloneByTheirPrefix) {
+  TrainState s = speedrun_state();
+  s.arrays.insert(s.arrays.begin() + 1, NamedStateArray{"model.fp8_mlp.scales", 4, std::vector<char>(8, 7)});
+  s.arrays.push_back(NamedStateArray{"model.fp8_mlp.refreshed", 4, std::vector<char>(4, 9)});
+  write_train_state(path("with_model.bin"), s);
+  const TrainStateHeader header = read_train_state_header(path("with_model.bin"));
+  const std::vector<NamedStateArray> model =
+      read_train_state_arrays_with_prefix(path("with_model.bin"), header, kModelStatePrefix);
+  ASSERT_EQ(model.size(), 2u);
+  for (size_t i = 0; i < 2; i++) {
+    const NamedStateArray& expected = s.arrays[i == 0 ? 1 : 4];
+    EXPECT_EQ(model[i].name, expected.name);
+    EXPECT_EQ(model[i].element_bytes, expected.element_bytes);
+    EXPECT_EQ(model[i].bytes, expected.bytes);
+  }
+  write_train_state(path("no_model.bin"), speedrun_state());
+  EXPECT_TRUE(read_train_state_arrays_with_prefix(path("no_model.bin"), read_train_state_header(path("no_model.bin")),
+                                                  kModelStatePrefix)
+                  .empty());
+}
+
 TEST_F(StateFiles, BadSpeedrunRecordsAreNamed) {
   const std::string good_path = path("speedrun.bin");
   write_train_state(good_path, speedrun_state());
