@@ -13,7 +13,7 @@
 
 #include "llmc/base/checksum.h"
 #include "llmc/checkpoint/state_file.h"
-#include "llmc/family/fp8_head_choice.h"
+#include "llmc/family/fp8_choice.h"
 #include "llmc/family/trainable_model.h"
 
 namespace llmc {
@@ -39,11 +39,11 @@ class ModelFamily {
   // Whether the model trains with the FP8 head, for --fp8-head `choice` (on, off, auto) on the current device
   // and sequences of seq_len tokens. Throws std::invalid_argument naming --fp8-head when `on` cannot be had
   // (a family without one, a GPU without FP8 GEMMs, a shape that is not a multiple of 16).
-  virtual bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const = 0;
+  virtual bool use_fp8_head(Fp8Choice choice, int seq_len) const = 0;
   // Whether the model's training forward runs its MLPs in FP8, for --fp8-mlp `choice`: only the 2026-07-17 model
   // has an FP8 MLP (its family decides auto); `on` elsewhere throws std::invalid_argument naming --fp8-mlp.
-  virtual bool use_fp8_mlp(Fp8MlpChoice choice, int /*seq_len*/) const {
-    if (choice == Fp8MlpChoice::kOn)
+  virtual bool use_fp8_mlp(Fp8Choice choice, int /*seq_len*/) const {
+    if (choice == Fp8Choice::kOn)
       throw std::invalid_argument("--fp8-mlp on: only the 2026-07-17 model (--model modded89...) has an FP8 MLP");
     return false;
   }

@@ -135,12 +135,12 @@ void add_model_options(CLI::App& app, TrainOptions& o) {
                  "dN (GPT-2 shape with N layers; d12 = 124M), a GPT-2 test preset (tiny, small), speedrun (the "
                  "modded-nanogpt 2025-10-31 record's model; -b 1) or its test preset speedrun-tiny, or a model file "
                  "(llm.c GPT-2 or speedrun) to start from")->capture_default_str();
-  add_choice(app, "--fp8-head", o.fp8_head, kFp8HeadChoiceNames,
+  add_choice(app, "--fp8-head", o.fp8_head, kFp8ChoiceNames,
              "Training forward and backward of a speedrun model's head on FP8 tensor cores, as the record "
              "(validation stays bf16): on, off, or auto (on where the GPU has FP8 GEMMs, compute capability "
              "8.9+, and the sequence length, width and vocabulary are multiples of 16; off for GPT-2 models)");
 
-  add_choice(app, "--fp8-mlp", o.fp8_mlp, kFp8MlpChoiceNames,
+  add_choice(app, "--fp8-mlp", o.fp8_mlp, kFp8ChoiceNames,
              "Training forward of the 2026-07-17 model's MLPs on FP8 tensor cores, as the record (e4m3, the up "
              "projection's input scaled by its current maximum, the down projection's by the previous forward's; "
              "backward and validation stay bf16): on, off, or auto (on for that model where the GPU has FP8 GEMMs "

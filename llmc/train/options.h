@@ -6,7 +6,7 @@
 #include <string>
 
 #include "llmc/base/enum_names.h"
-#include "llmc/family/fp8_head_choice.h"
+#include "llmc/family/fp8_choice.h"
 #include "llmc/kernels/gemm_algo_selection.h"
 #include "llmc/optim/overlap_mode.h"
 #include "llmc/optim/row_exchange.h"
@@ -81,8 +81,8 @@ struct TrainOptions {
   std::string vocab_dir;               // the GPT-2 BPE files of the samples and of the #89 prefix-token loss
   // performance
   GemmAlgoSelection gemm_algo = GemmAlgoSelection::kHeuristic;  // heuristic | fastest
-  Fp8MlpChoice fp8_mlp = Fp8MlpChoice::kAuto;    // on | off | auto (the 2026-07-17 model's MLPs in FP8; docs/fp8.md)
-  Fp8HeadChoice fp8_head = Fp8HeadChoice::kAuto;  // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)
+  Fp8Choice fp8_mlp = Fp8Choice::kAuto;    // on | off | auto (the 2026-07-17 model's MLPs in FP8; docs/fp8.md)
+  Fp8Choice fp8_head = Fp8Choice::kAuto;  // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)
 
   int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)
   int validation_seq_len() const { return val_seq_len > 0 ? val_seq_len : seq_len; }

@@ -236,11 +236,11 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
                                                                 : "mean over the step's tokens") +
                          " (--loss-reduction " + name_of(opt.loss_reduction, kLossReductionNames) + ")");
   header.notes.push_back(std::string("head: ") + (fp8_head ? "fp8" : "bf16") + " (--fp8-head " +
-                         name_of(opt.fp8_head, kFp8HeadChoiceNames) + "), activations " +
+                         name_of(opt.fp8_head, kFp8ChoiceNames) + "), activations " +
                          std::to_string(header.activation_bytes) + " bytes");
   if (is_modded89(*start.family))
     header.notes.push_back(std::string("mlp: ") + (fp8_mlp ? "fp8" : "bf16") +
-                           " training forward (--fp8-mlp " + name_of(opt.fp8_mlp, kFp8MlpChoiceNames) + ")");
+                           " training forward (--fp8-mlp " + name_of(opt.fp8_mlp, kFp8ChoiceNames) + ")");
   if (debug.any()) header.notes.push_back("debug: " + debug.describe());
   if (opt.lr_schedule == LrDecay::kSpeedrun || opt.window_schedule == WindowScheduleKind::kSpeedrun)
     header.notes.push_back("speedrun schedule: " + SpeedrunSchedule::for_total_steps(opt.steps).describe());
@@ -314,8 +314,9 @@ void TrainingRun::restore_model_state(const CheckpointReader& checkpoint) {
                            : checkpoint.rank() % checkpoint.old_world_size();
   try {
     model->restore_model_state(checkpoint.model_arrays(old_rank));
-  } catch (const std::runtime_error& error) {
-    if (dynamic_cast<const FileError*>(&error) != nullptr) throw;
+  } catch (const FileError&) {
+    throw;
+  } catch (const std::runtime_error& error) {  // arrays that do not fit this model: name the file
     throw FileError(checkpoint.state_path(old_rank), error.what());
   }
 }

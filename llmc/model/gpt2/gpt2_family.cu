@@ -22,9 +22,9 @@ class GPT2Family : public ModelFamily {
   explicit GPT2Family(const GPT2Config& config) : config_(config) {}
   std::string describe() const override { return describe_config(config_); }
   int vocab_size() const override { return config_.vocab_size; }
-  bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const override {
+  bool use_fp8_head(Fp8Choice choice, int seq_len) const override {
     (void)seq_len;
-    if (choice == Fp8HeadChoice::kOn)
+    if (choice == Fp8Choice::kOn)
       throw std::invalid_argument("--fp8-head on: GPT-2 models have no FP8 head (use a speedrun model, or "
                                   "--fp8-head off or auto)");
     return false;

@@ -7,7 +7,7 @@
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/precision.h"
-#include "llmc/family/fp8_head_decision.h"
+#include "llmc/family/fp8_decision.h"
 #include "llmc/model/modded44/speedrun_init.h"
 #include "llmc/model/modded44/speedrun_model.h"
 #include "llmc/model/modded44/speedrun_model_file.h"
@@ -25,7 +25,7 @@ class SpeedrunFamily : public ModelFamily {
   int vocab_size() const override { return config_.vocab_size; }
   // auto: on wherever it can run. The emulated device is sm_90, so emulated runs take the FP8 path the GPU
   // takes (its GEMMs emulated with the accumulator model of docs/fp8.md).
-  bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const override {
+  bool use_fp8_head(Fp8Choice choice, int seq_len) const override {
     return choose_fp8_head(choice, seq_len, config_.channels(), config_.vocab_size);
   }
   bool trains_on_documents() const override { return true; }  // the record's BOS-aligned loader

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "llmc/family/fp8_head_decision.h"
+#include "llmc/family/fp8_decision.h"
 #include "llmc/model/modded89/modded89_decoder.h"
 #include "llmc/model/modded89/modded89_family.h"
 #include "llmc/model/modded89/modded89_init.h"
@@ -53,23 +53,14 @@ class Modded89Family : public ModelFamily {
     return "modded89 " + describe_modded89_config(config_) + " prefix_loss=" + (has_prefix_loss(config_) ? "on" : "off");
   }
   int vocab_size() const override { return config_.vocab_size; }
-  bool use_fp8_head(Fp8HeadChoice choice, int seq_len) const override {
+  bool use_fp8_head(Fp8Choice choice, int seq_len) const override {
     return choose_fp8_head(choice, seq_len, config_.channels(), config_.vocab_size);
   }
   // auto: on where the device has FP8 GEMMs and the shape fits, as the head's.
-  bool use_fp8_mlp(Fp8MlpChoice choice, int seq_len) const override {
-    if (choice == Fp8MlpChoice::kOff) return false;
-    const bool shape_fits = Modded89Fp8Mlp::shape_fits(seq_len, config_.channels());
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    const bool supported = fp8_gemm_supported(device);
-    if (choice == Fp8MlpChoice::kOn && !shape_fits)
-      throw std::invalid_argument("--fp8-mlp on: the FP8 MLP needs --seq-len (" + std::to_string(seq_len) +
-                                  ") and the width (" + std::to_string(config_.channels()) + ") to be multiples of 16");
-    if (choice == Fp8MlpChoice::kOn && !supported)
-      throw std::invalid_argument("--fp8-mlp on: this GPU has no FP8 GEMMs (compute capability 8.9 or newer "
-                                  "needed); use --fp8-mlp off");
-    return shape_fits && supported;
+  bool use_fp8_mlp(Fp8Choice choice, int seq_len) const override {
+    return choose_fp8(choice, Modded89Fp8Mlp::shape_fits(seq_len, config_.channels()), "--fp8-mlp",
+                      "the FP8 MLP needs --seq-len (" + std::to_string(seq_len) + ") and the width (" +
+                          std::to_string(config_.channels()) + ") to be multiples of 16");
   }
   bool trains_on_documents() const override { return true; }
   StateOptimizer default_optimizer() const override { return StateOptimizer::kSpeedrun; }  // its record's
