@@ -40,6 +40,11 @@ llmc_kernel_mutant(fp8_mutant_in_out_weight_grad_unswapped test/kernels/test_fp8
 llmc_kernel_mutant(fp8_mutant_codes_not_transposed test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
   llmc/kernels/fp8_head.cuh "fp8_transpose(workspace.g8t(), workspace.g8(), tokens, workspace.vocab(), stream);")
 
+# The FP8 MLP's block maximum (abs_max, the ReLU^2 epilogue's amax) without the barrier between the warps'
+# maxima and warp 0's read of them.
+llmc_kernel_mutant(fp8_mutant_block_max_without_barrier test/kernels/test_fp8_mutant.cu "llmc/kernels/fp8*.cuh"
+  llmc/kernels/fp8_mlp.cuh "__syncthreads();  // block max: every warp's maximum is stored before warp 0 reads them")
+
 llmc_emu_wrap_sources(fp8_mutant_control_sources fp8_mutant_control_emu test/kernels/test_fp8_mutant.cu)
 add_executable(fp8_mutant_control_emu ${fp8_mutant_control_sources})
 target_compile_definitions(fp8_mutant_control_emu PRIVATE LLMC_FP8_MUTANT_CONTROL)

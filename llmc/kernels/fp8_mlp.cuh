@@ -28,7 +28,7 @@ __device__ __forceinline__ void block_max_to(float* target, float value, float* 
   value = warp_reduce_max(value);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   if (lane == 0) warp_maxima[warp] = value;
-  __syncthreads();
+  __syncthreads();  // block max: every warp's maximum is stored before warp 0 reads them
   if (warp != 0) return;
   value = lane < static_cast<int>(blockDim.x / kWarpSize) ? warp_maxima[lane] : 0.0f;
   value = warp_reduce_max(value);

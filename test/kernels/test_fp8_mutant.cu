@@ -2,7 +2,8 @@
 // removed, found first on the include path): the emulated head at a small shape must be caught, its fp8
 // copies differing from the conversion model's or its products from the double products of those copies
 // beyond the accumulator bound (test/kernels/fp8_test_support.h), or its gradient scale not following the
-// loss scale, or the #89 model's (C, V) head from codes differing likewise. A mutant that passes fails this test. Built
+// loss scale, or the #89 model's (C, V) head from codes differing likewise, or the FP8 MLP's maxima missing a
+// warp's share. A mutant that passes fails this test. Built
 // once more from the faithful headers (LLMC_FP8_MUTANT_CONTROL) where the same check must pass, so that a
 // check that always fails cannot make every mutant look caught.
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 
 #include "llmc/emu/fp8_convert.h"
 #include "llmc/kernels/fp8_head.cuh"
+#include "llmc/kernels/fp8_mlp.cuh"
 #include "test/kernels/fp8_test_support.h"
 #include "test/support/device_buffer.h"
 
@@ -127,6 +129,27 @@ bool in_out_head_matches(llmc::MatmulContext& context, const std::vector<double>
   return false;
 }
 
+// The FP8 MLP's maxima (abs_max, relu_squared_fp8_forward's amax) over values whose largest magnitude lies in the
+// last warp of a block, so that a block maximum missing any warp's share differs. Exact: a maximum of bf16 values.
+bool mlp_maxima_match() {
+  constexpr size_t n = 8 * llmc::kFp8MlpBlock;
+  std::vector<double> values(n);
+  for (size_t i = 0; i < n; i++) values[i] = -1.0 + static_cast<double>(i % 97) / 64.0;
+  values[n - 5] = 3.5;
+  DeviceBuffer<__nv_bfloat16> d_values(n), d_post(n);
+  DeviceBuffer<llmc::fp8e4m3> d_post8(n);
+  DeviceBuffer<float> d_amax(1), d_scale(1);
+  d_values.upload(values);
+  d_scale.upload(std::vector<double>{1.0});
+  llmc::abs_max(d_amax.get(), d_values.get(), n, nullptr);
+  const double abs_max = d_amax.download()[0];
+  llmc::relu_squared_fp8_forward(d_post.get(), d_post8.get(), d_amax.get(), d_values.get(), d_scale.get(), n, nullptr);
+  const double relu_squared_max = d_amax.download()[0];
+  if (abs_max != 3.5 || relu_squared_max != 3.5 * 3.5)
+    std::fprintf(stderr, "FP8 MLP maxima %g and %g, expected 3.5 and 12.25\n", abs_max, relu_squared_max);
+  return abs_max == 3.5 && relu_squared_max == 3.5 * 3.5;
+}
+
 [[noreturn]] void run_mutant_and_exit() {
   std::mt19937 rng(4242);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -159,7 +182,8 @@ bool in_out_head_matches(llmc::MatmulContext& context, const std::vector<double>
       product_matches(d_dx.download(), T, C, V, g8.data(), V, 1, w8.data(), 1, C, double{s.grad} * s.weight, false,
                       bf16) &&
       product_matches(d_dw.download(), V, C, T, g8.data(), 1, V, x8.data(), 1, C, double{s.x} * s.grad, false, 0.0) &&
-      grad_scale_follows_loss_scale(context, x, w, dz) && in_out_head_matches(context, x, w, dz);
+      grad_scale_follows_loss_scale(context, x, w, dz) && in_out_head_matches(context, x, w, dz) &&
+      mlp_maxima_match();
   std::fprintf(stderr, correct ? "mutant not caught: the head matches the model\n"
                                : "mutant caught: the head differs from the model\n");
   std::_Exit(correct ? 0 : 3);
