@@ -22,6 +22,7 @@ set(LLMC_MODDED89_KERNEL_TEST_SOURCES
   test/kernels/test_xsa.cu
   test/kernels/test_bigram_sign.cu
   test/kernels/test_token_mix.cu
+  test/kernels/test_residual_norm.cu
   test/kernels/test_value_embed_gate.cu
   test/kernels/test_dc_attention.cu
   test/kernels/test_gate_mlp_output.cu

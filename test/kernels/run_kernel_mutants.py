@@ -55,6 +55,8 @@ MUTANTS = {
     "gate_mlp_output.bias_grad_unscaled": "GateMlpOutput.Backward*",   # db without the scale
     "dc_mix_weights.no_norm_gradient": "DcAttentionKernel.MixWeightsBackward*",  # the rms treated as a constant
     "pair_rope.offset_gradient_misses_last": "QkNormPairRope.Backward*",  # row T-2's k misses row T-1's dy
+    # issue 27's fusions
+    "residual_norm.extra_streams_unweighted": "ResidualNormKernel.*Bitwise",  # the gate columns ignored
 }
 
 

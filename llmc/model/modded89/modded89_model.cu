@@ -24,6 +24,7 @@
 #include "llmc/kernels/qk_norm_rope.cuh"
 #include "llmc/kernels/relu_squared.cuh"
 #include "llmc/kernels/residual_mix.cuh"
+#include "llmc/kernels/residual_norm.cuh"
 #include "llmc/kernels/rmsnorm.cuh"
 #include "llmc/kernels/scalar_vector.cuh"
 #include "llmc/kernels/simple_window_attention.cuh"
@@ -796,22 +797,42 @@ void Modded89Model::layer_forward(int i) {
         from_row(token_mix(b.mlps[1].gate(), {{previous, -1}, {l.skip, structure.skip_gate.column}}, C), first), T, C,
         stream_);
   }
-  if (role.mudd) {
-    mudd_attention_forward(i);
-  } else if (role.attention) {
+  if (role.attention && !role.mudd) {
     const floatX* source = role.reads_layer7 ? b.layers[7].x_out : l.x_in;
     rmsnorm_forward(at(l.xn_attn, C), at(l.rstd_attn, 1), at(source, C), T, C, stream_);
     attention_forward(i, l.xn_attn, nullptr);
-    mix_forward(Rows{at(l.x_attn, C), C}, ConstRows{at(l.x_in, C), C}, ConstRows{at(l.attn_out, C), C}, b.fp32_params,
-                bf16_copy(fp32_index("resid_lambdas", 2 * i)), bf16_copy(fp32_index("post_lambdas", 2 * i)), T, C,
-                stream_);
-    const GateRows gate = b.mlps[role.x0_gate.gate].gate();
-    TokenMix extra = token_mix(gate, {{l.x_attn, -1}, {b.x0, role.x0_gate.column}}, C);
-    if (i != 0)
-      extra = token_mix(gate, {{l.x_attn, -1}, {b.x0, role.x0_gate.column}, {b.b, role.bigram_gate.column}}, C);
-    token_mix_forward(at(l.x_attn, C), C, from_row(extra, first), T, C, stream_);
+    attention_output_and_mlp_norm(i);  // writes x_attn and xn_mlp
+  } else {
+    if (role.mudd) mudd_attention_forward(i);
+    rmsnorm_forward(at(l.xn_mlp, C), at(l.rstd_mlp, 1), at(l.x_attn, C), T, C, stream_, mlp_input_amax(i));
   }
   mlp_forward(i);
+}
+
+// The FP8 MLP's input maximum, taken by the pass that writes its input xn_mlp (training forwards only, as the record).
+float* Modded89Model::mlp_input_amax(int i) const {
+  const Buffers& b = *buffers_;
+  return b.fp8_mlp && has_training_forward_ ? b.fp8_mlp->input_amax(i) : nullptr;
+}
+
+// x_attn = r x + p attn_out + g x0 (+ g' b from layer 1 on), and its norm xn_mlp for the MLP: one fused pass
+// (residual_norm_forward), bit for bit the mix, the token mix and the RMSNorm it replaces.
+void Modded89Model::attention_output_and_mlp_norm(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+  const int T = rows_.count, C = layout_.config.channels();
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{at(l.x_in, C), C};
+  mix.y = ConstRows{at(l.attn_out, C), C};
+  mix.scalars = b.fp32_params;
+  mix.a = bf16_copy(fp32_index("resid_lambdas", 2 * i));
+  mix.b = bf16_copy(fp32_index("post_lambdas", 2 * i));
+  const GateRows gate = b.mlps[role.x0_gate.gate].gate();
+  TokenMix extra = token_mix(gate, {{b.x0, role.x0_gate.column}}, C);
+  if (i != 0) extra = token_mix(gate, {{b.x0, role.x0_gate.column}, {b.b, role.bigram_gate.column}}, C);
+  residual_norm_forward({at(l.x_attn, C), at(l.xn_mlp, C), at(l.rstd_mlp, 1), mlp_input_amax(i)}, mix,
+                        from_row(extra, rows_.first), T, C, stream_);
 }
 
 // Layer 10 (step 5, "MUDD layer"): mu = MUDD0(x); aux_v = mu0 cache0 + mu1 cache7 + mu2 x + (mu6 | mu7) ve4;
@@ -980,16 +1001,14 @@ void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux
   gemm(b.matmul, out, stream_);
 }
 
-// x = r_M x + p_M relu(norm(x) c_fc^T)^2 c_proj (layer 10: mu12 x + mu13 MLP).
+// x = r_M x + p_M relu(xn c_fc^T)^2 c_proj from xn = norm(x), written by layer_forward (layer 10: mu12 x + mu13 MLP).
 void Modded89Model::mlp_forward(int i) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
   const int T = rows_.count, C = layout_.config.channels(), hidden = layout_.config.mlp_hidden();
   const floatX* bank = param("layers." + std::to_string(i) + ".mlp");
-  const bool fp8 = b.fp8_mlp && has_training_forward_;  // the record's FP8 MLP: training forwards only
-  float* xn_amax = fp8 ? b.fp8_mlp->input_amax(i) : nullptr;  // its input scale, from the norm's own pass
-  rmsnorm_forward(at(l.xn_mlp, C), at(l.rstd_mlp, 1), at(l.x_attn, C), T, C, stream_, xn_amax);
-  if (fp8) {
+  float* xn_amax = mlp_input_amax(i);  // the record's FP8 MLP (training forwards only); xn_mlp written before
+  if (xn_amax != nullptr) {
     b.fp8_mlp->forward(b.matmul, i, at(l.xn_mlp, C), bank, bank + static_cast<size_t>(hidden) * C, at(l.pre, hidden),
                        at(l.post, hidden), at(l.mlp_out, C), T, stream_, xn_amax);
     mlp_output_mix(i);

@@ -175,6 +175,8 @@ class Modded89Model : public FamilyModel {
   void window_attention_forward(int layer);
   void window_attention_backward(int layer, const floatX* dout);
   void mudd_attention_forward(int layer);
+  void attention_output_and_mlp_norm(int layer);
+  float* mlp_input_amax(int layer) const;
   void mlp_forward(int layer);
   void mlp_output_mix(int layer);
   void small_mlp_forward(int index, const floatX* x);
