@@ -15,6 +15,7 @@
 #include "llmc/kernels/qk_norm_rope.cuh"
 #include "llmc/kernels/relu_squared.cuh"
 #include "llmc/kernels/residual_mix.cuh"
+#include "llmc/kernels/residual_norm.cuh"
 #include "llmc/kernels/rmsnorm.cuh"
 #include "llmc/kernels/scalar_vector.cuh"
 #include "llmc/kernels/simple_window_attention.cuh"
@@ -442,8 +443,17 @@ void SpeedrunModel::block_forward(int i) {
     mix_forward(Rows{b.x_in, C}, ConstRows{previous, C}, ConstRows{skip, C}, a.scalars, one(),
                 MixCoefficient{MixScalar::kSigmoid, index.skip_weight(role.pop_skip)}, T, C, stream_);
   }
-  mix_forward(Rows{b.x_mix, C}, ConstRows{b.x_in, C}, ConstRows{a.x0, C}, a.scalars, identity(index.block_lambda(i, 0)),
-              identity(index.block_lambda(i, 1)), T, C, stream_);
+  // x_mix = l0 x_in + l1 x0 and its norm for the first sublayer that reads it, in one pass (residual_norm_forward,
+  // bit for bit mix_forward then rmsnorm_forward).
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{b.x_in, C};
+  mix.y = ConstRows{a.x0, C};
+  mix.scalars = a.scalars;
+  mix.a = identity(index.block_lambda(i, 0));
+  mix.b = identity(index.block_lambda(i, 1));
+  const ResidualNormOut out = role.attention ? ResidualNormOut{b.x_mix, b.xn_attn, b.rstd_attn}
+                                             : ResidualNormOut{b.x_mix, b.xn_mlp, b.rstd_mlp};
+  residual_norm_forward(out, mix, TokenMix{}, T, C, stream_);
   if (role.attention) attention_forward(i);
   if (role.mlp) mlp_forward(i);
 }
@@ -454,8 +464,7 @@ void SpeedrunModel::attention_forward(int i) {
   const SpeedrunConfig& cfg = layout_.config;
   const SpeedrunScalarIndex index{cfg.num_blocks};
   const int T = seq_len_, C = cfg.channels(), H = cfg.num_heads, D = cfg.head_dim;
-  const floatX* qkvo = param(SpeedrunTensor::kQkvo, i);
-  rmsnorm_forward(b.xn_attn, b.rstd_attn, b.x_mix, T, C, stream_);
+  const floatX* qkvo = param(SpeedrunTensor::kQkvo, i);  // xn_attn = norm(x_mix): written by block_forward
   GemmArgs qkv;  // qkv (T, 3C) = xn W_qkv^T, W_qkv = rows 0..3C-1 of the [4C, C] view
   qkv.d = b.qkv, qkv.a = b.xn_attn, qkv.b = qkvo, qkv.m = T, qkv.n = 3 * C, qkv.k = C, qkv.trans_b = true;
   gemm(a.matmul, qkv, stream_);
@@ -497,7 +506,8 @@ void SpeedrunModel::mlp_forward(int i) {
   Activations& a = *acts_;
   Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const int T = seq_len_, C = layout_.config.channels();
-  rmsnorm_forward(b.xn_mlp, b.rstd_mlp, b.x_attn, T, C, stream_);
+  if (layout_.structure.blocks[static_cast<size_t>(i)].attention)  // else block_forward wrote it with x_mix
+    rmsnorm_forward(b.xn_mlp, b.rstd_mlp, b.x_attn, T, C, stream_);
   GemmArgs fc;  // h (T, 4C) = xn W_fc, W_fc stored (in, out)
   fc.d = b.h, fc.a = b.xn_mlp, fc.b = param(SpeedrunTensor::kFc, i), fc.m = T, fc.n = 4 * C, fc.k = C;
   gemm(a.matmul, fc, stream_);
@@ -516,9 +526,12 @@ void SpeedrunModel::head_forward(const int* targets_host, int loss_slot, bool co
   const SpeedrunScalarIndex index{cfg.num_blocks};
   const floatX* last = a.blocks[static_cast<size_t>(cfg.num_blocks - 1)].x_out;
   const floatX* kept = a.blocks[static_cast<size_t>(layout_.structure.backout_block)].x_out;
-  mix_forward(Rows{a.x_final, C}, ConstRows{last, C}, ConstRows{kept, C}, a.scalars, one(),
-              MixCoefficient{MixScalar::kNegated, index.backout_lambda()}, T, C, stream_);
-  rmsnorm_forward(a.xf, a.rstd_f, a.x_final, T, C, stream_);
+  ResidualMixIn backout;  // x_final = last - lambda kept and its norm xf, in one pass
+  backout.x_in = ConstRows{last, C};
+  backout.y = ConstRows{kept, C};
+  backout.scalars = a.scalars;
+  backout.b = MixCoefficient{MixScalar::kNegated, index.backout_lambda()};
+  residual_norm_forward({a.x_final, a.xf, a.rstd_f}, backout, TokenMix{}, T, C, stream_);
   if (a.fp8_head && compute_dlogits) {  // training: z in FP8, its copies kept for head_backward
     fp8_head_training_forward(a.matmul, *a.fp8_head, a.z, a.xf, param(SpeedrunTensor::kHead), T, dloss, stream_);
   } else {

@@ -799,7 +799,8 @@ void Modded89Model::layer_forward(int i) {
   }
   if (role.attention && !role.mudd) {
     const floatX* source = role.reads_layer7 ? b.layers[7].x_out : l.x_in;
-    rmsnorm_forward(at(l.xn_attn, C), at(l.rstd_attn, 1), at(source, C), T, C, stream_);
+    if (!attention_norm_fused_before(i))
+      rmsnorm_forward(at(l.xn_attn, C), at(l.rstd_attn, 1), at(source, C), T, C, stream_);
     attention_forward(i, l.xn_attn, nullptr);
     attention_output_and_mlp_norm(i);  // writes x_attn and xn_mlp
   } else {
@@ -807,6 +808,17 @@ void Modded89Model::layer_forward(int i) {
     rmsnorm_forward(at(l.xn_mlp, C), at(l.rstd_mlp, 1), at(l.x_attn, C), T, C, stream_, mlp_input_amax(i));
   }
   mlp_forward(i);
+}
+
+// Whether layer i's attention norm is written by layer i - 1's output mix (mlp_output_mix, one fused pass): where
+// layer i normalises exactly that output (no skip add before it, not layer 7's output) and layer i - 1's output
+// is a scalar mix (not the MUDD layer's).
+bool Modded89Model::attention_norm_fused_before(int i) const {
+  const Modded89Structure& structure = layout_.structure;
+  if (i <= 0 || i >= kModded89Layers) return false;
+  const Modded89Layer& role = structure.layers[static_cast<size_t>(i)];
+  return role.attention && !role.mudd && !role.reads_layer7 && i != structure.skip_to &&
+         !structure.layers[static_cast<size_t>(i - 1)].mudd;
 }
 
 // The FP8 MLP's input maximum, taken by the pass that writes its input xn_mlp (training forwards only, as the record).
@@ -1035,31 +1047,45 @@ void Modded89Model::mlp_output_mix(int i) {
     token_mix_forward(at(l.x_out, C), C,
                       from_row(token_mix(b.mlps[2].gate(), {{l.x_attn, 12}, {l.mlp_out, 13}}, C), rows_.first), T, C,
                       stream_);
-  else
-    mix_forward(Rows{at(l.x_out, C), C}, ConstRows{at(l.x_attn, C), C}, ConstRows{at(l.mlp_out, C), C}, b.fp32_params,
-                bf16_copy(fp32_index("resid_lambdas", 2 * i + 1)), bf16_copy(fp32_index("post_lambdas", 2 * i + 1)),
-                T, C, stream_);
+  else if (attention_norm_fused_before(i + 1))  // x_out and the next layer's attention norm in one pass
+    residual_norm_forward({at(l.x_out, C), at(b.layers[i + 1].xn_attn, C), at(b.layers[i + 1].rstd_attn, 1)},
+                          mlp_output_mix_in(i), TokenMix{}, T, C, stream_);
+  else {
+    const ResidualMixIn mix = mlp_output_mix_in(i);
+    mix_forward(Rows{at(l.x_out, C), C}, mix.x_in, mix.y, mix.scalars, mix.a, mix.b, T, C, stream_);
+  }
 }
 
-// Step 6: MUDD1's connections after the loop and the final norm, into b.xf.
+// x_out = r x_attn + p mlp_out: the operands of a layer's output mix (not the MUDD layer's).
+ResidualMixIn Modded89Model::mlp_output_mix_in(int i) const {
+  const Buffers& b = *buffers_;
+  const Buffers::Layer& l = b.layers[i];
+  const int C = layout_.config.channels();
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{at(l.x_attn, C), C};
+  mix.y = ConstRows{at(l.mlp_out, C), C};
+  mix.scalars = b.fp32_params;
+  mix.a = bf16_copy(fp32_index("resid_lambdas", 2 * i + 1));
+  mix.b = bf16_copy(fp32_index("post_lambdas", 2 * i + 1));
+  return mix;
+}
+
+// Step 6: MUDD1's connections after the loop and the final norm, into b.xf: x_final = x + the gated streams, in one
+// pass with its norm (residual_norm_forward: x taken whole, weight 1, as the token mix's first stream).
 void Modded89Model::final_hidden_forward() {
   Buffers& b = *buffers_;
   const Modded89Config& cfg = layout_.config;
   const int T = rows_.count, C = cfg.channels();
   const floatX* x = b.layers[kModded89Layers - 1].x_out;
   small_mlp_forward(3, x);
-  token_mix_forward(at(b.x_final, C), C,
-                    from_row(token_mix(b.mlps[3].gate(),
-                                       {{x, -1},
-                                        {b.x_start, 0},
-                                        {b.layers[7].x_out, 1},
-                                        {b.layers[10].x_in, 2},
-                                        {b.ve[0], 3},
-                                        {b.layers[3].x_out, 4}},
-                                       C),
-                             rows_.first),
-                    T, C, stream_);
-  rmsnorm_forward(at(b.xf, C), at(b.rstd_f, 1), at(b.x_final, C), T, C, stream_);
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{at(x, C), C};
+  mix.scalars = b.fp32_params;
+  const TokenMix streams = token_mix(
+      b.mlps[3].gate(),
+      {{b.x_start, 0}, {b.layers[7].x_out, 1}, {b.layers[10].x_in, 2}, {b.ve[0], 3}, {b.layers[3].x_out, 4}}, C);
+  residual_norm_forward({at(b.x_final, C), at(b.xf, C), at(b.rstd_f, 1)}, mix, from_row(streams, rows_.first), T, C,
+                        stream_);
 }
 
 // The bf16 head over `rows` of b.xf: z (rows, V) = xf W_head, W_head stored (in, out).

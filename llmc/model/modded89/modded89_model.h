@@ -16,6 +16,7 @@
 #include "llmc/family/loss_means.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/mtp_cross_entropy.cuh"
+#include "llmc/kernels/residual_norm.cuh"
 #include "llmc/model/modded89/modded89_attention_state.h"
 #include "llmc/model/modded89/modded89_fp8_mlp.h"
 #include "llmc/model/modded89/modded89_layout.h"
@@ -176,6 +177,8 @@ class Modded89Model : public FamilyModel {
   void window_attention_backward(int layer, const floatX* dout);
   void mudd_attention_forward(int layer);
   void attention_output_and_mlp_norm(int layer);
+  bool attention_norm_fused_before(int layer) const;
+  ResidualMixIn mlp_output_mix_in(int layer) const;
   float* mlp_input_amax(int layer) const;
   void mlp_forward(int layer);
   void mlp_output_mix(int layer);
