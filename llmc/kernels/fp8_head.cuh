@@ -5,8 +5,8 @@
 //   dW = (x_s g_s) g8^T e4m3(x / x_s)                       no fast accumulation, fp32
 // with static scales. Every GEMM reads K-major operands, so the casts also write the transposed copies the
 // backward needs (fp8_cast_transpose). Validation uses the bf16 head, not this. The #44 model stores W as
-// (V, C) and casts dz itself; the #89 model stores W as (C, V) and its loss kernel writes g8 directly
-// (fp8_head_backward_from_codes transposes it).
+// (V, C), the #89 model as (C, V); both models' loss kernels write g8 directly (fp8_head_backward_from_codes
+// transposes it); fp8_head_backward casts a floatX dz itself.
 #pragma once
 
 #include <cmath>

@@ -1,10 +1,11 @@
 // The speedrun model's soft-capped cross-entropy: logits l = 30 sigmoid(z / 7.5) over ALL V columns of
 // the head output z (the padding columns take part in the softmax, as in the reference), loss
 // logsumexp(l) - l[target] per row, and its gradient dz = dloss (softmax(l) - onehot) * 4 s (1 - s)
-// (s = sigmoid(z / 7.5)) written IN PLACE over z. Probabilities are never stored. Because l < 30, the cap
-// is a static maximum: one pass sums exp(l - 30) (no running max, no overflow, no underflow: every term
-// is >= e^-30), a second pass writes the gradient. One block per row, 16-byte packets; the row sum is a
-// fixed-order block reduction, so losses and gradients are bitwise repeatable.
+// (s = sigmoid(z / 7.5)) written IN PLACE over z, or for the FP8 head as its e5m2 codes (z kept).
+// Probabilities are never stored. Because l < 30, the cap is a static maximum: one pass sums exp(l - 30) (no
+// running max, no overflow, no underflow: every term is >= e^-30), a second pass writes the gradient. One block
+// per row, 16-byte packets; the row sum is a fixed-order block reduction, so losses and gradients are bitwise
+// repeatable.
 #pragma once
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/fp8.h"
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/cuda/precision.h"
@@ -34,13 +36,30 @@ struct SoftcapTerms {
   }
 };
 
+namespace detail {
+// One packet's gradients: floatX values, or e5m2 codes of those floatX values / grad_code_scale (what fp8_cast of
+// the floatX gradient writes, bit for bit).
 template <typename Tx>
-__global__ void softcap_cross_entropy_kernel(Tx* z, float* losses, const int* targets, float dloss, int V,
-                                             bool write_dz) {
+__device__ __forceinline__ void store_softcap_grads(Tx* out, const Packed128<Tx>& grads, float) {
+  store128(out, grads);
+}
+template <typename Tx>
+__device__ __forceinline__ void store_softcap_grads(fp8e5m2* out, const Packed128<Tx>& grads, float grad_code_scale) {
+  for (int j = 0; j < Packed128<Tx>::size; j += 2)
+    reinterpret_cast<uint16_t*>(out)[j / 2] = fp8x2_from_floats<fp8e5m2>(
+        __fdiv_rn(to_float(grads[j]), grad_code_scale), __fdiv_rn(to_float(grads[j + 1]), grad_code_scale));
+}
+}  // namespace detail
+
+// Row `row` of z: losses[row], and with grads (not null) the gradient into grads: Tg = Tx over z itself (in place),
+// or e5m2 codes of the Tx-rounded gradient / grad_code_scale (the FP8 head's g8; z untouched).
+template <typename Tx, typename Tg>
+__global__ void softcap_cross_entropy_kernel(const Tx* z, Tg* grads, float* losses, const int* targets, float dloss,
+                                             int V, float grad_code_scale) {
   using Packet = Packed128<Tx>;
   __shared__ float warp_sums[kWarpSize];
   const int row = blockIdx.x;
-  Tx* zr = z + static_cast<size_t>(row) * V;
+  const Tx* zr = z + static_cast<size_t>(row) * V;
   const int target = targets[row];
   const bool target_valid = target >= 0 && target < V;
   // Read before any thread can overwrite the row (block_reduce_sum's barriers order it).
@@ -54,8 +73,9 @@ __global__ void softcap_cross_entropy_kernel(Tx* z, float* losses, const int* ta
   sum = block_reduce_sum(sum, warp_sums);
   // loss = log(sum exp(l - 30)) + 30 - l[target] = log(sum) + 30 u[target]
   if (threadIdx.x == 0) losses[row] = target_valid ? logf(sum) + kSoftcapScale * target_u : NAN;
-  if (!write_dz) return;
+  if (grads == nullptr) return;
   const float inv_sum = 1.0f / sum;
+  Tg* gr = grads + static_cast<size_t>(row) * V;
   for (int p = threadIdx.x; p < packets; p += blockDim.x) {
     const Packet v = load128(zr + p * Packet::size);
     Packet grad;
@@ -67,7 +87,7 @@ __global__ void softcap_cross_entropy_kernel(Tx* z, float* losses, const int* ta
           LLMC_MUTANT("softcap.no_cap_derivative", kSoftcapScale / kSoftcapDivisor * terms.s * terms.u, 1.0f);
       grad[j] = from_float<Tx>((prob - indicator) * dloss * dlogit_dz);
     }
-    store128(zr + p * Packet::size, grad);
+    detail::store_softcap_grads(gr + p * Packet::size, grad, grad_code_scale);
   }
 }
 
@@ -83,10 +103,18 @@ __global__ void sum_losses_kernel(T* out, const T* values, int n, T scale) {
 }
 
 namespace detail {
-inline void check_softcap_args(const char* launcher, const void* z, int N, int V) {
+inline void check_softcap_args(const char* launcher, const void* z, const void* grads, int N, int V) {
   require_packets<floatX>(launcher, "V", V);
-  require_aligned16(launcher, {z});
+  require_aligned16(launcher, {z, grads});
   if (N < 0) throw std::invalid_argument(std::string(launcher) + ": negative row count");
+}
+
+// z read once, the gradient written once (grad_bytes per element, 0 without), the row's target and loss; per
+// element the soft-cap and exp (8 operations), with the gradient 12 more (a division more for codes).
+inline KernelCost softcap_cross_entropy_cost(int N, int V, double grad_bytes) {
+  const double elements = static_cast<double>(N) * V;
+  return KernelCost{elements * (sizeof(floatX) + grad_bytes) + 8.0 * N,
+                    elements * (grad_bytes == 0.0 ? 8.0 : grad_bytes < sizeof(floatX) ? 21.0 : 20.0)};
 }
 }  // namespace detail
 
@@ -95,20 +123,40 @@ inline void check_softcap_args(const char* launcher, const void* z, int N, int V
 // k accumulation micro-steps).
 inline void softcap_cross_entropy_backward(floatX* z, float* losses, const int* targets, float dloss, int N, int V,
                                            cudaStream_t stream) {
-  detail::check_softcap_args("softcap_cross_entropy_backward", z, N, V);
+  detail::check_softcap_args("softcap_cross_entropy_backward", z, z, N, V);
   if (N == 0) return;
-  LLMC_LAUNCH(softcap_cross_entropy_kernel<floatX>, dim3(static_cast<unsigned>(N)), dim3(kSoftcapBlock), 0, stream, z,
-              losses, targets, dloss, V, true);
+  LLMC_LAUNCH_COSTED(detail::softcap_cross_entropy_cost(N, V, sizeof(floatX)),
+                     (softcap_cross_entropy_kernel<floatX, floatX>), dim3(static_cast<unsigned>(N)),
+                     dim3(kSoftcapBlock), 0, stream, z, z, losses, targets, dloss, V, 1.0f);
+}
+
+// The same, the gradient as e5m2 codes into g8 (N, V) instead of over z (untouched): the codes fp8_cast would
+// write from softcap_cross_entropy_backward's floatX dz with scale grad_code_scale (the FP8 head's g_s), bit for
+// bit, without dz's round trip through memory. V a multiple of 16.
+inline void softcap_cross_entropy_backward_e5m2(fp8e5m2* g8, float* losses, const floatX* z, const int* targets,
+                                                float dloss, float grad_code_scale, int N, int V,
+                                                cudaStream_t stream) {
+  detail::check_softcap_args("softcap_cross_entropy_backward_e5m2", z, g8, N, V);
+  if (V % 16 != 0)
+    throw std::invalid_argument("softcap_cross_entropy_backward_e5m2: V = " + std::to_string(V) +
+                                " is not a multiple of 16");
+  if (!(grad_code_scale > 0.0f) || !std::isfinite(grad_code_scale))
+    throw std::invalid_argument("softcap_cross_entropy_backward_e5m2: grad_code_scale must be positive and finite");
+  if (N == 0) return;
+  LLMC_LAUNCH_COSTED(detail::softcap_cross_entropy_cost(N, V, 1.0), (softcap_cross_entropy_kernel<floatX, fp8e5m2>),
+                     dim3(static_cast<unsigned>(N)), dim3(kSoftcapBlock), 0, stream, z, g8, losses, targets, dloss, V,
+                     grad_code_scale);
 }
 
 // Validation: per-row losses only, z left untouched (computed in fp32 from the floatX z, as the reference's
 // fp32 validation logits); sum_losses with scale 1/N gives the MEAN.
 inline void softcap_cross_entropy_forward(float* losses, const floatX* z, const int* targets, int N, int V,
                                           cudaStream_t stream) {
-  detail::check_softcap_args("softcap_cross_entropy_forward", z, N, V);
+  detail::check_softcap_args("softcap_cross_entropy_forward", z, z, N, V);
   if (N == 0) return;
-  LLMC_LAUNCH(softcap_cross_entropy_kernel<floatX>, dim3(static_cast<unsigned>(N)), dim3(kSoftcapBlock), 0, stream,
-              const_cast<floatX*>(z), losses, targets, 0.0f, V, false);
+  LLMC_LAUNCH_COSTED(detail::softcap_cross_entropy_cost(N, V, 0.0), (softcap_cross_entropy_kernel<floatX, floatX>),
+                     dim3(static_cast<unsigned>(N)), dim3(kSoftcapBlock), 0, stream, z,
+                     static_cast<floatX*>(nullptr), losses, targets, 0.0f, V, 1.0f);
 }
 
 // out[0] (device) = scale * sum(values[0..n)), deterministic.

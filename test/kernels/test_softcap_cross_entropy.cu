@@ -1,6 +1,7 @@
 // Speedrun kernel tests of the soft-capped cross-entropy (llmc/kernels/softcap_cross_entropy.cuh) against the
 // double-precision reference: loss and in-place gradient over every column, the fresh-model value ln V, the
-// validation variant and the deterministic loss sum. Built for fp32 and bf16, emulated and on a GPU.
+// validation variant and the deterministic loss sum; the FP8 head's e5m2 variant bit for bit the cast of the
+// in-place gradient. Built for fp32 and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/kernels/fp8_cast.cuh"
 #include "llmc/kernels/softcap_cross_entropy.cuh"
 #include "test/reference/reference_speedrun_ops.h"
 #include "test/support/gpu_test.h"
@@ -100,6 +102,43 @@ TEST(SoftcapCrossEntropyKernel, ValidationLeavesLogitsAndGivesTheMean) {
   // Per-row errors as above, plus an fp32 sum of N rows.
   EXPECT_NEAR(d_sum.download()[0], total, tolerance(0, V + N + 8) * total);
   EXPECT_NEAR(d_mean.download()[0], total / N, tolerance(0, V + N + 8) * total / N);
+}
+
+// The FP8 head's variant: codes equal to fp8_cast of the floatX gradient (the unfused path), bit for bit, at the
+// record's g_s and at one small enough that codes saturate; the same losses; z untouched.
+TEST(SoftcapCrossEntropyKernel, E5m2CodesAreTheCastOfTheInPlaceGradient) {
+  LLMC_REQUIRE_GPU();
+  SoftcapData data;
+  const int N = data.N, V = 128;  // a multiple of 16 (the FP8 GEMMs')
+  std::vector<double> z(static_cast<size_t>(N) * V);
+  for (int t = 0; t < N; t++)
+    for (int v = 0; v < V; v++) z[static_cast<size_t>(t) * V + v] = data.z[static_cast<size_t>(t) * data.V + v];
+  std::vector<double> targets(N);
+  for (int t = 0; t < N; t++) targets[t] = data.targets[t] % V;
+  DeviceBuffer<floatX> d_z(z.size()), d_dz(z.size());
+  DeviceBuffer<llmc::fp8e5m2> d_codes(z.size()), d_cast(z.size());
+  DeviceBuffer<float> d_losses(N), d_fused_losses(N);
+  DeviceBuffer<int> d_targets(N);
+  d_targets.upload(targets);
+  d_z.upload(z);
+  d_dz.upload(z);
+  for (const float scale : {1.0f / 448.0f, 1e-6f}) {
+    SCOPED_TRACE("g_s = " + std::to_string(scale));
+    llmc::softcap_cross_entropy_backward(d_dz.get(), d_losses.get(), d_targets.get(), 0.5f, N, V, nullptr);
+    llmc::fp8_cast(d_cast.get(), d_dz.get(), z.size(), scale, nullptr);
+    llmc::softcap_cross_entropy_backward_e5m2(d_codes.get(), d_fused_losses.get(), d_z.get(), d_targets.get(), 0.5f,
+                                              scale, N, V, nullptr);
+    EXPECT_TRUE(bitwise_equal(d_codes.download_raw(), d_cast.download_raw()));
+    EXPECT_TRUE(bitwise_equal(d_fused_losses.download_raw(), d_losses.download_raw()));
+    d_dz.upload(z);
+  }
+  EXPECT_EQ(d_z.download(), d_dz.download()) << "the e5m2 variant must leave z as it was";
+  EXPECT_THROW(llmc::softcap_cross_entropy_backward_e5m2(d_codes.get(), d_fused_losses.get(), d_z.get(),
+                                                         d_targets.get(), 1.0f, 0.0f, N, V, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(llmc::softcap_cross_entropy_backward_e5m2(d_codes.get(), d_fused_losses.get(), d_z.get(),
+                                                         d_targets.get(), 1.0f, 1.0f, 1, 120, nullptr),
+               std::invalid_argument);  // V not a multiple of 16
 }
 
 TEST(SoftcapCrossEntropyKernel, TargetOutsideVocabularyGivesNaN) {

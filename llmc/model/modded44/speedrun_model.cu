@@ -542,7 +542,10 @@ void SpeedrunModel::head_forward(const int* targets_host, int loss_slot, bool co
   }
   if (targets_host == nullptr) return;
   float* losses = a.losses + static_cast<size_t>(loss_slot) * T;
-  if (compute_dlogits)
+  if (compute_dlogits && a.fp8_head)  // dz straight into the FP8 head's e5m2 codes (bit for bit dz's cast)
+    softcap_cross_entropy_backward_e5m2(a.fp8_head->g8(), losses, a.z, a.targets, dloss, a.fp8_head->scales().grad, T,
+                                        V, stream_);
+  else if (compute_dlogits)
     softcap_cross_entropy_backward(a.z, losses, a.targets, dloss, T, V, stream_);
   else
     softcap_cross_entropy_forward(losses, a.z, a.targets, T, V, stream_);
@@ -579,14 +582,15 @@ void SpeedrunModel::backward(bool first_micro_step, const BucketHook& on_bucket_
   bucket_ready(SpeedrunLayout::embeddings_bucket());
 }
 
-// z holds dz: the head's gradients, then dx = d(final stream) with the backout's share set aside.
+// z holds dz (the FP8 head's g8 its codes): the head's gradients, then dx = d(final stream) with the backout's share
+// set aside.
 void SpeedrunModel::head_backward() {
   Activations& a = *acts_;
   const SpeedrunConfig& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
   const SpeedrunScalarIndex index{cfg.num_blocks};
   if (a.fp8_head) {  // dxf = dz W_head and dW_head (fp32) from the forward's fp8 copies; dW_head += it in floatX
-    fp8_head_backward(a.matmul, *a.fp8_head, a.dnarrow, a.head_dweight, a.z, T, /*accumulate=*/false, stream_);
+    fp8_head_backward_from_codes(a.matmul, *a.fp8_head, a.dnarrow, a.head_dweight, T, /*accumulate=*/false, stream_);
     add_fp32_grads(grad(SpeedrunTensor::kHead), a.head_dweight, V * C, stream_);
   } else {
     GemmArgs dweight;  // dW_head (V, C) += dz^T xf
