@@ -1,10 +1,14 @@
-// The 2026-07-17 model's attention sublayer output in one pass (issue 27's fusion pass): the scalar mix
-// x = a x_in + b y, the gated token mix x += sum_k w_k[t] s_k[t] and the RMSNorm of x into xn (with 1/rms and
-// optionally max |xn|), bit for bit the three kernels it replaces (mix_forward, token_mix_forward, rmsnorm_forward)
-// with the same roundings in the same places, reading each input once instead of x three more times.
+// A residual stream's last update and its RMSNorm in one pass (issue 27's fusion pass), forward and backward:
+// the scalar mix x = a x_in + b y, the gated token mix x += sum_k w_k[t] s_k[t] and xn = rmsnorm(x) (with 1/rms
+// and optionally max |xn|), bit for bit the three kernels it replaces (mix_forward, token_mix_forward,
+// rmsnorm_forward); the backward, from dxn and the gradient x has from its other readers, gives every operand's
+// gradient as rmsnorm_backward, token_mix_backward and mix_backward do (the same bits; the gate columns' and the
+// scalars' sums in another fixed order).
 #pragma once
 
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/precision.h"
@@ -42,7 +46,8 @@ __global__ void residual_norm_forward_kernel(ResidualNormOut out, ResidualMixIn 
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= N) return;  // whole warps leave together; no block barrier below
-  const float a = mix_coefficient(in.scalars, in.a), b = in.y.data != nullptr ? mix_coefficient(in.scalars, in.b) : 0.0f;
+  const float a = mix_coefficient(in.scalars, in.a);
+  const float b = in.y.data != nullptr ? mix_coefficient(in.scalars, in.b) : 0.0f;
   float w[kTokenMixMaxStreams];
   for (int k = 0; k < extra.count; k++) w[k] = detail::token_mix_weight(extra, k, row);
   Tx* x = out.x + static_cast<size_t>(row) * C;
@@ -118,7 +123,8 @@ inline void residual_norm_forward(const ResidualNormOut& out, const ResidualMixI
   detail::check_mix_rows(launcher, "x_in", in.x_in);
   detail::check_mix_rows(launcher, "y", in.y);
   if (extra.count < 0 || extra.count > kTokenMixMaxStreams)
-    throw std::invalid_argument("residual_norm_forward: 0 to " + std::to_string(kTokenMixMaxStreams) + " extra streams");
+    throw std::invalid_argument("residual_norm_forward: 0 to " + std::to_string(kTokenMixMaxStreams) +
+                                " extra streams");
   if (extra.count > 0) detail::check_token_mix(launcher, extra, N, C, false);
   if (out.xn_amax != nullptr) memset_async(out.xn_amax, 0, sizeof(float), stream);
   if (N <= 0) return;
@@ -126,6 +132,172 @@ inline void residual_norm_forward(const ResidualNormOut& out, const ResidualMixI
   LLMC_LAUNCH_COSTED(detail::residual_norm_cost(out, in, extra, N, C), residual_norm_forward_kernel<floatX>,
                      dim3(static_cast<unsigned>(ceil_div(N, rows_per_block))), dim3(kRmsNormBlock), 0, stream, out, in,
                      extra, N, C);
+}
+
+// The backward's inputs: the forward's norm input x (the mixed stream), 1/rms, the gradient of xn, and the gradient
+// x already has from its other readers (added; null: none).
+struct ResidualNormBackwardIn {
+  const floatX* dxn = nullptr;
+  const floatX* x = nullptr;
+  const float* rstd = nullptr;
+  const floatX* arriving = nullptr;
+};
+
+// Where the scalar mix's operand gradients go, as mix_backward's arguments: d x_in (+)= a g, dy (+)= b g (either
+// null: not wanted; d x_in may be the `arriving` buffer), and the scalars' gradients added into dscalars.
+struct ResidualMixGrads {
+  MixRows<floatX> dx_in{nullptr, 0};
+  bool accumulate_dx_in = false;
+  MixRows<floatX> dy{nullptr, 0};
+  bool accumulate_dy = false;
+  float* dscalars = nullptr;
+};
+
+// One warp per row. g = arriving + d rmsnorm (rounded as rmsnorm_backward stores it), then per packet each extra
+// stream's gradient and row dot (token_mix_backward's), then the mix's operand gradients and its two row dots
+// (mix_backward's), each operand read once. The mix's dots go to per-block partials (rows of the block in order).
+template <typename Tx>
+__global__ void residual_norm_backward_kernel(ResidualMixGrads out, ResidualNormBackwardIn norm, TokenMix extra,
+                                              ResidualMixIn mix, float* partials, int N, int C) {
+  using Packet = Packed128<Tx>;
+  __shared__ float warp_dots[2][kWarpSize];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int row = blockIdx.x * (blockDim.x / kWarpSize) + warp;
+  const bool active = row < N;  // every warp reaches the block's barrier below
+  float x_dot = 0.0f, y_dot = 0.0f;
+  if (active) {
+    const size_t at = static_cast<size_t>(row) * C;
+    const int packets = C / Packet::size;
+    const float r = norm.rstd[row];
+    float dy_dot_x = 0.0f;
+    for (int p = lane; p < packets; p += kWarpSize) {
+      const Packet xv = load128(norm.x + at + p * Packet::size), dyv = load128(norm.dxn + at + p * Packet::size);
+      for (int j = 0; j < Packet::size; j++) dy_dot_x += to_float(dyv[j]) * to_float(xv[j]);
+    }
+    const float x_coefficient = r * r * warp_reduce_sum(dy_dot_x) / C;
+    const float a = mix_coefficient(mix.scalars, mix.a);
+    const float b = mix.y.data != nullptr ? mix_coefficient(mix.scalars, mix.b) : 0.0f;
+    float w[kTokenMixMaxStreams], dots[kTokenMixMaxStreams] = {};
+    for (int k = 0; k < extra.count; k++) w[k] = detail::token_mix_weight(extra, k, row);
+    for (int p = lane; p < packets; p += kWarpSize) {
+      const size_t offset = static_cast<size_t>(p) * Packet::size;
+      const Packet xv = load128(norm.x + at + offset), dyv = load128(norm.dxn + at + offset);
+      const Packet old = norm.arriving != nullptr ? load128(norm.arriving + at + offset) : Packet::zeros();
+      Packet g;
+      for (int j = 0; j < Packet::size; j++)
+        g[j] = from_float<Tx>(to_float(old[j]) + r * (to_float(dyv[j]) - to_float(xv[j]) * x_coefficient));
+      for (int k = 0; k < extra.count; k++) {
+        const TokenMixStream& stream = extra.streams[k];
+        const Packet sv = load128(stream.rows + static_cast<size_t>(row) * stream.stride + offset);
+        for (int j = 0; j < Packet::size; j++) dots[k] += to_float(sv[j]) * to_float(g[j]);
+        if (stream.grad == nullptr) continue;
+        Tx* target = stream.grad + static_cast<size_t>(row) * stream.grad_stride + offset;
+        const Packet before = stream.accumulate ? load128(target) : Packet{};
+        Packet result;
+        for (int j = 0; j < Packet::size; j++)
+          result[j] = from_float<Tx>((stream.accumulate ? to_float(before[j]) : 0.0f) + w[k] * to_float(g[j]));
+        store128(target, result);
+      }
+      const Packet xin = load128(mix.x_in.data + static_cast<size_t>(row) * mix.x_in.stride + offset);
+      const Packet yv = mix.y.data != nullptr ? load128(mix.y.data + static_cast<size_t>(row) * mix.y.stride + offset)
+                                              : Packet::zeros();
+      for (int j = 0; j < Packet::size; j++) {
+        x_dot += to_float(xin[j]) * to_float(g[j]);
+        y_dot += to_float(yv[j]) * to_float(g[j]);
+      }
+      if (out.dx_in.data != nullptr) {
+        Tx* target = out.dx_in.data + static_cast<size_t>(row) * out.dx_in.stride + offset;
+        const Packet before = out.accumulate_dx_in ? load128(target) : Packet::zeros();
+        Packet result;
+        for (int j = 0; j < Packet::size; j++) result[j] = from_float<Tx>(to_float(before[j]) + a * to_float(g[j]));
+        store128(target, result);
+      }
+      if (out.dy.data != nullptr) {
+        Tx* target = out.dy.data + static_cast<size_t>(row) * out.dy.stride + offset;
+        const Packet before = out.accumulate_dy ? load128(target) : Packet::zeros();
+        Packet result;
+        for (int j = 0; j < Packet::size; j++) result[j] = from_float<Tx>(to_float(before[j]) + b * to_float(g[j]));
+        store128(target, result);
+      }
+    }
+    for (int k = 0; k < extra.count; k++) {
+      const float dot = warp_reduce_sum(dots[k]);
+      if (lane == 0 && extra.dgate != nullptr && extra.streams[k].gate_column >= 0)
+        extra.dgate[static_cast<size_t>(row) * extra.gate_stride + extra.streams[k].gate_column] = dot;
+    }
+    x_dot = warp_reduce_sum(x_dot);
+    y_dot = warp_reduce_sum(y_dot);
+  }
+  if (lane == 0) {
+    warp_dots[0][warp] = x_dot;
+    warp_dots[1][warp] = y_dot;
+  }
+  LLMC_MUTANT("residual_norm_backward.no_barrier", __syncthreads(), (void)0);  // every warp's dots stored first
+  if (threadIdx.x != 0) return;
+  float block_x = 0.0f, block_y = 0.0f;
+  const int warps = LLMC_MUTANT("residual_norm_backward.first_warp_only", static_cast<int>(blockDim.x / kWarpSize), 1);
+  for (int k = 0; k < warps; k++) {
+    block_x += warp_dots[0][k];
+    block_y += warp_dots[1][k];
+  }
+  partials[2 * blockIdx.x] = block_x;
+  partials[2 * blockIdx.x + 1] = block_y;
+}
+
+// Floats of device scratch residual_norm_backward needs: two partials per block of 8 rows.
+inline size_t residual_norm_backward_scratch_floats(int N) {
+  return 2 * static_cast<size_t>(ceil_div(N, kRmsNormBlock / kWarpSize));
+}
+
+// Backward of residual_norm_forward: g = norm.arriving + d rmsnorm(x)/dx applied to norm.dxn, rounded to floatX
+// (rmsnorm_backward with accumulate); from g, each extra stream's gradient (+)= w g and its gate column's row dot
+// (token_mix_backward), and the mix's d x_in (+)= a g, dy (+)= b g and dscalars += each scalar's derivative times
+// sum(x_in g), sum(y g) (mix_backward; not for kOne, nor b without y). g itself is not stored: out.dx_in with a = 1
+// keeps it. Deterministic for a given (N, C).
+inline void residual_norm_backward(const ResidualMixGrads& out, const ResidualNormBackwardIn& norm,
+                                   const TokenMix& extra, ResidualMixIn mix, int N, int C, float* scratch,
+                                   size_t scratch_floats, cudaStream_t stream) {
+  const char* launcher = "residual_norm_backward";
+  if (norm.dxn == nullptr || norm.x == nullptr || norm.rstd == nullptr || mix.x_in.data == nullptr ||
+      mix.scalars == nullptr)
+    throw std::invalid_argument("residual_norm_backward: null pointer");
+  require_packets<floatX>(launcher, "C", C);
+  require_aligned16(launcher, {norm.dxn, norm.x, norm.arriving});
+  for (const auto& [name, view] : {std::pair{"dx_in", MixRows<const floatX>{out.dx_in.data, out.dx_in.stride}},
+                                   std::pair{"dy", MixRows<const floatX>{out.dy.data, out.dy.stride}},
+                                   std::pair{"x_in", mix.x_in}, std::pair{"y", mix.y}})
+    detail::check_mix_rows(launcher, name, view);
+  if (extra.count < 0 || extra.count > kTokenMixMaxStreams)
+    throw std::invalid_argument("residual_norm_backward: 0 to " + std::to_string(kTokenMixMaxStreams) +
+                                " extra streams");
+  if (extra.count > 0) detail::check_token_mix(launcher, extra, N, C, true);
+  if (mix.y.data == nullptr) mix.b = MixCoefficient{};  // no y: no b scalar to differentiate
+  if (N <= 0) return;
+  const int rows_per_block = kRmsNormBlock / kWarpSize;
+  const unsigned blocks = static_cast<unsigned>(ceil_div(N, rows_per_block));
+  require_scratch(launcher, scratch_floats, residual_norm_backward_scratch_floats(N));
+  if ((mix.a.kind != MixScalar::kOne || mix.b.kind != MixScalar::kOne) && out.dscalars == nullptr)
+    throw std::invalid_argument("residual_norm_backward: a scalar coefficient needs dscalars");
+  // dxn, x, x_in (and y, arriving) read once; each gradient written (and read when added); each extra stream
+  // read, its gradient written (read when added), its gate read and its dot written.
+  const double elements = static_cast<double>(N) * C;
+  double tensors = 3.0 + (mix.y.data != nullptr) + (norm.arriving != nullptr) +
+                   (out.dx_in.data != nullptr ? (out.accumulate_dx_in ? 2.0 : 1.0) : 0.0) +
+                   (out.dy.data != nullptr ? (out.accumulate_dy ? 2.0 : 1.0) : 0.0);
+  double flops = 11.0 * elements;
+  for (int k = 0; k < extra.count; k++) {
+    const TokenMixStream& stream = extra.streams[k];
+    tensors += 1.0 + (stream.grad != nullptr ? (stream.accumulate ? 2.0 : 1.0) : 0.0);
+    flops += 4.0 * elements;
+  }
+  const double gate_bytes = extra.count * static_cast<double>(N) * (sizeof(floatX) + 4.0);
+  LLMC_LAUNCH_COSTED((KernelCost{tensors * elements * sizeof(floatX) + gate_bytes + 4.0 * N + 8.0 * blocks, flops}),
+                     residual_norm_backward_kernel<floatX>, dim3(blocks), dim3(kRmsNormBlock), 0, stream, out, norm,
+                     extra, mix, scratch, N, C);
+  if (mix.a.kind == MixScalar::kOne && mix.b.kind == MixScalar::kOne) return;
+  LLMC_LAUNCH_COSTED((KernelCost{8.0 * blocks, 2.0 * blocks}), mix_scalar_grads_kernel<float>, dim3(1),
+                     dim3(2 * kWarpSize), 0, stream, out.dscalars, static_cast<const float*>(scratch),
+                     static_cast<int>(blocks), mix.scalars, mix.a, mix.b);
 }
 
 }  // namespace llmc

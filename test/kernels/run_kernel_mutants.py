@@ -57,6 +57,8 @@ MUTANTS = {
     "pair_rope.offset_gradient_misses_last": "QkNormPairRope.Backward*",  # row T-2's k misses row T-1's dy
     # issue 27's fusions
     "residual_norm.extra_streams_unweighted": "ResidualNormKernel.*Bitwise",  # the gate columns ignored
+    "residual_norm_backward.no_barrier": "ResidualNormKernel.Backward*",  # warps' dots read before written
+    "residual_norm_backward.first_warp_only": "ResidualNormKernel.Backward*",  # a block's partial from one row
 }
 
 

@@ -146,7 +146,8 @@ void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX
   arena.request(&dqkv, 3 * T * C);
   reduction_scratch_floats =
       std::max({mix_backward_scratch_floats(seq_len, config.channels()), smear_backward_scratch_floats(seq_len),
-                attention_gate_backward_scratch_floats(seq_len, config.num_heads)});
+                attention_gate_backward_scratch_floats(seq_len, config.num_heads),
+                residual_norm_backward_scratch_floats(seq_len)});
   arena.request(&reduction_scratch, reduction_scratch_floats);
   arena.request(&attention_delta, H * T);
   if (head == SpeedrunHead::kFp8) {
@@ -602,13 +603,18 @@ void SpeedrunModel::head_backward() {
     dinput.k = V;
     gemm(a.matmul, dinput, stream_);
   }
-  rmsnorm_backward(a.dx, a.dnarrow, a.x_final, a.rstd_f, T, C, /*accumulate=*/false, stream_);
-  // x_final = x_out[L-1] - backout * x_out[backout block]: dx stays for the last block.
+  // xf = norm(x_final), x_final = x_out[L-1] - backout * x_out[backout block], in one pass: dx = the last block's
+  // output gradient (coefficient 1), the backout block's dextra += -backout dx.
   const floatX* last = a.blocks[static_cast<size_t>(cfg.num_blocks - 1)].x_out;
   Buffers::Block& kept = a.blocks[static_cast<size_t>(layout_.structure.backout_block)];
-  mix_backward(Rows{nullptr, C}, false, Rows{kept.dextra, C}, true, a.dscalars, ConstRows{a.dx, C}, ConstRows{last, C},
-               ConstRows{kept.x_out, C}, a.scalars, one(), MixCoefficient{MixScalar::kNegated, index.backout_lambda()},
-               T, C, a.reduction_scratch, a.reduction_scratch_floats, stream_);
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{last, C};
+  mix.y = ConstRows{kept.x_out, C};
+  mix.scalars = a.scalars;
+  mix.b = MixCoefficient{MixScalar::kNegated, index.backout_lambda()};
+  residual_norm_backward({Rows{a.dx, C}, false, Rows{kept.dextra, C}, true, a.dscalars},
+                         {a.dnarrow, a.x_final, a.rstd_f, nullptr}, TokenMix{}, mix, T, C, a.reduction_scratch,
+                         a.reduction_scratch_floats, stream_);
 }
 
 // a.dx holds the gradient of block i's output from the blocks after it; leaves that of its input stream.
@@ -622,10 +628,19 @@ void SpeedrunModel::block_backward(int i) {
     mix_forward(Rows{a.dx, C}, ConstRows{a.dx, C}, ConstRows{b.dextra, C}, a.scalars, one(), one(), T, C, stream_);
   if (role.mlp) mlp_backward(i);
   if (role.attention) attention_backward(i);
-  // x_mix = lambda_0 x_in + lambda_1 x0.
-  mix_backward(Rows{a.dx, C}, false, Rows{a.dx0, C}, true, a.dscalars, ConstRows{a.dx, C}, ConstRows{b.x_in, C},
-               ConstRows{a.x0, C}, a.scalars, identity(index.block_lambda(i, 0)), identity(index.block_lambda(i, 1)), T,
-               C, a.reduction_scratch, a.reduction_scratch_floats, stream_);
+  // x_mix = lambda_0 x_in + lambda_1 x0 and the norm of its first reader (the attention's, or the MLP's without
+  // attention, whose input gradient mlp/attention_backward left in dnarrow2 / dnarrow), in one pass.
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{b.x_in, C};
+  mix.y = ConstRows{a.x0, C};
+  mix.scalars = a.scalars;
+  mix.a = identity(index.block_lambda(i, 0));
+  mix.b = identity(index.block_lambda(i, 1));
+  const ResidualNormBackwardIn norm = role.attention
+                                          ? ResidualNormBackwardIn{a.dnarrow2, b.x_mix, b.rstd_attn, a.dx}
+                                          : ResidualNormBackwardIn{a.dnarrow, b.x_mix, b.rstd_mlp, a.dx};
+  residual_norm_backward({Rows{a.dx, C}, false, Rows{a.dx0, C}, true, a.dscalars}, norm, TokenMix{}, mix, T, C,
+                         a.reduction_scratch, a.reduction_scratch_floats, stream_);
   if (role.pop_skip >= 0) {  // x_in = previous + sigmoid(skip_w) * x_out[paired block]
     const floatX* previous = i == 1 ? a.x0 : a.blocks[static_cast<size_t>(i - 1)].x_out;
     Buffers::Block& source = a.blocks[static_cast<size_t>(a.popped_from[static_cast<size_t>(i)])];
@@ -656,7 +671,8 @@ void SpeedrunModel::mlp_backward(int i) {
   dfc.d = grad(SpeedrunTensor::kFc, i), dfc.a = b.xn_mlp, dfc.b = a.dwide, dfc.m = C, dfc.n = 4 * C, dfc.k = T;
   dfc.trans_a = true, dfc.beta = 1.0f;
   gemm(a.matmul, dfc, stream_);
-  rmsnorm_backward(a.dx, a.dnarrow, b.x_attn, b.rstd_mlp, T, C, /*accumulate=*/true, stream_);
+  if (layout_.structure.blocks[static_cast<size_t>(i)].attention)  // else block_backward takes dnarrow with x_mix
+    rmsnorm_backward(a.dx, a.dnarrow, b.x_attn, b.rstd_mlp, T, C, /*accumulate=*/true, stream_);
 }
 
 void SpeedrunModel::attention_backward(int i) {
@@ -694,8 +710,7 @@ void SpeedrunModel::attention_backward(int i) {
   GemmArgs dwqkv;  // dW_qkv (3C, C) += dqkv^T xn
   dwqkv.d = dqkvo, dwqkv.a = a.dqkv, dwqkv.b = b.xn_attn, dwqkv.m = 3 * C, dwqkv.n = C, dwqkv.k = T;
   dwqkv.trans_a = true, dwqkv.beta = 1.0f;
-  gemm(a.matmul, dwqkv, stream_);
-  rmsnorm_backward(a.dx, a.dnarrow2, b.x_mix, b.rstd_attn, T, C, /*accumulate=*/true, stream_);
+  gemm(a.matmul, dwqkv, stream_);  // dnarrow2 = d xn_attn: block_backward takes it with x_mix's mix
 }
 
 // dy (in a.dnarrow) -> dq, dk, dv into a.dqkv (stride 3C).

@@ -287,7 +287,8 @@ void Modded89Model::Buffers::request_backward(const Modded89Layout& layout, int 
   scratch_floats = std::max({mix_backward_scratch_floats(seq_len, 2 * config.channels()),
                              mix_backward_scratch_floats(2 * config.channels(), config.channels()),
                              smear_backward_scratch_floats(seq_len),
-                             value_embed_gate_backward_scratch_floats(seq_len, config.num_heads)});
+                             value_embed_gate_backward_scratch_floats(seq_len, config.num_heads),
+                             residual_norm_backward_scratch_floats(seq_len)});
   arena.request(&scratch, scratch_floats);
 }
 
@@ -355,7 +356,8 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
                                                     Fp8HeadScales::modded89(), b.fp8_head_memory,
                                                     Fp8HeadWeight::kInOut);
   if (mlp == Modded89Mlp::kFp8)
-    b.fp8_mlp = std::make_unique<Modded89Fp8Mlp>(seq_len, config.channels(), kModded89Layers, b.fp8_mlp_memory, stream_);
+    b.fp8_mlp =
+        std::make_unique<Modded89Fp8Mlp>(seq_len, config.channels(), kModded89Layers, b.fp8_mlp_memory, stream_);
   loss_means_ = std::make_unique<LossMeans>();
   CUDA_CHECK(cudaMallocHost(&b.staging, Buffers::staging_ints(seq_len) * sizeof(int)));
   CUDA_CHECK(cudaEventCreateWithFlags(&b.staging_free, cudaEventDisableTiming));
@@ -1209,18 +1211,21 @@ void Modded89Model::head_backward() {
     dinput.trans_b = true;
     gemm(b.matmul, dinput, stream_);
   }
-  rmsnorm_backward(b.d_branch, b.dn, b.x_final, b.rstd_f, T, C, /*accumulate=*/false, stream_);
+  // xf = norm(x_final), x_final = x + MUDD1's gated streams, in one pass (residual_norm_backward): dx = the gradient
+  // of x (coefficient 1, written), each stream's gradient added, the gate columns' dots.
   const floatX* x = b.layers[kModded89Layers - 1].x_out;
-  token_mix_backward(b.d_branch, C,
-                     token_mix_grads(b.mlps[3].gate(), b.d_gates[3],
-                                     {{x, -1, b.dx, false},
-                                      {b.x_start, 0, b.d_cache0},
-                                      {b.layers[7].x_out, 1, b.d_cache7},
-                                      {b.layers[10].x_in, 2, b.d_cache9},
-                                      {b.ve[0], 3, b.d_ve[0]},
-                                      {b.layers[3].x_out, 4, b.d_cache3}},
-                                     C),
-                     T, C, stream_);
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{x, C};
+  mix.scalars = b.fp32_params;
+  const TokenMix streams = token_mix_grads(b.mlps[3].gate(), b.d_gates[3],
+                                           {{b.x_start, 0, b.d_cache0},
+                                            {b.layers[7].x_out, 1, b.d_cache7},
+                                            {b.layers[10].x_in, 2, b.d_cache9},
+                                            {b.ve[0], 3, b.d_ve[0]},
+                                            {b.layers[3].x_out, 4, b.d_cache3}},
+                                           C);
+  residual_norm_backward({Rows{b.dx, C}}, {b.dn, b.x_final, b.rstd_f, nullptr}, streams, mix, T, C, b.scratch,
+                         b.scratch_floats, stream_);
   small_mlp_backward(3, x, b.dx);
 }
 
@@ -1270,27 +1275,15 @@ void Modded89Model::layer_backward(int i) {
   };
   if (i == structure.skip_from) add_into_dx(b.d_cache3);  // cache3 is this layer's output
   if (i == 7) add_into_dx(b.d_cache7);
-  mlp_backward(i);
-  if (role.mudd) {
-    mudd_attention_backward(i);
-  } else if (role.attention) {
-    const GateRows gate = b.mlps[role.x0_gate.gate].gate();
-    float* dgate = b.d_gates[role.x0_gate.gate];
-    if (i != 0)  // x += g_x0 x0 + g_b b (the stream's own term is the identity)
-      token_mix_backward(
-          b.dx, C,
-          token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0}, {b.b, role.bigram_gate.column, b.d_b}}, C),
-          T, C, stream_);
-    else
-      token_mix_backward(b.dx, C, token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0}}, C), T, C,
-                         stream_);
-    // x_attn = r x_in + p attn_out
-    mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, ConstRows{l.x_in, C},
-                 ConstRows{l.attn_out, C}, b.fp32_params, bf16_copy(fp32_index("resid_lambdas", 2 * i)),
-                 bf16_copy(fp32_index("post_lambdas", 2 * i)), T, C, b.scratch, b.scratch_floats, stream_);
+  mlp_backward(i);  // leaves dn = d xn_mlp
+  if (role.attention && !role.mudd) {
+    attention_output_and_mlp_norm_backward(i);
     attention_backward(i, l.xn_attn);
     rmsnorm_backward(role.reads_layer7 ? b.d_cache7 : b.dx, b.dn, role.reads_layer7 ? b.layers[7].x_out : l.x_in,
                      l.rstd_attn, T, C, /*accumulate=*/true, stream_);
+  } else {
+    rmsnorm_backward(b.dx, b.dn, l.x_attn, l.rstd_mlp, T, C, /*accumulate=*/true, stream_);
+    if (role.mudd) mudd_attention_backward(i);
   }
   if (i == structure.skip_to) {  // x_in = previous + G1[28] sigmoid(skip_lambda) cache3
     token_mix_backward(
@@ -1306,7 +1299,8 @@ void Modded89Model::layer_backward(int i) {
   if (role.mudd) add_into_dx(b.d_cache9);  // cache9 is layer 10's input
 }
 
-// dx = d(x_out) -> d(x_attn): through x_out = r_M x_attn + p_M mlp (layer 10: mu12, mu13) and the MLP.
+// dx = d(x_out) -> x_attn's gradient through the residual x_out = r_M x_attn + p_M mlp (layer 10: mu12, mu13), and
+// dn = d xn_mlp through the MLP (its norm's backward is layer_backward's).
 void Modded89Model::mlp_backward(int i) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
@@ -1338,8 +1332,31 @@ void Modded89Model::mlp_backward(int i) {
   gemm(b.matmul, dfc, stream_);
   GemmArgs dxn;  // (T, C) = dpre c_fc
   dxn.d = b.dn, dxn.a = b.d_wide, dxn.b = bank, dxn.m = T, dxn.n = C, dxn.k = hidden;
-  gemm(b.matmul, dxn, stream_);
-  rmsnorm_backward(b.dx, b.dn, l.x_attn, l.rstd_mlp, T, C, /*accumulate=*/true, stream_);
+  gemm(b.matmul, dxn, stream_);  // dn = d xn_mlp: layer_backward takes it through the norm
+}
+
+// Backward of attention_output_and_mlp_norm from dx = d(x_attn) from the MLP's residual and dn = d xn_mlp: one pass
+// (residual_norm_backward) gives d x_in (into dx), d attn_out (into d_branch), the x0 and bigram streams'
+// gradients, their gate columns and the lambdas' gradients, as the norm, token mix and mix backwards did.
+void Modded89Model::attention_output_and_mlp_norm_backward(int i) {
+  Buffers& b = *buffers_;
+  Buffers::Layer& l = b.layers[i];
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+  const int T = seq_len_, C = layout_.config.channels();
+  const GateRows gate = b.mlps[role.x0_gate.gate].gate();
+  float* dgate = b.d_gates[role.x0_gate.gate];
+  TokenMix streams = token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0}}, C);
+  if (i != 0)
+    streams = token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0}, {b.b, role.bigram_gate.column, b.d_b}},
+                              C);
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{l.x_in, C};
+  mix.y = ConstRows{l.attn_out, C};
+  mix.scalars = b.fp32_params;
+  mix.a = bf16_copy(fp32_index("resid_lambdas", 2 * i));
+  mix.b = bf16_copy(fp32_index("post_lambdas", 2 * i));
+  residual_norm_backward({Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32},
+                         {b.dn, l.x_attn, l.rstd_mlp, b.dx}, streams, mix, T, C, b.scratch, b.scratch_floats, stream_);
 }
 
 // Layer 10 from dx = d(x_attn): the four connections after attention, x' and aux_v's, the attention, MUDD0.

@@ -177,6 +177,7 @@ class Modded89Model : public FamilyModel {
   void window_attention_backward(int layer, const floatX* dout);
   void mudd_attention_forward(int layer);
   void attention_output_and_mlp_norm(int layer);
+  void attention_output_and_mlp_norm_backward(int layer);
   bool attention_norm_fused_before(int layer) const;
   ResidualMixIn mlp_output_mix_in(int layer) const;
   float* mlp_input_amax(int layer) const;
