@@ -2,7 +2,7 @@
 //   z  = (x_s w_s) e4m3(x / x_s) e4m3(W / w_s)^T            fast accumulation, z in Tx (bf16)
 //   g8 = e5m2(dz / g_s)
 //   dx = (g_s w_s) g8 e4m3(W / w_s)                         no fast accumulation, dx in Tx
-//   dW = (x_s g_s) g8^T e4m3(x / x_s)                       no fast accumulation, fp32
+//   dW = (x_s g_s) g8^T e4m3(x / x_s)                       no fast accumulation, fp32 sums (out fp32 or bf16)
 // with static scales. Every GEMM reads K-major operands, so the casts also write the transposed copies the
 // backward needs (fp8_cast_transpose). Validation uses the bf16 head, not this. The #44 model stores W as
 // (V, C), the #89 model as (C, V); both models' loss kernels write g8 directly (fp8_head_backward_from_codes
@@ -202,13 +202,14 @@ Fp8GemmArgs fp8_head_input_grad_gemm(const Fp8HeadWorkspace& workspace, Tx* dx, 
   return input_grad;
 }
 
-// dweight (V,C) (+)= g8t (V,T) x8t (C,T)^T in fp32, e5m2 x e4m3; for a (C, V) weight the same product the
-// other way round, dweight (C,V) (+)= x8t (C,T) g8t (V,T)^T.
-inline Fp8GemmArgs fp8_head_weight_grad_gemm(const Fp8HeadWorkspace& workspace, float* dweight, int tokens,
-                                             bool accumulate) {
+// dweight (V,C) (+)= g8t (V,T) x8t (C,T)^T, e5m2 x e4m3, fp32 sums rounded once to Tw (fp32, or the model's bf16
+// gradient itself: the same bits as an fp32 dweight converted or added into it); for a (C, V) weight the same
+// product the other way round, dweight (C,V) (+)= x8t (C,T) g8t (V,T)^T.
+template <class Tw>
+Fp8GemmArgs fp8_head_weight_grad_gemm(const Fp8HeadWorkspace& workspace, Tw* dweight, int tokens, bool accumulate) {
   Fp8GemmArgs weight_grad;
   weight_grad.d = dweight;
-  weight_grad.d_type = CUDA_R_32F;
+  weight_grad.d_type = fp8_gemm_output_type<Tw>();
   weight_grad.a = workspace.g8t();  // (V, T): K = T contiguous
   weight_grad.a_type = CUDA_R_8F_E5M2;
   weight_grad.b = workspace.x8t();  // (C, T)
@@ -268,18 +269,19 @@ inline void check_fp8_head_backward(const Fp8HeadWorkspace& workspace, int token
 }
 
 // The backward's two GEMMs over g8, g8t and the forward's copies.
-template <class Tx>
-void fp8_head_backward_gemms(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, float* dweight, int tokens,
+template <class Tx, class Tw>
+void fp8_head_backward_gemms(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, Tw* dweight, int tokens,
                              bool accumulate, cudaStream_t stream) {
   if (dx != nullptr) fp8_gemm(context, fp8_head_input_grad_gemm(workspace, dx, tokens), stream);
   fp8_gemm(context, fp8_head_weight_grad_gemm(workspace, dweight, tokens, accumulate), stream);
 }
 }  // namespace detail
 
-// dx (T,C) = dz (T,V) W (V,C) and dweight (V,C) (+)= dz^T x in fp32, from the copies the forward kept.
-// accumulate: dweight += (gradient accumulation), else overwritten. dx may be null (not needed).
-template <class Tx>
-void fp8_head_backward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, float* dweight, const Tx* dlogits,
+// dx (T,C) = dz (T,V) W (V,C) and dweight (V,C) (+)= dz^T x (fp32 sums, rounded once to Tw: fp32 or bf16), from
+// the copies the forward kept. accumulate: dweight += (gradient accumulation), else overwritten. dx may be null
+// (not needed).
+template <class Tx, class Tw>
+void fp8_head_backward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, Tw* dweight, const Tx* dlogits,
                        int tokens, bool accumulate, cudaStream_t stream) {
   detail::check_fp8_head_backward(workspace, tokens, "fp8_head_backward");
   fp8_cast_transpose(workspace.g8t(), workspace.g8(), dlogits, tokens, workspace.vocab(), workspace.scales().grad,
@@ -289,8 +291,8 @@ void fp8_head_backward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* 
 
 // The same from e5m2 codes a loss kernel already wrote into workspace.g8() (codes of dz / g_s, g_s =
 // workspace.scales().grad): their transpose, then the two GEMMs.
-template <class Tx>
-void fp8_head_backward_from_codes(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, float* dweight,
+template <class Tx, class Tw>
+void fp8_head_backward_from_codes(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, Tw* dweight,
                                   int tokens, bool accumulate, cudaStream_t stream) {
   detail::check_fp8_head_backward(workspace, tokens, "fp8_head_backward_from_codes");
   fp8_transpose(workspace.g8t(), workspace.g8(), tokens, workspace.vocab(), stream);

@@ -66,9 +66,8 @@ struct SpeedrunModel::Buffers {
   floatX *dx, *dwide, *dqkv, *dnarrow, *dnarrow2, *dx0, *dve[kSpeedrunValueEmbeds];
   float *reduction_scratch, *attention_delta;
   size_t reduction_scratch_floats = 0;
-  // FP8 head only: the workspace's memory (fp8_head_workspace_bytes) and dW_head in fp32 (V, C).
+  // FP8 head only: the workspace's memory (fp8_head_workspace_bytes).
   unsigned char* fp8_head_memory = nullptr;
-  float* head_dweight = nullptr;
 
   // Registers every buffer (and the parameter and gradient buffers) with `arena`; the pointers are set by
   // arena.allocate(). Aliases are set by set_aliases() after the allocation.
@@ -152,7 +151,6 @@ void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX
   arena.request(&attention_delta, H * T);
   if (head == SpeedrunHead::kFp8) {
     arena.request(&fp8_head_memory, fp8_head_workspace_bytes(seq_len, config.channels(), config.vocab_size));
-    arena.request(&head_dweight, V * C);
   }
 }
 
@@ -590,9 +588,9 @@ void SpeedrunModel::head_backward() {
   const SpeedrunConfig& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
   const SpeedrunScalarIndex index{cfg.num_blocks};
-  if (a.fp8_head) {  // dxf = dz W_head and dW_head (fp32) from the forward's fp8 copies; dW_head += it in floatX
-    fp8_head_backward_from_codes(a.matmul, *a.fp8_head, a.dnarrow, a.head_dweight, T, /*accumulate=*/false, stream_);
-    add_fp32_grads(grad(SpeedrunTensor::kHead), a.head_dweight, V * C, stream_);
+  if (a.fp8_head) {  // dxf = dz W_head and dW_head += dz^T xf (fp32 sums, rounded once) from the forward's fp8 copies
+    fp8_head_backward_from_codes(a.matmul, *a.fp8_head, a.dnarrow, grad(SpeedrunTensor::kHead), T,
+                                 /*accumulate=*/true, stream_);
   } else {
     GemmArgs dweight;  // dW_head (V, C) += dz^T xf
     dweight.d = grad(SpeedrunTensor::kHead), dweight.a = a.z, dweight.b = a.xf, dweight.m = V, dweight.n = C;

@@ -167,9 +167,8 @@ struct Modded89Model::Buffers {
   float *d_fp32 = nullptr, *scratch = nullptr;
   size_t scratch_floats = 0;
   std::unique_ptr<EmbeddingBackwardPlan> token_plan, hash_plan;
-  // FP8 head only: the workspace's memory (fp8_head_workspace_bytes) and dW_head in fp32 (C, V).
+  // FP8 head only: the workspace's memory (fp8_head_workspace_bytes).
   unsigned char* fp8_head_memory = nullptr;
-  float* head_dweight = nullptr;
   std::unique_ptr<Fp8HeadWorkspace> fp8_head;  // over fp8_head_memory; null for the bf16 head
   unsigned char* fp8_mlp_memory = nullptr;     // FP8 MLP only: Modded89Fp8Mlp::bytes
   std::unique_ptr<Modded89Fp8Mlp> fp8_mlp;     // over fp8_mlp_memory; null for the bf16 MLP
@@ -261,7 +260,6 @@ void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modd
 #endif
   if (head == Modded89Head::kFp8) {
     arena.request(&fp8_head_memory, fp8_head_workspace_bytes(seq_len, config.channels(), config.vocab_size));
-    arena.request(&head_dweight, C * V);
   }
   if (mlp == Modded89Mlp::kFp8)
     arena.request(&fp8_mlp_memory, Modded89Fp8Mlp::bytes(seq_len, config.channels(), kModded89Layers));
@@ -1198,9 +1196,8 @@ void Modded89Model::head_backward() {
   Buffers& b = *buffers_;
   const Modded89Config& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
-  if (b.fp8_head) {  // dxf and dW_head (fp32, rounded once into the gradient) from the forward's fp8 copies
-    fp8_head_backward_from_codes(b.matmul, *b.fp8_head, b.dn, b.head_dweight, T, /*accumulate=*/false, stream_);
-    convert(grad("head"), b.head_dweight, static_cast<size_t>(C) * V, stream_);
+  if (b.fp8_head) {  // dxf and dW_head (fp32 sums rounded once into the gradient) from the forward's fp8 copies
+    fp8_head_backward_from_codes(b.matmul, *b.fp8_head, b.dn, grad("head"), T, /*accumulate=*/false, stream_);
   } else {
     GemmArgs dweight;  // dW_head (C, V) = xf^T dz
     dweight.d = grad("head"), dweight.a = b.xf, dweight.b = b.z, dweight.m = C, dweight.n = V, dweight.k = T;
