@@ -105,7 +105,7 @@ std::vector<Row> fp8_head_rows(const Shape& s) {
       {"fp8 head: loss, dz as e5m2 codes g8", 1, T * V * (x + 1) + 8 * T, 25 * T * V, {}},
       {"fp8 head: transpose g8 -> g8t", 1, 2 * T * V, 0, {}},
       {"fp8 head: dx = g8 w8 (e5m2 x e4m3)", 1, T * V + V * C + T * C * x, gemm, {}, kFp8FlopsPerSecond},
-      {"fp8 head: dW = g8^T x8 (fp32 out)", 1, T * V + T * C + 4 * V * C, gemm, {}, kFp8FlopsPerSecond},
+      {"fp8 head: dW = g8^T x8 (+= into grad)", 1, T * V + T * C + 2 * V * C * x, gemm, {}, kFp8FlopsPerSecond},
       {"bf16 head GEMM (x3 w/ --fp8-head off)", 0, (T * C + V * C + T * V) * x, gemm, {}},
   };
   return rows;
@@ -156,7 +156,7 @@ std::vector<std::function<void()>> fp8_head_work(Workspace& w, const Shape& s, f
   const int* targets = w.tokens;
   const llmc::Fp8HeadScales scales = head.scales();
   floatX* weight = w.arena.make<floatX>(static_cast<size_t>(V) * C, 0.05f);
-  float* dweight = w.arena.make<float>(static_cast<size_t>(V) * C, 0.0f);
+  floatX* dweight = w.arena.make<floatX>(static_cast<size_t>(V) * C, 0.0f);  // the head's gradient, added into
   return {
       [=, &head] { llmc::fp8_cast_transpose(head.x8t(), head.x8(), x, T, C, scales.x, stream); },
       [=, &head] { llmc::fp8_cast_transpose(head.w8t(), head.w8(), weight, V, C, scales.weight, stream); },
@@ -166,7 +166,7 @@ std::vector<std::function<void()>> fp8_head_work(Workspace& w, const Shape& s, f
       },
       [=, &head] { llmc::fp8_transpose(head.g8t(), head.g8(), T, V, stream); },
       [=, &head, &matmul] { llmc::fp8_gemm(matmul, llmc::fp8_head_input_grad_gemm(head, dx, T), stream); },
-      [=, &head, &matmul] { llmc::fp8_gemm(matmul, llmc::fp8_head_weight_grad_gemm(head, dweight, T, false), stream); },
+      [=, &head, &matmul] { llmc::fp8_gemm(matmul, llmc::fp8_head_weight_grad_gemm(head, dweight, T, true), stream); },
       [=, &matmul] { llmc::matmul_forward(matmul, z, nullptr, x, weight, nullptr, T, C, V, stream); },
   };
 }
