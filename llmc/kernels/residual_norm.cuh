@@ -75,22 +75,7 @@ __global__ void residual_norm_forward_kernel(ResidualNormOut out, ResidualMixIn 
     store128(x + offset, result);
   }
   const float r = rsqrtf(warp_reduce_sum(sum_squares) / C + kRmsNormEps);
-  Tx* y = out.xn + static_cast<size_t>(row) * C;
-  float largest = 0.0f;
-  for (int p = lane; p < packets; p += kWarpSize) {
-    const Packet v = load128(x + p * Packet::size);
-    Packet normed;
-    for (int j = 0; j < Packet::size; j++) {
-      normed[j] = from_float<Tx>(to_float(v[j]) * r);
-      largest = fmaxf(largest, fabsf(to_float(normed[j])));
-    }
-    store128(y + p * Packet::size, normed);
-  }
-  if (lane == 0 && out.rstd != nullptr) out.rstd[row] = r;
-  if (out.xn_amax != nullptr) {
-    largest = warp_reduce_max(largest);
-    if (lane == 0) atomic_max_nonnegative(out.xn_amax, largest);
-  }
+  rmsnorm_store_row(out.xn + static_cast<size_t>(row) * C, x, r, C, row, out.rstd, out.xn_amax);
 }
 
 namespace detail {
@@ -153,6 +138,22 @@ struct ResidualMixGrads {
   float* dscalars = nullptr;
 };
 
+namespace detail {
+// target[row, offset..] (+)= coefficient g over one packet, rounded once (mix_backward's gradients); none for a
+// null target.
+template <typename Tx>
+__device__ __forceinline__ void add_scaled_packet(MixRows<Tx> target, bool accumulate, int row, size_t offset,
+                                                  float coefficient, const Packed128<Tx>& g) {
+  if (target.data == nullptr) return;
+  Tx* at = target.data + static_cast<size_t>(row) * target.stride + offset;
+  const Packed128<Tx> before = accumulate ? load128(at) : Packed128<Tx>::zeros();
+  Packed128<Tx> result;
+  for (int j = 0; j < Packed128<Tx>::size; j++)
+    result[j] = from_float<Tx>(to_float(before[j]) + coefficient * to_float(g[j]));
+  store128(at, result);
+}
+}  // namespace detail
+
 // One warp per row. g = arriving + d rmsnorm (rounded as rmsnorm_backward stores it), then per packet each extra
 // stream's gradient and row dot (token_mix_backward's), then the mix's operand gradients and its two row dots
 // (mix_backward's), each operand read once. The mix's dots go to per-block partials (rows of the block in order).
@@ -205,20 +206,8 @@ __global__ void residual_norm_backward_kernel(ResidualMixGrads out, ResidualNorm
         x_dot += to_float(xin[j]) * to_float(g[j]);
         y_dot += to_float(yv[j]) * to_float(g[j]);
       }
-      if (out.dx_in.data != nullptr) {
-        Tx* target = out.dx_in.data + static_cast<size_t>(row) * out.dx_in.stride + offset;
-        const Packet before = out.accumulate_dx_in ? load128(target) : Packet::zeros();
-        Packet result;
-        for (int j = 0; j < Packet::size; j++) result[j] = from_float<Tx>(to_float(before[j]) + a * to_float(g[j]));
-        store128(target, result);
-      }
-      if (out.dy.data != nullptr) {
-        Tx* target = out.dy.data + static_cast<size_t>(row) * out.dy.stride + offset;
-        const Packet before = out.accumulate_dy ? load128(target) : Packet::zeros();
-        Packet result;
-        for (int j = 0; j < Packet::size; j++) result[j] = from_float<Tx>(to_float(before[j]) + b * to_float(g[j]));
-        store128(target, result);
-      }
+      detail::add_scaled_packet(out.dx_in, out.accumulate_dx_in, row, offset, a, g);
+      detail::add_scaled_packet(out.dy, out.accumulate_dy, row, offset, b, g);
     }
     for (int k = 0; k < extra.count; k++) {
       const float dot = warp_reduce_sum(dots[k]);

@@ -14,6 +14,30 @@ namespace llmc {
 constexpr float kRmsNormEps = 1.1920928955078125e-07f;  // FLT_EPSILON: PyTorch's rms_norm with eps=None
 constexpr int kRmsNormBlock = 256;                      // 8 warps = 8 rows per block
 
+// A warp's row y = x r (C elements, lane l taking packets l, l + 32, ...), r into rstd[row] (if not null) and
+// max |y| into *amax (if not null): the norm's second pass, shared by the fused residual pass (residual_norm.cuh).
+template <typename Tx>
+__device__ __forceinline__ void rmsnorm_store_row(Tx* y, const Tx* x, float r, int C, int row, float* rstd,
+                                                  float* amax) {
+  using Packet = Packed128<Tx>;
+  const int lane = threadIdx.x % kWarpSize;
+  float largest = 0.0f;
+  for (int p = lane; p < C / Packet::size; p += kWarpSize) {
+    const Packet v = load128(x + p * Packet::size);
+    Packet result;
+    for (int j = 0; j < Packet::size; j++) {
+      result[j] = from_float<Tx>(to_float(v[j]) * r);
+      largest = fmaxf(largest, fabsf(to_float(result[j])));
+    }
+    store128(y + p * Packet::size, result);
+  }
+  if (lane == 0 && rstd != nullptr) rstd[row] = r;
+  if (amax != nullptr) {
+    largest = warp_reduce_max(largest);
+    if (lane == 0) atomic_max_nonnegative(amax, largest);
+  }
+}
+
 // Row r of C elements starts at base + r * C; the launchers require C to be a whole number of packets.
 template <typename Tx>
 __global__ void rmsnorm_forward_kernel(Tx* out, float* rstd, float* out_amax, const Tx* inp, int N, int C) {
@@ -30,22 +54,7 @@ __global__ void rmsnorm_forward_kernel(Tx* out, float* rstd, float* out_amax, co
   }
   const float eps = LLMC_MUTANT("rmsnorm.eps", kRmsNormEps, 1e-5f);
   const float r = rsqrtf(warp_reduce_sum(sum_squares) / C + eps);
-  Tx* y = out + static_cast<size_t>(row) * C;
-  float largest = 0.0f;
-  for (int p = lane; p < packets; p += kWarpSize) {
-    const Packet v = load128(x + p * Packet::size);
-    Packet result;
-    for (int j = 0; j < Packet::size; j++) {
-      result[j] = from_float<Tx>(to_float(v[j]) * r);
-      largest = fmaxf(largest, fabsf(to_float(result[j])));
-    }
-    store128(y + p * Packet::size, result);
-  }
-  if (lane == 0 && rstd != nullptr) rstd[row] = r;
-  if (out_amax != nullptr) {
-    largest = warp_reduce_max(largest);
-    if (lane == 0) atomic_max_nonnegative(out_amax, largest);
-  }
+  rmsnorm_store_row(out + static_cast<size_t>(row) * C, x, r, C, row, rstd, out_amax);
 }
 
 // dx = r (dy - n mean(dy n)) with n = x r; written, or added to dinp when accumulate. dinp may alias dout

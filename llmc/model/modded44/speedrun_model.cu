@@ -430,6 +430,20 @@ void SpeedrunModel::forward(const int* inputs_host, const int* targets_host, int
   head_forward(targets_host, loss_slot, compute_dlogits, dloss);
 }
 
+// x_mix = lambda_0 x_in + lambda_1 x0: block i's mix of its input stream and x0.
+ResidualMixIn SpeedrunModel::block_lambda_mix(int i) const {
+  const Activations& a = *acts_;
+  const SpeedrunScalarIndex index{layout_.config.num_blocks};
+  const int C = layout_.config.channels();
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{a.blocks[static_cast<size_t>(i)].x_in, C};
+  mix.y = ConstRows{a.x0, C};
+  mix.scalars = a.scalars;
+  mix.a = identity(index.block_lambda(i, 0));
+  mix.b = identity(index.block_lambda(i, 1));
+  return mix;
+}
+
 void SpeedrunModel::block_forward(int i) {
   Activations& a = *acts_;
   Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
@@ -444,12 +458,7 @@ void SpeedrunModel::block_forward(int i) {
   }
   // x_mix = l0 x_in + l1 x0 and its norm for the first sublayer that reads it, in one pass (residual_norm_forward,
   // bit for bit mix_forward then rmsnorm_forward).
-  ResidualMixIn mix;
-  mix.x_in = ConstRows{b.x_in, C};
-  mix.y = ConstRows{a.x0, C};
-  mix.scalars = a.scalars;
-  mix.a = identity(index.block_lambda(i, 0));
-  mix.b = identity(index.block_lambda(i, 1));
+  const ResidualMixIn mix = block_lambda_mix(i);
   const ResidualNormOut out = role.attention ? ResidualNormOut{b.x_mix, b.xn_attn, b.rstd_attn}
                                              : ResidualNormOut{b.x_mix, b.xn_mlp, b.rstd_mlp};
   residual_norm_forward(out, mix, TokenMix{}, T, C, stream_);
@@ -628,12 +637,7 @@ void SpeedrunModel::block_backward(int i) {
   if (role.attention) attention_backward(i);
   // x_mix = lambda_0 x_in + lambda_1 x0 and the norm of its first reader (the attention's, or the MLP's without
   // attention, whose input gradient mlp/attention_backward left in dnarrow2 / dnarrow), in one pass.
-  ResidualMixIn mix;
-  mix.x_in = ConstRows{b.x_in, C};
-  mix.y = ConstRows{a.x0, C};
-  mix.scalars = a.scalars;
-  mix.a = identity(index.block_lambda(i, 0));
-  mix.b = identity(index.block_lambda(i, 1));
+  const ResidualMixIn mix = block_lambda_mix(i);
   const ResidualNormBackwardIn norm = role.attention
                                           ? ResidualNormBackwardIn{a.dnarrow2, b.x_mix, b.rstd_attn, a.dx}
                                           : ResidualNormBackwardIn{a.dnarrow, b.x_mix, b.rstd_mlp, a.dx};

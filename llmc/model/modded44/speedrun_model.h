@@ -22,6 +22,8 @@
 
 namespace llmc {
 
+struct ResidualMixIn;  // llmc/kernels/residual_norm.cuh
+
 // The GPT-2 tokenizer's <|endoftext|>, which opens every document of the speedrun's data.
 constexpr int kSpeedrunBosToken = 50256;
 
@@ -109,6 +111,7 @@ class SpeedrunModel : public FamilyModel {
   void zero_bucket_grads(int bucket);
   void upload_batch(const int* inputs_host, const int* targets_host);
   void rebuild_rope_tables();
+  ResidualMixIn block_lambda_mix(int block) const;
   void block_forward(int block);
   void attention_forward(int block);
   void mlp_forward(int block);
