@@ -16,7 +16,8 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 
 # The programs and GPU test binaries check.sh runs; train_gpt2 and generate_gpt2 are user binaries in the
 # repository root.
-PROGRAMS=(train_gpt2 bench_kernels bench_window_attention generate_gpt2 bench_generate)
+PROGRAMS=(train_gpt2 bench_kernels bench_window_attention generate_gpt2 bench_generate bench_speedrun_kernels
+          bench_step)
 TEST_BINARIES=(kernels_bf16_cuda gpt2_bf16_cuda train_steps_bf16_cuda emu_tests_cuda comm_collectives_cuda
   comm_trace_cuda gpt2_decoder_bf16_cuda speedrun_model_bf16_cuda modded89_model_bf16_cuda fp8_cuda
   optim_math_bf16_cuda)

@@ -151,6 +151,38 @@ def bench_rows(text):
             if m]
 
 
+# bench_speedrun_kernels' measured rows: name (38 columns), calls, MB/call, GFLOP/call, ceiling us, us/step,
+# measured us per call.
+SPEEDRUN_KERNEL_LINE = re.compile(r"^(?P<name>.{38}) +(?P<calls>\d+) +[\d.]+ +[\d.]+ +(?P<ceiling>[\d.]+) +[\d.]+ "
+                                  r"+(?P<measured>[\d.]+)$")
+# bench_step's measured rows: kind, name, calls, MB/call, GFLOP/call, ceiling us/step, share, measured us/step
+# (n/a and no share where a launch stated no cost).
+BENCH_STEP_LINE = re.compile(r"^(?P<kind>kernel|gemm|memset|copy) +(?P<name>.+?) +(?P<calls>\d+) +\S+ +\S+ "
+                       r"+(?P<ceiling>[\d.]+|n/a)(?: +[\d.]+%)? +(?P<measured>[\d.]+)$")
+BENCH_STEP_TOTAL = re.compile(r"^total +\(sum of rows, no overlap\) +(?P<ceiling>[\d.]+) +(?P<measured>[\d.]+)$")
+
+
+def speedrun_kernel_rows(text):
+    """[(name, calls per step, ceiling us, measured us)] per call, of bench_speedrun_kernels' measured rows."""
+    return [(m["name"].strip(), int(m["calls"]), float(m["ceiling"]), float(m["measured"]))
+            for m in map(SPEEDRUN_KERNEL_LINE.match, text.splitlines()) if m]
+
+
+def step_rows(text):
+    """bench_step's measured table: {'rows': [(kind, name, calls, ceiling us or None, measured us)] per step,
+    'total': (ceiling us, measured us) or None}."""
+    rows, total = [], None
+    for line in text.splitlines():
+        m = BENCH_STEP_LINE.match(line)
+        if m:
+            ceiling = None if m["ceiling"] == "n/a" else float(m["ceiling"])
+            rows.append((m["kind"], m["name"], int(m["calls"]), ceiling, float(m["measured"])))
+        t = BENCH_STEP_TOTAL.match(line)
+        if t:
+            total = (float(t["ceiling"]), float(t["measured"]))
+    return {"rows": rows, "total": total}
+
+
 def json_line(text):
     """The last line of the text that parses as a JSON object, or None."""
     for line in reversed(text.splitlines()):
@@ -265,6 +297,12 @@ def stage_summary(row, commands, notes, context):
     elif key == "speedrun" and context["speedrun"]:
         parts += [f"{SPEEDRUN_SHORT_NAMES.get(label, label)} {figures['ms_per_step']:.1f} ms/step"
                   for label, figures in context["speedrun"].items()]
+    elif key == "fused":
+        parts.append(f"{len(context['speedrun_kernels'])} speedrun kernels timed")
+        total = context["step"]["total"]
+        if total:
+            parts.append(f"modded89 step rows {total[1] / 1e3:.2f} ms measured ({total[0] / 1e3:.2f} ms at the "
+                         "ceilings)")
     elif key == "ncu":
         parts.append(f"{len(context['ncu'])} kernels profiled")
     elif key == "generate" and own:
@@ -291,6 +329,29 @@ def kernel_table(bench, ceilings, source):
         ceiling = ceilings["gemm_bf16_tflops"] if unit == "TFLOP/s" else ceilings["copy_gbps"]
         out.append(f"| {name} | {ms:.3f} | {rate:.1f} {unit} | {100 * rate / ceiling:.0f}% |")
     return out + [""]
+
+
+def speedrun_kernels_table(rows, step):
+    out = []
+    if rows:
+        out += ["**Speedrun kernels** (`bench_speedrun_kernels`, the 2025-10-31 model at T = 32,768, fused passes "
+                "included; ceilings: the benchmark's H200 figures, 4.3 TB/s and 790 / 1,979 TFLOP/s)", "",
+                "| kernel | calls/step | ceiling us | measured us | ceiling / measured |", "|---|---:|---:|---:|---:|"]
+        for name, calls, ceiling, measured in rows:
+            share = f"{100 * ceiling / measured:.0f}%" if measured > 0 else "-"
+            out.append(f"| {name} | {calls} | {ceiling:.1f} | {measured:.1f} | {share} |")
+        out.append("")
+    if step["rows"]:
+        total = step["total"]
+        head = f"{total[1] / 1e3:.2f} ms measured, {total[0] / 1e3:.2f} ms at the ceilings" if total else "no total"
+        out += [f"**The 2026-07-17 step by launch** (`bench_step --model modded89 -b 1 -t 16384`; per step, {head}; "
+                "the 25 rows that took longest)", "",
+                "| kind | row | calls | ceiling us | measured us |", "|---|---|---:|---:|---:|"]
+        for kind, name, calls, ceiling, measured in sorted(step["rows"], key=lambda r: -r[4])[:25]:
+            out.append(f"| {kind} | {name} | {calls} | {'-' if ceiling is None else f'{ceiling:.1f}'} | "
+                       f"{measured:.1f} |")
+        out.append("")
+    return out
 
 
 # The speedrun stage's runs as the stage summary names them.
@@ -411,7 +472,11 @@ def build_report(work, out_dir):
             ncu.update(ncu_rows(commands[label].text()))
     generation = [row for label in ("bench_generate", "bench_generate_modded89") if label in commands
                   for row in generate_rows(commands[label].text())]
-    context = {"bench": bench, "runs": runs, "ncu": ncu, "generate": generation, "speedrun": speedrun}
+    speedrun_kernels = (speedrun_kernel_rows(commands["bench_speedrun_kernels"].text())
+                        if "bench_speedrun_kernels" in commands else [])
+    step = step_rows(commands["bench_step_modded89"].text()) if "bench_step_modded89" in commands else step_rows("")
+    context = {"bench": bench, "runs": runs, "ncu": ncu, "generate": generation, "speedrun": speedrun,
+               "speedrun_kernels": speedrun_kernels, "step": step}
 
     dry = facts.get("mode") == "dry"
     out = ["# GPU check report" + (" (DRY RUN: no GPU, nothing measured)" if dry else ""), "",
@@ -440,6 +505,7 @@ def build_report(work, out_dir):
         out += training_table(runs, ceilings, spec_peak(facts.get("gpu", "")))
     if speedrun:
         out += speedrun_table(speedrun)
+    out += speedrun_kernels_table(speedrun_kernels, step)
     if ncu:
         out += ncu_table(ncu)
     if generation:

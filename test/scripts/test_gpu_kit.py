@@ -22,8 +22,8 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 PACK_SH = os.path.join(REPO, "scripts", "gpu", "pack.sh")
 CHECK_SH = os.path.join(REPO, "scripts", "gpu", "check.sh")
 BARE_ENV = os.path.join(REPO, "scripts", "gpu", "bare_env.sh")
-STAGE_KEYS = ["tests", "kernels", "train", "speedrun", "torch", "ncu", "generate", "sanitizer"]
-PARTS = {"1": ["tests", "kernels", "train", "speedrun"], "2": ["torch", "ncu", "generate", "sanitizer"]}
+STAGE_KEYS = ["tests", "kernels", "train", "speedrun", "fused", "torch", "ncu", "generate", "sanitizer"]
+PARTS = {"1": ["tests", "kernels", "train", "speedrun"], "2": ["fused", "torch", "ncu", "generate", "sanitizer"]}
 MAX_RESULT_FILES = 8  # what the device tool brings back
 MAX_PACK_BYTES = 56 << 20
 SETTINGS = {}
@@ -95,6 +95,7 @@ class GpuKit(unittest.TestCase):
         listed = dict((path, int(size)) for size, path in re.findall(r"(?m)^(\d+) (\S+)$", manifest))
         for name in ("train_gpt2", "bench_kernels", "bench_window_attention", "kernels_bf16_cuda", "gpt2_bf16_cuda", "train_steps_bf16_cuda",
                      "emu_tests_cuda", "comm_collectives_cuda", "comm_trace_cuda", "generate_gpt2", "bench_generate",
+                     "bench_speedrun_kernels", "bench_step",
                      "gpt2_decoder_bf16_cuda", "speedrun_model_bf16_cuda", "fp8_cuda", "optim_math_bf16_cuda"):
             self.assertTrue(os.access(os.path.join(self.pack, "bin", name), os.X_OK), name)
         for path in ("lib/libmpi.so.40", "lib/openmpi/mca_ess_singleton.so", "data/gpt2/encoder.json",

@@ -301,6 +301,35 @@ class Outcomes(unittest.TestCase):
         self.assertEqual(table_row(report, "llmc::flash::forward_kernel")[1:3], ["41.5 %", "128 register/thread"])
         self.assertEqual(table_row(report, "causal_softmax_kernel")[1], "88.0 %")
 
+    def test_speedrun_kernels_and_the_step_by_launch_become_tables(self):
+        # The two programs' measured lines as their printf formats write them on a GPU
+        # (test/kernels/bench_speedrun_kernels.cu print_rows, test/train/bench_step.cu print_table).
+        kernels = "\n".join([
+            "bench_speedrun_kernels (bf16): T=32768 C=768 H=6 D=128 V=50304; ceilings 4.3 TB/s, ...",
+            f"{'kernel':<38} {'calls':>7} {'MB/call':>10} {'GFLOP/call':>10} {'ceiling us':>12} {'us/step':>11} "
+            f"{'measured us':>12}",
+            f"{'residual_norm_forward (mix + norm)':<38} {12:7.0f} {201.5:10.1f} {0.151:10.3f} {46.9:12.1f} "
+            f"{562.2:11.1f} {62.5:12.1f}",
+            f"{'fp8 head: loss, dz as e5m2 codes g8':<38} {1:7.0f} {4945.3:10.1f} {41.209:10.3f} {1150.1:12.1f} "
+            f"{1150.1:11.1f} {1533.4:12.1f}",
+            f"{'total per training step':<38} {'':>7} {'':>10} {'':>10} {'':>12} {14536.6:11.1f} "
+            f"{20000.0:12.1f} (per step)"])
+        step = "\n".join([
+            f"{'kernel':<6} {'residual_norm_backward_kernel<floatX>':<58} {10:7.0f} {335.0:9.2f} {0.249:10.3f} "
+            f"{779.1:11.1f} {3.4:10.1f}% {901.0:11.1f}",
+            f"{'memset':<6} {'cudaMemsetAsync':<58} {44:7.0f} {'n/a':>9} {'n/a':>10} {'n/a':>11} {'':>11} {12.0:11.1f}",
+            f"{'total':<6} {'(sum of rows, no overlap)':<58} {'':>7} {'':>9} {'':>10} {22653.1:11.1f} {'':>11} "
+            f"{30100.0:11.1f}"])
+        self.check.stage("e", "fused", "kernels.log", [command_block("bench_speedrun_kernels", kernels),
+                                                       command_block("bench_step_modded89", step)])
+        report = self.check.report()
+        self.assertEqual(table_row(report, "residual_norm_forward (mix + norm)")[1:], ["12", "46.9", "62.5", "75%"])
+        self.assertEqual(table_row(report, "fp8 head: loss, dz as e5m2 codes g8")[4], "75%")
+        self.assertIn("| kernel | residual_norm_backward_kernel<floatX> | 10 | 779.1 | 901.0 |", report)
+        self.assertIn("| memset | cudaMemsetAsync | 44 | - | 12.0 |", report)
+        self.assertIn("2 speedrun kernels timed; modded89 step rows 30.10 ms measured (22.65 ms at the ceilings)",
+                      table_row(report, "e. fused title")[4])
+
 
 if __name__ == "__main__":
     unittest.main()
