@@ -17,6 +17,14 @@ namespace llmc {
 
 inline constexpr int kFp8PacketElements = 16;  // one 16-byte store of fp8 codes
 
+// The codes of a / scale (low byte) and b / scale (high byte): IEEE division, then the saturating conversion. Every
+// quantisation with a given scale (the casts, the loss kernels' e5m2 gradients) goes through it, so their codes agree
+// bit for bit.
+template <class Fp8>
+__device__ __forceinline__ uint16_t fp8x2_scaled(float a, float b, float scale) {
+  return fp8x2_from_floats<Fp8>(__fdiv_rn(a, scale), __fdiv_rn(b, scale));
+}
+
 // The 16 codes of in[0..16) / scale, in memory order (the two-value conversion: one instruction per pair).
 template <class Fp8, class In>
 __device__ __forceinline__ Packed128<Fp8> fp8_quantize_packet(const In* in, float scale) {
@@ -25,8 +33,7 @@ __device__ __forceinline__ Packed128<Fp8> fp8_quantize_packet(const In* in, floa
   for (int part = 0; part < kFp8PacketElements / InPacket::size; part++) {
     const InPacket x = load128cs(in + part * InPacket::size);
     for (int j = 0; j < InPacket::size; j += 2) {
-      const uint16_t pair =
-          fp8x2_from_floats<Fp8>(__fdiv_rn(to_float(x[j]), scale), __fdiv_rn(to_float(x[j + 1]), scale));
+      const uint16_t pair = fp8x2_scaled<Fp8>(to_float(x[j]), to_float(x[j + 1]), scale);
       codes[part * InPacket::size + j] = fp8_from_bits<Fp8>(static_cast<uint8_t>(pair & 0xffu));
       codes[part * InPacket::size + j + 1] = fp8_from_bits<Fp8>(static_cast<uint8_t>(pair >> 8));
     }

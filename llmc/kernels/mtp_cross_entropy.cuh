@@ -12,6 +12,7 @@
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/fp8.h"
+#include "llmc/kernels/fp8_cast.cuh"
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/packet_io.cuh"
 #include "llmc/kernels/reduction.cuh"
@@ -72,8 +73,7 @@ __device__ __forceinline__ void store_mtp_grads(floatX* out, const float* grads,
 }
 __device__ __forceinline__ void store_mtp_grads(fp8e5m2* out, const float* grads, int n, float grad_code_scale) {
   for (int j = 0; j < n; j += 2)
-    reinterpret_cast<uint16_t*>(out)[j / 2] =
-        fp8x2_from_floats<fp8e5m2>(__fdiv_rn(grads[j], grad_code_scale), __fdiv_rn(grads[j + 1], grad_code_scale));
+    reinterpret_cast<uint16_t*>(out)[j / 2] = fp8x2_scaled<fp8e5m2>(grads[j], grads[j + 1], grad_code_scale);
 }
 
 }  // namespace detail

@@ -79,6 +79,14 @@ __global__ void residual_norm_forward_kernel(ResidualNormOut out, ResidualMixIn 
 }
 
 namespace detail {
+// The extra streams of a fused pass: none, or a token mix check_token_mix accepts.
+inline void check_extra_streams(const char* launcher, const TokenMix& extra, int N, int C, bool backward) {
+  if (extra.count < 0 || extra.count > kTokenMixMaxStreams)
+    throw std::invalid_argument(std::string(launcher) + ": 0 to " + std::to_string(kTokenMixMaxStreams) +
+                                " extra streams");
+  if (extra.count > 0) check_token_mix(launcher, extra, N, C, backward);
+}
+
 // Bytes: every input row once, the gated streams' weights, x and xn written, 1/rms. FLOPs: the mix's 3 (1 without
 // y), 2 per extra stream, the norm's 3 (4 with the maximum) per element.
 inline KernelCost residual_norm_cost(const ResidualNormOut& out, const ResidualMixIn& in, const TokenMix& extra, int N,
@@ -107,10 +115,7 @@ inline void residual_norm_forward(const ResidualNormOut& out, const ResidualMixI
   require_aligned16(launcher, {out.x, out.xn});
   detail::check_mix_rows(launcher, "x_in", in.x_in);
   detail::check_mix_rows(launcher, "y", in.y);
-  if (extra.count < 0 || extra.count > kTokenMixMaxStreams)
-    throw std::invalid_argument("residual_norm_forward: 0 to " + std::to_string(kTokenMixMaxStreams) +
-                                " extra streams");
-  if (extra.count > 0) detail::check_token_mix(launcher, extra, N, C, false);
+  detail::check_extra_streams(launcher, extra, N, C, false);
   if (out.xn_amax != nullptr) memset_async(out.xn_amax, 0, sizeof(float), stream);
   if (N <= 0) return;
   const int rows_per_block = kRmsNormBlock / kWarpSize;
@@ -191,13 +196,8 @@ __global__ void residual_norm_backward_kernel(ResidualMixGrads out, ResidualNorm
         const TokenMixStream& stream = extra.streams[k];
         const Packet sv = load128(stream.rows + static_cast<size_t>(row) * stream.stride + offset);
         for (int j = 0; j < Packet::size; j++) dots[k] += to_float(sv[j]) * to_float(g[j]);
-        if (stream.grad == nullptr) continue;
-        Tx* target = stream.grad + static_cast<size_t>(row) * stream.grad_stride + offset;
-        const Packet before = stream.accumulate ? load128(target) : Packet{};
-        Packet result;
-        for (int j = 0; j < Packet::size; j++)
-          result[j] = from_float<Tx>((stream.accumulate ? to_float(before[j]) : 0.0f) + w[k] * to_float(g[j]));
-        store128(target, result);
+        const MixRows<Tx> grad{stream.grad, stream.grad_stride};
+        detail::add_scaled_packet(grad, stream.accumulate, row, offset, w[k], g);
       }
       const Packet xin = load128(mix.x_in.data + static_cast<size_t>(row) * mix.x_in.stride + offset);
       const Packet yv = mix.y.data != nullptr ? load128(mix.y.data + static_cast<size_t>(row) * mix.y.stride + offset)
@@ -256,10 +256,7 @@ inline void residual_norm_backward(const ResidualMixGrads& out, const ResidualNo
                                    std::pair{"dy", MixRows<const floatX>{out.dy.data, out.dy.stride}},
                                    std::pair{"x_in", mix.x_in}, std::pair{"y", mix.y}})
     detail::check_mix_rows(launcher, name, view);
-  if (extra.count < 0 || extra.count > kTokenMixMaxStreams)
-    throw std::invalid_argument("residual_norm_backward: 0 to " + std::to_string(kTokenMixMaxStreams) +
-                                " extra streams");
-  if (extra.count > 0) detail::check_token_mix(launcher, extra, N, C, true);
+  detail::check_extra_streams(launcher, extra, N, C, true);
   if (mix.y.data == nullptr) mix.b = MixCoefficient{};  // no y: no b scalar to differentiate
   if (N <= 0) return;
   const int rows_per_block = kRmsNormBlock / kWarpSize;

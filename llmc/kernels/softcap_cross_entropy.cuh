@@ -14,6 +14,7 @@
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/fp8.h"
+#include "llmc/kernels/fp8_cast.cuh"
 #include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/cuda/precision.h"
@@ -46,8 +47,8 @@ __device__ __forceinline__ void store_softcap_grads(Tx* out, const Packed128<Tx>
 template <typename Tx>
 __device__ __forceinline__ void store_softcap_grads(fp8e5m2* out, const Packed128<Tx>& grads, float grad_code_scale) {
   for (int j = 0; j < Packed128<Tx>::size; j += 2)
-    reinterpret_cast<uint16_t*>(out)[j / 2] = fp8x2_from_floats<fp8e5m2>(
-        __fdiv_rn(to_float(grads[j]), grad_code_scale), __fdiv_rn(to_float(grads[j + 1]), grad_code_scale));
+    reinterpret_cast<uint16_t*>(out)[j / 2] =
+        fp8x2_scaled<fp8e5m2>(to_float(grads[j]), to_float(grads[j + 1]), grad_code_scale);
 }
 }  // namespace detail
 

@@ -444,6 +444,19 @@ ResidualMixIn SpeedrunModel::block_lambda_mix(int i) const {
   return mix;
 }
 
+// x_final = x_out[L-1] - backout * x_out[backout block]: the backout of the record's last layers.
+ResidualMixIn SpeedrunModel::backout_mix() const {
+  const Activations& a = *acts_;
+  const SpeedrunConfig& cfg = layout_.config;
+  const int C = cfg.channels();
+  ResidualMixIn mix;
+  mix.x_in = ConstRows{a.blocks[static_cast<size_t>(cfg.num_blocks - 1)].x_out, C};
+  mix.y = ConstRows{a.blocks[static_cast<size_t>(layout_.structure.backout_block)].x_out, C};
+  mix.scalars = a.scalars;
+  mix.b = MixCoefficient{MixScalar::kNegated, SpeedrunScalarIndex{cfg.num_blocks}.backout_lambda()};
+  return mix;
+}
+
 void SpeedrunModel::block_forward(int i) {
   Activations& a = *acts_;
   Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
@@ -526,20 +539,13 @@ void SpeedrunModel::mlp_forward(int i) {
   gemm(a.matmul, proj, stream_);
 }
 
-// Backout, final norm, head GEMM and the soft-capped cross-entropy (in training, dz in place of z).
+// Backout, final norm, head GEMM and the soft-capped cross-entropy (in training, dz in place of z, or for the FP8
+// head its e5m2 codes in the head's g8).
 void SpeedrunModel::head_forward(const int* targets_host, int loss_slot, bool compute_dlogits, float dloss) {
   Activations& a = *acts_;
   const SpeedrunConfig& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
-  const SpeedrunScalarIndex index{cfg.num_blocks};
-  const floatX* last = a.blocks[static_cast<size_t>(cfg.num_blocks - 1)].x_out;
-  const floatX* kept = a.blocks[static_cast<size_t>(layout_.structure.backout_block)].x_out;
-  ResidualMixIn backout;  // x_final = last - lambda kept and its norm xf, in one pass
-  backout.x_in = ConstRows{last, C};
-  backout.y = ConstRows{kept, C};
-  backout.scalars = a.scalars;
-  backout.b = MixCoefficient{MixScalar::kNegated, index.backout_lambda()};
-  residual_norm_forward({a.x_final, a.xf, a.rstd_f}, backout, TokenMix{}, T, C, stream_);
+  residual_norm_forward({a.x_final, a.xf, a.rstd_f}, backout_mix(), TokenMix{}, T, C, stream_);  // x_final, xf
   if (a.fp8_head && compute_dlogits) {  // training: z in FP8, its copies kept for head_backward
     fp8_head_training_forward(a.matmul, *a.fp8_head, a.z, a.xf, param(SpeedrunTensor::kHead), T, dloss, stream_);
   } else {
@@ -596,7 +602,6 @@ void SpeedrunModel::head_backward() {
   Activations& a = *acts_;
   const SpeedrunConfig& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
-  const SpeedrunScalarIndex index{cfg.num_blocks};
   if (a.fp8_head) {  // dxf = dz W_head and dW_head += dz^T xf (fp32 sums, rounded once) from the forward's fp8 copies
     fp8_head_backward_from_codes(a.matmul, *a.fp8_head, a.dnarrow, grad(SpeedrunTensor::kHead), T,
                                  /*accumulate=*/true, stream_);
@@ -610,18 +615,12 @@ void SpeedrunModel::head_backward() {
     dinput.k = V;
     gemm(a.matmul, dinput, stream_);
   }
-  // xf = norm(x_final), x_final = x_out[L-1] - backout * x_out[backout block], in one pass: dx = the last block's
-  // output gradient (coefficient 1), the backout block's dextra += -backout dx.
-  const floatX* last = a.blocks[static_cast<size_t>(cfg.num_blocks - 1)].x_out;
+  // xf = norm(x_final) and the backout, in one pass: dx = the last block's output gradient (coefficient 1), the
+  // backout block's dextra += -backout dx.
   Buffers::Block& kept = a.blocks[static_cast<size_t>(layout_.structure.backout_block)];
-  ResidualMixIn mix;
-  mix.x_in = ConstRows{last, C};
-  mix.y = ConstRows{kept.x_out, C};
-  mix.scalars = a.scalars;
-  mix.b = MixCoefficient{MixScalar::kNegated, index.backout_lambda()};
   residual_norm_backward({Rows{a.dx, C}, false, Rows{kept.dextra, C}, true, a.dscalars},
-                         {a.dnarrow, a.x_final, a.rstd_f, nullptr}, TokenMix{}, mix, T, C, a.reduction_scratch,
-                         a.reduction_scratch_floats, stream_);
+                         {a.dnarrow, a.x_final, a.rstd_f, nullptr}, TokenMix{}, backout_mix(), T, C,
+                         a.reduction_scratch, a.reduction_scratch_floats, stream_);
 }
 
 // a.dx holds the gradient of block i's output from the blocks after it; leaves that of its input stream.

@@ -112,6 +112,7 @@ class SpeedrunModel : public FamilyModel {
   void upload_batch(const int* inputs_host, const int* targets_host);
   void rebuild_rope_tables();
   ResidualMixIn block_lambda_mix(int block) const;
+  ResidualMixIn backout_mix() const;
   void block_forward(int block);
   void attention_forward(int block);
   void mlp_forward(int block);

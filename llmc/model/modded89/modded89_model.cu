@@ -834,12 +834,7 @@ void Modded89Model::attention_output_and_mlp_norm(int i) {
   Buffers::Layer& l = b.layers[i];
   const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
   const int T = rows_.count, C = layout_.config.channels();
-  ResidualMixIn mix;
-  mix.x_in = ConstRows{at(l.x_in, C), C};
-  mix.y = ConstRows{at(l.attn_out, C), C};
-  mix.scalars = b.fp32_params;
-  mix.a = bf16_copy(fp32_index("resid_lambdas", 2 * i));
-  mix.b = bf16_copy(fp32_index("post_lambdas", 2 * i));
+  const ResidualMixIn mix = residual_lambda_mix(at(l.x_in, C), at(l.attn_out, C), 2 * i);
   const GateRows gate = b.mlps[role.x0_gate.gate].gate();
   TokenMix extra = token_mix(gate, {{b.x0, role.x0_gate.column}}, C);
   if (i != 0) extra = token_mix(gate, {{b.x0, role.x0_gate.column}, {b.b, role.bigram_gate.column}}, C);
@@ -1049,24 +1044,24 @@ void Modded89Model::mlp_output_mix(int i) {
                       stream_);
   else if (attention_norm_fused_before(i + 1))  // x_out and the next layer's attention norm in one pass
     residual_norm_forward({at(l.x_out, C), at(b.layers[i + 1].xn_attn, C), at(b.layers[i + 1].rstd_attn, 1)},
-                          mlp_output_mix_in(i), TokenMix{}, T, C, stream_);
+                          residual_lambda_mix(at(l.x_attn, C), at(l.mlp_out, C), 2 * i + 1), TokenMix{}, T, C,
+                          stream_);
   else {
-    const ResidualMixIn mix = mlp_output_mix_in(i);
+    const ResidualMixIn mix = residual_lambda_mix(at(l.x_attn, C), at(l.mlp_out, C), 2 * i + 1);
     mix_forward(Rows{at(l.x_out, C), C}, mix.x_in, mix.y, mix.scalars, mix.a, mix.b, T, C, stream_);
   }
 }
 
-// x_out = r x_attn + p mlp_out: the operands of a layer's output mix (not the MUDD layer's).
-ResidualMixIn Modded89Model::mlp_output_mix_in(int i) const {
-  const Buffers& b = *buffers_;
-  const Buffers::Layer& l = b.layers[i];
+// r x + p branch, with r and p the bf16 copies of resid_lambdas[lambda] and post_lambdas[lambda]: the residual
+// update after a sublayer (lambda 2i after layer i's attention, 2i + 1 after its MLP), rows of C.
+ResidualMixIn Modded89Model::residual_lambda_mix(const floatX* x, const floatX* branch, int lambda) const {
   const int C = layout_.config.channels();
   ResidualMixIn mix;
-  mix.x_in = ConstRows{at(l.x_attn, C), C};
-  mix.y = ConstRows{at(l.mlp_out, C), C};
-  mix.scalars = b.fp32_params;
-  mix.a = bf16_copy(fp32_index("resid_lambdas", 2 * i + 1));
-  mix.b = bf16_copy(fp32_index("post_lambdas", 2 * i + 1));
+  mix.x_in = ConstRows{x, C};
+  mix.y = ConstRows{branch, C};
+  mix.scalars = buffers_->fp32_params;
+  mix.a = bf16_copy(fp32_index("resid_lambdas", lambda));
+  mix.b = bf16_copy(fp32_index("post_lambdas", lambda));
   return mix;
 }
 
@@ -1311,10 +1306,11 @@ void Modded89Model::mlp_backward(int i) {
                        token_mix_grads(b.mlps[2].gate(), b.d_gates[2],
                                        {{l.x_attn, 12, b.dx, false}, {l.mlp_out, 13, b.d_branch, false}}, C),
                        T, C, stream_);
-  else
-    mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, ConstRows{l.x_attn, C},
-                 ConstRows{l.mlp_out, C}, b.fp32_params, bf16_copy(fp32_index("resid_lambdas", 2 * i + 1)),
-                 bf16_copy(fp32_index("post_lambdas", 2 * i + 1)), T, C, b.scratch, b.scratch_floats, stream_);
+  else {
+    const ResidualMixIn mix = residual_lambda_mix(l.x_attn, l.mlp_out, 2 * i + 1);
+    mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, mix.x_in, mix.y,
+                 mix.scalars, mix.a, mix.b, T, C, b.scratch, b.scratch_floats, stream_);
+  }
   GemmArgs dpost;  // (T, 4C) = d_mlp c_proj^T, c_proj stored (in, out)
   dpost.d = b.d_wide, dpost.a = b.d_branch, dpost.b = bank + static_cast<size_t>(hidden) * C, dpost.m = T;
   dpost.n = hidden, dpost.k = C, dpost.trans_b = true;
@@ -1346,12 +1342,7 @@ void Modded89Model::attention_output_and_mlp_norm_backward(int i) {
   if (i != 0)
     streams = token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0}, {b.b, role.bigram_gate.column, b.d_b}},
                               C);
-  ResidualMixIn mix;
-  mix.x_in = ConstRows{l.x_in, C};
-  mix.y = ConstRows{l.attn_out, C};
-  mix.scalars = b.fp32_params;
-  mix.a = bf16_copy(fp32_index("resid_lambdas", 2 * i));
-  mix.b = bf16_copy(fp32_index("post_lambdas", 2 * i));
+  const ResidualMixIn mix = residual_lambda_mix(l.x_in, l.attn_out, 2 * i);
   residual_norm_backward({Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32},
                          {b.dn, l.x_attn, l.rstd_mlp, b.dx}, streams, mix, T, C, b.scratch, b.scratch_floats, stream_);
 }

@@ -179,7 +179,7 @@ class Modded89Model : public FamilyModel {
   void attention_output_and_mlp_norm(int layer);
   void attention_output_and_mlp_norm_backward(int layer);
   bool attention_norm_fused_before(int layer) const;
-  ResidualMixIn mlp_output_mix_in(int layer) const;
+  ResidualMixIn residual_lambda_mix(const floatX* x, const floatX* branch, int lambda) const;
   float* mlp_input_amax(int layer) const;
   void mlp_forward(int layer);
   void mlp_output_mix(int layer);
