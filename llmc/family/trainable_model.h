@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,19 @@ class FamilyModel : public TrainableModel {
   // The tokens of each following step's sequences, at most the build's seq_len; between steps. Throws
   // std::invalid_argument naming --batch-schedule and --val-seq-len for a model whose steps keep one length.
   virtual void set_seq_len(int seq_len) = 0;
+  // Whether sequence_losses takes sequences longer than the buffers (the 2026-07-17 model: the record validates
+  // 262,144 contiguous tokens per rank as one sequence).
+  virtual bool evaluates_long_sequences() const { return false; }
+  // The validation loss of each of `length` positions of one contiguous sequence (host tokens and targets),
+  // evaluated as one forward over all of it would, though longer than seq_len: in forwards that carry the
+  // context a row reads of the rows before it. Synchronous. Throws std::logic_error where unsupported.
+  virtual std::vector<float> sequence_losses(const int* /*inputs_host*/, const int* /*targets_host*/,
+                                             int /*length*/) {
+    throw std::logic_error("this model evaluates only sequences that fit its buffers");
+  }
+  // The rows sequence_losses carries from one forward to the next with a long attention window of long_blocks
+  // blocks (0: the windows in force); seq_len must be at least twice it. 0 where unsupported.
+  virtual int long_sequence_context(int /*long_blocks*/) const { return 0; }
   // State of the model's own that a resumed run needs to continue bit for bit (names start with
   // kModelStatePrefix; most models keep none), saved with each rank's optimizer state; restore takes the
   // arrays save wrote (this rank's, or another rank's when the number of ranks changed).

@@ -235,8 +235,8 @@ void add_evaluation_options(CLI::App& app, TrainOptions& o) {
                  "sequence length; 0 = no validation)")
       ->capture_default_str()->check(at_least(0));
   app.add_option("--val-seq-len", o.val_seq_len,
-                 "Tokens per validation sequence, at most --seq-len, for a model that runs shorter steps (modded89); "
-                 "0 = --seq-len")
+                 "Tokens per validation sequence (modded89: shorter than --seq-len, or longer, evaluated in forwards "
+                 "of --seq-len that carry their context over, as the record's 262,144); 0 = --seq-len")
       ->capture_default_str()->check(at_least(0));
   app.add_option("--sample-every", o.sample_every,
                  "Print a sample of the model every N steps, from rank 0, outside the timed part (0 = never)")
@@ -296,9 +296,6 @@ void validate_train_options(const TrainOptions& o, int world_size) {
   if (o.warmup_steps > o.steps)
     throw std::invalid_argument("--warmup-steps " + std::to_string(o.warmup_steps) + " exceeds --steps " +
                                 std::to_string(o.steps));
-  if (o.val_seq_len > o.seq_len)
-    throw std::invalid_argument("--val-seq-len " + std::to_string(o.val_seq_len) + " exceeds --seq-len " +
-                                std::to_string(o.seq_len) + " (the model's buffers)");
   const int64_t val_tokens_per_call = static_cast<int64_t>(o.batch_size) * o.validation_seq_len() * world_size;
   if (o.val_tokens > 0 && o.val_tokens % val_tokens_per_call != 0)
     throw std::invalid_argument("--val-tokens " + std::to_string(o.val_tokens) +

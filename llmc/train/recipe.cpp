@@ -45,10 +45,9 @@ const RecipeSettings kModded20251031 = {
 // sequence per rank and micro-step of 16,384 / 32,768 / 49,152 tokens on 8 ranks; 8 / ranks micro-steps on fewer),
 // the record's lr, window, loss-weight and batch schedules, no lr warm-up, no clipping, the loss summed over each
 // sequence, validation every 250 steps and at the end on 10,485,760 tokens; before the timed steps the record's
-// untimed warm-up (its 14 steps at the stage transitions, then the starting state restored). The record validates
-// 262,144 contiguous tokens per rank at once; here in sequences of 16,384 (the model's buffers hold 49,152, which
-// does not divide the val tokens), the documents inside them as the record's but those crossing a sequence's start
-// cut there.
+// untimed warm-up (its 14 steps at the stage transitions, then the starting state restored). Validation as the
+// record's: 262,144 contiguous tokens per rank as one sequence, which the model evaluates in forwards of its
+// 49,152-token buffers carrying their context over (Modded89Model::sequence_losses).
 const RecipeSettings kModded20260717 = {
     {"--model", "modded89"},
     {"--batch-size", "1"},
@@ -66,7 +65,7 @@ const RecipeSettings kModded20260717 = {
     {"--loss-reduction", "sum"},
     {"--val-every", "250"},
     {"--val-tokens", "10485760"},
-    {"--val-seq-len", "16384"},
+    {"--val-seq-len", "262144"},
     {"--untimed-warmup", "on"},
     {"--train-loader", "bos"},
 };

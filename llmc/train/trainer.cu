@@ -1,6 +1,7 @@
 // The trainer's loop over a training run (see trainer.h).
 #include "llmc/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -33,12 +34,34 @@ void log_lines(TrainLog& log, const std::vector<std::string>& lines) {
   for (const std::string& line : lines) log.line(line);
 }
 
+// The mean loss of the val sequences longer than the model's buffers (the record's 262,144 tokens per rank), each
+// evaluated as one forward over it would (TrainableModel::sequence_losses), in forwards of --seq-len.
+double evaluate_long_sequences(TrainingRun& run, Batch& batch, int val_seq_len) {
+  ValLoader& val_loader = *run.val_loader;
+  run.model->set_seq_len(run.opt.seq_len);
+  run.optimizer->wait_for_all_params();  // the forwards read every parameter
+  double loss_sum = 0.0;
+  for (int64_t s = 0; s < val_loader.num_steps(); s++) {
+    val_loader.next_batch(batch.inputs.data(), batch.targets.data());
+    for (int b = 0; b < run.opt.batch_size; b++) {
+      const size_t offset = static_cast<size_t>(b) * val_seq_len;
+      double sequence_sum = 0.0;
+      for (float loss : run.model->sequence_losses(batch.inputs.data() + offset, batch.targets.data() + offset,
+                                                   val_seq_len))
+        sequence_sum += loss;
+      loss_sum += sequence_sum / val_seq_len / run.opt.batch_size;
+    }
+  }
+  return run.comm.all_reduce_mean(loss_sum / static_cast<double>(val_loader.num_steps()));
+}
+
 // The mean validation loss over every rank's share of the val tokens, with the parameters of the last update.
 double evaluate(TrainingRun& run, Batch& batch) {
   ValLoader& val_loader = *run.val_loader;
   val_loader.reset();
   // The val sequences' length; after them the training one (with --batch-schedule the next step sets its own).
   const int val_seq_len = run.opt.validation_seq_len();
+  if (val_seq_len > run.opt.seq_len) return evaluate_long_sequences(run, batch, val_seq_len);
   if (run.stage_batches || val_seq_len != run.opt.seq_len) run.model->set_seq_len(val_seq_len);
   double loss_sum = 0.0;
   for (int64_t s = 0; s < val_loader.num_steps(); s++) {
@@ -126,7 +149,7 @@ Trainer::Trainer(const TrainOptions& options, const std::string& options_text, C
           [this](const std::string& why) { comm_.abort_job(why, kExitWatchdog); })),
       parts_(run_->step_parts()),
       meter_(throughput_meter(*run_)),
-      batch_(static_cast<size_t>(opt_.batch_size) * opt_.seq_len),
+      batch_(static_cast<size_t>(opt_.batch_size) * std::max(opt_.seq_len, opt_.validation_seq_len())),
       since_(Clock::now()) {
   for (const std::string& line : format_log_header(run_->describe(options_text, debug_))) log_->line(line);
 }

@@ -91,13 +91,18 @@ std::unique_ptr<ValLoader> make_val_loader(const TrainOptions& opt, const CommCo
   return std::make_unique<ValLoader>(config);
 }
 
+// The windows of --window-schedule speedrun|modded89 at every step (not fixed).
+WindowPlan window_plan(const TrainOptions& opt) {
+  return opt.window_schedule == WindowScheduleKind::kModded89
+             ? WindowPlan::of(Modded89Schedule::for_total_steps(opt.steps))
+             : WindowPlan::of(SpeedrunSchedule::for_total_steps(opt.steps));
+}
+
 // --window-schedule speedrun|modded89: that record's windows stretched to --steps, set on the model before each
 // step (fixed: the model keeps its first windows). Setting the first ones fails at once for GPT-2.
 std::unique_ptr<WindowSchedule> make_window_schedule(const TrainOptions& opt, FamilyModel& model) {
   if (opt.window_schedule == WindowScheduleKind::kFixed) return nullptr;
-  WindowPlan plan = opt.window_schedule == WindowScheduleKind::kModded89
-                        ? WindowPlan::of(Modded89Schedule::for_total_steps(opt.steps))
-                        : WindowPlan::of(SpeedrunSchedule::for_total_steps(opt.steps));
+  WindowPlan plan = window_plan(opt);
   const AttentionWindows first = plan.windows[0];
   model.set_attention_windows(first.short_blocks, first.long_blocks, /*apply_yarn=*/false);
   return std::make_unique<WindowSchedule>(std::move(plan), [&model](const AttentionWindows& windows, bool yarn) {
@@ -122,6 +127,23 @@ std::unique_ptr<BatchSchedule> make_stage_batches(const TrainOptions& opt) {
   return std::make_unique<BatchSchedule>(Modded89Schedule::for_total_steps(opt.steps), opt.seq_len);
 }
 
+// Validation sequences longer than --seq-len: a model that carries its context from forward to forward, and
+// buffers that hold twice the widest context any step's windows (the final validation's too) will carry.
+void check_long_validation(const TrainOptions& opt, const FamilyModel& model) {
+  const std::string what = "--val-seq-len " + std::to_string(opt.validation_seq_len()) + " exceeds --seq-len " +
+                           std::to_string(opt.seq_len) + ": ";
+  if (!model.evaluates_long_sequences())
+    throw std::invalid_argument(what + "this model evaluates only sequences that fit its buffers (modded89 carries "
+                                "its context over)");
+  int context = model.long_sequence_context(0);
+  if (opt.window_schedule != WindowScheduleKind::kFixed)
+    for (const AttentionWindows& windows : window_plan(opt).windows)
+      context = std::max(context, model.long_sequence_context(std::max(windows.short_blocks, windows.long_blocks)));
+  if (opt.seq_len < 2 * context)
+    throw std::invalid_argument(what + "its forwards carry up to " + std::to_string(context) +
+                                " rows of context (the widest window), and --seq-len must hold twice that");
+}
+
 // Every sequence length other than --seq-len that the run will ask of the model (each stage's, the validation's)
 // tried at once, so that a model that refuses one (GPT-2 any, the FP8 head one that is not a multiple of 16) stops
 // the run before it starts; then the model is back at --seq-len.
@@ -130,7 +152,9 @@ void try_step_lengths(const TrainOptions& opt, const BatchSchedule* stage_batche
   if (stage_batches)
     for (int start : Modded89Schedule::for_total_steps(opt.steps).stage_starts())
       lengths.push_back(stage_batches->shape(start).seq_len);
-  if (validates) lengths.push_back(opt.validation_seq_len());
+  const int val_seq_len = opt.validation_seq_len();
+  if (validates && val_seq_len > opt.seq_len) check_long_validation(opt, model);
+  if (validates && val_seq_len <= opt.seq_len) lengths.push_back(val_seq_len);
   lengths.erase(std::remove(lengths.begin(), lengths.end(), opt.seq_len), lengths.end());
   for (int length : lengths) model.set_seq_len(length);
   if (!lengths.empty()) model.set_seq_len(opt.seq_len);

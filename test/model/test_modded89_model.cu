@@ -805,6 +805,99 @@ TEST_F(Modded89ModelTest, KvCacheDecodesTokenByTokenAsTheWholeForward) {
 #endif
 }
 
+// ---- long sequences (Modded89Model::sequence_losses): the record's validation of 262,144 tokens per rank ----------
+
+// A sequence of 300 tokens through buffers of 64: the first forward computes 64 rows, each later one carries the
+// last long_sequence_context(0) rows (the widest window or DC reach) and computes the next after them. Documents open
+// every 23 to 41 tokens, so some start before a forward's first row and run on through it; the windows are
+// widened with YaRN first (RoPE positions then run to 600, past the 128 rows the small model's tables hold). The
+// losses are those of a model allocated for all 300 tokens: bitwise in the emulation (every kernel a continuation
+// reads the earlier rows through gives the whole forward's bits: the decoder's tests above), to the rounding on a
+// GPU (another GEMM or attention kernel for another shape). Twice, the second with the grown tables; then an
+// ordinary forward is what it was before.
+TEST_F(Modded89ModelTest, LongSequenceLossesAreTheWholeForwardsAcrossCarriedContexts) {
+  Modded89Config config = modded89_config_from_name("modded89-tiny");
+  const int length = 300, buffers = 64;
+  config.max_seq_len = length;
+  Case c(83, config);
+  std::mt19937 rng(84);
+  for (int t = 0, next = 5; t < length; t++)
+    if (t == next) {
+      c.tokens[t] = c.bos;
+      next += 23 + static_cast<int>(rng() % 19);
+    } else if (c.tokens[t] == c.bos) {
+      c.tokens[t] = 0;
+    }
+  Modded89Model whole(config, 1, length, 1, stream, c.bos), pieces(config, 1, buffers, 1, stream, c.bos);
+  for (Modded89Model* model : {&whole, &pieces}) {
+    c.load(*model);
+    model->set_attention_windows(2, 4, /*apply_yarn=*/true);
+  }
+  ASSERT_EQ(pieces.long_sequence_context(0), 4 * config.window_block);
+  ASSERT_GT(length, buffers + 5 * (buffers - pieces.long_sequence_context(0)));  // six forwards or more
+  run_forward(whole, c, MtpLossWeights{}, false);
+  const std::vector<float> want = whole.download_losses();
+  pieces.forward(c.tokens.data(), c.targets.data(), 0, false, 1.0f);  // an ordinary forward of the first 64
+  const std::vector<float> before = pieces.download_losses();
+  for (int round = 0; round < 2; round++) {
+    const std::vector<float> got = pieces.sequence_losses(c.tokens.data(), c.targets.data(), length);
+    ASSERT_EQ(got.size(), want.size());
+    expect_loss_near(sum(got), sum(want), "a long sequence's validation loss");
+#if defined(LLMC_EMULATION)
+    for (int t = 0; t < length; t++) ASSERT_EQ(got[t], want[t]) << "position " << t << ", round " << round;
+#endif
+  }
+  pieces.forward(c.tokens.data(), c.targets.data(), 0, false, 1.0f);
+  EXPECT_EQ(pieces.download_losses(), before);
+  EXPECT_GT(pieces.activation_bytes(), Modded89Model::planned_activation_bytes(config, buffers));  // the grown tables
+}
+
+// The same at head size 128, where the bf16 build runs the fast attention kernel (window_attention.cuh) over
+// every forward, the carried rows' queries included (their outputs are never read). Buffers of 300 rows compute
+// 256 (then 128 after the carried 128): the forwards start at multiples of the kernel's 128-row query tile, so its
+// tiles and their bits are the whole forward's (242 of the 448 positions differed, by rounding, when they started
+// at multiples of 136).
+TEST_F(Modded89ModelTest, LongSequenceLossesWithTheFastAttentionKernel) {
+  Modded89Config config = modded89_config_from_name("modded89-tiny");
+  const int length = 448, buffers = 300;
+  config.head_dim = 128;
+  config.max_seq_len = length;
+  Case c(87, config);
+  for (int t = 0; t < length; t++) c.tokens[t] = t % 53 == 11 ? c.bos : (c.tokens[t] == c.bos ? 0 : c.tokens[t]);
+  Modded89Model whole(config, 1, length, 1, stream, c.bos), pieces(config, 1, buffers, 1, stream, c.bos);
+  for (Modded89Model* model : {&whole, &pieces}) {
+    c.load(*model);
+    model->set_attention_windows(3, 8, /*apply_yarn=*/true);
+  }
+  ASSERT_EQ(pieces.long_sequence_context(0), kFp32 ? 8 * config.window_block : 128);
+  run_forward(whole, c, MtpLossWeights{}, false);
+  const std::vector<float> want = whole.download_losses();
+  const std::vector<float> got = pieces.sequence_losses(c.tokens.data(), c.targets.data(), length);
+  expect_loss_near(sum(got), sum(want), "a long sequence's validation loss (fast kernel)");
+#if defined(LLMC_EMULATION)
+  for (int t = 0; t < length; t++) ASSERT_EQ(got[t], want[t]) << "position " << t;
+#endif
+}
+
+// What a long sequence refuses: buffers shorter than twice the context (here 24 rows in 40), a token outside the
+// vocabulary, and a call between a training forward and its backward.
+TEST_F(Modded89ModelTest, LongSequenceRefusals) {
+  Modded89Config config = modded89_config_from_name("modded89-tiny");
+  Case c(85, config);
+  Modded89Model small(config, 1, 40, 1, stream, c.bos), model(config, 1, c.T, 1, stream, c.bos);
+  c.load(small);
+  c.load(model);
+  EXPECT_THROW(small.sequence_losses(c.tokens.data(), c.targets.data(), c.T), std::invalid_argument);
+  EXPECT_EQ(small.sequence_losses(c.tokens.data(), c.targets.data(), 40).size(), 40u);  // fits: one forward
+  std::vector<int> bad = c.tokens;
+  bad[50] = c.V;
+  EXPECT_THROW(model.sequence_losses(bad.data(), c.targets.data(), c.T), std::invalid_argument);
+  run_forward(model, c, stage1_weights(), true);
+  EXPECT_THROW(model.sequence_losses(c.tokens.data(), c.targets.data(), c.T), std::logic_error);
+  model.backward(true);
+  EXPECT_EQ(model.sequence_losses(c.tokens.data(), c.targets.data(), c.T).size(), static_cast<size_t>(c.T));
+}
+
 // The cache is the live model's activations: another forward (other tokens), new windows with YaRN or new
 // parameters between two calls make the next call compute the tokens so far again, so its logits are those of a
 // fresh decoder of the same tokens (the same kernels over the same rows: bitwise on any device).

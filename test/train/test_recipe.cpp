@@ -80,8 +80,8 @@ TEST(Recipe, Modded2026RecordMatchesSpeedrun89Md) {
   EXPECT_EQ(o.lr, 1.0);
   EXPECT_EQ(o.val_every, 250);
   EXPECT_EQ(o.val_tokens, 10485760);
-  EXPECT_EQ(o.validation_seq_len(), 16384);
-  EXPECT_EQ(o.val_tokens % (8 * 16384), 0);
+  EXPECT_EQ(o.validation_seq_len(), 262144);  // the record's sequence per rank, longer than the buffers
+  EXPECT_EQ(o.val_tokens % (8 * 262144), 0);
   EXPECT_EQ(o.train_loader, llmc::TrainLoaderChoice::kBos);
   EXPECT_EQ(o.optimizer, llmc::OptimizerChoice::kAuto);
   // The untimed warm-up restores the starting state from a checkpoint in --output-dir: refused without one.

@@ -497,21 +497,46 @@ class TrainProgram(unittest.TestCase):
 
     def test_val_seq_len_validates_in_shorter_sequences(self):
         # --val-seq-len 16 with -t 48: the val loss is bitwise that of a model allocated for 16 tokens (the same
-        # init, --lr 0: the same parameters at every validation); GPT-2 and a length past --seq-len are refused.
-        rng = np.random.default_rng(10)
-        write_shard(f"{self.tmp}/m89v_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
-        write_shard(f"{self.tmp}/m89v_val_000000.bin", np.tile(rng.integers(0, 96, size=31), 5))
-        data = ["--train-data", f"{self.tmp}/m89v_train_*.bin", "--val-data", f"{self.tmp}/m89v_val_*.bin", "-b", 1,
-                "--model", "modded89-tiny", "--steps", 2, "--lr", 0, "--val-every", 1, "--val-tokens", 64]
+        # init, --lr 0: the same parameters at every validation); GPT-2 is refused.
+        data = self.m89_val_data("m89v")
         _, short = self.train_run("m89_val_short", data + ["-t", 48, "--val-seq-len", 16])
         _, allocated = self.train_run("m89_val_allocated", data + ["-t", 16])
         short_val, allocated_val = losses(short, VAL_LINE), losses(allocated, VAL_LINE)
         self.assertEqual(sorted(short_val), [1, 2])
         self.assertEqual(short_val, allocated_val)
         self.assertNotEqual(losses(short)[1], losses(allocated)[1])  # training ran 48-token sequences
-        self.expect_failure(data + ["-t", 48, "--val-seq-len", 64], r"--val-seq-len 64 exceeds --seq-len 48")
         self.expect_failure(self.tiny_args + ["--steps", 1, "--val-tokens", 64, "--val-seq-len", 8],
                             r"--batch-schedule modded89 or --val-seq-len: GPT-2 models train and validate")
+
+    def test_val_seq_len_past_the_buffers_validates_one_long_sequence(self):
+        # --val-seq-len 64 with -t 48 (the record's 262,144 tokens per rank through 49,152-token buffers): each
+        # 64-token sequence in a forward of 48 rows and one of 24 carried rows (the widest window) and the 16 after
+        # them; the val loss is bitwise that of a model allocated for 64 tokens (emulated: every kernel a
+        # continuation reads earlier rows through gives the whole forward's bits).
+        data = self.m89_val_data("m89l", val_tokens=128)
+        _, long = self.train_run("m89_val_long", data + ["-t", 48, "--val-seq-len", 64])
+        _, allocated = self.train_run("m89_val_long_allocated", data + ["-t", 64])
+        long_val = losses(long, VAL_LINE)
+        self.assertEqual(sorted(long_val), [1, 2])
+        self.assertEqual(long_val, losses(allocated, VAL_LINE))
+        # Buffers shorter than twice the widest context are refused before the first step: 32 < 2 x 24, and the
+        # modded89 window schedule's final validation window, 20 blocks of 8, needs 320.
+        self.expect_failure(data + ["-t", 32, "--val-seq-len", 64],
+                            r"carry up to 24 rows of context \(the widest window\), and --seq-len must hold twice")
+        six_steps = [6 if a == 2 and data[i - 1] == "--steps" else a for i, a in enumerate(data)]
+        self.expect_failure(six_steps + ["-t", 48, "--val-seq-len", 64, "--window-schedule", "modded89"],
+                            r"carry up to 160 rows of context")
+        speedrun = [("speedrun-tiny" if a == "modded89-tiny" else a) for a in data]
+        self.expect_failure(speedrun + ["-t", 48, "--val-seq-len", 64],
+                            r"--val-seq-len 64 exceeds --seq-len 48: this model evaluates only sequences that fit")
+
+    def m89_val_data(self, name, val_tokens=64):
+        """Shards and options of a modded89-tiny run of 2 steps at --lr 0 validating after each."""
+        rng = np.random.default_rng(10)
+        write_shard(f"{self.tmp}/{name}_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        write_shard(f"{self.tmp}/{name}_val_000000.bin", np.tile(rng.integers(0, 96, size=31), 10))
+        return ["--train-data", f"{self.tmp}/{name}_train_*.bin", "--val-data", f"{self.tmp}/{name}_val_*.bin", "-b", 1,
+                "--model", "modded89-tiny", "--steps", 2, "--lr", 0, "--val-every", 1, "--val-tokens", val_tokens]
 
     def test_speedrun_schedules_and_the_recipe(self):
         # --lr-schedule and --window-schedule speedrun stretched to 8 steps: 7 scheduled (the lr is --lr while

@@ -5,6 +5,7 @@
 // paired heads view its rows as [2T, H/2, D]); the fast kernel, the FP8 head and the fusions come later.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -64,6 +65,11 @@ size_t embedding_plan_bytes(const Modded89Config& config, int seq_len) {
   const size_t chunks = (static_cast<size_t>(seq_len) + kEmbeddingChunk - 1) / kEmbeddingChunk;
   return 2 * ((2 * static_cast<size_t>(seq_len) + 3 * chunks) * sizeof(int) +
               kEmbeddingMaxTables * 2 * chunks * static_cast<size_t>(config.channels()) * sizeof(float));
+}
+
+// The two RoPE tables (cos and sin) of `positions` rows.
+size_t rope_table_bytes(const Modded89Config& config, int positions) {
+  return 2 * static_cast<size_t>(positions) * config.rotary_pairs() * sizeof(floatX);
 }
 
 // A gate MLP's per-token outputs: rows of `columns` values.
@@ -395,6 +401,7 @@ Modded89Model::~Modded89Model() {
   CUDA_REPORT(cudaStreamSynchronize(stream_));
   CUDA_REPORT(cudaEventDestroy(buffers_->staging_free));
   CUDA_REPORT(cudaFreeHost(buffers_->staging));
+  CUDA_REPORT(cudaFree(grown_rope_));
 }
 
 size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int seq_len, int loss_slots,
@@ -408,8 +415,9 @@ size_t Modded89Model::planned_activation_bytes(const Modded89Config& config, int
 }
 
 size_t Modded89Model::activation_bytes() const {
+  const size_t grown = grown_rope_ == nullptr ? 0 : rope_table_bytes(layout_.config, rope_positions_);
   return buffers_->arena.bytes() - 2 * layout_.total_size * sizeof(floatX) +
-         embedding_plan_bytes(layout_.config, allocated_seq_len_);
+         embedding_plan_bytes(layout_.config, allocated_seq_len_) + grown;
 }
 
 int Modded89Model::fp32_index(const std::string& name, int element) const {
@@ -517,8 +525,7 @@ void Modded89Model::rebuild_rope_tables() {
   Buffers& b = *buffers_;
   CUDA_CHECK(cudaMemcpyAsync(b.rope_freq, frequencies_.data(), frequencies_.size() * sizeof(float),
                              cudaMemcpyHostToDevice, stream_));
-  rope_tables_build(b.rope_cos, b.rope_sin, b.rope_freq, 2 * allocated_seq_len_, layout_.config.rotary_pairs(),
-                    stream_);
+  rope_tables_build(b.rope_cos, b.rope_sin, b.rope_freq, rope_positions_, layout_.config.rotary_pairs(), stream_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the frequencies' host copy must outlive the transfer
   decoded_rows_ = 0;
 }
@@ -577,15 +584,34 @@ void upload_ints(int* device, const int* host, size_t count, cudaStream_t stream
 // Tokens, targets, bigram hashes, document bounds in tokens and in paired rows (doubled), each token's document
 // start. Synchronous: the host vectors are temporaries.
 void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host, bool training) {
-  Buffers& b = *buffers_;
-  const int T = seq_len_, V = layout_.config.vocab_size;
-  for (int t = 0; t < T; t++)
+  const int T = seq_len_;
+  check_tokens(inputs_host, targets_host, T);
+  const int* hashes = upload_rows(inputs_host, targets_host, T);
+  if (training) {  // the embedding backward's sorted rows, for the tokens' tables and the bigram table
+    Buffers& b = *buffers_;
+    b.token_plan->prepare(inputs_host, T, stream_);
+    b.hash_plan->prepare(hashes, T, stream_);
+    batch_bigram_rows_ = b.hash_plan->distinct_tokens();  // the bigram rows: the hashes' plan has them sorted
+  }
+}
+
+void Modded89Model::check_tokens(const int* inputs_host, const int* targets_host, int count) const {
+  const int V = layout_.config.vocab_size;
+  for (int t = 0; t < count; t++)
     if (inputs_host[t] < 0 || inputs_host[t] >= V || targets_host[t] < 0 || targets_host[t] >= V)
       throw std::invalid_argument("modded89 model: token or target at position " + std::to_string(t) + " outside [0, " +
                                   std::to_string(V) + ")");
+}
+
+// Buffer rows [0, count): tokens, targets, bigram hashes, document bounds in tokens and in paired rows (doubled),
+// each token's document start. The host arrays are read before the call returns. Returns the hashes' pinned copy
+// (valid until the next upload).
+const int* Modded89Model::upload_rows(const int* inputs_host, const int* targets_host, int count) {
+  Buffers& b = *buffers_;
   CUDA_CHECK(cudaEventSynchronize(b.staging_free));  // the previous batch's copies have left the staging
-  const size_t n = static_cast<size_t>(T);
-  const StagedTokens staged = stage_tokens(b.staging, n, inputs_host, T, bos_token_, layout_.config.bigram_rows);
+  const size_t n = static_cast<size_t>(count);
+  const StagedTokens staged =
+      stage_tokens(b.staging, static_cast<size_t>(seq_len_), inputs_host, count, bos_token_, layout_.config.bigram_rows);
   std::copy_n(targets_host, n, staged.targets);
   num_docs_ = staged.num_docs;
   const size_t bounds = static_cast<size_t>(num_docs_) + 1;
@@ -596,11 +622,7 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
   upload_ints(b.cu_seqlens, staged.cu, bounds, stream_);
   upload_ints(b.cu_rows, staged.cu_rows, bounds, stream_);
   CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
-  if (training) {  // the embedding backward's sorted rows, for the tokens' tables and the bigram table
-    b.token_plan->prepare(inputs_host, T, stream_);
-    b.hash_plan->prepare(staged.hashes, T, stream_);
-    batch_bigram_rows_ = b.hash_plan->distinct_tokens();  // the bigram rows: the hashes' plan has them sorted
-  }
+  return staged.hashes;
 }
 
 void Modded89Model::forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits,
@@ -617,6 +639,8 @@ void Modded89Model::body_forward(const int* inputs_host, const int* targets_host
                                  const BucketHook& before_bucket_use) {
   upload_batch(inputs_host, targets_host, training);
   rows_ = RowSpan{0, seq_len_};
+  position_offset_ = 0;
+  long_sequence_ = false;
   decoded_rows_ = 0;
   plan_window_attention();
   has_training_forward_ = training;
@@ -665,6 +689,8 @@ void Modded89Model::decode_logits(const int32_t* tokens, int first, int total, i
   decoded_rows_ = 0;  // until this call's rows are all written
   upload_decoder_rows(tokens, first, total);
   rows_ = RowSpan{first, total - first};
+  position_offset_ = 0;
+  long_sequence_ = false;
   if (whole_sequence()) plan_window_attention();
   rows_forward(nullptr);
   read_capped_logits(RowSpan{total - logit_rows, logit_rows}, out);
@@ -691,6 +717,100 @@ void Modded89Model::upload_decoder_rows(const int32_t* tokens, int first, int to
   upload_ints(b.cu_seqlens, staged.cu, bounds, stream_);
   upload_ints(b.cu_rows, staged.cu_rows, bounds, stream_);
   CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
+}
+
+// ---- long sequences (the record's validation: 262,144 contiguous tokens per rank) --------------------------------
+
+// Where the fast attention kernel runs, a long sequence's forwards start at multiples of its query tile, so that
+// its tiles are those of one forward over the whole sequence (the same bits); elsewhere anywhere.
+int Modded89Model::long_sequence_alignment() const {
+#if !defined(LLMC_FP32)
+  if (window_attention_kernel_fits(layout_.config)) return window_attention::kForwardRows;
+#endif
+  return 1;
+}
+
+int Modded89Model::long_sequence_context(int long_blocks) const {
+  const int window = long_blocks > 0 ? long_blocks * layout_.config.window_block : std::max(short_window_, long_window_);
+  const int reach = std::max({window, layout_.config.dc_window, 1});
+  const int align = long_sequence_alignment();
+  return (reach + align - 1) / align * align;
+}
+
+std::vector<float> Modded89Model::sequence_losses(const int* inputs_host, const int* targets_host, int length) {
+  if (has_training_forward_)
+    throw std::logic_error("modded89 model: evaluating a sequence between a training forward and its backward");
+  if (length < 1) throw std::invalid_argument("modded89 model: a sequence of " + std::to_string(length) + " tokens");
+  const int S = seq_len_, context = long_sequence_context(0), align = long_sequence_alignment();
+  if (length > S && S < 2 * context)
+    throw std::invalid_argument("modded89 model: forwards of " + std::to_string(S) + " tokens cannot carry the " +
+                                std::to_string(context) + " rows of context a longer sequence needs (twice that)");
+  check_tokens(inputs_host, targets_host, length);
+  if (2 * static_cast<int64_t>(length) > rope_positions_) grow_rope_tables(2 * length);
+  std::vector<float> losses(static_cast<size_t>(length));
+  decoded_rows_ = 0;
+  for (int done = 0, end = 0; done < length;) {
+    const int first = done == 0 ? 0 : context;  // the buffer row of the first new position
+    const int count = std::min((S - first) / align * align, length - done), base = done - first;
+    if (done > 0) carry_context(end, context);
+    // The hashes of the rows computed are the whole sequence's: only a sequence's first two rows hash specially.
+    upload_rows(inputs_host + base, targets_host + base, first + count);
+    rows_ = RowSpan{first, count};
+    position_offset_ = base;
+    long_sequence_ = true;
+    plan_window_attention();
+    rows_forward(nullptr);
+    head_forward(0, /*training=*/false, 0.0f);
+    CUDA_CHECK(cudaMemcpyAsync(losses.data() + done, buffers_->losses + first, static_cast<size_t>(count) * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    done += count;
+    end = first + count;
+  }
+  position_offset_ = 0;
+  long_sequence_ = false;
+  return losses;
+}
+
+// Rows [end - context, end) of what a row reads of the rows before it, moved to rows [0, context) (end >= 2 context:
+// the ranges do not overlap): the token embeddings (smear), each attention layer's keys and values (attention, DC)
+// and the key offset layers' raw rows.
+void Modded89Model::carry_context(int end, int context) {
+  Buffers& b = *buffers_;
+  const size_t C = static_cast<size_t>(layout_.config.channels());
+  const auto carry = [&](floatX* rows, size_t width) {
+    CUDA_CHECK(cudaMemcpyAsync(rows, rows + static_cast<size_t>(end - context) * width,
+                               static_cast<size_t>(context) * width * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                               stream_));
+  };
+  carry(b.e, C);
+  for (int i = 0; i < kModded89Layers; i++) {
+    Buffers::Layer& l = b.layers[i];
+    if (l.k == nullptr) continue;  // no attention
+    carry(l.k, C);
+    carry(l.v, C);
+    if (layout_.structure.layers[static_cast<size_t>(i)].key_offset) carry(l.qk_raw, 2 * C);
+  }
+}
+
+// RoPE tables of `positions` rows (a long sequence's; 2 per token for the paired layers) in place of the arena's.
+void Modded89Model::grow_rope_tables(int positions) {
+  Buffers& b = *buffers_;
+  const size_t rows = static_cast<size_t>(positions) * layout_.config.rotary_pairs();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // nothing reads the old tables any more
+  floatX* grown = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&grown), rope_table_bytes(layout_.config, positions)));
+  CUDA_CHECK(cudaFree(grown_rope_));
+  grown_rope_ = grown;
+  b.rope_cos = grown;
+  b.rope_sin = grown + rows;
+  rope_positions_ = positions;
+  rebuild_rope_tables();
+}
+
+// A RoPE table from the row of buffer row 0's position on (position_step 2: the paired layers' rows).
+const floatX* Modded89Model::rope_rows(const floatX* table, int position_step) const {
+  return table + static_cast<size_t>(position_offset_) * position_step * layout_.config.rotary_pairs();
 }
 
 // The bf16 head's logits of `rows` (a forward's b.xf), soft-capped on the host, the real tokens' only.
@@ -917,14 +1037,15 @@ void Modded89Model::plan_window_attention() {
 #endif
 }
 
-// y, lse = the window attention of layer i's q, k, v (the fast kernel over whole sequences, the simple one for the
+// y, lse = the window attention of layer i's q, k, v (the fast kernel over whole sequences and over a long
+// sequence's forwards, where it also writes the carried rows' outputs, which nothing reads; the simple one for the
 // decoder's new rows).
 void Modded89Model::window_attention_forward(int i) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
   const AttentionCall a = attention_call(i);
 #if !defined(LLMC_FP32)
-  if (window_attention_kernel_fits(layout_.config) && whole_sequence()) {
+  if (window_attention_kernel_fits(layout_.config) && (whole_sequence() || long_sequence_)) {
     window_attention::forward(l.y, l.lse, l.q, l.k, l.v, a.stride, b.attention_plans[a.plan],
                               a.problem(num_docs_, attn_scale_), stream_);
     return;
@@ -971,10 +1092,11 @@ void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux
   v.d = at(l.v, C), v.b = b.scaled_weights + 2 * CC, v.n = C;
   gemm(b.matmul, v, stream_);
   const int step = role.paired_heads ? 2 : 1;
-  qk_norm_pair_rope_forward(at(l.q, C), C, at(l.qk_raw, 2 * C), 2 * C, at(l.rstd_q, H), b.rope_cos, b.rope_sin, T, H, D,
+  const floatX *cos = rope_rows(b.rope_cos, step), *sin = rope_rows(b.rope_sin, step);
+  qk_norm_pair_rope_forward(at(l.q, C), C, at(l.qk_raw, 2 * C), 2 * C, at(l.rstd_q, H), cos, sin, T, H, D,
                             PairRopeLayout{cfg.rotary_pairs(), step, false, -1, first}, stream_);
-  qk_norm_pair_rope_forward(at(l.k, C), C, at(l.qk_raw, 2 * C) + C, 2 * C, at(l.rstd_k, H), b.rope_cos, b.rope_sin, T,
-                            H, D, PairRopeLayout{cfg.rotary_pairs(), step, role.key_offset, 0, first}, stream_);
+  qk_norm_pair_rope_forward(at(l.k, C), C, at(l.qk_raw, 2 * C) + C, 2 * C, at(l.rstd_k, H), cos, sin, T, H, D,
+                            PairRopeLayout{cfg.rotary_pairs(), step, role.key_offset, 0, first}, stream_);
   if (role.value_embed >= 0)
     value_embed_gate_forward(at(l.v, C), at(l.v, C), at(b.ve[role.value_embed], C), at(xn, C),
                              param(prefix + "ve_gate"), ValueGateShape{T, H, D, C, C}, stream_);
@@ -1111,8 +1233,8 @@ void Modded89Model::head_forward(int loss_slot, bool training, float dloss) {
   head_logits(rows_);
   if (training)
     mtp_cross_entropy_backward(b.z, losses, b.targets, prefix_of, loss_weights_, dloss, T, V, stream_);
-  else
-    mtp_cross_entropy_forward(losses, b.z, b.targets, T, V, stream_);
+  else  // the rows computed (a long sequence's forward after its first computes those after the carried ones)
+    mtp_cross_entropy_forward(at(losses, 1), at(b.z, V), at(b.targets, 1), rows_.count, V, stream_);
 }
 
 // One layer's scaled attention weights into b.scaled_weights: l0 W_q, l0 W_k, l0 W_v, l1 W_o. The record's

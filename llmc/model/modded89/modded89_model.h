@@ -142,6 +142,21 @@ class Modded89Model : public FamilyModel {
   // the FP8 head a multiple of 16. Between steps: a training forward waiting for its backward refuses it
   // (std::logic_error); a bad length throws std::invalid_argument.
   void set_seq_len(int seq_len) override;
+  // Sequences of any length (TrainableModel::sequence_losses), in forwards of seq_len() rows. After the first,
+  // each forward keeps the last long_sequence_context(0) rows of everything a row reads of the rows before it (each
+  // attention layer's keys and values, the key offset's raw rows, the token embeddings the smear reads, the
+  // tokens) at its start and computes the next rows after them, at their positions in the sequence (the RoPE
+  // tables grow to 2 length positions once). The losses are those of one forward over the whole sequence (in the
+  // emulation bit for bit; on a GPU to the rounding of other kernels for other shapes). Throws
+  // std::invalid_argument for a token outside the vocabulary or a seq_len() below twice the context (for a
+  // sequence longer than it), std::logic_error between a training forward and its backward.
+  bool evaluates_long_sequences() const override { return true; }
+  std::vector<float> sequence_losses(const int* inputs_host, const int* targets_host, int length) override;
+  // The rows a long sequence's forwards carry: the widest window (long_blocks blocks, or the widest in force) or
+  // the DC reach, at least 1, rounded up to long_sequence_alignment(); the later forwards start at its multiples
+  // (the fast attention kernel's query tile, 128; else 1).
+  int long_sequence_context(int long_blocks) const override;
+  int long_sequence_alignment() const;
 
  private:
   struct Buffers;
@@ -164,6 +179,11 @@ class Modded89Model : public FamilyModel {
   floatX* grad(const std::string& name) const { return grad_target_ + layout_.find(name).offset; }
   int fp32_index(const std::string& name, int element) const;
   void upload_batch(const int* inputs_host, const int* targets_host, bool training);
+  const int* upload_rows(const int* inputs_host, const int* targets_host, int count);
+  void check_tokens(const int* inputs_host, const int* targets_host, int count) const;
+  void carry_context(int end, int context);
+  void grow_rope_tables(int positions);
+  const floatX* rope_rows(const floatX* table, int position_step) const;
   void rebuild_rope_tables();
   static YarnState initial_yarn(const Modded89Config& config);
   void apply_yarn_state();
@@ -225,6 +245,12 @@ class Modded89Model : public FamilyModel {
   // The bigram rows the last training batch hashed to, and those of the step's backwards so far (sorted, distinct).
   std::vector<int> batch_bigram_rows_, step_bigram_rows_;
   RowSpan rows_;
+  // A long sequence's forward (sequence_losses): the sequence position of buffer row 0, and whether one runs (the
+  // fast attention kernel then runs over the rows before rows_ too: the carried context).
+  int position_offset_ = 0;
+  bool long_sequence_ = false;
+  int rope_positions_ = 2 * allocated_seq_len_;  // rows of the RoPE tables; more once grown
+  floatX* grown_rope_ = nullptr;                 // the grown tables (cos, then sin), outside the arena
   int decoded_rows_ = 0;  // rows whose activations are the decoder's (decode_logits) and still hold
   bool has_prefix_table_ = false;
   std::unique_ptr<Buffers> buffers_;
