@@ -941,6 +941,15 @@ bool Modded89Model::attention_norm_fused_before(int i) const {
          !structure.layers[static_cast<size_t>(i - 1)].mudd;
 }
 
+// Whether layer i's output mix backward also takes layer i + 1's attention norm backward (one
+// residual_norm_backward, mlp_backward): where the forward fused them and nothing adds into dx between the two
+// (layer i + 1's post gate MLP, the skip's or layer 7's cache gradient at layer i). Layers 0-2, 4 and 6.
+bool Modded89Model::attention_norm_backward_fused_after(int i) const {
+  const Modded89Structure& structure = layout_.structure;
+  return attention_norm_fused_before(i + 1) && i + 1 != structure.post_gate_layer && i != structure.skip_from &&
+         i != 7;
+}
+
 // The FP8 MLP's input maximum, taken by the pass that writes its input xn_mlp (training forwards only, as the record).
 float* Modded89Model::mlp_input_amax(int i) const {
   const Buffers& b = *buffers_;
@@ -1392,9 +1401,10 @@ void Modded89Model::layer_backward(int i) {
   mlp_backward(i);  // leaves dn = d xn_mlp
   if (role.attention && !role.mudd) {
     attention_output_and_mlp_norm_backward(i);
-    attention_backward(i, l.xn_attn);
-    rmsnorm_backward(role.reads_layer7 ? b.d_cache7 : b.dx, b.dn, role.reads_layer7 ? b.layers[7].x_out : l.x_in,
-                     l.rstd_attn, T, C, /*accumulate=*/true, stream_);
+    attention_backward(i, l.xn_attn);  // leaves dn = d xn_attn
+    if (!attention_norm_backward_fused_after(i - 1))
+      rmsnorm_backward(role.reads_layer7 ? b.d_cache7 : b.dx, b.dn, role.reads_layer7 ? b.layers[7].x_out : l.x_in,
+                       l.rstd_attn, T, C, /*accumulate=*/true, stream_);
   } else {
     rmsnorm_backward(b.dx, b.dn, l.x_attn, l.rstd_mlp, T, C, /*accumulate=*/true, stream_);
     if (role.mudd) mudd_attention_backward(i);
@@ -1414,7 +1424,9 @@ void Modded89Model::layer_backward(int i) {
 }
 
 // dx = d(x_out) -> x_attn's gradient through the residual x_out = r_M x_attn + p_M mlp (layer 10: mu12, mu13), and
-// dn = d xn_mlp through the MLP (its norm's backward is layer_backward's).
+// dn = d xn_mlp through the MLP (its norm's backward is layer_backward's). Where layer i + 1's attention norm
+// backward is fused in (attention_norm_backward_fused_after), d(x_out) is dx plus that norm's gradient from
+// dn = d xn_attn of layer i + 1, as the forward's one pass wrote both.
 void Modded89Model::mlp_backward(int i) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
@@ -1428,7 +1440,13 @@ void Modded89Model::mlp_backward(int i) {
                        token_mix_grads(b.mlps[2].gate(), b.d_gates[2],
                                        {{l.x_attn, 12, b.dx, false}, {l.mlp_out, 13, b.d_branch, false}}, C),
                        T, C, stream_);
-  else {
+  else if (attention_norm_backward_fused_after(i)) {
+    const Buffers::Layer& next = b.layers[i + 1];
+    residual_norm_backward({Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32},
+                           {b.dn, l.x_out, next.rstd_attn, b.dx}, TokenMix{},
+                           residual_lambda_mix(l.x_attn, l.mlp_out, 2 * i + 1), T, C, b.scratch, b.scratch_floats,
+                           stream_);
+  } else {
     const ResidualMixIn mix = residual_lambda_mix(l.x_attn, l.mlp_out, 2 * i + 1);
     mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, mix.x_in, mix.y,
                  mix.scalars, mix.a, mix.b, T, C, b.scratch, b.scratch_floats, stream_);
