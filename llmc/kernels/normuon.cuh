@@ -175,13 +175,15 @@ void normuon_variance(const floatX* x, P* variance, int count, int rows, int col
 
 // ---- 3. apply: scaling, cautious weight decay, update ------------------------------------------------------
 // Grid (blocks, count). The effective rates are rounded to P as the reference's are (bf16 for the gates:
-// lr 0.03 acts as 0.030029...): lr_eff = P(lr * P(shape_scale * lr_multiplier)), wd_eff = P(lr * wd).
+// lr 0.03 acts as 0.030029...): lr_eff = P(lr * P(shape_scale * lr_multiplier)), wd_eff = P(lr * wd). With
+// copies, each updated value is also written rounded to floatX there (an fp32 master's model parameter).
 template <typename P>
 __global__ void normuon_apply_kernel(const floatX* x, const float* steps, const float* ratios, P* const* params,
-                                     const float* lr_multipliers, int rows, int cols, bool per_column, float lr,
-                                     float lr_times_wd, float shape_scale) {
+                                     floatX* const* copies, const float* lr_multipliers, int rows, int cols,
+                                     bool per_column, float lr, float lr_times_wd, float shape_scale) {
   const int b = blockIdx.y;
   P* param = params[b];
+  floatX* copy = copies != nullptr ? copies[b] : nullptr;
   const float ratio = ratios[b];
   const float lr_eff = round_to<P>(lr * round_to<P>(shape_scale * lr_multipliers[b]));
   const float wd_eff = round_to<P>(lr_times_wd);
@@ -194,21 +196,24 @@ __global__ void normuon_apply_kernel(const floatX* x, const float* steps, const 
                                           steps[static_cast<size_t>(b) * stat_len + stat] * ratio);
     const float p = to_float(param[i]);
     const float decayed = scaled * p >= 0.0f ? round_to<floatX>(scaled + p * wd_eff) : scaled;
-    param[i] = from_float<P>(p - lr_eff * decayed);
+    const P updated = from_float<P>(p - lr_eff * decayed);
+    param[i] = updated;
+    if (copy != nullptr) copy[i] = from_float<floatX>(to_float(updated));
   }
 }
 
 template <typename P>
-void normuon_apply(const floatX* x, const float* steps, const float* ratios, P* const* params,
+void normuon_apply(const floatX* x, const float* steps, const float* ratios, P* const* params, floatX* const* copies,
                    const float* lr_multipliers, int count, int rows, int cols, bool per_column, double lr,
                    double weight_decay, double shape_scale, cudaStream_t stream) {
   constexpr int kBlock = 256;
   const size_t elements = static_cast<size_t>(rows) * cols;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
-  const double n = static_cast<double>(elements) * count;  // X read, the parameter read and written
-  LLMC_LAUNCH_COSTED((KernelCost{n * (sizeof(floatX) + 2.0 * sizeof(P)), 6.0 * n}), normuon_apply_kernel<P>,
-                     dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream, x, steps, ratios, params,
-                     lr_multipliers, rows, cols, per_column, static_cast<float>(lr),
+  // X read, the parameter read and written, the copy written
+  const double n = static_cast<double>(elements) * count, copy_bytes = copies != nullptr ? sizeof(floatX) : 0.0;
+  LLMC_LAUNCH_COSTED((KernelCost{n * (sizeof(floatX) + 2.0 * sizeof(P) + copy_bytes), 6.0 * n}),
+                     normuon_apply_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream, x,
+                     steps, ratios, params, copies, lr_multipliers, rows, cols, per_column, static_cast<float>(lr),
                      static_cast<float>(lr * weight_decay), static_cast<float>(shape_scale));
 }
 

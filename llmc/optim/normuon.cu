@@ -70,19 +70,19 @@ NorMuonRunner::NorMuonRunner(int rows, int cols, NorMuonShapeRules rules, int ma
   ratios_ = reinterpret_cast<float*>(base + layout.ratios);
 }
 
-template <typename P>
-void NorMuonRunner::step(MatmulContext& context, const NorMuonBatch<P>& batch, double lr, double momentum,
+template <typename P, typename G>
+void NorMuonRunner::step(MatmulContext& context, const NorMuonBatch<P, G>& batch, double lr, double momentum,
                          cudaStream_t stream) const {
   if (batch.count <= 0 || batch.count > max_count_)
     throw std::invalid_argument("NorMuonRunner::step: count " + std::to_string(batch.count) + " outside [1, " +
                                 std::to_string(max_count_) + "]");
   const size_t elements = static_cast<size_t>(rows_) * cols_;
-  normuon_momentum(batch.grads, batch.momentum, orthogonal_, batch.count, elements, momentum, stream);
+  normuon_momentum<P, G>(batch.grads, batch.momentum, orthogonal_, batch.count, elements, momentum, stream);
   polar_.run(context, orthogonal_, orthogonal_, batch.count, stream);
   normuon_variance(orthogonal_, batch.variance, batch.count, rows_, cols_, rules_.variance_per_column, settings_.beta2,
                    partials_, partial_floats_, steps_, ratios_, stream);
-  normuon_apply(orthogonal_, steps_, ratios_, batch.params, batch.lr_multipliers, batch.count, rows_, cols_,
-                rules_.variance_per_column, lr, settings_.weight_decay, rules_.lr_scale, stream);
+  normuon_apply(orthogonal_, steps_, ratios_, batch.params, batch.copies, batch.lr_multipliers, batch.count, rows_,
+                cols_, rules_.variance_per_column, lr, settings_.weight_decay, rules_.lr_scale, stream);
 }
 
 void NorMuonRunner::step_bank(MatmulContext& context, const NorMuonBankBatch& batch, double lr, double momentum,
@@ -104,11 +104,13 @@ void NorMuonRunner::step_bank(MatmulContext& context, const NorMuonBankBatch& ba
                          rules_.lr_scale, stream);
 }
 
-template void NorMuonRunner::step<float>(MatmulContext&, const NorMuonBatch<float>&, double, double,
-                                         cudaStream_t) const;
+template void NorMuonRunner::step<float, float>(MatmulContext&, const NorMuonBatch<float>&, double, double,
+                                                cudaStream_t) const;
 #if !defined(LLMC_FP32)
-template void NorMuonRunner::step<floatX>(MatmulContext&, const NorMuonBatch<floatX>&, double, double,
-                                          cudaStream_t) const;
+template void NorMuonRunner::step<floatX, floatX>(MatmulContext&, const NorMuonBatch<floatX>&, double, double,
+                                                  cudaStream_t) const;
+template void NorMuonRunner::step<float, floatX>(MatmulContext&, const NorMuonBatch<float, floatX>&, double, double,
+                                                 cudaStream_t) const;
 #endif
 
 }  // namespace llmc

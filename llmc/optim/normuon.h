@@ -14,15 +14,19 @@
 
 namespace llmc {
 
-// The matrices of one step. P: float (block matrices) or floatX (gates; buffers in floatX too).
-template <typename P>
+// The matrices of one step. P: float (block matrices' fp32 masters) or floatX (gates; buffers in floatX too). G:
+// the gradients' type, P or (fp32 masters) the model's floatX gradients, widened exactly as they are read.
+template <typename P, typename G = P>
 struct NorMuonBatch {
   int count = 0;
   P* const* params = nullptr;             // device array [count]: each matrix's parameter, rows x cols
-  const P* const* grads = nullptr;        // device array [count]: each matrix's averaged gradient
+  const G* const* grads = nullptr;        // device array [count]: each matrix's averaged gradient
   P* momentum = nullptr;                  // [count, rows, cols], zero-initialised
   P* variance = nullptr;                  // [count, cols] (per column) or [count, rows], zero-initialised
   const float* lr_multipliers = nullptr;  // device array [count]: 2 for W_fc, else 1
+  // Optional device array [count]: each fp32 master's floatX copy (the model's parameter), written rounded by the
+  // same pass that updates the master; null: none.
+  floatX* const* copies = nullptr;
 };
 
 // The 2026-07-17 record's banks (SPEEDRUN89.md section 5): floatX parameters and gradients, fp32 momentum and
@@ -59,8 +63,8 @@ class NorMuonRunner {
                 std::vector<PolarExpressStep> steps = polar_express_record_steps());
 
   // One step of every matrix of `batch` with learning rate lr (0.03 x the schedule) and momentum mu.
-  template <typename P>
-  void step(MatmulContext& context, const NorMuonBatch<P>& batch, double lr, double momentum,
+  template <typename P, typename G>
+  void step(MatmulContext& context, const NorMuonBatch<P, G>& batch, double lr, double momentum,
             cudaStream_t stream) const;
   // The 2026-07-17 record's step of a bank's matrices (lr: 0.023 x the schedule): momentum in fp32 over the
   // bf16 gradients, the scale rounded to bf16 before it multiplies X, the update through the fp32 master.

@@ -43,16 +43,18 @@ namespace llmc {
 namespace {
 
 // NorMuonRunner's view of a Muon batch whose buffers hold P values (float: block matrices through their
-// fp32 masters; floatX: the gates in place).
+// fp32 masters, reading the model's floatX gradients and writing its floatX parameters as copies; floatX: the
+// gates in place).
 template <typename P, typename Batch>
-NorMuonBatch<P> normuon_view(const Batch& batch) {
-  NorMuonBatch<P> view;
+NorMuonBatch<P, floatX> normuon_view(const Batch& batch) {
+  NorMuonBatch<P, floatX> view;
   view.count = batch.count;
   view.params = static_cast<P* const*>(batch.params_table);
-  view.grads = static_cast<const P* const*>(batch.grads_table);
+  view.grads = static_cast<const floatX* const*>(batch.grads_table);
   view.momentum = static_cast<P*>(batch.momentum);
   view.variance = static_cast<P*>(batch.variance);
   view.lr_multipliers = batch.lr_multipliers;
+  view.copies = static_cast<floatX* const*>(batch.copies_table);
   return view;
 }
 
@@ -116,9 +118,9 @@ struct SpeedrunOptimizer::MuonBatch : MuonBatchPlan {
   int runner = 0;
   float* master = nullptr;          // fp32 masters: [count, rows, cols]
   uint16_t* mantissas = nullptr;    // mantissa storage (bf16 builds): [count, rows, cols]
-  float* grad32 = nullptr;          // fp32: [count, rows, cols], the averaged gradient widened
   void* params_table = nullptr;     // device P* [count]
-  void* grads_table = nullptr;      // device const P* [count]
+  void* grads_table = nullptr;      // device const floatX* [count]: the model's gradients
+  void* copies_table = nullptr;     // fp32 masters: device floatX* [count], the model's parameters; else null
   void* momentum = nullptr;         // P [count, rows, cols]
   void* variance = nullptr;         // P [count, stat]
   size_t momentum_bytes = 0, variance_bytes = 0;
@@ -269,30 +271,29 @@ void SpeedrunOptimizer::allocate_batch(MuonBatch& batch) {
   CUDA_CHECK(cudaMemcpy(batch.lr_multipliers, lr_multipliers.data(), batch.count * sizeof(float),
                         cudaMemcpyHostToDevice));
   state_bytes_ += (elements + stat) * element_bytes;
-  std::vector<void*> params_table, grads_table;
+  std::vector<void*> params_table, grads_table, copies_table;
   if (batch.storage == MuonStorage::kMantissa && sizeof(floatX) == 2) {
     batch.mantissas = allocate<uint16_t>(elements);
     state_bytes_ += elements * sizeof(uint16_t);
   }
   if (batch.storage == MuonStorage::kFp32Master) {
     batch.master = allocate<float>(elements);
-    batch.grad32 = allocate<float>(elements);
-    state_bytes_ += 2 * elements * sizeof(float);
-    for (int m = 0; m < batch.count; m++) {
-      params_table.push_back(batch.master + m * matrix);
-      grads_table.push_back(batch.grad32 + m * matrix);
-    }
-  } else {
-    for (size_t i = 0; i < batch.unit_offset.size(); i++)
-      for (int m = 0; m < batch.unit_matrices[i]; m++) {
-        params_table.push_back(model_.params() + batch.unit_offset[i] + m * matrix);
-        grads_table.push_back(model_.grads() + batch.unit_offset[i] + m * matrix);
-      }
+    state_bytes_ += elements * sizeof(float);
+    for (int m = 0; m < batch.count; m++) params_table.push_back(batch.master + m * matrix);
   }
-  batch.params_table = allocate<void*>(batch.count);
-  batch.grads_table = allocate<void*>(batch.count);
-  CUDA_CHECK(cudaMemcpy(batch.params_table, params_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(batch.grads_table, grads_table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
+  for (size_t i = 0; i < batch.unit_offset.size(); i++)
+    for (int m = 0; m < batch.unit_matrices[i]; m++) {
+      floatX* param = model_.params() + batch.unit_offset[i] + m * matrix;
+      (batch.storage == MuonStorage::kFp32Master ? copies_table : params_table).push_back(param);
+      grads_table.push_back(model_.grads() + batch.unit_offset[i] + m * matrix);
+    }
+  const auto upload_table = [&](const std::vector<void*>& table, void** device) {
+    *device = allocate<void*>(batch.count);
+    CUDA_CHECK(cudaMemcpy(*device, table.data(), batch.count * sizeof(void*), cudaMemcpyHostToDevice));
+  };
+  upload_table(params_table, &batch.params_table);
+  upload_table(grads_table, &batch.grads_table);
+  if (!copies_table.empty()) upload_table(copies_table, &batch.copies_table);
 }
 
 // The plan's Muon batches per bucket with their buffers; one NorMuonRunner per shape, type and shape rules,
@@ -736,26 +737,13 @@ void SpeedrunOptimizer::reduce_muon_span(const MuonSpan& span) {
 }
 
 void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
-  const size_t matrix = static_cast<size_t>(batch.rows) * batch.cols;
   const double lr = settings_.muon_lr * lr_;
   const double momentum = muon_momentum(step_ - 1);
   const NorMuonRunner& runner = *runners_[batch.runner]->runner;
   if (batch.storage == MuonStorage::kMantissa) {
     runner.step_bank(matmul_, bank_view(batch), lr, momentum, update_stream_);
-  } else if (batch.storage == MuonStorage::kFp32Master) {
-    size_t at = 0;
-    for (size_t i = 0; i < batch.unit_offset.size(); i++) {
-      const size_t length = batch.unit_matrices[i] * matrix;
-      convert(batch.grad32 + at, model_.grads() + batch.unit_offset[i], length, update_stream_);
-      at += length;
-    }
+  } else if (batch.storage == MuonStorage::kFp32Master) {  // the masters' floatX copies written by the same pass
     runner.step(matmul_, normuon_view<float>(batch), lr, momentum, update_stream_);
-    at = 0;
-    for (size_t i = 0; i < batch.unit_offset.size(); i++) {
-      const size_t length = batch.unit_matrices[i] * matrix;
-      convert(model_.params() + batch.unit_offset[i], batch.master + at, length, update_stream_);
-      at += length;
-    }
   } else {
     runner.step(matmul_, normuon_view<floatX>(batch), lr, momentum, update_stream_);
   }

@@ -209,8 +209,8 @@ TEST_F(NorMuon, GateEffectiveRatesAreRoundedToTheParameterType) {
   DeviceBuffer<floatX*> table(1);
   table.upload_raw(pointers);
   const double lr = 1.0035;
-  llmc::normuon_apply<floatX>(x.get(), steps.get(), ratios.get(), table.get(), lr_mul.get(), 1, 1, 1, true, lr, 0.0,
-                              1.0, nullptr);
+  llmc::normuon_apply<floatX>(x.get(), steps.get(), ratios.get(), table.get(), nullptr, lr_mul.get(), 1, 1, 1, true, lr,
+                              0.0, 1.0, nullptr);
   const double want = llmc::to_float(llmc::from_float<floatX>(-llmc::round_to<floatX>(static_cast<float>(lr)) * 3.0f));
   EXPECT_EQ(param.download()[0], want);
 #if !defined(LLMC_FP32)
@@ -235,8 +235,8 @@ TEST_F(NorMuon, CautiousWeightDecayOnlyWhereSignsAgree) {
   DeviceBuffer<float*> table(1);
   table.upload_raw(pointers);
   const double lr = 0.5, wd = 0.5;  // powers of two: every product below is exact
-  llmc::normuon_apply<float>(dx.get(), steps.get(), ratios.get(), table.get(), lr_mul.get(), 1, 1, 6, true, lr, wd, 1.0,
-                             nullptr);
+  llmc::normuon_apply<float>(dx.get(), steps.get(), ratios.get(), table.get(), nullptr, lr_mul.get(), 1, 1, 6, true,
+                             lr, wd, 1.0, nullptr);
   std::vector<double> want(6);
   for (int i = 0; i < 6; i++) want[i] = p[i] - lr * (x[i] * p[i] >= 0 ? x[i] + lr * wd * p[i] : x[i]);
   EXPECT_EQ(param.download(), want);
@@ -262,6 +262,58 @@ TEST_F(NorMuon, StepIsBitwiseRepeatable) {
   EXPECT_TRUE(bitwise_equal(first.params, second.params));
   EXPECT_TRUE(bitwise_equal(first.momentum, second.momentum));
   EXPECT_TRUE(bitwise_equal(first.variance, second.variance));
+}
+
+// An fp32 master's step over the model's floatX gradients (read widened, exactly) that also writes the model's
+// floatX parameters (NorMuonBatch::copies): the masters, momentum and variance bit for bit those of the step over
+// the gradients widened into fp32 first, and each copy the master rounded to floatX (what the separate
+// convert passes before and after the step gave).
+TEST_F(NorMuon, FloatXGradientsAndCopiesGiveTheWidenedStepAndItsCast) {
+  LLMC_REQUIRE_GPU();
+  const NorMuonCase c{"mlp", 2, 16, 64, 16, 64, {2, 1}};
+  const llmc::NorMuonShapeRules rules = llmc::normuon_shape_rules(c.param_rows, c.param_cols);
+  NorMuonState<float> before = random_state<float>(c, rules.variance_per_column, 851);
+  before.grads = round_to_p<floatX>(before.grads);  // what a floatX gradient holds
+  const NorMuonState<float> want = run_device_step<float>(c, before, 0.03, 0.95);
+
+  const size_t matrix = static_cast<size_t>(c.rows) * c.cols;
+  DeviceBuffer<floatX> grads(before.grads.size()), copies(before.params.size());
+  DeviceBuffer<float> params(before.params.size()), momentum(before.momentum.size()), variance(before.variance.size());
+  grads.upload(before.grads);
+  params.upload(before.params);
+  momentum.upload(before.momentum);
+  variance.upload(before.variance);
+  std::vector<float*> param_pointers;
+  std::vector<const floatX*> grad_pointers;
+  std::vector<floatX*> copy_pointers;
+  for (int b = 0; b < c.count; b++) {
+    param_pointers.push_back(params.get() + b * matrix);
+    grad_pointers.push_back(grads.get() + b * matrix);
+    copy_pointers.push_back(copies.get() + b * matrix);
+  }
+  DeviceBuffer<float*> param_table(param_pointers);
+  DeviceBuffer<const floatX*> grad_table(grad_pointers);
+  DeviceBuffer<floatX*> copy_table(copy_pointers);
+  DeviceBuffer<float> lr_mul(c.count);
+  lr_mul.upload(c.lr_mul);
+  DeviceBuffer<char> workspace(
+      llmc::NorMuonRunner::workspace_bytes(c.rows, c.cols, rules.variance_per_column, c.count));
+  llmc::NorMuonRunner runner(c.rows, c.cols, rules, c.count, workspace.get(), workspace.size());
+  llmc::NorMuonBatch<float, floatX> batch;
+  batch.count = c.count;
+  batch.params = param_table.get();
+  batch.grads = grad_table.get();
+  batch.momentum = momentum.get();
+  batch.variance = variance.get();
+  batch.lr_multipliers = lr_mul.get();
+  batch.copies = copy_table.get();
+  llmc::MatmulContext context;
+  runner.step(context, batch, 0.03, 0.95, nullptr);
+  const std::vector<double> masters = params.download();
+  EXPECT_TRUE(bitwise_equal(masters, want.params));
+  EXPECT_TRUE(bitwise_equal(momentum.download(), want.momentum));
+  EXPECT_TRUE(bitwise_equal(variance.download(), want.variance));
+  EXPECT_TRUE(bitwise_equal(copies.download(), round_to_p<floatX>(masters)));
 }
 
 TEST_F(NorMuon, RunnerRejectsBadWorkspaceAndCount) {
