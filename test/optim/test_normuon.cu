@@ -64,39 +64,44 @@ NorMuonState<P> random_state(const NorMuonCase& c, bool per_column, unsigned see
   return s;
 }
 
-// Runs one NorMuonRunner step on the device; returns the state after it.
-template <typename P>
-NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& before, double lr, double mu) {
+// Runs one NorMuonRunner step on the device; returns the state after it. G: the gradients' type (P, or floatX
+// under fp32 masters); with `copies`, the step also writes each master's floatX copy, returned there.
+template <typename P, typename G = P>
+NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& before, double lr, double mu,
+                                std::vector<double>* copies = nullptr) {
   const llmc::NorMuonShapeRules rules = llmc::normuon_shape_rules(c.param_rows, c.param_cols);
   const size_t matrix = static_cast<size_t>(c.rows) * c.cols;
-  DeviceBuffer<P> grads(before.grads.size()), params(before.params.size()), momentum(before.momentum.size()),
-      variance(before.variance.size());
+  DeviceBuffer<G> grads(before.grads.size());
+  DeviceBuffer<P> params(before.params.size()), momentum(before.momentum.size()), variance(before.variance.size());
+  DeviceBuffer<floatX> copy_values(before.params.size());
   grads.upload(before.grads);
   params.upload(before.params);
   momentum.upload(before.momentum);
   variance.upload(before.variance);
   std::vector<P*> param_pointers(c.count);
-  std::vector<const P*> grad_pointers(c.count);
+  std::vector<const G*> grad_pointers(c.count);
+  std::vector<floatX*> copy_pointers(c.count);
   for (int b = 0; b < c.count; b++) {
     param_pointers[b] = params.get() + b * matrix;
     grad_pointers[b] = grads.get() + b * matrix;
+    copy_pointers[b] = copy_values.get() + b * matrix;
   }
-  DeviceBuffer<P*> param_table(c.count);
-  DeviceBuffer<const P*> grad_table(c.count);
-  param_table.upload_raw(param_pointers);
-  grad_table.upload_raw(grad_pointers);
+  DeviceBuffer<P*> param_table(param_pointers);
+  DeviceBuffer<const G*> grad_table(grad_pointers);
+  DeviceBuffer<floatX*> copy_table(copy_pointers);
   DeviceBuffer<float> lr_mul(c.count);
   lr_mul.upload(c.lr_mul);
   DeviceBuffer<char> workspace(
       llmc::NorMuonRunner::workspace_bytes(c.rows, c.cols, rules.variance_per_column, c.count));
   llmc::NorMuonRunner runner(c.rows, c.cols, rules, c.count, workspace.get(), workspace.size());
-  llmc::NorMuonBatch<P> batch;
+  llmc::NorMuonBatch<P, G> batch;
   batch.count = c.count;
   batch.params = param_table.get();
   batch.grads = grad_table.get();
   batch.momentum = momentum.get();
   batch.variance = variance.get();
   batch.lr_multipliers = lr_mul.get();
+  if (copies != nullptr) batch.copies = copy_table.get();
   llmc::MatmulContext context;
   runner.step(context, batch, lr, mu, nullptr);
   NorMuonState<P> after;
@@ -104,6 +109,7 @@ NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& bef
   after.params = params.download();
   after.momentum = momentum.download();
   after.variance = variance.download();
+  if (copies != nullptr) *copies = copy_values.download();
   return after;
 }
 
@@ -271,49 +277,15 @@ TEST_F(NorMuon, StepIsBitwiseRepeatable) {
 TEST_F(NorMuon, FloatXGradientsAndCopiesGiveTheWidenedStepAndItsCast) {
   LLMC_REQUIRE_GPU();
   const NorMuonCase c{"mlp", 2, 16, 64, 16, 64, {2, 1}};
-  const llmc::NorMuonShapeRules rules = llmc::normuon_shape_rules(c.param_rows, c.param_cols);
-  NorMuonState<float> before = random_state<float>(c, rules.variance_per_column, 851);
+  NorMuonState<float> before = random_state<float>(c, llmc::normuon_shape_rules(16, 64).variance_per_column, 851);
   before.grads = round_to_p<floatX>(before.grads);  // what a floatX gradient holds
   const NorMuonState<float> want = run_device_step<float>(c, before, 0.03, 0.95);
-
-  const size_t matrix = static_cast<size_t>(c.rows) * c.cols;
-  DeviceBuffer<floatX> grads(before.grads.size()), copies(before.params.size());
-  DeviceBuffer<float> params(before.params.size()), momentum(before.momentum.size()), variance(before.variance.size());
-  grads.upload(before.grads);
-  params.upload(before.params);
-  momentum.upload(before.momentum);
-  variance.upload(before.variance);
-  std::vector<float*> param_pointers;
-  std::vector<const floatX*> grad_pointers;
-  std::vector<floatX*> copy_pointers;
-  for (int b = 0; b < c.count; b++) {
-    param_pointers.push_back(params.get() + b * matrix);
-    grad_pointers.push_back(grads.get() + b * matrix);
-    copy_pointers.push_back(copies.get() + b * matrix);
-  }
-  DeviceBuffer<float*> param_table(param_pointers);
-  DeviceBuffer<const floatX*> grad_table(grad_pointers);
-  DeviceBuffer<floatX*> copy_table(copy_pointers);
-  DeviceBuffer<float> lr_mul(c.count);
-  lr_mul.upload(c.lr_mul);
-  DeviceBuffer<char> workspace(
-      llmc::NorMuonRunner::workspace_bytes(c.rows, c.cols, rules.variance_per_column, c.count));
-  llmc::NorMuonRunner runner(c.rows, c.cols, rules, c.count, workspace.get(), workspace.size());
-  llmc::NorMuonBatch<float, floatX> batch;
-  batch.count = c.count;
-  batch.params = param_table.get();
-  batch.grads = grad_table.get();
-  batch.momentum = momentum.get();
-  batch.variance = variance.get();
-  batch.lr_multipliers = lr_mul.get();
-  batch.copies = copy_table.get();
-  llmc::MatmulContext context;
-  runner.step(context, batch, 0.03, 0.95, nullptr);
-  const std::vector<double> masters = params.download();
-  EXPECT_TRUE(bitwise_equal(masters, want.params));
-  EXPECT_TRUE(bitwise_equal(momentum.download(), want.momentum));
-  EXPECT_TRUE(bitwise_equal(variance.download(), want.variance));
-  EXPECT_TRUE(bitwise_equal(copies.download(), round_to_p<floatX>(masters)));
+  std::vector<double> copies;
+  const NorMuonState<float> got = run_device_step<float, floatX>(c, before, 0.03, 0.95, &copies);
+  EXPECT_TRUE(bitwise_equal(got.params, want.params));
+  EXPECT_TRUE(bitwise_equal(got.momentum, want.momentum));
+  EXPECT_TRUE(bitwise_equal(got.variance, want.variance));
+  EXPECT_TRUE(bitwise_equal(copies, round_to_p<floatX>(want.params)));
 }
 
 TEST_F(NorMuon, RunnerRejectsBadWorkspaceAndCount) {
