@@ -1,7 +1,8 @@
 // The speedrun model's four embedding tables (embed, ve0, ve1, ve2; [V, C] floatX): one gather launch for
 // all of them, and their backward by the deterministic scatter-add by token of llmc/kernels/token_scatter.cuh
 // (the positions sorted by token once per batch on the host: the loader has the tokens there anyway), all
-// four tables in each of its launches.
+// four tables in each of its launches. The sorted table goes up from pinned memory: an asynchronous copy that a
+// CUDA graph can hold.
 #pragma once
 
 #include <algorithm>
@@ -81,7 +82,8 @@ class EmbeddingBackwardPlan {
   int tokens_ = 0;
   TokenSortStats stats_;
   std::vector<int> counts_;      // [V] scratch of the counting sort
-  std::vector<int> host_table_;  // sorted positions, sorted tokens, runs: the upload
+  size_t table_ints_ = 0;
+  int* host_table_ = nullptr;  // pinned: sorted positions, sorted tokens, runs (the upload)
   int* device_table_ = nullptr;
   float* partials_ = nullptr;
   cudaEvent_t upload_done_ = nullptr;
@@ -95,8 +97,9 @@ inline EmbeddingBackwardPlan::EmbeddingBackwardPlan(int max_tokens, int vocab_si
   counts_.assign(static_cast<size_t>(vocab_size) + 1, 0);
   // A run crosses a chunk boundary only where one ends: at most one crossing run per chunk.
   const size_t max_chunks = static_cast<size_t>(ceil_div(max_tokens, kEmbeddingChunk));
-  host_table_.resize(2 * static_cast<size_t>(max_tokens) + 3 * max_chunks);
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_table_), host_table_.size() * sizeof(int)));
+  table_ints_ = 2 * static_cast<size_t>(max_tokens) + 3 * max_chunks;
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_table_), table_ints_ * sizeof(int)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_table_), table_ints_ * sizeof(int)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&partials_),
                         static_cast<size_t>(kEmbeddingMaxTables) * 2 * max_chunks * channels * sizeof(float)));
   CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
@@ -108,10 +111,11 @@ inline EmbeddingBackwardPlan::~EmbeddingBackwardPlan() {
   CUDA_REPORT(cudaEventDestroy(upload_done_));
   CUDA_REPORT(cudaFree(partials_));
   CUDA_REPORT(cudaFree(device_table_));
+  CUDA_REPORT(cudaFreeHost(host_table_));
 }
 
 inline std::vector<int> EmbeddingBackwardPlan::distinct_tokens() const {
-  const int* sorted = host_table_.data() + max_tokens_;
+  const int* sorted = host_table_ + max_tokens_;
   std::vector<int> distinct;
   std::unique_copy(sorted, sorted + tokens_, std::back_inserter(distinct));
   return distinct;
@@ -128,12 +132,12 @@ inline void EmbeddingBackwardPlan::prepare(const int* tokens_host, int T, cudaSt
                                   ")");
   if (upload_pending_) CUDA_CHECK(cudaEventSynchronize(upload_done_));
   tokens_ = T;
-  int* sorted_positions = host_table_.data();
+  int* sorted_positions = host_table_;
   int* sorted_tokens = sorted_positions + max_tokens_;
   stats_ = sort_positions_by_token(tokens_host, T, vocab_size_, sorted_positions, sorted_tokens,
                                    sorted_tokens + max_tokens_, counts_);
   // Sorted positions and tokens at their fixed offsets, then the runs.
-  CUDA_CHECK(cudaMemcpyAsync(device_table_, host_table_.data(), static_cast<size_t>(T) * sizeof(int),
+  CUDA_CHECK(cudaMemcpyAsync(device_table_, host_table_, static_cast<size_t>(T) * sizeof(int),
                              cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemcpyAsync(device_table_ + max_tokens_, sorted_tokens,
                              (static_cast<size_t>(max_tokens_) + 3 * static_cast<size_t>(stats_.crossing_runs)) * sizeof(int),

@@ -345,8 +345,7 @@ TEST_F(Modded89ModelTest, RefusesBadInputs) {
 // both slots; dloss scales the gradient exactly (a power of two) and not the losses.
 // The backward captured as a CUDA graph (the first part of a step that replays as graphs, issue 27) and replayed
 // after later forwards computes what the eager backward does, bit for bit: it reads the activations the forward
-// left in the model's buffers, not what they held at the capture. (The forward itself uploads its batch from the
-// host inside, which a capture refuses; it has to move out of the graph first.)
+// left in the model's buffers, not what they held at the capture.
 TEST_F(Modded89ModelTest, BackwardReplaysFromAGraphBitwise) {
   const Case c(17);
   Case other(19);
@@ -373,6 +372,35 @@ TEST_F(Modded89ModelTest, BackwardReplaysFromAGraphBitwise) {
     const std::vector<float> replayed = model.download_grads();
     ASSERT_EQ(replayed.size(), eager[i].size());
     for (size_t k = 0; k < replayed.size(); k++) ASSERT_EQ(replayed[k], eager[i][k]) << "batch " << i << ", " << k;
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// A whole training micro-step, forward and backward, captures as one CUDA graph: nothing in it is refused (the
+// batch and the embedding plans go up from pinned memory; the emulation refuses what a GPU's capture does, and
+// copies from pageable memory besides). Replayed, it gives the eager step's losses and gradients bit for bit. The
+// graph copies the pinned batch it captured, so it replays that batch: new batches need the host's staging to
+// leave the forward, fixed-size copies and graph-stable launch shapes (issue 27; docs/emulation.md).
+TEST_F(Modded89ModelTest, TrainingMicroStepCapturesAsOneGraph) {
+  const Case c(23);
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
+  c.load(model);
+  run_forward(model, c, stage1_weights(), true);
+  model.backward(true);
+  const std::vector<float> losses = model.download_losses(), grads = model.download_grads();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  run_forward(model, c, stage1_weights(), true);
+  model.backward(true);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; replay++) {
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    EXPECT_EQ(model.download_losses(), losses) << "replay " << replay;
+    EXPECT_EQ(model.download_grads(), grads) << "replay " << replay;
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));

@@ -193,6 +193,35 @@ TEST_F(SpeedrunModelTest, TwoRunsAreBitwiseIdenticalAndValidationGivesTheSameLos
   });
 }
 
+// A training micro-step, forward and backward, captures as one CUDA graph (nothing in it refused: the batch and
+// the embedding plans go up from pinned memory) and replays to the eager step's loss and gradients, bit for bit.
+// It replays the batch it captured (as Modded89ModelTest.TrainingMicroStepCapturesAsOneGraph says why).
+TEST_F(SpeedrunModelTest, TrainingMicroStepCapturesAsOneGraph) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  const SpeedrunBatch batch = random_batch(config.max_seq_len, config.vocab_size, 6);
+  SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
+  ref::SpeedrunParams params = test_params(config, 10);
+  model.upload_params(to_layout(model.layout(), params));
+  model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
+  model.backward(true);
+  const double loss = model.mean_loss(1);
+  const std::vector<float> grads = model.download_grads();
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
+  model.backward(true);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; replay++) {
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    EXPECT_EQ(model.mean_loss(1), loss) << "replay " << replay;
+    EXPECT_TRUE(model.download_grads() == grads) << "replay " << replay;
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 // the record (docs/recipes.md): the zero head gives uniform logits of 15, so the loss is ln V per token, and
 // every gradient except the head's is exactly zero (dx = dz W_head = 0 upstream of the head).
 TEST_F(SpeedrunModelTest, FreshModelLossIsLnVAndOnlyTheHeadHasGradients) {
