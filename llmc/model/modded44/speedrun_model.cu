@@ -353,7 +353,9 @@ void SpeedrunModel::zero_bucket_grads(int bucket) {
 
 // ---- forward ---------------------------------------------------------------------------------------
 
-// Inputs, targets and the document bounds (0, every later BOS position, T) go through pinned staging.
+// Inputs, targets and the document bounds (0, every later BOS position, T, then T repeated to T + 1 entries: a
+// fixed-length array, as the record pads its cu_seqlens, so that the attention launches do not depend on the
+// batch's document count) go through pinned staging.
 void SpeedrunModel::upload_batch(const int* inputs_host, const int* targets_host) {
   Activations& a = *acts_;
   const int T = seq_len_, V = layout_.config.vocab_size;
@@ -368,7 +370,7 @@ void SpeedrunModel::upload_batch(const int* inputs_host, const int* targets_host
   cu_seqlens[bounds++] = 0;
   for (int t = 1; t < T; t++)
     if (inputs_host[t] == bos_token_) cu_seqlens[bounds++] = t;
-  cu_seqlens[bounds++] = T;
+  while (bounds <= T) cu_seqlens[bounds++] = T;
   num_docs_ = bounds - 1;
   std::copy_n(inputs_host, T, a.staging);
   CUDA_CHECK(cudaMemcpyAsync(a.inputs, a.staging, T * sizeof(int), cudaMemcpyHostToDevice, stream_));

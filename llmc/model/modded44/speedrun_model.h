@@ -134,7 +134,7 @@ class SpeedrunModel : public FamilyModel {
   size_t activation_bytes_ = 0;
   Yarn yarn_;
   int short_blocks_ = 1, long_blocks_ = 3;
-  int num_docs_ = 1;  // documents of the last forward's sequence (cu_seqlens has num_docs_ + 1 entries)
+  int num_docs_ = 1;  // cu_seqlens has num_docs_ + 1 entries: T + 1, padded (upload_batch)
   bool fp32_scalars_taken_ = false;  // take_fp32_params(): an optimizer writes the fp32 scalars
   std::unique_ptr<Activations> acts_;
 };

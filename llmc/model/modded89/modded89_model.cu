@@ -563,13 +563,17 @@ struct StagedTokens {
 };
 
 // Fills the staging from tokens[0, count): the tokens, bigram hashes, document starts and bounds (in tokens and in
-// paired rows, doubled). The targets are the caller's.
+// paired rows, doubled), the bounds padded with `count` to capacity + 1 entries (a fixed-length array, as the
+// record pads its cu_seqlens, so that the attention launches do not depend on the batch's document count). The
+// targets are the caller's.
 StagedTokens stage_tokens(int* staging, size_t capacity, const int* tokens, int count, int bos_token, int bigram_rows) {
   StagedTokens s;
   s.inputs = staging, s.targets = s.inputs + capacity, s.hashes = s.targets + capacity;
   s.doc_start = s.hashes + capacity, s.cu = s.doc_start + capacity, s.cu_rows = s.cu + capacity + 1;
   std::copy_n(tokens, count, s.inputs);
-  s.num_docs = document_bounds(tokens, count, bos_token, s.cu, s.doc_start);
+  const int documents = document_bounds(tokens, count, bos_token, s.cu, s.doc_start);
+  s.num_docs = static_cast<int>(capacity);
+  std::fill(s.cu + documents + 1, s.cu + capacity + 1, count);
   for (int d = 0; d <= s.num_docs; d++) s.cu_rows[d] = 2 * s.cu[d];
   bigram_hashes(s.hashes, tokens, count, bigram_rows);
   return s;

@@ -242,7 +242,7 @@ class Modded89Model : public FamilyModel {
   std::vector<float> frequencies_;
   float attn_scale_ = 0.1f;
   int short_window_ = 0, long_window_ = 0;
-  int num_docs_ = 1;
+  int num_docs_ = 1;  // cu_seqlens and cu_rows have num_docs_ + 1 entries: seq_len_ + 1, padded (stage_tokens)
   // The bigram rows the last training batch hashed to, and those of the step's backwards so far (sorted, distinct).
   std::vector<int> batch_bigram_rows_, step_bigram_rows_;
   RowSpan rows_;
