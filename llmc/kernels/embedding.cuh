@@ -74,7 +74,8 @@ class EmbeddingBackwardPlan {
   std::vector<int> distinct_tokens() const;
   const int* runs() const {
     return device_table_ + 2 * static_cast<size_t>(max_tokens_);
-  }                                              // (token, first, count) triples
+  }                                                                             // (token, first, count) triples
+  const int* run_count() const { return device_table_ + table_ints_ - 1; }  // the runs' count, on the device
   float* partials() const { return partials_; }  // [table][2 * chunks][C] fp32
 
  private:
@@ -97,8 +98,9 @@ inline EmbeddingBackwardPlan::EmbeddingBackwardPlan(int max_tokens, int vocab_si
   counts_.assign(static_cast<size_t>(vocab_size) + 1, 0);
   // A run crosses a chunk boundary only where one ends: at most one crossing run per chunk.
   const size_t max_chunks = static_cast<size_t>(ceil_div(max_tokens, kEmbeddingChunk));
-  table_ints_ = 2 * static_cast<size_t>(max_tokens) + 3 * max_chunks;
+  table_ints_ = 2 * static_cast<size_t>(max_tokens) + 3 * max_chunks + 1;  // the last: the runs' count
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_table_), table_ints_ * sizeof(int)));
+  std::fill_n(host_table_, table_ints_, 0);  // the whole table goes up each batch, its unused tail too
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_table_), table_ints_ * sizeof(int)));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&partials_),
                         static_cast<size_t>(kEmbeddingMaxTables) * 2 * max_chunks * channels * sizeof(float)));
@@ -136,12 +138,10 @@ inline void EmbeddingBackwardPlan::prepare(const int* tokens_host, int T, cudaSt
   int* sorted_tokens = sorted_positions + max_tokens_;
   stats_ = sort_positions_by_token(tokens_host, T, vocab_size_, sorted_positions, sorted_tokens,
                                    sorted_tokens + max_tokens_, counts_);
-  // Sorted positions and tokens at their fixed offsets, then the runs.
-  CUDA_CHECK(cudaMemcpyAsync(device_table_, host_table_, static_cast<size_t>(T) * sizeof(int),
-                             cudaMemcpyHostToDevice, stream));
-  CUDA_CHECK(cudaMemcpyAsync(device_table_ + max_tokens_, sorted_tokens,
-                             (static_cast<size_t>(max_tokens_) + 3 * static_cast<size_t>(stats_.crossing_runs)) * sizeof(int),
-                             cudaMemcpyHostToDevice, stream));
+  // Sorted positions and tokens at their fixed offsets, the runs, their count: the whole table in one copy of a
+  // size that does not depend on the batch (what a CUDA graph captured for one batch copies for the next).
+  host_table_[table_ints_ - 1] = stats_.crossing_runs;
+  CUDA_CHECK(cudaMemcpyAsync(device_table_, host_table_, table_ints_ * sizeof(int), cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaEventRecord(upload_done_, stream));
   upload_pending_ = true;
 }
@@ -178,8 +178,8 @@ inline void embedding_backward(const EmbeddingScatter<floatX>& args, const Embed
     throw std::invalid_argument("embedding_backward: C = " + std::to_string(C) + " but the plan was made for " +
                                 std::to_string(plan.channels()));
   if (plan.tokens() == 0) throw std::logic_error("embedding_backward: the plan was never prepared");
-  token_scatter_add(args, plan.sorted_positions(), plan.sorted_tokens(), plan.runs(), plan.tokens(), plan.stats(), C,
-                    plan.partials(), stream);
+  token_scatter_add(args, plan.sorted_positions(), plan.sorted_tokens(), plan.runs(), plan.run_count(), plan.tokens(),
+                    plan.stats(), C, plan.partials(), stream);
 }
 
 }  // namespace llmc

@@ -169,7 +169,7 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
   wte.douts[0] = dout;
   const TokenSortStats stats{plan.distinct, plan.crossing_runs, plan.longest_run};
   token_scatter_add(wte, device_table, device_table + plan.positions, device_table + 2 * static_cast<size_t>(plan.positions),
-                    plan.positions, stats, C, partials, stream);
+                    /*run_count=*/nullptr, plan.positions, stats, C, partials, stream);
   const int packets = static_cast<int>(ceil_div(C, packet_size<floatX>()));
   const unsigned column_blocks = static_cast<unsigned>(ceil_div(packets, kEncoderBlock));
   const dim3 block(

@@ -121,13 +121,14 @@ __global__ void token_scatter_chunks_kernel(TokenScatter<Tx> args, float* partia
 }
 
 // Thread = (crossing run blockIdx.x, column packet, table blockIdx.z): the run's partials are slot 2 c0 + 1
-// of its first chunk c0, then slot 2c of every later chunk up to its last, summed in chunk order.
+// of its first chunk c0, then slot 2c of every later chunk up to its last, summed in chunk order. With
+// run_count (device), blocks past the count of crossing runs return at once.
 template <typename Tx, bool kVector>
 __global__ void token_scatter_runs_kernel(TokenScatter<Tx> args, const float* partials, const int* runs,
-                                          int num_chunks, int C) {
+                                          const int* run_count, int num_chunks, int C) {
   constexpr int P = packet_size<Tx>();
   const int c = (blockIdx.y * blockDim.x + threadIdx.x) * P;
-  if (c >= C) return;
+  if (c >= C || (run_count != nullptr && static_cast<int>(blockIdx.x) >= *run_count)) return;
   const int table = blockIdx.z;
   const int* run = runs + 3 * static_cast<size_t>(blockIdx.x);
   const int token = run[0], c0 = run[1] / kTokenScatterChunk, c1 = (run[1] + run[2] - 1) / kTokenScatterChunk;
@@ -158,10 +159,13 @@ inline KernelCost token_scatter_runs_cost(int tables, int crossing_runs, int pos
 // args.table_grads[k][token] += the sum of args.douts[k] over the positions of that token, for the positions
 // sorted by sort_positions_by_token (device copies of its three arrays, stream-ordered before this call).
 // partials: args.count * token_scatter_partial_floats(positions, C) floats of device scratch. Two launches
-// (the second only when a run crosses a chunk boundary).
+// (the second only when a run crosses a chunk boundary). With run_count (a device copy of stats.crossing_runs)
+// the second always runs, over the most crossing runs `positions` can have, each block reading the count: launch
+// shapes that depend on `positions` alone, which a CUDA graph captured for one batch keeps for the next; stats
+// then only count the bytes.
 inline void token_scatter_add(const TokenScatter<floatX>& args, const int* sorted_positions, const int* sorted_tokens,
-                              const int* runs, int positions, const TokenSortStats& stats, int C, float* partials,
-                              cudaStream_t stream) {
+                              const int* runs, const int* run_count, int positions, const TokenSortStats& stats, int C,
+                              float* partials, cudaStream_t stream) {
   if (args.count < 1 || args.count > kTokenScatterMaxTables)
     throw std::invalid_argument("token_scatter_add: between 1 and 4 tables, got " + std::to_string(args.count));
   if (positions <= 0) return;
@@ -180,16 +184,17 @@ inline void token_scatter_add(const TokenScatter<floatX>& args, const int* sorte
   else
     LLMC_LAUNCH_COSTED(chunks_cost, (token_scatter_chunks_kernel<floatX, false>), chunks_grid, block, 0, stream, args,
                        partials, sorted_positions, sorted_tokens, positions, C);
-  if (stats.crossing_runs == 0) return;
-  const dim3 runs_grid(static_cast<unsigned>(stats.crossing_runs), column_blocks, static_cast<unsigned>(args.count));
+  if (run_count == nullptr && stats.crossing_runs == 0) return;
+  const int run_blocks = run_count != nullptr ? chunks : stats.crossing_runs;  // at most one crossing run per chunk
+  const dim3 runs_grid(static_cast<unsigned>(run_blocks), column_blocks, static_cast<unsigned>(args.count));
   const KernelCost runs_cost = token_scatter_runs_cost(args.count, stats.crossing_runs, positions, C);
   const float* const_partials = partials;
   if (vector)
     LLMC_LAUNCH_COSTED(runs_cost, (token_scatter_runs_kernel<floatX, true>), runs_grid, block, 0, stream, args,
-                       const_partials, runs, chunks, C);
+                       const_partials, runs, run_count, chunks, C);
   else
     LLMC_LAUNCH_COSTED(runs_cost, (token_scatter_runs_kernel<floatX, false>), runs_grid, block, 0, stream, args,
-                       const_partials, runs, chunks, C);
+                       const_partials, runs, run_count, chunks, C);
 }
 
 }  // namespace llmc

@@ -146,6 +146,58 @@ TEST(EmbeddingKernel, ScatterAddIsExactOnIntegersAtChunkBoundaries) {
   for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], expected[i]) << "element " << i;
 }
 
+// The embedding backward's launches depend on the number of positions alone (the crossing runs' count is read on
+// the device, the plan's table goes up whole): captured as a CUDA graph with the plan of one batch, it replays
+// another batch's plan, prepared after the capture, to that batch's eager result bit for bit, with more or fewer
+// crossing runs than the captured one had (the Zipf batch's many, a shuffled one's few, one token's all).
+TEST(EmbeddingKernel, CapturedBackwardReplaysAnotherBatchsPlan) {
+  LLMC_REQUIRE_GPU();
+  EmbeddingData data;
+  const int T = data.T, V = data.V, C = data.C;
+  std::vector<int> shuffled = data.tokens, single(static_cast<size_t>(T), 3);
+  std::mt19937 rng(556);
+  for (int& token : shuffled) token = static_cast<int>(rng() % V);
+  llmc::EmbeddingBackwardPlan plan(T, V, C);
+  DeviceBuffer<floatX> grad(static_cast<size_t>(V) * C), dout(static_cast<size_t>(T) * C);
+  dout.upload(data.douts[0]);
+  llmc::EmbeddingScatter<floatX> scatter;
+  scatter.count = 1;
+  scatter.table_grads[0] = grad.get();
+  scatter.douts[0] = dout.get();
+  std::vector<std::vector<floatX>> eager;
+  std::vector<int> crossing;
+  for (const std::vector<int>* tokens : {&data.tokens, &shuffled, &single}) {
+    plan.prepare(tokens->data(), T, nullptr);
+    crossing.push_back(plan.crossing_runs());
+    grad.upload(data.prefills[0]);
+    llmc::embedding_backward(scatter, plan, C, nullptr);
+    eager.push_back(grad.download_raw());
+  }
+  EXPECT_NE(crossing[0], crossing[1]);
+  EXPECT_NE(crossing[1], crossing[2]);
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  plan.prepare(shuffled.data(), T, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  llmc::embedding_backward(scatter, plan, C, stream);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const std::vector<const std::vector<int>*> batches = {&data.tokens, &shuffled, &single};
+  for (size_t i = 0; i < batches.size(); i++) {
+    plan.prepare(batches[i]->data(), T, stream);
+    grad.upload(data.prefills[0]);
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(bitwise_equal(grad.download_raw(), eager[i])) << "batch " << i;
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 TEST(EmbeddingKernel, PlanRejectsBadBatches) {
   LLMC_REQUIRE_GPU();
   llmc::EmbeddingBackwardPlan plan(8, 10, 16);
