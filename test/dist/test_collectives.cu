@@ -19,6 +19,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/dist/comm.h"
 #include "test/dist/comm_test_context.h"
+#include "test/support/captured_graph.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
 #include "test/support/stream_gate.h"
@@ -28,6 +29,7 @@ namespace {
 using llmc::CommContext;
 using llmc::test::comm_context;
 using llmc::test::DeviceBuffer;
+using llmc::test::CapturedGraph;
 
 // A per-rank element count that is a multiple of nothing in particular (prime).
 constexpr size_t kShard = 1009;
@@ -385,17 +387,12 @@ TEST(Collectives, CapturedAllReduceRunsAtEveryLaunch) {
   constexpr size_t kCount = 4096;
   DeviceBuffer<float> data(kCount);
   cudaStream_t stream = comm.comm_stream();
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  comm.all_reduce_sum_float(data.get(), kCount, stream);
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const CapturedGraph graph(stream, [&] { comm.all_reduce_sum_float(data.get(), kCount, stream); });
   for (int launch = 0; launch < 2; ++launch) {
     std::vector<float> mine(kCount);
     for (size_t i = 0; i < kCount; ++i) mine[i] = fp32_input(rank, i) * static_cast<float>(launch + 1);
     data.upload_raw(mine);
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    graph.launch(stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<float> got = data.download_raw();
     for (size_t i = 0; i < kCount; ++i) {
@@ -403,8 +400,6 @@ TEST(Collectives, CapturedAllReduceRunsAtEveryLaunch) {
       ASSERT_EQ(got[i], static_cast<float>(want)) << "launch " << launch << ", element " << i;
     }
   }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 // What real NCCL supports (fp16) or leaves undefined (bad overlap), the emulation refuses by name.

@@ -12,6 +12,7 @@
 
 #include "llmc/kernels/embedding.cuh"
 #include "test/reference/reference_speedrun_ops.h"
+#include "test/support/captured_graph.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
 
@@ -179,22 +180,17 @@ TEST(EmbeddingKernel, CapturedBackwardReplaysAnotherBatchsPlan) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   plan.prepare(shuffled.data(), T, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  llmc::embedding_backward(scatter, plan, C, stream);
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const std::vector<const std::vector<int>*> batches = {&data.tokens, &shuffled, &single};
-  for (size_t i = 0; i < batches.size(); i++) {
-    plan.prepare(batches[i]->data(), T, stream);
-    grad.upload(data.prefills[0]);
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    EXPECT_TRUE(bitwise_equal(grad.download_raw(), eager[i])) << "batch " << i;
+  {
+    const CapturedGraph graph(stream, [&] { llmc::embedding_backward(scatter, plan, C, stream); });
+    const std::vector<const std::vector<int>*> batches = {&data.tokens, &shuffled, &single};
+    for (size_t i = 0; i < batches.size(); i++) {
+      plan.prepare(batches[i]->data(), T, stream);
+      grad.upload(data.prefills[0]);
+      graph.launch(stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      EXPECT_TRUE(bitwise_equal(grad.download_raw(), eager[i])) << "batch " << i;
+    }
   }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 

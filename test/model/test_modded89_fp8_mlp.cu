@@ -17,6 +17,7 @@
 #include "llmc/kernels/matmul.cuh"
 #include "llmc/model/modded89/modded89_fp8_mlp.h"
 #include "test/kernels/fp8_test_support.h"
+#include "test/support/captured_graph.h"
 #include "test/support/device_buffer.h"
 #include "test/support/stream_test.h"
 
@@ -249,19 +250,12 @@ TEST_F(Modded89Fp8MlpTest, ForwardWithRefreshReplaysFromAGraphBitwise) {
   // The refresh is enqueued by the forward that finds the copies stale: capture one such forward.
   captured.before_step(1);
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  forward(captured, 0, layer);
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const llmc::test::CapturedGraph graph(stream, [&] { forward(captured, 0, layer); });
   for (int replay = 0; replay < 3; replay++) {
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    graph.launch(stream);
     EXPECT_EQ(layer.d_out.download(), outputs[static_cast<size_t>(replay)]) << "replay " << replay;
   }
   EXPECT_EQ(captured.download_scales(stream).activation, eager_activation);
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 TEST_F(Modded89Fp8MlpTest, RefusesShapesTheFp8GemmsCannotTake) {

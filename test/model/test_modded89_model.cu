@@ -28,6 +28,7 @@
 #include "llmc/tokenizer/bpe_vocab.h"
 #include "llmc/tokenizer/token_prefixes.h"
 #include "test/reference/reference_modded89.h"
+#include "test/support/captured_graph.h"
 #include "test/support/stream_test.h"
 
 namespace {
@@ -360,21 +361,14 @@ TEST_F(Modded89ModelTest, BackwardReplaysFromAGraphBitwise) {
   }
   run_forward(model, c, weights, true);
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  model.backward(true);
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const test::CapturedGraph graph(stream, [&] { model.backward(true); });
   for (size_t i = 0; i < 2; i++) {
     if (i > 0) run_forward(model, other, weights, true);  // new activations under the captured pointers
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    graph.launch(stream);
     const std::vector<float> replayed = model.download_grads();
     ASSERT_EQ(replayed.size(), eager[i].size());
     for (size_t k = 0; k < replayed.size(); k++) ASSERT_EQ(replayed[k], eager[i][k]) << "batch " << i << ", " << k;
   }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 // A whole training micro-step, forward and backward, captures as one CUDA graph: nothing in it is refused (the
@@ -390,20 +384,15 @@ TEST_F(Modded89ModelTest, TrainingMicroStepCapturesAsOneGraph) {
   model.backward(true);
   const std::vector<float> losses = model.download_losses(), grads = model.download_grads();
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  run_forward(model, c, stage1_weights(), true);
-  model.backward(true);
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const test::CapturedGraph graph(stream, [&] {
+    run_forward(model, c, stage1_weights(), true);
+    model.backward(true);
+  });
   for (int replay = 0; replay < 2; replay++) {
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    graph.launch(stream);
     EXPECT_EQ(model.download_losses(), losses) << "replay " << replay;
     EXPECT_EQ(model.download_grads(), grads) << "replay " << replay;
   }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 TEST_F(Modded89ModelTest, MicroStepsAccumulateWithHooksInBucketOrder) {

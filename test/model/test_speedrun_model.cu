@@ -20,6 +20,7 @@
 #include "llmc/model/modded44/speedrun_init.h"
 #include "llmc/model/modded44/speedrun_model.h"
 #include "test/reference/reference_speedrun.h"
+#include "test/support/captured_graph.h"
 #include "test/support/gpu_test.h"
 #include "test/support/speedrun_test_inputs.h"
 #include "test/support/stream_test.h"
@@ -206,20 +207,15 @@ TEST_F(SpeedrunModelTest, TrainingMicroStepCapturesAsOneGraph) {
   model.backward(true);
   const double loss = model.mean_loss(1);
   const std::vector<float> grads = model.download_grads();
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
-  model.backward(true);
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const test::CapturedGraph graph(stream, [&] {
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
+    model.backward(true);
+  });
   for (int replay = 0; replay < 2; replay++) {
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    graph.launch(stream);
     EXPECT_EQ(model.mean_loss(1), loss) << "replay " << replay;
     EXPECT_TRUE(model.download_grads() == grads) << "replay " << replay;
   }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 // the record (docs/recipes.md): the zero head gives uniform logits of 15, so the loss is ln V per token, and
