@@ -57,6 +57,10 @@ class EmbeddingBackwardPlan {
   EmbeddingBackwardPlan(int max_tokens, int vocab_size, int channels);
   ~EmbeddingBackwardPlan();
   EmbeddingBackwardPlan(const EmbeddingBackwardPlan&) = delete;
+  // Device bytes a plan for max_tokens positions of rows of `channels` allocates (its table and partials).
+  static size_t device_bytes(int max_tokens, int channels) {
+    return table_ints(max_tokens) * sizeof(int) + partial_floats(max_tokens, channels) * sizeof(float);
+  }
   EmbeddingBackwardPlan& operator=(const EmbeddingBackwardPlan&) = delete;
 
   // Sorts the T token ids of tokens_host (host memory, read before the call returns; each in [0, V)) and
@@ -72,18 +76,26 @@ class EmbeddingBackwardPlan {
   const int* sorted_tokens() const { return device_table_ + max_tokens_; }
   // The batch's distinct token ids, ascending, from the sort prepare() made (on the host, until the next prepare).
   std::vector<int> distinct_tokens() const;
-  const int* runs() const {
-    return device_table_ + 2 * static_cast<size_t>(max_tokens_);
-  }                                                                             // (token, first, count) triples
-  const int* run_count() const { return device_table_ + table_ints_ - 1; }  // the runs' count, on the device
+  // The crossing runs' (token, first, count) triples and, on the device, their count.
+  const int* runs() const { return device_table_ + 2 * static_cast<size_t>(max_tokens_); }
+  const int* run_count() const { return device_table_ + table_ints(max_tokens_) - 1; }
   float* partials() const { return partials_; }  // [table][2 * chunks][C] fp32
 
  private:
+  // A run crosses a chunk boundary only where one ends: at most one crossing run per chunk.
+  static size_t max_chunks(int max_tokens) { return static_cast<size_t>(ceil_div(max_tokens, kEmbeddingChunk)); }
+  // Sorted positions, sorted tokens, the runs' triples, their count (the last int).
+  static size_t table_ints(int max_tokens) {
+    return 2 * static_cast<size_t>(max_tokens) + 3 * max_chunks(max_tokens) + 1;
+  }
+  static size_t partial_floats(int max_tokens, int channels) {
+    return static_cast<size_t>(kEmbeddingMaxTables) * 2 * max_chunks(max_tokens) * channels;
+  }
+
   int max_tokens_, vocab_size_, channels_;
   int tokens_ = 0;
   TokenSortStats stats_;
   std::vector<int> counts_;      // [V] scratch of the counting sort
-  size_t table_ints_ = 0;
   int* host_table_ = nullptr;  // pinned: sorted positions, sorted tokens, runs (the upload)
   int* device_table_ = nullptr;
   float* partials_ = nullptr;
@@ -96,14 +108,11 @@ inline EmbeddingBackwardPlan::EmbeddingBackwardPlan(int max_tokens, int vocab_si
   if (max_tokens <= 0 || vocab_size <= 0 || channels <= 0)
     throw std::invalid_argument("EmbeddingBackwardPlan: max_tokens, vocab_size and channels must be positive");
   counts_.assign(static_cast<size_t>(vocab_size) + 1, 0);
-  // A run crosses a chunk boundary only where one ends: at most one crossing run per chunk.
-  const size_t max_chunks = static_cast<size_t>(ceil_div(max_tokens, kEmbeddingChunk));
-  table_ints_ = 2 * static_cast<size_t>(max_tokens) + 3 * max_chunks + 1;  // the last: the runs' count
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_table_), table_ints_ * sizeof(int)));
-  std::fill_n(host_table_, table_ints_, 0);  // the whole table goes up each batch, its unused tail too
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_table_), table_ints_ * sizeof(int)));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&partials_),
-                        static_cast<size_t>(kEmbeddingMaxTables) * 2 * max_chunks * channels * sizeof(float)));
+  const size_t ints = table_ints(max_tokens);
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_table_), ints * sizeof(int)));
+  std::fill_n(host_table_, ints, 0);  // the whole table goes up each batch, its unused tail too
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_table_), ints * sizeof(int)));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&partials_), partial_floats(max_tokens, channels) * sizeof(float)));
   CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
 }
 
@@ -140,8 +149,9 @@ inline void EmbeddingBackwardPlan::prepare(const int* tokens_host, int T, cudaSt
                                    sorted_tokens + max_tokens_, counts_);
   // Sorted positions and tokens at their fixed offsets, the runs, their count: the whole table in one copy of a
   // size that does not depend on the batch (what a CUDA graph captured for one batch copies for the next).
-  host_table_[table_ints_ - 1] = stats_.crossing_runs;
-  CUDA_CHECK(cudaMemcpyAsync(device_table_, host_table_, table_ints_ * sizeof(int), cudaMemcpyHostToDevice, stream));
+  const size_t ints = table_ints(max_tokens_);
+  host_table_[ints - 1] = stats_.crossing_runs;
+  CUDA_CHECK(cudaMemcpyAsync(device_table_, host_table_, ints * sizeof(int), cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaEventRecord(upload_done_, stream));
   upload_pending_ = true;
 }

@@ -177,12 +177,8 @@ void SpeedrunModel::Buffers::set_aliases(const SpeedrunLayout& layout) {
 
 namespace {
 
-// Device bytes outside the arena: the embedding backward's sorted positions and per-chunk partials.
-size_t embedding_plan_bytes(int seq_len, int channels) {
-  const size_t chunks = (static_cast<size_t>(seq_len) + kEmbeddingChunk - 1) / kEmbeddingChunk;
-  return (2 * static_cast<size_t>(seq_len) + 3 * chunks) * sizeof(int) +
-         kEmbeddingMaxTables * 2 * chunks * static_cast<size_t>(channels) * sizeof(float);
-}
+// Device bytes outside the arena: the embedding backward's plan.
+size_t embedding_plan_bytes(int seq_len, int channels) { return EmbeddingBackwardPlan::device_bytes(seq_len, channels); }
 
 }  // namespace
 

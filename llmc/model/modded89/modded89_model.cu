@@ -59,12 +59,10 @@ MixCoefficient bf16_copy(int index) {
 // The fast attention kernel where this build has it for the model's heads, else the simple one.
 bool window_attention_kernel_fits(const Modded89Config& config) { return window_attention_fits(config.head_dim); }
 
-// Device bytes outside the arena: the two embedding backward plans' sorted positions and per-chunk partials
-// (tokens for embed and the value tables, hashes for the bigram table).
+// Device bytes outside the arena: the two embedding backward plans (tokens for embed and the value tables, hashes
+// for the bigram table).
 size_t embedding_plan_bytes(const Modded89Config& config, int seq_len) {
-  const size_t chunks = (static_cast<size_t>(seq_len) + kEmbeddingChunk - 1) / kEmbeddingChunk;
-  return 2 * ((2 * static_cast<size_t>(seq_len) + 3 * chunks) * sizeof(int) +
-              kEmbeddingMaxTables * 2 * chunks * static_cast<size_t>(config.channels()) * sizeof(float));
+  return 2 * EmbeddingBackwardPlan::device_bytes(seq_len, config.channels());
 }
 
 // The two RoPE tables (cos and sin) of `positions` rows.
@@ -585,12 +583,11 @@ void upload_ints(int* device, const int* host, size_t count, cudaStream_t stream
 
 }  // namespace
 
-// Tokens, targets, bigram hashes, document bounds in tokens and in paired rows (doubled), each token's document
-// start. Synchronous: the host vectors are temporaries.
+// A forward's whole batch (upload_rows), checked first; in training also the embedding backward's plans.
 void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host, bool training) {
   const int T = seq_len_;
-  check_tokens(inputs_host, targets_host, T);
-  const int* hashes = upload_rows(inputs_host, targets_host, T);
+  check_tokens(inputs_host, targets_host, 0, T);
+  const int* hashes = upload_rows(inputs_host, targets_host, 0, T);
   if (training) {  // the embedding backward's sorted rows, for the tokens' tables and the bigram table
     Buffers& b = *buffers_;
     b.token_plan->prepare(inputs_host, T, stream_);
@@ -599,30 +596,34 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
   }
 }
 
-void Modded89Model::check_tokens(const int* inputs_host, const int* targets_host, int count) const {
+// Positions [first, count) of the tokens, and of the targets unless null, lie in the vocabulary.
+void Modded89Model::check_tokens(const int* inputs_host, const int* targets_host, int first, int count) const {
   const int V = layout_.config.vocab_size;
-  for (int t = 0; t < count; t++)
-    if (inputs_host[t] < 0 || inputs_host[t] >= V || targets_host[t] < 0 || targets_host[t] >= V)
+  const auto outside = [V](int token) { return token < 0 || token >= V; };
+  for (int t = first; t < count; t++)
+    if (outside(inputs_host[t]) || (targets_host != nullptr && outside(targets_host[t])))
       throw std::invalid_argument("modded89 model: token or target at position " + std::to_string(t) + " outside [0, " +
                                   std::to_string(V) + ")");
 }
 
-// Buffer rows [0, count): tokens, targets, bigram hashes, document bounds in tokens and in paired rows (doubled),
-// each token's document start. The host arrays are read before the call returns. Returns the hashes' pinned copy
-// (valid until the next upload).
-const int* Modded89Model::upload_rows(const int* inputs_host, const int* targets_host, int count) {
+// The sequence of tokens[0, count) in the buffers: rows [first, count) of the tokens, the targets (unless null:
+// without a loss they are not read), the bigram hashes and each token's document start, and the document bounds
+// of the whole sequence in tokens and in paired rows (doubled). The rows before `first` are a KV cache's. The host
+// arrays are read before the call returns. Returns the hashes' pinned copy (valid until the next upload).
+const int* Modded89Model::upload_rows(const int* inputs_host, const int* targets_host, int first, int count) {
   Buffers& b = *buffers_;
   CUDA_CHECK(cudaEventSynchronize(b.staging_free));  // the previous batch's copies have left the staging
-  const size_t n = static_cast<size_t>(count);
   const StagedTokens staged =
       stage_tokens(b.staging, static_cast<size_t>(seq_len_), inputs_host, count, bos_token_, layout_.config.bigram_rows);
-  std::copy_n(targets_host, n, staged.targets);
   num_docs_ = staged.num_docs;
-  const size_t bounds = static_cast<size_t>(num_docs_) + 1;
-  upload_ints(b.inputs, staged.inputs, n, stream_);
-  upload_ints(b.targets, staged.targets, n, stream_);
-  upload_ints(b.hashes, staged.hashes, n, stream_);
-  upload_ints(b.doc_start, staged.doc_start, n, stream_);
+  const size_t rows = static_cast<size_t>(count - first), bounds = static_cast<size_t>(num_docs_) + 1;
+  upload_ints(b.inputs + first, staged.inputs + first, rows, stream_);
+  if (targets_host != nullptr) {
+    std::copy_n(targets_host + first, rows, staged.targets + first);
+    upload_ints(b.targets + first, staged.targets + first, rows, stream_);
+  }
+  upload_ints(b.hashes + first, staged.hashes + first, rows, stream_);
+  upload_ints(b.doc_start + first, staged.doc_start + first, rows, stream_);
   upload_ints(b.cu_seqlens, staged.cu, bounds, stream_);
   upload_ints(b.cu_rows, staged.cu_rows, bounds, stream_);
   CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
@@ -691,7 +692,8 @@ void Modded89Model::decode_logits(const int32_t* tokens, int first, int total, i
     throw std::logic_error("modded89 model: decoding between a training forward and its backward");
   first = std::min(first, decoded_rows_);
   decoded_rows_ = 0;  // until this call's rows are all written
-  upload_decoder_rows(tokens, first, total);
+  check_tokens(tokens, nullptr, first, total);
+  upload_rows(tokens, nullptr, first, total);
   rows_ = RowSpan{first, total - first};
   position_offset_ = 0;
   long_sequence_ = false;
@@ -699,28 +701,6 @@ void Modded89Model::decode_logits(const int32_t* tokens, int first, int total, i
   rows_forward(nullptr);
   read_capped_logits(RowSpan{total - logit_rows, logit_rows}, out);
   decoded_rows_ = total;
-}
-
-// The decoder's tokens [0, total): rows [first, total) of the inputs, bigram hashes and document starts, and the
-// bounds of every document so far (the targets are not read without a loss).
-void Modded89Model::upload_decoder_rows(const int32_t* tokens, int first, int total) {
-  Buffers& b = *buffers_;
-  const int V = layout_.config.vocab_size;
-  for (int t = first; t < total; t++)
-    if (tokens[t] < 0 || tokens[t] >= V)
-      throw std::invalid_argument("modded89 model: token at position " + std::to_string(t) + " outside [0, " +
-                                  std::to_string(V) + ")");
-  CUDA_CHECK(cudaEventSynchronize(b.staging_free));
-  const StagedTokens staged =
-      stage_tokens(b.staging, static_cast<size_t>(seq_len_), tokens, total, bos_token_, layout_.config.bigram_rows);
-  num_docs_ = staged.num_docs;
-  const size_t rows = static_cast<size_t>(total - first), bounds = static_cast<size_t>(num_docs_) + 1;
-  upload_ints(b.inputs + first, staged.inputs + first, rows, stream_);
-  upload_ints(b.hashes + first, staged.hashes + first, rows, stream_);
-  upload_ints(b.doc_start + first, staged.doc_start + first, rows, stream_);
-  upload_ints(b.cu_seqlens, staged.cu, bounds, stream_);
-  upload_ints(b.cu_rows, staged.cu_rows, bounds, stream_);
-  CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
 }
 
 // ---- long sequences (the record's validation: 262,144 contiguous tokens per rank) --------------------------------
@@ -749,7 +729,7 @@ std::vector<float> Modded89Model::sequence_losses(const int* inputs_host, const 
   if (length > S && S < 2 * context)
     throw std::invalid_argument("modded89 model: forwards of " + std::to_string(S) + " tokens cannot carry the " +
                                 std::to_string(context) + " rows of context a longer sequence needs (twice that)");
-  check_tokens(inputs_host, targets_host, length);
+  check_tokens(inputs_host, targets_host, 0, length);
   if (2 * static_cast<int64_t>(length) > rope_positions_) grow_rope_tables(2 * length);
   std::vector<float> losses(static_cast<size_t>(length));
   decoded_rows_ = 0;
@@ -758,7 +738,7 @@ std::vector<float> Modded89Model::sequence_losses(const int* inputs_host, const 
     const int count = std::min((S - first) / align * align, length - done), base = done - first;
     if (done > 0) carry_context(end, context);
     // The hashes of the rows computed are the whole sequence's: only a sequence's first two rows hash specially.
-    upload_rows(inputs_host + base, targets_host + base, first + count);
+    upload_rows(inputs_host + base, targets_host + base, 0, first + count);
     rows_ = RowSpan{first, count};
     position_offset_ = base;
     long_sequence_ = true;

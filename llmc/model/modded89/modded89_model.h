@@ -179,8 +179,8 @@ class Modded89Model : public FamilyModel {
   floatX* grad(const std::string& name) const { return grad_target_ + layout_.find(name).offset; }
   int fp32_index(const std::string& name, int element) const;
   void upload_batch(const int* inputs_host, const int* targets_host, bool training);
-  const int* upload_rows(const int* inputs_host, const int* targets_host, int count);
-  void check_tokens(const int* inputs_host, const int* targets_host, int count) const;
+  const int* upload_rows(const int* inputs_host, const int* targets_host, int first, int count);
+  void check_tokens(const int* inputs_host, const int* targets_host, int first, int count) const;
   void carry_context(int end, int context);
   void grow_rope_tables(int positions);
   const floatX* rope_rows(const floatX* table, int position_step) const;
@@ -208,7 +208,6 @@ class Modded89Model : public FamilyModel {
   void body_forward(const int* inputs_host, const int* targets_host, bool training,
                     const BucketHook& before_bucket_use);
   void rows_forward(const BucketHook& before_bucket_use);
-  void upload_decoder_rows(const int32_t* tokens, int first, int total);
   void read_capped_logits(RowSpan rows, float* out);
   void final_hidden_forward();
   void head_logits(RowSpan rows);
