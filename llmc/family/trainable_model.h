@@ -61,9 +61,23 @@ class TrainableModel {
 
   // Forward over one micro-batch (host token arrays). With targets, the per-position losses go to loss
   // slot `loss_slot`; with compute_dlogits the backward's starting gradient is prepared, scaled by dloss
-  // (1 / (tokens per step) for a mean). Asynchronous on stream().
-  virtual void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits,
-                       float dloss, const BucketHook& before_bucket_use = nullptr) = 0;
+  // (1 / (tokens per step) for a mean). Asynchronous on stream(). The two calls it makes can be made apart
+  // (a CUDA graph of a step: docs/emulation.md).
+  void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
+               const BucketHook& before_bucket_use = nullptr) {
+    upload_batch(inputs_host, targets_host, /*training=*/compute_dlogits);
+    forward_uploaded(loss_slot, compute_dlogits, dloss, before_bucket_use);
+  }
+  // The host's part of a forward: checks the micro-batch's tokens (and targets unless null) and enqueues their
+  // copies to the device on stream(), with what the passes derive from them on the host (document bounds; with
+  // `training` the embedding backward's plans). It may wait for the previous upload's copies: never call it
+  // inside a stream capture.
+  virtual void upload_batch(const int* inputs_host, const int* targets_host, bool training) = 0;
+  // The device's part: the forward over the last uploaded batch (losses only if it had targets; compute_dlogits
+  // only after a training upload). In the speedrun families it enqueues kernels and device-side work alone, the
+  // same calls for every batch of one shape: captured once, it replays each later upload's batch.
+  virtual void forward_uploaded(int loss_slot, bool compute_dlogits, float dloss,
+                                const BucketHook& before_bucket_use = nullptr) = 0;
   // Backward of the last forward, which must have computed dlogits. With first_micro_step the step's
   // gradients start here: the model overwrites them (each bucket's first writer stores instead of adding)
   // or zeroes them first; otherwise gradients accumulate. on_bucket_ready is called as each bucket becomes

@@ -371,28 +371,59 @@ TEST_F(Modded89ModelTest, BackwardReplaysFromAGraphBitwise) {
   }
 }
 
-// A whole training micro-step, forward and backward, captures as one CUDA graph: nothing in it is refused (the
-// batch and the embedding plans go up from pinned memory; the emulation refuses what a GPU's capture does, and
-// copies from pageable memory besides). Replayed, it gives the eager step's losses and gradients bit for bit. The
-// graph copies the pinned batch it captured, so it replays that batch: new batches need the host's staging to
-// leave the forward, fixed-size copies and graph-stable launch shapes (issue 27; docs/emulation.md).
-TEST_F(Modded89ModelTest, TrainingMicroStepCapturesAsOneGraph) {
+// A training micro-step's device part, forward_uploaded and backward, captures as one CUDA graph: nothing in it is
+// refused (the emulation refuses what a GPU's capture does, and copies from pageable memory besides). Captured with
+// one batch, it replays each batch uploaded before a launch -- other tokens and targets, other documents (so other
+// bounds and embedding plans) -- to that batch's eager losses and gradients, bit for bit: the host's part
+// (upload_batch) stays outside the graph, and nothing the graph launches depends on the batch (docs/emulation.md).
+TEST_F(Modded89ModelTest, TrainingMicroStepGraphReplaysLaterUploads) {
+  const Case c(23), other(29), third(31);
+  std::vector<int> other_tokens = other.tokens, third_tokens = third.tokens;
+  for (int& token : other_tokens) token = token == c.bos ? 0 : token;
+  for (int t : {3, 12, 20, 50, 60}) other_tokens[static_cast<size_t>(t)] = c.bos;  // more documents, elsewhere
+  for (int& token : third_tokens) token = token == c.bos ? 1 : token;       // one document
+  struct Uploaded {
+    const std::vector<int>& inputs;
+    const std::vector<int>& targets;
+  };
+  const std::vector<Uploaded> batches = {
+      {c.tokens, c.targets}, {other_tokens, other.targets}, {third_tokens, third.targets}, {c.tokens, c.targets}};
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
+  c.load(model);
+  model.set_loss_weights(stage1_weights());
+  std::vector<std::vector<float>> losses, grads;
+  for (const Uploaded& batch : batches) {
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
+    model.backward(true);
+    losses.push_back(model.download_losses());
+    grads.push_back(model.download_grads());
+  }
+  ASSERT_NE(losses[0], losses[1]);
+  ASSERT_NE(grads[1], grads[2]);
+  model.upload_batch(c.tokens.data(), c.targets.data(), /*training=*/true);
+  const test::CapturedGraph graph(stream, [&] {
+    model.forward_uploaded(0, true, 1.0f);
+    model.backward(true);
+  });
+  for (size_t i = 0; i < batches.size(); i++) {
+    model.upload_batch(batches[i].inputs.data(), batches[i].targets.data(), /*training=*/true);
+    graph.launch(stream);
+    EXPECT_EQ(model.download_losses(), losses[i]) << "batch " << i;
+    EXPECT_EQ(model.download_grads(), grads[i]) << "batch " << i;
+  }
+}
+
+// The two parts of a forward refuse to run apart from what they need.
+TEST_F(Modded89ModelTest, ForwardUploadedNeedsItsUpload) {
   const Case c(23);
   Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   c.load(model);
-  run_forward(model, c, stage1_weights(), true);
-  model.backward(true);
-  const std::vector<float> losses = model.download_losses(), grads = model.download_grads();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  const test::CapturedGraph graph(stream, [&] {
-    run_forward(model, c, stage1_weights(), true);
-    model.backward(true);
-  });
-  for (int replay = 0; replay < 2; replay++) {
-    graph.launch(stream);
-    EXPECT_EQ(model.download_losses(), losses) << "replay " << replay;
-    EXPECT_EQ(model.download_grads(), grads) << "replay " << replay;
-  }
+  EXPECT_THROW(model.forward_uploaded(0, false, 1.0f), std::logic_error);  // nothing uploaded
+  EXPECT_THROW(model.upload_batch(c.tokens.data(), nullptr, false), std::invalid_argument);
+  model.upload_batch(c.tokens.data(), c.targets.data(), /*training=*/false);
+  EXPECT_THROW(model.forward_uploaded(0, true, 1.0f), std::logic_error);  // no embedding plans for a backward
+  EXPECT_THROW(model.forward_uploaded(1, false, 1.0f), std::out_of_range);
+  model.forward_uploaded(0, false, 1.0f);
 }
 
 TEST_F(Modded89ModelTest, MicroStepsAccumulateWithHooksInBucketOrder) {

@@ -194,28 +194,53 @@ TEST_F(SpeedrunModelTest, TwoRunsAreBitwiseIdenticalAndValidationGivesTheSameLos
   });
 }
 
-// A training micro-step, forward and backward, captures as one CUDA graph (nothing in it refused: the batch and
-// the embedding plans go up from pinned memory) and replays to the eager step's loss and gradients, bit for bit.
-// It replays the batch it captured (as Modded89ModelTest.TrainingMicroStepCapturesAsOneGraph says why).
-TEST_F(SpeedrunModelTest, TrainingMicroStepCapturesAsOneGraph) {
+// A training micro-step's device part, forward_uploaded and backward, captures as one CUDA graph (nothing in it
+// refused) and, captured with one batch, replays each batch uploaded before a launch (other tokens, targets and
+// documents, so other bounds and embedding plans) to that batch's eager loss and gradients, bit for bit
+// (Modded89ModelTest.TrainingMicroStepGraphReplaysLaterUploads says why).
+TEST_F(SpeedrunModelTest, TrainingMicroStepGraphReplaysLaterUploads) {
+  const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
+  std::vector<SpeedrunBatch> batches;
+  for (uint32_t seed : {7u, 6u, 8u}) batches.push_back(random_batch(config.max_seq_len, config.vocab_size, seed));
+  batches.push_back(batches[0]);
+  ASSERT_LT(batches[0].cu_seqlens.size(), batches[1].cu_seqlens.size()) << "a replay with more documents than captured";
+  SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
+  ref::SpeedrunParams params = test_params(config, 10);
+  model.upload_params(to_layout(model.layout(), params));
+  std::vector<double> losses;
+  std::vector<std::vector<float>> grads;
+  for (const SpeedrunBatch& batch : batches) {
+    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
+    model.backward(true);
+    losses.push_back(model.mean_loss(1));
+    grads.push_back(model.download_grads());
+  }
+  model.upload_batch(batches[0].inputs.data(), batches[0].targets.data(), /*training=*/true);
+  const test::CapturedGraph graph(stream, [&] {
+    model.forward_uploaded(0, true, 1.0f);
+    model.backward(true);
+  });
+  for (size_t i = 0; i < batches.size(); i++) {
+    model.upload_batch(batches[i].inputs.data(), batches[i].targets.data(), /*training=*/true);
+    graph.launch(stream);
+    EXPECT_EQ(model.mean_loss(1), losses[i]) << "batch " << i;
+    EXPECT_TRUE(model.download_grads() == grads[i]) << "batch " << i;
+  }
+}
+
+// The two parts of a forward refuse to run apart from what they need.
+TEST_F(SpeedrunModelTest, ForwardUploadedNeedsItsUpload) {
   const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
   const SpeedrunBatch batch = random_batch(config.max_seq_len, config.vocab_size, 6);
   SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
   ref::SpeedrunParams params = test_params(config, 10);
   model.upload_params(to_layout(model.layout(), params));
-  model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
-  model.backward(true);
-  const double loss = model.mean_loss(1);
-  const std::vector<float> grads = model.download_grads();
-  const test::CapturedGraph graph(stream, [&] {
-    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
-    model.backward(true);
-  });
-  for (int replay = 0; replay < 2; replay++) {
-    graph.launch(stream);
-    EXPECT_EQ(model.mean_loss(1), loss) << "replay " << replay;
-    EXPECT_TRUE(model.download_grads() == grads) << "replay " << replay;
-  }
+  EXPECT_THROW(model.forward_uploaded(0, false, 1.0f), std::logic_error);  // nothing uploaded
+  EXPECT_THROW(model.upload_batch(batch.inputs.data(), nullptr, true), std::invalid_argument);
+  model.upload_batch(batch.inputs.data(), batch.targets.data(), /*training=*/false);
+  EXPECT_THROW(model.forward_uploaded(0, true, 1.0f), std::logic_error);  // no embedding plan for a backward
+  EXPECT_THROW(model.forward_uploaded(1, false, 1.0f), std::out_of_range);
+  model.forward_uploaded(0, false, 1.0f);
 }
 
 // the record (docs/recipes.md): the zero head gives uniform logits of 15, so the loss is ln V per token, and

@@ -47,7 +47,8 @@ class StandInModel : public TrainableModel {
   std::string bucket_name(int bucket) const override { return "bucket " + std::to_string(bucket); }
   size_t activation_bytes() const override { return 0; }
   void set_gemm_algo_selection(GemmAlgoSelection) override {}
-  void forward(const int*, const int*, int, bool, float, const BucketHook& before_bucket_use) override {
+  void upload_batch(const int*, const int*, bool) override {}
+  void forward_uploaded(int, bool, float, const BucketHook& before_bucket_use) override {
     for (int b = 0; b < layout_.num_buckets(); b++)
       if (before_bucket_use) before_bucket_use(b);
   }

@@ -63,6 +63,8 @@ struct GPT2::Activations {
   // its counting-sort scratch, and the device scratch for its partial sums.
   EncoderBackwardPlan encoder_plan;
   bool has_encoder_plan = false;
+  // The last upload: whether there was one, with targets; whether the last forward computed dlogits.
+  bool batch_uploaded = false, uploaded_targets = false, training_forward = false;
   std::vector<int> encoder_counts;
   float* encoder_partials;
   // Step losses: device sums -> pinned host values, two results in flight (enqueue_mean_loss).
@@ -227,7 +229,7 @@ std::vector<float> GPT2::download_logits() const {
 // Copies the micro-batch (and, for a training forward, the encoder backward's plan) into the next pinned
 // staging slot and uploads it with one copy. The slot's previous upload has completed long before in a
 // trainer that stays at most one step ahead; if not, the host waits here for it.
-void GPT2::stage_batch(const int* inputs_host, const int* targets_host, bool plan_backward) {
+void GPT2::upload_batch(const int* inputs_host, const int* targets_host, bool training) {
   Activations& a = *acts_;
   const int N = batch_size_ * seq_len_;
   Activations::StagingSlot& slot = a.staging[a.next_staging];
@@ -240,7 +242,9 @@ void GPT2::stage_batch(const int* inputs_host, const int* targets_host, bool pla
     upload = 2 * static_cast<size_t>(N);
   }
   a.has_encoder_plan = false;
-  if (plan_backward) {
+  a.batch_uploaded = true;
+  a.uploaded_targets = targets_host != nullptr;
+  if (training) {
     a.encoder_plan = build_encoder_backward_plan(inputs_host, N, layout_.config.vocab_size, slot.host + 2 * N,
                                                  a.encoder_counts);
     a.has_encoder_plan = true;
@@ -250,19 +254,21 @@ void GPT2::stage_batch(const int* inputs_host, const int* targets_host, bool pla
   CUDA_CHECK(cudaEventRecord(slot.read, stream_));
 }
 
-void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
-                   const BucketHook& before_bucket_use) {
+void GPT2::forward_uploaded(int loss_slot, bool compute_dlogits, float dloss, const BucketHook& before_bucket_use) {
   Activations& a = *acts_;
   const GPT2Config& cfg = layout_.config;
   const int B = batch_size_, T = seq_len_, C = cfg.channels, NH = cfg.num_heads, L = cfg.num_layers;
   const int N = B * T;
-  if (targets_host != nullptr && (loss_slot < 0 || loss_slot >= loss_slots_))
+  if (a.uploaded_targets && (loss_slot < 0 || loss_slot >= loss_slots_))
     throw std::out_of_range("forward: loss slot " + std::to_string(loss_slot) + " outside [0, " +
                             std::to_string(loss_slots_) + ")");
   auto use_bucket = [&](int bucket) {
     if (before_bucket_use) before_bucket_use(bucket);
   };
-  stage_batch(inputs_host, targets_host, compute_dlogits);
+  if (!a.batch_uploaded) throw std::logic_error("GPT2: a forward with no batch uploaded (upload_batch)");
+  if (compute_dlogits && !a.has_encoder_plan)
+    throw std::logic_error("GPT2: a training forward of a batch uploaded without its plan");
+  a.training_forward = compute_dlogits;
 
   use_bucket(0);
   encoder_forward(a.encoded, a.inputs, param(TensorKind::kWte), param(TensorKind::kWpe), B, T, C, stream_);
@@ -305,14 +311,14 @@ void GPT2::forward(const int* inputs_host, const int* targets_host, int loss_slo
   // Tied LM head: logits = lnf @ wte^T over all Vp rows (padded rows are trained to stay irrelevant).
   matmul_forward(a.matmul, a.logits, nullptr, a.lnf, param(TensorKind::kWte), nullptr, N, C, cfg.padded_vocab_size,
                  stream_);
-  if (targets_host != nullptr)
+  if (a.uploaded_targets)
     fused_classifier(a.logits, a.losses + static_cast<size_t>(loss_slot) * N, a.targets, dloss, N, cfg.vocab_size,
                      cfg.padded_vocab_size, compute_dlogits, stream_);
 }
 
 void GPT2::backward(bool first_micro_step, const BucketHook& on_bucket_ready) {
   Activations& a = *acts_;
-  if (!a.has_encoder_plan)
+  if (!a.training_forward)
     throw std::logic_error("backward: the last forward did not prepare one (compute_dlogits was false)");
   const GPT2Config& cfg = layout_.config;
   const int B = batch_size_, T = seq_len_, C = cfg.channels, NH = cfg.num_heads, L = cfg.num_layers;

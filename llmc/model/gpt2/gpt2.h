@@ -47,8 +47,11 @@ class GPT2 : public FamilyModel {
   // See TrainableModel. With compute_dlogits the logits are replaced by d(loss)/d(logits) scaled by dloss.
   // The backward reports the buckets in the order gradients become final: final LayerNorm, layers
   // L-1 .. 0, embeddings.
-  void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
-               const BucketHook& before_bucket_use = nullptr) override;
+  // A training upload plans the encoder backward on the host (its launches depend on the batch: a graph of
+  // GPT-2's backward would replay the captured batch's plan).
+  void upload_batch(const int* inputs_host, const int* targets_host, bool training) override;
+  void forward_uploaded(int loss_slot, bool compute_dlogits, float dloss,
+                        const BucketHook& before_bucket_use = nullptr) override;
   void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
@@ -71,7 +74,6 @@ class GPT2 : public FamilyModel {
   struct Activations;
   floatX* param(TensorKind kind, int layer = -1) { return params_ + layout_.tensor(kind, layer).offset; }
   floatX* grad(TensorKind kind, int layer = -1) { return grads_ + layout_.tensor(kind, layer).offset; }
-  void stage_batch(const int* inputs_host, const int* targets_host, bool plan_backward);
 
   GPT2Layout layout_;
   int batch_size_, seq_len_, loss_slots_;

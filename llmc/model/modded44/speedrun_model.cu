@@ -85,6 +85,8 @@ struct SpeedrunModel::Activations : Buffers {
   cudaEvent_t staging_free = nullptr;
   MatmulContext matmul;
   EmbeddingBackwardPlan embedding_plan;
+  // The last upload: whether there was one, with targets, with the embedding plan (a training one).
+  bool batch_uploaded = false, uploaded_targets = false, uploaded_plan = false;
   bool has_embedding_plan = false;  // the last forward was a training forward
   std::unique_ptr<Fp8HeadWorkspace> fp8_head;  // over fp8_head_memory; null for the bf16 head
   LossMeans loss_means;  // two results in flight (enqueue_mean_loss)
@@ -351,10 +353,11 @@ void SpeedrunModel::zero_bucket_grads(int bucket) {
 
 // Inputs, targets and the document bounds (0, every later BOS position, T, then T repeated to T + 1 entries: a
 // fixed-length array, as the record pads its cu_seqlens, so that the attention launches do not depend on the
-// batch's document count) go through pinned staging.
-void SpeedrunModel::upload_batch(const int* inputs_host, const int* targets_host) {
+// batch's document count) go through pinned staging; with `training` the embedding backward's plan is built too.
+void SpeedrunModel::upload_batch(const int* inputs_host, const int* targets_host, bool training) {
   Activations& a = *acts_;
   const int T = seq_len_, V = layout_.config.vocab_size;
+  if (training && targets_host == nullptr) throw std::invalid_argument("speedrun model: a training batch without targets");
   for (int t = 0; t < T; t++)
     if (inputs_host[t] < 0 || inputs_host[t] >= V ||
         (targets_host != nullptr && (targets_host[t] < 0 || targets_host[t] >= V)))
@@ -376,19 +379,24 @@ void SpeedrunModel::upload_batch(const int* inputs_host, const int* targets_host
     CUDA_CHECK(cudaMemcpyAsync(a.targets, a.staging + T, T * sizeof(int), cudaMemcpyHostToDevice, stream_));
   }
   CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
+  if (training) a.embedding_plan.prepare(inputs_host, T, stream_);
+  a.batch_uploaded = true;
+  a.uploaded_targets = targets_host != nullptr;
+  a.uploaded_plan = training;
 }
 
-void SpeedrunModel::forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits,
-                            float dloss, const BucketHook& before_bucket_use) {
+void SpeedrunModel::forward_uploaded(int loss_slot, bool compute_dlogits, float dloss,
+                                     const BucketHook& before_bucket_use) {
   Activations& a = *acts_;
   const SpeedrunConfig& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels();
-  if (targets_host != nullptr && (loss_slot < 0 || loss_slot >= loss_slots_))
+  if (a.uploaded_targets && (loss_slot < 0 || loss_slot >= loss_slots_))
     throw std::out_of_range("forward: loss slot " + std::to_string(loss_slot) + " outside [0, " +
                             std::to_string(loss_slots_) + ")");
-  upload_batch(inputs_host, targets_host);
+  if (!a.batch_uploaded) throw std::logic_error("speedrun model: a forward with no batch uploaded (upload_batch)");
+  if (compute_dlogits && !a.uploaded_plan)
+    throw std::logic_error("speedrun model: a training forward of a batch uploaded without its plan");
   a.has_embedding_plan = compute_dlogits;
-  if (compute_dlogits) a.embedding_plan.prepare(inputs_host, T, stream_);
   auto use_bucket = [&](int bucket) {
     if (before_bucket_use) before_bucket_use(bucket);
   };
@@ -425,7 +433,7 @@ void SpeedrunModel::forward(const int* inputs_host, const int* targets_host, int
     block_forward(i);
   }
   use_bucket(layout_.head_bucket());
-  head_forward(targets_host, loss_slot, compute_dlogits, dloss);
+  head_forward(loss_slot, compute_dlogits, dloss);
 }
 
 // x_mix = lambda_0 x_in + lambda_1 x0: block i's mix of its input stream and x0.
@@ -539,7 +547,7 @@ void SpeedrunModel::mlp_forward(int i) {
 
 // Backout, final norm, head GEMM and the soft-capped cross-entropy (in training, dz in place of z, or for the FP8
 // head its e5m2 codes in the head's g8).
-void SpeedrunModel::head_forward(const int* targets_host, int loss_slot, bool compute_dlogits, float dloss) {
+void SpeedrunModel::head_forward(int loss_slot, bool compute_dlogits, float dloss) {
   Activations& a = *acts_;
   const SpeedrunConfig& cfg = layout_.config;
   const int T = seq_len_, C = cfg.channels(), V = cfg.vocab_size;
@@ -552,7 +560,7 @@ void SpeedrunModel::head_forward(const int* targets_host, int loss_slot, bool co
     head.trans_b = true;
     gemm(a.matmul, head, stream_);
   }
-  if (targets_host == nullptr) return;
+  if (!a.uploaded_targets) return;
   float* losses = a.losses + static_cast<size_t>(loss_slot) * T;
   if (compute_dlogits && a.fp8_head)  // dz straight into the FP8 head's e5m2 codes (bit for bit dz's cast)
     softcap_cross_entropy_backward_e5m2(a.fp8_head->g8(), losses, a.z, a.targets, dloss, a.fp8_head->scales().grad, T,

@@ -95,10 +95,12 @@ class SpeedrunModel : public FamilyModel {
   // See TrainableModel. inputs/targets hold seq_len tokens (one packed sequence). Losses are the
   // per-token cross-entropies of the soft-capped logits; with compute_dlogits the backward starts from
   // dloss * d(sum of the losses) (dloss = 1 is the record's SUM reduction; an FP8 head scales its gradient
-  // codes by fp8_head_grad_scale(dloss), so dloss must then be positive).
-  void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
-               const BucketHook& before_bucket_use = nullptr) override;
-  // The embedding backward's plan is built by the training forward (compute_dlogits) from its tokens.
+  // codes by fp8_head_grad_scale(dloss), so dloss must then be positive). A training upload needs the targets.
+  // forward_uploaded enqueues kernels and device copies alone, the same for every batch of one shape.
+  void upload_batch(const int* inputs_host, const int* targets_host, bool training) override;
+  void forward_uploaded(int loss_slot, bool compute_dlogits, float dloss,
+                        const BucketHook& before_bucket_use = nullptr) override;
+  // The embedding backward's plan is built by the training upload from its tokens.
   void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
@@ -109,14 +111,13 @@ class SpeedrunModel : public FamilyModel {
   floatX* param(SpeedrunTensor kind, int block = -1) { return params_ + layout_.tensor(kind, block).offset; }
   floatX* grad(SpeedrunTensor kind, int block = -1) { return grads_ + layout_.tensor(kind, block).offset; }
   void zero_bucket_grads(int bucket);
-  void upload_batch(const int* inputs_host, const int* targets_host);
   void rebuild_rope_tables();
   ResidualMixIn block_lambda_mix(int block) const;
   ResidualMixIn backout_mix() const;
   void block_forward(int block);
   void attention_forward(int block);
   void mlp_forward(int block);
-  void head_forward(const int* targets_host, int loss_slot, bool compute_dlogits, float dloss);
+  void head_forward(int loss_slot, bool compute_dlogits, float dloss);
   void head_backward();
   void block_backward(int block);
   void attention_backward(int block);

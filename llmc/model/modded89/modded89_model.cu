@@ -583,11 +583,16 @@ void upload_ints(int* device, const int* host, size_t count, cudaStream_t stream
 
 }  // namespace
 
-// A forward's whole batch (upload_rows), checked first; in training also the embedding backward's plans.
+// A forward's whole batch (upload_rows), checked first; in training also the embedding backward's plans. The
+// buffers' rows are no longer a decoder's cache.
 void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host, bool training) {
+  if (targets_host == nullptr) throw std::invalid_argument("modded89 model: a forward without targets");
   const int T = seq_len_;
   check_tokens(inputs_host, targets_host, 0, T);
+  decoded_rows_ = 0;
   const int* hashes = upload_rows(inputs_host, targets_host, 0, T);
+  batch_uploaded_ = true;
+  uploaded_training_ = training;
   if (training) {  // the embedding backward's sorted rows, for the tokens' tables and the bigram table
     Buffers& b = *buffers_;
     b.token_plan->prepare(inputs_host, T, stream_);
@@ -612,6 +617,7 @@ void Modded89Model::check_tokens(const int* inputs_host, const int* targets_host
 // arrays are read before the call returns. Returns the hashes' pinned copy (valid until the next upload).
 const int* Modded89Model::upload_rows(const int* inputs_host, const int* targets_host, int first, int count) {
   Buffers& b = *buffers_;
+  batch_uploaded_ = uploaded_training_ = false;  // until upload_batch says otherwise
   CUDA_CHECK(cudaEventSynchronize(b.staging_free));  // the previous batch's copies have left the staging
   const StagedTokens staged =
       stage_tokens(b.staging, static_cast<size_t>(seq_len_), inputs_host, count, bos_token_, layout_.config.bigram_rows);
@@ -630,23 +636,24 @@ const int* Modded89Model::upload_rows(const int* inputs_host, const int* targets
   return staged.hashes;
 }
 
-void Modded89Model::forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits,
-                            float dloss, const BucketHook& before_bucket_use) {
+void Modded89Model::forward_uploaded(int loss_slot, bool compute_dlogits, float dloss,
+                                     const BucketHook& before_bucket_use) {
   if (loss_slot < 0 || loss_slot >= loss_slots_)
     throw std::out_of_range("modded89 model: loss slot " + std::to_string(loss_slot) + " of " +
                             std::to_string(loss_slots_));
-  body_forward(inputs_host, targets_host, compute_dlogits, before_bucket_use);
+  if (!batch_uploaded_) throw std::logic_error("modded89 model: a forward with no batch uploaded (upload_batch)");
+  if (compute_dlogits && !uploaded_training_)
+    throw std::logic_error("modded89 model: a training forward of a batch uploaded without its plans");
+  body_forward(compute_dlogits, before_bucket_use);
   head_forward(loss_slot, compute_dlogits, dloss);
 }
 
-// Everything before the head's loss: the batch, the embeddings, the 11 layers, the final hidden state b.xf.
-void Modded89Model::body_forward(const int* inputs_host, const int* targets_host, bool training,
-                                 const BucketHook& before_bucket_use) {
-  upload_batch(inputs_host, targets_host, training);
+// Everything before the head's loss over the uploaded batch: the embeddings, the 11 layers, the final hidden state
+// b.xf.
+void Modded89Model::body_forward(bool training, const BucketHook& before_bucket_use) {
   rows_ = RowSpan{0, seq_len_};
   position_offset_ = 0;
   long_sequence_ = false;
-  decoded_rows_ = 0;
   plan_window_attention();
   has_training_forward_ = training;
   rows_forward(before_bucket_use);
@@ -679,7 +686,8 @@ void Modded89Model::context_logits(const int32_t* tokens, int first, int count, 
   if (first < 0 || count < 1 || first + count > seq_len_)
     throw std::out_of_range("modded89 model: logits of positions [" + std::to_string(first) + ", " +
                             std::to_string(first + count) + ") outside [0, " + std::to_string(seq_len_) + ")");
-  body_forward(tokens, tokens, /*training=*/false, nullptr);
+  upload_batch(tokens, tokens, /*training=*/false);
+  body_forward(/*training=*/false, nullptr);
   read_capped_logits(RowSpan{first, count}, out);
 }
 
@@ -1681,6 +1689,7 @@ void Modded89Model::set_seq_len(int seq_len) {
                                 std::to_string(seq_len));
   seq_len_ = seq_len;
   decoded_rows_ = 0;
+  batch_uploaded_ = uploaded_training_ = false;  // a batch of the old length
 }
 
 void Modded89Model::set_loss_weights(const MtpLossWeights& weights) {

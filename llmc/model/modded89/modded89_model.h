@@ -97,9 +97,11 @@ class Modded89Model : public FamilyModel {
   // See TrainableModel. inputs/targets: seq_len tokens each (targets[t] = the token after inputs[t]). With
   // compute_dlogits (training) each row's loss sums the weighted next-token and prefix terms and the logit
   // gradient of dloss times their sum replaces the logits; otherwise the validation loss, the next token alone
-  // on the unrounded soft-cap. The losses go to slot loss_slot.
-  void forward(const int* inputs_host, const int* targets_host, int loss_slot, bool compute_dlogits, float dloss,
-               const BucketHook& before_bucket_use = nullptr) override;
+  // on the unrounded soft-cap. The losses go to slot loss_slot. The targets are required. forward_uploaded enqueues
+  // kernels and device copies alone, the same for every batch of one shape.
+  void upload_batch(const int* inputs_host, const int* targets_host, bool training) override;
+  void forward_uploaded(int loss_slot, bool compute_dlogits, float dloss,
+                        const BucketHook& before_bucket_use = nullptr) override;
   std::vector<float> download_losses(int loss_slot = 0) const;
   // The gradient of the last training forward's objective (the losses' sum plus the lse terms whose targets
   // fall past the last row: what the loss kernel differentiates): stored with first_micro_step, else added.
@@ -178,7 +180,6 @@ class Modded89Model : public FamilyModel {
   // micro-step (added into the gradient buffer bucket by bucket).
   floatX* grad(const std::string& name) const { return grad_target_ + layout_.find(name).offset; }
   int fp32_index(const std::string& name, int element) const;
-  void upload_batch(const int* inputs_host, const int* targets_host, bool training);
   const int* upload_rows(const int* inputs_host, const int* targets_host, int first, int count);
   void check_tokens(const int* inputs_host, const int* targets_host, int first, int count) const;
   void carry_context(int end, int context);
@@ -205,8 +206,7 @@ class Modded89Model : public FamilyModel {
   void mlp_forward(int layer);
   void mlp_output_mix(int layer);
   void small_mlp_forward(int index, const floatX* x);
-  void body_forward(const int* inputs_host, const int* targets_host, bool training,
-                    const BucketHook& before_bucket_use);
+  void body_forward(bool training, const BucketHook& before_bucket_use);
   void rows_forward(const BucketHook& before_bucket_use);
   void read_capped_logits(RowSpan rows, float* out);
   void final_hidden_forward();
@@ -234,6 +234,8 @@ class Modded89Model : public FamilyModel {
   floatX* grads_ = nullptr;
   floatX* grad_target_ = nullptr;
   bool has_training_forward_ = false;
+  // What the buffers' rows hold: a batch of upload_batch (a training one: with the plans), else another upload's.
+  bool batch_uploaded_ = false, uploaded_training_ = false;
   bool fp32_taken_ = false;  // take_fp32_params(): an optimizer writes the fp32 tensors
   MtpLossWeights loss_weights_;
   YarnState yarn_ = initial_yarn(layout_.config);
