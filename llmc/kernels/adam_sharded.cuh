@@ -11,6 +11,7 @@
 #include <string>
 
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/step_scalar.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/kernels/adam_sharded_settings.h"
 #include "llmc/cuda/precision.h"
@@ -25,7 +26,9 @@ namespace llmc {
 // and the parameter agree in sign (strictly), decay p is added to the update.
 template <typename P, typename S, typename G = P>
 __global__ void adam_sharded_kernel(P* params, const G* grads, S* m, S* v, size_t n, float beta1, float one_minus_beta1,
-                                    float beta2, float one_minus_beta2, float eps, float step_size, float decay) {
+                                    float beta2, float one_minus_beta2, float eps, StepScalar step_size_arg,
+                                    StepScalar decay_arg) {
+  const float step_size = step_size_arg.get(), decay = decay_arg.get();
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float g = to_float(grads[i]);
@@ -40,11 +43,12 @@ __global__ void adam_sharded_kernel(P* params, const G* grads, S* m, S* v, size_
   }
 }
 
-// One Adam update (the t-th, t >= 1) of rows [shard.row_begin, shard.row_end) of `param` [rows, cols]:
-// grad_shard, m_shard and v_shard hold just those rows.
+// One Adam update of rows [shard.row_begin, shard.row_end) of `param` [rows, cols]: grad_shard, m_shard and v_shard
+// hold just those rows. step_size and decay: adam_step_values's (the update's count and lr in them).
 template <typename P, typename S, typename G = P>
 void adam_sharded_update(P* param, const G* grad_shard, S* m_shard, S* v_shard, int cols, AdamRowShard shard,
-                         const AdamShardedSettings& settings, double lr, long long t, cudaStream_t stream) {
+                         const AdamShardedSettings& settings, StepScalar step_size, StepScalar decay,
+                         cudaStream_t stream) {
   const size_t n = static_cast<size_t>(shard.rows()) * cols;
   if (n == 0) return;
   constexpr int kBlock = 256;
@@ -54,8 +58,16 @@ void adam_sharded_update(P* param, const G* grad_shard, S* m_shard, S* v_shard, 
                      param + static_cast<size_t>(shard.row_begin) * cols, grad_shard, m_shard, v_shard, n,
                      static_cast<float>(settings.beta1), static_cast<float>(1.0 - settings.beta1),
                      static_cast<float>(settings.beta2), static_cast<float>(1.0 - settings.beta2),
-                     static_cast<float>(settings.eps), static_cast<float>(adam_step_size(settings, lr, t)),
-                     static_cast<float>(adam_decay(settings, lr)));
+                     static_cast<float>(settings.eps), step_size, decay);
+}
+
+// The t-th update (t >= 1) at learning rate lr.
+template <typename P, typename S, typename G = P>
+void adam_sharded_update(P* param, const G* grad_shard, S* m_shard, S* v_shard, int cols, AdamRowShard shard,
+                         const AdamShardedSettings& settings, double lr, long long t, cudaStream_t stream) {
+  const AdamStepValues values = adam_step_values(settings, lr, t);
+  adam_sharded_update<P, S, G>(param, grad_shard, m_shard, v_shard, cols, shard, settings,
+                               StepScalar::fixed(values.step_size), StepScalar::fixed(values.decay), stream);
 }
 
 }  // namespace llmc

@@ -57,4 +57,14 @@ inline double adam_decay(const AdamShardedSettings& settings, double lr) {
   return lr * lr * settings.weight_decay * settings.weight_decay_multiplier;
 }
 
+// One update's arguments of the Adam kernel, rounded to fp32 from the double step size and decay: what the host
+// passes or writes for the device to read (llmc/cuda/step_scalar.h).
+struct AdamStepValues {
+  float step_size, decay;
+};
+
+inline AdamStepValues adam_step_values(const AdamShardedSettings& settings, double lr, long long t) {
+  return AdamStepValues{static_cast<float>(adam_step_size(settings, lr, t)), static_cast<float>(adam_decay(settings, lr))};
+}
+
 }  // namespace llmc

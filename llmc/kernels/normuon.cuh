@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/step_scalar.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/cuda/precision.h"
 
@@ -41,8 +42,9 @@ constexpr float kNorMuonNormFloor = 1e-10f;      // the scaled norm is clamped t
 // grads: device array of `count` pointers; momentum [count, elements]; u [count, elements]. Grid (blocks, count).
 // S is the buffer's type (the arithmetic is rounded to it), G the gradient's (S, or bf16 under fp32 buffers).
 template <typename S, typename G>
-__global__ void normuon_momentum_kernel(const G* const* grads, S* momentum, floatX* u, size_t elements, float mu,
-                                        float one_minus_mu) {
+__global__ void normuon_momentum_kernel(const G* const* grads, S* momentum, floatX* u, size_t elements,
+                                        StepScalar mu_arg, StepScalar one_minus_mu_arg) {
+  const float mu = mu_arg.get(), one_minus_mu = one_minus_mu_arg.get();
   const G* grad = grads[blockIdx.y];
   const size_t offset = static_cast<size_t>(blockIdx.y) * elements;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -54,15 +56,23 @@ __global__ void normuon_momentum_kernel(const G* const* grads, S* momentum, floa
   }
 }
 
+// mu and 1 - mu: fp32 roundings of the double momentum and of 1 - it (as the host computes them).
 template <typename S, typename G = S>
-void normuon_momentum(const G* const* grads, S* momentum, floatX* u, int count, size_t elements, double mu,
-                      cudaStream_t stream) {
+void normuon_momentum(const G* const* grads, S* momentum, floatX* u, int count, size_t elements, StepScalar mu,
+                      StepScalar one_minus_mu, cudaStream_t stream) {
   constexpr int kBlock = 256;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
   const double n = static_cast<double>(elements) * count;  // g read, the buffer read and written, u written
   LLMC_LAUNCH_COSTED((KernelCost{n * (sizeof(G) + 2.0 * sizeof(S) + sizeof(floatX)), 6.0 * n}),
                      (normuon_momentum_kernel<S, G>), dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0,
-                     stream, grads, momentum, u, elements, static_cast<float>(mu), static_cast<float>(1.0 - mu));
+                     stream, grads, momentum, u, elements, mu, one_minus_mu);
+}
+
+template <typename S, typename G = S>
+void normuon_momentum(const G* const* grads, S* momentum, floatX* u, int count, size_t elements, double mu,
+                      cudaStream_t stream) {
+  normuon_momentum<S, G>(grads, momentum, u, count, elements, StepScalar::fixed(static_cast<float>(mu)),
+                         StepScalar::fixed(static_cast<float>(1.0 - mu)), stream);
 }
 
 // ---- 2. variance ----------------------------------------------------------------------------------------
@@ -180,7 +190,9 @@ void normuon_variance(const floatX* x, P* variance, int count, int rows, int col
 template <typename P>
 __global__ void normuon_apply_kernel(const floatX* x, const float* steps, const float* ratios, P* const* params,
                                      floatX* const* copies, const float* lr_multipliers, int rows, int cols,
-                                     bool per_column, float lr, float lr_times_wd, float shape_scale) {
+                                     bool per_column, StepScalar lr_arg, StepScalar lr_times_wd_arg,
+                                     float shape_scale) {
+  const float lr = lr_arg.get(), lr_times_wd = lr_times_wd_arg.get();
   const int b = blockIdx.y;
   P* param = params[b];
   floatX* copy = copies != nullptr ? copies[b] : nullptr;
@@ -202,10 +214,11 @@ __global__ void normuon_apply_kernel(const floatX* x, const float* steps, const 
   }
 }
 
+// lr and lr_times_wd: fp32 roundings of the double lr and of lr x weight decay.
 template <typename P>
 void normuon_apply(const floatX* x, const float* steps, const float* ratios, P* const* params, floatX* const* copies,
-                   const float* lr_multipliers, int count, int rows, int cols, bool per_column, double lr,
-                   double weight_decay, double shape_scale, cudaStream_t stream) {
+                   const float* lr_multipliers, int count, int rows, int cols, bool per_column, StepScalar lr,
+                   StepScalar lr_times_wd, double shape_scale, cudaStream_t stream) {
   constexpr int kBlock = 256;
   const size_t elements = static_cast<size_t>(rows) * cols;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
@@ -213,8 +226,17 @@ void normuon_apply(const floatX* x, const float* steps, const float* ratios, P* 
   const double n = static_cast<double>(elements) * count, copy_bytes = copies != nullptr ? sizeof(floatX) : 0.0;
   LLMC_LAUNCH_COSTED((KernelCost{n * (sizeof(floatX) + 2.0 * sizeof(P) + copy_bytes), 6.0 * n}),
                      normuon_apply_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0, stream, x,
-                     steps, ratios, params, copies, lr_multipliers, rows, cols, per_column, static_cast<float>(lr),
-                     static_cast<float>(lr * weight_decay), static_cast<float>(shape_scale));
+                     steps, ratios, params, copies, lr_multipliers, rows, cols, per_column, lr, lr_times_wd,
+                     static_cast<float>(shape_scale));
+}
+
+template <typename P>
+void normuon_apply(const floatX* x, const float* steps, const float* ratios, P* const* params, floatX* const* copies,
+                   const float* lr_multipliers, int count, int rows, int cols, bool per_column, double lr,
+                   double weight_decay, double shape_scale, cudaStream_t stream) {
+  normuon_apply<P>(x, steps, ratios, params, copies, lr_multipliers, count, rows, cols, per_column,
+                   StepScalar::fixed(static_cast<float>(lr)), StepScalar::fixed(static_cast<float>(lr * weight_decay)),
+                   shape_scale, stream);
 }
 
 // ---- 3'. the banks' apply (the 2026-07-17 record) ------------------------------------------------------------
@@ -241,8 +263,9 @@ __device__ __forceinline__ void store_master(float master, floatX& param, uint16
 template <typename P>
 __global__ void normuon_apply_mantissa_kernel(const floatX* x, const float* steps, const float* ratios,
                                               P* const* params, uint16_t* mantissas, const float* lr_multipliers,
-                                              int rows, int cols, bool per_column, float lr_times_shape,
-                                              float wd_lr) {
+                                              int rows, int cols, bool per_column, StepScalar lr_times_shape_arg,
+                                              StepScalar wd_lr_arg) {
+  const float lr_times_shape = lr_times_shape_arg.get(), wd_lr = wd_lr_arg.get();
   const int b = blockIdx.y;
   P* param = params[b];
   const float ratio = ratios[b];
@@ -265,11 +288,11 @@ __global__ void normuon_apply_mantissa_kernel(const floatX* x, const float* step
 
 // x: [count, rows, cols] (Polar Express output); steps, ratios: normuon_variance's; mantissas [count, rows,
 // cols] (null for fp32 parameters); lr: the step's NorMuon rate (0.023 x the schedule).
+// lr_times_shape and wd_lr: fp32 roundings of the double lr x shape scale and lr x weight decay.
 template <typename P>
 void normuon_apply_mantissa(const floatX* x, const float* steps, const float* ratios, P* const* params,
                             uint16_t* mantissas, const float* lr_multipliers, int count, int rows, int cols,
-                            bool per_column, double lr, double weight_decay, double shape_scale,
-                            cudaStream_t stream) {
+                            bool per_column, StepScalar lr_times_shape, StepScalar wd_lr, cudaStream_t stream) {
   constexpr int kBlock = 256;
   const size_t elements = static_cast<size_t>(rows) * cols;
   const unsigned blocks = elementwise_grid(elements, kBlock) < 1024 ? elementwise_grid(elements, kBlock) : 1024;
@@ -279,7 +302,17 @@ void normuon_apply_mantissa(const floatX* x, const float* steps, const float* ra
   LLMC_LAUNCH_COSTED((KernelCost{n * (sizeof(floatX) + 2.0 * sizeof(P) + mantissa_bytes), 9.0 * n}),
                      normuon_apply_mantissa_kernel<P>, dim3(blocks, static_cast<unsigned>(count)), dim3(kBlock), 0,
                      stream, x, steps, ratios, params, mantissas, lr_multipliers, rows, cols, per_column,
-                     static_cast<float>(lr * shape_scale), static_cast<float>(lr * weight_decay));
+                     lr_times_shape, wd_lr);
+}
+
+template <typename P>
+void normuon_apply_mantissa(const floatX* x, const float* steps, const float* ratios, P* const* params,
+                            uint16_t* mantissas, const float* lr_multipliers, int count, int rows, int cols,
+                            bool per_column, double lr, double weight_decay, double shape_scale,
+                            cudaStream_t stream) {
+  normuon_apply_mantissa<P>(x, steps, ratios, params, mantissas, lr_multipliers, count, rows, cols, per_column,
+                            StepScalar::fixed(static_cast<float>(lr * shape_scale)),
+                            StepScalar::fixed(static_cast<float>(lr * weight_decay)), stream);
 }
 
 }  // namespace llmc

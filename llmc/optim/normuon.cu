@@ -70,22 +70,33 @@ NorMuonRunner::NorMuonRunner(int rows, int cols, NorMuonShapeRules rules, int ma
   ratios_ = reinterpret_cast<float*>(base + layout.ratios);
 }
 
+NorMuonStepValues NorMuonRunner::step_values(double lr, double momentum) const {
+  return NorMuonStepValues{static_cast<float>(momentum), static_cast<float>(1.0 - momentum), static_cast<float>(lr),
+                           static_cast<float>(lr * settings_.weight_decay)};
+}
+
+NorMuonStepValues NorMuonRunner::bank_step_values(double lr, double momentum) const {
+  return NorMuonStepValues{static_cast<float>(momentum), static_cast<float>(1.0 - momentum),
+                           static_cast<float>(lr * rules_.lr_scale), static_cast<float>(lr * settings_.weight_decay)};
+}
+
 template <typename P, typename G>
-void NorMuonRunner::step(MatmulContext& context, const NorMuonBatch<P, G>& batch, double lr, double momentum,
+void NorMuonRunner::step(MatmulContext& context, const NorMuonBatch<P, G>& batch, const NorMuonStepScalars& scalars,
                          cudaStream_t stream) const {
   if (batch.count <= 0 || batch.count > max_count_)
     throw std::invalid_argument("NorMuonRunner::step: count " + std::to_string(batch.count) + " outside [1, " +
                                 std::to_string(max_count_) + "]");
   const size_t elements = static_cast<size_t>(rows_) * cols_;
-  normuon_momentum<P, G>(batch.grads, batch.momentum, orthogonal_, batch.count, elements, momentum, stream);
+  normuon_momentum<P, G>(batch.grads, batch.momentum, orthogonal_, batch.count, elements, scalars.mu,
+                         scalars.one_minus_mu, stream);
   polar_.run(context, orthogonal_, orthogonal_, batch.count, stream);
   normuon_variance(orthogonal_, batch.variance, batch.count, rows_, cols_, rules_.variance_per_column, settings_.beta2,
                    partials_, partial_floats_, steps_, ratios_, stream);
   normuon_apply(orthogonal_, steps_, ratios_, batch.params, batch.copies, batch.lr_multipliers, batch.count, rows_,
-                cols_, rules_.variance_per_column, lr, settings_.weight_decay, rules_.lr_scale, stream);
+                cols_, rules_.variance_per_column, scalars.rate, scalars.rate_decay, rules_.lr_scale, stream);
 }
 
-void NorMuonRunner::step_bank(MatmulContext& context, const NorMuonBankBatch& batch, double lr, double momentum,
+void NorMuonRunner::step_bank(MatmulContext& context, const NorMuonBankBatch& batch, const NorMuonStepScalars& scalars,
                               cudaStream_t stream) const {
   if (batch.count <= 0 || batch.count > max_count_)
     throw std::invalid_argument("NorMuonRunner::step_bank: count " + std::to_string(batch.count) + " outside [1, " +
@@ -95,22 +106,23 @@ void NorMuonRunner::step_bank(MatmulContext& context, const NorMuonBankBatch& ba
     throw std::invalid_argument("NorMuonRunner::step_bank: bf16 parameters need their mantissa state");
 #endif
   const size_t elements = static_cast<size_t>(rows_) * cols_;
-  normuon_momentum<float, floatX>(batch.grads, batch.momentum, orthogonal_, batch.count, elements, momentum, stream);
+  normuon_momentum<float, floatX>(batch.grads, batch.momentum, orthogonal_, batch.count, elements, scalars.mu,
+                                  scalars.one_minus_mu, stream);
   polar_.run(context, orthogonal_, orthogonal_, batch.count, stream);
   normuon_variance(orthogonal_, batch.variance, batch.count, rows_, cols_, rules_.variance_per_column, settings_.beta2,
                    partials_, partial_floats_, steps_, ratios_, stream);
   normuon_apply_mantissa(orthogonal_, steps_, ratios_, batch.params, batch.mantissas, batch.lr_multipliers,
-                         batch.count, rows_, cols_, rules_.variance_per_column, lr, settings_.weight_decay,
-                         rules_.lr_scale, stream);
+                         batch.count, rows_, cols_, rules_.variance_per_column, scalars.rate, scalars.rate_decay,
+                         stream);
 }
 
-template void NorMuonRunner::step<float, float>(MatmulContext&, const NorMuonBatch<float>&, double, double,
-                                                cudaStream_t) const;
+template void NorMuonRunner::step<float, float>(MatmulContext&, const NorMuonBatch<float>&,
+                                                const NorMuonStepScalars&, cudaStream_t) const;
 #if !defined(LLMC_FP32)
-template void NorMuonRunner::step<floatX, floatX>(MatmulContext&, const NorMuonBatch<floatX>&, double, double,
-                                                  cudaStream_t) const;
-template void NorMuonRunner::step<float, floatX>(MatmulContext&, const NorMuonBatch<float, floatX>&, double, double,
-                                                 cudaStream_t) const;
+template void NorMuonRunner::step<floatX, floatX>(MatmulContext&, const NorMuonBatch<floatX>&,
+                                                  const NorMuonStepScalars&, cudaStream_t) const;
+template void NorMuonRunner::step<float, floatX>(MatmulContext&, const NorMuonBatch<float, floatX>&,
+                                                 const NorMuonStepScalars&, cudaStream_t) const;
 #endif
 
 }  // namespace llmc

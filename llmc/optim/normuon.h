@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "llmc/cuda/step_scalar.h"
 #include "llmc/kernels/matmul_context.h"
 #include "llmc/optim/normuon_shape.h"
 #include "llmc/optim/polar_express.h"
@@ -54,6 +55,28 @@ struct NorMuonSettings {
   static NorMuonSettings record_2026() { return NorMuonSettings{1.2, 0.9, 1024}; }
 };
 
+// A step's per-step kernel arguments, rounded to fp32 from doubles as the host computes them: the momentum mu and
+// 1 - mu, and the apply's rate pair: lr and lr x weight decay (step), or lr x the shape's scale and lr x weight
+// decay (step_bank). What NorMuonStepScalars::at reads in device memory, in this order.
+struct NorMuonStepValues {
+  float mu, one_minus_mu, rate, rate_decay;
+};
+static_assert(sizeof(NorMuonStepValues) == 4 * sizeof(float), "four consecutive floats in device memory");
+
+// The same as kernel arguments (llmc/cuda/step_scalar.h): fixed at launch, or read from the device as the kernels
+// run (a step captured in a CUDA graph).
+struct NorMuonStepScalars {
+  StepScalar mu, one_minus_mu, rate, rate_decay;
+  static NorMuonStepScalars fixed(const NorMuonStepValues& v) {
+    return {StepScalar::fixed(v.mu), StepScalar::fixed(v.one_minus_mu), StepScalar::fixed(v.rate),
+            StepScalar::fixed(v.rate_decay)};
+  }
+  static NorMuonStepScalars at(const float* device_values) {
+    return {StepScalar::at(device_values), StepScalar::at(device_values + 1), StepScalar::at(device_values + 2),
+            StepScalar::at(device_values + 3)};
+  }
+};
+
 class NorMuonRunner {
  public:
   static size_t workspace_bytes(int rows, int cols, bool variance_per_column, int max_count);
@@ -62,14 +85,26 @@ class NorMuonRunner {
                 NorMuonSettings settings = NorMuonSettings(),
                 std::vector<PolarExpressStep> steps = polar_express_record_steps());
 
-  // One step of every matrix of `batch` with learning rate lr (0.03 x the schedule) and momentum mu.
+  // One step of every matrix of `batch` with learning rate lr (0.03 x the schedule) and momentum mu; or with the
+  // kernel arguments step_values(lr, momentum) gives.
   template <typename P, typename G>
   void step(MatmulContext& context, const NorMuonBatch<P, G>& batch, double lr, double momentum,
+            cudaStream_t stream) const {
+    step(context, batch, NorMuonStepScalars::fixed(step_values(lr, momentum)), stream);
+  }
+  template <typename P, typename G>
+  void step(MatmulContext& context, const NorMuonBatch<P, G>& batch, const NorMuonStepScalars& scalars,
             cudaStream_t stream) const;
+  NorMuonStepValues step_values(double lr, double momentum) const;
   // The 2026-07-17 record's step of a bank's matrices (lr: 0.023 x the schedule): momentum in fp32 over the
   // bf16 gradients, the scale rounded to bf16 before it multiplies X, the update through the fp32 master.
   void step_bank(MatmulContext& context, const NorMuonBankBatch& batch, double lr, double momentum,
+                 cudaStream_t stream) const {
+    step_bank(context, batch, NorMuonStepScalars::fixed(bank_step_values(lr, momentum)), stream);
+  }
+  void step_bank(MatmulContext& context, const NorMuonBankBatch& batch, const NorMuonStepScalars& scalars,
                  cudaStream_t stream) const;
+  NorMuonStepValues bank_step_values(double lr, double momentum) const;
 
   int rows() const { return rows_; }
   int cols() const { return cols_; }

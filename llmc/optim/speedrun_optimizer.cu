@@ -20,6 +20,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "llmc/base/file_io.h"
 #include "llmc/cuda/cuda_common.h"
@@ -125,11 +126,13 @@ struct SpeedrunOptimizer::MuonBatch : MuonBatchPlan {
   void* variance = nullptr;         // P [count, stat]
   size_t momentum_bytes = 0, variance_bytes = 0;
   float* lr_multipliers = nullptr;  // device [count]
+  size_t values_at = 0;             // its NorMuonStepValues in step_values_
 };
 
 struct SpeedrunOptimizer::AdamSegment : AdamSegmentPlan {
   double lr_multiplier = 1.0;
   AdamShardedSettings adam;  // the tensor's role's
+  size_t values_at = 0;      // its AdamStepValues in step_values_
 };
 
 // A bucket's plan (rank_plan_: its Muon spans, Adam tensors and moment sizes) with this rank's buffers.
@@ -208,6 +211,12 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   build_muon();
   build_adam();
   build_sparse_rows();
+  size_t step_values = 0;
+  for (BucketPlan& plan : buckets_) {
+    for (MuonBatch& batch : plan.batches) batch.values_at = std::exchange(step_values, step_values + 4);
+    for (AdamSegment& segment : plan.adam_segments) segment.values_at = std::exchange(step_values, step_values + 2);
+  }
+  step_values_ = std::make_unique<DeviceStepValues>(step_values);
   const int num_buckets = layout.num_buckets();
   for (auto* events : {&grad_ready_, &reduced_, &updated_}) {
     events->resize(num_buckets);
@@ -518,6 +527,8 @@ void SpeedrunOptimizer::begin_step(int step, float lr) {
   if (step < 1) throw std::invalid_argument("SpeedrunOptimizer: step " + std::to_string(step) + " < 1");
   step_ = step;
   lr_ = lr;
+  fill_step_values(step_values_->slot(step));
+  step_values_->upload(step, update_stream_);  // after the last step's updates, before this one's
   ready_order_.clear();
   last_unshared_ = -1;
   head_deferred_ = false;
@@ -736,53 +747,75 @@ void SpeedrunOptimizer::reduce_muon_span(const MuonSpan& span) {
     comm_.reduce_avg(grads, span.length, span.owner, comm_stream_);
 }
 
-void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
-  const double lr = settings_.muon_lr * lr_;
+void SpeedrunOptimizer::fill_step_values(float* slot) const {
+  const double muon_lr = settings_.muon_lr * lr_;
   const double momentum = muon_momentum(step_ - 1);
+  const long long t = step_ / 2;  // Adam updates so far, this one included (steps 2, 4, ... 1-based)
+  for (const BucketPlan& plan : buckets_) {
+    for (const MuonBatch& batch : plan.batches) {
+      const NorMuonRunner& runner = *runners_[batch.runner]->runner;
+      const NorMuonStepValues values = batch.storage == MuonStorage::kMantissa
+                                           ? runner.bank_step_values(muon_lr, momentum)
+                                           : runner.step_values(muon_lr, momentum);
+      std::copy_n(&values.mu, 4, slot + batch.values_at);
+    }
+    for (const AdamSegment& segment : plan.adam_segments) {
+      const AdamStepValues values =
+          adam_step() ? adam_step_values(segment.adam, settings_.adam_lr * segment.lr_multiplier * lr_, t)
+                      : AdamStepValues{std::nanf(""), std::nanf("")};
+      slot[segment.values_at] = values.step_size;
+      slot[segment.values_at + 1] = values.decay;
+    }
+  }
+}
+
+void SpeedrunOptimizer::update_muon(const MuonBatch& batch) {
   const NorMuonRunner& runner = *runners_[batch.runner]->runner;
+  const NorMuonStepScalars scalars = NorMuonStepScalars::at(step_values_->device(batch.values_at));
   if (batch.storage == MuonStorage::kMantissa) {
-    runner.step_bank(matmul_, bank_view(batch), lr, momentum, update_stream_);
+    runner.step_bank(matmul_, bank_view(batch), scalars, update_stream_);
   } else if (batch.storage == MuonStorage::kFp32Master) {  // the masters' floatX copies written by the same pass
-    runner.step(matmul_, normuon_view<float>(batch), lr, momentum, update_stream_);
+    runner.step(matmul_, normuon_view<float>(batch), scalars, update_stream_);
   } else {
-    runner.step(matmul_, normuon_view<floatX>(batch), lr, momentum, update_stream_);
+    runner.step(matmul_, normuon_view<floatX>(batch), scalars, update_stream_);
   }
 }
 
 void SpeedrunOptimizer::update_adam(int bucket) {
   const BucketPlan& plan = buckets_[bucket];
-  const long long t = step_ / 2;  // Adam updates so far, this one included (steps 2, 4, ... 1-based)
   const size_t begin = shard_begin(bucket);
   for (const AdamSegment& segment : plan.adam_segments) {
     if (tied_adam_step() && segment.tensor == tie_->embed_tensor) continue;  // the head's transpose, after
     const floatX* grad = comm_.world_size() > 1 ? plan.adam_grad_shard + (segment.offset - begin)
                                                 : model_.grads() + segment.offset;
     const AdamRowShard rows{0, static_cast<int>(segment.length)};
-    const double lr = settings_.adam_lr * segment.lr_multiplier * lr_;
+    const StepScalar step_size = StepScalar::at(step_values_->device(segment.values_at)),
+                     decay = StepScalar::at(step_values_->device(segment.values_at + 1));
     floatX* param = model_.params() + segment.offset;
     if (segment.fp32_param)
-      update_fp32_adam(segment, grad, plan, lr, t);
+      update_fp32_adam(segment, grad, plan);
     else if (segment.fp32_state)
       adam_sharded_update<floatX, float>(param, grad, plan.adam_m32 + segment.state_offset,
-                                         plan.adam_v32 + segment.state_offset, 1, rows, segment.adam, lr, t,
-                                         update_stream_);
+                                         plan.adam_v32 + segment.state_offset, 1, rows, segment.adam, step_size,
+                                         decay, update_stream_);
     else
       adam_sharded_update<floatX, floatX>(param, grad, plan.adam_m + segment.state_offset,
-                                          plan.adam_v + segment.state_offset, 1, rows, segment.adam, lr, t,
-                                          update_stream_);
+                                          plan.adam_v + segment.state_offset, 1, rows, segment.adam, step_size,
+                                          decay, update_stream_);
   }
 }
 
 // The segment (inside this rank's shard) of the model's fp32 parameters, updated there; then its floatX slots.
-void SpeedrunOptimizer::update_fp32_adam(const AdamSegment& segment, const floatX* grad, const BucketPlan& plan,
-                                         double lr, long long t) {
+void SpeedrunOptimizer::update_fp32_adam(const AdamSegment& segment, const floatX* grad, const BucketPlan& plan) {
   if (segment.offset < fp32_params_.offset ||
       segment.offset + segment.length > fp32_params_.offset + fp32_params_.count)
     throw std::logic_error("SpeedrunOptimizer: an fp32-state Adam segment outside the model's fp32 parameters");
   float* values = fp32_params_.values + (segment.offset - fp32_params_.offset);
   adam_sharded_update<float, float, floatX>(values, grad, plan.adam_m32 + segment.state_offset,
                                             plan.adam_v32 + segment.state_offset, 1,
-                                            AdamRowShard{0, static_cast<int>(segment.length)}, segment.adam, lr, t,
+                                            AdamRowShard{0, static_cast<int>(segment.length)}, segment.adam,
+                                            StepScalar::at(step_values_->device(segment.values_at)),
+                                            StepScalar::at(step_values_->device(segment.values_at + 1)),
                                             update_stream_);
   convert(model_.params() + segment.offset, values, segment.length, update_stream_);
 }

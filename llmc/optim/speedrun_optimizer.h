@@ -21,6 +21,7 @@
 #include "llmc/optim/param_ready_gate.h"
 #include "llmc/optim/row_exchange.h"
 #include "llmc/optim/speedrun_state_plan.h"
+#include "llmc/optim/step_values.h"
 #include "llmc/optim/tensor_roles.h"
 #include "llmc/schedule/modded89_schedule.h"
 #include "llmc/schedule/speedrun_schedule.h"
@@ -132,6 +133,9 @@ class SpeedrunOptimizer : public BucketOptimizer {
   void reduce_muon_span(const MuonSpan& span);
   void update_bucket(int bucket);  // update stream
   void share_bucket(int bucket);   // comm stream, then param_ready[bucket]
+  // The step's kernel arguments (rates, momentum, Adam's step sizes) into `slot`, in DeviceStepValues order:
+  // each Muon batch's NorMuonStepValues, each Adam segment's AdamStepValues (NaN on steps without Adam).
+  void fill_step_values(float* slot) const;
   void update_muon(const MuonBatch& batch);
   void update_adam(int bucket);  // this rank's shard of the bucket's Adam tensors
   void enqueue_grad_norm();  // comm stream, after every bucket's reduce
@@ -170,7 +174,8 @@ class SpeedrunOptimizer : public BucketOptimizer {
   // writes their floatX slots a rounded copy; with several ranks each rank's share reaches the others by an
   // all-reduce of the vector with every value it does not update zeroed (x + 0 is exact).
   Fp32Params fp32_params_;
-  void update_fp32_adam(const AdamSegment& segment, const floatX* grad, const BucketPlan& plan, double lr, long long t);
+  void update_fp32_adam(const AdamSegment& segment, const floatX* grad, const BucketPlan& plan);
+  std::unique_ptr<DeviceStepValues> step_values_;  // what the update kernels read of the step (begin_step)
   std::unique_ptr<Tie> tie_;  // the 2026-07-17 recipe only
   bool head_deferred_ = false;  // a tied Adam step's head bucket waits for the embeddings' gradient
   std::vector<bool> accumulated_;  // per bucket: this step's saved Adam gradients added

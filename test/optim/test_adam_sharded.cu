@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "llmc/kernels/adam_sharded.cuh"
+#include "test/support/captured_graph.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
 #include "test/support/python_oracle.h"
@@ -186,6 +187,52 @@ TEST_F(AdamSharded, UpdateIsBitwiseRepeatable) {
     for (int t = 1; t <= 3; t++)
       llmc::adam_sharded_update<floatX, floatX>(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), cols, shard,
                                                 llmc::AdamShardedSettings(), 0.008, t, nullptr);
+    results.push_back(d_param.download_raw());
+  }
+  EXPECT_TRUE(bitwise_equal(results[0], results[1]));
+}
+
+// One update captured in a CUDA graph reads its step size and decay from the device as it runs
+// (llmc/cuda/step_scalar.h): replayed for updates 1 to 3 at three rates, each written before its launch, it is bit
+// for bit the updates with the values fixed at launch.
+TEST_F(AdamSharded, CapturedUpdateReadsItsValuesFromTheDevice) {
+  LLMC_REQUIRE_GPU();
+  const int rows = 8, cols = 16;
+  const llmc::AdamRowShard shard = llmc::adam_row_shard(rows, 2, 1);
+  const llmc::AdamShardedSettings settings = llmc::AdamShardedSettings::record_2026(0.8, 0.95, 5.0);
+  const std::vector<double> rates = {0.008, 0.006, 0.003};
+  std::mt19937 rng(921);
+  const std::vector<double> param = random_values(rows * cols, rng), grad = random_values(shard.rows() * cols, rng);
+  std::vector<std::vector<float>> results;
+  for (bool captured : {false, true}) {
+    DeviceBuffer<float> d_param(param.size()), d_grad(grad.size()), d_m(grad.size()), d_v(grad.size()), values(2);
+    d_param.upload(param);
+    d_grad.upload(grad);
+    d_m.fill_zero();
+    d_v.fill_zero();
+    values.fill_zero();
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    auto update = [&](llmc::StepScalar step_size, llmc::StepScalar decay) {
+      llmc::adam_sharded_update<float, float>(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), cols, shard, settings,
+                                              step_size, decay, stream);
+    };
+    {
+      const llmc::test::CapturedGraph graph(
+          stream, [&] { update(llmc::StepScalar::at(values.get()), llmc::StepScalar::at(values.get() + 1)); });
+      for (int t = 1; t <= 3; t++) {
+        const llmc::AdamStepValues step = llmc::adam_step_values(settings, rates[t - 1], t);
+        if (!captured) {
+          update(llmc::StepScalar::fixed(step.step_size), llmc::StepScalar::fixed(step.decay));
+          continue;
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream));  // the last launch has read the values
+        values.upload_raw({step.step_size, step.decay});
+        graph.launch(stream);
+      }
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
     results.push_back(d_param.download_raw());
   }
   EXPECT_TRUE(bitwise_equal(results[0], results[1]));

@@ -15,6 +15,7 @@
 
 #include "llmc/kernels/normuon.cuh"
 #include "llmc/optim/normuon.h"
+#include "test/support/captured_graph.h"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
 #include "test/support/normuon_oracle_check.h"
@@ -66,9 +67,14 @@ NorMuonState<P> random_state(const NorMuonCase& c, bool per_column, unsigned see
 
 // Runs one NorMuonRunner step on the device; returns the state after it. G: the gradients' type (P, or floatX
 // under fp32 masters); with `copies`, the step also writes each master's floatX copy, returned there.
+// How run_device_step passes the step's values: fixed at launch, or read from the device by a captured step
+// (llmc/cuda/step_scalar.h), captured while the device holds other values and launched after they are written.
+enum class StepValuesAt { kLaunch, kDeviceCaptured };
+
 template <typename P, typename G = P>
 NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& before, double lr, double mu,
-                                std::vector<double>* copies = nullptr) {
+                                std::vector<double>* copies = nullptr,
+                                StepValuesAt values_at = StepValuesAt::kLaunch) {
   const llmc::NorMuonShapeRules rules = llmc::normuon_shape_rules(c.param_rows, c.param_cols);
   const size_t matrix = static_cast<size_t>(c.rows) * c.cols;
   DeviceBuffer<G> grads(before.grads.size());
@@ -103,7 +109,22 @@ NorMuonState<P> run_device_step(const NorMuonCase& c, const NorMuonState<P>& bef
   batch.lr_multipliers = lr_mul.get();
   if (copies != nullptr) batch.copies = copy_table.get();
   llmc::MatmulContext context;
-  runner.step(context, batch, lr, mu, nullptr);
+  if (values_at == StepValuesAt::kLaunch) {
+    runner.step(context, batch, lr, mu, nullptr);
+  } else {
+    const llmc::NorMuonStepValues values = runner.step_values(lr, mu), decoy = runner.step_values(2 * lr, mu / 2);
+    DeviceBuffer<float> device_values(std::vector<float>{&decoy.mu, &decoy.mu + 4});
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    {
+      const llmc::test::CapturedGraph graph(
+          stream, [&] { runner.step(context, batch, llmc::NorMuonStepScalars::at(device_values.get()), stream); });
+      device_values.upload_raw(std::vector<float>{&values.mu, &values.mu + 4});
+      graph.launch(stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  }
   NorMuonState<P> after;
   after.grads = before.grads;
   after.params = params.download();
@@ -286,6 +307,21 @@ TEST_F(NorMuon, FloatXGradientsAndCopiesGiveTheWidenedStepAndItsCast) {
   EXPECT_TRUE(bitwise_equal(got.momentum, want.momentum));
   EXPECT_TRUE(bitwise_equal(got.variance, want.variance));
   EXPECT_TRUE(bitwise_equal(copies, round_to_p<floatX>(want.params)));
+}
+
+// A step captured in a CUDA graph reads its rate and momentum from the device as it runs (NorMuonStepScalars::at):
+// captured while the device held other values and launched after the step's were written, it is bit for bit the
+// step with the values fixed at launch.
+TEST_F(NorMuon, CapturedStepReadsItsValuesFromTheDevice) {
+  LLMC_REQUIRE_GPU();
+  const NorMuonCase c{"mlp", 2, 16, 64, 16, 64, {2, 1}};
+  const NorMuonState<float> before = random_state<float>(c, llmc::normuon_shape_rules(16, 64).variance_per_column, 852);
+  const NorMuonState<float> want = run_device_step<float>(c, before, 0.03, 0.95);
+  const NorMuonState<float> got =
+      run_device_step<float>(c, before, 0.03, 0.95, nullptr, StepValuesAt::kDeviceCaptured);
+  EXPECT_TRUE(bitwise_equal(got.params, want.params));
+  EXPECT_TRUE(bitwise_equal(got.momentum, want.momentum));
+  EXPECT_TRUE(bitwise_equal(got.variance, want.variance));
 }
 
 TEST_F(NorMuon, RunnerRejectsBadWorkspaceAndCount) {
