@@ -3,7 +3,10 @@
 // potentially unsafe calls by the mode's threads, no legacy-stream work beside a capturing blocking stream, no
 // dependency across a capture's boundary, every fork joined), and replays that run each captured stream's nodes in
 // order on a worker of its own, the streams side by side, as on a GPU.
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "llmc/emu/emulated_device.h"
@@ -11,6 +14,26 @@
 namespace llmc::emu {
 
 namespace {
+
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// An external event record node's part of a launch: the record's task on its lane, which the event now stands for,
+// as cudaEventRecord on a stream would make it (its timestamp taken when the lane reaches it).
+uint64_t record_at_launch(CUevent_st* event, const std::shared_ptr<StreamWorker>& lane) {
+  auto timestamp = std::make_shared<std::atomic<int64_t>>(-1);
+  const uint64_t sequence = lane->enqueue([timestamp] { timestamp->store(steady_now_ns()); });
+  std::lock_guard<std::mutex> lock(event->mutex);
+  event->worker = lane;
+  event->sequence = sequence;
+  event->recorder_priority = 0;
+  event->timestamp_ns = std::move(timestamp);
+  event->capture = nullptr;
+  event->captured_nodes.clear();
+  return sequence;
+}
 
 void report(const std::string& why) { std::fprintf(stderr, "emulation: stream capture: %s\n", why.c_str()); }
 
@@ -112,6 +135,16 @@ cudaError_t EmulatedDevice::record_event_in_capture(cudaEvent_t event, cudaStrea
   return cudaSuccess;
 }
 
+cudaError_t EmulatedDevice::record_external_event_in_capture(cudaEvent_t event, cudaStream_t handle, bool* handled) {
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  CUstream_st* stream = resolve(handle);
+  *handled = stream->capture != nullptr;
+  if (!*handled) return cudaSuccess;
+  if (stream->capture->invalidated()) return cudaErrorStreamCaptureInvalidated;
+  stream->capture->add_event_record(stream, event);
+  return cudaSuccess;
+}
+
 cudaError_t EmulatedDevice::wait_event_in_capture(cudaStream_t handle, cudaEvent_t event, bool* handled) {
   std::lock_guard<std::mutex> lock(stream_mutex_);
   CUstream_st* stream = resolve(handle);
@@ -175,6 +208,10 @@ cudaError_t EmulatedDevice::launch_graph(cudaGraphExec_t exec, cudaStream_t stre
     for (size_t dependency : node.dependencies) {
       const int other = graph->nodes[dependency].lane;
       if (other != node.lane) lane.enqueue(wait_task(exec->lanes[static_cast<size_t>(other)], done[dependency]));
+    }
+    if (node.records != nullptr) {
+      done[i] = record_at_launch(node.records, exec->lanes[static_cast<size_t>(node.lane)]);
+      continue;
     }
     done[i] = lane.enqueue([graph, i] { graph->nodes[i].task(); });
   }

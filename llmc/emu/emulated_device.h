@@ -109,6 +109,9 @@ class EmulatedDevice {
   cudaError_t check_not_capturing(cudaStream_t stream, const char* call);
   // cudaEventRecord / cudaStreamWaitEvent / cudaEventQuery's part in a capture; *handled false: not a capture's.
   cudaError_t record_event_in_capture(cudaEvent_t event, cudaStream_t stream, bool* handled);
+  // cudaEventRecordWithFlags(cudaEventRecordExternal)'s part in a capture: an event record node, recorded at each
+  // launch (the event itself stays as it was until then); *handled false: not a capture's.
+  cudaError_t record_external_event_in_capture(cudaEvent_t event, cudaStream_t stream, bool* handled);
   cudaError_t wait_event_in_capture(cudaStream_t stream, cudaEvent_t event, bool* handled);
   cudaError_t check_event_not_captured(cudaEvent_t event, const char* call);  // the caller holds event->mutex
   cudaError_t instantiate(cudaGraphExec_t* exec, cudaGraph_t graph);

@@ -395,6 +395,18 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->timestamp_ns = std::move(timestamp);
   return cudaSuccess;
 }
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
+  if (flags != cudaEventRecordDefault && flags != cudaEventRecordExternal) return record(cudaErrorInvalidValue);
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  if (flags == cudaEventRecordExternal) {
+    std::lock_guard<std::mutex> lock(event->mutex);
+    bool captured = false;
+    if (cudaError_t error = device().record_external_event_in_capture(event, stream, &captured);
+        captured || error != cudaSuccess)
+      return record(error);
+  }
+  return cudaEventRecord(event, stream);  // outside a capture an external record is a record
+}
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> lock(event->mutex);

@@ -21,6 +21,11 @@ void StreamCapture::add(const CUstream_st* stream, std::function<void()> task) {
   lane.frontier = {graph_.nodes.size() - 1};
 }
 
+void StreamCapture::add_event_record(const CUstream_st* stream, CUevent_st* event) {
+  add(stream, [] {});
+  graph_.nodes.back().records = event;
+}
+
 std::vector<size_t> StreamCapture::frontier(const CUstream_st* stream) const { return streams_.at(stream).frontier; }
 
 void StreamCapture::wait(const CUstream_st* stream, const std::vector<size_t>& nodes) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 struct CUstream_st;
+struct CUevent_st;
 
 namespace llmc::emu {
 
@@ -23,6 +24,9 @@ struct GraphNode {
   std::function<void()> task;
   std::vector<size_t> dependencies;  // earlier nodes
   int lane = 0;
+  // An external event record node (cudaEventRecordWithFlags with cudaEventRecordExternal): each launch records
+  // this event, which the host and other streams may then query and wait for as any recorded event.
+  CUevent_st* records = nullptr;
 };
 
 struct CapturedGraph {
@@ -47,6 +51,8 @@ class StreamCapture {
 
   // A node on `stream`'s lane after its last one and whatever it waited on since.
   void add(const CUstream_st* stream, std::function<void()> task);
+  // An external event record node on `stream`'s lane (its task empty: the launch records the event).
+  void add_event_record(const CUstream_st* stream, CUevent_st* event);
   // The nodes a later node of `stream` would wait for (a captured event records this).
   std::vector<size_t> frontier(const CUstream_st* stream) const;
   // `stream` waits for `nodes` (a captured event): it joins the capture if it was not in it.

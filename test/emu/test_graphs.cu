@@ -272,4 +272,55 @@ TEST(Graphs, ReplayRunsTheForkedLanesSideBySide) {
   delete state;
 }
 
+// An event recorded with cudaEventRecordExternal inside a capture is an event record node: each launch records the
+// event where the node stands, so the host and other streams wait for the graph's work up to there (not for the
+// whole graph: here the rest of the graph blocks until the test has seen the value). Before the first launch the
+// event is as it was.
+TEST(Graphs, ExternalEventRecordNodeRecordsAtEachLaunch) {
+  Streams streams;
+  DeviceBuffer<int> x(1), y(1);
+  x.fill_zero();
+  std::atomic<bool> release{false};
+  cudaEvent_t reached;
+  CUDA_CHECK(cudaEventCreateWithFlags(&reached, cudaEventDisableTiming));
+  CUDA_CHECK(cudaStreamBeginCapture(streams.a, cudaStreamCaptureModeGlobal));
+  LLMC_LAUNCH(affine_kernel, 1, 1, 0, streams.a, x.get(), 1);
+  CUDA_CHECK(cudaEventRecordWithFlags(reached, streams.a, cudaEventRecordExternal));
+  CUDA_CHECK(cudaLaunchHostFunc(
+      streams.a,
+      [](void* p) {  // holds the graph's end (up to 10 s) until the test has read x
+        auto* flag = static_cast<std::atomic<bool>*>(p);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!flag->load() && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        flag->store(false);
+      },
+      &release));
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(streams.a, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  EXPECT_EQ(cudaEventQuery(reached), cudaSuccess);  // never recorded yet
+  int* seen = nullptr;  // pinned before the launches: freeing it would wait for the whole device
+  CUDA_CHECK(cudaMallocHost(&seen, sizeof(int)));
+  int want = 0;
+  for (int launch = 0; launch < 2; launch++) {
+    CUDA_CHECK(cudaGraphLaunch(exec, streams.a));
+    want = affine(want, 1);
+    CUDA_CHECK(cudaEventSynchronize(reached));
+    CUDA_CHECK(cudaStreamWaitEvent(streams.b, reached, 0));
+    LLMC_LAUNCH(copy_kernel, 1, 1, 0, streams.b, x.get(), y.get());
+    CUDA_CHECK(cudaMemcpyAsync(seen, y.get(), sizeof(int), cudaMemcpyDeviceToHost, streams.b));
+    CUDA_CHECK(cudaStreamSynchronize(streams.b));
+    EXPECT_EQ(*seen, want) << "launch " << launch;
+    EXPECT_EQ(cudaStreamQuery(streams.a), cudaErrorNotReady) << "the graph's end waits for the test";
+    release.store(true);
+    CUDA_CHECK(cudaStreamSynchronize(streams.a));
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaEventDestroy(reached));
+  CUDA_CHECK(cudaFreeHost(seen));
+}
+
 }  // namespace graph_test
