@@ -32,7 +32,8 @@ set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2/gpt2.cu llmc/model/gpt2/gpt2_family.
 # The optimizer library also holds the training step that drives model and optimizer (train_step.cu). The
 # speedrun optimizer uses Polar Express and NorMuon (llmc_optim_math_<precision>_emu when emulated; the
 # GPU library compiles their sources itself, for the program architectures).
-set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu llmc/optim/speedrun_optimizer.cu llmc/train/train_step.cu)
+set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu llmc/optim/speedrun_optimizer.cu llmc/train/train_step.cu
+  llmc/train/step_graphs.cu)
 set(LLMC_TRAINER_LIBS llmc_train_utils llmc_train_samples llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
 foreach(precision IN ITEMS bf16 fp32)
   llmc_emu_wrap_sources(core_sources llmc_model_core_${precision}_emu ${LLMC_MODEL_CORE_SOURCES})
@@ -191,8 +192,13 @@ add_test(NAME train_bench_step_speedrun_emu COMMAND bench_step_emu --model speed
 # The 2026-07-17 model, executed: every launch it makes is costed (the run fails on a kernel without figures).
 add_test(NAME train_bench_step_modded89_emu
          COMMAND bench_step_emu --model modded89-tiny -b 1 -t 64 --steps 1 --execute --require-costs)
+# Its steps as CUDA graph launches (train_gpt2 --cuda-graphs), replayed in the observed steps.
+add_test(NAME train_bench_step_graphs_emu
+         COMMAND bench_step_emu --model modded89-tiny -b 1 -t 64 --steps 1 --warmup 4 --execute --cuda-graphs)
+set_tests_properties(train_bench_step_graphs_emu PROPERTIES
+                     PASS_REGULAR_EXPRESSION "graph launches per observed step 1.0")
 set_tests_properties(train_bench_step_smoke_emu train_bench_step_executed_emu train_bench_step_speedrun_emu
-                     train_bench_step_modded89_emu PROPERTIES LABELS trainer TIMEOUT 120
+                     train_bench_step_modded89_emu train_bench_step_graphs_emu PROPERTIES LABELS trainer TIMEOUT 120
                      ENVIRONMENT "${LLMC_MPI_SINGLETON_ENV}")
 
 # (train_steps_*: ten AdamW steps of the device model + ZeRO optimizer vs the reference, above.)

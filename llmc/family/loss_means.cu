@@ -24,7 +24,8 @@ void LossMeans::enqueue(const float* losses, size_t count, int result, cudaStrea
   if (result < 0 || result > 1) throw std::out_of_range("LossMeans::enqueue: result " + std::to_string(result));
   mean_of_losses(device_ + result, losses, count, stream);
   memcpy_async(host_ + result, device_ + result, sizeof(double), cudaMemcpyDeviceToHost, stream);
-  CUDA_CHECK(cudaEventRecord(ready_[result], stream));
+  // External: in a step captured as a CUDA graph each launch records it (llmc/train/step_graphs.h).
+  CUDA_CHECK(cudaEventRecordWithFlags(ready_[result], stream, cudaEventRecordExternal));
 }
 
 double LossMeans::read(int result) {

@@ -112,6 +112,14 @@ class TrainableModel {
   // parameters carry step - 1's update. For state derived from the parameters (the 2026-07-17 model's FP8
   // weight copies); most models keep none.
   virtual void before_step(int /*step*/) {}
+  // CUDA graphs of whole steps (llmc/train/step_graphs.h): the host state the launches of the next forward_uploaded
+  // and backward depend on besides the uploaded batch (lengths, windows, loss weights, scales, buffers that may be
+  // reallocated, pending weight refreshes), as text: steps of one shape replay one graph. Empty: this model's
+  // passes cannot be captured.
+  virtual std::string step_shape() const { return ""; }
+  // What a training micro-step's forward_uploaded and backward change of that host state, for one replayed from a
+  // graph (which runs no host code): the 2026-07-17 model's FP8 weight copies are fresh afterwards.
+  virtual void replayed_micro_step() {}
 };
 
 // A family's device model as the trainer holds it (ModelFamily::build).

@@ -81,15 +81,17 @@ __device__ __forceinline__ void store_mtp_grads(fp8e5m2* out, const float* grads
 // Row `row` of z (T, V): losses[row] = sum over the present terms of weight (lse - z'[target]); with grads, the
 // gradient grad_scale * d(loss + dropped terms' weight * lse)/dz into grads (floatX: may be z itself; e5m2:
 // codes of gradient / grad_code_scale). `round_u` false: the validation's fp32 sigmoid, unrounded.
+// weights_at: where the device holds the weights, read instead of `weights` when not null (a step captured in a
+// CUDA graph reads the weights in force at each launch).
 template <typename Tg>
 __global__ void mtp_cross_entropy_kernel(const floatX* z, Tg* grads, float* losses, const int* targets,
-                                         const int* prefix_of, MtpLossWeights weights, int rows, int V,
-                                         float grad_scale, float grad_code_scale, bool round_u) {
+                                         const int* prefix_of, MtpLossWeights weights, const MtpLossWeights* weights_at,
+                                         int rows, int V, float grad_scale, float grad_code_scale, bool round_u) {
   using Packet = Packed128<floatX>;
   __shared__ float warp_sums[kWarpSize];
   const int row = blockIdx.x;
   const floatX* zr = z + static_cast<size_t>(row) * V;
-  const detail::MtpRowTerms terms(targets, prefix_of, weights, row, rows);
+  const detail::MtpRowTerms terms(targets, prefix_of, weights_at != nullptr ? *weights_at : weights, row, rows);
   // u of one head output; z' = 23 u.
   auto softcap_u = [round_u](float value) {
     return round_u ? detail::mtp_softcap_u(value)
@@ -155,29 +157,31 @@ inline KernelCost mtp_cross_entropy_cost(int rows, int V, double grad_bytes) {
 // Training: z (rows, V) head outputs; targets (rows, every one in [0, V)): targets[t] is token t + 1, so row
 // t's k-th term predicts targets[t + k] (terms past the last row are dropped from the loss, not from the
 // softmax weight); prefix_of (V) the token prefix table (-1: none) or null. losses (rows) without grad_scale;
-// the gradient grad_scale * d/dz, written over z (floatX).
+// the gradient grad_scale * d/dz, written over z (floatX). weights_at: the same weights in device memory, read by the
+// kernel instead (a captured step's), or null.
 inline void mtp_cross_entropy_backward(floatX* z, float* losses, const int* targets, const int* prefix_of,
                                        const MtpLossWeights& weights, float grad_scale, int rows, int V,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream, const MtpLossWeights* weights_at = nullptr) {
   detail::check_mtp_args("mtp_cross_entropy_backward", z, z, weights, rows, V);
   if (rows == 0) return;
   LLMC_LAUNCH_COSTED(detail::mtp_cross_entropy_cost(rows, V, sizeof(floatX)), mtp_cross_entropy_kernel<floatX>,
                      dim3(static_cast<unsigned>(rows)), dim3(kMtpBlock), 0, stream, z, z, losses, targets, prefix_of,
-                     weights, rows, V, grad_scale, 1.0f, true);
+                     weights, weights_at, rows, V, grad_scale, 1.0f, true);
 }
 
 // The same, the gradient as e5m2 codes of gradient / grad_code_scale into g8 (rows, V) (the FP8 head's g_s; z
 // untouched). Codes round to nearest even and saturate.
 inline void mtp_cross_entropy_backward_e5m2(fp8e5m2* g8, float* losses, const floatX* z, const int* targets,
                                             const int* prefix_of, const MtpLossWeights& weights, float grad_scale,
-                                            float grad_code_scale, int rows, int V, cudaStream_t stream) {
+                                            float grad_code_scale, int rows, int V, cudaStream_t stream,
+                                            const MtpLossWeights* weights_at = nullptr) {
   detail::check_mtp_args("mtp_cross_entropy_backward_e5m2", z, g8, weights, rows, V);
   if (!(grad_code_scale > 0.0f) || !std::isfinite(grad_code_scale))
     throw std::invalid_argument("mtp_cross_entropy_backward_e5m2: grad_code_scale must be positive and finite");
   if (rows == 0) return;
   LLMC_LAUNCH_COSTED(detail::mtp_cross_entropy_cost(rows, V, 1.0), mtp_cross_entropy_kernel<fp8e5m2>,
                      dim3(static_cast<unsigned>(rows)), dim3(kMtpBlock), 0, stream, z, g8, losses, targets, prefix_of,
-                     weights, rows, V, grad_scale, grad_code_scale, true);
+                     weights, weights_at, rows, V, grad_scale, grad_code_scale, true);
 }
 
 // Validation: the next-token loss per row on the fp32 sigmoid (u not rounded), z untouched.
@@ -188,7 +192,8 @@ inline void mtp_cross_entropy_forward(float* losses, const floatX* z, const int*
   if (rows == 0) return;
   LLMC_LAUNCH_COSTED(detail::mtp_cross_entropy_cost(rows, V, 0.0), mtp_cross_entropy_kernel<floatX>,
                      dim3(static_cast<unsigned>(rows)), dim3(kMtpBlock), 0, stream, z, static_cast<floatX*>(nullptr),
-                     losses, targets, nullptr, next_token, rows, V, 1.0f, 1.0f, false);
+                     losses, targets, nullptr, next_token, static_cast<const MtpLossWeights*>(nullptr), rows, V, 1.0f,
+                     1.0f, false);
 }
 
 }  // namespace llmc

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,18 @@ class BucketOptimizer {
   virtual float grad_norm(int step) = 0;
   // Makes the compute stream wait for every pending parameter update (before reading all parameters).
   virtual void wait_for_all_params() = 0;
+
+  // CUDA graphs of whole steps (llmc/train/step_graphs.h). What the host decides of step `step`'s calls besides
+  // its rate (which kernels run, which read-back slots they fill): steps of one shape replay one graph. Inside a
+  // capture the hooks wait for no event recorded outside it (the caller orders each launch after the step before).
+  // Empty: this optimizer's steps cannot be captured (why_not_captured says why).
+  virtual std::string step_shape(int /*step*/) const { return ""; }
+  virtual std::string why_not_captured() const { return "this optimizer's steps cannot be captured"; }
+  // begin_step's host part for step `step` at rate lr, replayed from a graph captured at another step of its shape
+  // (the captured begin_step did the rest), before the launch.
+  virtual void replay_step(int /*step*/, float /*lr*/) {
+    throw std::logic_error("replay_step: this optimizer's steps cannot be captured");
+  }
 
   // The optimizer's own copies of the parameters (fp32 masters) from the full host parameter buffer
   // (layout order, the same on every rank); its other state starts at zero.

@@ -28,7 +28,8 @@ class GradNormReadback {
   // Enqueues on `stream` the copy of step `step`'s squared norm (one float at `device_squared`) and its event.
   void enqueue(int step, const float* device_squared, cudaStream_t stream) {
     memcpy_async(squared_ + step % 2, device_squared, sizeof(float), cudaMemcpyDeviceToHost, stream);
-    CUDA_CHECK(cudaEventRecord(ready_[step % 2], stream));
+    // External: in a step captured as a CUDA graph each launch records it (llmc/train/step_graphs.h).
+    CUDA_CHECK(cudaEventRecordWithFlags(ready_[step % 2], stream, cudaEventRecordExternal));
   }
   // Makes `stream` wait until step `step`'s norm has been read out of the gradients.
   void make_wait(cudaStream_t stream, int step) const { CUDA_CHECK(cudaStreamWaitEvent(stream, ready_[step % 2], 0)); }

@@ -23,7 +23,8 @@ class ParamReadyGate {
 
   // The bucket's new parameters are complete once `writer`'s work enqueued so far is.
   void mark_ready(int bucket, cudaStream_t writer) {
-    CUDA_CHECK(cudaEventRecord(ready_[bucket], writer));
+    // External: in a step captured as a CUDA graph each launch records it (llmc/train/step_graphs.h).
+    CUDA_CHECK(cudaEventRecordWithFlags(ready_[bucket], writer, cudaEventRecordExternal));
     pending_[bucket] = true;
   }
   // Makes `reader` wait for the bucket's last update (once; nothing to wait for afterwards).

@@ -224,6 +224,7 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   }
   CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&capture_join_, cudaEventDisableTiming));
   size_t norm_elements = 0;  // the most a step's norm reads
   for (const BucketPlan& plan : buckets_) {
     for (const MuonSpan& span : plan.muon_spans()) norm_elements += span.length;
@@ -242,6 +243,7 @@ SpeedrunOptimizer::~SpeedrunOptimizer() {
   for (auto* events : {&grad_ready_, &reduced_, &updated_})
     for (cudaEvent_t event : *events) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaEventDestroy(backward_done_));
+  CUDA_REPORT(cudaEventDestroy(capture_join_));
   CUDA_REPORT(cudaEventDestroy(step_done_));
   for (const auto& runner : runners_) CUDA_REPORT(cudaFree(runner->workspace));
   if (sparse_ != nullptr) {
@@ -457,6 +459,7 @@ std::vector<StateArrayPlan> SpeedrunOptimizer::state_arrays(int step) const {
 }
 
 std::vector<NamedStateArray> SpeedrunOptimizer::download_state(int step) {
+  CUDA_CHECK(cudaStreamSynchronize(compute_stream_));  // a captured step's updates run on its graph's lanes
   CUDA_CHECK(cudaStreamSynchronize(comm_stream_));
   CUDA_CHECK(cudaStreamSynchronize(update_stream_));
   std::vector<NamedStateArray> arrays;
@@ -528,21 +531,55 @@ void SpeedrunOptimizer::begin_step(int step, float lr) {
   step_ = step;
   lr_ = lr;
   fill_step_values(step_values_->slot(step));
-  step_values_->upload(step, update_stream_);  // after the last step's updates, before this one's
+  // After the last step's updates, before this one's. A captured step's launch follows the whole step before it, and
+  // its copy must be on a stream in the capture: the compute stream, which the updates follow.
+  step_values_->upload(step, capturing() ? compute_stream_ : update_stream_);
   ready_order_.clear();
   last_unshared_ = -1;
   head_deferred_ = false;
   accumulated_.assign(model_.layout().num_buckets(), false);
 }
 
+bool SpeedrunOptimizer::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(compute_stream_, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+std::string SpeedrunOptimizer::why_not_captured() const {
+  if (comm_.world_size() > 1)
+    return "steps on several ranks are not captured yet: the collective watch would keep the capture's entries";
+  return "";
+}
+
+std::string SpeedrunOptimizer::step_shape(int step) const {
+  if (!why_not_captured().empty()) return "";
+  const bool adam = adam_steps_at(step - 1);
+  const bool tied = tie_ != nullptr && adam && step - 1 <= settings_.modded89_schedule.untie_step();
+  const bool untie = tie_ != nullptr && step - 1 == settings_.modded89_schedule.untie_step();
+  return std::string("adam=") + (adam ? "1" : "0") + " tied=" + (tied ? "1" : "0") + " untie=" + (untie ? "1" : "0") +
+         " parity=" + std::to_string(step % 2);
+}
+
+void SpeedrunOptimizer::replay_step(int step, float lr) {
+  if (!master_ready_) throw std::logic_error("SpeedrunOptimizer: replay_step before init_master");
+  if (step < 1) throw std::invalid_argument("SpeedrunOptimizer: step " + std::to_string(step) + " < 1");
+  step_ = step;
+  lr_ = lr;
+  fill_step_values(step_values_->slot(step));  // the captured copy from this parity's slot carries them up
+}
+
+// Inside a capture the launch is ordered after the step before by the caller (Trainer / step_graphs.h).
 void SpeedrunOptimizer::before_first_backward() {
-  if (!step_done_pending_) return;
+  if (!step_done_pending_ || capturing()) return;
   CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, step_done_, 0));
   step_done_pending_ = false;
 }
 
 BucketHook SpeedrunOptimizer::before_bucket_use() {
-  return [this](int bucket) { params_ready_.wait(bucket, compute_stream_); };
+  return [this](int bucket) {
+    if (!capturing()) params_ready_.wait(bucket, compute_stream_);  // a capture's launch is ordered by its caller
+  };
 }
 
 void SpeedrunOptimizer::wait_for_all_params() { params_ready_.wait_all(compute_stream_); }
@@ -680,6 +717,8 @@ void ensure_capacity(T** buffer, size_t* capacity, size_t count, bool pinned = f
 // rank's touched rows by a host all-gather, each rank's rows sent to the owners of the shards they overlap, each
 // owner's shard the mean of what it received (zero elsewhere), as the dense reduce-scatter would give.
 void SpeedrunOptimizer::exchange_sparse_rows(int bucket) {
+  if (capturing())  // its counts are the host's, per step
+    throw std::logic_error("SpeedrunOptimizer: a captured step cannot exchange sparse rows (--bigram-exchange dense)");
   SparseRows& s = *sparse_;
   std::vector<int> mine;
   if (s.saved_rows_known) {
@@ -947,8 +986,14 @@ void SpeedrunOptimizer::finish_step() {
   }
   if (tie_ != nullptr && step_ - 1 == settings_.modded89_schedule.untie_step()) untie_moments();
   enqueue_grad_norm();
-  CUDA_CHECK(cudaEventRecord(step_done_, comm_stream_));
+  CUDA_CHECK(cudaEventRecordWithFlags(step_done_, comm_stream_, cudaEventRecordExternal));  // also when captured
   step_done_pending_ = true;
+  if (capturing()) {  // CUDA ends a capture only with every stream it forked joined back into the origin
+    for (cudaStream_t stream : {comm_stream_, update_stream_}) {
+      CUDA_CHECK(cudaEventRecord(capture_join_, stream));
+      CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, capture_join_, 0));
+    }
+  }
 }
 
 // One launch over the averaged gradients in ready order: the Muon spans this rank owns (the replicated ones

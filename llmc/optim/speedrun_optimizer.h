@@ -77,6 +77,12 @@ class SpeedrunOptimizer : public BucketOptimizer {
   // steps Adam runs; on the others Adam's gradients are not reduced and not counted.
   float grad_norm(int step) override;
   void wait_for_all_params() override;
+  // Steps captured as CUDA graphs (BucketOptimizer): the shape is whether Adam runs, the tie, the untie and the
+  // step's parity (the read-back and values slots); on one rank, or on several with the dense row exchange. Not
+  // yet with several ranks: the collective watch's entries would be the capture's (why_not_captured).
+  std::string step_shape(int step) const override;
+  std::string why_not_captured() const override;
+  void replay_step(int step, float lr) override;
 
   // Checkpoints (see BucketOptimizer): save_state is download_state; restore_state uploads this rank's arrays
   // (upload_state) or, for another world size, every old rank's re-sharded (upload_resharded_state), and
@@ -125,6 +131,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   // The arrays download_state(step) writes, by the plan.
   std::vector<StateArrayPlan> state_arrays(int step) const;
   bool adam_step() const { return adam_steps_at(step_ - 1); }
+  bool capturing() const;  // the compute stream captures a step (a CUDA graph)
   void reduce_bucket(int bucket);  // comm stream
   void accumulate_adam_grads(int bucket);  // comm stream: the saved local Adam gradients (Adam steps)
   void reduce_and_chain(int bucket);       // the hook's work for a bucket in the rs and full modes
@@ -156,6 +163,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   size_t state_bytes_ = 0;
   std::vector<cudaEvent_t> grad_ready_, reduced_, updated_;
   cudaEvent_t backward_done_ = nullptr, step_done_ = nullptr;
+  cudaEvent_t capture_join_ = nullptr;  // a captured step's end: the optimizer's streams joined into the compute one
   GradNormReadback norm_readback_;
   float* norm_squared_ = nullptr;                   // device
   float* norm_scratch_ = nullptr;

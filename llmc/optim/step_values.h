@@ -46,7 +46,7 @@ class DeviceStepValues {
   void upload(int step, cudaStream_t stream) {
     const float* filled = host_ + static_cast<size_t>(step % 2) * std::max<size_t>(count_, 1);
     if (count_ > 0) memcpy_async(device_, filled, count_ * sizeof(float), cudaMemcpyHostToDevice, stream);
-    CUDA_CHECK(cudaEventRecord(copied_[step % 2], stream));
+    CUDA_CHECK(cudaEventRecordWithFlags(copied_[step % 2], stream, cudaEventRecordExternal));  // also when captured
   }
   // Where value `index` lives on the device.
   const float* device(size_t index) const {

@@ -199,6 +199,11 @@ void add_schedule_options(CLI::App& app, TrainOptions& o) {
              "Tokens per sequence by step: fixed (--seq-len throughout) or modded89 (the 2026-07-17 record's stages: "
              "a third, two thirds, then all of --seq-len, a multiple of 3; documents cut to 896 tokens in stage 1, "
              "2,048 later), stretched to --steps; for a modded89 model");
+  app.add_option("--cuda-graphs", o.cuda_graphs,
+                 "Launch each training micro-step as one CUDA graph, captured at the first step of each shape (the "
+                 "micro-step's place, windows, stage, loss weights, Adam or not, parity) and replayed after; on or off. "
+                 "A speedrun model with --optimizer speedrun on one rank, without --trace; the same bits as off")
+      ->capture_default_str();
   app.add_option("--untimed-warmup", o.untimed_warmup,
                  "Before the timed steps, train the steps around each change of the step's shape (0, 1 and two "
                  "either side of each stage's start: the 2026-07-17 record's warm-up, stretched to --steps), then "
@@ -311,6 +316,9 @@ void validate_train_options(const TrainOptions& o, int world_size) {
   if (o.untimed_warmup && o.output_dir.empty())
     throw std::invalid_argument("--untimed-warmup needs --output-dir (the run's starting state is restored from a "
                                 "checkpoint written there); pass --output-dir DIR or --untimed-warmup off");
+  if (o.cuda_graphs && !o.trace_dir.empty())
+    throw std::invalid_argument("--cuda-graphs cannot be used with --trace: a graph's launches have no per-bucket "
+                                "slices to time; drop one of them");
   if (o.keep_checkpoints > 0 && o.output_dir.empty())
     throw std::invalid_argument("--keep-checkpoints needs --output-dir (where the checkpoints are)");
   // The records' schedules stretched to --steps (SpeedrunSchedule and Modded89Schedule::for_total_steps) need

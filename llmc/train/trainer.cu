@@ -151,7 +151,19 @@ Trainer::Trainer(const TrainOptions& options, const std::string& options_text, C
       meter_(throughput_meter(*run_)),
       batch_(static_cast<size_t>(opt_.batch_size) * std::max(opt_.seq_len, opt_.validation_seq_len())),
       since_(Clock::now()) {
+  if (opt_.cuda_graphs) {
+    if (const std::string why = StepGraphs::why_not_captured(parts_); !why.empty())
+      throw std::invalid_argument("--cuda-graphs: " + why + "; pass --cuda-graphs off");
+    step_graphs_ = std::make_unique<StepGraphs>();
+  }
   for (const std::string& line : format_log_header(run_->describe(options_text, debug_))) log_->line(line);
+}
+
+void Trainer::enqueue_step(int step, float lr) {
+  if (step_graphs_)
+    step_graphs_->enqueue_step(parts_, step, lr, batch_);
+  else
+    enqueue_train_step(parts_, step, lr, batch_);
 }
 
 Trainer::~Trainer() = default;
@@ -164,6 +176,9 @@ int Trainer::run() {
     since_ = Clock::now();
     const int status = train_loop();
     watchdog_->idle();
+    if (step_graphs_)
+      log_->line("# cuda graphs: " + std::to_string(step_graphs_->captured()) + " captured, " +
+                 std::to_string(step_graphs_->launches()) + " launches");
     write_trace();
     return status;
   } catch (const std::exception& error) {
@@ -193,7 +208,8 @@ void Trainer::untimed_warmup() {
     if (run_->windows) run_->windows->before_step(step);
     if (run_->loss_weights) run_->loss_weights->before_step(step);
     run_->set_step_shape(step, parts_);
-    train_step(parts_, step + 1, static_cast<float>(schedule.at(step)), batch_);
+    enqueue_step(step + 1, static_cast<float>(schedule.at(step)));
+    read_train_step(parts_, step + 1);
     run_->tracer.discard_step();
     listed += (listed.empty() ? "" : " ") + std::to_string(step);
   }
@@ -233,7 +249,7 @@ int Trainer::train_loop() {
       if (run_->windows) log_lines(*log_, run_->windows->before_step(step - 1));
       if (run_->loss_weights) log_lines(*log_, run_->loss_weights->before_step(step - 1));
       log_lines(*log_, run_->set_step_shape(step - 1, parts_));
-      enqueue_train_step(parts_, step, lr, batch_);
+      enqueue_step(step, lr);
     } catch (...) {  // e.g. the loader refusing the next shard: the step before it still gets its log line
       if (pending) finish(*pending);
       throw;

@@ -17,6 +17,7 @@
 #include "llmc/train/mfu.h"
 #include "llmc/train/options.h"
 #include "llmc/train/samples.h"
+#include "llmc/train/step_graphs.h"
 #include "llmc/train/stop_signals.h"
 #include "llmc/train/train_step.h"
 #include "llmc/train/training_run.h"
@@ -47,6 +48,8 @@ class Trainer {
   };
   using Clock = std::chrono::steady_clock;
 
+  // Enqueues step `step`'s calls: as graph launches with --cuda-graphs (step_graphs.h), else one by one.
+  void enqueue_step(int step, float lr);
   // --untimed-warmup: the warm-up steps, then the run back at its starting state (before the clock starts).
   void untimed_warmup();
   int train_loop();
@@ -75,6 +78,7 @@ class Trainer {
   StepParts parts_;
   const ThroughputMeter meter_;
   Batch batch_;
+  std::unique_ptr<StepGraphs> step_graphs_;  // --cuda-graphs; null otherwise
   Clock::time_point since_;  // when the previous step's host side ended: steps are read one device step apart
 };
 

@@ -6,7 +6,9 @@
 // (llmc/base/launch_observer.h) with the time they take at the H200's ceilings (790 TFLOP/s bf16 dense, 1,979
 // TFLOP/s FP8 dense for the FP8 GEMMs, 4.3 TB/s). The emulated build enqueues the step without executing
 // anything (a d12 step would take hours on a CPU), so it runs at full size anywhere; on a GPU the step runs
-// and the measured time of every row and of the whole step is printed beside the ceilings.
+// and the measured time of every row and of the whole step is printed beside the ceilings. With --cuda-graphs the
+// steps are train_gpt2 --cuda-graphs's (llmc/train/step_graphs.h): the launches counted are those outside the
+// graphs, plus the graph launches (executed: the emulation has to run what it captures).
 
 #include <unistd.h>
 
@@ -31,6 +33,7 @@
 #include "llmc/dist/trace.h"
 #include "llmc/model/registry.h"
 #include "llmc/tokenizer/bpe_vocab.h"
+#include "llmc/train/step_graphs.h"
 #include "llmc/train/train_step.h"
 #include "llmc/train/training_run.h"
 
@@ -59,6 +62,7 @@ struct Options {
   std::string vocab = default_vocab_dir();  // the GPT-2 BPE files (the 2026-07-17 model's prefix table)
   bool execute = false;  // emulated build: run the kernels too (tiny sizes only)
   bool require_costs = false;  // fail when a kernel or GEMM launch gives no bytes and FLOPs
+  bool cuda_graphs = false;    // the steps as train_gpt2 --cuda-graphs launches them
 };
 
 const char* kind_name(LaunchKind kind) {
@@ -178,16 +182,23 @@ TrainOptions train_options(const Options& o, const CommContext& comm, const std:
   t.vocab_dir = o.vocab;
   t.train_loader = TrainLoaderChoice::kWindow;  // train_gpt2's GPT-2 default, for every model here
   t.seed = 1337;
+  t.cuda_graphs = o.cuda_graphs;
   return t;
 }
 
 // Everything one rank trains with, as train_gpt2 builds it.
 struct Setup {
   Setup(const TrainOptions& options, CommContext& comm)
-      : run(options, comm), batch(static_cast<size_t>(options.batch_size) * options.seq_len), parts(run.step_parts()) {}
+      : run(options, comm), batch(static_cast<size_t>(options.batch_size) * options.seq_len), parts(run.step_parts()) {
+    if (!options.cuda_graphs) return;
+    if (const std::string why = StepGraphs::why_not_captured(parts); !why.empty())
+      throw std::invalid_argument("--cuda-graphs: " + why);
+    graphs = std::make_unique<StepGraphs>();
+  }
   TrainingRun run;
   Batch batch;
   StepParts parts;
+  std::unique_ptr<StepGraphs> graphs;  // --cuda-graphs
 };
 
 // Counts the host waits of reading the steps' results (outside the steps).
@@ -210,7 +221,10 @@ double run_steps(Setup& setup, int first, int count, LaunchObserver* observer, L
     {
       ScopedLaunchObserver scope(observer);
       const Clock::time_point start = Clock::now();
-      enqueue_train_step(setup.parts, step, 1e-4f, setup.batch);
+      if (setup.graphs)
+        setup.graphs->enqueue_step(setup.parts, step, 1e-4f, setup.batch);
+      else
+        enqueue_train_step(setup.parts, step, 1e-4f, setup.batch);
       host_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     }
     ScopedLaunchObserver scope(read_observer);
@@ -302,6 +316,7 @@ int run(const Options& o) {
     ReadObserver first_reads;
     run_steps(setup, 1, o.warmup, &first_step, &first_reads);
     std::printf("first %d step(s): GEMM plans built %ld\n", o.warmup, first_step.gemm_setups());
+    const long long graph_launches_before = setup.graphs ? setup.graphs->launches() : 0;
     double host_ms = 0.0, measured_ms = 0.0;
     if (execute) {  // the step time without any observer, then one observed step for the per-row times
       CUDA_CHECK(cudaDeviceSynchronize());
@@ -319,6 +334,11 @@ int run(const Options& o) {
     CUDA_CHECK(cudaDeviceSynchronize());
     if (execute) observer.collect_times();
     print_summary(observer, observed, host_ms, reads);
+    if (setup.graphs)
+      std::printf("cuda graphs: %zu captured; graph launches per observed step %.1f (the counts above: outside them)\n",
+                  setup.graphs->captured(),
+                  static_cast<double>(setup.graphs->launches() - graph_launches_before) /
+                      (execute ? o.steps + observed : observed));
     if (execute) std::printf("measured step time %.2f ms (%d steps, no observer)\n", measured_ms, o.steps);
     print_table(observer, observed, execute);
     if (o.require_costs) status = report_uncosted(observer);
@@ -349,7 +369,15 @@ int main(int argc, char** argv) {
   app.option("--vocab", o.vocab, "GPT-2 BPE files (a 2026-07-17 model with GPT-2's vocabulary reads them)");
   app.flag("--execute", o.execute, "emulated build: execute the kernels too (tiny sizes only)");
   app.flag("--require-costs", o.require_costs, "exit 1 if a kernel or GEMM launch has no bytes and FLOPs");
+  app.flag("--cuda-graphs", o.cuda_graphs,
+           "the steps as train_gpt2 --cuda-graphs launches them (emulated build: with --execute; --warmup 4 or more "
+           "for the observed steps to replay)");
   if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
+  if (o.cuda_graphs && kEmulated && !o.execute) {
+    std::fprintf(stderr, "bench_step: --cuda-graphs needs --execute in the emulated build (a graph replays what it "
+                         "captured; the dry run captures nothing)\n");
+    return 1;
+  }
   try {
     return run(o);
   } catch (const std::exception& error) {

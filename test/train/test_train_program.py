@@ -452,6 +452,40 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure([("speedrun-tiny" if a == "modded89-tiny" else a) for a in args],
                             r"--batch-schedule modded89 or --val-seq-len: the 2025-10-31 speedrun model trains and")
 
+    def test_cuda_graphs_train_the_same_bits_and_refuse_what_they_cannot(self):
+        # --cuda-graphs on: each micro-step one graph launch (a shape's first micro-step eager, its second captured,
+        # the later ones replayed). Both speedrun families over their records' schedules (windows with YaRN, stages
+        # of T, per-step loss weights and rates, Adam on odd steps, the untie), the warm-up's captures replayed after
+        # its restore in one: the model files and every logged loss and norm bit for bit those of --cuda-graphs off.
+        rng = np.random.default_rng(5)
+        write_shard(f"{self.tmp}/graphs_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        write_shard(f"{self.tmp}/graphs_val_000000.bin", np.tile(rng.integers(0, 96, size=31), 20))
+        data = ["--train-data", f"{self.tmp}/graphs_train_*.bin", "--val-data", f"{self.tmp}/graphs_val_*.bin", "-b", 1]
+        modded89 = data + ["-t", 48, "--total-batch-tokens", 96, "--lr", "1.0", "--model", "modded89-tiny", "--steps",
+                           12, "--lr-schedule", "modded89", "--loss-schedule", "modded89", "--window-schedule",
+                           "modded89", "--batch-schedule", "modded89", "--val-tokens", 96, "--val-every", 6,
+                           "--untimed-warmup", "on"]
+        speedrun = data + ["-t", 64, "--total-batch-tokens", 128, "--model", "speedrun-tiny", "--steps", 12,
+                           "--lr-schedule", "speedrun", "--window-schedule", "speedrun", "--val-tokens", 128,
+                           "--val-every", 6]
+        for name, args in (("graphs89", modded89), ("graphs44", speedrun)):
+            eager_dir, eager_log = self.train_run(f"{name}_off", args + ["--cuda-graphs", "off"])
+            graph_dir, graph_log = self.train_run(f"{name}_on", args + ["--cuda-graphs", "on"])
+            self.assertEqual(read(f"{graph_dir}/ckpt_000012_model.bin"), read(f"{eager_dir}/ckpt_000012_model.bin"),
+                             name)
+            self.assertEqual(losses(graph_log), losses(eager_log), name)
+            self.assertEqual(losses(graph_log, VAL_LINE), losses(eager_log, VAL_LINE), name)
+            self.assertEqual(re.findall(r"norm:\S+", graph_log), re.findall(r"norm:\S+", eager_log), name)
+            captured, launches = map(int, re.search(r"(?m)^# cuda graphs: (\d+) captured, (\d+) launches$",
+                                                     graph_log).groups())
+            self.assertGreater(launches, captured, f"{name}: graphs replayed")
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--cuda-graphs", "on"],
+                            r"--cuda-graphs: the model's passes cannot be captured")
+        self.expect_failure(speedrun + ["--cuda-graphs", "on", "--trace", f"{self.tmp}/graph_trace"],
+                            r"--cuda-graphs cannot be used with --trace")
+        self.expect_failure(data + ["-t", 64, "--model", "speedrun-tiny", "--steps", 1, "--cuda-graphs", "on"],
+                            r"--cuda-graphs: steps on several ranks", mpi_ranks=2)
+
     def test_untimed_warmup_restores_the_starting_state(self):
         # --untimed-warmup on trains the warm-up's steps first (here every step: 0, 1 and two either side of each
         # stage start of a 6-step modded89 schedule, so every stage shape, YaRN and the untie; of an 8-step

@@ -2,6 +2,7 @@
 // is the model of docs/recipes.md read top to bottom (and bottom to top for the backward); kernels live in
 // llmc/kernels/, the double-precision oracle in test/reference/reference_speedrun.cpp.
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <stdexcept>
 
@@ -347,6 +348,14 @@ void SpeedrunModel::download_rope_tables(std::vector<float>& cos_table, std::vec
 void SpeedrunModel::zero_bucket_grads(int bucket) {
   const ParamBucket& b = layout_.buckets[static_cast<size_t>(bucket)];
   CUDA_CHECK(cudaMemsetAsync(grads_ + b.offset, 0, b.padded_size * sizeof(floatX), stream_));
+}
+
+// Every host value the training forward's and backward's launches read (a float by its bits, %a).
+std::string SpeedrunModel::step_shape() const {
+  char text[160];
+  std::snprintf(text, sizeof text, "T=%d windows=%d,%d scale=%a fp32=%d", seq_len_, short_blocks_, long_blocks_,
+                yarn_.attn_scale(), fp32_scalars_taken_ ? 1 : 0);
+  return text;
 }
 
 // ---- forward ---------------------------------------------------------------------------------------

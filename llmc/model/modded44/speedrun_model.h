@@ -104,6 +104,7 @@ class SpeedrunModel : public FamilyModel {
   void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
+  std::string step_shape() const override;
 
  private:
   struct Buffers;

@@ -79,6 +79,13 @@ void Modded89Fp8Mlp::before_step(int step) {
   update_bootstraps_ = step - 1 < kFp8MlpBootstrapSteps;
 }
 
+std::string Modded89Fp8Mlp::refresh_state() const {
+  std::string state = update_bootstraps_ ? "bootstrap " : "delayed ";
+  for (int layer = 0; layer < layers_; layer++)
+    state += std::to_string(stale_[static_cast<size_t>(layer)]) + std::to_string(refreshed_[static_cast<size_t>(layer)]);
+  return state;
+}
+
 // Up: s_up = bf16(max|c_fc| / 448), W8 = e4m3(bf16(c_fc / s_up)). Down: with a bootstrap the scale of these
 // weights, else the `next` of the previous refresh (the weights one update older, with headroom 1.12); W8^T =
 // e4m3(c_proj^T / scale) (C, 4C) K-major; then used = that scale and next = max|c_proj| 1.12 / 448.

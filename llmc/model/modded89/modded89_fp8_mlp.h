@@ -39,6 +39,13 @@ class Modded89Fp8Mlp {
   // Step `step` (0-based) is about to run: from step 1 on the parameters carry the update of step - 1, so every
   // copy is refreshed before its next use, bootstrapping while step - 1 < kFp8MlpBootstrapSteps.
   void before_step(int step);
+  // The host state the next forward's launches depend on (which copies it refreshes, and how), as text.
+  std::string refresh_state() const;
+  // What a training forward's refreshes leave of that state (for a forward replayed from a CUDA graph).
+  void mark_refreshed() {
+    stale_.assign(stale_.size(), 0);
+    refreshed_.assign(refreshed_.size(), 1);
+  }
 
   // Layer `layer` of a training forward over T rows (T a multiple of 16, at most the constructor's): pre and
   // post (T, 4C) and out (T, C) from xn (T, C), c_fc (4C, C) and c_proj stored (in, out) = (4C, C). Refreshes the

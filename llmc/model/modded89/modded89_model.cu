@@ -4,6 +4,7 @@
 // test/reference/reference_modded89.cpp. Attention runs the simple window kernel in both builds for now (the
 // paired heads view its rows as [2T, H/2, D]); the fast kernel, the FP8 head and the fusions come later.
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -149,6 +150,7 @@ struct Modded89Model::Buffers {
   SmallMlp mlps[4];  // gate0 (G0), gate1 (G1), mudd0, mudd1
   int *inputs = nullptr, *targets = nullptr, *hashes = nullptr, *cu_seqlens = nullptr, *cu_rows = nullptr;
   int *doc_start = nullptr, *prefix_of = nullptr;
+  MtpLossWeights* loss_weights = nullptr;  // the training loss's weights in force (set_loss_weights), read by its kernel
   floatX *signs = nullptr, *e = nullptr, *smeared = nullptr, *x0 = nullptr, *bigram_rows = nullptr, *b = nullptr;
   floatX* ve[kModded89ValueEmbeds] = {};
   floatX *x_start = nullptr, *x_final = nullptr, *xf = nullptr, *z = nullptr;
@@ -241,6 +243,7 @@ void Modded89Model::Buffers::request(floatX** params, floatX** grads, const Modd
   arena.request(&cu_seqlens, T + 1);
   arena.request(&cu_rows, T + 1);
   arena.request(&prefix_of, V);
+  arena.request(&loss_weights, 1);
   arena.request(&signs, static_cast<size_t>(kBigramSignRows) * C);
   for (floatX** buffer : {&e, &smeared, &x0, &bigram_rows, &b, &x_start, &x_final, &xf}) arena.request(buffer, T * C);
   for (floatX*& table : ve) arena.request(&table, T * C);
@@ -370,6 +373,7 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
   CUDA_CHECK(cudaMemsetAsync(b.fp32_params, 0, b.fp32_count * sizeof(float), stream_));
   set_sign_table(std::vector<float>(static_cast<size_t>(kBigramSignRows) * config.channels(), 1.0f));
   set_prefix_table({});
+  set_loss_weights(loss_weights_);
   apply_yarn_state();
   const Modded89AttentionState first = modded89_first_attention_state(config);
   set_windows(first.short_window, first.long_window);
@@ -441,6 +445,20 @@ void Modded89Model::upload_params(const std::vector<float>& host_params) {
 
 void Modded89Model::before_step(int step) {
   if (buffers_->fp8_mlp) buffers_->fp8_mlp->before_step(step);
+}
+
+// Every host value the training forward's and backward's launches read: a float by its bits (%a), the RoPE tables
+// by their size and place (they grow for long sequences). The loss weights are read from the device.
+std::string Modded89Model::step_shape() const {
+  char text[512];
+  std::snprintf(text, sizeof text, "T=%d windows=%d,%d scale=%a fp32=%d prefix=%d rope=%d@%p", seq_len_,
+                short_window_, long_window_, attn_scale_, fp32_taken_ ? 1 : 0, has_prefix_table_ ? 1 : 0,
+                rope_positions_, static_cast<const void*>(grown_rope_));
+  return std::string(text) + (buffers_->fp8_mlp ? " fp8_mlp=" + buffers_->fp8_mlp->refresh_state() : "");
+}
+
+void Modded89Model::replayed_micro_step() {
+  if (buffers_->fp8_mlp) buffers_->fp8_mlp->mark_refreshed();
 }
 
 std::vector<NamedStateArray> Modded89Model::save_model_state() const {
@@ -1228,12 +1246,12 @@ void Modded89Model::head_forward(int loss_slot, bool training, float dloss) {
     head.set_grad_scale(fp8_head_grad_scale(dloss, kModded89GradUnit), stream_);
     fp8_head_forward(b.matmul, head, b.z, b.xf, param("head"), T, /*keep_for_backward=*/true, stream_);
     mtp_cross_entropy_backward_e5m2(head.g8(), losses, b.z, b.targets, prefix_of, loss_weights_, dloss,
-                                    head.scales().grad, T, V, stream_);
+                                    head.scales().grad, T, V, stream_, b.loss_weights);
     return;
   }
   head_logits(rows_);
   if (training)
-    mtp_cross_entropy_backward(b.z, losses, b.targets, prefix_of, loss_weights_, dloss, T, V, stream_);
+    mtp_cross_entropy_backward(b.z, losses, b.targets, prefix_of, loss_weights_, dloss, T, V, stream_, b.loss_weights);
   else  // the rows computed (a long sequence's forward after its first computes those after the carried ones)
     mtp_cross_entropy_forward(at(losses, 1), at(b.z, V), at(b.targets, 1), rows_.count, V, stream_);
 }
@@ -1697,6 +1715,9 @@ void Modded89Model::set_loss_weights(const MtpLossWeights& weights) {
     throw std::invalid_argument("set_loss_weights: " + std::to_string(weights.tokens) + " next tokens (1.." +
                                 std::to_string(kMtpMaxTokens) + ")");
   loss_weights_ = weights;
+  // In stream order: the forwards enqueued before keep theirs; from pageable memory, taken before returning.
+  CUDA_CHECK(cudaMemcpyAsync(buffers_->loss_weights, &loss_weights_, sizeof(MtpLossWeights), cudaMemcpyHostToDevice,
+                             stream_));
 }
 
 }  // namespace llmc

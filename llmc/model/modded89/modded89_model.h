@@ -65,6 +65,8 @@ class Modded89Model : public FamilyModel {
   Modded89Mlp mlp() const { return mlp_; }
   // With the FP8 MLP: its weight copies follow the parameters (TrainableModel::before_step), and its scales.
   void before_step(int step) override;
+  std::string step_shape() const override;
+  void replayed_micro_step() override;
   Modded89Fp8Mlp::Scales fp8_mlp_scales() const;
   // The FP8 MLP's scales (nothing with the bf16 MLP). Restoring a checkpoint without them (written with the bf16
   // MLP) leaves the FP8 MLP at its start; one of a bf16-MLP run ignores them.
