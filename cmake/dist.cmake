@@ -68,6 +68,12 @@ llmc_add_cu_test(NAME comm_trace LABELS comm TIMEOUT 60
   EMU_LIBS llmc_trace_emu
   CUDA_LIBS llmc_trace)
 
+# The collective watch of the watchdog's report, enqueued and captured in CUDA graphs (one process, no MPI).
+llmc_add_cu_test(NAME comm_watch LABELS comm TIMEOUT 60
+  SOURCES test/dist/test_collective_watch.cu
+  EMU_LIBS llmc_comm_emu
+  CUDA_LIBS llmc_comm)
+
 # One rank failing stops every rank, with the cause printed, within seconds.
 add_executable(comm_rank_failure_probe_emu test/dist/rank_failure_probe.cpp)
 target_link_libraries(comm_rank_failure_probe_emu PRIVATE llmc_comm_emu)

@@ -14,7 +14,7 @@ endif()
 
 # One CTest entry per test class, so that a failure names its area and the classes can run in parallel.
 foreach(test_class IN ITEMS Equivalence TraceOrder MissingWait RankFailure Resume Reshard StopSignals Watchdog
-                          SpeedrunModel SpeedrunOptimizer Modded89Optimizer BosLoader)
+                          SpeedrunModel SpeedrunOptimizer Modded89Optimizer BosLoader CudaGraphs)
   add_test(NAME multirank.${test_class}
            COMMAND ${Python3_EXECUTABLE} -m unittest -v test_multirank.${test_class}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/test/train)

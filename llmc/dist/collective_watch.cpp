@@ -7,23 +7,51 @@
 
 namespace llmc {
 
-CollectiveWatch::CollectiveWatch(int device, size_t capacity) : device_(device), ring_(capacity) {
-  for (Entry& entry : ring_) CUDA_CHECK(cudaEventCreateWithFlags(&entry.done, cudaEventDisableTiming));
+CollectiveWatch::CollectiveWatch(int device, size_t capacity)
+    : device_(device), ring_(capacity), slot_events_(capacity) {
+  for (cudaEvent_t& event : slot_events_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
 }
 
 CollectiveWatch::~CollectiveWatch() {
-  for (Entry& entry : ring_) CUDA_REPORT(cudaEventDestroy(entry.done));
+  for (cudaEvent_t event : slot_events_) CUDA_REPORT(cudaEventDestroy(event));
+  for (const Captured& collective : captured_) CUDA_REPORT(cudaEventDestroy(collective.done));
 }
 
-void CollectiveWatch::enqueued(const char* name, const std::string* what, int step, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
+void CollectiveWatch::watch(const char* name, const std::string* what, int step, cudaEvent_t done) {
   Entry& entry = ring_[recorded_ % ring_.size()];
   entry.name = name;
   entry.what = what;
   entry.step = step;
   entry.when = std::chrono::steady_clock::now();
-  CUDA_CHECK(cudaEventRecord(entry.done, stream));
+  entry.done = done;
   ++recorded_;
+}
+
+void CollectiveWatch::enqueued(const char* name, const std::string* what, int step, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cudaEvent_t done = slot_events_[recorded_ % ring_.size()];
+  CUDA_CHECK(cudaEventRecord(done, stream));
+  watch(name, what, step, done);
+}
+
+int CollectiveWatch::captured(const char* name, const std::string* what, cudaStream_t stream, int id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (id < 0) {
+    Captured collective{name, what, nullptr};
+    CUDA_CHECK(cudaEventCreateWithFlags(&collective.done, cudaEventDisableTiming));
+    captured_.push_back(collective);
+    id = static_cast<int>(captured_.size()) - 1;
+  }
+  CUDA_CHECK(cudaEventRecordWithFlags(captured_.at(static_cast<size_t>(id)).done, stream, cudaEventRecordExternal));
+  return id;
+}
+
+void CollectiveWatch::relaunched(const std::vector<int>& ids, int step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int id : ids) {
+    const Captured& collective = captured_.at(static_cast<size_t>(id));
+    watch(collective.name, collective.what, step, collective.done);
+  }
 }
 
 std::string CollectiveWatch::first_unfinished() const {
@@ -33,7 +61,11 @@ std::string CollectiveWatch::first_unfinished() const {
   const size_t first = recorded_ > ring_.size() ? recorded_ - ring_.size() : 0;
   for (size_t i = first; i < recorded_; i++) {
     const Entry& entry = ring_[i % ring_.size()];
-    if (cudaEventQuery(entry.done) != cudaErrorNotReady) continue;
+    // A captured collective's event stands for its latest launch: only its latest entry is that launch's.
+    bool relaunched_since = false;
+    for (size_t later = i + 1; later < recorded_ && !relaunched_since; later++)
+      relaunched_since = ring_[later % ring_.size()].done == entry.done;
+    if (relaunched_since || cudaEventQuery(entry.done) != cudaErrorNotReady) continue;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - entry.when).count();
     char ago[32];
     std::snprintf(ago, sizeof ago, "%.1f s", seconds);

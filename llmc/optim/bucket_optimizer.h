@@ -52,6 +52,9 @@ class BucketOptimizer {
   virtual void replay_step(int /*step*/, float /*lr*/) {
     throw std::logic_error("replay_step: this optimizer's steps cannot be captured");
   }
+  // After a launch on the compute stream of a graph with a captured step: the optimizer's own streams wait for it
+  // (its captured work ran on the graph's lanes, so its streams' later work would not follow it otherwise).
+  virtual void after_graph_launch() {}
 
   // The optimizer's own copies of the parameters (fp32 masters) from the full host parameter buffer
   // (layout order, the same on every rank); its other state starts at zero.

@@ -225,6 +225,7 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   CUDA_CHECK(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&capture_join_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&graph_launched_, cudaEventDisableTiming));
   size_t norm_elements = 0;  // the most a step's norm reads
   for (const BucketPlan& plan : buckets_) {
     for (const MuonSpan& span : plan.muon_spans()) norm_elements += span.length;
@@ -244,6 +245,7 @@ SpeedrunOptimizer::~SpeedrunOptimizer() {
     for (cudaEvent_t event : *events) CUDA_REPORT(cudaEventDestroy(event));
   CUDA_REPORT(cudaEventDestroy(backward_done_));
   CUDA_REPORT(cudaEventDestroy(capture_join_));
+  CUDA_REPORT(cudaEventDestroy(graph_launched_));
   CUDA_REPORT(cudaEventDestroy(step_done_));
   for (const auto& runner : runners_) CUDA_REPORT(cudaFree(runner->workspace));
   if (sparse_ != nullptr) {
@@ -535,6 +537,7 @@ void SpeedrunOptimizer::begin_step(int step, float lr) {
   // its copy must be on a stream in the capture: the compute stream, which the updates follow.
   step_values_->upload(step, capturing() ? compute_stream_ : update_stream_);
   ready_order_.clear();
+  captured_watched_ = 0;
   last_unshared_ = -1;
   head_deferred_ = false;
   accumulated_.assign(model_.layout().num_buckets(), false);
@@ -547,9 +550,24 @@ bool SpeedrunOptimizer::capturing() const {
 }
 
 std::string SpeedrunOptimizer::why_not_captured() const {
-  if (comm_.world_size() > 1)
-    return "steps on several ranks are not captured yet: the collective watch would keep the capture's entries";
+  if (sparse_ != nullptr)
+    return "the sparse bigram exchange's row counts are the host's, per step: pass --bigram-exchange dense";
   return "";
+}
+
+// After collective `name` of `what` on the comm stream: the watch's entry; inside a capture the graph's, which each
+// replay of a step of this shape watches again (replay_step). Graphs of one optimizer shape (their models' shapes
+// differ) make the same collectives in the same order: they share the entries.
+void SpeedrunOptimizer::watch(const char* name, const std::string* what) {
+  if (!capturing()) {
+    watch_.enqueued(name, what, step_, comm_stream_);
+    return;
+  }
+  std::vector<int>& ids = captured_watch_[step_shape(step_)];
+  const size_t index = captured_watched_++;
+  const int id = watch_.captured(name, what, comm_stream_, index < ids.size() ? ids[index] : -1);
+  if (index == ids.size()) ids.push_back(id);
+  watch_.relaunched({id}, step_);  // the capture's own launch follows
 }
 
 std::string SpeedrunOptimizer::step_shape(int step) const {
@@ -567,6 +585,15 @@ void SpeedrunOptimizer::replay_step(int step, float lr) {
   step_ = step;
   lr_ = lr;
   fill_step_values(step_values_->slot(step));  // the captured copy from this parity's slot carries them up
+  if (const auto found = captured_watch_.find(step_shape(step)); found != captured_watch_.end())
+    watch_.relaunched(found->second, step);
+}
+
+// E.g. the next eager step's values copy on the update stream, which would otherwise overwrite the values the
+// graph's last updates are still reading.
+void SpeedrunOptimizer::after_graph_launch() {
+  CUDA_CHECK(cudaEventRecord(graph_launched_, compute_stream_));
+  for (cudaStream_t stream : {comm_stream_, update_stream_}) CUDA_CHECK(cudaStreamWaitEvent(stream, graph_launched_, 0));
 }
 
 // Inside a capture the launch is ordered after the step before by the caller (Trainer / step_graphs.h).
@@ -657,7 +684,7 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
       } else if (distributed) {
         traced(tracer_, comm_stream_, TraceTrack::kComm, "reduce_scatter", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}},
                [&] { comm_.reduce_scatter_avg(grads + b.offset, plan.adam_grad_shard, b.shard_size, comm_stream_); });
-        watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
+        watch("reduce_scatter", &bucket_labels_[bucket]);
       }
     }
   }
@@ -669,7 +696,7 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
       for (const MuonSpan& span : plan.muon_spans()) reduce_muon_span(span);
       comm_.group_end();
     });
-    watch_.enqueued("muon_reduce", &bucket_labels_[bucket], step_, comm_stream_);
+    watch("muon_reduce", &bucket_labels_[bucket]);
   }
   CUDA_CHECK(cudaEventRecord(reduced_[bucket], comm_stream_));
 }
@@ -763,7 +790,7 @@ void SpeedrunOptimizer::exchange_sparse_rows(int bucket) {
            }
            comm_.group_end();
          });
-  watch_.enqueued("sparse_rows", &bucket_labels_[bucket], step_, comm_stream_);
+  watch("sparse_rows", &bucket_labels_[bucket]);
   const ParamBucket& b = model_.layout().buckets[static_cast<size_t>(bucket)];
   floatX* shard = buckets_[static_cast<size_t>(bucket)].adam_grad_shard;
   CUDA_CHECK(cudaMemsetAsync(shard, 0, b.shard_size * sizeof(floatX), comm_stream_));
@@ -873,7 +900,7 @@ void SpeedrunOptimizer::share_fp32_params(int bucket) {
   traced(tracer_, comm_stream_, TraceTrack::kComm, "all_reduce",
          {{"bucket", bucket}, {"bytes", fp32_params_.count * sizeof(float)}},
          [&] { comm_.all_reduce_sum_float(values, fp32_params_.count, comm_stream_); });
-  watch_.enqueued("all_reduce", &bucket_labels_[bucket], step_, comm_stream_);
+  watch("all_reduce", &bucket_labels_[bucket]);
 }
 
 void SpeedrunOptimizer::update_bucket(int bucket) {
@@ -906,14 +933,14 @@ void SpeedrunOptimizer::share_bucket(int bucket) {
         if (span.owner != kAllRanks) comm_.broadcast(params + span.offset, span.length, span.owner, comm_stream_);
       comm_.group_end();
     });
-    watch_.enqueued("broadcast", &bucket_labels_[bucket], step_, comm_stream_);
+    watch("broadcast", &bucket_labels_[bucket]);
   }
   if (plan.has_adam() && adam_step() && comm_.world_size() > 1) {
     const ParamBucket& b = model_.layout().buckets[bucket];
     traced(tracer_, comm_stream_, TraceTrack::kComm, "all_gather", {{"bucket", bucket}, {"bytes", b.padded_size * sizeof(floatX)}}, [&] {
       comm_.all_gather(params + shard_begin(bucket), params + b.offset, b.shard_size, comm_stream_);
     });
-    watch_.enqueued("all_gather", &bucket_labels_[bucket], step_, comm_stream_);
+    watch("all_gather", &bucket_labels_[bucket]);
     share_fp32_params(bucket);
   }
   if (tied_adam_step() && bucket == tie_->embed_bucket) {  // after the head's share (the head's bucket is first)
@@ -951,7 +978,7 @@ void SpeedrunOptimizer::untie_moments() {
     if (comm_.world_size() > 1) {
       traced(tracer_, comm_stream_, TraceTrack::kComm, "all_reduce", {{"bytes", n * sizeof(float)}},
              [&] { comm_.all_reduce_sum_float(tie.gathered, n, comm_stream_); });
-      watch_.enqueued("all_reduce", &untie_label_, step_, comm_stream_);
+      watch("all_reduce", &untie_label_);
     }
     transpose_copy(tie.transposed, tie.C, tie.gathered, tie.V, tie.C, tie.V, comm_stream_);
     for (const AdamSegment& segment : embed.adam_segments)
@@ -1022,7 +1049,7 @@ void SpeedrunOptimizer::enqueue_grad_norm() {
   });
   if (comm_.world_size() > 1) {
     comm_.all_reduce_sum_float(norm_squared_, 1, comm_stream_);
-    watch_.enqueued("all_reduce", &norm_label_, step_, comm_stream_);
+    watch("all_reduce", &norm_label_);
   }
   norm_readback_.enqueue(step_, norm_squared_, comm_stream_);
 }

@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,11 +79,11 @@ class SpeedrunOptimizer : public BucketOptimizer {
   float grad_norm(int step) override;
   void wait_for_all_params() override;
   // Steps captured as CUDA graphs (BucketOptimizer): the shape is whether Adam runs, the tie, the untie and the
-  // step's parity (the read-back and values slots); on one rank, or on several with the dense row exchange. Not
-  // yet with several ranks: the collective watch's entries would be the capture's (why_not_captured).
+  // step's parity (the read-back and values slots). Not with the sparse bigram exchange (why_not_captured).
   std::string step_shape(int step) const override;
   std::string why_not_captured() const override;
   void replay_step(int step, float lr) override;
+  void after_graph_launch() override;
 
   // Checkpoints (see BucketOptimizer): save_state is download_state; restore_state uploads this rank's arrays
   // (upload_state) or, for another world size, every old rank's re-sharded (upload_resharded_state), and
@@ -132,6 +133,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   std::vector<StateArrayPlan> state_arrays(int step) const;
   bool adam_step() const { return adam_steps_at(step_ - 1); }
   bool capturing() const;  // the compute stream captures a step (a CUDA graph)
+  void watch(const char* name, const std::string* what);  // after a collective on the comm stream
   void reduce_bucket(int bucket);  // comm stream
   void accumulate_adam_grads(int bucket);  // comm stream: the saved local Adam gradients (Adam steps)
   void reduce_and_chain(int bucket);       // the hook's work for a bucket in the rs and full modes
@@ -164,6 +166,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   std::vector<cudaEvent_t> grad_ready_, reduced_, updated_;
   cudaEvent_t backward_done_ = nullptr, step_done_ = nullptr;
   cudaEvent_t capture_join_ = nullptr;  // a captured step's end: the optimizer's streams joined into the compute one
+  cudaEvent_t graph_launched_ = nullptr;  // after_graph_launch: the compute stream's work so far
   GradNormReadback norm_readback_;
   float* norm_squared_ = nullptr;                   // device
   float* norm_scratch_ = nullptr;
@@ -173,6 +176,10 @@ class SpeedrunOptimizer : public BucketOptimizer {
   std::vector<std::string> bucket_labels_;  // "bucket 3 (layer 2)", for the watch
   const std::string norm_label_ = "the gradient norm";
   CollectiveWatch watch_;
+  // The watch's ids of the collectives captured for each optimizer step shape, in order, and how many the capture
+  // under way has made.
+  std::map<std::string, std::vector<int>> captured_watch_;
+  size_t captured_watched_ = 0;
   ParamReadyGate params_ready_;  // per bucket: its parameters of the last update are in place
   int last_unshared_ = -1;  // full overlap: the bucket whose share follows the next bucket's reduce
   int step_ = 0;

@@ -202,7 +202,8 @@ void add_schedule_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--cuda-graphs", o.cuda_graphs,
                  "Launch each training micro-step as one CUDA graph, captured at the first step of each shape (the "
                  "micro-step's place, windows, stage, loss weights, Adam or not, parity) and replayed after; on or off. "
-                 "A speedrun model with --optimizer speedrun on one rank, without --trace; the same bits as off")
+                 "A speedrun model with --optimizer speedrun (the 2026-07-17 model's with --bigram-exchange dense on "
+                 "several ranks), without --trace; the same bits as off")
       ->capture_default_str();
   app.add_option("--untimed-warmup", o.untimed_warmup,
                  "Before the timed steps, train the steps around each change of the step's shape (0, 1 and two "

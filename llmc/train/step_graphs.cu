@@ -68,6 +68,7 @@ void StepGraphs::enqueue_step(StepParts& parts, int step, float lr, Batch& batch
     }
     CUDA_CHECK(cudaGraphLaunch(found->second.exec, model.stream()));
     launches_++;
+    if (last) optimizer.after_graph_launch();
   }
 }
 

@@ -4,7 +4,8 @@
 // optimizer's step_shape -- and replayed at every later micro-step of that shape, while the host's part runs before
 // each launch (the batch's upload, the optimizer's replay_step). Each step's first launch is ordered after the step
 // before on the host's side of the graph (the optimizer's waits, enqueued outside it), so that nothing captured waits
-// for an event recorded outside the capture, as CUDA requires. A shape's first micro-step runs eagerly, uncaptured
+// for an event recorded outside the capture, as CUDA requires; after a step's last launch the optimizer's own streams
+// wait for it (after_graph_launch). A shape's first micro-step runs eagerly, uncaptured
 // (its one-time set-ups -- a scale's first copy, a GEMM's first algorithm search -- are no graph's), the second is
 // captured, and the later ones replay it.
 #pragma once

@@ -32,7 +32,7 @@ STAGES=(
   "kernels|50|20|kernels.log|kernel benchmark against the ceilings measured here"
   "train|90|40|train.log|train_gpt2 d12, T=1024: B=16 and 32, --grad-clip 1.0 and 0"
   "speedrun|150|40|train.log|train_gpt2, both records' recipes: one GPU's share of a record step (T=49152, 32768)"
-  "fused|60|20|kernels.log|the speedrun kernels one by one: bench_speedrun_kernels, a modded89 step by launch"
+  "fused|90|20|kernels.log|the speedrun kernels one by one: bench_speedrun_kernels, a modded89 step by launch and as CUDA graphs"
   "torch|150|60|train.log|PyTorch peer (torch.compile, SDPA flash attention) on the same runs"
   "ncu|70|30|ncu.log|ncu on the attention kernels: occupancy, shared-memory throughput"
   "generate|80|20|kernels.log|generation: d12 and modded89 tokens/s at batch 1 (KV cache), generate_gpt2's program tests"
@@ -411,11 +411,14 @@ stage_speedrun() {
 # Every kernel of the speedrun models timed by itself against its bytes and FLOPs at the ceilings: the 2025-10-31
 # model's rows (bench_speedrun_kernels; docs/projection.md takes its measured column) and each launch of a
 # 2026-07-17 step at T = 16,384 (bench_step brackets every launch with events; docs/benchmarks.md). The fusions of
-# issue 27 (docs/kernels.md#fused-passes) are rows of both.
+# issue 27 (docs/kernels.md#fused-passes) are rows of both. The same step as train_gpt2 --cuda-graphs launches it
+# (one graph per step, captured in the warm-up) gives the step time without launch gaps beside the eager one.
 stage_fused() {
   run_cmd bench_speedrun_kernels --cap 25 -- "$WRAP/bench_speedrun_kernels" --repeats 10
   run_cmd bench_step_modded89 --cap 40 -- "$WRAP/bench_step" --model modded89 -b 1 -t 16384 --steps 2 \
     --vocab "$PACK/data/gpt2"
+  run_cmd bench_step_modded89_graphs --cap 30 -- "$WRAP/bench_step" --model modded89 -b 1 -t 16384 --steps 2 \
+    --warmup 4 --cuda-graphs --vocab "$PACK/data/gpt2"
 }
 
 stage_torch() {

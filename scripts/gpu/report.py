@@ -183,6 +183,15 @@ def step_rows(text):
     return {"rows": rows, "total": total}
 
 
+STEP_TIME_LINE = re.compile(r"(?m)^measured step time ([\d.]+) ms")
+
+
+def measured_step_ms(text):
+    """bench_step's step time without an observer (ms), or None."""
+    m = STEP_TIME_LINE.search(text)
+    return float(m.group(1)) if m else None
+
+
 def json_line(text):
     """The last line of the text that parses as a JSON object, or None."""
     for line in reversed(text.splitlines()):
@@ -303,6 +312,9 @@ def stage_summary(row, commands, notes, context):
         if total:
             parts.append(f"modded89 step rows {total[1] / 1e3:.2f} ms measured ({total[0] / 1e3:.2f} ms at the "
                          "ceilings)")
+        eager, graphs = context["step"]["eager_ms"], context["step"]["graphs_ms"]
+        if eager and graphs:
+            parts.append(f"modded89 step {eager:.2f} ms eager, {graphs:.2f} ms as CUDA graphs ({graphs / eager:.3f}x)")
     elif key == "ncu":
         parts.append(f"{len(context['ncu'])} kernels profiled")
     elif key == "generate" and own:
@@ -475,6 +487,9 @@ def build_report(work, out_dir):
     speedrun_kernels = (speedrun_kernel_rows(commands["bench_speedrun_kernels"].text())
                         if "bench_speedrun_kernels" in commands else [])
     step = step_rows(commands["bench_step_modded89"].text()) if "bench_step_modded89" in commands else step_rows("")
+    step["eager_ms"], step["graphs_ms"] = (
+        measured_step_ms(commands[label].text()) if label in commands else None
+        for label in ("bench_step_modded89", "bench_step_modded89_graphs"))
     context = {"bench": bench, "runs": runs, "ncu": ncu, "generate": generation, "speedrun": speedrun,
                "speedrun_kernels": speedrun_kernels, "step": step}
 

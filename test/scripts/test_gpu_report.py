@@ -319,16 +319,20 @@ class Outcomes(unittest.TestCase):
             f"{779.1:11.1f} {3.4:10.1f}% {901.0:11.1f}",
             f"{'memset':<6} {'cudaMemsetAsync':<58} {44:7.0f} {'n/a':>9} {'n/a':>10} {'n/a':>11} {'':>11} {12.0:11.1f}",
             f"{'total':<6} {'(sum of rows, no overlap)':<58} {'':>7} {'':>9} {'':>10} {22653.1:11.1f} {'':>11} "
-            f"{30100.0:11.1f}"])
+            f"{30100.0:11.1f}",
+            "measured step time 31.20 ms (2 steps, no observer)"])
+        graphs = "\n".join(["cuda graphs: 4 captured; graph launches per observed step 1.0 (the counts above: outside "
+                            "them)", "measured step time 29.64 ms (2 steps, no observer)"])
         self.check.stage("e", "fused", "kernels.log", [command_block("bench_speedrun_kernels", kernels),
-                                                       command_block("bench_step_modded89", step)])
+                                                       command_block("bench_step_modded89", step),
+                                                       command_block("bench_step_modded89_graphs", graphs)])
         report = self.check.report()
         self.assertEqual(table_row(report, "residual_norm_forward (mix + norm)")[1:], ["12", "46.9", "62.5", "75%"])
         self.assertEqual(table_row(report, "fp8 head: loss, dz as e5m2 codes g8")[4], "75%")
         self.assertIn("| kernel | residual_norm_backward_kernel<floatX> | 10 | 779.1 | 901.0 |", report)
         self.assertIn("| memset | cudaMemsetAsync | 44 | - | 12.0 |", report)
-        self.assertIn("2 speedrun kernels timed; modded89 step rows 30.10 ms measured (22.65 ms at the ceilings)",
-                      table_row(report, "e. fused title")[4])
+        self.assertIn("2 speedrun kernels timed; modded89 step rows 30.10 ms measured (22.65 ms at the ceilings); "
+                      "modded89 step 31.20 ms eager, 29.64 ms as CUDA graphs (0.950x)", table_row(report, "e. fused title")[4])
 
 
 if __name__ == "__main__":

@@ -923,6 +923,53 @@ class StopSignals(MultiRankCase):
         self.assertEqual(status, 75, run.describe())
 
 
+class CudaGraphs(MultiRankCase):
+    """train_gpt2 --cuda-graphs on 2 ranks: each micro-step one graph launch with its collectives inside (the Muon
+    reduces and broadcasts, the Adam buckets' reduce-scatters and all-gathers, the scalars' and the norm's
+    all-reduces, the untie's), watched again at each replay. It trains the same bits as --cuda-graphs off: the
+    2026-07-17 model with the dense bigram exchange over its lr, loss and batch schedules, and the 2025-10-31 model
+    over its lr and window schedules; every loss and norm, and the final model files.
+    The sparse exchange, whose counts are the host's per step, is refused."""
+    STEPS = 16
+    MODELS = {
+        "modded89": ["--model", "modded89-tiny", "-t", "48", "--total-batch-tokens", "96", "--lr", "1.0",
+                     "--lr-schedule", "modded89", "--loss-schedule", "modded89", "--batch-schedule", "modded89"],
+        "speedrun": ["--model", "speedrun-tiny", "-t", "64", "--total-batch-tokens", "128", "--lr-schedule",
+                     "speedrun", "--window-schedule", "speedrun"],
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.train_data = speedrun_tiny_shard(cls.directory, "graphs_data", seed=27, stride=5)
+        for name, model in cls.MODELS.items():
+            args = model + ["-b", "1", "--steps", str(cls.STEPS), "--checkpoint-every", str(cls.STEPS), "--seed", "3",
+                            "--bigram-exchange", "dense"]
+            for graphs in ("off", "on"):
+                cls.train(f"{name}_{graphs}", 2, args + ["--cuda-graphs", graphs])
+
+    def test_graphs_train_the_same_bits_on_two_ranks(self):
+        for name in self.MODELS:
+            eager, graphs = self.runs[f"{name}_off"], self.runs[f"{name}_on"]
+            for run in (eager, graphs):
+                self.assertEqual(run.returncode, 0, run.describe())
+                self.assertEqual(sorted(run.steps), list(range(1, self.STEPS + 1)), run.describe())
+            for step in range(1, self.STEPS + 1):
+                self.assertEqual(graphs.steps[step][:2], eager.steps[step][:2], f"{name}, step {step}")
+            captured, launches = map(int, re.search(r"(?m)^# cuda graphs: (\d+) captured, (\d+) launches$",
+                                                     graphs.stdout).groups())
+            self.assertGreater(launches, captured, f"{name}: graphs replayed")
+            with open(graphs.checkpoint(self.STEPS) + "_model.bin", "rb") as a, \
+                    open(eager.checkpoint(self.STEPS) + "_model.bin", "rb") as b:
+                self.assertTrue(a.read() == b.read(), f"{name}: model files differ")
+
+    def test_sparse_bigram_exchange_is_refused(self):
+        run = self.train("sparse_refused", 2, self.MODELS["modded89"] + ["-b", "1", "--steps", "4", "--cuda-graphs",
+                                                                          "on"])
+        self.assertNotEqual(run.returncode, 0, run.describe())
+        self.assertIn("--cuda-graphs: the sparse bigram exchange's row counts are the host's", run.stdout + run.stderr)
+
+
 class Watchdog(MultiRankCase):
     """Rank 1 stopped with SIGSTOP: rank 0 waits for it, its watchdog names the step and what it waits
     for and ends the job within seconds, and the last complete checkpoint resumes."""

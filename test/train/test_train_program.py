@@ -457,6 +457,7 @@ class TrainProgram(unittest.TestCase):
         # the later ones replayed). Both speedrun families over their records' schedules (windows with YaRN, stages
         # of T, per-step loss weights and rates, Adam on odd steps, the untie), the warm-up's captures replayed after
         # its restore in one: the model files and every logged loss and norm bit for bit those of --cuda-graphs off.
+        # (Several ranks: test_multirank.CudaGraphs.)
         rng = np.random.default_rng(5)
         write_shard(f"{self.tmp}/graphs_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
         write_shard(f"{self.tmp}/graphs_val_000000.bin", np.tile(rng.integers(0, 96, size=31), 20))
@@ -483,8 +484,6 @@ class TrainProgram(unittest.TestCase):
                             r"--cuda-graphs: the model's passes cannot be captured")
         self.expect_failure(speedrun + ["--cuda-graphs", "on", "--trace", f"{self.tmp}/graph_trace"],
                             r"--cuda-graphs cannot be used with --trace")
-        self.expect_failure(data + ["-t", 64, "--model", "speedrun-tiny", "--steps", 1, "--cuda-graphs", "on"],
-                            r"--cuda-graphs: steps on several ranks", mpi_ranks=2)
 
     def test_untimed_warmup_restores_the_starting_state(self):
         # --untimed-warmup on trains the warm-up's steps first (here every step: 0, 1 and two either side of each
