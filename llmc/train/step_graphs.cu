@@ -42,6 +42,14 @@ StepGraphs::Graph StepGraphs::capture(StepParts& parts, int step, float lr, int 
   return graph;
 }
 
+std::string StepGraphs::micro_step_shape(const StepParts& parts, int step, int micro) {
+  std::string shape = "micro " + std::to_string(micro) + " of " + std::to_string(parts.grad_accum) + " | " +
+                      parts.model.step_shape();
+  if (micro == parts.grad_accum - 1)  // the optimizer's part, and the loss's result slot
+    shape += " | " + parts.optimizer.step_shape(step) + " loss result " + std::to_string(step % 2);
+  return shape;
+}
+
 void StepGraphs::enqueue_step(StepParts& parts, int step, float lr, Batch& batch) {
   TrainableModel& model = parts.model;
   BucketOptimizer& optimizer = parts.optimizer;
@@ -52,9 +60,7 @@ void StepGraphs::enqueue_step(StepParts& parts, int step, float lr, Batch& batch
     const bool last = micro == parts.grad_accum - 1;
     parts.train_batches.next_batch(batch.inputs.data(), batch.targets.data());
     model.upload_batch(batch.inputs.data(), batch.targets.data(), /*training=*/true);
-    std::string shape = "micro " + std::to_string(micro) + " of " + std::to_string(parts.grad_accum) + " | " +
-                        model.step_shape();
-    if (last) shape += " | " + optimizer.step_shape(step) + " loss result " + std::to_string(step % 2);
+    const std::string shape = micro_step_shape(parts, step, micro);
     auto found = graphs_.find(shape);
     if (found == graphs_.end() && eager_[shape]++ == 0) {
       enqueue_micro_step(parts, step, lr, micro);

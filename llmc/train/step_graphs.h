@@ -38,6 +38,8 @@ class StepGraphs {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
   };
+  // What names micro-step `micro`'s graph: its place in the step, the model's and (last) the optimizer's shape.
+  static std::string micro_step_shape(const StepParts& parts, int step, int micro);
   // Micro-step `micro`'s device part (the batch uploaded), enqueued; capture() records it as a graph.
   static void enqueue_micro_step(StepParts& parts, int step, float lr, int micro);
   static Graph capture(StepParts& parts, int step, float lr, int micro);
