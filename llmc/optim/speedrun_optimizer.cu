@@ -527,12 +527,17 @@ void SpeedrunOptimizer::restore_state(const CheckpointReader& checkpoint) {
   }
 }
 
-void SpeedrunOptimizer::begin_step(int step, float lr) {
-  if (!master_ready_) throw std::logic_error("SpeedrunOptimizer: begin_step before init_master");
+// begin_step's and replay_step's host part: the step, its rate, and its values in their pinned slot.
+void SpeedrunOptimizer::set_step(const char* caller, int step, float lr) {
+  if (!master_ready_) throw std::logic_error(std::string("SpeedrunOptimizer: ") + caller + " before init_master");
   if (step < 1) throw std::invalid_argument("SpeedrunOptimizer: step " + std::to_string(step) + " < 1");
   step_ = step;
   lr_ = lr;
   fill_step_values(step_values_->slot(step));
+}
+
+void SpeedrunOptimizer::begin_step(int step, float lr) {
+  set_step("begin_step", step, lr);
   // After the last step's updates, before this one's. A captured step's launch follows the whole step before it, and
   // its copy must be on a stream in the capture: the compute stream, which the updates follow.
   step_values_->upload(step, capturing() ? compute_stream_ : update_stream_);
@@ -580,11 +585,7 @@ std::string SpeedrunOptimizer::step_shape(int step) const {
 }
 
 void SpeedrunOptimizer::replay_step(int step, float lr) {
-  if (!master_ready_) throw std::logic_error("SpeedrunOptimizer: replay_step before init_master");
-  if (step < 1) throw std::invalid_argument("SpeedrunOptimizer: step " + std::to_string(step) + " < 1");
-  step_ = step;
-  lr_ = lr;
-  fill_step_values(step_values_->slot(step));  // the captured copy from this parity's slot carries them up
+  set_step("replay_step", step, lr);  // the captured copy from this parity's slot carries the values up
   if (const auto found = captured_watch_.find(step_shape(step)); found != captured_watch_.end())
     watch_.relaunched(found->second, step);
 }

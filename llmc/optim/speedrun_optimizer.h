@@ -145,6 +145,7 @@ class SpeedrunOptimizer : public BucketOptimizer {
   // The step's kernel arguments (rates, momentum, Adam's step sizes) into `slot`, in DeviceStepValues order:
   // each Muon batch's NorMuonStepValues, each Adam segment's AdamStepValues (NaN on steps without Adam).
   void fill_step_values(float* slot) const;
+  void set_step(const char* caller, int step, float lr);  // begin_step's and replay_step's host part
   void update_muon(const MuonBatch& batch);
   void update_adam(int bucket);  // this rank's shard of the bucket's Adam tensors
   void enqueue_grad_norm();  // comm stream, after every bucket's reduce

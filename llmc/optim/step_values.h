@@ -15,10 +15,9 @@ namespace llmc {
 
 class DeviceStepValues {
  public:
-  explicit DeviceStepValues(size_t count) : count_(count) {
-    const size_t bytes = std::max<size_t>(count, 1) * sizeof(float);
-    CUDA_CHECK(cudaMallocHost(&host_, 2 * bytes));
-    CUDA_CHECK(cudaMalloc(&device_, bytes));
+  explicit DeviceStepValues(size_t count) : count_(count), slot_floats_(std::max<size_t>(count, 1)) {
+    CUDA_CHECK(cudaMallocHost(&host_, 2 * slot_floats_ * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&device_, slot_floats_ * sizeof(float)));
     for (cudaEvent_t& event : copied_) {
       CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
       CUDA_CHECK(cudaEventRecord(event, nullptr));  // the slots start free
@@ -39,13 +38,12 @@ class DeviceStepValues {
   // Step `step`'s slot to fill (`count` floats), once the copy that last read it is done (the host may wait).
   float* slot(int step) {
     CUDA_CHECK(cudaEventSynchronize(copied_[step % 2]));
-    return host_ + static_cast<size_t>(step % 2) * std::max<size_t>(count_, 1);
+    return slot_of(step);
   }
   // Enqueues the copy of step `step`'s slot to the device values on `stream`, after whatever the stream ran before
   // (the previous step's kernels that read them).
   void upload(int step, cudaStream_t stream) {
-    const float* filled = host_ + static_cast<size_t>(step % 2) * std::max<size_t>(count_, 1);
-    if (count_ > 0) memcpy_async(device_, filled, count_ * sizeof(float), cudaMemcpyHostToDevice, stream);
+    if (count_ > 0) memcpy_async(device_, slot_of(step), count_ * sizeof(float), cudaMemcpyHostToDevice, stream);
     CUDA_CHECK(cudaEventRecordWithFlags(copied_[step % 2], stream, cudaEventRecordExternal));  // also when captured
   }
   // Where value `index` lives on the device.
@@ -56,7 +54,9 @@ class DeviceStepValues {
   }
 
  private:
-  size_t count_;
+  float* slot_of(int step) const { return host_ + static_cast<size_t>(step % 2) * slot_floats_; }
+
+  size_t count_, slot_floats_;  // slot_floats_: count_, at least 1 (no empty allocations)
   float* host_ = nullptr;    // pinned: two slots of count_ floats
   float* device_ = nullptr;  // count_ floats
   cudaEvent_t copied_[2] = {nullptr, nullptr};

@@ -1,9 +1,22 @@
 // Training micro-steps as CUDA graph launches (see step_graphs.h).
 #include "llmc/train/step_graphs.h"
 
+#include <stdexcept>
+
 #include "llmc/cuda/cuda_common.h"
 
 namespace llmc {
+
+namespace {
+// The forward's trace slice of a micro-step: none (graphs run untraced: the trainer refuses --trace with them, and
+// a disabled tracer ends no slice).
+constexpr Tracer::SliceId kUntraced = 0;
+}  // namespace
+
+StepGraphs::StepGraphs(const StepParts& parts) {
+  if (const std::string why = why_not_captured(parts); !why.empty())
+    throw std::invalid_argument("--cuda-graphs: " + why + "; pass --cuda-graphs off");
+}
 
 StepGraphs::~StepGraphs() {
   for (auto& [shape, graph] : graphs_) {
@@ -15,28 +28,15 @@ StepGraphs::~StepGraphs() {
 std::string StepGraphs::why_not_captured(const StepParts& parts) {
   if (parts.model.step_shape().empty()) return "the model's passes cannot be captured (the speedrun families' can)";
   if (const std::string why = parts.optimizer.why_not_captured(); !why.empty()) return why;
+  if (parts.tracer.enabled()) return "a traced step's slices cannot be captured";  // the trainer refuses --trace first
   return "";
-}
-
-void StepGraphs::enqueue_micro_step(StepParts& parts, int step, float lr, int micro) {
-  TrainableModel& model = parts.model;
-  BucketOptimizer& optimizer = parts.optimizer;
-  const bool last = micro == parts.grad_accum - 1;
-  model.forward_uploaded(micro, /*compute_dlogits=*/true, parts.loss_gradient_scale, optimizer.before_bucket_use());
-  if (micro == 0) optimizer.before_first_backward();
-  if (last) optimizer.begin_step(step, lr);
-  model.backward(/*first_micro_step=*/micro == 0, last ? optimizer.on_bucket_ready() : BucketHook());
-  if (last) {
-    optimizer.finish_step();
-    model.enqueue_mean_loss(parts.grad_accum, step % 2);
-  }
 }
 
 StepGraphs::Graph StepGraphs::capture(StepParts& parts, int step, float lr, int micro) {
   const cudaStream_t stream = parts.model.stream();
   Graph graph;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  enqueue_micro_step(parts, step, lr, micro);
+  enqueue_uploaded_micro_step(parts, step, lr, micro, kUntraced);
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph.graph));
   CUDA_CHECK(cudaGraphInstantiate(&graph.exec, graph.graph, 0));
   return graph;
@@ -63,7 +63,7 @@ void StepGraphs::enqueue_step(StepParts& parts, int step, float lr, Batch& batch
     const std::string shape = micro_step_shape(parts, step, micro);
     auto found = graphs_.find(shape);
     if (found == graphs_.end() && eager_[shape]++ == 0) {
-      enqueue_micro_step(parts, step, lr, micro);
+      enqueue_uploaded_micro_step(parts, step, lr, micro, kUntraced);
       continue;
     }
     if (found == graphs_.end()) {

@@ -20,13 +20,12 @@ namespace llmc {
 
 class StepGraphs {
  public:
-  StepGraphs() = default;
+  // Graphs for the parts' steps; throws std::invalid_argument naming --cuda-graphs and why they cannot be captured.
+  explicit StepGraphs(const StepParts& parts);
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
 
-  // Why the parts' steps cannot be captured ("" when they can): a model or optimizer without a step shape.
-  static std::string why_not_captured(const StepParts& parts);
   // What enqueue_train_step does, the micro-steps as graph launches (captured first where their shape is new).
   void enqueue_step(StepParts& parts, int step, float lr, Batch& batch);
   // Graphs captured so far, and launches of them.
@@ -38,10 +37,11 @@ class StepGraphs {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
   };
+  // Why the parts' steps cannot be captured ("" when they can): a model or optimizer without a step shape, a tracer.
+  static std::string why_not_captured(const StepParts& parts);
   // What names micro-step `micro`'s graph: its place in the step, the model's and (last) the optimizer's shape.
   static std::string micro_step_shape(const StepParts& parts, int step, int micro);
-  // Micro-step `micro`'s device part (the batch uploaded), enqueued; capture() records it as a graph.
-  static void enqueue_micro_step(StepParts& parts, int step, float lr, int micro);
+  // Micro-step `micro`'s device part (enqueue_uploaded_micro_step, the batch uploaded) as a graph.
   static Graph capture(StepParts& parts, int step, float lr, int micro);
 
   std::map<std::string, Graph> graphs_;  // by shape

@@ -36,26 +36,31 @@ class BackwardTracing {
 
 }  // namespace
 
-void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch) {
+void enqueue_uploaded_micro_step(StepParts& parts, int step, float lr, int micro, Tracer::SliceId forward_slice) {
   TrainableModel& model = parts.model;
   BucketOptimizer& optimizer = parts.optimizer;
-  const float dloss = parts.loss_gradient_scale;
+  const bool last_micro = micro == parts.grad_accum - 1;
+  model.forward_uploaded(micro, /*compute_dlogits=*/true, parts.loss_gradient_scale, optimizer.before_bucket_use());
+  parts.tracer.end(forward_slice, model.stream());
+  if (micro == 0) optimizer.before_first_backward();
+  if (last_micro) optimizer.begin_step(step, lr);
+  BackwardTracing backward_tracing(parts.tracer, model, last_micro ? optimizer.on_bucket_ready() : BucketHook());
+  model.backward(/*first_micro_step=*/micro == 0, backward_tracing.hook());
+  if (!last_micro) return;
+  optimizer.finish_step();
+  model.enqueue_mean_loss(parts.grad_accum, step % 2);
+}
+
+void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch) {
+  TrainableModel& model = parts.model;
   model.before_step(step - 1);  // from the second step on, the parameters carry the previous step's update
   for (int micro = 0; micro < parts.grad_accum; micro++) {
-    const bool last_micro = micro == parts.grad_accum - 1;
     parts.train_batches.next_batch(batch.inputs.data(), batch.targets.data());
     const Tracer::SliceId forward_slice =
         parts.tracer.begin(model.stream(), TraceTrack::kCompute, "forward", {{"micro_step", micro}});
-    model.forward(batch.inputs.data(), batch.targets.data(), micro, /*compute_dlogits=*/true, dloss,
-                  optimizer.before_bucket_use());
-    parts.tracer.end(forward_slice, model.stream());
-    if (micro == 0) optimizer.before_first_backward();
-    if (last_micro) optimizer.begin_step(step, lr);
-    BackwardTracing backward_tracing(parts.tracer, model, last_micro ? optimizer.on_bucket_ready() : BucketHook());
-    model.backward(/*first_micro_step=*/micro == 0, backward_tracing.hook());
+    model.upload_batch(batch.inputs.data(), batch.targets.data(), /*training=*/true);
+    enqueue_uploaded_micro_step(parts, step, lr, micro, forward_slice);
   }
-  optimizer.finish_step();
-  model.enqueue_mean_loss(parts.grad_accum, step % 2);
 }
 
 StepResult read_train_step(StepParts& parts, int step) {

@@ -43,6 +43,12 @@ struct StepResult {
 // summed on the device. The batches come from `train_batches` (--train-loader).
 void enqueue_train_step(StepParts& parts, int step, float lr, Batch& batch);
 
+// Micro-step `micro` of step `step` after its batch's upload_batch, which `forward_slice` (begun before the upload)
+// covers in a trace: the forward, the optimizer's hooks, the backward and, in the step's last micro-step, the
+// optimizer's finish and the loss's sum. enqueue_train_step's micro-steps; what a CUDA graph of a micro-step
+// captures (llmc/train/step_graphs.h).
+void enqueue_uploaded_micro_step(StepParts& parts, int step, float lr, int micro, Tracer::SliceId forward_slice);
+
 // The loss (mean over ranks and micro-steps) and gradient norm of step `step`, the last enqueued step or
 // the one before it: waits until the device has finished it. Reading step s after enqueuing step s + 1 is
 // what keeps the device busy between steps (the host prepares s + 1 while s runs).

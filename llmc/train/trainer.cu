@@ -151,11 +151,7 @@ Trainer::Trainer(const TrainOptions& options, const std::string& options_text, C
       meter_(throughput_meter(*run_)),
       batch_(static_cast<size_t>(opt_.batch_size) * std::max(opt_.seq_len, opt_.validation_seq_len())),
       since_(Clock::now()) {
-  if (opt_.cuda_graphs) {
-    if (const std::string why = StepGraphs::why_not_captured(parts_); !why.empty())
-      throw std::invalid_argument("--cuda-graphs: " + why + "; pass --cuda-graphs off");
-    step_graphs_ = std::make_unique<StepGraphs>();
-  }
+  if (opt_.cuda_graphs) step_graphs_ = std::make_unique<StepGraphs>(parts_);
   for (const std::string& line : format_log_header(run_->describe(options_text, debug_))) log_->line(line);
 }
 

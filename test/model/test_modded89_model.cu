@@ -13,6 +13,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/base/bf16_bits.h"
@@ -391,25 +392,17 @@ TEST_F(Modded89ModelTest, TrainingMicroStepGraphReplaysLaterUploads) {
   Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos);
   c.load(model);
   model.set_loss_weights(stage1_weights());
-  std::vector<std::vector<float>> losses, grads;
-  for (const Uploaded& batch : batches) {
-    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
-    model.backward(true);
-    losses.push_back(model.download_losses());
-    grads.push_back(model.download_grads());
-  }
-  ASSERT_NE(losses[0], losses[1]);
-  ASSERT_NE(grads[1], grads[2]);
-  model.upload_batch(c.tokens.data(), c.targets.data(), /*training=*/true);
-  const test::CapturedGraph graph(stream, [&] {
-    model.forward_uploaded(0, true, 1.0f);
-    model.backward(true);
-  });
-  for (size_t i = 0; i < batches.size(); i++) {
+  const auto upload = [&](size_t i) {
     model.upload_batch(batches[i].inputs.data(), batches[i].targets.data(), /*training=*/true);
-    graph.launch(stream);
-    EXPECT_EQ(model.download_losses(), losses[i]) << "batch " << i;
-    EXPECT_EQ(model.download_grads(), grads[i]) << "batch " << i;
+  };
+  const auto observe = [&] { return std::make_pair(model.download_losses(), model.download_grads()); };
+  const auto eager = test::micro_step_results(model, batches.size(), upload, observe, /*replayed=*/false);
+  ASSERT_NE(eager[0].first, eager[1].first);
+  ASSERT_NE(eager[1].second, eager[2].second);
+  const auto replayed = test::micro_step_results(model, batches.size(), upload, observe, /*replayed=*/true);
+  for (size_t i = 0; i < batches.size(); i++) {
+    EXPECT_EQ(replayed[i].first, eager[i].first) << "batch " << i;
+    EXPECT_EQ(replayed[i].second, eager[i].second) << "batch " << i;
   }
 }
 

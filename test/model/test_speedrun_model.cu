@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/cuda/cuda_common.h"
@@ -207,24 +208,15 @@ TEST_F(SpeedrunModelTest, TrainingMicroStepGraphReplaysLaterUploads) {
   SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos);
   ref::SpeedrunParams params = test_params(config, 10);
   model.upload_params(to_layout(model.layout(), params));
-  std::vector<double> losses;
-  std::vector<std::vector<float>> grads;
-  for (const SpeedrunBatch& batch : batches) {
-    model.forward(batch.inputs.data(), batch.targets.data(), 0, true, 1.0f);
-    model.backward(true);
-    losses.push_back(model.mean_loss(1));
-    grads.push_back(model.download_grads());
-  }
-  model.upload_batch(batches[0].inputs.data(), batches[0].targets.data(), /*training=*/true);
-  const test::CapturedGraph graph(stream, [&] {
-    model.forward_uploaded(0, true, 1.0f);
-    model.backward(true);
-  });
-  for (size_t i = 0; i < batches.size(); i++) {
+  const auto upload = [&](size_t i) {
     model.upload_batch(batches[i].inputs.data(), batches[i].targets.data(), /*training=*/true);
-    graph.launch(stream);
-    EXPECT_EQ(model.mean_loss(1), losses[i]) << "batch " << i;
-    EXPECT_TRUE(model.download_grads() == grads[i]) << "batch " << i;
+  };
+  const auto observe = [&] { return std::make_pair(model.mean_loss(1), model.download_grads()); };
+  const auto eager = test::micro_step_results(model, batches.size(), upload, observe, /*replayed=*/false);
+  const auto replayed = test::micro_step_results(model, batches.size(), upload, observe, /*replayed=*/true);
+  for (size_t i = 0; i < batches.size(); i++) {
+    EXPECT_EQ(replayed[i].first, eager[i].first) << "batch " << i;
+    EXPECT_TRUE(replayed[i].second == eager[i].second) << "batch " << i;
   }
 }
 

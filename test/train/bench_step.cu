@@ -190,10 +190,7 @@ TrainOptions train_options(const Options& o, const CommContext& comm, const std:
 struct Setup {
   Setup(const TrainOptions& options, CommContext& comm)
       : run(options, comm), batch(static_cast<size_t>(options.batch_size) * options.seq_len), parts(run.step_parts()) {
-    if (!options.cuda_graphs) return;
-    if (const std::string why = StepGraphs::why_not_captured(parts); !why.empty())
-      throw std::invalid_argument("--cuda-graphs: " + why);
-    graphs = std::make_unique<StepGraphs>();
+    if (options.cuda_graphs) graphs = std::make_unique<StepGraphs>(parts);
   }
   TrainingRun run;
   Batch batch;
