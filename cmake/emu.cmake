@@ -213,6 +213,7 @@ llmc_add_cu_test(NAME emu_tests LABELS emu ALSO_SCHEDULES reverse drift
     test/emu/test_graphs.cu
     test/emu/test_bf16.cu
     test/emu/test_mma.cu
+    test/emu/test_wgmma.cu
     test/emu/test_cublaslt.cu
     test/emu/test_cp_async.cu
     test/emu/test_errors.cu

@@ -661,4 +661,25 @@ bool is_shared_memory(const void* address, size_t bytes) {
   return false;
 }
 
+uint32_t shared_window_address(const void* address) {
+  const BlockRun& run = require_block_run("shared-memory address");
+  const auto* base = static_cast<const unsigned char*>(run.dynamic_shared);
+  const auto* probe = static_cast<const unsigned char*>(address);
+  if (run.launch->dynamic_shared_bytes == 0 || probe < base || probe >= base + run.launch->dynamic_shared_bytes) {
+    fail_in_kernel("shared-memory address asked for a pointer outside the block's dynamic shared memory "
+                   "(the emulation gives shared-window addresses to dynamic shared memory only)");
+  }
+  return kDynamicSharedWindowAddress + static_cast<uint32_t>(probe - base);
+}
+
+const unsigned char* shared_window_pointer(uint32_t address, size_t bytes, const char* operation_name) {
+  const BlockRun& run = require_block_run(operation_name);
+  const size_t size = run.launch->dynamic_shared_bytes;
+  if (address < kDynamicSharedWindowAddress || address - kDynamicSharedWindowAddress + bytes > size) {
+    fail_in_kernel(std::string(operation_name) + ": shared address " + std::to_string(address) + " + " +
+                   std::to_string(bytes) + " bytes is outside the block's dynamic shared memory");
+  }
+  return static_cast<const unsigned char*>(run.dynamic_shared) + (address - kDynamicSharedWindowAddress);
+}
+
 }  // namespace llmc::emu

@@ -84,6 +84,15 @@ int current_lane();
 // __shared__ variables or its dynamic shared memory).
 bool is_shared_memory(const void* address, size_t bytes);
 
+// The shared state space's addresses (what __cvta_generic_to_shared gives on a GPU), for instructions
+// that take them in descriptors (wgmma). Only dynamic shared memory has them here; it starts at
+// kDynamicSharedWindowAddress, 16-byte but deliberately not 1024-byte aligned, because CUDA promises no
+// more: a kernel whose swizzled tiles need 1024-byte alignment must align them itself.
+inline constexpr uint32_t kDynamicSharedWindowAddress = 0x410;
+uint32_t shared_window_address(const void* address);
+// The host pointer behind [address, address + bytes) of the window; fails the kernel outside it.
+const unsigned char* shared_window_pointer(uint32_t address, size_t bytes, const char* operation_name);
+
 // ---- running blocks --------------------------------------------------------------------------
 // Which thread runs next. Lockstep schedules (forward, reverse) run every thread of the block to its
 // next synchronisation point in turn, so warps stay together. kDrift runs one warp at a time up to
