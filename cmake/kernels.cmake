@@ -9,6 +9,7 @@ set(LLMC_SPEEDRUN_KERNEL_TEST_SOURCES
   test/kernels/test_qk_norm_rope.cu
   test/kernels/test_softcap_cross_entropy.cu
   test/kernels/test_relu_squared.cu
+  test/kernels/test_wgmma_gemm.cu
   test/kernels/test_smear_gate.cu
   test/kernels/test_attention_gate.cu
   test/kernels/test_residual_mix.cu

@@ -1,8 +1,8 @@
 // ReLU^2, the speedrun model's MLP activation: a = relu(h)^2, backward dh = 2 relu(h) da, or, from the stored
 // activation alone as the 2026-07-17 record does, dh = 2 sqrt(a) da; elementwise in 16-byte packets (scalar
-// fallback for unaligned or ragged tensors). A kernel of its own for now: cuBLASLt
-// has no ReLU^2 epilogue, so fusing it means a hand-written GEMM epilogue (the faster option the benchmark
-// rows of docs/speedrun_model.md quantify).
+// fallback for unaligned or ragged tensors). cuBLASLt has no ReLU^2 epilogue, so with cuBLASLt GEMMs this is a
+// pass of its own; llmc/kernels/wgmma_gemm.cuh does the same arithmetic in its own GEMM's epilogue
+// (--wgmma-mlp, docs/kernels.md).
 #pragma once
 
 #include <cstddef>

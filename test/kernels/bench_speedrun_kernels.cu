@@ -22,6 +22,7 @@
 #include "llmc/kernels/fp8_head.cuh"
 #include "llmc/kernels/qk_norm_rope.cuh"
 #include "llmc/kernels/relu_squared.cuh"
+#include "llmc/kernels/wgmma_gemm.cuh"
 #include "llmc/kernels/residual_mix.cuh"
 #include "llmc/kernels/residual_norm.cuh"
 #include "llmc/kernels/rmsnorm.cuh"
@@ -58,6 +59,13 @@ struct Row {
   double ceiling_us() const { return 1e6 * std::max(bytes / kHbmBytesPerSecond, flops / flops_per_second); }
 };
 
+// The GEMM rows (named "GEMM", or the FP8 head's "fp8 head: z = ..."): counted by their FLOPs elsewhere, not as
+// memory-bound kernels (scripts/project_speedrun.py reads them the same way).
+bool is_gemm_row(const Row& row) {
+  return row.name.find("GEMM") != std::string::npos ||
+         (row.name.rfind("fp8 head: ", 0) == 0 && row.name.find(" = ") != std::string::npos);
+}
+
 // The FP8 head (docs/fp8.md; its sizes must be multiples of 16).
 bool fp8_head_fits(const Shape& s) { return s.T % 16 == 0 && s.C % 16 == 0 && s.V % 16 == 0; }
 
@@ -66,16 +74,20 @@ bool fp8_head_fits(const Shape& s) { return s.T % 16 == 0 && s.C % 16 == 0 && s.
 // 12 of them in the pass of the mix that writes their input, residual_norm_forward and _backward: the 11
 // block-lambda mixes and the backout; 27 mixes: those 12 and 15 alone). With the FP8 head the loss writes its e5m2
 // codes (fp8_head_rows).
-std::vector<Row> model_rows(const Shape& s) {
+// With --wgmma-mlp (wgmma_mlp) the MLP's two GEMMs take ReLU^2 and its slope into their epilogues: the ReLU^2 rows
+// run no more and the wgmma GEMMs' rows do (named GEMM: they count with the GEMMs, not the memory-bound kernels);
+// the cuBLASLt GEMMs they replace are printed beside them, 0 calls (the block GEMMs are counted elsewhere).
+std::vector<Row> model_rows(const Shape& s, bool wgmma_mlp) {
   const double x = sizeof(floatX), T = s.T, C = s.C, H = s.H, D = s.D(), V = s.V, TC = T * C;
+  const double relu_calls = wgmma_mlp ? 0 : 11, mlp_gemm = 2 * T * C * 4 * C;
   return {
       {"rmsnorm_forward", 11, 2 * TC * x + 4 * T, 3 * TC, {}},
       {"rmsnorm_backward (accumulate)", 11, 4 * TC * x + 4 * T, 6 * TC, {}},
       {"rope_tables_build (per YaRN change)", 0, T * D * x + 4 * D / 2, 3 * T * D / 2, {}},
       {"qk_norm_rope_forward (q and k)", 10, 4 * TC * x + T * D * x + 8 * T * H, 2 * TC * 9, {}},
       {"qk_norm_rope_backward (in place)", 10, 6 * TC * x + T * D * x + 8 * T * H, 2 * TC * 14, {}},
-      {"relu_squared_forward (4C)", 11, 2 * 4 * TC * x, 2 * 4 * TC, {}},
-      {"relu_squared_backward (4C)", 11, 3 * 4 * TC * x, 3 * 4 * TC, {}},
+      {"relu_squared_forward (4C)", relu_calls, 2 * 4 * TC * x, 2 * 4 * TC, {}},
+      {"relu_squared_backward (4C)", relu_calls, 3 * 4 * TC * x, 3 * 4 * TC, {}},
       {"softcap_cross_entropy (fused fwd+bwd)", fp8_head_fits(s) ? 0.0 : 1.0, 2 * T * V * x + 8 * T, 24 * T * V, {}},
       {"smear_forward", 1, 2 * TC * x, 3 * TC + 30 * T, {}},
       {"smear_backward (+ dw, dlambda)", 1, 3 * TC * x, 8 * TC + 60 * T, {}},
@@ -89,6 +101,10 @@ std::vector<Row> model_rows(const Shape& s) {
       {"embedding_backward (4 tables, bound)", 1, 12 * TC * x + 8 * T, 4 * TC, {}},
       {"scalars_to_fp32 (64 scalars)", 1, 64 * (x + 4), 0, {}},
       {"add_fp32_grads (64 scalars)", 1, 64 * (2 * x + 4), 64, {}},
+      {"MLP fc GEMM (cuBLASLt)", 0, (TC + 4 * C * C + 4 * TC) * 2, mlp_gemm, {}},
+      {"MLP fc GEMM + relu^2 (wgmma)", 11 - relu_calls, (TC + 4 * C * C + 8 * TC) * 2, mlp_gemm, {}},
+      {"MLP dx GEMM (cuBLASLt)", 0, (TC + 4 * C * C + 4 * TC) * 2, mlp_gemm, {}},
+      {"MLP dx GEMM + relu^2 slope (wgmma)", 11 - relu_calls, (TC + 4 * C * C + 8 * TC) * 2, mlp_gemm, {}},
   };
 }
 
@@ -111,8 +127,8 @@ std::vector<Row> fp8_head_rows(const Shape& s) {
   return rows;
 }
 
-std::vector<Row> all_rows(const Shape& s) {
-  std::vector<Row> rows = model_rows(s);
+std::vector<Row> all_rows(const Shape& s, bool wgmma_mlp) {
+  std::vector<Row> rows = model_rows(s, wgmma_mlp);
   if (fp8_head_fits(s)) {
     const std::vector<Row> head = fp8_head_rows(s);
     rows.insert(rows.end(), head.begin(), head.end());
@@ -168,6 +184,38 @@ std::vector<std::function<void()>> fp8_head_work(Workspace& w, const Shape& s, f
       [=, &head, &matmul] { llmc::fp8_gemm(matmul, llmc::fp8_head_input_grad_gemm(head, dx, T), stream); },
       [=, &head, &matmul] { llmc::fp8_gemm(matmul, llmc::fp8_head_weight_grad_gemm(head, dweight, T, true), stream); },
       [=, &matmul] { llmc::matmul_forward(matmul, z, nullptr, x, weight, nullptr, T, C, V, stream); },
+  };
+}
+
+// The MLP's GEMMs: cuBLASLt's h = xn W_fc and dact = dx W_proj (the relu^2 rows are their epilogues' work), and
+// the wgmma kernel with each epilogue; bf16 in either build (the wgmma kernel is bf16 only).
+std::vector<std::function<void()>> mlp_gemm_work(Workspace& w, const Shape& s, cudaStream_t stream) {
+  using bf16 = __nv_bfloat16;
+  const size_t TC = static_cast<size_t>(s.T) * s.C;
+  bench::Arena& a = w.arena;
+  bf16 *xn = a.make<bf16>(TC), *weight = a.make<bf16>(static_cast<size_t>(4) * s.C * s.C, 0.05f);
+  bf16 *pre = a.make<bf16>(4 * TC), *post = a.make<bf16>(4 * TC), *d = a.make<bf16>(4 * TC);
+  llmc::MatmulContext& matmul = w.matmul;
+  llmc::WgmmaGemmArgs g;
+  g.a = xn, g.w = weight, g.m = s.T, g.n = 4 * s.C, g.k = s.C;
+  const auto cublas = [=, &matmul](bf16* out) {
+#if defined(LLMC_FP32)
+    (void)out, (void)matmul;
+    throw std::runtime_error("bench_speedrun_kernels: the MLP GEMM rows need the bf16 build");
+#else
+    llmc::GemmArgs gemm;
+    gemm.d = out, gemm.a = xn, gemm.b = weight, gemm.m = s.T, gemm.n = 4 * s.C, gemm.k = s.C;
+    llmc::gemm(matmul, gemm, stream);
+#endif
+  };
+  llmc::WgmmaGemmArgs forward = g, backward = g;
+  forward.out = pre, forward.post = post;
+  backward.out = d, backward.saved = pre;
+  return {
+      [=] { cublas(pre); },
+      [=] { llmc::wgmma_gemm_launch(llmc::WgmmaEpilogue::kReluSquared, forward, stream); },
+      [=] { cublas(d); },
+      [=] { llmc::wgmma_gemm_launch(llmc::WgmmaEpilogue::kReluSquaredBackward, backward, stream); },
   };
 }
 
@@ -246,6 +294,8 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
       [=] { llmc::scalars_to_fp32(scalars, scalar_params, 64, stream); },
       [=] { llmc::add_fp32_grads(scalar_grads, dscalars, 64, stream); },
   };
+  const std::vector<std::function<void()>> mlp = mlp_gemm_work(w, s, stream);
+  work.insert(work.end(), mlp.begin(), mlp.end());
   if (w.head) {
     const std::vector<std::function<void()>> head_work = fp8_head_work(w, s, x, z, dx, losses, stream);
     work.insert(work.end(), head_work.begin(), head_work.end());
@@ -274,6 +324,10 @@ void print_rows(const std::vector<Row>& rows, const std::vector<double>& measure
     std::printf(" %12s\n", "-");
   else
     std::printf(" %12.1f (per step)\n", measured_step_us);
+  double memory_bytes = 0.0;
+  for (const Row& row : rows)
+    if (!is_gemm_row(row)) memory_bytes += row.calls_per_step * row.bytes;
+  std::printf("memory-bound rows (GEMMs excluded): %.2f GB per step\n", memory_bytes / 1e9);
 }
 
 }  // namespace
@@ -283,25 +337,27 @@ int main(int argc, char** argv) {
       "Speedrun-model kernels: bytes, FLOPs and time at the H200 ceilings per call, measured on a GPU."};
   Shape shape{32768, 768, 6, 50304};
   int repeats = 20;
-  bool dry_run = false;
+  bool dry_run = false, wgmma_mlp = false;
   app.positive("--tokens", shape.T, "tokens per rank T");
   app.positive("--channels", shape.C, "model width C");
   app.positive("--heads", shape.H, "attention heads (must divide C)");
   app.positive("--vocab", shape.V, "vocabulary V, padding included (multiple of 8)");
   app.positive("--repeats", repeats, "timed calls per kernel");
   app.flag("--dry-run", dry_run, "print the byte/FLOP rows and ceilings without running anything");
+  app.flag("--wgmma-mlp", wgmma_mlp,
+           "count the step as train_gpt2 --wgmma-mlp on runs it: ReLU^2 in the MLP GEMMs' epilogues");
   if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   if (shape.C % shape.H != 0) {
     std::fprintf(stderr, "bench_speedrun_kernels: --channels %d is not divisible by --heads %d\n", shape.C, shape.H);
     return 2;
   }
   std::printf(
-      "bench_speedrun_kernels (%s%s): T=%d C=%d H=%d D=%d V=%d; ceilings %.1f TB/s, %.0f TFLOP/s bf16, %.0f TFLOP/s "
+      "bench_speedrun_kernels (%s%s%s): T=%d C=%d H=%d D=%d V=%d; ceilings %.1f TB/s, %.0f TFLOP/s bf16, %.0f TFLOP/s "
       "fp8%s\n",
-      llmc::kPrecisionName, kEmulated ? ", emulated" : "", shape.T, shape.C, shape.H, shape.D(), shape.V,
+      llmc::kPrecisionName, kEmulated ? ", emulated" : "", wgmma_mlp ? ", --wgmma-mlp" : "", shape.T, shape.C, shape.H, shape.D(), shape.V,
       kHbmBytesPerSecond / 1e12, kBf16FlopsPerSecond / 1e12, kFp8FlopsPerSecond / 1e12,
       fp8_head_fits(shape) ? "" : " (no FP8 head rows: T, C and V must be multiples of 16)");
-  std::vector<Row> rows = all_rows(shape);
+  std::vector<Row> rows = all_rows(shape, wgmma_mlp);
   if (dry_run) {
     print_rows(rows, {}, "measured us");
     return 0;

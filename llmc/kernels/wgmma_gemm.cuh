@@ -1,0 +1,236 @@
+// A bf16 GEMM on Hopper's warpgroup MMA whose epilogue does the speedrun MLPs' elementwise work, so that ReLU^2
+// and its derivative never make a pass of their own: out (M, N) = A (M, K) W, A row-major, W stored (K, N) row-major
+// or (w_k_major) (N, K) row-major (out = A W^T), fp32 accumulation, rounded to bf16 as cuBLASLt's output is, then
+//   kPlain:                       out;
+//   kReluSquared:                 out = pre, and post = relu(pre)^2 (the fc GEMM: pre and post of the MLP);
+//   kReluSquaredBackward:         out = 2 relu(saved) * product, saved the forward's pre (the down projection's
+//                                 input gradient times ReLU^2's slope);
+//   kReluSquaredBackwardFromPost: out = 2 sqrt(saved) * product, saved the forward's post (the 2026-07-17 record's
+//                                 backward, which keeps no pre-activation).
+// sm_90a only (llmc/cuda/wgmma.cuh); 128 x 128 output tiles, two warpgroups, 64-deep k-tiles through a 4-stage
+// cp.async ring loading two tiles ahead while one product group stays in flight; N and K multiples of 8.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda/async_copies.cuh"
+#include "llmc/cuda/cuda_common.h"
+#include "llmc/cuda/precision.h"
+#include "llmc/cuda/wgmma.cuh"
+#include "llmc/kernels/relu_squared.cuh"
+
+namespace llmc {
+
+enum class WgmmaEpilogue { kPlain, kReluSquared, kReluSquaredBackward, kReluSquaredBackwardFromPost };
+
+struct WgmmaGemmArgs {
+  __nv_bfloat16* out = nullptr;          // (M, N)
+  __nv_bfloat16* post = nullptr;         // kReluSquared: (M, N) relu(out)^2
+  const __nv_bfloat16* saved = nullptr;  // the backward epilogues: (M, N) the forward's pre- or post-activation
+  const __nv_bfloat16* a = nullptr;      // (M, K) row-major
+  const __nv_bfloat16* w = nullptr;      // (K, N) row-major, or (N, K) row-major with w_k_major
+  bool w_k_major = false;
+  int m = 0, n = 0, k = 0;
+};
+
+namespace wgmma_gemm {
+
+using bf16 = __nv_bfloat16;
+
+inline constexpr int kTileM = 128, kTileN = 128, kTileK = 64, kStages = 4, kLoadAhead = kStages - 2;
+inline constexpr int kThreads = 256;  // two warpgroups, 64 rows each
+inline constexpr int kTileABytes = kTileM * kSwizzle128RowBytes;            // 128 K-major rows of 64
+inline constexpr int kHalfBBytes = kTileK * kSwizzle128RowBytes;            // 64 k-rows of 64 columns
+inline constexpr int kStageBytes = kTileABytes + 2 * kHalfBBytes;           // 32 KiB
+inline constexpr int kSharedBytes = 1024 + kStages * kStageBytes;           // + the 1024-byte alignment
+
+// Whether the kernel takes this shape: rows of 16 bytes (N and K multiples of 8); tiles are cut at M, N and K.
+inline bool shape_fits(int n, int k) { return n > 0 && k > 0 && n % 8 == 0 && k % 8 == 0; }
+
+// Stage `slot` <- k-tile `k_tile`: A rows m0.. as K-major swizzled rows; W's k-rows as two N-major halves of 64
+// columns, or with kWKMajor its rows n0.. as K-major swizzled rows like A's; zeros past M, N and K (they add nothing
+// to the product). 1024 16-byte chunks of each per stage, 4 + 4 per thread.
+template <bool kWKMajor>
+__device__ inline void load_stage(AsyncCopies& copies, unsigned char* stage, const WgmmaGemmArgs& g, int m0,
+                                  int n0, int k_tile) {
+  const int k0 = k_tile * kTileK;
+  for (int chunk = threadIdx.x; chunk < kTileM * 8; chunk += kThreads) {
+    const int row = chunk / 8, column = chunk % 8, m = m0 + row;
+    const bool inside = m < g.m && k0 + column * 8 < g.k;
+    const bf16* source = g.a + (inside ? static_cast<size_t>(m) * g.k + k0 + column * 8 : 0);
+    copies.copy16_or_zero(stage + swizzle128_offset(row, column), source, inside);
+  }
+  unsigned char* tile_b = stage + kTileABytes;
+  if constexpr (kWKMajor) {
+    for (int chunk = threadIdx.x; chunk < kTileN * 8; chunk += kThreads) {
+      const int row = chunk / 8, column = chunk % 8, n = n0 + row;
+      const bool inside = n < g.n && k0 + column * 8 < g.k;
+      const bf16* source = g.w + (inside ? static_cast<size_t>(n) * g.k + k0 + column * 8 : 0);
+      copies.copy16_or_zero(tile_b + swizzle128_offset(row, column), source, inside);
+    }
+  } else {
+    for (int chunk = threadIdx.x; chunk < kTileK * 16; chunk += kThreads) {
+      const int k = chunk / 16, column = chunk % 16;
+      const bool inside = k0 + k < g.k && n0 + column * 8 < g.n;
+      const bf16* source = g.w + (inside ? static_cast<size_t>(k0 + k) * g.n + n0 + column * 8 : 0);
+      copies.copy16_or_zero(tile_b + (column / 8) * kHalfBBytes + swizzle128_offset(k, column % 8), source, inside);
+    }
+  }
+}
+
+// The four 16-deep products of one k-tile for this warpgroup's 64 rows.
+template <bool kWKMajor>
+__device__ inline void multiply_stage(WarpgroupMma& mma, float (&acc)[64], const unsigned char* stage, int group,
+                                      bool accumulate) {
+  const unsigned char* tile_a = stage + group * (kTileABytes / 2);
+  const unsigned char* tile_b = stage + kTileABytes;
+  mma.fence();
+  for (int s = 0; s < kTileK / 16; ++s) {
+    const uint64_t b = kWKMajor ? swizzle128_descriptor(tile_b, 32 * s)
+                                : swizzle128_mn_descriptor(tile_b + 2048 * s, kHalfBBytes, 1024);
+    mma.mma_m64n128k16<!kWKMajor>(acc, swizzle128_descriptor(tile_a, 32 * s), b, accumulate || s > 0);
+  }
+  mma.commit();
+}
+
+template <WgmmaEpilogue kEpilogue>
+__device__ inline void store_pair(const WgmmaGemmArgs& g, size_t at, float x0, float x1) {
+  __nv_bfloat162 value = __floats2bfloat162_rn(x0, x1);  // cuBLASLt's rounding of its output
+  if constexpr (kEpilogue == WgmmaEpilogue::kReluSquared) {
+    const float pre0 = __low2float(value), pre1 = __high2float(value);
+    *reinterpret_cast<__nv_bfloat162*>(g.post + at) =
+        __floats2bfloat162_rn(relu_squared(pre0), relu_squared(pre1));
+  } else if constexpr (kEpilogue != WgmmaEpilogue::kPlain) {  // relu_squared_backward(_from_post)'s arithmetic
+    constexpr bool kFromPost = kEpilogue == WgmmaEpilogue::kReluSquaredBackwardFromPost;
+    const __nv_bfloat162 saved = *reinterpret_cast<const __nv_bfloat162*>(g.saved + at);
+    value = __floats2bfloat162_rn(relu_squared_slope<kFromPost>(__low2float(saved)) * __low2float(value),
+                                  relu_squared_slope<kFromPost>(__high2float(saved)) * __high2float(value));
+  }
+  *reinterpret_cast<__nv_bfloat162*>(g.out + at) = value;
+}
+
+// This thread's accumulators (llmc/emu/wgmma_model.h's layout) to the output, rows past M and columns past N
+// skipped (N is a multiple of 8, so a column pair is wholly inside or outside).
+template <WgmmaEpilogue kEpilogue>
+__device__ inline void store_tile(const WgmmaGemmArgs& g, const float (&acc)[64], int m0, int n0) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = m0 + 64 * (warp / 4) + 16 * (warp % 4) + lane / 4;
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + 8 * half;
+    if (row >= g.m) continue;
+    for (int i = 0; i < kTileN / 8; ++i) {
+      const int column = n0 + 8 * i + 2 * (lane % 4);
+      if (column >= g.n) continue;
+      const size_t at = static_cast<size_t>(row) * g.n + column;
+      store_pair<kEpilogue>(g, at, acc[4 * i + 2 * half], acc[4 * i + 2 * half + 1]);
+    }
+  }
+}
+
+template <WgmmaEpilogue kEpilogue, bool kWKMajor>
+__global__ void __launch_bounds__(256, 1) gemm_kernel(WgmmaGemmArgs g) {
+  LLMC_DYNAMIC_SHARED(unsigned char, shared);
+  unsigned char* ring = shared + (1024 - shared_space_address(shared) % 1024) % 1024;
+  const int n0 = static_cast<int>(blockIdx.x) * kTileN, m0 = static_cast<int>(blockIdx.y) * kTileM;
+  const int k_tiles = (g.k + kTileK - 1) / kTileK, group = threadIdx.x / 128;
+  AsyncCopies copies;
+  WarpgroupMma mma;
+  float acc[64];
+  for (int t = 0; t < kLoadAhead; ++t) {
+    if (t < k_tiles) load_stage<kWKMajor>(copies, ring + (t % kStages) * kStageBytes, g, m0, n0, t);
+    copies.commit();
+  }
+  for (int t = 0; t < k_tiles; ++t) {
+    copies.wait<kLoadAhead - 1>();  // k-tile t has landed (this thread's copies)
+    fence_proxy_async_shared();     // ... visible to the tensor cores' reads
+    __syncthreads();                // ... and everyone's; the products of t - 2 are done in every warp
+    const int ahead = t + kLoadAhead;  // into the slot k-tile t - 2 used
+    if (ahead < k_tiles) load_stage<kWKMajor>(copies, ring + (ahead % kStages) * kStageBytes, g, m0, n0, ahead);
+    copies.commit();
+    multiply_stage<kWKMajor>(mma, acc, ring + (t % kStages) * kStageBytes, group, t > 0);
+    mma.wait<1>();  // the products of t - 1 done: its slot may be refilled after the next barrier
+  }
+  mma.wait<0>();
+  copies.wait<0>();
+  store_tile<kEpilogue>(g, acc, m0, n0);
+}
+
+}  // namespace wgmma_gemm
+
+// Enqueues the GEMM with its epilogue. Throws std::invalid_argument for shapes or pointers the kernel does not
+// take (N a multiple of 128, K of 64, 16-byte aligned operands, the epilogue's extra tensor present).
+inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, const WgmmaGemmArgs& g, cudaStream_t stream) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (g.m <= 0 || !wgmma_gemm::shape_fits(g.n, g.k)) {
+    throw std::invalid_argument("wgmma_gemm: shape " + std::to_string(g.m) + " x " + std::to_string(g.n) + " x " +
+                                std::to_string(g.k) + " needs positive sizes, N and K multiples of 8");
+  }
+  const bool extra_present = epilogue == WgmmaEpilogue::kPlain         ? true
+                             : epilogue == WgmmaEpilogue::kReluSquared ? g.post != nullptr && aligned(g.post)
+                                                                       : g.saved != nullptr && aligned(g.saved);
+  if (!aligned(g.out) || !aligned(g.a) || !aligned(g.w) || !extra_present) {
+    throw std::invalid_argument("wgmma_gemm: out, a, w (and post or saved for the ReLU^2 epilogues) must be 16-byte "
+                                "aligned device pointers");
+  }
+  const double mn = static_cast<double>(g.m) * g.n;
+  const double io_tensors = epilogue == WgmmaEpilogue::kPlain ? 1.0 : 2.0;  // out, and post or saved
+  const KernelCost cost{2.0 * (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n + io_tensors * mn),
+                        2.0 * mn * g.k};
+  const dim3 grid(static_cast<unsigned>((g.n + wgmma_gemm::kTileN - 1) / wgmma_gemm::kTileN),
+                  static_cast<unsigned>((g.m + wgmma_gemm::kTileM - 1) / wgmma_gemm::kTileM));
+  // Told to benchmarks as a GEMM (LaunchKind::kGemm: timed at the tensor cores' peak), not a memory-bound kernel.
+  const auto launch = [&](auto kernel, const char* name) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wgmma_gemm::kSharedBytes));
+    observed_launch(
+        LaunchKind::kGemm, stream, cost, [&] { return std::string(name); },
+        [&] {
+          launch_kernel(kernel, name, __FILE__, __LINE__, grid, dim3(wgmma_gemm::kThreads), wgmma_gemm::kSharedBytes,
+                        stream, g);
+        });
+  };
+  const auto launch_layout = [&](auto k_major_kernel, auto n_major_kernel, const char* name) {
+    if (g.w_k_major) launch(k_major_kernel, name);
+    else launch(n_major_kernel, name);
+  };
+  using wgmma_gemm::gemm_kernel;
+  switch (epilogue) {
+    case WgmmaEpilogue::kPlain:
+      launch_layout(gemm_kernel<WgmmaEpilogue::kPlain, true>, gemm_kernel<WgmmaEpilogue::kPlain, false>,
+                    "wgmma gemm");
+      break;
+    case WgmmaEpilogue::kReluSquared:
+      launch_layout(gemm_kernel<WgmmaEpilogue::kReluSquared, true>, gemm_kernel<WgmmaEpilogue::kReluSquared, false>,
+                    "wgmma gemm + relu^2");
+      break;
+    case WgmmaEpilogue::kReluSquaredBackward:
+      launch_layout(gemm_kernel<WgmmaEpilogue::kReluSquaredBackward, true>,
+                    gemm_kernel<WgmmaEpilogue::kReluSquaredBackward, false>, "wgmma gemm + relu^2 backward");
+      break;
+    case WgmmaEpilogue::kReluSquaredBackwardFromPost:
+      launch_layout(gemm_kernel<WgmmaEpilogue::kReluSquaredBackwardFromPost, true>,
+                    gemm_kernel<WgmmaEpilogue::kReluSquaredBackwardFromPost, false>,
+                    "wgmma gemm + relu^2 backward from post");
+      break;
+  }
+}
+
+// The models' call, on their floatX tensors: the bf16 build's are the kernel's; the fp32 build has no wgmma GEMM
+// (llmc/family/mlp_gemm.h refuses --wgmma-mlp there first) and throws std::logic_error.
+inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, floatX* out, floatX* post, const floatX* saved,
+                              const floatX* a, const floatX* w, bool w_k_major, int m, int n, int k,
+                              cudaStream_t stream) {
+#if defined(LLMC_FP32)
+  (void)epilogue, (void)out, (void)post, (void)saved, (void)a, (void)w, (void)w_k_major, (void)m, (void)n, (void)k,
+      (void)stream;
+  throw std::logic_error("wgmma_gemm_launch: the wgmma GEMM is bf16 only (this is the fp32 build)");
+#else
+  WgmmaGemmArgs g;
+  g.out = out, g.post = post, g.saved = saved, g.a = a, g.w = w, g.w_k_major = w_k_major, g.m = m, g.n = n, g.k = k;
+  wgmma_gemm_launch(epilogue, g, stream);
+#endif
+}
+
+}  // namespace llmc

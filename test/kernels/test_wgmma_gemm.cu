@@ -1,0 +1,173 @@
+// Tests of the warpgroup-MMA GEMM with the MLPs' epilogues (llmc/kernels/wgmma_gemm.cuh), W stored (K, N) or
+// (N, K): the product against the double reference of the bf16 inputs, within fp32 accumulation error and one
+// bf16 rounding; the ReLU^2 epilogues bitwise against the host's ReLU^2 of the kernel's own rounded product; rows
+// past M untouched; shapes it does not take refused. Emulated, and on a Hopper GPU (the kernel is sm_90a only).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llmc/kernels/wgmma_gemm.cuh"
+#include "test/support/gpu_test.h"
+#include "test/support/kernel_test_utils.h"
+
+namespace {
+
+using namespace llmc::test;  // the shared helpers of test/support
+using bf16 = __nv_bfloat16;
+
+bool device_is_hopper() {
+  int device = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major == 9;
+}
+
+#define REQUIRE_HOPPER()                                                             \
+  do {                                                                               \
+    LLMC_REQUIRE_GPU();                                                              \
+    if (!device_is_hopper()) GTEST_SKIP() << "skipped: wgmma needs a Hopper GPU (sm_90a)"; \
+  } while (0)
+
+double bf16_value(double x) { return static_cast<double>(__bfloat162float(__float2bfloat16(static_cast<float>(x)))); }
+
+struct Problem {
+  int m, n, k;
+  std::vector<double> a, w;  // bf16-representable, (M, K) and (K, N)
+  bool w_k_major;            // the kernel gets W stored transposed, (N, K)
+};
+
+Problem make_problem(int m, int n, int k, uint32_t seed, bool w_k_major = false) {
+  std::mt19937 rng(seed);
+  Problem p{m, n, k, random_values(static_cast<size_t>(m) * k, rng), random_values(static_cast<size_t>(k) * n, rng),
+            w_k_major};
+  for (double& x : p.a) x = bf16_value(x);
+  for (double& x : p.w) x = bf16_value(x);
+  return p;
+}
+
+struct Outputs {
+  std::vector<double> out, post;
+};
+
+// Runs the kernel; out and post get 8 guard rows past M, filled with a sentinel the kernel must leave alone.
+constexpr double kSentinel = -1024.0;  // exact in bf16
+Outputs run(const Problem& p, llmc::WgmmaEpilogue epilogue, const std::vector<double>& saved = {}) {
+  const size_t rows = static_cast<size_t>(p.m) + 8, mn = static_cast<size_t>(p.m) * p.n;
+  DeviceBuffer<bf16> a(p.a.size()), w(p.w.size()), out(rows * p.n), post(rows * p.n), d_saved(mn);
+  a.upload(p.a);
+  std::vector<double> w_stored = p.w;
+  if (p.w_k_major) {
+    for (int k = 0; k < p.k; ++k)
+      for (int n = 0; n < p.n; ++n)
+        w_stored[static_cast<size_t>(n) * p.k + k] = p.w[static_cast<size_t>(k) * p.n + n];
+  }
+  w.upload(w_stored);
+  out.upload(std::vector<double>(rows * p.n, kSentinel));
+  post.upload(std::vector<double>(rows * p.n, kSentinel));
+  if (!saved.empty()) d_saved.upload(saved);
+  llmc::WgmmaGemmArgs g;
+  g.out = out.get(), g.post = post.get(), g.saved = d_saved.get(), g.a = a.get(), g.w = w.get();
+  g.w_k_major = p.w_k_major, g.m = p.m, g.n = p.n, g.k = p.k;
+  llmc::wgmma_gemm_launch(epilogue, g, nullptr);
+  Outputs result{out.download(), post.download()};
+  for (size_t i = mn; i < rows * p.n; ++i) {
+    EXPECT_EQ(result.out[i], kSentinel) << "out written past row M at " << i;
+    EXPECT_EQ(result.post[i], kSentinel) << "post written past row M at " << i;
+  }
+  result.out.resize(mn);
+  result.post.resize(mn);
+  return result;
+}
+
+// |out - ref| <= e + 2^-8 (|ref| + e), e = (K + 1) 2^-24 sum_k |a w|: fp32 accumulation, then one bf16 rounding.
+void expect_product(const Problem& p, const std::vector<double>& out) {
+  for (int m = 0; m < p.m; ++m) {
+    for (int n = 0; n < p.n; ++n) {
+      double ref = 0.0, magnitude = 0.0;
+      for (int k = 0; k < p.k; ++k) {
+        const double term = p.a[static_cast<size_t>(m) * p.k + k] * p.w[static_cast<size_t>(k) * p.n + n];
+        ref += term;
+        magnitude += std::fabs(term);
+      }
+      const double e = (p.k + 1) * std::ldexp(magnitude, -24);
+      ASSERT_LE(std::fabs(out[static_cast<size_t>(m) * p.n + n] - ref), e + std::ldexp(std::fabs(ref) + e, -8))
+          << "m " << m << " n " << n;
+    }
+  }
+}
+
+// M = 200 cuts the second row tile; K = 384 is six k-tiles, around the four-slot ring more than once; N = 136 and
+// K = 40 cut the last column tile and the only k-tile (the speedrun-tiny model's fc is 64 x 128 x 32).
+const std::vector<std::vector<int>> kShapes = {{128, 128, 64}, {200, 256, 384}, {72, 136, 40}};
+
+TEST(WgmmaGemm, ProductMatchesReference) {
+  REQUIRE_HOPPER();
+  for (const bool w_k_major : {false, true}) {
+    for (const auto& shape : kShapes) {
+      SCOPED_TRACE("M N K = " + std::to_string(shape[0]) + " " + std::to_string(shape[1]) + " " +
+                   std::to_string(shape[2]) + (w_k_major ? ", W (N, K)" : ", W (K, N)"));
+      const Problem p = make_problem(shape[0], shape[1], shape[2], 11, w_k_major);
+      expect_product(p, run(p, llmc::WgmmaEpilogue::kPlain).out);
+    }
+  }
+}
+
+// The fc epilogue: out is the same product as the plain kernel's (bitwise: same kernel, same order), post its
+// ReLU^2 rounded to bf16.
+TEST(WgmmaGemm, ReluSquaredEpilogueWritesPreAndPost) {
+  REQUIRE_HOPPER();
+  for (const auto& shape : kShapes) {
+    const Problem p = make_problem(shape[0], shape[1], shape[2], 12);
+    const Outputs plain = run(p, llmc::WgmmaEpilogue::kPlain);
+    const Outputs fused = run(p, llmc::WgmmaEpilogue::kReluSquared);
+    for (size_t i = 0; i < plain.out.size(); ++i) {
+      ASSERT_EQ(fused.out[i], plain.out[i]) << i;
+      const double pre = fused.out[i];
+      ASSERT_EQ(fused.post[i], bf16_value(static_cast<float>(pre > 0.0 ? pre * pre : 0.0))) << i;
+    }
+  }
+}
+
+// The backward epilogues: bf16(2 relu(pre) * bf16(product)) from the pre-activation, bf16(2 sqrt(post) *
+// bf16(product)) from the post-activation (W stored (N, K), as the 2026-07-17 model reads its c_proj): the unfused
+// path's arithmetic, bitwise.
+TEST(WgmmaGemm, ReluSquaredBackwardEpiloguesScaleByTheSlope) {
+  REQUIRE_HOPPER();
+  for (const bool from_post : {false, true}) {
+    for (const auto& shape : kShapes) {
+      const Problem p = make_problem(shape[0], shape[1], shape[2], 13, from_post);
+      std::mt19937 rng(14);
+      std::vector<double> saved = random_values(static_cast<size_t>(p.m) * p.n, rng, from_post ? 0.0 : -2.0, 2.0);
+      for (double& x : saved) x = bf16_value(x);
+      const Outputs plain = run(p, llmc::WgmmaEpilogue::kPlain);
+      const Outputs fused = run(p, from_post ? llmc::WgmmaEpilogue::kReluSquaredBackwardFromPost
+                                             : llmc::WgmmaEpilogue::kReluSquaredBackward, saved);
+      int positive = 0;
+      for (size_t i = 0; i < plain.out.size(); ++i) {
+        const float x = static_cast<float>(saved[i]);
+        const float slope = from_post ? 2.0f * std::sqrt(x) : x > 0.0f ? 2.0f * x : 0.0f;
+        ASSERT_EQ(fused.out[i], bf16_value(slope * static_cast<float>(plain.out[i]))) << i;
+        positive += saved[i] > 0.0;
+      }
+      EXPECT_GT(positive, 0);
+    }
+  }
+}
+
+TEST(WgmmaGemm, RefusesShapesItDoesNotTake) {
+  REQUIRE_HOPPER();
+  for (const auto& shape : std::vector<std::vector<int>>{{128, 100, 64}, {128, 128, 36}, {0, 128, 64}}) {
+    const Problem p = make_problem(std::max(shape[0], 1), shape[1], shape[2], 15);
+    DeviceBuffer<bf16> a(p.a.size()), w(p.w.size()), out(static_cast<size_t>(p.m) * p.n);
+    llmc::WgmmaGemmArgs g;
+    g.out = out.get(), g.a = a.get(), g.w = w.get(), g.m = shape[0], g.n = shape[1], g.k = shape[2];
+    EXPECT_THROW(llmc::wgmma_gemm_launch(llmc::WgmmaEpilogue::kPlain, g, nullptr), std::invalid_argument);
+  }
+}
+
+}  // namespace
