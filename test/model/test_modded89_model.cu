@@ -233,6 +233,32 @@ TEST_F(Modded89ModelTest, EveryGradientMatchesReference) {
   EXPECT_THROW(model.backward(true), std::logic_error);  // the logits hold their gradient now
 }
 
+// The MLP's GEMMs on the wgmma kernel (--wgmma-mlp): ReLU^2 in the forward's epilogue, the backward's slope from the
+// post-activation in the dpost GEMM's; the cuBLASLt path's roundings, so the same loss and gradient tolerances. bf16
+// build on a Hopper GPU (or emulated) only; elsewhere the model must refuse it.
+TEST_F(Modded89ModelTest, WgmmaMlpLossAndEveryGradientMatchReference) {
+  const Case c(13);
+  int device = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (kFp32 || major != 9) {
+    EXPECT_THROW(Modded89Model(c.layout.config, 1, c.T, 1, stream, c.bos, Modded89Head::kBf16, Modded89Mlp::kBf16,
+                               MlpGemm::kWgmma),
+                 std::invalid_argument);
+    GTEST_SKIP() << "the wgmma MLP needs the bf16 build and a Hopper GPU; checked that it is refused";
+  }
+  Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos, Modded89Head::kBf16, Modded89Mlp::kBf16,
+                      MlpGemm::kWgmma);
+  c.load(model);
+  const MtpLossWeights weights = stage1_weights();
+  run_forward(model, c, weights, true);
+  model.backward(/*first_micro_step=*/true);
+  ref::Modded89Reference reference = c.reference(/*round_u=*/true);
+  expect_loss_near(sum(model.download_losses()), reference.forward(c.batch(weights, true)), "training loss");
+  reference.backward();
+  expect_grads_near(c.layout, model.download_grads(), reference.grads, 0.0, "wgmma MLP");
+}
+
 // Head size 128, the record's: the bf16 build's attention runs the fast window kernel (the paired layers as
 // [2T, H/2, 128] rows with doubled document bounds, the window in rows); loss and every gradient against the
 // double model with the bf16 tolerances (they rest on 8-bit storage, not on the sums' length).

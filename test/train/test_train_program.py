@@ -281,6 +281,36 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure(data[:4] + ["-t", 40, "--model", "modded89-tiny", "--steps", 1, "--fp8-head", "off",
                                         "--fp8-mlp", "on"], r"--fp8-mlp on: the FP8 MLP needs --seq-len \(40\)")
 
+    def test_wgmma_mlp_trains_as_the_cublas_mlp_and_refuses_what_it_cannot_do(self):
+        # --wgmma-mlp on: the speedrun models' MLP GEMMs with ReLU^2 in their epilogues (test_wgmma_gemm and the two
+        # model tests: the arithmetic; the 2026-07-17 model's forward stays FP8 here, --fp8-mlp auto, its backward
+        # takes the epilogue). Its GEMMs sum in another order than cuBLASLt's, so the runs agree to the bf16
+        # build's loss tolerance of the model tests (1e-2), not bitwise; step 1 is equal (c_proj starts at zero,
+        # so the MLP adds nothing yet).
+        rng = np.random.default_rng(6)
+        write_shard(f"{self.tmp}/wm_train_000001.bin", np.tile(rng.integers(0, 96, size=29), 40))
+        data = ["--train-data", f"{self.tmp}/wm_train_*.bin", "-b", 1, "-t", 64, "--lr", "1.0"]
+        models = {"speedrun-tiny": ["--steps", 8, "--lr-schedule", "constant"],
+                  "modded89-tiny": ["--steps", 6, "--total-batch-tokens", 128, "--lr-schedule", "modded89",
+                                    "--loss-schedule", "modded89"]}
+        for model, args in models.items():
+            runs = {}
+            for mode in ("on", "off"):
+                _, log = self.train_run(f"wgmma_mlp_{model}_{mode}", data + ["--model", model] + args +
+                                        ["--wgmma-mlp", mode])
+                note = "wgmma with ReLU\\^2 in the epilogues" if mode == "on" else "cuBLASLt, ReLU\\^2 passes apart"
+                self.assertRegex(log, rf"(?m)^# mlp GEMMs: {note} \(--wgmma-mlp {mode}\)$")
+                runs[mode] = losses(log)
+            steps = args[1]
+            self.assertEqual(sorted(runs["on"]), list(range(1, steps + 1)), model)
+            self.assertEqual(runs["on"][1], runs["off"][1], model)
+            for step in range(1, steps + 1):
+                self.assertAlmostEqual(float(runs["on"][step]), float(runs["off"][step]),
+                                       delta=1e-2 * float(runs["off"][step]), msg=f"{model} step {step}")
+            self.assertLess(float(runs["on"][steps]), float(runs["on"][1]), model)
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--wgmma-mlp", "on"],
+                            r"--wgmma-mlp on: only the speedrun models")
+
     def test_speedrun_optimizer_trains_and_refuses_what_it_cannot_do(self):
         # --optimizer auto picks NorMuon + sharded Adam for a speedrun model (llmc/optim/speedrun_optimizer.h).
         rng = np.random.default_rng(2)

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cmath>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/family/loss_means.h"
@@ -22,6 +24,7 @@
 #include "llmc/kernels/simple_window_attention.cuh"
 #include "llmc/kernels/smear_gate.cuh"
 #include "llmc/kernels/softcap_cross_entropy.cuh"
+#include "llmc/kernels/wgmma_gemm.cuh"
 #include "llmc/kernels/window_attention.cuh"  // its fast kernel only in the bf16 build
 #include "llmc/model/modded44/speedrun_model.h"
 #include "llmc/cuda/device_arena.h"
@@ -37,6 +40,7 @@ using Rows = MixRows<floatX>;
 using ConstRows = MixRows<const floatX>;
 MixCoefficient one() { return MixCoefficient{MixScalar::kOne, -1}; }
 MixCoefficient identity(int index) { return MixCoefficient{MixScalar::kIdentity, index}; }
+
 
 }  // namespace
 
@@ -197,12 +201,13 @@ size_t SpeedrunModel::planned_activation_bytes(const SpeedrunConfig& config, int
 }
 
 SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int seq_len, int loss_slots,
-                             cudaStream_t stream, int bos_token, SpeedrunHead head)
+                             cudaStream_t stream, int bos_token, SpeedrunHead head, MlpGemm mlp_gemm)
     : layout_(make_speedrun_layout(config, world_size)),
       seq_len_(seq_len),
       loss_slots_(loss_slots),
       bos_token_(bos_token),
       head_(head),
+      mlp_gemm_(mlp_gemm),
       stream_(stream),
       yarn_(config.head_dim) {
   if (seq_len < 1 || seq_len > config.max_seq_len)
@@ -213,6 +218,7 @@ SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int s
     throw std::invalid_argument("speedrun model: the FP8 head needs the sequence length (" + std::to_string(seq_len) +
                                 "), width (" + std::to_string(config.channels()) + ") and vocabulary (" +
                                 std::to_string(config.vocab_size) + ") to be multiples of 16");
+  if (mlp_gemm == MlpGemm::kWgmma) require_wgmma_mlp_here(config.channels());
   acts_ = std::make_unique<Activations>(seq_len, config);
   Activations& a = *acts_;
   a.request(a.arena, &params_, &grads_, layout_, seq_len, loss_slots, head);
@@ -544,10 +550,16 @@ void SpeedrunModel::mlp_forward(int i) {
   const int T = seq_len_, C = layout_.config.channels();
   if (layout_.structure.blocks[static_cast<size_t>(i)].attention)  // else block_forward wrote it with x_mix
     rmsnorm_forward(b.xn_mlp, b.rstd_mlp, b.x_attn, T, C, stream_);
-  GemmArgs fc;  // h (T, 4C) = xn W_fc, W_fc stored (in, out)
-  fc.d = b.h, fc.a = b.xn_mlp, fc.b = param(SpeedrunTensor::kFc, i), fc.m = T, fc.n = 4 * C, fc.k = C;
-  gemm(a.matmul, fc, stream_);
-  relu_squared_forward(b.act, b.h, static_cast<size_t>(T) * 4 * C, stream_);
+  if (mlp_gemm_ == MlpGemm::kWgmma) {  // h and act = relu(h)^2 from one GEMM
+    // W_fc stored (in, out) = (K, N)
+    wgmma_gemm_launch(WgmmaEpilogue::kReluSquared, b.h, b.act, nullptr, b.xn_mlp, param(SpeedrunTensor::kFc, i),
+                      /*w_k_major=*/false, T, 4 * C, C, stream_);
+  } else {
+    GemmArgs fc;  // h (T, 4C) = xn W_fc, W_fc stored (in, out)
+    fc.d = b.h, fc.a = b.xn_mlp, fc.b = param(SpeedrunTensor::kFc, i), fc.m = T, fc.n = 4 * C, fc.k = C;
+    gemm(a.matmul, fc, stream_);
+    relu_squared_forward(b.act, b.h, static_cast<size_t>(T) * 4 * C, stream_);
+  }
   GemmArgs proj;  // x_out = x_attn + relu(h)^2 W_proj^T, W_proj stored (out, in)
   proj.d = b.x_out, proj.a = b.act, proj.b = param(SpeedrunTensor::kProj, i), proj.m = T, proj.n = C, proj.k = 4 * C;
   proj.trans_b = true, proj.beta = 1.0f, proj.c = b.x_attn;
@@ -671,14 +683,22 @@ void SpeedrunModel::mlp_backward(int i) {
   Activations& a = *acts_;
   Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const int T = seq_len_, C = layout_.config.channels();
-  GemmArgs dact;  // d relu(h)^2 (T, 4C) = dx W_proj
-  dact.d = a.dwide, dact.a = a.dx, dact.b = param(SpeedrunTensor::kProj, i), dact.m = T, dact.n = 4 * C, dact.k = C;
-  gemm(a.matmul, dact, stream_);
+  const bool wgmma = mlp_gemm_ == MlpGemm::kWgmma;
+  if (wgmma) {  // dh = 2 relu(h) (dx W_proj) from one GEMM
+    // W_proj stored (out, in) = (K, N) of dx W_proj
+    wgmma_gemm_launch(WgmmaEpilogue::kReluSquaredBackward, a.dwide, nullptr, b.h, a.dx,
+                      param(SpeedrunTensor::kProj, i), /*w_k_major=*/false, T, 4 * C, C, stream_);
+  } else {
+    GemmArgs dact;  // d relu(h)^2 (T, 4C) = dx W_proj
+    dact.d = a.dwide, dact.a = a.dx, dact.b = param(SpeedrunTensor::kProj, i), dact.m = T, dact.n = 4 * C;
+    dact.k = C;
+    gemm(a.matmul, dact, stream_);
+  }
   GemmArgs dproj;  // dW_proj (C, 4C) += dx^T relu(h)^2
   dproj.d = grad(SpeedrunTensor::kProj, i), dproj.a = a.dx, dproj.b = b.act, dproj.m = C, dproj.n = 4 * C, dproj.k = T;
   dproj.trans_a = true, dproj.beta = 1.0f;
   gemm(a.matmul, dproj, stream_);
-  relu_squared_backward(a.dwide, b.h, a.dwide, static_cast<size_t>(T) * 4 * C, stream_);
+  if (!wgmma) relu_squared_backward(a.dwide, b.h, a.dwide, static_cast<size_t>(T) * 4 * C, stream_);
   GemmArgs dxn;  // dxn (T, C) = dh W_fc^T
   dxn.d = a.dnarrow, dxn.a = a.dwide, dxn.b = param(SpeedrunTensor::kFc, i), dxn.m = T, dxn.n = C, dxn.k = 4 * C;
   dxn.trans_b = true;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "llmc/model/modded44/speedrun_layout.h"
+#include "llmc/family/mlp_gemm.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/model/modded44/yarn.h"
 #include "llmc/cuda/precision.h"
@@ -41,7 +42,8 @@ class SpeedrunModel : public FamilyModel {
   // out of memory. An FP8 head needs seq_len, the width and the vocabulary to be multiples of 16
   // (std::invalid_argument otherwise).
   SpeedrunModel(const SpeedrunConfig& config, int world_size, int seq_len, int loss_slots, cudaStream_t stream,
-                int bos_token = kSpeedrunBosToken, SpeedrunHead head = SpeedrunHead::kBf16);
+                int bos_token = kSpeedrunBosToken, SpeedrunHead head = SpeedrunHead::kBf16,
+                MlpGemm mlp_gemm = MlpGemm::kCublas);
   ~SpeedrunModel() override;
   SpeedrunModel(const SpeedrunModel&) = delete;
   SpeedrunModel& operator=(const SpeedrunModel&) = delete;
@@ -58,6 +60,7 @@ class SpeedrunModel : public FamilyModel {
   static size_t planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots,
                                          SpeedrunHead head = SpeedrunHead::kBf16);
   SpeedrunHead head() const { return head_; }
+  MlpGemm mlp_gemm() const { return mlp_gemm_; }
   // "embeddings", "block 3", "head".
   std::string bucket_name(int bucket) const override;
   // True when attention runs the fast kernel (bf16 build, head size 128), false for the simple path.
@@ -130,6 +133,7 @@ class SpeedrunModel : public FamilyModel {
   SpeedrunLayout layout_;
   int seq_len_, loss_slots_, bos_token_;
   SpeedrunHead head_;
+  MlpGemm mlp_gemm_;  // the MLP's GEMMs (llmc/family/mlp_gemm.h, --wgmma-mlp)
   cudaStream_t stream_;
   floatX* params_ = nullptr;
   floatX* grads_ = nullptr;

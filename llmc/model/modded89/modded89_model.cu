@@ -25,6 +25,7 @@
 #include "llmc/kernels/qk_norm_pair_rope.cuh"
 #include "llmc/kernels/qk_norm_rope.cuh"
 #include "llmc/kernels/relu_squared.cuh"
+#include "llmc/kernels/wgmma_gemm.cuh"
 #include "llmc/kernels/residual_mix.cuh"
 #include "llmc/kernels/residual_norm.cuh"
 #include "llmc/kernels/rmsnorm.cuh"
@@ -327,7 +328,8 @@ MtpLossWeights modded89_initial_loss_weights() {
 }
 
 Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots,
-                             cudaStream_t stream, int bos_token, Modded89Head head, Modded89Mlp mlp)
+                             cudaStream_t stream, int bos_token, Modded89Head head, Modded89Mlp mlp,
+                             MlpGemm mlp_gemm)
     : layout_(make_modded89_layout(config, world_size)),
       allocated_seq_len_(seq_len),
       seq_len_(seq_len),
@@ -335,12 +337,14 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
       bos_token_(bos_token),
       head_(head),
       mlp_(mlp),
+      mlp_gemm_(mlp_gemm),
       stream_(stream),
       loss_weights_(modded89_initial_loss_weights()) {
   if (seq_len < 1 || seq_len > config.max_seq_len)
     throw std::invalid_argument("modded89 model: sequence length " + std::to_string(seq_len) + " outside [1, " +
                                 std::to_string(config.max_seq_len) + "] (the model's maximum)");
   if (loss_slots < 1) throw std::invalid_argument("modded89 model: loss_slots must be at least 1");
+  if (mlp_gemm == MlpGemm::kWgmma) require_wgmma_mlp_here(config.channels());
   if (bos_token < 0)  // one past the vocabulary is allowed: then every sequence is one document
     throw std::invalid_argument("modded89 model: BOS token " + std::to_string(bos_token) + " is negative");
   if (head == Modded89Head::kFp8 && !fp8_head_shape_fits(seq_len, config.channels(), config.vocab_size))
@@ -1162,11 +1166,16 @@ void Modded89Model::mlp_forward(int i) {
     mlp_output_mix(i);
     return;
   }
-  GemmArgs fc;  // pre (T, 4C) = xn c_fc^T, c_fc (out, in)
-  fc.d = at(l.pre, hidden), fc.a = at(l.xn_mlp, C), fc.b = bank, fc.m = T, fc.n = hidden, fc.k = C;
-  fc.trans_b = true;
-  gemm(b.matmul, fc, stream_);
-  relu_squared_forward(at(l.post, hidden), at(l.pre, hidden), static_cast<size_t>(T) * hidden, stream_);
+  if (mlp_gemm_ == MlpGemm::kWgmma) {  // pre and post = relu(pre)^2 from one GEMM; c_fc (out, in) = (N, K)
+    wgmma_gemm_launch(WgmmaEpilogue::kReluSquared, at(l.pre, hidden), at(l.post, hidden), nullptr, at(l.xn_mlp, C),
+                      bank, /*w_k_major=*/true, T, hidden, C, stream_);
+  } else {
+    GemmArgs fc;  // pre (T, 4C) = xn c_fc^T, c_fc (out, in)
+    fc.d = at(l.pre, hidden), fc.a = at(l.xn_mlp, C), fc.b = bank, fc.m = T, fc.n = hidden, fc.k = C;
+    fc.trans_b = true;
+    gemm(b.matmul, fc, stream_);
+    relu_squared_forward(at(l.post, hidden), at(l.pre, hidden), static_cast<size_t>(T) * hidden, stream_);
+  }
   GemmArgs proj;  // (T, C) = post c_proj, c_proj stored (in, out)
   proj.d = at(l.mlp_out, C), proj.a = at(l.post, hidden), proj.b = bank + static_cast<size_t>(hidden) * C;
   proj.m = T, proj.n = C, proj.k = hidden;
@@ -1461,15 +1470,21 @@ void Modded89Model::mlp_backward(int i) {
     mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, mix.x_in, mix.y,
                  mix.scalars, mix.a, mix.b, T, C, b.scratch, b.scratch_floats, stream_);
   }
-  GemmArgs dpost;  // (T, 4C) = d_mlp c_proj^T, c_proj stored (in, out)
-  dpost.d = b.d_wide, dpost.a = b.d_branch, dpost.b = bank + static_cast<size_t>(hidden) * C, dpost.m = T;
-  dpost.n = hidden, dpost.k = C, dpost.trans_b = true;
-  gemm(b.matmul, dpost, stream_);
+  const bool wgmma = mlp_gemm_ == MlpGemm::kWgmma;
+  if (wgmma) {  // dpre = 2 sqrt(post) (d_mlp c_proj^T) from one GEMM; c_proj (in, out) = (N, K)
+    wgmma_gemm_launch(WgmmaEpilogue::kReluSquaredBackwardFromPost, b.d_wide, nullptr, l.post, b.d_branch,
+                      bank + static_cast<size_t>(hidden) * C, /*w_k_major=*/true, T, hidden, C, stream_);
+  } else {
+    GemmArgs dpost;  // (T, 4C) = d_mlp c_proj^T, c_proj stored (in, out)
+    dpost.d = b.d_wide, dpost.a = b.d_branch, dpost.b = bank + static_cast<size_t>(hidden) * C, dpost.m = T;
+    dpost.n = hidden, dpost.k = C, dpost.trans_b = true;
+    gemm(b.matmul, dpost, stream_);
+  }
   GemmArgs dproj;  // dc_proj (4C, C) = post^T d_mlp
   dproj.d = dbank + static_cast<size_t>(hidden) * C, dproj.a = l.post, dproj.b = b.d_branch, dproj.m = hidden;
   dproj.n = C, dproj.k = T, dproj.trans_a = true;
   gemm(b.matmul, dproj, stream_);
-  relu_squared_backward_from_post(b.d_wide, l.post, b.d_wide, static_cast<size_t>(T) * hidden, stream_);
+  if (!wgmma) relu_squared_backward_from_post(b.d_wide, l.post, b.d_wide, static_cast<size_t>(T) * hidden, stream_);
   GemmArgs dfc;  // dc_fc (4C, C) = dpre^T xn
   dfc.d = dbank, dfc.a = b.d_wide, dfc.b = l.xn_mlp, dfc.m = hidden, dfc.n = C, dfc.k = T, dfc.trans_a = true;
   gemm(b.matmul, dfc, stream_);
