@@ -28,7 +28,7 @@ struct ModelBuild {
   bool fp8_head = false;  // as use_fp8_head decided
   std::string vocab_dir;  // the GPT-2 BPE files (--vocab), for a family whose loss reads the vocabulary
   bool fp8_mlp = false;   // --fp8-mlp on (a family without an FP8 MLP refuses it)
-  bool wgmma_mlp = false; // --wgmma-mlp on (a family without it refuses it: has_wgmma_mlp)
+  bool wgmma_gemms = false;  // --wgmma-gemms on (a family without them refuses it: has_wgmma_gemms)
 };
 
 class ModelFamily {
@@ -48,8 +48,8 @@ class ModelFamily {
       throw std::invalid_argument("--fp8-mlp on: only the 2026-07-17 model (--model modded89...) has an FP8 MLP");
     return false;
   }
-  // Whether the family's model has the wgmma MLP of --wgmma-mlp (the two speedrun models).
-  virtual bool has_wgmma_mlp() const { return false; }
+  // Whether the family's model has the wgmma GEMMs of --wgmma-gemms (the two speedrun models).
+  virtual bool has_wgmma_gemms() const { return false; }
   // Whether --train-loader auto gives this family BOS-aligned whole documents (the speedrun's loader)
   // rather than llm.c's fixed windows.
   virtual bool trains_on_documents() const = 0;

@@ -2,7 +2,7 @@
 // activation alone as the 2026-07-17 record does, dh = 2 sqrt(a) da; elementwise in 16-byte packets (scalar
 // fallback for unaligned or ragged tensors). cuBLASLt has no ReLU^2 epilogue, so with cuBLASLt GEMMs this is a
 // pass of its own; llmc/kernels/wgmma_gemm.cuh does the same arithmetic in its own GEMM's epilogue
-// (--wgmma-mlp, docs/kernels.md).
+// (--wgmma-gemms, docs/kernels.md).
 #pragma once
 
 #include <cstddef>

@@ -6,7 +6,9 @@
 //   kReluSquaredBackward:         out = 2 relu(saved) * product, saved the forward's pre (the down projection's
 //                                 input gradient times ReLU^2's slope);
 //   kReluSquaredBackwardFromPost: out = 2 sqrt(saved) * product, saved the forward's post (the 2026-07-17 record's
-//                                 backward, which keeps no pre-activation).
+//                                 backward, which keeps no pre-activation);
+//   kQkvRope:                     out = qkv (N = 3C), and qkv.rot: q and k heads RMS-normalised and rotated, v mixed
+//                                 with the value embedding (the 2025-10-31 model's attention input, WgmmaQkvRope).
 // sm_90a only (llmc/cuda/wgmma.cuh); 128 x 128 output tiles, two warpgroups, 64-deep k-tiles through a 4-stage
 // cp.async ring loading two tiles ahead while one product group stays in flight; N and K multiples of 8.
 #pragma once
@@ -21,10 +23,27 @@
 #include "llmc/cuda/precision.h"
 #include "llmc/cuda/wgmma.cuh"
 #include "llmc/kernels/relu_squared.cuh"
+#include "llmc/kernels/residual_mix.cuh"
+#include "llmc/kernels/rmsnorm.cuh"
 
 namespace llmc {
 
-enum class WgmmaEpilogue { kPlain, kReluSquared, kReluSquaredBackward, kReluSquaredBackwardFromPost };
+enum class WgmmaEpilogue { kPlain, kReluSquared, kReluSquaredBackward, kReluSquaredBackwardFromPost, kQkvRope };
+
+// kQkvRope's tensors: from qkv (T, 3C) of heads of D, rot (T, 3C) gets qk_norm_rope_forward's q and k (per head
+// n = x / rms(x), halves rotated by the tables' cos and sin) and mix_forward's v (a v + b ve, b = 0 without ve),
+// rstd (T, 2C / D) each q and k head's 1/rms. D divides 128 and is a multiple of 16 (a tile holds whole heads;
+// the lane holding column j of a head holds j + D/2).
+struct WgmmaQkvRope {
+  __nv_bfloat16* rot = nullptr;
+  float* rstd = nullptr;
+  const __nv_bfloat16* cos_table = nullptr;    // (T, D/2)
+  const __nv_bfloat16* sin_table = nullptr;    // (T, D/2)
+  const __nv_bfloat16* value_embed = nullptr;  // (T, C), or null
+  const float* scalars = nullptr;              // where a and b are read
+  MixCoefficient a, b;
+  int head_dim = 0;
+};
 
 struct WgmmaGemmArgs {
   __nv_bfloat16* out = nullptr;          // (M, N)
@@ -34,6 +53,7 @@ struct WgmmaGemmArgs {
   const __nv_bfloat16* w = nullptr;      // (K, N) row-major, or (N, K) row-major with w_k_major
   bool w_k_major = false;
   int m = 0, n = 0, k = 0;
+  WgmmaQkvRope qkv;  // kQkvRope only
 };
 
 namespace wgmma_gemm {
@@ -130,6 +150,79 @@ __device__ inline void store_tile(const WgmmaGemmArgs& g, const float (&acc)[64]
   }
 }
 
+__device__ inline float bf16_rounded(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// kQkvRope on one row's head of D columns from c0: the quad's four lanes hold its columns (D / 8 tiles from
+// first_tile, two values each), the quad sums the squares (rows past M too: the shuffles need every lane).
+__device__ inline void store_qk_head(const WgmmaGemmArgs& g, const float (&acc)[64], int half, int row, int c0,
+                                     int first_tile) {
+  const WgmmaQkvRope& q = g.qkv;
+  const int D = q.head_dim, pair = threadIdx.x % 4;
+  float sum_squares = 0.0f;
+  for (int i = first_tile; i < first_tile + D / 8; ++i) {
+    const float x0 = bf16_rounded(acc[4 * i + 2 * half]), x1 = bf16_rounded(acc[4 * i + 2 * half + 1]);
+    sum_squares += x0 * x0 + x1 * x1;
+  }
+  sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, 1);
+  sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, 2);
+  const float r = rsqrtf(sum_squares / D + kRmsNormEps);
+  if (row >= g.m) return;
+  const size_t at = static_cast<size_t>(row) * g.n + c0;
+  for (int i = first_tile; i < first_tile + D / 16; ++i) {
+    const int j = 8 * (i - first_tile) + 2 * pair;  // this pair's column in the first half
+    const __nv_bfloat162 c = *reinterpret_cast<const __nv_bfloat162*>(q.cos_table + static_cast<size_t>(row) * (D / 2) + j);
+    const __nv_bfloat162 s = *reinterpret_cast<const __nv_bfloat162*>(q.sin_table + static_cast<size_t>(row) * (D / 2) + j);
+    float y1[2], y2[2];
+    for (int e = 0; e < 2; ++e) {
+      const float n1 = bf16_rounded(acc[4 * i + 2 * half + e]) * r;
+      const float n2 = bf16_rounded(acc[4 * (i + D / 16) + 2 * half + e]) * r;
+      const float ce = e == 0 ? __low2float(c) : __high2float(c), se = e == 0 ? __low2float(s) : __high2float(s);
+      y1[e] = n1 * ce + n2 * se;
+      y2[e] = -n1 * se + n2 * ce;
+    }
+    *reinterpret_cast<__nv_bfloat162*>(q.rot + at + j) = __floats2bfloat162_rn(y1[0], y1[1]);
+    *reinterpret_cast<__nv_bfloat162*>(q.rot + at + j + D / 2) = __floats2bfloat162_rn(y2[0], y2[1]);
+  }
+  if (pair == 0) q.rstd[static_cast<size_t>(row) * (2 * (g.n / 3) / D) + c0 / D] = r;
+}
+
+// kQkvRope on one row's v head: a v + b ve, as mix_forward computes it.
+__device__ inline void store_v_head(const WgmmaGemmArgs& g, const float (&acc)[64], int half, int row, int c0,
+                                    int first_tile) {
+  const WgmmaQkvRope& q = g.qkv;
+  const int C = g.n / 3, pair = threadIdx.x % 4;
+  const float a = mix_coefficient(q.scalars, q.a), b = q.value_embed != nullptr ? mix_coefficient(q.scalars, q.b) : 0.0f;
+  for (int i = first_tile; i < first_tile + q.head_dim / 8; ++i) {
+    const int column = c0 + 8 * (i - first_tile) + 2 * pair;
+    float y[2] = {0.0f, 0.0f};
+    if (q.value_embed != nullptr) {
+      const __nv_bfloat162 ve =
+          *reinterpret_cast<const __nv_bfloat162*>(q.value_embed + static_cast<size_t>(row) * C + column - 2 * C);
+      y[0] = __low2float(ve), y[1] = __high2float(ve);
+    }
+    const float x0 = bf16_rounded(acc[4 * i + 2 * half]), x1 = bf16_rounded(acc[4 * i + 2 * half + 1]);
+    *reinterpret_cast<__nv_bfloat162*>(q.rot + static_cast<size_t>(row) * g.n + column) =
+        __floats2bfloat162_rn(a * x0 + b * y[0], a * x1 + b * y[1]);
+  }
+}
+
+// kQkvRope's rot and rstd for this thread's rows, head by head (the loop bounds are the warp's, not the row's).
+__device__ inline void store_qkv_rope_tile(const WgmmaGemmArgs& g, const float (&acc)[64], int m0, int n0) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, D = g.qkv.head_dim, C = g.n / 3;
+  const int row0 = m0 + 64 * (warp / 4) + 16 * (warp % 4) + lane / 4;
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + 8 * half;
+    for (int head = 0; head < kTileN / D && n0 + head * D < g.n; ++head) {
+      const int c0 = n0 + head * D;
+      if (c0 < 2 * C) {
+        store_qk_head(g, acc, half, row, c0, head * D / 8);
+      } else if (row < g.m) {
+        store_v_head(g, acc, half, row, c0, head * D / 8);
+      }
+    }
+  }
+}
+
 template <WgmmaEpilogue kEpilogue, bool kWKMajor>
 __global__ void __launch_bounds__(256, 1) gemm_kernel(WgmmaGemmArgs g) {
   LLMC_DYNAMIC_SHARED(unsigned char, shared);
@@ -155,7 +248,31 @@ __global__ void __launch_bounds__(256, 1) gemm_kernel(WgmmaGemmArgs g) {
   }
   mma.wait<0>();
   copies.wait<0>();
-  store_tile<kEpilogue>(g, acc, m0, n0);
+  if constexpr (kEpilogue == WgmmaEpilogue::kQkvRope) {
+    store_tile<WgmmaEpilogue::kPlain>(g, acc, m0, n0);
+    store_qkv_rope_tile(g, acc, m0, n0);
+  } else {
+    store_tile<kEpilogue>(g, acc, m0, n0);
+  }
+}
+
+// kQkvRope's shape and tensors (std::invalid_argument otherwise).
+inline void check_qkv_rope(const WgmmaGemmArgs& g) {
+  const WgmmaQkvRope& q = g.qkv;
+  const int D = q.head_dim;
+  if (D <= 0 || kTileN % D != 0 || D % 16 != 0 || g.n % 3 != 0 || (g.n / 3) % D != 0)
+    throw std::invalid_argument("wgmma_gemm (qk-norm, rope, v mix): head size " + std::to_string(D) + " and N " +
+                                std::to_string(g.n) + " need D dividing 128, a multiple of 16, and N = 3C with C a "
+                                "multiple of D");
+  if (q.rot == nullptr || q.rstd == nullptr || q.cos_table == nullptr || q.sin_table == nullptr ||
+      q.scalars == nullptr)
+    throw std::invalid_argument("wgmma_gemm (qk-norm, rope, v mix): rot, rstd, the tables and the scalars are needed");
+}
+
+// kQkvRope's bytes beyond the GEMM's and rot's: the tables and the value embedding read, rstd written.
+inline double qkv_rope_extra_bytes(const WgmmaGemmArgs& g) {
+  const double M = g.m, C = g.n / 3.0, D = g.qkv.head_dim;
+  return M * (2.0 * (D / 2.0) * 2.0 + (g.qkv.value_embed != nullptr ? C * 2.0 : 0.0) + 2.0 * C / D * 4.0);
 }
 
 }  // namespace wgmma_gemm
@@ -168,7 +285,9 @@ inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, const WgmmaGemmArgs& g, cu
     throw std::invalid_argument("wgmma_gemm: shape " + std::to_string(g.m) + " x " + std::to_string(g.n) + " x " +
                                 std::to_string(g.k) + " needs positive sizes, N and K multiples of 8");
   }
+  if (epilogue == WgmmaEpilogue::kQkvRope) wgmma_gemm::check_qkv_rope(g);
   const bool extra_present = epilogue == WgmmaEpilogue::kPlain         ? true
+                             : epilogue == WgmmaEpilogue::kQkvRope     ? true
                              : epilogue == WgmmaEpilogue::kReluSquared ? g.post != nullptr && aligned(g.post)
                                                                        : g.saved != nullptr && aligned(g.saved);
   if (!aligned(g.out) || !aligned(g.a) || !aligned(g.w) || !extra_present) {
@@ -176,8 +295,9 @@ inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, const WgmmaGemmArgs& g, cu
                                 "aligned device pointers");
   }
   const double mn = static_cast<double>(g.m) * g.n;
-  const double io_tensors = epilogue == WgmmaEpilogue::kPlain ? 1.0 : 2.0;  // out, and post or saved
-  const KernelCost cost{2.0 * (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n + io_tensors * mn),
+  const double io_tensors = epilogue == WgmmaEpilogue::kPlain ? 1.0 : 2.0;  // out, and post, saved or rot
+  const KernelCost cost{2.0 * (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n + io_tensors * mn) +
+                            (epilogue == WgmmaEpilogue::kQkvRope ? wgmma_gemm::qkv_rope_extra_bytes(g) : 0.0),
                         2.0 * mn * g.k};
   const dim3 grid(static_cast<unsigned>((g.n + wgmma_gemm::kTileN - 1) / wgmma_gemm::kTileN),
                   static_cast<unsigned>((g.m + wgmma_gemm::kTileM - 1) / wgmma_gemm::kTileM));
@@ -209,6 +329,10 @@ inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, const WgmmaGemmArgs& g, cu
       launch_layout(gemm_kernel<WgmmaEpilogue::kReluSquaredBackward, true>,
                     gemm_kernel<WgmmaEpilogue::kReluSquaredBackward, false>, "wgmma gemm + relu^2 backward");
       break;
+    case WgmmaEpilogue::kQkvRope:
+      launch_layout(gemm_kernel<WgmmaEpilogue::kQkvRope, true>, gemm_kernel<WgmmaEpilogue::kQkvRope, false>,
+                    "wgmma gemm + qk-norm, rope, v mix");
+      break;
     case WgmmaEpilogue::kReluSquaredBackwardFromPost:
       launch_layout(gemm_kernel<WgmmaEpilogue::kReluSquaredBackwardFromPost, true>,
                     gemm_kernel<WgmmaEpilogue::kReluSquaredBackwardFromPost, false>,
@@ -218,7 +342,7 @@ inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, const WgmmaGemmArgs& g, cu
 }
 
 // The models' call, on their floatX tensors: the bf16 build's are the kernel's; the fp32 build has no wgmma GEMM
-// (llmc/family/mlp_gemm.h refuses --wgmma-mlp there first) and throws std::logic_error.
+// (llmc/family/fused_gemms.h refuses --wgmma-gemms there first) and throws std::logic_error.
 inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, floatX* out, floatX* post, const floatX* saved,
                               const floatX* a, const floatX* w, bool w_k_major, int m, int n, int k,
                               cudaStream_t stream) {

@@ -146,12 +146,12 @@ void add_model_options(CLI::App& app, TrainOptions& o) {
              "backward and validation stay bf16): on, off, or auto (on for that model where the GPU has FP8 GEMMs "
              "and the sequence length and width are multiples of 16; off for the other models)");
 
-  app.add_option("--wgmma-mlp", o.wgmma_mlp,
-                 "The speedrun models' MLP GEMMs on the project's Hopper GEMM (wgmma) with ReLU^2 in the forward's "
-                 "epilogue (the 2026-07-17 model's bf16 forward: without --fp8-mlp) and its derivative in the "
-                 "backward's, instead of cuBLASLt and passes of their own (1.0 GB less memory-bound traffic per layer "
-                 "and step at the 2025-10-31 record's shapes); on or off. bf16 build, Hopper GPU; off by default until "
-                 "a GPU has timed it")
+  app.add_option("--wgmma-gemms", o.wgmma_gemms,
+                 "The speedrun models' GEMMs that elementwise work follows on the project's Hopper GEMM (wgmma), with "
+                 "that work in their epilogues instead of passes of its own after cuBLASLt: the MLPs' ReLU^2 (the "
+                 "2026-07-17 model's where its forward is bf16, --fp8-mlp off) and its derivative, the 2025-10-31 "
+                 "attention's QK-norm, RoPE and value mix; on or off. bf16 build, Hopper GPU; off by default until a "
+                 "GPU has timed it")
       ->capture_default_str();
   add_choice(app, "--gemm-algo", o.gemm_algo, kGemmAlgoSelectionNames,
              "GEMM algorithm per shape: heuristic (cuBLASLt's first choice, runs bitwise reproducible) or "

@@ -84,7 +84,7 @@ struct TrainOptions {
   Fp8Choice fp8_mlp = Fp8Choice::kAuto;    // on | off | auto (the 2026-07-17 model's MLPs in FP8; docs/fp8.md)
   Fp8Choice fp8_head = Fp8Choice::kAuto;  // on | off | auto (speedrun models' head GEMMs in FP8; docs/fp8.md)
   bool cuda_graphs = false;  // each training micro-step one CUDA graph launch (llmc/train/step_graphs.h)
-  bool wgmma_mlp = false;    // the speedrun models' MLP GEMMs with ReLU^2 epilogues (llmc/kernels/wgmma_gemm.cuh)
+  bool wgmma_gemms = false;  // the speedrun models' GEMMs with elementwise epilogues (llmc/kernels/wgmma_gemm.cuh)
 
   int grad_accum_steps(int world_size) const;  // total_batch_tokens / (B*T*world_size)
   int validation_seq_len() const { return val_seq_len > 0 ? val_seq_len : seq_len; }

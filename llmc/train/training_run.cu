@@ -160,11 +160,11 @@ void try_step_lengths(const TrainOptions& opt, const BatchSchedule* stage_batche
   if (!lengths.empty()) model.set_seq_len(opt.seq_len);
 }
 
-// --wgmma-mlp on, where the family has the wgmma MLP (the model checks the build and the GPU).
-bool wgmma_mlp_for(bool on, const ModelFamily& family) {
-  if (on && !family.has_wgmma_mlp())
-    throw std::invalid_argument("--wgmma-mlp on: only the speedrun models (--model speedrun... or modded89...) have "
-                                "the wgmma MLP");
+// --wgmma-gemms on, where the family has the wgmma GEMMs (the model checks the build and the GPU).
+bool wgmma_gemms_for(bool on, const ModelFamily& family) {
+  if (on && !family.has_wgmma_gemms())
+    throw std::invalid_argument("--wgmma-gemms on: only the speedrun models (--model speedrun... or modded89...) have "
+                                "the wgmma GEMMs");
   return on;
 }
 
@@ -196,7 +196,7 @@ TrainingRun::TrainingRun(const TrainOptions& options, CommContext& communicator)
       fp8_mlp(start.family->use_fp8_mlp(opt.fp8_mlp, opt.seq_len)),
       model(start.family->build(
           ModelBuild{comm.world_size(), opt.batch_size, opt.seq_len, grad_accum, create_compute_stream(), fp8_head,
-                     opt.vocab_dir, fp8_mlp, wgmma_mlp_for(opt.wgmma_mlp, *start.family)})),
+                     opt.vocab_dir, fp8_mlp, wgmma_gemms_for(opt.wgmma_gemms, *start.family)})),
       tracer(!opt.trace_dir.empty(), comm.rank()),
       optimizer(make_optimizer(opt, *start.family, *model, comm, tracer)),
       loss_reduction(opt.effective_loss_reduction(optimizer->state_kind() == StateOptimizer::kSpeedrun)),
@@ -270,10 +270,11 @@ LogHeader TrainingRun::describe(const std::string& options_text, const DebugHook
   header.notes.push_back(std::string("head: ") + (fp8_head ? "fp8" : "bf16") + " (--fp8-head " +
                          name_of(opt.fp8_head, kFp8ChoiceNames) + "), activations " +
                          std::to_string(header.activation_bytes) + " bytes");
-  if (start.family->has_wgmma_mlp())
-    header.notes.push_back(std::string("mlp GEMMs: ") +
-                           (opt.wgmma_mlp ? "wgmma with ReLU^2 in the epilogues" : "cuBLASLt, ReLU^2 passes apart") +
-                           " (--wgmma-mlp " + (opt.wgmma_mlp ? "on" : "off") + ")");
+  if (start.family->has_wgmma_gemms())
+    header.notes.push_back(std::string("epilogue GEMMs: ") +
+                           (opt.wgmma_gemms ? "wgmma, the elementwise work in the epilogues"
+                                            : "cuBLASLt, the elementwise work in passes apart") +
+                           " (--wgmma-gemms " + (opt.wgmma_gemms ? "on" : "off") + ")");
   if (is_modded89(*start.family))
     header.notes.push_back(std::string("mlp: ") + (fp8_mlp ? "fp8" : "bf16") +
                            " training forward (--fp8-mlp " + name_of(opt.fp8_mlp, kFp8ChoiceNames) + ")");

@@ -74,17 +74,21 @@ bool fp8_head_fits(const Shape& s) { return s.T % 16 == 0 && s.C % 16 == 0 && s.
 // 12 of them in the pass of the mix that writes their input, residual_norm_forward and _backward: the 11
 // block-lambda mixes and the backout; 27 mixes: those 12 and 15 alone). With the FP8 head the loss writes its e5m2
 // codes (fp8_head_rows).
-// With --wgmma-mlp (wgmma_mlp) the MLP's two GEMMs take ReLU^2 and its slope into their epilogues: the ReLU^2 rows
-// run no more and the wgmma GEMMs' rows do (named GEMM: they count with the GEMMs, not the memory-bound kernels);
-// the cuBLASLt GEMMs they replace are printed beside them, 0 calls (the block GEMMs are counted elsewhere).
-std::vector<Row> model_rows(const Shape& s, bool wgmma_mlp) {
+// With --wgmma-gemms (wgmma_gemms) the MLP's two GEMMs take ReLU^2 and its slope into their epilogues and the qkv GEMM
+// the QK-norm, RoPE and v mix: those rows (the 10 v mixes of mix_forward's 15) run no more and the wgmma GEMMs' rows
+// do (named GEMM: they count with the GEMMs, not the memory-bound kernels); the cuBLASLt GEMMs they replace are
+// printed beside them, 0 calls (the block GEMMs are counted elsewhere). The fused qkv row reads a value embedding in
+// each of its 10 calls, as the mix row counts one in each.
+std::vector<Row> model_rows(const Shape& s, bool wgmma_gemms) {
   const double x = sizeof(floatX), T = s.T, C = s.C, H = s.H, D = s.D(), V = s.V, TC = T * C;
-  const double relu_calls = wgmma_mlp ? 0 : 11, mlp_gemm = 2 * T * C * 4 * C;
+  const double relu_calls = wgmma_gemms ? 0 : 11, mlp_flops = 2 * T * C * 4 * C, qkv_flops = 2 * T * C * 3 * C;
+  const double rope_calls = wgmma_gemms ? 0 : 10, mix_calls = wgmma_gemms ? 5 : 15;
+  const double qkv_fused_bytes = (TC + 3 * C * C + 6 * TC + TC + T * D) * 2 + 8 * T * H;
   return {
       {"rmsnorm_forward", 11, 2 * TC * x + 4 * T, 3 * TC, {}},
       {"rmsnorm_backward (accumulate)", 11, 4 * TC * x + 4 * T, 6 * TC, {}},
       {"rope_tables_build (per YaRN change)", 0, T * D * x + 4 * D / 2, 3 * T * D / 2, {}},
-      {"qk_norm_rope_forward (q and k)", 10, 4 * TC * x + T * D * x + 8 * T * H, 2 * TC * 9, {}},
+      {"qk_norm_rope_forward (q and k)", rope_calls, 4 * TC * x + T * D * x + 8 * T * H, 2 * TC * 9, {}},
       {"qk_norm_rope_backward (in place)", 10, 6 * TC * x + T * D * x + 8 * T * H, 2 * TC * 14, {}},
       {"relu_squared_forward (4C)", relu_calls, 2 * 4 * TC * x, 2 * 4 * TC, {}},
       {"relu_squared_backward (4C)", relu_calls, 3 * 4 * TC * x, 3 * 4 * TC, {}},
@@ -93,7 +97,7 @@ std::vector<Row> model_rows(const Shape& s, bool wgmma_mlp) {
       {"smear_backward (+ dw, dlambda)", 1, 3 * TC * x, 8 * TC + 60 * T, {}},
       {"attention_gate_forward", 10, 2 * TC * x + 12 * T * x, TC + 30 * T * H, {}},
       {"attention_gate_backward (+ dxn, dw)", 10, 3 * TC * x + 4 * 12 * T * x + 8 * T * H, 3 * TC + 90 * T * H, {}},
-      {"mix_forward (skips, value embeds)", 15, 3 * TC * x, 3 * TC, {}},
+      {"mix_forward (skips, value embeds)", mix_calls, 3 * TC * x, 3 * TC, {}},
       {"mix_backward (+ 2 scalar grads)", 15, 6 * TC * x, 6 * TC, {}},
       {"residual_norm_forward (mix + norm)", 12, 4 * TC * x + 4 * T, 6 * TC, {}},
       {"residual_norm_backward (norm + mix)", 12, 8 * TC * x + 4 * T, 11 * TC, {}},
@@ -101,10 +105,12 @@ std::vector<Row> model_rows(const Shape& s, bool wgmma_mlp) {
       {"embedding_backward (4 tables, bound)", 1, 12 * TC * x + 8 * T, 4 * TC, {}},
       {"scalars_to_fp32 (64 scalars)", 1, 64 * (x + 4), 0, {}},
       {"add_fp32_grads (64 scalars)", 1, 64 * (2 * x + 4), 64, {}},
-      {"MLP fc GEMM (cuBLASLt)", 0, (TC + 4 * C * C + 4 * TC) * 2, mlp_gemm, {}},
-      {"MLP fc GEMM + relu^2 (wgmma)", 11 - relu_calls, (TC + 4 * C * C + 8 * TC) * 2, mlp_gemm, {}},
-      {"MLP dx GEMM (cuBLASLt)", 0, (TC + 4 * C * C + 4 * TC) * 2, mlp_gemm, {}},
-      {"MLP dx GEMM + relu^2 slope (wgmma)", 11 - relu_calls, (TC + 4 * C * C + 8 * TC) * 2, mlp_gemm, {}},
+      {"MLP fc GEMM (cuBLASLt)", 0, (TC + 4 * C * C + 4 * TC) * 2, mlp_flops, {}},
+      {"MLP fc GEMM + relu^2 (wgmma)", 11 - relu_calls, (TC + 4 * C * C + 8 * TC) * 2, mlp_flops, {}},
+      {"MLP dx GEMM (cuBLASLt)", 0, (TC + 4 * C * C + 4 * TC) * 2, mlp_flops, {}},
+      {"MLP dx GEMM + relu^2 slope (wgmma)", 11 - relu_calls, (TC + 4 * C * C + 8 * TC) * 2, mlp_flops, {}},
+      {"qkv GEMM (cuBLASLt)", 0, (TC + 3 * C * C + 3 * TC) * 2, qkv_flops, {}},
+      {"qkv GEMM + qk-norm, rope, v mix (wgmma)", 10 - rope_calls, qkv_fused_bytes, qkv_flops, {}},
   };
 }
 
@@ -127,8 +133,8 @@ std::vector<Row> fp8_head_rows(const Shape& s) {
   return rows;
 }
 
-std::vector<Row> all_rows(const Shape& s, bool wgmma_mlp) {
-  std::vector<Row> rows = model_rows(s, wgmma_mlp);
+std::vector<Row> all_rows(const Shape& s, bool wgmma_gemms) {
+  std::vector<Row> rows = model_rows(s, wgmma_gemms);
   if (fp8_head_fits(s)) {
     const std::vector<Row> head = fp8_head_rows(s);
     rows.insert(rows.end(), head.begin(), head.end());
@@ -187,9 +193,10 @@ std::vector<std::function<void()>> fp8_head_work(Workspace& w, const Shape& s, f
   };
 }
 
-// The MLP's GEMMs: cuBLASLt's h = xn W_fc and dact = dx W_proj (the relu^2 rows are their epilogues' work), and
-// the wgmma kernel with each epilogue; bf16 in either build (the wgmma kernel is bf16 only).
-std::vector<std::function<void()>> mlp_gemm_work(Workspace& w, const Shape& s, cudaStream_t stream) {
+// The GEMMs with epilogues: cuBLASLt's h = xn W_fc and dact = dx W_proj (the relu^2 rows are their epilogues'
+// work), and the wgmma kernel with each epilogue; cuBLASLt's qkv = xn W_qkv^T and the wgmma kernel with the
+// QK-norm, RoPE and v mix; bf16 in either build (the wgmma kernel is bf16 only).
+std::vector<std::function<void()>> epilogue_gemm_work(Workspace& w, const Shape& s, cudaStream_t stream) {
   using bf16 = __nv_bfloat16;
   const size_t TC = static_cast<size_t>(s.T) * s.C;
   bench::Arena& a = w.arena;
@@ -198,24 +205,32 @@ std::vector<std::function<void()>> mlp_gemm_work(Workspace& w, const Shape& s, c
   llmc::MatmulContext& matmul = w.matmul;
   llmc::WgmmaGemmArgs g;
   g.a = xn, g.w = weight, g.m = s.T, g.n = 4 * s.C, g.k = s.C;
-  const auto cublas = [=, &matmul](bf16* out) {
+  const auto cublas = [=, &matmul](bf16* out, int n, bool trans_b) {
 #if defined(LLMC_FP32)
-    (void)out, (void)matmul;
-    throw std::runtime_error("bench_speedrun_kernels: the MLP GEMM rows need the bf16 build");
+    (void)out, (void)n, (void)trans_b, (void)matmul;
+    throw std::runtime_error("bench_speedrun_kernels: the epilogue GEMM rows need the bf16 build");
 #else
     llmc::GemmArgs gemm;
-    gemm.d = out, gemm.a = xn, gemm.b = weight, gemm.m = s.T, gemm.n = 4 * s.C, gemm.k = s.C;
+    gemm.d = out, gemm.a = xn, gemm.b = weight, gemm.m = s.T, gemm.n = n, gemm.k = s.C, gemm.trans_b = trans_b;
     llmc::gemm(matmul, gemm, stream);
 #endif
   };
-  llmc::WgmmaGemmArgs forward = g, backward = g;
+  llmc::WgmmaGemmArgs forward = g, backward = g, qkv = g;
   forward.out = pre, forward.post = post;
   backward.out = d, backward.saved = pre;
+  qkv.out = pre, qkv.n = 3 * s.C, qkv.w_k_major = true;  // W_qkv (3C, C)
+  qkv.qkv.rot = d, qkv.qkv.head_dim = s.D(), qkv.qkv.rstd = a.make<float>(2 * static_cast<size_t>(s.T) * s.H, 0.5f);
+  qkv.qkv.cos_table = a.make<bf16>(static_cast<size_t>(s.T) * s.D() / 2);
+  qkv.qkv.sin_table = a.make<bf16>(static_cast<size_t>(s.T) * s.D() / 2);
+  qkv.qkv.value_embed = a.make<bf16>(TC), qkv.qkv.scalars = a.make<float>(2, 0.5f);
+  qkv.qkv.a = {llmc::MixScalar::kIdentity, 0}, qkv.qkv.b = {llmc::MixScalar::kIdentity, 1};
   return {
-      [=] { cublas(pre); },
+      [=] { cublas(pre, 4 * s.C, false); },
       [=] { llmc::wgmma_gemm_launch(llmc::WgmmaEpilogue::kReluSquared, forward, stream); },
-      [=] { cublas(d); },
+      [=] { cublas(d, 4 * s.C, false); },
       [=] { llmc::wgmma_gemm_launch(llmc::WgmmaEpilogue::kReluSquaredBackward, backward, stream); },
+      [=] { cublas(pre, 3 * s.C, true); },
+      [=] { llmc::wgmma_gemm_launch(llmc::WgmmaEpilogue::kQkvRope, qkv, stream); },
   };
 }
 
@@ -294,7 +309,7 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
       [=] { llmc::scalars_to_fp32(scalars, scalar_params, 64, stream); },
       [=] { llmc::add_fp32_grads(scalar_grads, dscalars, 64, stream); },
   };
-  const std::vector<std::function<void()>> mlp = mlp_gemm_work(w, s, stream);
+  const std::vector<std::function<void()>> mlp = epilogue_gemm_work(w, s, stream);
   work.insert(work.end(), mlp.begin(), mlp.end());
   if (w.head) {
     const std::vector<std::function<void()>> head_work = fp8_head_work(w, s, x, z, dx, losses, stream);
@@ -337,15 +352,16 @@ int main(int argc, char** argv) {
       "Speedrun-model kernels: bytes, FLOPs and time at the H200 ceilings per call, measured on a GPU."};
   Shape shape{32768, 768, 6, 50304};
   int repeats = 20;
-  bool dry_run = false, wgmma_mlp = false;
+  bool dry_run = false, wgmma_gemms = false;
   app.positive("--tokens", shape.T, "tokens per rank T");
   app.positive("--channels", shape.C, "model width C");
   app.positive("--heads", shape.H, "attention heads (must divide C)");
   app.positive("--vocab", shape.V, "vocabulary V, padding included (multiple of 8)");
   app.positive("--repeats", repeats, "timed calls per kernel");
   app.flag("--dry-run", dry_run, "print the byte/FLOP rows and ceilings without running anything");
-  app.flag("--wgmma-mlp", wgmma_mlp,
-           "count the step as train_gpt2 --wgmma-mlp on runs it: ReLU^2 in the MLP GEMMs' epilogues");
+  app.flag("--wgmma-gemms", wgmma_gemms,
+           "count the step as train_gpt2 --wgmma-gemms on runs it: ReLU^2 in the MLP GEMMs' epilogues, QK-norm, RoPE "
+           "and the v mix in the qkv GEMM's");
   if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   if (shape.C % shape.H != 0) {
     std::fprintf(stderr, "bench_speedrun_kernels: --channels %d is not divisible by --heads %d\n", shape.C, shape.H);
@@ -354,10 +370,11 @@ int main(int argc, char** argv) {
   std::printf(
       "bench_speedrun_kernels (%s%s%s): T=%d C=%d H=%d D=%d V=%d; ceilings %.1f TB/s, %.0f TFLOP/s bf16, %.0f TFLOP/s "
       "fp8%s\n",
-      llmc::kPrecisionName, kEmulated ? ", emulated" : "", wgmma_mlp ? ", --wgmma-mlp" : "", shape.T, shape.C, shape.H, shape.D(), shape.V,
+      llmc::kPrecisionName, kEmulated ? ", emulated" : "", wgmma_gemms ? ", --wgmma-gemms" : "", shape.T, shape.C,
+      shape.H, shape.D(), shape.V,
       kHbmBytesPerSecond / 1e12, kBf16FlopsPerSecond / 1e12, kFp8FlopsPerSecond / 1e12,
       fp8_head_fits(shape) ? "" : " (no FP8 head rows: T, C and V must be multiples of 16)");
-  std::vector<Row> rows = all_rows(shape, wgmma_mlp);
+  std::vector<Row> rows = all_rows(shape, wgmma_gemms);
   if (dry_run) {
     print_rows(rows, {}, "measured us");
     return 0;

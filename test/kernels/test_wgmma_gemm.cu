@@ -159,6 +159,98 @@ TEST(WgmmaGemm, ReluSquaredBackwardEpiloguesScaleByTheSlope) {
   }
 }
 
+// kQkvRope (the 2025-10-31 model's attention input): out is the plain product (bitwise); rot's q and k heads are
+// qk_norm_rope_forward's n = x / rms(x) rotated by the tables, within one bf16 rounding (2^-8 relative) plus the
+// fp32 arithmetic's 2^-15 of the terms (the sum of squares over D in another order, rsqrtf, two products); rstd
+// within 2^-16; v is a v + b ve within one bf16 rounding (b = 0 without ve). Heads of 16 (a tile of 8 heads, N cut
+// at 96), 64 and 128 (a tile per head), M cut.
+TEST(WgmmaGemm, QkvRopeEpilogueNormalisesRotatesAndMixes) {
+  REQUIRE_HOPPER();
+  struct Case { int m, C, k, D; bool value_embed; };
+  for (const Case& c : {Case{72, 32, 40, 16, true}, Case{64, 128, 64, 64, false}, Case{130, 256, 64, 128, true}}) {
+    SCOPED_TRACE("M " + std::to_string(c.m) + " C " + std::to_string(c.C) + " D " + std::to_string(c.D));
+    const int N = 3 * c.C, half = c.D / 2, heads = 2 * c.C / c.D;
+    const Problem p = make_problem(c.m, N, c.k, 18, /*w_k_major=*/true);
+    std::mt19937 rng(19);
+    std::vector<double> cos_t = random_values(static_cast<size_t>(c.m) * half, rng), sin_t = cos_t;
+    for (double& x : sin_t) x = random_values(1, rng)[0];
+    std::vector<double> ve = random_values(static_cast<size_t>(c.m) * c.C, rng);
+    for (auto* v : {&cos_t, &sin_t, &ve})
+      for (double& x : *v) x = bf16_value(x);
+    const std::vector<float> scalars = {0.75f, -1.25f};
+    DeviceBuffer<bf16> a(p.a.size()), w(p.w.size()), out(static_cast<size_t>(c.m) * N), rot(static_cast<size_t>(c.m) * N);
+    DeviceBuffer<bf16> d_cos(cos_t.size()), d_sin(sin_t.size()), d_ve(ve.size());
+    DeviceBuffer<float> rstd(static_cast<size_t>(c.m) * heads), d_scalars(2);
+    a.upload(p.a);
+    std::vector<double> w_stored(p.w.size());
+    for (int k = 0; k < c.k; ++k)
+      for (int n = 0; n < N; ++n) w_stored[static_cast<size_t>(n) * c.k + k] = p.w[static_cast<size_t>(k) * N + n];
+    w.upload(w_stored);
+    d_cos.upload(cos_t), d_sin.upload(sin_t), d_ve.upload(ve);
+    d_scalars.upload_raw(scalars);
+    llmc::WgmmaGemmArgs g;
+    g.out = out.get(), g.a = a.get(), g.w = w.get(), g.w_k_major = true, g.m = c.m, g.n = N, g.k = c.k;
+    g.qkv.rot = rot.get(), g.qkv.rstd = rstd.get(), g.qkv.cos_table = d_cos.get(), g.qkv.sin_table = d_sin.get();
+    g.qkv.value_embed = c.value_embed ? d_ve.get() : nullptr, g.qkv.scalars = d_scalars.get();
+    g.qkv.a = {llmc::MixScalar::kIdentity, 0}, g.qkv.b = {llmc::MixScalar::kIdentity, 1}, g.qkv.head_dim = c.D;
+    llmc::wgmma_gemm_launch(llmc::WgmmaEpilogue::kQkvRope, g, nullptr);
+    const std::vector<double> qkv = out.download(), got = rot.download(), got_rstd = rstd.download();
+    EXPECT_EQ(qkv, run(p, llmc::WgmmaEpilogue::kPlain).out);
+    for (int t = 0; t < c.m; ++t) {
+      const double* x = qkv.data() + static_cast<size_t>(t) * N;
+      const double* y = got.data() + static_cast<size_t>(t) * N;
+      for (int h = 0; h < heads; ++h) {
+        double sum = 0.0;
+        for (int j = 0; j < c.D; ++j) sum += x[h * c.D + j] * x[h * c.D + j];
+        const double r = 1.0 / std::sqrt(sum / c.D + 1.1920928955078125e-07);
+        ASSERT_NEAR(got_rstd[static_cast<size_t>(t) * heads + h], r, std::ldexp(r, -16)) << "t " << t << " head " << h;
+        for (int j = 0; j < half; ++j) {
+          const double n1 = x[h * c.D + j] * r, n2 = x[h * c.D + j + half] * r;
+          const double cs = cos_t[static_cast<size_t>(t) * half + j], sn = sin_t[static_cast<size_t>(t) * half + j];
+          const double terms = std::fabs(n1 * cs) + std::fabs(n2 * sn) + std::fabs(n1 * sn) + std::fabs(n2 * cs);
+          const double y1 = n1 * cs + n2 * sn, y2 = -n1 * sn + n2 * cs;
+          ASSERT_NEAR(y[h * c.D + j], y1, std::ldexp(std::fabs(y1), -8) + std::ldexp(terms, -15)) << t << " " << h;
+          ASSERT_NEAR(y[h * c.D + j + half], y2, std::ldexp(std::fabs(y2), -8) + std::ldexp(terms, -15)) << t;
+        }
+      }
+      for (int col = 0; col < c.C; ++col) {
+        const double v = x[2 * c.C + col], e = c.value_embed ? ve[static_cast<size_t>(t) * c.C + col] : 0.0;
+        const double want = scalars[0] * v + (c.value_embed ? scalars[1] * e : 0.0);
+        const double terms = std::fabs(scalars[0] * v) + std::fabs(scalars[1] * e);
+        ASSERT_NEAR(y[2 * c.C + col], want, std::ldexp(std::fabs(want), -8) + std::ldexp(terms, -22))
+            << "v at " << t << " " << col;
+      }
+    }
+  }
+}
+
+// The record's widths (the fc GEMM, N = 3,072 and K = 768: 24 column tiles, 12 k-tiles) over 8,192 rows (64 row
+// tiles; the record's 32,768 only repeat them), W both ways: 2,000 sampled outputs against the double reference.
+// GPU only: the emulation would take hours.
+TEST(WgmmaGemm, RecordShapeMatchesSampledReference) {
+  REQUIRE_HOPPER();
+  if (LLMC_IS_EMULATION) GTEST_SKIP() << "skipped: GPU-only size (39 GFLOP; the emulated kernel tests cover the logic)";
+  const int M = 8192, N = 3072, K = 768;
+  for (const bool w_k_major : {false, true}) {
+    const Problem p = make_problem(M, N, K, 16, w_k_major);
+    const std::vector<double> out = run(p, llmc::WgmmaEpilogue::kPlain).out;
+    std::mt19937 rng(17);
+    std::uniform_int_distribution<int> row(0, M - 1), column(0, N - 1);
+    for (int sample = 0; sample < 2000; ++sample) {
+      const int m = sample == 0 ? M - 1 : row(rng), n = sample == 0 ? N - 1 : column(rng);
+      double ref = 0.0, magnitude = 0.0;
+      for (int k = 0; k < K; ++k) {
+        const double term = p.a[static_cast<size_t>(m) * K + k] * p.w[static_cast<size_t>(k) * N + n];
+        ref += term;
+        magnitude += std::fabs(term);
+      }
+      const double e = (K + 1) * std::ldexp(magnitude, -24);
+      ASSERT_LE(std::fabs(out[static_cast<size_t>(m) * N + n] - ref), e + std::ldexp(std::fabs(ref) + e, -8))
+          << "m " << m << " n " << n << (w_k_major ? ", W (N, K)" : ", W (K, N)");
+    }
+  }
+}
+
 TEST(WgmmaGemm, RefusesShapesItDoesNotTake) {
   REQUIRE_HOPPER();
   for (const auto& shape : std::vector<std::vector<int>>{{128, 100, 64}, {128, 128, 36}, {0, 128, 64}}) {

@@ -233,22 +233,22 @@ TEST_F(Modded89ModelTest, EveryGradientMatchesReference) {
   EXPECT_THROW(model.backward(true), std::logic_error);  // the logits hold their gradient now
 }
 
-// The MLP's GEMMs on the wgmma kernel (--wgmma-mlp): ReLU^2 in the forward's epilogue, the backward's slope from the
+// The MLP's GEMMs on the wgmma kernel (--wgmma-gemms): ReLU^2 in the forward's epilogue, the backward's slope from the
 // post-activation in the dpost GEMM's; the cuBLASLt path's roundings, so the same loss and gradient tolerances. bf16
 // build on a Hopper GPU (or emulated) only; elsewhere the model must refuse it.
-TEST_F(Modded89ModelTest, WgmmaMlpLossAndEveryGradientMatchReference) {
+TEST_F(Modded89ModelTest, WgmmaGemmsLossAndEveryGradientMatchReference) {
   const Case c(13);
   int device = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (kFp32 || major != 9) {
     EXPECT_THROW(Modded89Model(c.layout.config, 1, c.T, 1, stream, c.bos, Modded89Head::kBf16, Modded89Mlp::kBf16,
-                               MlpGemm::kWgmma),
+                               FusedGemms::kWgmma),
                  std::invalid_argument);
-    GTEST_SKIP() << "the wgmma MLP needs the bf16 build and a Hopper GPU; checked that it is refused";
+    GTEST_SKIP() << "the wgmma GEMMs needs the bf16 build and a Hopper GPU; checked that it is refused";
   }
   Modded89Model model(c.layout.config, 1, c.T, 1, stream, c.bos, Modded89Head::kBf16, Modded89Mlp::kBf16,
-                      MlpGemm::kWgmma);
+                      FusedGemms::kWgmma);
   c.load(model);
   const MtpLossWeights weights = stage1_weights();
   run_forward(model, c, weights, true);
@@ -256,7 +256,7 @@ TEST_F(Modded89ModelTest, WgmmaMlpLossAndEveryGradientMatchReference) {
   ref::Modded89Reference reference = c.reference(/*round_u=*/true);
   expect_loss_near(sum(model.download_losses()), reference.forward(c.batch(weights, true)), "training loss");
   reference.backward();
-  expect_grads_near(c.layout, model.download_grads(), reference.grads, 0.0, "wgmma MLP");
+  expect_grads_near(c.layout, model.download_grads(), reference.grads, 0.0, "wgmma GEMMs");
 }
 
 // Head size 128, the record's: the bf16 build's attention runs the fast window kernel (the paired layers as

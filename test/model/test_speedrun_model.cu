@@ -86,8 +86,8 @@ class SpeedrunModelTest : public llmc::test::StreamTest {};
 
 // One forward + backward of the device model and of the reference on the same parameters and batch.
 void expect_model_matches_reference(const SpeedrunConfig& config, int short_blocks, int long_blocks, uint64_t seed,
-                                    cudaStream_t stream, MlpGemm mlp_gemm = MlpGemm::kCublas) {
-  SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos, SpeedrunHead::kBf16, mlp_gemm);
+                                    cudaStream_t stream, FusedGemms fused_gemms = FusedGemms::kCublas) {
+  SpeedrunModel model(config, 1, config.max_seq_len, 1, stream, kBos, SpeedrunHead::kBf16, fused_gemms);
   if (long_blocks != 3) model.set_attention_windows(short_blocks, long_blocks, /*apply_yarn=*/true);
   ref::SpeedrunParams params = test_params(config, seed);
   model.upload_params(to_layout(model.layout(), params));
@@ -112,19 +112,19 @@ TEST_F(SpeedrunModelTest, LossAndEveryGradientMatchReference) {
   expect_model_matches_reference(config, 1, 3, 7, stream);
 }
 
-// The MLP's GEMMs on the wgmma kernel with ReLU^2 and its derivative in their epilogues (--wgmma-mlp): the same
+// The MLP's GEMMs on the wgmma kernel with ReLU^2 and its derivative in their epilogues (--wgmma-gemms): the same
 // roundings as the cuBLASLt path, so the same tolerances. bf16 build on a Hopper GPU (or emulated) only.
-TEST_F(SpeedrunModelTest, WgmmaMlpLossAndEveryGradientMatchReference) {
+TEST_F(SpeedrunModelTest, WgmmaGemmsLossAndEveryGradientMatchReference) {
   const SpeedrunConfig config = speedrun_config_from_name("speedrun-tiny");
   int device = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (kFp32 || major != 9) {
-    EXPECT_THROW(SpeedrunModel(config, 1, config.max_seq_len, 1, stream, kBos, SpeedrunHead::kBf16, MlpGemm::kWgmma),
+    EXPECT_THROW(SpeedrunModel(config, 1, config.max_seq_len, 1, stream, kBos, SpeedrunHead::kBf16, FusedGemms::kWgmma),
                  std::invalid_argument);
-    GTEST_SKIP() << "the wgmma MLP needs the bf16 build and a Hopper GPU; checked that it is refused";
+    GTEST_SKIP() << "the wgmma GEMMs needs the bf16 build and a Hopper GPU; checked that it is refused";
   }
-  expect_model_matches_reference(config, 1, 3, 7, stream, MlpGemm::kWgmma);
+  expect_model_matches_reference(config, 1, 3, 7, stream, FusedGemms::kWgmma);
 }
 
 // After the long window grows from 3 to 7 blocks: YaRN-adjusted tables and attention scale.

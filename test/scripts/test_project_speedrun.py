@@ -16,7 +16,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "scripts", "project_speedrun.py")
 KERNELS = os.path.join(HERE, "projection", "bench_speedrun_kernels_dry_run.txt")
-KERNELS_WGMMA_MLP = os.path.join(HERE, "projection", "bench_speedrun_kernels_dry_run_wgmma_mlp.txt")
+KERNELS_WGMMA_GEMMS = os.path.join(HERE, "projection", "bench_speedrun_kernels_dry_run_wgmma_gemms.txt")
 MUON = os.path.join(HERE, "projection", "bench_muon_owners_world8.txt")
 ATTENTION = os.path.join(HERE, "projection", "bench_window_attention_phases.txt")
 sys.path.insert(0, os.path.dirname(SCRIPT))
@@ -108,19 +108,25 @@ class Rescaling(unittest.TestCase):
         got = ps.memory_kernels_seconds(table, h200, 1.0) * 1e6
         self.assertAlmostEqual(got, expected, delta=0.001 * expected)   # rows are printed to 0.1 us
 
-    def test_wgmma_mlp_moves_relu_squared_into_the_gemms(self):
-        # --wgmma-mlp: the ReLU^2 rows leave the memory-bound kernels (11 MLPs, forward 2 and backward 3 tensors of
-        # T x 4C bf16), their work goes into GEMM rows, and the memory-bound total drops by exactly those bytes.
+    def test_wgmma_gemms_move_epilogue_work_into_the_gemms(self):
+        # --wgmma-gemms: the ReLU^2 rows (11 MLPs, forward 2 and backward 3 tensors of T x 4C bf16), the QK-norm +
+        # RoPE forward (10 attention layers: q and k read and written, the tables, rstd) and the 10 v mixes (v, ve and
+        # the output) leave the memory-bound kernels, their work goes into GEMM rows, and the memory-bound total drops
+        # by exactly those bytes.
         plain = ps.parse_kernel_table(ps.read_text(KERNELS), KERNELS)
-        fused = ps.parse_kernel_table(ps.read_text(KERNELS_WGMMA_MLP), KERNELS_WGMMA_MLP)
+        fused = ps.parse_kernel_table(ps.read_text(KERNELS_WGMMA_GEMMS), KERNELS_WGMMA_GEMMS)
 
         def memory_bytes(table):
             return sum(r.calls * r.mb_per_call for r in table.rows if not r.is_gemm) * 1e6
 
+        D, H = 128, 6
         relu_squared = 11 * (2 + 3) * T * 4 * C * 2
-        self.assertAlmostEqual(memory_bytes(plain) - memory_bytes(fused), relu_squared, delta=2e6)
+        qk_norm_rope = 10 * ((4 * T * C + T * D) * 2 + 8 * T * H)
+        v_mixes = 10 * 3 * T * C * 2
+        self.assertAlmostEqual(memory_bytes(plain) - memory_bytes(fused), relu_squared + qk_norm_rope + v_mixes,
+                               delta=3e6)
         wgmma = [r for r in fused.rows if "(wgmma)" in r.name]
-        self.assertEqual([(r.calls, r.is_gemm) for r in wgmma], [(11, True), (11, True)])
+        self.assertEqual([(r.calls, r.is_gemm) for r in wgmma], [(11, True), (11, True), (10, True)])
 
     def test_memory_rows_scale_with_bandwidth(self):
         table = ps.parse_kernel_table(ps.read_text(KERNELS), KERNELS)

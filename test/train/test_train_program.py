@@ -281,8 +281,8 @@ class TrainProgram(unittest.TestCase):
         self.expect_failure(data[:4] + ["-t", 40, "--model", "modded89-tiny", "--steps", 1, "--fp8-head", "off",
                                         "--fp8-mlp", "on"], r"--fp8-mlp on: the FP8 MLP needs --seq-len \(40\)")
 
-    def test_wgmma_mlp_trains_as_the_cublas_mlp_and_refuses_what_it_cannot_do(self):
-        # --wgmma-mlp on: the speedrun models' MLP GEMMs with ReLU^2 in their epilogues (test_wgmma_gemm and the two
+    def test_wgmma_gemms_train_as_cublas_and_refuse_what_they_cannot_do(self):
+        # --wgmma-gemms on: the speedrun models' MLP GEMMs with ReLU^2 in their epilogues (test_wgmma_gemm and the two
         # model tests: the arithmetic; the 2026-07-17 model's forward stays FP8 here, --fp8-mlp auto, its backward
         # takes the epilogue). Its GEMMs sum in another order than cuBLASLt's, so the runs agree to the bf16
         # build's loss tolerance of the model tests (1e-2), not bitwise; step 1 is equal (c_proj starts at zero,
@@ -296,10 +296,11 @@ class TrainProgram(unittest.TestCase):
         for model, args in models.items():
             runs = {}
             for mode in ("on", "off"):
-                _, log = self.train_run(f"wgmma_mlp_{model}_{mode}", data + ["--model", model] + args +
-                                        ["--wgmma-mlp", mode])
-                note = "wgmma with ReLU\\^2 in the epilogues" if mode == "on" else "cuBLASLt, ReLU\\^2 passes apart"
-                self.assertRegex(log, rf"(?m)^# mlp GEMMs: {note} \(--wgmma-mlp {mode}\)$")
+                _, log = self.train_run(f"wgmma_gemms_{model}_{mode}", data + ["--model", model] + args +
+                                        ["--wgmma-gemms", mode])
+                note = "wgmma, the elementwise work in the epilogues" if mode == "on" else \
+                    "cuBLASLt, the elementwise work in passes apart"
+                self.assertRegex(log, rf"(?m)^# epilogue GEMMs: {note} \(--wgmma-gemms {mode}\)$")
                 runs[mode] = losses(log)
             steps = args[1]
             self.assertEqual(sorted(runs["on"]), list(range(1, steps + 1)), model)
@@ -308,8 +309,8 @@ class TrainProgram(unittest.TestCase):
                 self.assertAlmostEqual(float(runs["on"][step]), float(runs["off"][step]),
                                        delta=1e-2 * float(runs["off"][step]), msg=f"{model} step {step}")
             self.assertLess(float(runs["on"][steps]), float(runs["on"][1]), model)
-        self.expect_failure(self.tiny_args + ["--steps", 1, "--wgmma-mlp", "on"],
-                            r"--wgmma-mlp on: only the speedrun models")
+        self.expect_failure(self.tiny_args + ["--steps", 1, "--wgmma-gemms", "on"],
+                            r"--wgmma-gemms on: only the speedrun models")
 
     def test_speedrun_optimizer_trains_and_refuses_what_it_cannot_do(self):
         # --optimizer auto picks NorMuon + sharded Adam for a speedrun model (llmc/optim/speedrun_optimizer.h).

@@ -29,7 +29,7 @@ class SpeedrunFamily : public ModelFamily {
     return choose_fp8_head(choice, seq_len, config_.channels(), config_.vocab_size);
   }
   bool trains_on_documents() const override { return true; }  // the record's BOS-aligned loader
-  bool has_wgmma_mlp() const override { return true; }
+  bool has_wgmma_gemms() const override { return true; }
   StateOptimizer default_optimizer() const override { return StateOptimizer::kSpeedrun; }
   std::unique_ptr<FamilyModel> build(const ModelBuild& r) const override {
     if (r.batch_size != 1)
@@ -41,7 +41,7 @@ class SpeedrunFamily : public ModelFamily {
                                   std::to_string(config_.max_seq_len));
     return std::make_unique<SpeedrunModel>(config_, r.world_size, r.seq_len, r.loss_slots, r.stream, kSpeedrunBosToken,
                                            r.fp8_head ? SpeedrunHead::kFp8 : SpeedrunHead::kBf16,
-                                           r.wgmma_mlp ? MlpGemm::kWgmma : MlpGemm::kCublas);
+                                           r.wgmma_gemms ? FusedGemms::kWgmma : FusedGemms::kCublas);
   }
   std::vector<float> init_params(uint64_t seed, int world_size) const override {
     return init_speedrun_params(make_speedrun_layout(config_, world_size), seed);

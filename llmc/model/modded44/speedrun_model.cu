@@ -201,13 +201,13 @@ size_t SpeedrunModel::planned_activation_bytes(const SpeedrunConfig& config, int
 }
 
 SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int seq_len, int loss_slots,
-                             cudaStream_t stream, int bos_token, SpeedrunHead head, MlpGemm mlp_gemm)
+                             cudaStream_t stream, int bos_token, SpeedrunHead head, FusedGemms fused_gemms)
     : layout_(make_speedrun_layout(config, world_size)),
       seq_len_(seq_len),
       loss_slots_(loss_slots),
       bos_token_(bos_token),
       head_(head),
-      mlp_gemm_(mlp_gemm),
+      fused_gemms_(fused_gemms),
       stream_(stream),
       yarn_(config.head_dim) {
   if (seq_len < 1 || seq_len > config.max_seq_len)
@@ -218,7 +218,12 @@ SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int s
     throw std::invalid_argument("speedrun model: the FP8 head needs the sequence length (" + std::to_string(seq_len) +
                                 "), width (" + std::to_string(config.channels()) + ") and vocabulary (" +
                                 std::to_string(config.vocab_size) + ") to be multiples of 16");
-  if (mlp_gemm == MlpGemm::kWgmma) require_wgmma_mlp_here(config.channels());
+  if (fused_gemms == FusedGemms::kWgmma) {
+    require_wgmma_gemms_here(config.channels());
+    if (128 % config.head_dim != 0 || config.head_dim % 16 != 0)
+      throw std::invalid_argument("--wgmma-gemms on: the attention's head size " + std::to_string(config.head_dim) +
+                                  " must divide 128 and be a multiple of 16 (the qkv GEMM's epilogue)");
+  }
   acts_ = std::make_unique<Activations>(seq_len, config);
   Activations& a = *acts_;
   a.request(a.arena, &params_, &grads_, layout_, seq_len, loss_slots, head);
@@ -507,14 +512,27 @@ void SpeedrunModel::attention_forward(int i) {
   const SpeedrunScalarIndex index{cfg.num_blocks};
   const int T = seq_len_, C = cfg.channels(), H = cfg.num_heads, D = cfg.head_dim;
   const floatX* qkvo = param(SpeedrunTensor::kQkvo, i);  // xn_attn = norm(x_mix): written by block_forward
-  GemmArgs qkv;  // qkv (T, 3C) = xn W_qkv^T, W_qkv = rows 0..3C-1 of the [4C, C] view
-  qkv.d = b.qkv, qkv.a = b.xn_attn, qkv.b = qkvo, qkv.m = T, qkv.n = 3 * C, qkv.k = C, qkv.trans_b = true;
-  gemm(a.matmul, qkv, stream_);
-  qk_norm_rope_forward(b.qkv_rot, 3 * C, b.qkv, 3 * C, b.rstd_qk, a.rope_cos, a.rope_sin, T, 2 * H, D, stream_);
   const int table = layout_.structure.blocks[static_cast<size_t>(i)].value_embed;
-  mix_forward(Rows{b.qkv_rot + 2 * C, 3 * C}, ConstRows{b.qkv + 2 * C, 3 * C},
-              ConstRows{table >= 0 ? a.ve[table] : nullptr, C}, a.scalars, identity(index.sa_lambda(i, 0)),
-              identity(index.sa_lambda(i, 1)), T, C, stream_);
+  const floatX* value_embed = table >= 0 ? a.ve[table] : nullptr;
+  const MixCoefficient lambda0 = identity(index.sa_lambda(i, 0)), lambda1 = identity(index.sa_lambda(i, 1));
+#if !defined(LLMC_FP32)
+  if (fused_gemms_ == FusedGemms::kWgmma) {  // qkv, and qkv_rot's q, k and v below, from one GEMM
+    WgmmaGemmArgs g;  // W_qkv = rows 0..3C-1 of the [4C, C] view: (N, K)
+    g.out = b.qkv, g.a = b.xn_attn, g.w = qkvo, g.w_k_major = true, g.m = T, g.n = 3 * C, g.k = C;
+    g.qkv.rot = b.qkv_rot, g.qkv.rstd = b.rstd_qk, g.qkv.cos_table = a.rope_cos, g.qkv.sin_table = a.rope_sin;
+    g.qkv.value_embed = value_embed, g.qkv.scalars = a.scalars, g.qkv.a = lambda0, g.qkv.b = lambda1;
+    g.qkv.head_dim = D;
+    wgmma_gemm_launch(WgmmaEpilogue::kQkvRope, g, stream_);
+  }
+#endif
+  if (fused_gemms_ == FusedGemms::kCublas) {
+    GemmArgs qkv;  // qkv (T, 3C) = xn W_qkv^T, W_qkv = rows 0..3C-1 of the [4C, C] view
+    qkv.d = b.qkv, qkv.a = b.xn_attn, qkv.b = qkvo, qkv.m = T, qkv.n = 3 * C, qkv.k = C, qkv.trans_b = true;
+    gemm(a.matmul, qkv, stream_);
+    qk_norm_rope_forward(b.qkv_rot, 3 * C, b.qkv, 3 * C, b.rstd_qk, a.rope_cos, a.rope_sin, T, 2 * H, D, stream_);
+    mix_forward(Rows{b.qkv_rot + 2 * C, 3 * C}, ConstRows{b.qkv + 2 * C, 3 * C}, ConstRows{value_embed, C}, a.scalars,
+                lambda0, lambda1, T, C, stream_);
+  }
   attention_kernel_forward(i);
   attention_gate_forward(b.y_gated, b.y, b.xn_attn, C, param(SpeedrunTensor::kAttnGate, i), T, H, D, stream_);
   GemmArgs out;  // x_attn = x_mix + y_gated W_o^T
@@ -550,7 +568,7 @@ void SpeedrunModel::mlp_forward(int i) {
   const int T = seq_len_, C = layout_.config.channels();
   if (layout_.structure.blocks[static_cast<size_t>(i)].attention)  // else block_forward wrote it with x_mix
     rmsnorm_forward(b.xn_mlp, b.rstd_mlp, b.x_attn, T, C, stream_);
-  if (mlp_gemm_ == MlpGemm::kWgmma) {  // h and act = relu(h)^2 from one GEMM
+  if (fused_gemms_ == FusedGemms::kWgmma) {  // h and act = relu(h)^2 from one GEMM
     // W_fc stored (in, out) = (K, N)
     wgmma_gemm_launch(WgmmaEpilogue::kReluSquared, b.h, b.act, nullptr, b.xn_mlp, param(SpeedrunTensor::kFc, i),
                       /*w_k_major=*/false, T, 4 * C, C, stream_);
@@ -683,7 +701,7 @@ void SpeedrunModel::mlp_backward(int i) {
   Activations& a = *acts_;
   Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
   const int T = seq_len_, C = layout_.config.channels();
-  const bool wgmma = mlp_gemm_ == MlpGemm::kWgmma;
+  const bool wgmma = fused_gemms_ == FusedGemms::kWgmma;
   if (wgmma) {  // dh = 2 relu(h) (dx W_proj) from one GEMM
     // W_proj stored (out, in) = (K, N) of dx W_proj
     wgmma_gemm_launch(WgmmaEpilogue::kReluSquaredBackward, a.dwide, nullptr, b.h, a.dx,

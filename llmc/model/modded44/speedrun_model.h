@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "llmc/model/modded44/speedrun_layout.h"
-#include "llmc/family/mlp_gemm.h"
+#include "llmc/family/fused_gemms.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/model/modded44/yarn.h"
 #include "llmc/cuda/precision.h"
@@ -43,7 +43,7 @@ class SpeedrunModel : public FamilyModel {
   // (std::invalid_argument otherwise).
   SpeedrunModel(const SpeedrunConfig& config, int world_size, int seq_len, int loss_slots, cudaStream_t stream,
                 int bos_token = kSpeedrunBosToken, SpeedrunHead head = SpeedrunHead::kBf16,
-                MlpGemm mlp_gemm = MlpGemm::kCublas);
+                FusedGemms fused_gemms = FusedGemms::kCublas);
   ~SpeedrunModel() override;
   SpeedrunModel(const SpeedrunModel&) = delete;
   SpeedrunModel& operator=(const SpeedrunModel&) = delete;
@@ -60,7 +60,7 @@ class SpeedrunModel : public FamilyModel {
   static size_t planned_activation_bytes(const SpeedrunConfig& config, int seq_len, int loss_slots,
                                          SpeedrunHead head = SpeedrunHead::kBf16);
   SpeedrunHead head() const { return head_; }
-  MlpGemm mlp_gemm() const { return mlp_gemm_; }
+  FusedGemms fused_gemms() const { return fused_gemms_; }
   // "embeddings", "block 3", "head".
   std::string bucket_name(int bucket) const override;
   // True when attention runs the fast kernel (bf16 build, head size 128), false for the simple path.
@@ -133,7 +133,7 @@ class SpeedrunModel : public FamilyModel {
   SpeedrunLayout layout_;
   int seq_len_, loss_slots_, bos_token_;
   SpeedrunHead head_;
-  MlpGemm mlp_gemm_;  // the MLP's GEMMs (llmc/family/mlp_gemm.h, --wgmma-mlp)
+  FusedGemms fused_gemms_;  // the MLP's and qkv GEMMs (llmc/family/fused_gemms.h, --wgmma-gemms)
   cudaStream_t stream_;
   floatX* params_ = nullptr;
   floatX* grads_ = nullptr;

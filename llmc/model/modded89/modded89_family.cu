@@ -63,7 +63,7 @@ class Modded89Family : public ModelFamily {
                           std::to_string(config_.channels()) + ") to be multiples of 16");
   }
   bool trains_on_documents() const override { return true; }
-  bool has_wgmma_mlp() const override { return true; }
+  bool has_wgmma_gemms() const override { return true; }
   StateOptimizer default_optimizer() const override { return StateOptimizer::kSpeedrun; }  // its record's
   std::vector<float> init_params(uint64_t seed, int world_size) const override {
     return init_modded89_params(make_modded89_layout(config_, world_size), seed);
@@ -93,7 +93,7 @@ class Modded89Family : public ModelFamily {
                                                  kModded89BosToken,
                                                  r.fp8_head ? Modded89Head::kFp8 : Modded89Head::kBf16,
                                                  r.fp8_mlp ? Modded89Mlp::kFp8 : Modded89Mlp::kBf16,
-                                                 r.wgmma_mlp ? MlpGemm::kWgmma : MlpGemm::kCublas);
+                                                 r.wgmma_gemms ? FusedGemms::kWgmma : FusedGemms::kCublas);
     model->set_sign_table(modded89_sign_table(config_.channels()));
     model->set_prefix_table(prefix_of);
     return model;

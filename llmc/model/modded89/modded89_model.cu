@@ -329,7 +329,7 @@ MtpLossWeights modded89_initial_loss_weights() {
 
 Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots,
                              cudaStream_t stream, int bos_token, Modded89Head head, Modded89Mlp mlp,
-                             MlpGemm mlp_gemm)
+                             FusedGemms fused_gemms)
     : layout_(make_modded89_layout(config, world_size)),
       allocated_seq_len_(seq_len),
       seq_len_(seq_len),
@@ -337,14 +337,14 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
       bos_token_(bos_token),
       head_(head),
       mlp_(mlp),
-      mlp_gemm_(mlp_gemm),
+      fused_gemms_(fused_gemms),
       stream_(stream),
       loss_weights_(modded89_initial_loss_weights()) {
   if (seq_len < 1 || seq_len > config.max_seq_len)
     throw std::invalid_argument("modded89 model: sequence length " + std::to_string(seq_len) + " outside [1, " +
                                 std::to_string(config.max_seq_len) + "] (the model's maximum)");
   if (loss_slots < 1) throw std::invalid_argument("modded89 model: loss_slots must be at least 1");
-  if (mlp_gemm == MlpGemm::kWgmma) require_wgmma_mlp_here(config.channels());
+  if (fused_gemms == FusedGemms::kWgmma) require_wgmma_gemms_here(config.channels());
   if (bos_token < 0)  // one past the vocabulary is allowed: then every sequence is one document
     throw std::invalid_argument("modded89 model: BOS token " + std::to_string(bos_token) + " is negative");
   if (head == Modded89Head::kFp8 && !fp8_head_shape_fits(seq_len, config.channels(), config.vocab_size))
@@ -1166,7 +1166,7 @@ void Modded89Model::mlp_forward(int i) {
     mlp_output_mix(i);
     return;
   }
-  if (mlp_gemm_ == MlpGemm::kWgmma) {  // pre and post = relu(pre)^2 from one GEMM; c_fc (out, in) = (N, K)
+  if (fused_gemms_ == FusedGemms::kWgmma) {  // pre and post = relu(pre)^2 from one GEMM; c_fc (out, in) = (N, K)
     wgmma_gemm_launch(WgmmaEpilogue::kReluSquared, at(l.pre, hidden), at(l.post, hidden), nullptr, at(l.xn_mlp, C),
                       bank, /*w_k_major=*/true, T, hidden, C, stream_);
   } else {
@@ -1470,7 +1470,7 @@ void Modded89Model::mlp_backward(int i) {
     mix_backward(Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32, ConstRows{b.dx, C}, mix.x_in, mix.y,
                  mix.scalars, mix.a, mix.b, T, C, b.scratch, b.scratch_floats, stream_);
   }
-  const bool wgmma = mlp_gemm_ == MlpGemm::kWgmma;
+  const bool wgmma = fused_gemms_ == FusedGemms::kWgmma;
   if (wgmma) {  // dpre = 2 sqrt(post) (d_mlp c_proj^T) from one GEMM; c_proj (in, out) = (N, K)
     wgmma_gemm_launch(WgmmaEpilogue::kReluSquaredBackwardFromPost, b.d_wide, nullptr, l.post, b.d_branch,
                       bank + static_cast<size_t>(hidden) * C, /*w_k_major=*/true, T, hidden, C, stream_);

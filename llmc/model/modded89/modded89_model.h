@@ -14,7 +14,7 @@
 
 #include "llmc/cuda/precision.h"
 #include "llmc/family/loss_means.h"
-#include "llmc/family/mlp_gemm.h"
+#include "llmc/family/fused_gemms.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/mtp_cross_entropy.cuh"
 #include "llmc/kernels/residual_norm.cuh"
@@ -43,11 +43,11 @@ class Modded89Model : public FamilyModel {
   // long 3), RoPE at the record's start (frequencies (1/1024)^(m / (D/4 - 1)), scale 0.1), the sign table all +1, no
   // prefix table and the loss weights modded89_initial_loss_weights(). Throws std::invalid_argument for a bad shape.
   // mlp: the training forward's MLPs in bf16 or the record's FP8 (Modded89Fp8Mlp; T and C multiples of 16).
-  // mlp_gemm: the MLP's bf16 GEMMs on cuBLASLt or the wgmma GEMM with ReLU^2 (and the backward's slope from the
-  // post-activation) in the epilogue (llmc/family/mlp_gemm.h, --wgmma-mlp).
+  // fused_gemms: the MLP's bf16 GEMMs on cuBLASLt or the wgmma GEMM with ReLU^2 (and the backward's slope from the
+  // post-activation) in the epilogue (llmc/family/fused_gemms.h, --wgmma-gemms).
   Modded89Model(const Modded89Config& config, int world_size, int seq_len, int loss_slots, cudaStream_t stream,
                 int bos_token, Modded89Head head = Modded89Head::kBf16, Modded89Mlp mlp = Modded89Mlp::kBf16,
-                MlpGemm mlp_gemm = MlpGemm::kCublas);
+                FusedGemms fused_gemms = FusedGemms::kCublas);
   ~Modded89Model() override;
   Modded89Model(const Modded89Model&) = delete;
   Modded89Model& operator=(const Modded89Model&) = delete;
@@ -67,7 +67,7 @@ class Modded89Model : public FamilyModel {
                                          Modded89Head head = Modded89Head::kBf16, Modded89Mlp mlp = Modded89Mlp::kBf16);
   Modded89Head head() const { return head_; }
   Modded89Mlp mlp() const { return mlp_; }
-  MlpGemm mlp_gemm() const { return mlp_gemm_; }
+  FusedGemms fused_gemms() const { return fused_gemms_; }
   // With the FP8 MLP: its weight copies follow the parameters (TrainableModel::before_step), and its scales.
   void before_step(int step) override;
   std::string step_shape() const override;
@@ -236,7 +236,7 @@ class Modded89Model : public FamilyModel {
   int seq_len_, loss_slots_, bos_token_;
   Modded89Head head_;
   Modded89Mlp mlp_;
-  MlpGemm mlp_gemm_;
+  FusedGemms fused_gemms_;
   cudaStream_t stream_;
   floatX* params_ = nullptr;
   floatX* grads_ = nullptr;
