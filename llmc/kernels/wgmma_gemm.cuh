@@ -22,6 +22,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/precision.h"
 #include "llmc/cuda/wgmma.cuh"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/relu_squared.cuh"
 #include "llmc/kernels/residual_mix.cuh"
 #include "llmc/kernels/rmsnorm.cuh"
@@ -178,7 +179,7 @@ __device__ inline void store_qk_head(const WgmmaGemmArgs& g, const float (&acc)[
       const float n2 = bf16_rounded(acc[4 * (i + D / 16) + 2 * half + e]) * r;
       const float ce = e == 0 ? __low2float(c) : __high2float(c), se = e == 0 ? __low2float(s) : __high2float(s);
       y1[e] = n1 * ce + n2 * se;
-      y2[e] = -n1 * se + n2 * ce;
+      y2[e] = LLMC_MUTANT("wgmma_gemm.rope_second_half_sign", -n1 * se + n2 * ce, n1 * se + n2 * ce);
     }
     *reinterpret_cast<__nv_bfloat162*>(q.rot + at + j) = __floats2bfloat162_rn(y1[0], y1[1]);
     *reinterpret_cast<__nv_bfloat162*>(q.rot + at + j + D / 2) = __floats2bfloat162_rn(y2[0], y2[1]);
@@ -239,12 +240,14 @@ __global__ void __launch_bounds__(256, 1) gemm_kernel(WgmmaGemmArgs g) {
   for (int t = 0; t < k_tiles; ++t) {
     copies.wait<kLoadAhead - 1>();  // k-tile t has landed (this thread's copies)
     fence_proxy_async_shared();     // ... visible to the tensor cores' reads
-    __syncthreads();                // ... and everyone's; the products of t - 2 are done in every warp
+    if (LLMC_MUTANT("wgmma_gemm.ring_without_barrier", true, false))
+      __syncthreads();  // ... and everyone's; the products of t - 2 are done in every warp
     const int ahead = t + kLoadAhead;  // into the slot k-tile t - 2 used
     if (ahead < k_tiles) load_stage<kWKMajor>(copies, ring + (ahead % kStages) * kStageBytes, g, m0, n0, ahead);
     copies.commit();
     multiply_stage<kWKMajor>(mma, acc, ring + (t % kStages) * kStageBytes, group, t > 0);
-    mma.wait<1>();  // the products of t - 1 done: its slot may be refilled after the next barrier
+    // the products of t - 1 done: its slot may be refilled after the next barrier
+    if (LLMC_MUTANT("wgmma_gemm.products_not_waited", true, false)) mma.wait<1>();
   }
   mma.wait<0>();
   copies.wait<0>();

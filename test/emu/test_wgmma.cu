@@ -20,7 +20,9 @@ using llmc::test::DeviceBuffer;
 
 constexpr int kM = 64, kN = 128, kK = 64;
 constexpr int kTileA = kM * llmc::kSwizzle128RowBytes, kTileB = kN * llmc::kSwizzle128RowBytes;
-constexpr int kSharedBytes = 1024 + kTileA + kTileB;
+// The alignment pad, A, a 1024-byte gap (where the unaligned-tile misuse's shifted A ends, so that it races with
+// nothing), B.
+constexpr int kSharedBytes = 1024 + kTileA + 1024 + kTileB;
 
 // How the test kernel misbehaves (kNone: it follows the rules).
 enum class Misuse { kNone, kNoFence, kReadBeforeWait, kOverwriteBeforeWait, kUnalignedTile, kNoWait };
@@ -33,7 +35,7 @@ __global__ void wgmma_product_kernel(const __nv_bfloat16* A, const __nv_bfloat16
   LLMC_DYNAMIC_SHARED(unsigned char, shared);
   const uint32_t pad = (1024 - llmc::shared_space_address(shared) % 1024) % 1024;
   unsigned char* tile_a = shared + pad + (misuse == Misuse::kUnalignedTile ? 128 : 0);
-  unsigned char* tile_b = shared + pad + kTileA;
+  unsigned char* tile_b = shared + pad + kTileA + 1024;
   const int thread = threadIdx.x;
   for (int chunk = thread; chunk < kM * 8; chunk += blockDim.x) {
     const int row = chunk / 8, column = chunk % 8;

@@ -58,6 +58,9 @@ MUTANTS = {
     # issue 27's fusions
     "residual_norm.extra_streams_unweighted": "ResidualNormKernel.*Bitwise",  # the gate columns ignored
     "residual_norm_backward.no_barrier": "ResidualNormKernel.Backward*",  # warps' dots read before written
+    "wgmma_gemm.ring_without_barrier": "WgmmaGemm.ProductMatchesReference",  # a slot read before others' copies land
+    "wgmma_gemm.products_not_waited": "WgmmaGemm.ProductMatchesReference",  # a slot refilled under its products
+    "wgmma_gemm.rope_second_half_sign": "WgmmaGemm.QkvRope*",          # the second half rotated the wrong way
     "residual_norm_backward.first_warp_only": "ResidualNormKernel.Backward*",  # a block's partial from one row
 }
 
