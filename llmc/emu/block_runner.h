@@ -42,6 +42,18 @@ struct ThreadBuiltins {
 // resuming each fiber.
 extern thread_local const ThreadBuiltins* current_thread_builtins;
 
+// The running thread's place in its block: its linear index (x fastest, as warps are formed) and the block's size.
+struct BlockPlace {
+  unsigned linear;
+  unsigned threads;
+};
+inline BlockPlace current_block_place() {
+  const ThreadBuiltins& thread = *current_thread_builtins;
+  return BlockPlace{thread.thread_idx.x + thread.block_dim.x * (thread.thread_idx.y +
+                                                                thread.block_dim.y * thread.thread_idx.z),
+                    thread.block_dim.x * thread.block_dim.y * thread.block_dim.z};
+}
+
 // ---- warp-synchronous operations -------------------------------------------------------------
 // A warp operation (shuffle, vote, MMA, ...) is a rendezvous: each lane posts its input and waits;
 // once every lane named in the mask has arrived at an operation with the same resolver and mask,

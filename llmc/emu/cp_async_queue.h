@@ -127,11 +127,8 @@ class CpAsyncQueue {
   // on odd ones, so warps leave the wait out of step (as copies complete at different times on a
   // GPU) and a warp that reads what another warp copied without a barrier in between reads poison.
   void complete_late() const {
-    const ThreadBuiltins& thread = *current_thread_builtins;
-    const unsigned threads = thread.block_dim.x * thread.block_dim.y * thread.block_dim.z;
-    const unsigned linear = thread.thread_idx.x + thread.block_dim.x * (thread.thread_idx.y +
-                                                                        thread.block_dim.y * thread.thread_idx.z);
-    const unsigned warps = (threads + 31) / 32, warp = linear / 32, lane = linear % 32;
+    const BlockPlace place = current_block_place();
+    const unsigned warps = (place.threads + 31) / 32, warp = place.linear / 32, lane = place.linear % 32;
     const unsigned passes = waits_ % 2 == 0 ? warp : warps - 1 - warp;
     for (unsigned pass = 0; pass < passes; ++pass) {
       warp_rendezvous(&skip_pass, "cp.async.wait_group (completing late)", 1u << lane, WarpLanePost{},

@@ -93,16 +93,13 @@ struct WarpgroupPlace {
 };
 
 inline WarpgroupPlace current_warpgroup_place() {
-  const ThreadBuiltins& thread = *current_thread_builtins;
-  const unsigned threads = thread.block_dim.x * thread.block_dim.y * thread.block_dim.z;
-  const unsigned linear =
-      thread.thread_idx.x + thread.block_dim.x * (thread.thread_idx.y + thread.block_dim.y * thread.thread_idx.z);
-  const unsigned warp = linear / 32;
-  if ((warp / 4 + 1) * 128 > threads) {
+  const BlockPlace place = current_block_place();
+  const unsigned warp = place.linear / 32;
+  if ((warp / 4 + 1) * 128 > place.threads) {
     fail_in_kernel("wgmma: warp " + std::to_string(warp) + " is in a warpgroup the block of " +
-                   std::to_string(threads) + " threads does not complete (a warpgroup is 4 whole warps)");
+                   std::to_string(place.threads) + " threads does not complete (a warpgroup is 4 whole warps)");
   }
-  return WarpgroupPlace{static_cast<int>(warp % 4), static_cast<int>(linear % 32)};
+  return WarpgroupPlace{static_cast<int>(warp % 4), static_cast<int>(place.linear % 32)};
 }
 
 // The per-thread state of wgmma: products issued and not yet waited for, by commit group.

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "llmc/cuda/async_copies.cuh"
 #include "llmc/cuda/cuda_common.h"
@@ -133,12 +134,18 @@ __device__ inline void store_pair(const WgmmaGemmArgs& g, size_t at, float x0, f
   *reinterpret_cast<__nv_bfloat162*>(g.out + at) = value;
 }
 
-// This thread's accumulators (llmc/emu/wgmma_model.h's layout) to the output, rows past M and columns past N
-// skipped (N is a multiple of 8, so a column pair is wholly inside or outside).
+// The first of this thread's two accumulator rows (the other is 8 below) in the tile at m0: llmc/emu/wgmma_model.h's
+// layout, warpgroup w holding rows 64w.. of the tile.
+__device__ inline int thread_first_row(int m0) {
+  const int warp = threadIdx.x / 32;
+  return m0 + 64 * (warp / 4) + 16 * (warp % 4) + (threadIdx.x % 32) / 4;
+}
+
+// This thread's accumulators to the output, rows past M and columns past N skipped (N is a multiple of 8, so a
+// column pair is wholly inside or outside).
 template <WgmmaEpilogue kEpilogue>
 __device__ inline void store_tile(const WgmmaGemmArgs& g, const float (&acc)[64], int m0, int n0) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = m0 + 64 * (warp / 4) + 16 * (warp % 4) + lane / 4;
+  const int lane = threadIdx.x % 32, row0 = thread_first_row(m0);
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + 8 * half;
     if (row >= g.m) continue;
@@ -209,8 +216,7 @@ __device__ inline void store_v_head(const WgmmaGemmArgs& g, const float (&acc)[6
 
 // kQkvRope's rot and rstd for this thread's rows, head by head (the loop bounds are the warp's, not the row's).
 __device__ inline void store_qkv_rope_tile(const WgmmaGemmArgs& g, const float (&acc)[64], int m0, int n0) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, D = g.qkv.head_dim, C = g.n / 3;
-  const int row0 = m0 + 64 * (warp / 4) + 16 * (warp % 4) + lane / 4;
+  const int D = g.qkv.head_dim, C = g.n / 3, row0 = thread_first_row(m0);
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + 8 * half;
     for (int head = 0; head < kTileN / D && n0 + head * D < g.n; ++head) {
@@ -281,7 +287,7 @@ inline double qkv_rope_extra_bytes(const WgmmaGemmArgs& g) {
 }  // namespace wgmma_gemm
 
 // Enqueues the GEMM with its epilogue. Throws std::invalid_argument for shapes or pointers the kernel does not
-// take (N a multiple of 128, K of 64, 16-byte aligned operands, the epilogue's extra tensor present).
+// take (N and K multiples of 8, 16-byte aligned operands, the epilogue's extra tensors present).
 inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, const WgmmaGemmArgs& g, cudaStream_t stream) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (g.m <= 0 || !wgmma_gemm::shape_fits(g.n, g.k)) {
@@ -289,8 +295,7 @@ inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, const WgmmaGemmArgs& g, cu
                                 std::to_string(g.k) + " needs positive sizes, N and K multiples of 8");
   }
   if (epilogue == WgmmaEpilogue::kQkvRope) wgmma_gemm::check_qkv_rope(g);
-  const bool extra_present = epilogue == WgmmaEpilogue::kPlain         ? true
-                             : epilogue == WgmmaEpilogue::kQkvRope     ? true
+  const bool extra_present = epilogue == WgmmaEpilogue::kPlain || epilogue == WgmmaEpilogue::kQkvRope ? true
                              : epilogue == WgmmaEpilogue::kReluSquared ? g.post != nullptr && aligned(g.post)
                                                                        : g.saved != nullptr && aligned(g.saved);
   if (!aligned(g.out) || !aligned(g.a) || !aligned(g.w) || !extra_present) {
@@ -314,33 +319,23 @@ inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, const WgmmaGemmArgs& g, cu
                         stream, g);
         });
   };
-  const auto launch_layout = [&](auto k_major_kernel, auto n_major_kernel, const char* name) {
-    if (g.w_k_major) launch(k_major_kernel, name);
-    else launch(n_major_kernel, name);
+  // The kernel of `kind` (a std::integral_constant of the epilogue) for W's layout.
+  const auto launch_epilogue = [&](auto kind, const char* name) {
+    constexpr WgmmaEpilogue kEpilogue = decltype(kind)::value;
+    if (g.w_k_major) launch(wgmma_gemm::gemm_kernel<kEpilogue, true>, name);
+    else launch(wgmma_gemm::gemm_kernel<kEpilogue, false>, name);
   };
-  using wgmma_gemm::gemm_kernel;
+  using E = WgmmaEpilogue;
   switch (epilogue) {
-    case WgmmaEpilogue::kPlain:
-      launch_layout(gemm_kernel<WgmmaEpilogue::kPlain, true>, gemm_kernel<WgmmaEpilogue::kPlain, false>,
-                    "wgmma gemm");
-      break;
-    case WgmmaEpilogue::kReluSquared:
-      launch_layout(gemm_kernel<WgmmaEpilogue::kReluSquared, true>, gemm_kernel<WgmmaEpilogue::kReluSquared, false>,
-                    "wgmma gemm + relu^2");
-      break;
-    case WgmmaEpilogue::kReluSquaredBackward:
-      launch_layout(gemm_kernel<WgmmaEpilogue::kReluSquaredBackward, true>,
-                    gemm_kernel<WgmmaEpilogue::kReluSquaredBackward, false>, "wgmma gemm + relu^2 backward");
-      break;
-    case WgmmaEpilogue::kQkvRope:
-      launch_layout(gemm_kernel<WgmmaEpilogue::kQkvRope, true>, gemm_kernel<WgmmaEpilogue::kQkvRope, false>,
-                    "wgmma gemm + qk-norm, rope, v mix");
-      break;
-    case WgmmaEpilogue::kReluSquaredBackwardFromPost:
-      launch_layout(gemm_kernel<WgmmaEpilogue::kReluSquaredBackwardFromPost, true>,
-                    gemm_kernel<WgmmaEpilogue::kReluSquaredBackwardFromPost, false>,
-                    "wgmma gemm + relu^2 backward from post");
-      break;
+    case E::kPlain: return launch_epilogue(std::integral_constant<E, E::kPlain>{}, "wgmma gemm");
+    case E::kReluSquared: return launch_epilogue(std::integral_constant<E, E::kReluSquared>{}, "wgmma gemm + relu^2");
+    case E::kReluSquaredBackward:
+      return launch_epilogue(std::integral_constant<E, E::kReluSquaredBackward>{}, "wgmma gemm + relu^2 backward");
+    case E::kReluSquaredBackwardFromPost:
+      return launch_epilogue(std::integral_constant<E, E::kReluSquaredBackwardFromPost>{},
+                             "wgmma gemm + relu^2 backward from post");
+    case E::kQkvRope:
+      return launch_epilogue(std::integral_constant<E, E::kQkvRope>{}, "wgmma gemm + qk-norm, rope, v mix");
   }
 }
 

@@ -309,8 +309,8 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
       [=] { llmc::scalars_to_fp32(scalars, scalar_params, 64, stream); },
       [=] { llmc::add_fp32_grads(scalar_grads, dscalars, 64, stream); },
   };
-  const std::vector<std::function<void()>> mlp = epilogue_gemm_work(w, s, stream);
-  work.insert(work.end(), mlp.begin(), mlp.end());
+  const std::vector<std::function<void()>> epilogue_gemms = epilogue_gemm_work(w, s, stream);
+  work.insert(work.end(), epilogue_gemms.begin(), epilogue_gemms.end());
   if (w.head) {
     const std::vector<std::function<void()>> head_work = fp8_head_work(w, s, x, z, dx, losses, stream);
     work.insert(work.end(), head_work.begin(), head_work.end());

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/family/fused_gemms.h"
 #include "llmc/kernels/wgmma_gemm.cuh"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
@@ -20,17 +21,10 @@ namespace {
 using namespace llmc::test;  // the shared helpers of test/support
 using bf16 = __nv_bfloat16;
 
-bool device_is_hopper() {
-  int device = 0, major = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major == 9;
-}
-
-#define REQUIRE_HOPPER()                                                             \
-  do {                                                                               \
-    LLMC_REQUIRE_GPU();                                                              \
-    if (!device_is_hopper()) GTEST_SKIP() << "skipped: wgmma needs a Hopper GPU (sm_90a)"; \
+#define REQUIRE_HOPPER()                                                                                   \
+  do {                                                                                                     \
+    LLMC_REQUIRE_GPU();                                                                                    \
+    if (llmc::current_device_major() != 9) GTEST_SKIP() << "skipped: wgmma needs a Hopper GPU (sm_90a)"; \
   } while (0)
 
 double bf16_value(double x) { return static_cast<double>(__bfloat162float(__float2bfloat16(static_cast<float>(x)))); }

@@ -63,7 +63,7 @@ struct Options {
   bool execute = false;  // emulated build: run the kernels too (tiny sizes only)
   bool require_costs = false;  // fail when a kernel or GEMM launch gives no bytes and FLOPs
   bool cuda_graphs = false;    // the steps as train_gpt2 --cuda-graphs launches them
-  bool wgmma_gemms = false;      // the speedrun model's MLP GEMMs as train_gpt2 --wgmma-gemms on runs them
+  bool wgmma_gemms = false;    // the speedrun models' epilogue GEMMs as train_gpt2 --wgmma-gemms on runs them
 };
 
 const char* kind_name(LaunchKind kind) {
@@ -371,7 +371,8 @@ int main(int argc, char** argv) {
   app.flag("--cuda-graphs", o.cuda_graphs,
            "the steps as train_gpt2 --cuda-graphs launches them (emulated build: with --execute; --warmup 4 or more "
            "for the observed steps to replay)");
-  app.flag("--wgmma-gemms", o.wgmma_gemms, "the speedrun model's MLP GEMMs as train_gpt2 --wgmma-gemms on runs them");
+  app.flag("--wgmma-gemms", o.wgmma_gemms,
+           "the speedrun models' epilogue GEMMs as train_gpt2 --wgmma-gemms on runs them");
   if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   if (o.cuda_graphs && kEmulated && !o.execute) {
     std::fprintf(stderr, "bench_step: --cuda-graphs needs --execute in the emulated build (a graph replays what it "

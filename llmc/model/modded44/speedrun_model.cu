@@ -6,7 +6,6 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/family/loss_means.h"
