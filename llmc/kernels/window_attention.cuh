@@ -128,10 +128,12 @@ inline void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const b
                      kForwardSharedBytes, stream, params);
 }
 
-// dq, dk, dv (overwritten) from dout and the forward's out and lse. delta_scratch: heads * T floats.
+// dq, dk, dv (overwritten) from dout and the forward's out and lse. delta_scratch: heads * T floats. With
+// norm_rope.rstd set, q and k are the QK-norm and RoPE forward's output and dq, dk the gradients of its input.
 inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, float* delta_scratch, const bf16* dout,
                      const bf16* out, const float* lse, const bf16* q, const bf16* k, const bf16* v,
-                     int64_t qkv_row_stride, const int* plan, const Problem& problem, cudaStream_t stream) {
+                     int64_t qkv_row_stride, const int* plan, const Problem& problem, cudaStream_t stream,
+                     const NormRopeBackward& norm_rope = {}) {
   const char* caller = "window_attention::backward";
   detail::check_problem(caller, problem);
   const void* inputs[] = {q, k, v, dout, out};
@@ -140,7 +142,12 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
   detail::check_slices(caller, outputs, 3, dqkv_row_stride, problem.heads);
   detail::require(lse != nullptr && delta_scratch != nullptr && plan != nullptr, caller,
                   "lse, delta_scratch or plan is null");
+  detail::require(norm_rope.rstd == nullptr || (norm_rope.cos_table != nullptr && norm_rope.sin_table != nullptr),
+                  caller, "the QK-norm and RoPE backward needs both tables beside rstd");
   const int T = problem.T, heads = problem.heads;
+  // The epilogue's reads, once per kernel: each head's rstd column and the two tables (L2 serves the other heads).
+  const double norm_rope_bytes =
+      norm_rope.rstd == nullptr ? 0.0 : 4.0 * T * heads + 2.0 * T * (kHeadDim / 2) * sizeof(bf16);
   constexpr int kDeltaThreads = 256;  // 16 rows per block
   const double values = static_cast<double>(T) * heads * kHeadDim;
   LLMC_LAUNCH_COSTED(
@@ -149,17 +156,19 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
       dim3(kDeltaThreads), 0, stream, delta_scratch, dout, out, T, heads);
   BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, q, k, v, qkv_row_stride,
                         plan + forward_tiles(T) + backward_tiles(T), detail::documents(problem), heads,
-                        problem.scale, problem.scale * kLog2e};
+                        problem.scale, problem.scale * kLog2e, norm_rope};
   CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(kBackwardSharedBytes)));
   CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(kBackwardSharedBytes)));
   const dim3 grid(static_cast<unsigned>(backward_tiles(T) * heads));
-  LLMC_LAUNCH_COSTED(detail::cost(problem, 6, 8.0), dkdv_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream,
-                     params);
+  const KernelCost dkdv_cost = detail::cost(problem, 6, 8.0), dq_cost = detail::cost(problem, 5, 6.0);
+  const double norm_rope_flops = norm_rope.rstd == nullptr ? 0.0 : 14.0 * T * heads * kHeadDim;
+  LLMC_LAUNCH_COSTED((KernelCost{dkdv_cost.bytes + norm_rope_bytes, dkdv_cost.flops + norm_rope_flops}),
+                     dkdv_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
   params.order = plan + forward_tiles(T);
-  LLMC_LAUNCH_COSTED(detail::cost(problem, 5, 6.0), dq_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream,
-                     params);
+  LLMC_LAUNCH_COSTED((KernelCost{dq_cost.bytes + norm_rope_bytes, dq_cost.flops + norm_rope_flops}), dq_kernel<>,
+                     grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
 }
 
 }  // namespace window_attention

@@ -4,6 +4,8 @@
 // tiles and accumulates dQ. Both recompute P = exp2(S * scale * log2(e) - lse * log2(e)) from the
 // saved log-sum-exp, stream the walked tiles through two shared buffers with cp.async, skip per warp
 // the tiles it does not attend and mask only boundary tiles. dS and P are rounded to bf16 for the MMAs.
+// With a NormRopeBackward the dQ and dK stores also run the 2025-10-31 attention's QK-norm and RoPE backward
+// (qk_norm_rope.cuh) on the fp32 sums, so dq and dk leave as the gradients of the raw q and k.
 #pragma once
 
 #include <cmath>
@@ -20,6 +22,15 @@
 
 namespace llmc {
 namespace window_attention {
+
+// q and k as the attention read them are rot = R n, n = x rstd (qk_norm_rope_forward: halves of 64 rotated by
+// bf16 cos, sin tables of 64 columns). The stores then write dx = rstd (dn - n mean(dn n)), dn = R^T d(rot), with
+// n = R^T rot taken from the tile already in shared memory: no read of x. rstd == nullptr: plain stores.
+struct NormRopeBackward {
+  const float* rstd = nullptr;  // [T, 2 heads]: the q heads, then the k heads
+  const bf16* cos_table = nullptr;  // [>= T, 64]
+  const bf16* sin_table = nullptr;
+};
 
 struct BackwardParams {
   bf16* dq;  // [T, heads, 128] slices with dqkv_row_stride, like q, k, v
@@ -38,6 +49,7 @@ struct BackwardParams {
   int heads;
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
+  NormRopeBackward norm_rope;
 };
 
 constexpr int kRowTiles = kKeyTile / 8;   // 8 n-tiles across 64 keys or queries
@@ -99,6 +111,60 @@ __device__ __forceinline__ void store_rows(bf16* base, int64_t row_stride, const
     for (int nt = 0; nt < kDimTiles; nt++) {
       const uint32_t packed = mma_tile::pack_bf16x2(acc[nt][2 * r] * factor, acc[nt][2 * r + 1] * factor);
       memcpy(static_cast<void*>(base + token * row_stride + nt * 8 + 2 * pair), &packed, 4);
+    }
+  }
+}
+
+// One row element pair of the QK-norm and RoPE backward: dn = R^T g and n = R^T rot for elements d and d + 64.
+struct NormRopePair {
+  float dn1, dn2, n1, n2;
+  __device__ __forceinline__ NormRopePair(float g1, float g2, const bf16* rot, const bf16* cos_row, const bf16* sin_row,
+                                          int d) {
+    const float c = to_float(cos_row[d]), s = to_float(sin_row[d]);
+    const float y1 = to_float(rot[d]), y2 = to_float(rot[d + kHeadDim / 2]);
+    dn1 = g1 * c - g2 * s, dn2 = g1 * s + g2 * c;
+    n1 = y1 * c - y2 * s, n2 = y1 * s + y2 * c;
+  }
+};
+
+// store_rows with the QK-norm and RoPE backward: `tile` holds the warp's 16 rows of rot (row0 is its first row's
+// token, tile_row0 its row in the tile); rstd the head's column of NormRopeBackward::rstd. Element d and d + 64 of a
+// row sit in one thread (n-tiles nt and nt + 8), so the rotation is the thread's own and the dot over the row four
+// lanes' shuffles. Rows past T compute on the zeros the tile holds there and are not stored.
+__device__ __forceinline__ void store_norm_rope_rows(bf16* base, int64_t row_stride, const float (&acc)[kDimTiles][4],
+                                                     const bf16* tile, int tile_row0, int row0, int T, float factor,
+                                                     const float* rstd, int rstd_stride, const NormRopeBackward& rope) {
+  constexpr int kHalf = kHeadDim / 2, kHalfTiles = kDimTiles / 2;
+  const int lane = threadIdx.x % kWarpSize, group = lane / 4, pair = lane % 4;
+  for (int r = 0; r < 2; r++) {
+    const int token = row0 + group + 8 * r, t = min(token, T - 1);
+    const bf16* rot = tile + (tile_row0 + group + 8 * r) * kStride;
+    const bf16* cos_row = rope.cos_table + static_cast<int64_t>(t) * kHalf;
+    const bf16* sin_row = rope.sin_table + static_cast<int64_t>(t) * kHalf;
+    const float row_rstd = rstd[static_cast<int64_t>(t) * rstd_stride];
+    float dot = 0.0f;  // pass 1: this lane's part of sum(dn n) over the row
+    for (int nt = 0; nt < kHalfTiles; nt++)
+      for (int e = 0; e < 2; e++) {
+        const NormRopePair v(acc[nt][2 * r + e] * factor, acc[nt + kHalfTiles][2 * r + e] * factor, rot, cos_row,
+                             sin_row, nt * 8 + 2 * pair + e);
+        dot += v.dn1 * v.n1 + v.dn2 * v.n2;
+      }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);  // the row's four lanes
+    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+    const float coefficient = row_rstd * dot / kHeadDim;  // rstd mean(dn n)
+    if (token >= T) continue;
+    for (int nt = 0; nt < kHalfTiles; nt++) {  // pass 2: dx = rstd dn - n coefficient
+      float dx1[2], dx2[2];
+      for (int e = 0; e < 2; e++) {
+        const NormRopePair v(acc[nt][2 * r + e] * factor, acc[nt + kHalfTiles][2 * r + e] * factor, rot, cos_row,
+                             sin_row, nt * 8 + 2 * pair + e);
+        dx1[e] = row_rstd * v.dn1 - v.n1 * coefficient;
+        dx2[e] = row_rstd * v.dn2 - v.n2 * coefficient;
+      }
+      const uint32_t low = mma_tile::pack_bf16x2(dx1[0], dx1[1]), high = mma_tile::pack_bf16x2(dx2[0], dx2[1]);
+      bf16* out = base + token * row_stride + nt * 8 + 2 * pair;
+      memcpy(static_cast<void*>(out), &low, 4);
+      memcpy(static_cast<void*>(out + kHalf), &high, 4);
     }
   }
 }
@@ -165,7 +231,12 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
                 last_query_of_key, p.scale_log2);
     }
   }
-  store_rows(p.dk + h * kHeadDim, p.dqkv_row_stride, dk, row0, T, p.scale);
+  if (p.norm_rope.rstd != nullptr) {  // the k heads follow the q heads in rstd's rows
+    store_norm_rope_rows(p.dk + h * kHeadDim, p.dqkv_row_stride, dk, k_tile, warp * kWarpRows, row0, T, p.scale,
+                         p.norm_rope.rstd + p.heads + h, 2 * p.heads, p.norm_rope);
+  } else {
+    store_rows(p.dk + h * kHeadDim, p.dqkv_row_stride, dk, row0, T, p.scale);
+  }
   store_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, 1.0f);
 }
 
@@ -244,7 +315,12 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardParams p) {
               lse_log2, delta, p.scale_log2);
     }
   }
-  store_rows(p.dq + h * kHeadDim, p.dqkv_row_stride, dq, row0, T, p.scale);
+  if (p.norm_rope.rstd != nullptr) {
+    store_norm_rope_rows(p.dq + h * kHeadDim, p.dqkv_row_stride, dq, q_tile, warp * kWarpRows, row0, T, p.scale,
+                         p.norm_rope.rstd + h, 2 * p.heads, p.norm_rope);
+  } else {
+    store_rows(p.dq + h * kHeadDim, p.dqkv_row_stride, dq, row0, T, p.scale);
+  }
 }
 
 }  // namespace window_attention

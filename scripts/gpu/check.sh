@@ -367,6 +367,8 @@ stage_kernels() {
   fi
   run_cmd bench_kernels -- "$WRAP/bench_kernels" --batch 16 --seq 1024 --repeats 20
   run_cmd bench_window_attention -- "$WRAP/bench_window_attention" --repeats 10  # docs/attention.md's rows
+  # the same with the 2025-10-31 model's QK-norm and RoPE backward in the dq and dk stores
+  run_cmd bench_window_attention_norm_rope -- "$WRAP/bench_window_attention" --repeats 10 --windows 384,1664 --norm-rope
 }
 
 stage_train() {

@@ -128,8 +128,10 @@ Timing time_pair(const std::function<void()>& forward, const std::function<void(
   return timing;
 }
 
-// Times the fast kernels (window_attention.cuh), or with `simple` the simple path, on the documents given.
-Timing time_kernels(const std::vector<int>& lengths, int window, int heads, float scale, int repeats, bool simple) {
+// Times the fast kernels (window_attention.cuh), or with `simple` the simple path, on the documents given; with
+// `norm_rope` the fast backward runs the QK-norm and RoPE backward in its dq and dk stores (the 2025-10-31 model's).
+Timing time_kernels(const std::vector<int>& lengths, int window, int heads, float scale, int repeats, bool simple,
+                    bool norm_rope) {
   int T = 0;
   std::vector<int> cu{0};
   for (int length : lengths) cu.push_back(T += length);
@@ -146,6 +148,14 @@ Timing time_kernels(const std::vector<int>& lengths, int window, int heads, floa
   CUDA_CHECK(cudaMalloc(&delta, static_cast<size_t>(heads) * T * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&d_cu, cu.size() * sizeof(int)));
   CUDA_CHECK(cudaMalloc(&plan, wa::plan_ints(T) * sizeof(int)));
+  float* rstd;  // the stores' inputs: any finite values time the same (bytes 0x3f: 0.75 as fp32 and as bf16)
+  bf16* tables;
+  CUDA_CHECK(cudaMalloc(&rstd, static_cast<size_t>(2) * heads * T * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&tables, static_cast<size_t>(T) * D * sizeof(bf16)));  // cos and sin, T x 64 each
+  CUDA_CHECK(cudaMemset(rstd, 0x3f, static_cast<size_t>(2) * heads * T * sizeof(float)));
+  CUDA_CHECK(cudaMemset(tables, 0x3f, static_cast<size_t>(T) * D * sizeof(bf16)));
+  const wa::NormRopeBackward stores =
+      norm_rope ? wa::NormRopeBackward{rstd, tables, tables + static_cast<size_t>(T) * D / 2} : wa::NormRopeBackward{};
   std::vector<bf16> host(3 * elements);  // a cheap hash in [-1, 1): realistic bits, no RNG cost for 75M values
   for (size_t i = 0; i < host.size(); i++)
     host[i] = __float2bfloat16(static_cast<float>((static_cast<uint32_t>(i) * 2654435761u) >> 8) / 8388608.0f - 1.0f);
@@ -160,7 +170,7 @@ Timing time_kernels(const std::vector<int>& lengths, int window, int heads, floa
   bf16 *dq = dqkv, *dk = dqkv + heads * D, *dv = dqkv + 2 * heads * D;
   std::function<void()> forward = [&] { wa::forward(out, lse, q, k, v, stride, plan, problem, nullptr); };
   std::function<void()> backward = [&] {
-    wa::backward(dq, dk, dv, stride, delta, dout, out, lse, q, k, v, stride, plan, problem, nullptr);
+    wa::backward(dq, dk, dv, stride, delta, dout, out, lse, q, k, v, stride, plan, problem, nullptr, stores);
   };
   if (simple) {
     forward = [&] { llmc::simple_attention::forward(out, lse, q, k, v, stride, simple_problem, nullptr); };
@@ -172,7 +182,8 @@ Timing time_kernels(const std::vector<int>& lengths, int window, int heads, floa
     wa::plan(plan, problem, nullptr);
   }
   const Timing timing = time_pair(forward, backward, repeats);
-  for (void* pointer : {(void*)qkv, (void*)dqkv, (void*)out, (void*)dout, (void*)lse, (void*)delta, (void*)d_cu, (void*)plan})
+  for (void* pointer : {(void*)qkv, (void*)dqkv, (void*)out, (void*)dout, (void*)lse, (void*)delta, (void*)d_cu, (void*)plan,
+                        (void*)rstd, (void*)tables})
     CUDA_CHECK(cudaFree(pointer));
   return timing;
 }
@@ -204,7 +215,7 @@ void print_simple_rows(const std::vector<int>& lengths, const std::vector<int>& 
                 backward / 1e9, forward_reads / 1e6, backward_reads / 1e6, at_peak(forward, 4 * tensor + row_floats),
                 at_peak(backward, 8 * tensor + 4 * row_floats));
     if (run) {
-      const Timing timing = time_kernels(lengths, window, heads, scale, repeats, /*simple=*/true);
+      const Timing timing = time_kernels(lengths, window, heads, scale, repeats, /*simple=*/true, /*norm_rope=*/false);
       std::printf(" %.3f | %.3f |\n", timing.forward_ms, timing.backward_ms);
     } else {
       std::printf(" - | - |\n");
@@ -237,12 +248,16 @@ int main(int argc, char** argv) {
   app.flag("--simple", simple,
            "Also the simple path's rows (simple_window_attention.cuh: one thread per query or key, fp32 on the "
            "CUDA cores; the fp32 build's and small shapes' attention)");
+  bool norm_rope = false;
+  app.flag("--norm-rope", norm_rope,
+           "Time the backward with the QK-norm and RoPE backward in its dq and dk stores (the 2025-10-31 model's)");
   if (const int exit_status = app.parse(argc, argv); exit_status >= 0) return exit_status;
   try {
     const std::vector<int> lengths = shard.empty() ? synthetic_documents(T) : shard_documents(shard, T);
     std::printf("window attention, T = %d, %d heads of %d, %zu documents (%s), scale %g%s\n", T, heads, D,
                 lengths.size(), shard.empty() ? "synthetic: log-normal, median 400, sigma 1.2, cut at 2048" : shard.c_str(),
-                scale, run ? "" : "; timings not run (no GPU; --run runs them emulated)");
+                scale, run ? (norm_rope ? "; backward with the QK-norm and RoPE stores" : "")
+                           : "; timings not run (no GPU; --run runs them emulated)");
     std::printf("| W | pairs/head | fwd GFLOP | fwd exec GFLOP | bwd GFLOP | bwd exec GFLOP | HBM MB fwd/bwd | "
                 "tile reads MB fwd/bwd | fwd us ideal/exec | bwd us ideal/exec | fwd ms | fwd TFLOP/s | bwd ms | "
                 "bwd TFLOP/s |\n");
@@ -261,7 +276,7 @@ int main(int argc, char** argv) {
       const double forward_tiles = w.forward_loads * tile_bytes * heads, backward_tiles = w.backward_loads * tile_bytes * heads;
       auto at_peak = [](double flops, double bytes) { return std::max(flops / kPeakFlops, bytes / kPeakBytes) * 1e6; };
       Timing timing;
-      if (run) timing = time_kernels(lengths, window, heads, scale, repeats, /*simple=*/false);
+      if (run) timing = time_kernels(lengths, window, heads, scale, repeats, /*simple=*/false, norm_rope);
       std::printf("| %d | %.0f | %.1f | %.1f | %.1f | %.1f | %.0f / %.0f | %.0f / %.0f | %.1f / %.1f | %.1f / %.1f |", window,
                   w.pairs, forward / 1e9, forward_exec / 1e9, backward / 1e9, backward_exec / 1e9, forward_bytes / 1e6,
                   backward_bytes / 1e6, forward_tiles / 1e6, backward_tiles / 1e6, at_peak(forward, forward_bytes),

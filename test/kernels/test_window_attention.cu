@@ -8,6 +8,8 @@
 // check_window_attention_jax.py.
 #include <gtest/gtest.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -103,6 +105,84 @@ TEST(WindowAttentionOracle, JaxCase) {
       {"dv", &result.dv}};
   for (const auto& [name, values] : arrays) write_doubles(dir + "/" + name + ".f64", *values);
   ASSERT_TRUE(meta.good()) << dir << "/meta.txt: cannot write";
+}
+
+// The QK-norm and RoPE backward in the dq and dk stores (NormRopeBackward). q and k are rot = R (x rstd) of raw
+// heads x, rounded to bf16 as the forward's kernel writes them; dq and dk must be the gradients of x. Oracle: the
+// double attention backward at the rounded rot, then dx = rstd (dn - n mean(dn n)), dn = R^T d(rot), with n = x rstd
+// exact and the tables' bf16 values. Tolerance: the attention's, plus the kernel's n = R^T rot from the rounded rot
+// and tables whose c^2 + s^2 is 1 only to a bf16 rounding (3 roundings in n, entering dx through the mean term and
+// once more through R^T), and D more fp32 terms for the dot; the cancellation allowance passes through rstd.
+TEST(WindowAttentionNormRope, DqAndDkAreTheRawHeadsGradients) {
+  LLMC_REQUIRE_GPU();
+  std::mt19937 rng(515);
+  Problem problem({"norm_rope", 150, 2, random_documents(150, 100, rng), 48, 0.12f, true}, 515);
+  const int T = problem.c.T, H = problem.c.heads, half = D / 2;
+  std::vector<double> cos_table(static_cast<size_t>(T) * half), sin_table(cos_table.size());
+  for (int t = 0; t < T; t++)  // half-truncated: the last quarter of the pairs not rotated
+    for (int j = 0; j < half; j++) {
+      const double theta = j < half / 2 ? t * std::pow(1024.0, -j / (half / 2.0)) : 0.0;
+      cos_table[static_cast<size_t>(t) * half + j] = std::cos(theta);
+      sin_table[static_cast<size_t>(t) * half + j] = std::sin(theta);
+    }
+  cos_table = llmc::test::round_to_floatx(cos_table);
+  sin_table = llmc::test::round_to_floatx(sin_table);
+  // raw q (heads 0..H-1) and k (H..2H-1), their rstd in rstd's [T, 2H] rows, and rot into the problem's q and k
+  std::vector<double> raw[2], rstd(static_cast<size_t>(T) * 2 * H);
+  std::vector<double>* rotated[2] = {&problem.q, &problem.k};
+  for (int s = 0; s < 2; s++) {
+    raw[s] = llmc::test::random_values(static_cast<size_t>(T) * H * D, rng, -2.0, 2.0);
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < H; h++) {
+        const double* x = raw[s].data() + (static_cast<size_t>(t) * H + h) * D;
+        double squares = 0.0;
+        for (int d = 0; d < D; d++) squares += x[d] * x[d];
+        const double r = 1.0 / std::sqrt(squares / D + FLT_EPSILON);
+        rstd[static_cast<size_t>(t) * 2 * H + s * H + h] = r;
+        double* y = rotated[s]->data() + (static_cast<size_t>(t) * H + h) * D;
+        for (int j = 0; j < half; j++) {
+          const double c = cos_table[static_cast<size_t>(t) * half + j], sn = sin_table[static_cast<size_t>(t) * half + j];
+          y[j] = x[j] * r * c + x[j + half] * r * sn;
+          y[j + half] = -x[j] * r * sn + x[j + half] * r * c;
+        }
+      }
+    *rotated[s] = llmc::test::round_to_floatx(*rotated[s]);
+  }
+  DeviceBuffer<float> d_rstd(rstd.size());
+  DeviceBuffer<floatX> d_cos(cos_table.size()), d_sin(sin_table.size());
+  d_rstd.upload(rstd);
+  d_cos.upload(cos_table);
+  d_sin.upload(sin_table);
+  const Result result = run_kernels(problem, {d_rstd.get(), d_cos.get(), d_sin.get()});
+  const Expected attention = reference(problem);
+  // the double norm and rotation backward of each head row
+  std::vector<double> expected[2] = {attention.dq, attention.dk};
+  for (int s = 0; s < 2; s++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < H; h++) {
+        const size_t row = (static_cast<size_t>(t) * H + h) * D;
+        const double r = rstd[static_cast<size_t>(t) * 2 * H + s * H + h];
+        std::vector<double> dn(D), n(D);
+        double dot = 0.0;
+        for (int j = 0; j < half; j++) {
+          const double c = cos_table[static_cast<size_t>(t) * half + j], sn = sin_table[static_cast<size_t>(t) * half + j];
+          const double g1 = expected[s][row + j], g2 = expected[s][row + j + half];
+          dn[j] = g1 * c - g2 * sn, dn[j + half] = g1 * sn + g2 * c;
+        }
+        for (int d = 0; d < D; d++) n[d] = raw[s][row + d] * r, dot += dn[d] * n[d];
+        for (int d = 0; d < D; d++) expected[s][row + d] = r * (dn[d] - n[d] * dot / D);
+      }
+  const double tolerance = llmc::test::tolerance(6 + 3 + 3, 2 * D + 2 * problem.max_keys());
+  double max_rstd = 0.0;
+  for (double r : rstd) max_rstd = std::max(max_rstd, r);
+  EXPECT_TRUE(llmc::test::all_close(result.dq, expected[0], tolerance,
+                                    max_rstd * cancellation_allowance(problem, attention, problem.k)))
+      << "dq";
+  EXPECT_TRUE(llmc::test::all_close(result.dk, expected[1], tolerance,
+                                    max_rstd * cancellation_allowance(problem, attention, problem.q)))
+      << "dk";
+  EXPECT_TRUE(llmc::test::all_close(result.dv, attention.dv, gradient_tolerance(problem))) << "dv";
+  EXPECT_TRUE(llmc::test::bitwise_equal(result.raw_gradients[0], result.raw_gradients[1]));
 }
 
 TEST(WindowAttentionLaunch, RejectsBadArguments) {

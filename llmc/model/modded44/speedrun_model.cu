@@ -755,8 +755,9 @@ void SpeedrunModel::attention_backward(int i) {
                ConstRows{a.dqkv + 2 * C, 3 * C}, ConstRows{b.qkv + 2 * C, 3 * C},
                ConstRows{table >= 0 ? a.ve[table] : nullptr, C}, a.scalars, identity(index.sa_lambda(i, 0)),
                identity(index.sa_lambda(i, 1)), T, C, a.reduction_scratch, a.reduction_scratch_floats, stream_);
-  qk_norm_rope_backward(a.dqkv, 3 * C, a.dqkv, 3 * C, b.qkv, 3 * C, b.rstd_qk, a.rope_cos, a.rope_sin, T, 2 * H, D,
-                        stream_);
+  if (!uses_window_attention_kernel())  // the window kernel's dq and dk stores ran it
+    qk_norm_rope_backward(a.dqkv, 3 * C, a.dqkv, 3 * C, b.qkv, 3 * C, b.rstd_qk, a.rope_cos, a.rope_sin, T, 2 * H, D,
+                          stream_);
   GemmArgs dxn;  // dxn (T, C) += dqkv W_qkv
   dxn.d = a.dnarrow2, dxn.a = a.dqkv, dxn.b = qkvo, dxn.m = T, dxn.n = C, dxn.k = 3 * C, dxn.beta = 1.0f;
   gemm(a.matmul, dxn, stream_);
@@ -766,7 +767,8 @@ void SpeedrunModel::attention_backward(int i) {
   gemm(a.matmul, dwqkv, stream_);  // dnarrow2 = d xn_attn: block_backward takes it with x_mix's mix
 }
 
-// dy (in a.dnarrow) -> dq, dk, dv into a.dqkv (stride 3C).
+// dy (in a.dnarrow) -> dq, dk, dv into a.dqkv (stride 3C); the window kernel's dq and dk are those of the raw q and k
+// (the QK-norm and RoPE backward in its stores), the simple kernel's those of the rotated ones.
 void SpeedrunModel::attention_kernel_backward(int i) {
   Activations& a = *acts_;
   Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
@@ -778,9 +780,10 @@ void SpeedrunModel::attention_kernel_backward(int i) {
 #if !defined(LLMC_FP32)
   if (uses_window_attention_kernel()) {
     const window_attention::Problem problem{seq_len_, cfg.num_heads, a.cu_seqlens, num_docs_, window, scale};
+    const window_attention::NormRopeBackward norm_rope{b.rstd_qk, a.rope_cos, a.rope_sin};
     window_attention::backward(a.dqkv, a.dqkv + C, a.dqkv + 2 * C, 3 * C, a.attention_delta, a.dnarrow, b.y, b.lse,
                                b.qkv_rot, b.qkv_rot + C, b.qkv_rot + 2 * C, 3 * C, a.plans[long_window], problem,
-                               stream_);
+                               stream_, norm_rope);
     return;
   }
 #endif
