@@ -150,6 +150,14 @@ void launch_kernel(void (*kernel)(KernelParams...), const char* kernel_name, con
 
 #endif  // __CUDACC__ / LLMC_EMULATION
 
+// Asks nvcc's device pass to unroll the loop that follows: a loop whose index picks an array's registers must
+// unroll, or the array goes to local memory. Nothing for the emulation's host compiler.
+#if defined(__CUDA_ARCH__)
+#define LLMC_UNROLL _Pragma("unroll")
+#else
+#define LLMC_UNROLL
+#endif
+
 namespace llmc {
 // cudaMemsetAsync and cudaMemcpyAsync as a step uses them, told to the thread's LaunchObserver like a
 // kernel (llmc/base/launch_observer.h): a benchmark counts them and their bytes, and may skip them.

@@ -124,8 +124,32 @@ inline void attention_gate_forward(floatX* out, const floatX* y, const floatX* x
               dim3(kAttentionGateBlock), 0, stream, out, y, xn, xn_stride, w, T, H, D, group);
 }
 
+// Floats of scratch the gate's weight gradient sums through (per-chunk partials).
+inline size_t attention_gate_partials_floats(int T, int H) {
+  return static_cast<size_t>(column_chunking(T).num_chunks) * H * kGateWidth;
+}
+
 inline size_t attention_gate_backward_scratch_floats(int T, int H) {
-  return static_cast<size_t>(T) * H + static_cast<size_t>(column_chunking(T).num_chunks) * H * kGateWidth;
+  return static_cast<size_t>(T) * H + attention_gate_partials_floats(T, H);
+}
+
+// From logit_grads (T, H) fp32, the gradients of the gate logits xn[t][0:12] . w[h]: dxn[:, 0:12] and dw (H, 12)
+// accumulated as attention_gate_backward does. Its second half, and the window attention's gate (whose backward
+// writes logit_grads) uses it alone.
+inline void attention_gate_backward_from_logit_grads(floatX* dxn, int dxn_stride, floatX* dw, const float* logit_grads,
+                                                     const floatX* xn, int xn_stride, const floatX* w, int T, int H,
+                                                     float* partials, size_t partials_floats, cudaStream_t stream) {
+  detail::check_gate_shape("attention_gate_backward_from_logit_grads", H, xn_stride);
+  detail::check_gate_shape("attention_gate_backward_from_logit_grads", H, dxn_stride);
+  if (T <= 0) return;
+  require_scratch("attention_gate_backward_from_logit_grads", partials_floats, attention_gate_partials_floats(T, H));
+  const ColumnChunking chunking = column_chunking(T);
+  const int K = H * kGateWidth;
+  LLMC_LAUNCH(attention_gate_input_grads_kernel<floatX>, dim3(static_cast<unsigned>(chunking.num_chunks)),
+              dim3(static_cast<unsigned>(ceil_div(K, kWarpSize)) * kWarpSize), 0, stream, dxn, dxn_stride, partials,
+              logit_grads, xn, xn_stride, w, T, H, chunking.rows_per_chunk);
+  LLMC_LAUNCH(attention_gate_weight_grads_kernel<floatX>, dim3(static_cast<unsigned>(K)), dim3(kWarpSize), 0, stream,
+              dw, static_cast<const float*>(partials), chunking.num_chunks, K);
 }
 
 // From dout (T, H*D), the gradient of the gated output: dy (T, H*D) written (may alias dout), dxn[:, 0:12]
@@ -141,17 +165,12 @@ inline void attention_gate_backward(floatX* dy, floatX* dxn, int dxn_stride, flo
   if (T <= 0) return;
   require_scratch("attention_gate_backward", scratch_floats, attention_gate_backward_scratch_floats(T, H));
   float* gate_grad = scratch;
-  float* partials = scratch + static_cast<size_t>(T) * H;
-  const ColumnChunking chunking = column_chunking(T);
-  const int K = H * kGateWidth;
   LLMC_LAUNCH(attention_gate_backward_kernel<floatX>,
               dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(T) * H * group, kAttentionGateBlock))),
               dim3(kAttentionGateBlock), 0, stream, dy, gate_grad, dout, y, xn, xn_stride, w, T, H, D, group);
-  LLMC_LAUNCH(attention_gate_input_grads_kernel<floatX>, dim3(static_cast<unsigned>(chunking.num_chunks)),
-              dim3(static_cast<unsigned>(ceil_div(K, kWarpSize)) * kWarpSize), 0, stream, dxn, dxn_stride, partials,
-              static_cast<const float*>(gate_grad), xn, xn_stride, w, T, H, chunking.rows_per_chunk);
-  LLMC_LAUNCH(attention_gate_weight_grads_kernel<floatX>, dim3(static_cast<unsigned>(K)), dim3(kWarpSize), 0, stream,
-              dw, static_cast<const float*>(partials), chunking.num_chunks, K);
+  attention_gate_backward_from_logit_grads(dxn, dxn_stride, dw, gate_grad, xn, xn_stride, w, T, H,
+                                           scratch + static_cast<size_t>(T) * H,
+                                           scratch_floats - static_cast<size_t>(T) * H, stream);
 }
 
 }  // namespace llmc

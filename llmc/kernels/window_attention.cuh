@@ -93,6 +93,21 @@ inline KernelCost cost(const Problem& p, int tensors, double flops_per_dim) {
                     causal_window_pairs(p.T, p.window + 1) * p.heads * flops_per_dim * kHeadDim};
 }
 
+// A gate's pointers: both or neither, the backward's logit gradients too; 16-byte alignment is not needed (the
+// kernels read the 12 columns one element at a time).
+inline void check_gate(const char* caller, const OutputGate& gate, bool backward) {
+  if (gate.xn == nullptr && gate.w == nullptr) return;
+  require(gate.xn != nullptr && gate.w != nullptr && (!backward || gate.logit_grads != nullptr), caller,
+          backward ? "the gate needs xn, w and logit_grads" : "the gate needs xn and w");
+  require(gate.xn_stride >= kGateWidth, caller,
+          "gate xn stride " + std::to_string(gate.xn_stride) + " must hold the 12 gate columns");
+}
+
+// The gate's reads: xn's 12 columns per token (L2 serves the other heads' blocks) and the weights.
+inline double gate_bytes(const Problem& p, const OutputGate& gate) {
+  return gate.xn == nullptr ? 0.0 : (static_cast<double>(p.T) + p.heads) * kGateWidth * sizeof(bf16);
+}
+
 inline Documents documents(const Problem& problem) {
   return Documents{problem.cu_seqlens, problem.num_docs, problem.T, std::min(problem.window, problem.T)};
 }
@@ -111,29 +126,34 @@ inline void plan(int* plan, const Problem& problem, cudaStream_t stream) {
                      detail::documents(problem));
 }
 
-// out [T, heads, 128] and lse [heads, T] from q, k, v; `plan` from plan() for this problem.
+// out [T, heads, 128] and lse [heads, T] from q, k, v; `plan` from plan() for this problem. With gate.xn set, out is
+// the gated output (lse stays the attention's).
 inline void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int64_t qkv_row_stride,
-                    const int* plan, const Problem& problem, cudaStream_t stream) {
+                    const int* plan, const Problem& problem, cudaStream_t stream, const OutputGate& gate = {}) {
   const char* caller = "window_attention::forward";
   detail::check_problem(caller, problem);
   const void* slices[] = {q, k, v, out};
   detail::check_slices(caller, slices, 4, qkv_row_stride, problem.heads);
   detail::require(lse != nullptr && plan != nullptr, caller, "lse or plan is null");
-  const ForwardParams params{out, lse, q, k, v, qkv_row_stride, plan, detail::documents(problem), problem.heads,
-                             problem.scale * kLog2e};
+  detail::check_gate(caller, gate, false);
+  const ForwardParams params{out,  lse, q, k, v, qkv_row_stride, plan, detail::documents(problem), problem.heads,
+                             problem.scale * kLog2e, gate};
   CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(kForwardSharedBytes)));
-  LLMC_LAUNCH_COSTED(detail::cost(problem, 4, 4.0), forward_kernel<>,
+  const KernelCost cost = detail::cost(problem, 4, 4.0);
+  LLMC_LAUNCH_COSTED((KernelCost{cost.bytes + detail::gate_bytes(problem, gate), cost.flops}), forward_kernel<>,
                      dim3(static_cast<unsigned>(forward_tiles(problem.T) * problem.heads)), dim3(kThreads),
                      kForwardSharedBytes, stream, params);
 }
 
-// dq, dk, dv (overwritten) from dout and the forward's out and lse. delta_scratch: heads * T floats. With
-// norm_rope.rstd set, q and k are the QK-norm and RoPE forward's output and dq, dk the gradients of its input.
+// dq, dk, dv (overwritten) from dout and the forward's out and lse. delta_scratch: heads * T floats, twice that with
+// a gate. With norm_rope.rstd set, q and k are the QK-norm and RoPE forward's output and dq, dk the gradients of its
+// input. With gate.xn set, out and dout are the gated output and its gradient, and gate.logit_grads receives the
+// gate logits' gradients.
 inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, float* delta_scratch, const bf16* dout,
                      const bf16* out, const float* lse, const bf16* q, const bf16* k, const bf16* v,
                      int64_t qkv_row_stride, const int* plan, const Problem& problem, cudaStream_t stream,
-                     const NormRopeBackward& norm_rope = {}) {
+                     const NormRopeBackward& norm_rope = {}, const OutputGate& gate = {}) {
   const char* caller = "window_attention::backward";
   detail::check_problem(caller, problem);
   const void* inputs[] = {q, k, v, dout, out};
@@ -144,31 +164,42 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
                   "lse, delta_scratch or plan is null");
   detail::require(norm_rope.rstd == nullptr || (norm_rope.cos_table != nullptr && norm_rope.sin_table != nullptr),
                   caller, "the QK-norm and RoPE backward needs both tables beside rstd");
+  detail::check_gate(caller, gate, true);
+  const bool gated = gate.xn != nullptr;
   const int T = problem.T, heads = problem.heads;
   // The epilogue's reads, once per kernel: each head's rstd column and the two tables (L2 serves the other heads).
   const double norm_rope_bytes =
       norm_rope.rstd == nullptr ? 0.0 : 4.0 * T * heads + 2.0 * T * (kHeadDim / 2) * sizeof(bf16);
   constexpr int kDeltaThreads = 256;  // 16 rows per block
   const double values = static_cast<double>(T) * heads * kHeadDim;
+  // With a gate: the gate values and logit gradients written, xn's 12 columns read (gate_bytes).
+  const double gate_writes = gated ? 8.0 * T * heads : 0.0;
+  float* gate_values = gated ? delta_scratch + static_cast<size_t>(T) * heads : nullptr;
   LLMC_LAUNCH_COSTED(
-      (KernelCost{2.0 * values * sizeof(bf16) + 4.0 * T * heads, 2.0 * values}), delta_kernel<>,
+      (KernelCost{2.0 * values * sizeof(bf16) + 4.0 * T * heads + gate_writes + detail::gate_bytes(problem, gate),
+                  2.0 * values}),
+      delta_kernel<>,
       dim3(static_cast<unsigned>(ceil_div(static_cast<int64_t>(T) * heads * 16, static_cast<int64_t>(kDeltaThreads)))),
-      dim3(kDeltaThreads), 0, stream, delta_scratch, dout, out, T, heads);
-  BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, q, k, v, qkv_row_stride,
+      dim3(kDeltaThreads), 0, stream, delta_scratch, dout, out, T, heads, gate, gate_values);
+  BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, gate_values, q, k, v, qkv_row_stride,
                         plan + forward_tiles(T) + backward_tiles(T), detail::documents(problem), heads,
                         problem.scale, problem.scale * kLog2e, norm_rope};
-  CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  auto* dkdv = gated ? dkdv_kernel<true> : dkdv_kernel<false>;
+  auto* dq_pass = gated ? dq_kernel<true> : dq_kernel<false>;
+  CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(kBackwardSharedBytes)));
-  CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(dq_pass, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(kBackwardSharedBytes)));
   const dim3 grid(static_cast<unsigned>(backward_tiles(T) * heads));
   const KernelCost dkdv_cost = detail::cost(problem, 6, 8.0), dq_cost = detail::cost(problem, 5, 6.0);
   const double norm_rope_flops = norm_rope.rstd == nullptr ? 0.0 : 14.0 * T * heads * kHeadDim;
-  LLMC_LAUNCH_COSTED((KernelCost{dkdv_cost.bytes + norm_rope_bytes, dkdv_cost.flops + norm_rope_flops}),
-                     dkdv_kernel<>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+  const double gate_reads = gated ? 4.0 * T * heads : 0.0;
+  LLMC_LAUNCH_COSTED(
+      (KernelCost{dkdv_cost.bytes + norm_rope_bytes + gate_reads, dkdv_cost.flops + norm_rope_flops}), dkdv, grid,
+      dim3(kThreads), kBackwardSharedBytes, stream, params);
   params.order = plan + forward_tiles(T);
-  LLMC_LAUNCH_COSTED((KernelCost{dq_cost.bytes + norm_rope_bytes, dq_cost.flops + norm_rope_flops}), dq_kernel<>,
-                     grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+  LLMC_LAUNCH_COSTED((KernelCost{dq_cost.bytes + norm_rope_bytes + gate_reads, dq_cost.flops + norm_rope_flops}),
+                     dq_pass, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
 }
 
 }  // namespace window_attention

@@ -5,7 +5,10 @@
 // saved log-sum-exp, stream the walked tiles through two shared buffers with cp.async, skip per warp
 // the tiles it does not attend and mask only boundary tiles. dS and P are rounded to bf16 for the MMAs.
 // With a NormRopeBackward the dQ and dK stores also run the 2025-10-31 attention's QK-norm and RoPE backward
-// (qk_norm_rope.cuh) on the fp32 sums, so dq and dk leave as the gradients of the raw q and k.
+// (qk_norm_rope.cuh) on the fp32 sums, so dq and dk leave as the gradients of the raw q and k. With an
+// OutputGate (window_attention_forward.cuh) out and dout are the gated output and its gradient: delta is the same
+// sum, the delta kernel also writes each row's gate and the gate logit's gradient, and dO = gate dout enters
+// through P (dV) and dP (dS).
 #pragma once
 
 #include <cmath>
@@ -15,6 +18,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/async_copies.cuh"
 #include "llmc/kernels/mma_tile.cuh"
+#include "llmc/kernels/window_attention_forward.cuh"
 #include "llmc/kernels/window_attention_geometry.cuh"
 #include "llmc/cuda/precision.h"
 
@@ -40,6 +44,7 @@ struct BackwardParams {
   const bf16* dout;    // [T, heads, 128]
   const float* lse;    // [heads, T] from the forward
   const float* delta;  // [heads, T] from delta_kernel
+  const float* gate;   // [heads, T] from delta_kernel with an OutputGate (the gated kernels read it)
   const bf16* q;
   const bf16* k;
   const bf16* v;
@@ -56,12 +61,14 @@ constexpr int kRowTiles = kKeyTile / 8;   // 8 n-tiles across 64 keys or queries
 constexpr int kDimTiles = kHeadDim / 8;   // 16 n-tiles across the head dimension
 constexpr int kWarpRows = kBackwardRows / kWarps;  // 16
 constexpr size_t kBackwardSharedBytes =
-    static_cast<size_t>(6) * kKeyTile * kStride * sizeof(bf16) + static_cast<size_t>(4) * kBackwardRows * sizeof(float);
+    static_cast<size_t>(6) * kKeyTile * kStride * sizeof(bf16) + static_cast<size_t>(6) * kBackwardRows * sizeof(float);
 
 // delta[h, t] = sum_d dout[t, h, d] * out[t, h, d] in fp32. Half a warp per (t, h) row, 8 elements
-// per lane, summed by a fixed butterfly: deterministic.
+// per lane, summed by a fixed butterfly: deterministic. With a gate g, out = g O and dout the gradient of out:
+// delta is sum(dO O) with dO = g dout all the same, and d loss / d logit = sum(dout O) g (1 - g) = delta (1 - g).
 template <typename Unused = void>
-__global__ void delta_kernel(float* delta, const bf16* dout, const bf16* out, int T, int heads) {
+__global__ void delta_kernel(float* delta, const bf16* dout, const bf16* out, int T, int heads, OutputGate gate,
+                             float* gate_values) {
   const int64_t rows = static_cast<int64_t>(T) * heads;
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 16;
   const int part = threadIdx.x % 16;
@@ -72,16 +79,24 @@ __global__ void delta_kernel(float* delta, const bf16* dout, const bf16* out, in
     for (int i = 0; i < 8; i++) sum += to_float(d[i]) * to_float(o[i]);
   }
   for (int offset = 8; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (row < rows && part == 0) delta[(row % heads) * T + row / heads] = sum;
+  if (row >= rows || part != 0) return;
+  delta[(row % heads) * T + row / heads] = sum;
+  if (gate.xn == nullptr) return;
+  const float g = attention_gate_value(gate.xn + (row / heads) * gate.xn_stride, gate.w + (row % heads) * kGateWidth);
+  gate_values[(row % heads) * T + row / heads] = g;
+  gate.logit_grads[row] = sum * (1.0f - g);
 }
 
 // ---- dK, dV ------------------------------------------------------------------------------------
 
-// One query tile for one warp's 16 keys: P^T, dV += P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q.
+// One query tile for one warp's 16 keys: P^T, dP^T = V dO^T, dS^T, dV += P^T dO, dK += dS^T Q. kGated: the tile
+// holds the gated output's gradient, and the query's gate scales P (for dV) and dP.
+template <bool kGated>
 __device__ __forceinline__ void dkdv_tile(float (&dk)[kDimTiles][4], float (&dv)[kDimTiles][4], const bf16* k_tile,
                                           const bf16* v_tile, int row0, const bf16* q_tile, const bf16* dout_tile,
-                                          const float* lse_tile, const float* delta_tile, int q0, bool full,
-                                          const int (&key)[2], const int (&last_query_of_key)[2], float scale_log2) {
+                                          const float* lse_tile, const float* delta_tile, const float* gate_tile,
+                                          int q0, bool full, const int (&key)[2], const int (&last_query_of_key)[2],
+                                          float scale_log2) {
   const int pair = threadIdx.x % kWarpSize % 4;
   float p[kRowTiles][4];  // P^T: element i of n-tile nt is key row i / 2, query column nt * 8 + 2 * pair + i % 2
   mma_tile::zero(p);
@@ -92,12 +107,20 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[kDimTiles][4], float (&dv)
       const bool attended = full || (key[i / 2] <= query && query <= last_query_of_key[i / 2]);
       p[nt][i] = attended ? exp2f(p[nt][i] * scale_log2 - lse_tile[column] * kLog2e) : 0.0f;
     }
-  mma_tile::mma_fragments_by_rows<kStride, kBackwardRows, 1, kDimTiles>(dv, p, dout_tile, 0);
   float ds[kRowTiles][4];
   mma_tile::zero(ds);
   mma_tile::mma_rows_by_rows<kStride, kHeadDim, 1, kRowTiles>(ds, v_tile, row0, dout_tile, 0);
   for (int nt = 0; nt < kRowTiles; nt++)
-    for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] - delta_tile[nt * 8 + 2 * pair + i % 2]);
+    for (int i = 0; i < 4; i++) {
+      const int column = nt * 8 + 2 * pair + i % 2;
+      if constexpr (kGated) {
+        ds[nt][i] = p[nt][i] * (ds[nt][i] * gate_tile[column] - delta_tile[column]);
+        p[nt][i] *= gate_tile[column];
+      } else {
+        ds[nt][i] = p[nt][i] * (ds[nt][i] - delta_tile[column]);
+      }
+    }
+  mma_tile::mma_fragments_by_rows<kStride, kBackwardRows, 1, kDimTiles>(dv, p, dout_tile, 0);
   mma_tile::mma_fragments_by_rows<kStride, kBackwardRows, 1, kDimTiles>(dk, ds, q_tile, 0);
 }
 
@@ -136,6 +159,7 @@ __device__ __forceinline__ void store_norm_rope_rows(bf16* base, int64_t row_str
                                                      const float* rstd, int rstd_stride, const NormRopeBackward& rope) {
   constexpr int kHalf = kHeadDim / 2, kHalfTiles = kDimTiles / 2;
   const int lane = threadIdx.x % kWarpSize, group = lane / 4, pair = lane % 4;
+LLMC_UNROLL
   for (int r = 0; r < 2; r++) {
     const int token = row0 + group + 8 * r, t = min(token, T - 1);
     const bf16* rot = tile + (tile_row0 + group + 8 * r) * kStride;
@@ -143,7 +167,10 @@ __device__ __forceinline__ void store_norm_rope_rows(bf16* base, int64_t row_str
     const bf16* sin_row = rope.sin_table + static_cast<int64_t>(t) * kHalf;
     const float row_rstd = rstd[static_cast<int64_t>(t) * rstd_stride];
     float dot = 0.0f;  // pass 1: this lane's part of sum(dn n) over the row
+LLMC_UNROLL
     for (int nt = 0; nt < kHalfTiles; nt++)
+LLMC_UNROLL
+LLMC_UNROLL
       for (int e = 0; e < 2; e++) {
         const NormRopePair v(acc[nt][2 * r + e] * factor, acc[nt + kHalfTiles][2 * r + e] * factor, rot, cos_row,
                              sin_row, nt * 8 + 2 * pair + e);
@@ -153,6 +180,7 @@ __device__ __forceinline__ void store_norm_rope_rows(bf16* base, int64_t row_str
     dot += __shfl_xor_sync(0xffffffffu, dot, 2);
     const float coefficient = row_rstd * dot / kHeadDim;  // rstd mean(dn n)
     if (token >= T) continue;
+LLMC_UNROLL
     for (int nt = 0; nt < kHalfTiles; nt++) {  // pass 2: dx = rstd dn - n coefficient
       float dx1[2], dx2[2];
       for (int e = 0; e < 2; e++) {
@@ -169,10 +197,11 @@ __device__ __forceinline__ void store_norm_rope_rows(bf16* base, int64_t row_str
   }
 }
 
-// Issues Q, dO, lse and delta of the query tile at q0 into buffer `buffer` of each.
+// Issues Q, dO, lse and delta (and kGated the gate) of the query tile at q0 into buffer `buffer` of each.
+template <bool kGated>
 __device__ __forceinline__ void issue_query_tile(AsyncCopies& copies, const BackwardParams& p, int h, int q0,
                                                  bf16* q_tiles, bf16* dout_tiles, float* lse_tiles,
-                                                 float* delta_tiles, int buffer) {
+                                                 float* delta_tiles, float* gate_tiles, int buffer) {
   const int T = p.docs.T;
   const int offset = buffer * kBackwardRows * kStride;
   issue_rows<kBackwardRows>(copies, q_tiles + offset, p.q + h * kHeadDim, p.qkv_row_stride, q0, T);
@@ -182,11 +211,14 @@ __device__ __forceinline__ void issue_query_tile(AsyncCopies& copies, const Back
                                   T);
   issue_row_values<kBackwardRows>(copies, delta_tiles + buffer * kBackwardRows, p.delta + static_cast<int64_t>(h) * T,
                                   q0, T);
+  if constexpr (kGated)
+    issue_row_values<kBackwardRows>(copies, gate_tiles + buffer * kBackwardRows, p.gate + static_cast<int64_t>(h) * T,
+                                    q0, T);
 }
 
 // Grid: backward_tiles(T) * heads blocks (block i: key tile order[i / heads], head i % heads),
 // kThreads threads, kBackwardSharedBytes of dynamic shared memory.
-template <typename Unused = void>
+template <bool kGated = false>
 __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
   LLMC_DYNAMIC_SHARED(bf16, shared);
   bf16* k_tile = shared;
@@ -195,6 +227,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
   bf16* dout_tiles = q_tiles + 2 * kBackwardRows * kStride;
   float* lse_tiles = reinterpret_cast<float*>(dout_tiles + 2 * kBackwardRows * kStride);
   float* delta_tiles = lse_tiles + 2 * kBackwardRows;
+  float* gate_tiles = delta_tiles + 2 * kBackwardRows;
   const int T = p.docs.T, h = blockIdx.x % p.heads;
   const int key_tile = __ldg(p.order + blockIdx.x / p.heads), k0 = key_tile * kKeyTile;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -210,7 +243,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
   AsyncCopies copies;
   issue_rows<kKeyTile>(copies, k_tile, p.k + h * kHeadDim, p.qkv_row_stride, k0, T);
   issue_rows<kKeyTile>(copies, v_tile, p.v + h * kHeadDim, p.qkv_row_stride, k0, T);
-  issue_query_tile(copies, p, h, key_tile * kBackwardRows, q_tiles, dout_tiles, lse_tiles, delta_tiles, 0);
+  issue_query_tile<kGated>(copies, p, h, key_tile * kBackwardRows, q_tiles, dout_tiles, lse_tiles, delta_tiles,
+                           gate_tiles, 0);
   copies.commit();
   float dk[kDimTiles][4], dv[kDimTiles][4];
   mma_tile::zero(dk);
@@ -219,16 +253,16 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
     copies.wait<0>();  // dkdv: this thread's copies of the query tile landed
     __syncthreads();   // dkdv: every thread's copies landed; nobody reads the other buffer any more
     if (tile < last_tile) {
-      issue_query_tile(copies, p, h, (tile + 1) * kBackwardRows, q_tiles, dout_tiles, lse_tiles, delta_tiles,
-                       buffer ^ 1);
+      issue_query_tile<kGated>(copies, p, h, (tile + 1) * kBackwardRows, q_tiles, dout_tiles, lse_tiles, delta_tiles,
+                               gate_tiles, buffer ^ 1);
     }
     copies.commit();
     const int q0 = tile * kBackwardRows;
     if (query_tile_needed(warp_key_rows, q0)) {
-      dkdv_tile(dk, dv, k_tile, v_tile, warp * kWarpRows, q_tiles + buffer * kBackwardRows * kStride,
-                dout_tiles + buffer * kBackwardRows * kStride, lse_tiles + buffer * kBackwardRows,
-                delta_tiles + buffer * kBackwardRows, q0, query_tile_full(warp_key_rows, q0), key,
-                last_query_of_key, p.scale_log2);
+      dkdv_tile<kGated>(dk, dv, k_tile, v_tile, warp * kWarpRows, q_tiles + buffer * kBackwardRows * kStride,
+                        dout_tiles + buffer * kBackwardRows * kStride, lse_tiles + buffer * kBackwardRows,
+                        delta_tiles + buffer * kBackwardRows, gate_tiles + buffer * kBackwardRows, q0,
+                        query_tile_full(warp_key_rows, q0), key, last_query_of_key, p.scale_log2);
     }
   }
   if (p.norm_rope.rstd != nullptr) {  // the k heads follow the q heads in rstd's rows
@@ -242,11 +276,12 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
 
 // ---- dQ ----------------------------------------------------------------------------------------
 
-// One key tile for one warp's 16 queries: P, dP = dO V^T, dS, dQ += dS K.
+// One key tile for one warp's 16 queries: P, dP = dO V^T, dS, dQ += dS K. dO = gate dout (gate 1 without one).
 __device__ __forceinline__ void dq_tile(float (&dq)[kDimTiles][4], const bf16* q_tile, const bf16* dout_tile, int row0,
                                         const bf16* k_tile, const bf16* v_tile, int k0, bool full,
                                         const int (&query)[2], const int (&first_key_of_query)[2],
-                                        const float (&lse_log2)[2], const float (&delta)[2], float scale_log2) {
+                                        const float (&lse_log2)[2], const float (&delta)[2], const float (&gate)[2],
+                                        float scale_log2) {
   const int pair = threadIdx.x % kWarpSize % 4;
   float p[kRowTiles][4];  // element i of n-tile nt: query row i / 2, key k0 + nt * 8 + 2 * pair + i % 2
   mma_tile::zero(p);
@@ -261,13 +296,13 @@ __device__ __forceinline__ void dq_tile(float (&dq)[kDimTiles][4], const bf16* q
   mma_tile::zero(ds);
   mma_tile::mma_rows_by_rows<kStride, kHeadDim, 1, kRowTiles>(ds, dout_tile, row0, v_tile, 0);
   for (int nt = 0; nt < kRowTiles; nt++)
-    for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] - delta[i / 2]);
+    for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] * gate[i / 2] - delta[i / 2]);
   mma_tile::mma_fragments_by_rows<kStride, kKeyTile, 1, kDimTiles>(dq, ds, k_tile, 0);
 }
 
 // Grid: backward_tiles(T) * heads blocks (block i: query tile order[i / heads], head i % heads),
 // kThreads threads, kBackwardSharedBytes of dynamic shared memory.
-template <typename Unused = void>
+template <bool kGated = false>
 __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardParams p) {
   LLMC_DYNAMIC_SHARED(bf16, shared);
   bf16* q_tile = shared;
@@ -280,12 +315,13 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardParams p) {
   const int row0 = q0 + warp * kWarpRows;
   const WarpQueries warp_rows = warp_queries(p.docs, row0, kWarpRows);
   int query[2], first_key_of_query[2];
-  float lse_log2[2], delta[2];
+  float lse_log2[2], delta[2], gate[2] = {1.0f, 1.0f};  // x 1.0f: the ungated kernel's bits
   for (int r = 0; r < 2; r++) {
     query[r] = min(row0 + lane / 4 + 8 * r, T - 1);
     first_key_of_query[r] = first_key(p.docs, query[r]);
     lse_log2[r] = p.lse[static_cast<int64_t>(h) * T + query[r]] * kLog2e;
     delta[r] = p.delta[static_cast<int64_t>(h) * T + query[r]];
+    if constexpr (kGated) gate[r] = p.gate[static_cast<int64_t>(h) * T + query[r]];
   }
   const int first_tile = first_key(p.docs, q0) / kKeyTile;
   const int last_tile = min(q0 + kBackwardRows - 1, T - 1) / kKeyTile;
@@ -312,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardParams p) {
     if (tile_needed(warp_rows, k0)) {
       dq_tile(dq, q_tile, dout_tile, warp * kWarpRows, k_tiles + buffer * kKeyTile * kStride,
               v_tiles + buffer * kKeyTile * kStride, k0, tile_full(warp_rows, k0), query, first_key_of_query,
-              lse_log2, delta, p.scale_log2);
+              lse_log2, delta, gate, p.scale_log2);
     }
   }
   if (p.norm_rope.rstd != nullptr) {

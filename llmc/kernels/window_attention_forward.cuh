@@ -3,7 +3,8 @@
 // buffers with cp.async, from the diagonal tile back to the first tile any row of the block needs;
 // each warp skips the tiles none of its rows attends and masks only its boundary tiles. Scores in
 // log2 units (scale * log2(e) folded into one multiply, exp2), online softmax in fp32, P rounded to
-// bf16 for P @ V; saves the log-sum-exp (natural log) of each query for the backward.
+// bf16 for P @ V; saves the log-sum-exp (natural log) of each query for the backward. With an OutputGate
+// the store multiplies each head's row by the 2025-10-31 attention's sigmoid gate (attention_gate.cuh).
 #pragma once
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/async_copies.cuh"
+#include "llmc/kernels/attention_gate.cuh"
 #include "llmc/kernels/mma_tile.cuh"
 #include "llmc/kernels/window_attention_geometry.cuh"
 
@@ -19,6 +21,16 @@
 
 namespace llmc {
 namespace window_attention {
+
+// The sigmoid gate on each head's output, g = sigmoid(xn[t][0:12] . w[h]) (attention_gate_value): the forward
+// writes g O, the backward takes the gated output and its gradient and leaves d loss / d(gate logit) in logit_grads.
+// xn == nullptr: no gate.
+struct OutputGate {
+  const bf16* xn = nullptr;  // [T, xn_stride]: the gate reads columns 0..11
+  int64_t xn_stride = 0;
+  const bf16* w = nullptr;   // [heads, 12]
+  float* logit_grads = nullptr;  // backward: [T, heads], written by the delta kernel
+};
 
 struct ForwardParams {
   bf16* out;    // [T, heads, 128]
@@ -31,6 +43,7 @@ struct ForwardParams {
   Documents docs;
   int heads;
   float scale_log2;  // softmax scale * log2(e)
+  OutputGate gate;
 };
 
 constexpr int kForwardMTiles = kForwardRows / kWarps / 16;  // 2
@@ -94,7 +107,7 @@ __device__ __forceinline__ void forward_tile(float (&o)[kForwardMTiles * kOutTil
   mma_tile::mma_fragments_by_rows<kStride, kKeyTile, kForwardMTiles, kOutTiles>(o, s, v_tile, 0);
 }
 
-// out = O / sum (bf16), lse = (max + log2(sum)) * ln 2, for the rows inside the sequence.
+// out = O / sum (bf16; times the gate with one), lse = (max + log2(sum)) * ln 2, for the rows inside the sequence.
 __device__ __forceinline__ void forward_store(const ForwardParams& p, int h,
                                               const float (&o)[kForwardMTiles * kOutTiles][4],
                                               const ForwardRows& rows, int row0) {
@@ -103,7 +116,10 @@ __device__ __forceinline__ void forward_store(const ForwardParams& p, int h,
   for (int r = 0; r < 4; r++) {
     const int query = row0 + group + 8 * (r % 2) + 16 * (r / 2);
     if (query >= p.docs.T) continue;
-    const float inverse_sum = 1.0f / rows.sum[r];
+    const float gate = p.gate.xn == nullptr ? 1.0f
+                                            : attention_gate_value(p.gate.xn + query * p.gate.xn_stride,
+                                                                   p.gate.w + h * kGateWidth);
+    const float inverse_sum = gate / rows.sum[r];
     bf16* out_row = p.out + query * out_row_stride + h * kHeadDim;
     for (int nt = 0; nt < kOutTiles; nt++) {
       const float(&fragment)[4] = o[(r / 2) * kOutTiles + nt];

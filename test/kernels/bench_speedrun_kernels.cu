@@ -81,7 +81,11 @@ bool fp8_head_fits(const Shape& s) { return s.T % 16 == 0 && s.C % 16 == 0 && s.
 // each of its 10 calls, as the mix row counts one in each. The QK-norm and RoPE backward runs in the window attention's
 // dq and dk stores (head 128, bf16): its row counts what that adds to the attention kernels (each reads the tables
 // and rstd; n comes from the q or k tile they hold), and the separate kernel's row, 0 calls, what it would move.
-// Rows without work (the stores' share of the attention backward) print no measured time: bench_window_attention
+// The sigmoid gate on the attention output runs there too (window_attention::OutputGate): the forward's store
+// multiplies by it, the delta kernel writes it and the logit gradients (delta (1 - g): the ungated output is never
+// stored), dq and dkdv read it per query; its row counts xn's 12 columns read twice and those floats, and the separate
+// gate kernels' rows stand at 0 calls. The logit gradients' dxn and dw pass keeps a row of its own.
+// Rows without work (the stores' share of the attention kernels) print no measured time: bench_window_attention
 // --norm-rope times the backward with them.
 std::vector<Row> model_rows(const Shape& s, bool wgmma_gemms) {
   const double x = sizeof(floatX), T = s.T, C = s.C, H = s.H, D = s.D(), V = s.V, TC = T * C;
@@ -100,8 +104,10 @@ std::vector<Row> model_rows(const Shape& s, bool wgmma_gemms) {
       {"softcap_cross_entropy (fused fwd+bwd)", fp8_head_fits(s) ? 0.0 : 1.0, 2 * T * V * x + 8 * T, 24 * T * V, {}},
       {"smear_forward", 1, 2 * TC * x, 3 * TC + 30 * T, {}},
       {"smear_backward (+ dw, dlambda)", 1, 3 * TC * x, 8 * TC + 60 * T, {}},
-      {"attention_gate_forward", 10, 2 * TC * x + 12 * T * x, TC + 30 * T * H, {}},
-      {"attention_gate_backward (+ dxn, dw)", 10, 3 * TC * x + 4 * 12 * T * x + 8 * T * H, 3 * TC + 90 * T * H, {}},
+      {"attention_gate_forward", 0, 2 * TC * x + 12 * T * x, TC + 30 * T * H, {}},
+      {"attention_gate_backward (+ dxn, dw)", 0, 3 * TC * x + 4 * 12 * T * x + 8 * T * H, 3 * TC + 90 * T * H, {}},
+      {"attention gate in attention stores", 10, 2 * 12 * T * x + 16 * T * H, 2 * 30 * T * H + TC, {}},
+      {"attention gate dxn, dw (logit grads)", 10, 3 * 12 * T * x + 4 * T * H, 4 * 12 * T * H, {}},
       {"mix_forward (skips, value embeds)", mix_calls, 3 * TC * x, 3 * TC, {}},
       {"mix_backward (+ 2 scalar grads)", 15, 6 * TC * x, 6 * TC, {}},
       {"residual_norm_forward (mix + norm)", 12, 4 * TC * x + 4 * T, 6 * TC, {}},
@@ -291,6 +297,12 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
       [=] {
         llmc::attention_gate_backward(dx, out, C, dgate_w, y, x, h, C, gate_w, T, H, D, scratch, scratch_floats,
                                       stream);
+      },
+      {},  // in the attention's stores
+      [=] {
+        const size_t logits = static_cast<size_t>(T) * H;
+        llmc::attention_gate_backward_from_logit_grads(h, C, dgate_w, scratch, x, C, gate_w, T, H, scratch + logits,
+                                                       scratch_floats - logits, stream);
       },
       [=] {
         llmc::mix_forward({out, C}, {x, C}, {y, C}, scalars, l0, l1, T, C, stream);

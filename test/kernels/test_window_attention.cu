@@ -185,6 +185,85 @@ TEST(WindowAttentionNormRope, DqAndDkAreTheRawHeadsGradients) {
   EXPECT_TRUE(llmc::test::bitwise_equal(result.raw_gradients[0], result.raw_gradients[1]));
 }
 
+// The output gate in the kernels (OutputGate): the forward writes g O with g = sigmoid(xn[t][0:12] . w[h]); the
+// backward, given the gated output and its gradient dout, must give the gradients of q, k, v through dO = g dout
+// and the gate logits' gradient g (1 - g) sum_d dout O. Oracle: the double attention at the same inputs, gated in
+// double. Tolerances: the attention's (the gate is an fp32 factor, no rounding of its own before the output's); the
+// logit gradient's delta sums dout times the rounded gated output, so beside the fp32 sum of D terms each term may
+// be off by half a bf16 ulp: per row, (1 - g) kStorageRoundoff / 2 times the row's sum of |dout g O|.
+TEST(WindowAttentionGate, GatedOutputAndGradientsMatchTheDoubleGate) {
+  LLMC_REQUIRE_GPU();
+  namespace wa = llmc::window_attention;
+  std::mt19937 rng(616);
+  const Problem problem({"gate", 170, 2, random_documents(170, 120, rng), 60, 0.12f, true}, 616);
+  const int T = problem.c.T, H = problem.c.heads, xn_stride = 16;
+  const std::vector<double> xn = llmc::test::round_to_floatx(llmc::test::random_values(T * xn_stride, rng, -2, 2));
+  const std::vector<double> w = llmc::test::round_to_floatx(llmc::test::random_values(H * 12, rng, -1, 1));
+  std::vector<double> gate(static_cast<size_t>(T) * H);  // [T, H]
+  for (int t = 0; t < T; t++)
+    for (int h = 0; h < H; h++) {
+      double dot = 0.0;
+      for (int c = 0; c < 12; c++) dot += xn[static_cast<size_t>(t) * xn_stride + c] * w[h * 12 + c];
+      gate[static_cast<size_t>(t) * H + h] = 1.0 / (1.0 + std::exp(-dot));
+    }
+  // device: the fused qkv, xn, w, out, dout, lse, delta (twice: the gate values), plan, logit gradients
+  std::vector<double> host(problem.layout_elements(), 0.0);
+  host = problem.to_layout(problem.q, std::move(host), 0);
+  host = problem.to_layout(problem.k, std::move(host), 1);
+  host = problem.to_layout(problem.v, std::move(host), 2);
+  const size_t tensor = static_cast<size_t>(T) * H * D;
+  DeviceBuffer<floatX> d_qkv(host.size()), d_dqkv(host.size()), d_xn(xn.size()), d_w(w.size()), d_out(tensor),
+      d_dout(tensor);
+  DeviceBuffer<float> d_lse(static_cast<size_t>(H) * T), d_delta(2 * static_cast<size_t>(H) * T),
+      d_logit_grads(static_cast<size_t>(T) * H);
+  DeviceBuffer<int> d_cu(problem.cu.size()), d_plan(wa::plan_ints(T));
+  d_qkv.upload(host);
+  d_xn.upload(xn);
+  d_w.upload(w);
+  d_dout.upload(problem.dout);
+  d_cu.upload(std::vector<double>(problem.cu.begin(), problem.cu.end()));
+  d_dqkv.fill_nan();
+  d_logit_grads.fill_nan();
+  const wa::Problem shape = problem.device_problem(d_cu.get());
+  const wa::OutputGate device_gate{d_xn.get(), xn_stride, d_w.get(), d_logit_grads.get()};
+  const int64_t slice = static_cast<int64_t>(H) * D;
+  floatX *qkv = d_qkv.get(), *dqkv = d_dqkv.get();
+  wa::plan(d_plan.get(), shape, nullptr);
+  wa::forward(d_out.get(), d_lse.get(), qkv, qkv + slice, qkv + 2 * slice, problem.row_stride, d_plan.get(), shape,
+              nullptr, device_gate);
+  wa::backward(dqkv, dqkv + slice, dqkv + 2 * slice, problem.row_stride, d_delta.get(), d_dout.get(), d_out.get(),
+               d_lse.get(), qkv, qkv + slice, qkv + 2 * slice, problem.row_stride, d_plan.get(), shape, nullptr, {},
+               device_gate);
+  // the double oracle: the ungated attention, gated; its backward at dO = g dout
+  Expected e = reference(problem);
+  Problem gated = problem;
+  std::vector<double> out_gated = e.out, logit_grads(gate.size()), allowance(gate.size());
+  for (size_t row = 0; row < gate.size(); row++) {  // row = t H + h
+    double dot = 0.0, magnitude = 0.0;
+    for (int d = 0; d < D; d++) {
+      out_gated[row * D + d] *= gate[row];
+      gated.dout[row * D + d] *= gate[row];
+      dot += problem.dout[row * D + d] * e.out[row * D + d];
+      magnitude += std::fabs(problem.dout[row * D + d] * out_gated[row * D + d]);
+    }
+    logit_grads[row] = dot * gate[row] * (1.0 - gate[row]);
+    allowance[row] = (1.0 - gate[row]) * llmc::test::kStorageRoundoff / 2 * magnitude +
+                     llmc::test::tolerance(0, D) * std::fabs(logit_grads[row]);
+  }
+  const Expected g = reference(gated);
+  Result r;
+  r.out = d_out.download();
+  r.lse = d_lse.download();
+  for (int s = 0; s < 3; s++) (s == 0 ? r.dq : s == 1 ? r.dk : r.dv) = problem.from_layout(d_dqkv.download(), s);
+  const Expected expected{out_gated, e.lse, g.dq, g.dk, g.dv};
+  EXPECT_TRUE(matches_reference(gated, r, expected));
+  const std::vector<double> got = d_logit_grads.download();
+  int bad = 0;
+  for (size_t row = 0; row < got.size(); row++)
+    if (!(std::fabs(got[row] - logit_grads[row]) <= allowance[row])) bad++;
+  EXPECT_EQ(bad, 0) << "logit gradients off by more than their rounding";
+}
+
 TEST(WindowAttentionLaunch, RejectsBadArguments) {
   LLMC_REQUIRE_GPU();
   namespace wa = llmc::window_attention;

@@ -110,7 +110,8 @@ void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX
     if (role.pop_skip >= 0) arena.request(&b.x_in, T * C);
     arena.request(&b.x_mix, T * C);
     if (role.attention) {
-      for (floatX** buffer : {&b.xn_attn, &b.y, &b.y_gated, &b.x_attn}) arena.request(buffer, T * C);
+      for (floatX** buffer : {&b.xn_attn, &b.y_gated, &b.x_attn}) arena.request(buffer, T * C);
+      if (!window_attention_kernel_fits(config)) arena.request(&b.y, T * C);  // the window kernel gates in its store
       arena.request(&b.qkv, 3 * T * C);
       arena.request(&b.qkv_rot, 3 * T * C);
       arena.request(&b.rstd_attn, T);
@@ -154,7 +155,7 @@ void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX
                 attention_gate_backward_scratch_floats(seq_len, config.num_heads),
                 residual_norm_backward_scratch_floats(seq_len)});
   arena.request(&reduction_scratch, reduction_scratch_floats);
-  arena.request(&attention_delta, H * T);
+  arena.request(&attention_delta, 2 * H * T);  // delta, and the window kernel's gate values
   if (head == SpeedrunHead::kFp8) {
     arena.request(&fp8_head_memory, fp8_head_workspace_bytes(seq_len, config.channels(), config.vocab_size));
   }
@@ -532,8 +533,9 @@ void SpeedrunModel::attention_forward(int i) {
     mix_forward(Rows{b.qkv_rot + 2 * C, 3 * C}, ConstRows{b.qkv + 2 * C, 3 * C}, ConstRows{value_embed, C}, a.scalars,
                 lambda0, lambda1, T, C, stream_);
   }
-  attention_kernel_forward(i);
-  attention_gate_forward(b.y_gated, b.y, b.xn_attn, C, param(SpeedrunTensor::kAttnGate, i), T, H, D, stream_);
+  attention_kernel_forward(i);  // the window kernel writes y_gated itself
+  if (!uses_window_attention_kernel())
+    attention_gate_forward(b.y_gated, b.y, b.xn_attn, C, param(SpeedrunTensor::kAttnGate, i), T, H, D, stream_);
   GemmArgs out;  // x_attn = x_mix + y_gated W_o^T
   out.d = b.x_attn, out.a = b.y_gated, out.b = qkvo + static_cast<size_t>(3) * C * C, out.m = T, out.n = C, out.k = C;
   out.trans_b = true, out.beta = 1.0f, out.c = b.x_mix;
@@ -551,8 +553,9 @@ void SpeedrunModel::attention_kernel_forward(int i) {
 #if !defined(LLMC_FP32)
   if (uses_window_attention_kernel()) {
     const window_attention::Problem problem{seq_len_, cfg.num_heads, a.cu_seqlens, num_docs_, window, scale};
-    window_attention::forward(b.y, b.lse, b.qkv_rot, b.qkv_rot + C, b.qkv_rot + 2 * C, 3 * C, a.plans[long_window],
-                              problem, stream_);
+    const window_attention::OutputGate gate{b.xn_attn, C, param(SpeedrunTensor::kAttnGate, i)};
+    window_attention::forward(b.y_gated, b.lse, b.qkv_rot, b.qkv_rot + C, b.qkv_rot + 2 * C, 3 * C,
+                              a.plans[long_window], problem, stream_, gate);
     return;
   }
 #endif
@@ -746,10 +749,19 @@ void SpeedrunModel::attention_backward(int i) {
   gemm(a.matmul, dwo, stream_);
   // The gate adds into dxn[:, 0:12] first; the QKV GEMM below accumulates on top (beta = 1).
   CUDA_CHECK(cudaMemsetAsync(a.dnarrow2, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_));
-  attention_gate_backward(a.dnarrow, a.dnarrow2, C, grad(SpeedrunTensor::kAttnGate, i), a.dnarrow, b.y, b.xn_attn, C,
-                          param(SpeedrunTensor::kAttnGate, i), T, H, D, a.reduction_scratch, a.reduction_scratch_floats,
-                          stream_);
-  attention_kernel_backward(i);
+  if (uses_window_attention_kernel()) {  // it takes d y_gated and leaves the gate logits' gradients in the scratch
+    attention_kernel_backward(i);
+    const size_t logits = static_cast<size_t>(T) * H;
+    attention_gate_backward_from_logit_grads(a.dnarrow2, C, grad(SpeedrunTensor::kAttnGate, i), a.reduction_scratch,
+                                             b.xn_attn, C, param(SpeedrunTensor::kAttnGate, i), T, H,
+                                             a.reduction_scratch + logits, a.reduction_scratch_floats - logits,
+                                             stream_);
+  } else {
+    attention_gate_backward(a.dnarrow, a.dnarrow2, C, grad(SpeedrunTensor::kAttnGate, i), a.dnarrow, b.y, b.xn_attn,
+                            C, param(SpeedrunTensor::kAttnGate, i), T, H, D, a.reduction_scratch,
+                            a.reduction_scratch_floats, stream_);
+    attention_kernel_backward(i);
+  }
   const int table = layout_.structure.blocks[static_cast<size_t>(i)].value_embed;
   mix_backward(Rows{a.dqkv + 2 * C, 3 * C}, false, Rows{table >= 0 ? a.dve[table] : nullptr, C}, true, a.dscalars,
                ConstRows{a.dqkv + 2 * C, 3 * C}, ConstRows{b.qkv + 2 * C, 3 * C},
@@ -767,8 +779,9 @@ void SpeedrunModel::attention_backward(int i) {
   gemm(a.matmul, dwqkv, stream_);  // dnarrow2 = d xn_attn: block_backward takes it with x_mix's mix
 }
 
-// dy (in a.dnarrow) -> dq, dk, dv into a.dqkv (stride 3C); the window kernel's dq and dk are those of the raw q and k
-// (the QK-norm and RoPE backward in its stores), the simple kernel's those of the rotated ones.
+// dy (in a.dnarrow) -> dq, dk, dv into a.dqkv (stride 3C). The window kernel takes d y_gated there and y_gated (the
+// gate's logit gradients into reduction_scratch), and its dq and dk are those of the raw q and k (the QK-norm and
+// RoPE backward in its stores); the simple kernel takes dy and y, and its dq and dk are those of the rotated ones.
 void SpeedrunModel::attention_kernel_backward(int i) {
   Activations& a = *acts_;
   Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
@@ -781,9 +794,10 @@ void SpeedrunModel::attention_kernel_backward(int i) {
   if (uses_window_attention_kernel()) {
     const window_attention::Problem problem{seq_len_, cfg.num_heads, a.cu_seqlens, num_docs_, window, scale};
     const window_attention::NormRopeBackward norm_rope{b.rstd_qk, a.rope_cos, a.rope_sin};
-    window_attention::backward(a.dqkv, a.dqkv + C, a.dqkv + 2 * C, 3 * C, a.attention_delta, a.dnarrow, b.y, b.lse,
-                               b.qkv_rot, b.qkv_rot + C, b.qkv_rot + 2 * C, 3 * C, a.plans[long_window], problem,
-                               stream_, norm_rope);
+    const window_attention::OutputGate gate{b.xn_attn, C, param(SpeedrunTensor::kAttnGate, i), a.reduction_scratch};
+    window_attention::backward(a.dqkv, a.dqkv + C, a.dqkv + 2 * C, 3 * C, a.attention_delta, a.dnarrow, b.y_gated,
+                               b.lse, b.qkv_rot, b.qkv_rot + C, b.qkv_rot + 2 * C, 3 * C, a.plans[long_window], problem,
+                               stream_, norm_rope, gate);
     return;
   }
 #endif
