@@ -53,6 +53,11 @@ struct Problem {
   float scale = 0.0f;               // softmax scale (the speedrun's attn_scale, not 1/sqrt(128))
 };
 
+// Floats of the value mix's per-block partials (ValueMixBackward::partials) for T tokens and `heads` heads.
+inline size_t value_mix_partials_floats(int T, int heads) {
+  return 2 * static_cast<size_t>(backward_tiles(T)) * static_cast<size_t>(heads);
+}
+
 // Ints of device memory the plan of a T-token sequence takes.
 inline size_t plan_ints(int T) {
   return static_cast<size_t>(forward_tiles(T)) + 2 * static_cast<size_t>(backward_tiles(T));
@@ -149,11 +154,12 @@ inline void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const b
 // dq, dk, dv (overwritten) from dout and the forward's out and lse. delta_scratch: heads * T floats, twice that with
 // a gate. With norm_rope.rstd set, q and k are the QK-norm and RoPE forward's output and dq, dk the gradients of its
 // input. With gate.xn set, out and dout are the gated output and its gradient, and gate.logit_grads receives the
-// gate logits' gradients.
+// gate logits' gradients. With value_mix.scalars set, v is the value mix's output and dv the gradient of v_raw.
 inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, float* delta_scratch, const bf16* dout,
                      const bf16* out, const float* lse, const bf16* q, const bf16* k, const bf16* v,
                      int64_t qkv_row_stride, const int* plan, const Problem& problem, cudaStream_t stream,
-                     const NormRopeBackward& norm_rope = {}, const OutputGate& gate = {}) {
+                     const NormRopeBackward& norm_rope = {}, const OutputGate& gate = {},
+                     const ValueMixBackward& value_mix = {}) {
   const char* caller = "window_attention::backward";
   detail::check_problem(caller, problem);
   const void* inputs[] = {q, k, v, dout, out};
@@ -165,6 +171,12 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
   detail::require(norm_rope.rstd == nullptr || (norm_rope.cos_table != nullptr && norm_rope.sin_table != nullptr),
                   caller, "the QK-norm and RoPE backward needs both tables beside rstd");
   detail::check_gate(caller, gate, true);
+  detail::require(value_mix.scalars == nullptr ||
+                      (value_mix.v_raw != nullptr && value_mix.partials != nullptr && value_mix.dscalars != nullptr &&
+                       (value_mix.ve == nullptr) == (value_mix.dve == nullptr) &&
+                       value_mix.v_raw_stride >= static_cast<int64_t>(problem.heads) * kHeadDim),
+                  caller, "the value mix needs v_raw (rows of at least heads * 128), partials, dscalars, and dve "
+                          "exactly with ve");
   const bool gated = gate.xn != nullptr;
   const int T = problem.T, heads = problem.heads;
   // The epilogue's reads, once per kernel: each head's rstd column and the two tables (L2 serves the other heads).
@@ -183,7 +195,7 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
       dim3(kDeltaThreads), 0, stream, delta_scratch, dout, out, T, heads, gate, gate_values);
   BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, gate_values, q, k, v, qkv_row_stride,
                         plan + forward_tiles(T) + backward_tiles(T), detail::documents(problem), heads,
-                        problem.scale, problem.scale * kLog2e, norm_rope};
+                        problem.scale, problem.scale * kLog2e, norm_rope, value_mix};
   auto* dkdv = gated ? dkdv_kernel<true> : dkdv_kernel<false>;
   auto* dq_pass = gated ? dq_kernel<true> : dq_kernel<false>;
   CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -194,9 +206,16 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
   const KernelCost dkdv_cost = detail::cost(problem, 6, 8.0), dq_cost = detail::cost(problem, 5, 6.0);
   const double norm_rope_flops = norm_rope.rstd == nullptr ? 0.0 : 14.0 * T * heads * kHeadDim;
   const double gate_reads = gated ? 4.0 * T * heads : 0.0;
-  LLMC_LAUNCH_COSTED(
-      (KernelCost{dkdv_cost.bytes + norm_rope_bytes + gate_reads, dkdv_cost.flops + norm_rope_flops}), dkdv, grid,
-      dim3(kThreads), kBackwardSharedBytes, stream, params);
+  // The value mix: v_raw read, ve read and dve read and written, 4 products per element.
+  const double mix_values = value_mix.scalars == nullptr ? 0.0 : values * (value_mix.ve != nullptr ? 4.0 : 1.0);
+  LLMC_LAUNCH_COSTED((KernelCost{dkdv_cost.bytes + norm_rope_bytes + gate_reads + mix_values * sizeof(bf16),
+                                 dkdv_cost.flops + norm_rope_flops + 4.0 * (value_mix.scalars ? values : 0.0)}),
+                     dkdv, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+  if (value_mix.scalars != nullptr) {
+    const int blocks = backward_tiles(T) * heads;
+    LLMC_LAUNCH_COSTED((KernelCost{8.0 * blocks, 2.0 * blocks}), value_mix_scalars_kernel<>, dim3(1),
+                       dim3(kWarpSize), 0, stream, value_mix, blocks);
+  }
   params.order = plan + forward_tiles(T);
   LLMC_LAUNCH_COSTED((KernelCost{dq_cost.bytes + norm_rope_bytes + gate_reads, dq_cost.flops + norm_rope_flops}),
                      dq_pass, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);

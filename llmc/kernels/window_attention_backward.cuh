@@ -8,7 +8,7 @@
 // (qk_norm_rope.cuh) on the fp32 sums, so dq and dk leave as the gradients of the raw q and k. With an
 // OutputGate (window_attention_forward.cuh) out and dout are the gated output and its gradient: delta is the same
 // sum, the delta kernel also writes each row's gate and the gate logit's gradient, and dO = gate dout enters
-// through P (dV) and dP (dS).
+// through P (dV) and dP (dS). With a ValueMixBackward the dV store runs the value mix's backward.
 #pragma once
 
 #include <cmath>
@@ -36,6 +36,21 @@ struct NormRopeBackward {
   const bf16* sin_table = nullptr;
 };
 
+// v as the attention read it is a v_raw + b ve (the 2025-10-31 model's value mix; ve absent: a v_raw), a and b fp32
+// scalars on the device. The dV store then writes dv_raw = a dV, adds b dV into dve, and leaves each block's sums
+// of dV v_raw and dV ve in partials (value_mix_partials_floats), which value_mix_scalars_kernel adds into
+// dscalars[a_index] and dscalars[b_index] in a fixed order. scalars == nullptr: a plain store.
+struct ValueMixBackward {
+  const float* scalars = nullptr;
+  int a_index = 0, b_index = 0;
+  const bf16* v_raw = nullptr;  // [T, heads, 128] rows v_raw_stride apart
+  int64_t v_raw_stride = 0;
+  const bf16* ve = nullptr;     // [T, heads * 128] contiguous, or nullptr
+  bf16* dve = nullptr;          // accumulated where ve is given
+  float* partials = nullptr;    // 2 floats per dK/dV block
+  float* dscalars = nullptr;    // accumulated
+};
+
 struct BackwardParams {
   bf16* dq;  // [T, heads, 128] slices with dqkv_row_stride, like q, k, v
   bf16* dk;
@@ -55,6 +70,7 @@ struct BackwardParams {
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
   NormRopeBackward norm_rope;
+  ValueMixBackward value_mix;
 };
 
 constexpr int kRowTiles = kKeyTile / 8;   // 8 n-tiles across 64 keys or queries
@@ -197,6 +213,63 @@ LLMC_UNROLL
   }
 }
 
+// store_rows for dV with the value mix's backward (ValueMixBackward): dv_raw = a dV written, dve += b dV, and this
+// thread's sums of dV v_raw and dV ve added into sums. h is the block's head of `heads`.
+__device__ __forceinline__ void store_value_mix_rows(bf16* base, int64_t row_stride, const float (&acc)[kDimTiles][4],
+                                                     int row0, int T, int h, int heads, const ValueMixBackward& mix,
+                                                     float (&sums)[2]) {
+  const int lane = threadIdx.x % kWarpSize, group = lane / 4, pair = lane % 4;
+  const int64_t ve_stride = static_cast<int64_t>(heads) * kHeadDim;
+  const float a = mix.scalars[mix.a_index], b = mix.ve != nullptr ? mix.scalars[mix.b_index] : 0.0f;
+LLMC_UNROLL
+  for (int r = 0; r < 2; r++) {
+    const int token = row0 + group + 8 * r;
+    if (token >= T) continue;
+    const bf16* x = mix.v_raw + token * mix.v_raw_stride + h * kHeadDim;
+    const int64_t ve_row = token * ve_stride + h * kHeadDim;
+LLMC_UNROLL
+    for (int nt = 0; nt < kDimTiles; nt++) {
+      const int d = nt * 8 + 2 * pair;
+      const float g0 = acc[nt][2 * r], g1 = acc[nt][2 * r + 1];
+      const uint32_t packed = mma_tile::pack_bf16x2(a * g0, a * g1);
+      memcpy(static_cast<void*>(base + token * row_stride + d), &packed, 4);
+      sums[0] += g0 * to_float(x[d]) + g1 * to_float(x[d + 1]);
+      if (mix.ve == nullptr) continue;
+      const bf16* y = mix.ve + ve_row + d;
+      bf16* dy = mix.dve + ve_row + d;
+      sums[1] += g0 * to_float(y[0]) + g1 * to_float(y[1]);
+      const uint32_t added = mma_tile::pack_bf16x2(to_float(dy[0]) + b * g0, to_float(dy[1]) + b * g1);
+      memcpy(static_cast<void*>(dy), &added, 4);
+    }
+  }
+}
+
+// The block's two sums (fixed order: each warp's butterfly, then warps in order) into partials[2 blockIdx.x + k],
+// through the kernel's shared warp_sums. Every thread of the block calls it.
+__device__ __forceinline__ void store_block_sums(float* partials, float (&sums)[2], float (&warp_sums)[kWarps][2]) {
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  for (int k = 0; k < 2; k++) {
+    const float total = warp_reduce_sum(sums[k]);
+    if (lane == 0) warp_sums[warp][k] = total;
+  }
+  __syncthreads();  // value mix: every warp's sums are in shared memory
+  if (threadIdx.x >= 2) return;
+  float total = 0.0f;
+  for (int w = 0; w < kWarps; w++) total += warp_sums[w][threadIdx.x];
+  partials[2 * blockIdx.x + threadIdx.x] = total;
+}
+
+// dscalars[a_index] += the sum of the blocks' first partials, dscalars[b_index] (with ve) of their second: one warp,
+// a fixed order.
+template <typename Unused = void>
+__global__ void value_mix_scalars_kernel(ValueMixBackward mix, int blocks) {
+  const float a_sum = warp_ordered_sum(mix.partials, blocks, 2);
+  const float b_sum = warp_ordered_sum(mix.partials + 1, blocks, 2);
+  if (threadIdx.x != 0) return;
+  mix.dscalars[mix.a_index] += a_sum;
+  if (mix.ve != nullptr) mix.dscalars[mix.b_index] += b_sum;
+}
+
 // Issues Q, dO, lse and delta (and kGated the gate) of the query tile at q0 into buffer `buffer` of each.
 template <bool kGated>
 __device__ __forceinline__ void issue_query_tile(AsyncCopies& copies, const BackwardParams& p, int h, int q0,
@@ -271,7 +344,14 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
   } else {
     store_rows(p.dk + h * kHeadDim, p.dqkv_row_stride, dk, row0, T, p.scale);
   }
-  store_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, 1.0f);
+  if (p.value_mix.scalars != nullptr) {  // uniform: every thread reaches store_block_sums' barrier
+    __shared__ float warp_sums[kWarps][2];
+    float sums[2] = {0.0f, 0.0f};
+    store_value_mix_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, h, p.heads, p.value_mix, sums);
+    store_block_sums(p.value_mix.partials, sums, warp_sums);
+  } else {
+    store_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, 1.0f);
+  }
 }
 
 // ---- dQ ----------------------------------------------------------------------------------------

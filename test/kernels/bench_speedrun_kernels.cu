@@ -84,7 +84,10 @@ bool fp8_head_fits(const Shape& s) { return s.T % 16 == 0 && s.C % 16 == 0 && s.
 // The sigmoid gate on the attention output runs there too (window_attention::OutputGate): the forward's store
 // multiplies by it, the delta kernel writes it and the logit gradients (delta (1 - g): the ungated output is never
 // stored), dq and dkdv read it per query; its row counts xn's 12 columns read twice and those floats, and the separate
-// gate kernels' rows stand at 0 calls. The logit gradients' dxn and dw pass keeps a row of its own.
+// gate kernels' rows stand at 0 calls. The logit gradients' dxn and dw pass keeps a row of its own. The dV store
+// runs the value mix's backward (window_attention::ValueMixBackward): mix_backward runs for the 5 skips only, and the
+// row of the stores counts v_raw and ve read and dve read and written (a value embedding in each of the 10 layers,
+// as the mix rows count).
 // Rows without work (the stores' share of the attention kernels) print no measured time: bench_window_attention
 // --norm-rope times the backward with them.
 std::vector<Row> model_rows(const Shape& s, bool wgmma_gemms) {
@@ -109,7 +112,8 @@ std::vector<Row> model_rows(const Shape& s, bool wgmma_gemms) {
       {"attention gate in attention stores", 10, 2 * 12 * T * x + 16 * T * H, 2 * 30 * T * H + TC, {}},
       {"attention gate dxn, dw (logit grads)", 10, 3 * 12 * T * x + 4 * T * H, 4 * 12 * T * H, {}},
       {"mix_forward (skips, value embeds)", mix_calls, 3 * TC * x, 3 * TC, {}},
-      {"mix_backward (+ 2 scalar grads)", 15, 6 * TC * x, 6 * TC, {}},
+      {"mix_backward (+ 2 scalar grads)", 5, 6 * TC * x, 6 * TC, {}},
+      {"v mix bwd in attention stores", 10, 4 * TC * x, 4 * TC, {}},
       {"residual_norm_forward (mix + norm)", 12, 4 * TC * x + 4 * T, 6 * TC, {}},
       {"residual_norm_backward (norm + mix)", 12, 8 * TC * x + 4 * T, 11 * TC, {}},
       {"embedding_forward (4 tables)", 1, 8 * TC * x + 4 * T, 0, {}},
@@ -311,6 +315,7 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
         llmc::mix_backward({dx, C}, false, {out, C}, true, dscalars, {y, C}, {x, C}, {y, C}, scalars, l0, l1, T, C,
                            scratch, scratch_floats, stream);
       },
+      {},  // in the attention's stores
       [=] {
         llmc::ResidualMixIn mix;
         mix.x_in = {x, C}, mix.y = {y, C}, mix.scalars = scalars, mix.a = l0, mix.b = l1;

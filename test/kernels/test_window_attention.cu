@@ -185,6 +185,47 @@ TEST(WindowAttentionNormRope, DqAndDkAreTheRawHeadsGradients) {
   EXPECT_TRUE(llmc::test::bitwise_equal(result.raw_gradients[0], result.raw_gradients[1]));
 }
 
+// One forward and one backward of a problem's fused layout with the stores' extra work (gate, value mix), the
+// results downloaded as Result (its gradients of the q, k, v slices).
+struct FusedRun {
+  const Problem& problem;
+  DeviceBuffer<floatX> qkv, dqkv, out, dout;
+  DeviceBuffer<float> lse, delta;
+  DeviceBuffer<int> cu, plan;
+
+  explicit FusedRun(const Problem& p)
+      : problem(p), qkv(p.layout_elements()), dqkv(p.layout_elements()), out(tensor()), dout(tensor()),
+        lse(static_cast<size_t>(p.c.heads) * p.c.T), delta(2 * static_cast<size_t>(p.c.heads) * p.c.T),
+        cu(p.cu.size()), plan(llmc::window_attention::plan_ints(p.c.T)) {
+    std::vector<double> host(p.layout_elements(), 0.0);
+    const std::vector<double>* inputs[3] = {&p.q, &p.k, &p.v};
+    for (int s = 0; s < 3; s++) host = p.to_layout(*inputs[s], std::move(host), s);
+    qkv.upload(host);
+    dout.upload(p.dout);
+    cu.upload(std::vector<double>(p.cu.begin(), p.cu.end()));
+    dqkv.fill_nan();
+  }
+  size_t tensor() const { return static_cast<size_t>(problem.c.T) * problem.c.heads * D; }
+
+  Result run(const llmc::window_attention::OutputGate& gate, const llmc::window_attention::ValueMixBackward& mix) {
+    namespace wa = llmc::window_attention;
+    const wa::Problem shape = problem.device_problem(cu.get());
+    const int64_t slice = static_cast<int64_t>(problem.c.heads) * D, stride = problem.row_stride;
+    floatX *q = qkv.get(), *dq = dqkv.get();
+    wa::plan(plan.get(), shape, nullptr);
+    wa::forward(out.get(), lse.get(), q, q + slice, q + 2 * slice, stride, plan.get(), shape, nullptr, gate);
+    wa::backward(dq, dq + slice, dq + 2 * slice, stride, delta.get(), dout.get(), out.get(), lse.get(), q, q + slice,
+                 q + 2 * slice, stride, plan.get(), shape, nullptr, {}, gate, mix);
+    Result r;
+    r.out = out.download();
+    r.lse = lse.download();
+    const std::vector<double> gradients = dqkv.download();
+    r.dq = problem.from_layout(gradients, 0), r.dk = problem.from_layout(gradients, 1);
+    r.dv = problem.from_layout(gradients, 2);
+    return r;
+  }
+};
+
 // The output gate in the kernels (OutputGate): the forward writes g O with g = sigmoid(xn[t][0:12] . w[h]); the
 // backward, given the gated output and its gradient dout, must give the gradients of q, k, v through dO = g dout
 // and the gate logits' gradient g (1 - g) sum_d dout O. Oracle: the double attention at the same inputs, gated in
@@ -193,7 +234,6 @@ TEST(WindowAttentionNormRope, DqAndDkAreTheRawHeadsGradients) {
 // be off by half a bf16 ulp: per row, (1 - g) kStorageRoundoff / 2 times the row's sum of |dout g O|.
 TEST(WindowAttentionGate, GatedOutputAndGradientsMatchTheDoubleGate) {
   LLMC_REQUIRE_GPU();
-  namespace wa = llmc::window_attention;
   std::mt19937 rng(616);
   const Problem problem({"gate", 170, 2, random_documents(170, 120, rng), 60, 0.12f, true}, 616);
   const int T = problem.c.T, H = problem.c.heads, xn_stride = 16;
@@ -206,34 +246,13 @@ TEST(WindowAttentionGate, GatedOutputAndGradientsMatchTheDoubleGate) {
       for (int c = 0; c < 12; c++) dot += xn[static_cast<size_t>(t) * xn_stride + c] * w[h * 12 + c];
       gate[static_cast<size_t>(t) * H + h] = 1.0 / (1.0 + std::exp(-dot));
     }
-  // device: the fused qkv, xn, w, out, dout, lse, delta (twice: the gate values), plan, logit gradients
-  std::vector<double> host(problem.layout_elements(), 0.0);
-  host = problem.to_layout(problem.q, std::move(host), 0);
-  host = problem.to_layout(problem.k, std::move(host), 1);
-  host = problem.to_layout(problem.v, std::move(host), 2);
-  const size_t tensor = static_cast<size_t>(T) * H * D;
-  DeviceBuffer<floatX> d_qkv(host.size()), d_dqkv(host.size()), d_xn(xn.size()), d_w(w.size()), d_out(tensor),
-      d_dout(tensor);
-  DeviceBuffer<float> d_lse(static_cast<size_t>(H) * T), d_delta(2 * static_cast<size_t>(H) * T),
-      d_logit_grads(static_cast<size_t>(T) * H);
-  DeviceBuffer<int> d_cu(problem.cu.size()), d_plan(wa::plan_ints(T));
-  d_qkv.upload(host);
+  DeviceBuffer<floatX> d_xn(xn.size()), d_w(w.size());
+  DeviceBuffer<float> d_logit_grads(static_cast<size_t>(T) * H);
   d_xn.upload(xn);
   d_w.upload(w);
-  d_dout.upload(problem.dout);
-  d_cu.upload(std::vector<double>(problem.cu.begin(), problem.cu.end()));
-  d_dqkv.fill_nan();
   d_logit_grads.fill_nan();
-  const wa::Problem shape = problem.device_problem(d_cu.get());
-  const wa::OutputGate device_gate{d_xn.get(), xn_stride, d_w.get(), d_logit_grads.get()};
-  const int64_t slice = static_cast<int64_t>(H) * D;
-  floatX *qkv = d_qkv.get(), *dqkv = d_dqkv.get();
-  wa::plan(d_plan.get(), shape, nullptr);
-  wa::forward(d_out.get(), d_lse.get(), qkv, qkv + slice, qkv + 2 * slice, problem.row_stride, d_plan.get(), shape,
-              nullptr, device_gate);
-  wa::backward(dqkv, dqkv + slice, dqkv + 2 * slice, problem.row_stride, d_delta.get(), d_dout.get(), d_out.get(),
-               d_lse.get(), qkv, qkv + slice, qkv + 2 * slice, problem.row_stride, d_plan.get(), shape, nullptr, {},
-               device_gate);
+  FusedRun run(problem);
+  const Result r = run.run({d_xn.get(), xn_stride, d_w.get(), d_logit_grads.get()}, {});
   // the double oracle: the ungated attention, gated; its backward at dO = g dout
   Expected e = reference(problem);
   Problem gated = problem;
@@ -251,10 +270,6 @@ TEST(WindowAttentionGate, GatedOutputAndGradientsMatchTheDoubleGate) {
                      llmc::test::tolerance(0, D) * std::fabs(logit_grads[row]);
   }
   const Expected g = reference(gated);
-  Result r;
-  r.out = d_out.download();
-  r.lse = d_lse.download();
-  for (int s = 0; s < 3; s++) (s == 0 ? r.dq : s == 1 ? r.dk : r.dv) = problem.from_layout(d_dqkv.download(), s);
   const Expected expected{out_gated, e.lse, g.dq, g.dk, g.dv};
   EXPECT_TRUE(matches_reference(gated, r, expected));
   const std::vector<double> got = d_logit_grads.download();
@@ -262,6 +277,88 @@ TEST(WindowAttentionGate, GatedOutputAndGradientsMatchTheDoubleGate) {
   for (size_t row = 0; row < got.size(); row++)
     if (!(std::fabs(got[row] - logit_grads[row]) <= allowance[row])) bad++;
   EXPECT_EQ(bad, 0) << "logit gradients off by more than their rounding";
+}
+
+// The value mix in the dV store (ValueMixBackward): v = a v_raw + b ve as the attention reads it (rounded), v_raw in
+// padded rows; dv must be a dV, dve (given) must gain b dV, and dscalars[1], [2] (given) the sums of dV v_raw and
+// dV ve; without ve, dve and dscalars[2] untouched. Oracle: the double attention's dV. Tolerances: dV's (the
+// attention's gradient tolerance, relative to dV's elements and rms), times the fp32 factor; dve's plus half a bf16
+// ulp of the sum it rounds; each scalar's the same tolerance over sum(|dV v_raw| + rms(dV) |v_raw|), plus an fp32
+// sum of all T H D terms. That bound adds worst cases over 38,400 terms, so each scalar is also held to the sum over
+// the kernel's own dv (its rounding, half a bf16 ulp per term, and the fp32 sum): dout, v_raw and -ve positive, so
+// the sums do not cancel and that bound is a fraction of a percent of them.
+TEST(WindowAttentionValueMix, DvAndTheMixGradientsMatchTheDoubleMix) {
+  LLMC_REQUIRE_GPU();
+  for (const bool with_ve : {true, false}) {
+    SCOPED_TRACE(with_ve ? "with ve" : "without ve");
+    std::mt19937 rng(with_ve ? 717 : 718);
+    Problem problem({"value_mix", 150, 2, random_documents(150, 100, rng), 50, 0.12f, true}, 717);
+    const int T = problem.c.T, H = problem.c.heads, raw_stride = H * D + 8;
+    const size_t n = static_cast<size_t>(T) * H * D;
+    const double a = 0.75, b = with_ve ? -0.5 : 0.0;
+    const std::vector<double> v_raw = llmc::test::round_to_floatx(llmc::test::random_values(n, rng, 0.5, 1.5));
+    const std::vector<double> ve = llmc::test::round_to_floatx(llmc::test::random_values(n, rng, -1.5, -0.5));
+    problem.dout = llmc::test::round_to_floatx(llmc::test::random_values(n, rng, 0.0, 1.0));
+    const std::vector<double> dve0 = llmc::test::round_to_floatx(llmc::test::random_values(n, rng, -0.1, 0.1));
+    for (size_t i = 0; i < n; i++) problem.v[i] = a * v_raw[i] + b * ve[i];
+    problem.v = llmc::test::round_to_floatx(problem.v);
+    std::vector<double> raw_rows(static_cast<size_t>(T) * raw_stride, 0.0);
+    for (size_t row = 0; row < static_cast<size_t>(T); row++)
+      for (int i = 0; i < H * D; i++) raw_rows[row * raw_stride + i] = v_raw[row * H * D + i];
+    DeviceBuffer<floatX> d_raw(raw_rows.size()), d_ve(n), d_dve(n);
+    DeviceBuffer<float> d_scalars(4), d_dscalars(4),
+        d_partials(llmc::window_attention::value_mix_partials_floats(T, H));
+    d_raw.upload(raw_rows);
+    d_ve.upload(ve);
+    d_dve.upload(dve0);
+    d_scalars.upload({9.0, a, with_ve ? b : 9.0, 9.0});
+    d_dscalars.upload({0.25, 0.25, 0.25, 0.25});
+    llmc::window_attention::ValueMixBackward mix;
+    mix.scalars = d_scalars.get(), mix.a_index = 1, mix.b_index = 2;
+    mix.v_raw = d_raw.get(), mix.v_raw_stride = raw_stride;
+    mix.ve = with_ve ? d_ve.get() : nullptr, mix.dve = with_ve ? d_dve.get() : nullptr;
+    mix.partials = d_partials.get(), mix.dscalars = d_dscalars.get();
+    FusedRun run(problem);
+    const Result r = run.run({}, mix);
+    const Expected e = reference(problem);
+    const double tolerance = gradient_tolerance(problem), dv_rms = llmc::test::rms(e.dv);
+    std::vector<double> expected_dv = e.dv;
+    for (double& value : expected_dv) value *= a;
+    // dq and dk are other tests' (with inputs this biased, dS = P (dP - delta) cancels past their allowance)
+    EXPECT_TRUE(llmc::test::all_close(r.dv, expected_dv, tolerance)) << "dv";
+    const std::vector<double> dve = d_dve.download(), dscalars = d_dscalars.download();
+    int bad = 0;
+    double sums[2] = {0.25, 0.25}, bounds[2] = {0.0, 0.0}, magnitudes[2] = {0.0, 0.0};
+    double own_sums[2] = {0.25, 0.25}, own_magnitudes[2] = {0.0, 0.0};  // over the kernel's dv / a
+    const std::vector<double>* operands[2] = {&v_raw, &ve};
+    for (size_t i = 0; i < n; i++) {
+      const double want = dve0[i] + b * e.dv[i];
+      const double allowed = std::fabs(b) * tolerance * (std::fabs(e.dv[i]) + dv_rms) +
+                             llmc::test::kStorageRoundoff / 2 * std::fabs(want);
+      if (with_ve ? !(std::fabs(dve[i] - want) <= allowed) : dve[i] != dve0[i]) bad++;
+      for (int k = 0; k < 2; k++) {
+        const double x = (*operands[k])[i];
+        sums[k] += e.dv[i] * x;
+        bounds[k] += tolerance * (std::fabs(e.dv[i]) + dv_rms) * std::fabs(x);
+        magnitudes[k] += std::fabs(e.dv[i] * x);
+        own_sums[k] += r.dv[i] / a * x;
+        own_magnitudes[k] += std::fabs(r.dv[i] / a * x);
+      }
+    }
+    EXPECT_EQ(bad, 0) << "dve elements off by more than their rounding (or touched without ve)";
+    for (int k = 0; k < 2; k++) bounds[k] += 2.0 * n * llmc::test::kFp32Roundoff * magnitudes[k];
+    EXPECT_NEAR(dscalars[1], sums[0], bounds[0]) << "a's gradient";
+    const double own_bound = llmc::test::kStorageRoundoff / 2 + 2.0 * n * llmc::test::kFp32Roundoff;
+    EXPECT_NEAR(dscalars[1], own_sums[0], own_bound * own_magnitudes[0]) << "a's gradient and the kernel's dv";
+    if (with_ve) {
+      EXPECT_NEAR(dscalars[2], sums[1], bounds[1]) << "b's gradient";
+      EXPECT_NEAR(dscalars[2], own_sums[1], own_bound * own_magnitudes[1]) << "b's gradient and the kernel's dv";
+    } else {
+      EXPECT_EQ(dscalars[2], 0.25) << "b's gradient without ve";
+    }
+    EXPECT_EQ(dscalars[0], 0.25);
+    EXPECT_EQ(dscalars[3], 0.25);
+  }
 }
 
 TEST(WindowAttentionLaunch, RejectsBadArguments) {

@@ -69,6 +69,7 @@ struct SpeedrunModel::Buffers {
   // Backward: the stream gradient dx, (T, 4C) and (T, 3C) scratch, two (T, C) scratch, dx0, dve.
   floatX *dx, *dwide, *dqkv, *dnarrow, *dnarrow2, *dx0, *dve[kSpeedrunValueEmbeds];
   float *reduction_scratch, *attention_delta;
+  float* value_mix_partials = nullptr;  // the window kernel's (its dV store runs the value mix's backward)
   size_t reduction_scratch_floats = 0;
   // FP8 head only: the workspace's memory (fp8_head_workspace_bytes).
   unsigned char* fp8_head_memory = nullptr;
@@ -143,8 +144,10 @@ void SpeedrunModel::Buffers::request(DeviceArena& arena, floatX** params, floatX
   arena.request(&scalars, num_scalars);
   arena.request(&dscalars, num_scalars);
 #if !defined(LLMC_FP32)
-  if (window_attention_kernel_fits(config))
+  if (window_attention_kernel_fits(config)) {
     for (int*& plan : plans) arena.request(&plan, window_attention::plan_ints(seq_len));
+    arena.request(&value_mix_partials, window_attention::value_mix_partials_floats(seq_len, config.num_heads));
+  }
 #endif
   for (floatX** buffer : {&dx, &dnarrow, &dnarrow2, &dx0}) arena.request(buffer, T * C);
   for (floatX*& table : dve) arena.request(&table, T * C);
@@ -763,10 +766,11 @@ void SpeedrunModel::attention_backward(int i) {
     attention_kernel_backward(i);
   }
   const int table = layout_.structure.blocks[static_cast<size_t>(i)].value_embed;
-  mix_backward(Rows{a.dqkv + 2 * C, 3 * C}, false, Rows{table >= 0 ? a.dve[table] : nullptr, C}, true, a.dscalars,
-               ConstRows{a.dqkv + 2 * C, 3 * C}, ConstRows{b.qkv + 2 * C, 3 * C},
-               ConstRows{table >= 0 ? a.ve[table] : nullptr, C}, a.scalars, identity(index.sa_lambda(i, 0)),
-               identity(index.sa_lambda(i, 1)), T, C, a.reduction_scratch, a.reduction_scratch_floats, stream_);
+  if (!uses_window_attention_kernel())  // the window kernel's dV store ran it
+    mix_backward(Rows{a.dqkv + 2 * C, 3 * C}, false, Rows{table >= 0 ? a.dve[table] : nullptr, C}, true, a.dscalars,
+                 ConstRows{a.dqkv + 2 * C, 3 * C}, ConstRows{b.qkv + 2 * C, 3 * C},
+                 ConstRows{table >= 0 ? a.ve[table] : nullptr, C}, a.scalars, identity(index.sa_lambda(i, 0)),
+                 identity(index.sa_lambda(i, 1)), T, C, a.reduction_scratch, a.reduction_scratch_floats, stream_);
   if (!uses_window_attention_kernel())  // the window kernel's dq and dk stores ran it
     qk_norm_rope_backward(a.dqkv, 3 * C, a.dqkv, 3 * C, b.qkv, 3 * C, b.rstd_qk, a.rope_cos, a.rope_sin, T, 2 * H, D,
                           stream_);
@@ -780,8 +784,9 @@ void SpeedrunModel::attention_backward(int i) {
 }
 
 // dy (in a.dnarrow) -> dq, dk, dv into a.dqkv (stride 3C). The window kernel takes d y_gated there and y_gated (the
-// gate's logit gradients into reduction_scratch), and its dq and dk are those of the raw q and k (the QK-norm and
-// RoPE backward in its stores); the simple kernel takes dy and y, and its dq and dk are those of the rotated ones.
+// gate's logit gradients into reduction_scratch), and its dq, dk and dv are those of the raw q, k and v (the QK-norm
+// and RoPE backward and the value mix's in its stores, the value embedding's gradient and the mix's scalars'
+// accumulated); the simple kernel takes dy and y, and its gradients are those of the rotated q, k and mixed v.
 void SpeedrunModel::attention_kernel_backward(int i) {
   Activations& a = *acts_;
   Buffers::Block& b = a.blocks[static_cast<size_t>(i)];
@@ -795,9 +800,16 @@ void SpeedrunModel::attention_kernel_backward(int i) {
     const window_attention::Problem problem{seq_len_, cfg.num_heads, a.cu_seqlens, num_docs_, window, scale};
     const window_attention::NormRopeBackward norm_rope{b.rstd_qk, a.rope_cos, a.rope_sin};
     const window_attention::OutputGate gate{b.xn_attn, C, param(SpeedrunTensor::kAttnGate, i), a.reduction_scratch};
+    const SpeedrunScalarIndex index{cfg.num_blocks};
+    const int table = layout_.structure.blocks[static_cast<size_t>(i)].value_embed;
+    window_attention::ValueMixBackward value_mix;
+    value_mix.scalars = a.scalars, value_mix.a_index = index.sa_lambda(i, 0), value_mix.b_index = index.sa_lambda(i, 1);
+    value_mix.v_raw = b.qkv + 2 * C, value_mix.v_raw_stride = 3 * C;
+    value_mix.ve = table >= 0 ? a.ve[table] : nullptr, value_mix.dve = table >= 0 ? a.dve[table] : nullptr;
+    value_mix.partials = a.value_mix_partials, value_mix.dscalars = a.dscalars;
     window_attention::backward(a.dqkv, a.dqkv + C, a.dqkv + 2 * C, 3 * C, a.attention_delta, a.dnarrow, b.y_gated,
                                b.lse, b.qkv_rot, b.qkv_rot + C, b.qkv_rot + 2 * C, 3 * C, a.plans[long_window], problem,
-                               stream_, norm_rope, gate);
+                               stream_, norm_rope, gate, value_mix);
     return;
   }
 #endif
