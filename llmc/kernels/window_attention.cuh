@@ -113,6 +113,48 @@ inline double gate_bytes(const Problem& p, const OutputGate& gate) {
   return gate.xn == nullptr ? 0.0 : (static_cast<double>(p.T) + p.heads) * kGateWidth * sizeof(bf16);
 }
 
+// The backward's optional work in the stores: what each needs.
+inline void check_store_work(const char* caller, const Problem& problem, const NormRopeBackward& norm_rope,
+                             const OutputGate& gate, const ValueMixBackward& value_mix) {
+  require(norm_rope.rstd == nullptr || (norm_rope.cos_table != nullptr && norm_rope.sin_table != nullptr), caller,
+          "the QK-norm and RoPE backward needs both tables beside rstd");
+  check_gate(caller, gate, true);
+  require(value_mix.scalars == nullptr ||
+              (value_mix.v_raw != nullptr && value_mix.partials != nullptr && value_mix.dscalars != nullptr &&
+               (value_mix.ve == nullptr) == (value_mix.dve == nullptr) &&
+               value_mix.v_raw_stride >= static_cast<int64_t>(problem.heads) * kHeadDim),
+          caller, "the value mix needs v_raw (rows of at least heads * 128), partials, dscalars, and dve exactly with ve");
+}
+
+// delta (and with a gate its values and the logit gradients: xn's 12 columns read, 8 bytes a row written).
+inline void launch_delta(float* delta, float* gate_values, const bf16* dout, const bf16* out, const Problem& problem,
+                         const OutputGate& gate, cudaStream_t stream) {
+  constexpr int kDeltaThreads = 256;  // 16 rows per block
+  const int T = problem.T, heads = problem.heads;
+  const double values = static_cast<double>(T) * heads * kHeadDim;
+  const double gate_writes = gate.xn != nullptr ? 8.0 * T * heads : 0.0;
+  LLMC_LAUNCH_COSTED(
+      (KernelCost{2.0 * values * sizeof(bf16) + 4.0 * T * heads + gate_writes + gate_bytes(problem, gate),
+                  2.0 * values}),
+      delta_kernel<>,
+      dim3(static_cast<unsigned>(ceil_div(static_cast<int64_t>(T) * heads * 16, static_cast<int64_t>(kDeltaThreads)))),
+      dim3(kDeltaThreads), 0, stream, delta, dout, out, T, heads, gate, gate_values);
+}
+
+// The dK/dV kernel, then the dQ kernel (its tile order dq_order), gated or not: named by their templates in the
+// launch records (scripts/projection_modded89.py files them as attention by those names).
+template <bool kGated>
+void launch_gradient_kernels(BackwardParams params, const int* dq_order, dim3 grid, const KernelCost& dkdv_cost,
+                             const KernelCost& dq_cost, cudaStream_t stream) {
+  CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<kGated>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(kBackwardSharedBytes)));
+  CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<kGated>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(kBackwardSharedBytes)));
+  LLMC_LAUNCH_COSTED(dkdv_cost, dkdv_kernel<kGated>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+  params.order = dq_order;
+  LLMC_LAUNCH_COSTED(dq_cost, dq_kernel<kGated>, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+}
+
 inline Documents documents(const Problem& problem) {
   return Documents{problem.cu_seqlens, problem.num_docs, problem.T, std::min(problem.window, problem.T)};
 }
@@ -168,57 +210,38 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
   detail::check_slices(caller, outputs, 3, dqkv_row_stride, problem.heads);
   detail::require(lse != nullptr && delta_scratch != nullptr && plan != nullptr, caller,
                   "lse, delta_scratch or plan is null");
-  detail::require(norm_rope.rstd == nullptr || (norm_rope.cos_table != nullptr && norm_rope.sin_table != nullptr),
-                  caller, "the QK-norm and RoPE backward needs both tables beside rstd");
-  detail::check_gate(caller, gate, true);
-  detail::require(value_mix.scalars == nullptr ||
-                      (value_mix.v_raw != nullptr && value_mix.partials != nullptr && value_mix.dscalars != nullptr &&
-                       (value_mix.ve == nullptr) == (value_mix.dve == nullptr) &&
-                       value_mix.v_raw_stride >= static_cast<int64_t>(problem.heads) * kHeadDim),
-                  caller, "the value mix needs v_raw (rows of at least heads * 128), partials, dscalars, and dve "
-                          "exactly with ve");
+  detail::check_store_work(caller, problem, norm_rope, gate, value_mix);
   const bool gated = gate.xn != nullptr;
   const int T = problem.T, heads = problem.heads;
   // The epilogue's reads, once per kernel: each head's rstd column and the two tables (L2 serves the other heads).
   const double norm_rope_bytes =
       norm_rope.rstd == nullptr ? 0.0 : 4.0 * T * heads + 2.0 * T * (kHeadDim / 2) * sizeof(bf16);
-  constexpr int kDeltaThreads = 256;  // 16 rows per block
   const double values = static_cast<double>(T) * heads * kHeadDim;
-  // With a gate: the gate values and logit gradients written, xn's 12 columns read (gate_bytes).
-  const double gate_writes = gated ? 8.0 * T * heads : 0.0;
   float* gate_values = gated ? delta_scratch + static_cast<size_t>(T) * heads : nullptr;
-  LLMC_LAUNCH_COSTED(
-      (KernelCost{2.0 * values * sizeof(bf16) + 4.0 * T * heads + gate_writes + detail::gate_bytes(problem, gate),
-                  2.0 * values}),
-      delta_kernel<>,
-      dim3(static_cast<unsigned>(ceil_div(static_cast<int64_t>(T) * heads * 16, static_cast<int64_t>(kDeltaThreads)))),
-      dim3(kDeltaThreads), 0, stream, delta_scratch, dout, out, T, heads, gate, gate_values);
+  detail::launch_delta(delta_scratch, gate_values, dout, out, problem, gate, stream);
   BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, gate_values, q, k, v, qkv_row_stride,
                         plan + forward_tiles(T) + backward_tiles(T), detail::documents(problem), heads,
                         problem.scale, problem.scale * kLog2e, norm_rope, value_mix};
-  auto* dkdv = gated ? dkdv_kernel<true> : dkdv_kernel<false>;
-  auto* dq_pass = gated ? dq_kernel<true> : dq_kernel<false>;
-  CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kBackwardSharedBytes)));
-  CUDA_CHECK(cudaFuncSetAttribute(dq_pass, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kBackwardSharedBytes)));
   const dim3 grid(static_cast<unsigned>(backward_tiles(T) * heads));
-  const KernelCost dkdv_cost = detail::cost(problem, 6, 8.0), dq_cost = detail::cost(problem, 5, 6.0);
+  const KernelCost dkdv_base = detail::cost(problem, 6, 8.0), dq_base = detail::cost(problem, 5, 6.0);
   const double norm_rope_flops = norm_rope.rstd == nullptr ? 0.0 : 14.0 * T * heads * kHeadDim;
   const double gate_reads = gated ? 4.0 * T * heads : 0.0;
-  // The value mix: v_raw read, ve read and dve read and written, 4 products per element.
+  // The value mix: v_raw read (and ve read, dve read and written), 4 operations per element.
   const double mix_values = value_mix.scalars == nullptr ? 0.0 : values * (value_mix.ve != nullptr ? 4.0 : 1.0);
-  LLMC_LAUNCH_COSTED((KernelCost{dkdv_cost.bytes + norm_rope_bytes + gate_reads + mix_values * sizeof(bf16),
-                                 dkdv_cost.flops + norm_rope_flops + 4.0 * (value_mix.scalars ? values : 0.0)}),
-                     dkdv, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
+  const double mix_flops = value_mix.scalars == nullptr ? 0.0 : 4.0 * values;
+  const KernelCost dkdv_cost{dkdv_base.bytes + norm_rope_bytes + gate_reads + mix_values * sizeof(bf16),
+                             dkdv_base.flops + norm_rope_flops + mix_flops};
+  const KernelCost dq_cost{dq_base.bytes + norm_rope_bytes + gate_reads, dq_base.flops + norm_rope_flops};
+  const int* dq_order = plan + forward_tiles(T);
+  if (gated)
+    detail::launch_gradient_kernels<true>(params, dq_order, grid, dkdv_cost, dq_cost, stream);
+  else
+    detail::launch_gradient_kernels<false>(params, dq_order, grid, dkdv_cost, dq_cost, stream);
   if (value_mix.scalars != nullptr) {
     const int blocks = backward_tiles(T) * heads;
     LLMC_LAUNCH_COSTED((KernelCost{8.0 * blocks, 2.0 * blocks}), value_mix_scalars_kernel<>, dim3(1),
                        dim3(kWarpSize), 0, stream, value_mix, blocks);
   }
-  params.order = plan + forward_tiles(T);
-  LLMC_LAUNCH_COSTED((KernelCost{dq_cost.bytes + norm_rope_bytes + gate_reads, dq_cost.flops + norm_rope_flops}),
-                     dq_pass, grid, dim3(kThreads), kBackwardSharedBytes, stream, params);
 }
 
 }  // namespace window_attention
