@@ -8,6 +8,7 @@ benchmarks in projection/ (no build needed). The 2026-07-17 recipe's part (proje
 bench_step outputs written here, each stage and the steps' weighting computed by hand.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -279,6 +280,19 @@ CEIL = pm.Ceilings(1e15, 2e15, 1e13, 1e12)
 
 
 class Modded89Projection(unittest.TestCase):
+    def test_the_window_attention_launchers_kernels_file_as_attention(self):
+        # bench_step names a row by the kernel expression its launcher passes to LLMC_LAUNCH_COSTED: every launch in
+        # window_attention.cuh (the plan aside) must be filed as attention, not as a memory-bound kernel.
+        header = os.path.join(HERE, "..", "..", "llmc", "kernels", "window_attention.cuh")
+        with open(header, encoding="utf-8") as handle:
+            calls = re.findall(r"LLMC_LAUNCH_COSTED\((.*?)\);", handle.read(), re.S)
+        names = [m.group(0) for m in (re.search(r"\w+_kernel<[^>]*>", call) for call in calls) if m]
+        self.assertEqual(len(names), len(calls), calls)
+        kernels = [n for n in names if n not in ("plan_kernel<>", "value_mix_scalars_kernel<>")]
+        self.assertGreaterEqual(len(kernels), 4, names)   # forward, delta, dK/dV, dQ
+        rows = [pm.StepRow("kernel", name, 1.0, 1.0, 1.0) for name in kernels]
+        self.assertEqual({pm.category(r) for r in rows}, {pm.CATEGORIES[2]}, kernels)
+
     def runs(self):
         return [pm.parse_step(step_text(t, rows), f"T{t}") for t, rows in STEP_ROWS.items()]
 
