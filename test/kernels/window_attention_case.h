@@ -119,8 +119,8 @@ struct Result {
   std::vector<int> plan;
 };
 
-// Runs plan, forward and (twice) backward on the emulated or real device; norm_rope as the backward's.
-inline Result run_kernels(const Problem& p, const llmc::window_attention::NormRopeBackward& norm_rope = {}) {
+// Runs plan, forward and (twice) backward on the emulated or real device.
+inline Result run_kernels(const Problem& p) {
   namespace wa = llmc::window_attention;
   const int T = p.c.T, H = p.c.heads;
   const size_t tensor = static_cast<size_t>(T) * H * D;
@@ -157,7 +157,7 @@ inline Result run_kernels(const Problem& p, const llmc::window_attention::NormRo
     for (auto& b : dqkv) b->fill_nan();
     wa::backward(slice(dqkv, 0), slice(dqkv, 1), slice(dqkv, 2), p.row_stride, d_delta.get(), d_dout.get(),
                  d_out.get(), d_lse.get(), slice(qkv, 0), slice(qkv, 1), slice(qkv, 2), p.row_stride, d_plan.get(),
-                 problem, nullptr, norm_rope);
+                 problem, nullptr);
     for (auto& b : dqkv) {
       const std::vector<floatX> bits = b->download_raw();
       result.raw_gradients[run].insert(result.raw_gradients[run].end(), bits.begin(), bits.end());

@@ -752,28 +752,28 @@ void SpeedrunModel::attention_backward(int i) {
   gemm(a.matmul, dwo, stream_);
   // The gate adds into dxn[:, 0:12] first; the QKV GEMM below accumulates on top (beta = 1).
   CUDA_CHECK(cudaMemsetAsync(a.dnarrow2, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_));
-  if (uses_window_attention_kernel()) {  // it takes d y_gated and leaves the gate logits' gradients in the scratch
+  if (uses_window_attention_kernel()) {
+    // It takes d y_gated, runs the QK-norm + RoPE and the value mix backward in its stores, and leaves the gate
+    // logits' gradients in the scratch.
     attention_kernel_backward(i);
     const size_t logits = static_cast<size_t>(T) * H;
     attention_gate_backward_from_logit_grads(a.dnarrow2, C, grad(SpeedrunTensor::kAttnGate, i), a.reduction_scratch,
                                              b.xn_attn, C, param(SpeedrunTensor::kAttnGate, i), T, H,
                                              a.reduction_scratch + logits, a.reduction_scratch_floats - logits,
                                              stream_);
-  } else {
+  } else {  // the gate, the attention, the value mix and the QK-norm + RoPE backward one pass each
     attention_gate_backward(a.dnarrow, a.dnarrow2, C, grad(SpeedrunTensor::kAttnGate, i), a.dnarrow, b.y, b.xn_attn,
                             C, param(SpeedrunTensor::kAttnGate, i), T, H, D, a.reduction_scratch,
                             a.reduction_scratch_floats, stream_);
     attention_kernel_backward(i);
-  }
-  const int table = layout_.structure.blocks[static_cast<size_t>(i)].value_embed;
-  if (!uses_window_attention_kernel())  // the window kernel's dV store ran it
+    const int table = layout_.structure.blocks[static_cast<size_t>(i)].value_embed;
     mix_backward(Rows{a.dqkv + 2 * C, 3 * C}, false, Rows{table >= 0 ? a.dve[table] : nullptr, C}, true, a.dscalars,
                  ConstRows{a.dqkv + 2 * C, 3 * C}, ConstRows{b.qkv + 2 * C, 3 * C},
                  ConstRows{table >= 0 ? a.ve[table] : nullptr, C}, a.scalars, identity(index.sa_lambda(i, 0)),
                  identity(index.sa_lambda(i, 1)), T, C, a.reduction_scratch, a.reduction_scratch_floats, stream_);
-  if (!uses_window_attention_kernel())  // the window kernel's dq and dk stores ran it
     qk_norm_rope_backward(a.dqkv, 3 * C, a.dqkv, 3 * C, b.qkv, 3 * C, b.rstd_qk, a.rope_cos, a.rope_sin, T, 2 * H, D,
                           stream_);
+  }
   GemmArgs dxn;  // dxn (T, C) += dqkv W_qkv
   dxn.d = a.dnarrow2, dxn.a = a.dqkv, dxn.b = qkvo, dxn.m = T, dxn.n = C, dxn.k = 3 * C, dxn.beta = 1.0f;
   gemm(a.matmul, dxn, stream_);
