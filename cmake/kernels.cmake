@@ -61,8 +61,11 @@ foreach(target IN ITEMS kernels_fp32_emu kernels_fp32_cuda)
   if(TARGET ${target})
     target_compile_definitions(${target} PRIVATE LLMC_FP32)
   endif()
-  if(target STREQUAL "kernels_fp32_emu")
-    target_compile_definitions(${target} PRIVATE LLMC_KERNEL_MUTANTS)  # the mutation tests' binary (below)
+endforeach()
+# The mutation tests' binaries (below): the fp32 kernel tests, and the bf16 ones for the head-128 window attention.
+foreach(target IN ITEMS kernels_fp32_emu kernels_bf16_emu)
+  if(TARGET ${target})
+    target_compile_definitions(${target} PRIVATE LLMC_KERNEL_MUTANTS)
   endif()
 endforeach()
 # The emulated kernel tests share their heaviest headers (GoogleTest, the emulated CUDA runtime through the
@@ -77,13 +80,14 @@ endforeach()
 llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
   SOURCES test/kernels/mutants/test_mutants.cu LIBS llmc_reference)
 
-# Mutation tests: the emulated fp32 kernel tests are built with LLMC_KERNEL_MUTANTS (above), so that each
+# Mutation tests: the emulated kernel tests are built with LLMC_KERNEL_MUTANTS (above), so that each
 # LLMC_MUTANT(...) site in llmc/kernels can be switched to a plausible bug at run time (LLMC_KERNEL_MUTANT=name;
 # off otherwise); the driver expects the named tests to fail under each mutant and to pass without one. (A
 # separate binary compiled 25 of the same test files again: 72 s of CI's build.)
 add_test(NAME kernels_mutants_emu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/kernels/run_kernel_mutants.py
-          --binary $<TARGET_FILE:kernels_fp32_emu> --kernels ${CMAKE_SOURCE_DIR}/llmc/kernels)
+          --binary $<TARGET_FILE:kernels_fp32_emu> --bf16-binary $<TARGET_FILE:kernels_bf16_emu>
+          --kernels ${CMAKE_SOURCE_DIR}/llmc/kernels)
 set_tests_properties(kernels_mutants_emu PROPERTIES LABELS kernels TIMEOUT 300)
 
 # Per-kernel timing at a chosen model size (bench_kernels on a GPU, bench_kernels_emu on the CPU).

@@ -1,7 +1,7 @@
 // LLMC_MUTANT(name, correct, mutant): a plausible bug that the kernel tests must catch (mutation testing).
-// It is `correct` in every build except the emulated fp32 kernel tests, kernels_fp32_emu (LLMC_KERNEL_MUTANTS,
-// cmake/kernels.cmake), where it becomes `mutant` when the environment variable LLMC_KERNEL_MUTANT
-// equals `name`; test/kernels/run_kernel_mutants.py then expects the named tests to fail.
+// It is `correct` in every build except the emulated kernel tests, kernels_fp32_emu and kernels_bf16_emu
+// (LLMC_KERNEL_MUTANTS, cmake/kernels.cmake), where it becomes `mutant` when the environment variable
+// LLMC_KERNEL_MUTANT equals `name`; test/kernels/run_kernel_mutants.py then expects the named tests to fail.
 #pragma once
 
 #if defined(LLMC_KERNEL_MUTANTS)

@@ -18,6 +18,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/async_copies.cuh"
 #include "llmc/kernels/mma_tile.cuh"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/window_attention_forward.cuh"
 #include "llmc/kernels/window_attention_geometry.cuh"
 #include "llmc/cuda/precision.h"
@@ -100,7 +101,7 @@ __global__ void delta_kernel(float* delta, const bf16* dout, const bf16* out, in
   if (gate.xn == nullptr) return;
   const float g = attention_gate_value(gate.xn + (row / heads) * gate.xn_stride, gate.w + (row % heads) * kGateWidth);
   gate_values[(row % heads) * T + row / heads] = g;
-  gate.logit_grads[row] = sum * (1.0f - g);
+  gate.logit_grads[row] = sum * LLMC_MUTANT("window_attention.logit_grad_times_gate", 1.0f - g, g * (1.0f - g));
 }
 
 // ---- dK, dV ------------------------------------------------------------------------------------
@@ -131,7 +132,7 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[kDimTiles][4], float (&dv)
       const int column = nt * 8 + 2 * pair + i % 2;
       if constexpr (kGated) {
         ds[nt][i] = p[nt][i] * (ds[nt][i] * gate_tile[column] - delta_tile[column]);
-        p[nt][i] *= gate_tile[column];
+        p[nt][i] *= LLMC_MUTANT("window_attention.dv_ungated", gate_tile[column], 1.0f);
       } else {
         ds[nt][i] = p[nt][i] * (ds[nt][i] - delta_tile[column]);
       }
@@ -186,14 +187,13 @@ LLMC_UNROLL
 LLMC_UNROLL
     for (int nt = 0; nt < kHalfTiles; nt++)
 LLMC_UNROLL
-LLMC_UNROLL
       for (int e = 0; e < 2; e++) {
         const NormRopePair v(acc[nt][2 * r + e] * factor, acc[nt + kHalfTiles][2 * r + e] * factor, rot, cos_row,
                              sin_row, nt * 8 + 2 * pair + e);
         dot += v.dn1 * v.n1 + v.dn2 * v.n2;
       }
     dot += __shfl_xor_sync(0xffffffffu, dot, 1);  // the row's four lanes
-    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+    dot += LLMC_MUTANT("window_attention.norm_rope_half_row_dot", __shfl_xor_sync(0xffffffffu, dot, 2), 0.0f);
     const float coefficient = row_rstd * dot / kHeadDim;  // rstd mean(dn n)
     if (token >= T) continue;
 LLMC_UNROLL
@@ -220,7 +220,8 @@ __device__ __forceinline__ void store_value_mix_rows(bf16* base, int64_t row_str
                                                      float (&sums)[2]) {
   const int lane = threadIdx.x % kWarpSize, group = lane / 4, pair = lane % 4;
   const int64_t ve_stride = static_cast<int64_t>(heads) * kHeadDim;
-  const float a = mix.scalars[mix.a_index], b = mix.ve != nullptr ? mix.scalars[mix.b_index] : 0.0f;
+  const float a = mix.scalars[mix.a_index];
+  const float b = mix.ve != nullptr ? LLMC_MUTANT("window_attention.dve_without_b", mix.scalars[mix.b_index], 1.0f) : 0.0f;
 LLMC_UNROLL
   for (int r = 0; r < 2; r++) {
     const int token = row0 + group + 8 * r;
@@ -252,10 +253,12 @@ __device__ __forceinline__ void store_block_sums(float* partials, float (&sums)[
     const float total = warp_reduce_sum(sums[k]);
     if (lane == 0) warp_sums[warp][k] = total;
   }
-  __syncthreads();  // value mix: every warp's sums are in shared memory
+  if (LLMC_MUTANT("window_attention.value_mix_sums_no_barrier", true, false))
+    __syncthreads();  // value mix: every warp's sums are in shared memory
   if (threadIdx.x >= 2) return;
   float total = 0.0f;
-  for (int w = 0; w < kWarps; w++) total += warp_sums[w][threadIdx.x];
+  for (int w = LLMC_MUTANT("window_attention.value_mix_drops_warp0", 0, 1); w < kWarps; w++)
+    total += warp_sums[w][threadIdx.x];
   partials[2 * blockIdx.x + threadIdx.x] = total;
 }
 
@@ -264,7 +267,7 @@ __device__ __forceinline__ void store_block_sums(float* partials, float (&sums)[
 template <typename Unused = void>
 __global__ void value_mix_scalars_kernel(ValueMixBackward mix, int blocks) {
   const float a_sum = warp_ordered_sum(mix.partials, blocks, 2);
-  const float b_sum = warp_ordered_sum(mix.partials + 1, blocks, 2);
+  const float b_sum = warp_ordered_sum(mix.partials + LLMC_MUTANT("window_attention.b_sum_from_a_partials", 1, 0), blocks, 2);
   if (threadIdx.x != 0) return;
   mix.dscalars[mix.a_index] += a_sum;
   if (mix.ve != nullptr) mix.dscalars[mix.b_index] += b_sum;
@@ -376,7 +379,8 @@ __device__ __forceinline__ void dq_tile(float (&dq)[kDimTiles][4], const bf16* q
   mma_tile::zero(ds);
   mma_tile::mma_rows_by_rows<kStride, kHeadDim, 1, kRowTiles>(ds, dout_tile, row0, v_tile, 0);
   for (int nt = 0; nt < kRowTiles; nt++)
-    for (int i = 0; i < 4; i++) ds[nt][i] = p[nt][i] * (ds[nt][i] * gate[i / 2] - delta[i / 2]);
+    for (int i = 0; i < 4; i++)
+      ds[nt][i] = p[nt][i] * (ds[nt][i] * LLMC_MUTANT("window_attention.dq_ungated", gate[i / 2], 1.0f) - delta[i / 2]);
   mma_tile::mma_fragments_by_rows<kStride, kKeyTile, 1, kDimTiles>(dq, ds, k_tile, 0);
 }
 

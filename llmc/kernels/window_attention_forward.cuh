@@ -15,6 +15,7 @@
 #include "llmc/cuda/async_copies.cuh"
 #include "llmc/kernels/attention_gate.cuh"
 #include "llmc/kernels/mma_tile.cuh"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/window_attention_geometry.cuh"
 
 #if !defined(LLMC_FP32)
@@ -119,7 +120,7 @@ __device__ __forceinline__ void forward_store(const ForwardParams& p, int h,
     const float gate = p.gate.xn == nullptr ? 1.0f
                                             : attention_gate_value(p.gate.xn + query * p.gate.xn_stride,
                                                                    p.gate.w + h * kGateWidth);
-    const float inverse_sum = gate / rows.sum[r];
+    const float inverse_sum = LLMC_MUTANT("window_attention.forward_ungated", gate, 1.0f) / rows.sum[r];
     bf16* out_row = p.out + query * out_row_stride + h * kHeadDim;
     for (int nt = 0; nt < kOutTiles; nt++) {
       const float(&fragment)[4] = o[(r / 2) * kOutTiles + nt];

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Mutation tests of the kernels: runs the emulated fp32 kernel tests (kernels_fp32_emu, built with
-LLMC_KERNEL_MUTANTS) on the tests that guard a mutant site, once with no mutant, where they must pass, and once per
+"""Mutation tests of the kernels: runs the emulated fp32 and bf16 kernel tests (kernels_fp32_emu, kernels_bf16_emu,
+built with LLMC_KERNEL_MUTANTS) on the tests that guard a mutant site, once with no mutant, where they must pass, and once per
 mutant (LLMC_KERNEL_MUTANT=name, one plausible bug switched on in llmc/kernels), where the tests that guard
 that kernel must fail. Also checks that every LLMC_MUTANT site in the kernel sources has an entry here.
 Exit 0 when every mutant is caught, 1 otherwise.
@@ -64,6 +64,19 @@ MUTANTS = {
     "residual_norm_backward.first_warp_only": "ResidualNormKernel.Backward*",  # a block's partial from one row
 }
 
+# The same in the emulated bf16 kernel tests (kernels_bf16_emu): the head-128 window attention exists only there.
+BF16_MUTANTS = {
+    "window_attention.forward_ungated": "WindowAttentionGate.*",       # the forward store writes O, not g O
+    "window_attention.logit_grad_times_gate": "WindowAttentionGate.*",  # delta g (1 - g) for delta (1 - g)
+    "window_attention.dv_ungated": "WindowAttentionGate.*",            # dV from P dout, not P g dout
+    "window_attention.dq_ungated": "WindowAttentionGate.*",            # dQ's dP from dout, not g dout
+    "window_attention.norm_rope_half_row_dot": "WindowAttentionNormRope.*",  # mean(dn n) over two of four lanes
+    "window_attention.dve_without_b": "WindowAttentionValueMix.*",     # dve += dV, not b dV
+    "window_attention.value_mix_sums_no_barrier": "WindowAttentionValueMix.*",  # warps' sums read before written
+    "window_attention.value_mix_drops_warp0": "WindowAttentionValueMix.*",  # a block's partial misses warp 0
+    "window_attention.b_sum_from_a_partials": "WindowAttentionValueMix.*",  # d b summed from dV v_raw
+}
+
 
 def mutant_sites(kernels_dir):
     names = set()
@@ -83,30 +96,39 @@ def run(binary, gtest_filter, mutant):
     return result.returncode, result.stdout + result.stderr
 
 
+def check_binary(binary, mutants):
+    """Runs the guarding tests without a mutant (they must pass), then under each mutant (they must fail)."""
+    all_filters = ":".join(sorted(set(mutants.values())))
+    code, output = run(binary, all_filters, None)
+    if code != 0:
+        print(f"FAIL the tests of {binary} fail without any mutant:\n{output[-3000:]}")
+        return False
+    print(f"ok   no mutant: the guarding tests of {os.path.basename(binary)} pass")
+    ok = True
+    for mutant, gtest_filter in mutants.items():
+        code, output = run(binary, gtest_filter, mutant)
+        failed = sorted(set(re.findall(r"\[  FAILED  \] ([A-Za-z]\S*)", output)))
+        caught = code != 0 and (failed or "error" in output.lower())
+        print(f"{'ok  ' if caught else 'FAIL'} {mutant:42s} {'caught by ' + ', '.join(failed) if failed else 'exit ' + str(code)}")
+        ok &= bool(caught)
+    return ok
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--binary", required=True, help="kernels_fp32_emu (the kernel tests built with LLMC_KERNEL_MUTANTS)")
+    parser.add_argument("--bf16-binary", required=True, help="kernels_bf16_emu (also built with LLMC_KERNEL_MUTANTS)")
     parser.add_argument("--kernels", required=True, help="llmc/kernels, to find every LLMC_MUTANT site")
     args = parser.parse_args()
     ok = True
     sites = mutant_sites(args.kernels)
-    if sites != set(MUTANTS):
-        print(f"FAIL mutant sites in the sources {sorted(sites)} != the table here {sorted(MUTANTS)}")
+    if sites != set(MUTANTS) | set(BF16_MUTANTS):
+        print(f"FAIL mutant sites in the sources {sorted(sites)} != the tables here "
+              f"{sorted(set(MUTANTS) | set(BF16_MUTANTS))}")
         ok = False
-    all_filters = ":".join(sorted(set(MUTANTS.values())))
-    code, output = run(args.binary, all_filters, None)
-    if code != 0:
-        print(f"FAIL the tests fail without any mutant:\n{output[-3000:]}")
-        return 1
-    print("ok   no mutant: the guarding tests pass")
-    for mutant, gtest_filter in MUTANTS.items():
-        code, output = run(args.binary, gtest_filter, mutant)
-        failed = sorted(set(re.findall(r"\[  FAILED  \] ([A-Za-z]\S*)", output)))
-        caught = code != 0 and (failed or "error" in output.lower())
-        print(f"{'ok  ' if caught else 'FAIL'} {mutant:34s} {'caught by ' + ', '.join(failed) if failed else 'exit ' + str(code)}")
-        ok &= bool(caught)
+    ok &= check_binary(args.binary, MUTANTS)
+    ok &= check_binary(args.bf16_binary, BF16_MUTANTS)
     return 0 if ok else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())
