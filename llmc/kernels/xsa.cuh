@@ -69,7 +69,7 @@ __global__ void xsa_forward_kernel(Tx* out, const Tx* y, const Tx* v, const Tx* 
 }
 
 // With g = dout, a = tanh(alpha), c = y . v, q = max(|v|^2, 1e-8), e = v . g:
-//   dy = g - (a e / q) v;  dv += -(a / q) (e y + c g) + [|v|^2 > 1e-8] (2 a c e / q^2) v;
+//   dy = g - (a e / q) v;  dv = -(a / q) (e y + c g) + [|v|^2 > 1e-8] (2 a c e / q^2) v;
 //   dalpha = -(1 - a^2) c e / q.
 template <typename Tx>
 __global__ void xsa_backward_kernel(Tx* dy, Tx* dv, float* dalpha, const Tx* dout, const Tx* y, const Tx* v,
@@ -93,12 +93,12 @@ __global__ void xsa_backward_kernel(Tx* dy, Tx* dv, float* dalpha, const Tx* dou
       dots[1] > kXsaNormFloor ? LLMC_MUTANT("xsa.no_norm_derivative", 2.0f * a * c * e / (q * q), 0.0f) : 0.0f;
   for (int p = lane; p < s.D / Packet::size; p += group) {
     const Packet yv = load128(yr + p * Packet::size), vv = load128(vr + p * Packet::size);
-    const Packet gv = load128(gr + p * Packet::size), old_dv = load128(dv + v_offset + p * Packet::size);
+    const Packet gv = load128(gr + p * Packet::size);
     Packet new_dy, new_dv;
     for (int j = 0; j < Packet::size; j++) {
       const float yj = to_float(yv[j]), vj = to_float(vv[j]), gj = to_float(gv[j]);
       new_dy[j] = from_float<Tx>(gj - a * e / q * vj);
-      new_dv[j] = from_float<Tx>(to_float(old_dv[j]) - a / q * (e * yj + c * gj) + along_v * vj);
+      new_dv[j] = from_float<Tx>(-a / q * (e * yj + c * gj) + along_v * vj);
     }
     store128(dy + y_offset + p * Packet::size, new_dy);
     store128(dv + v_offset + p * Packet::size, new_dv);
@@ -131,9 +131,9 @@ inline void xsa_forward(floatX* out, const floatX* y, const floatX* v, const flo
                      dim3(kXsaBlock), 0, stream, out, y, v, alpha, shape, group);
 }
 
-// From dout (the gradient of out, stride y_stride): dy written (stride y_stride; may alias dout), dv
-// ACCUMULATED (stride v_stride: the attention's own dv goes there too), dalpha (T rows of H, dalpha_stride)
-// written.
+// From dout (the gradient of out, stride y_stride): dy written (stride y_stride; may alias dout), XSA's share of
+// dv written (stride v_stride; the columns past H D of a row untouched: the caller adds the attention's own dv,
+// which the attention backward computes from dy), dalpha (T rows of H, dalpha_stride) written.
 inline void xsa_backward(floatX* dy, floatX* dv, float* dalpha, const floatX* dout, const floatX* y, const floatX* v,
                          const floatX* alpha, const XsaShape& shape, cudaStream_t stream) {
   const int group = head_lane_group<floatX>("xsa_backward", shape.D);
@@ -141,11 +141,11 @@ inline void xsa_backward(floatX* dy, floatX* dv, float* dalpha, const floatX* do
   require_aligned16("xsa_backward", {dy, dv, dout, y, v});
   if (shape.T == 0) return;
   const long long threads = static_cast<long long>(shape.T) * shape.H * group;
-  // dout, y, v read, dv read and written, dy written, the strengths read and their gradients written (fp32);
-  // per (token, head) three dots and the two gradients (14 per value).
+  // dout, y, v read, dv and dy written, the strengths read and their gradients written (fp32); per (token, head)
+  // three dots and the two gradients (13 per value).
   const double head_rows = static_cast<double>(shape.T) * shape.H, values = head_rows * shape.D;
-  const KernelCost cost{6.0 * values * sizeof(floatX) + head_rows * (sizeof(floatX) + 4.0),
-                        14.0 * values + 16.0 * head_rows};
+  const KernelCost cost{5.0 * values * sizeof(floatX) + head_rows * (sizeof(floatX) + 4.0),
+                        13.0 * values + 16.0 * head_rows};
   LLMC_LAUNCH_COSTED(cost, xsa_backward_kernel<floatX>, dim3(static_cast<unsigned>(ceil_div(threads, kXsaBlock))),
                      dim3(kXsaBlock), 0, stream, dy, dv, dalpha, dout, y, v, alpha, shape, group);
 }

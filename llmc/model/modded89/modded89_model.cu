@@ -1575,8 +1575,8 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
                          T, D, stream_);
     std::swap(dcur, dnext);
   }
-  CUDA_CHECK(cudaMemsetAsync(b.dv_xsa, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_));
   if (role.xsa.present()) {  // its dv apart: the attention backward overwrites dv
+    CUDA_CHECK(cudaMemsetAsync(b.dv_xsa, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_));
     const GateRows gate = b.mlps[role.xsa.gate].gate();
     xsa_backward(dcur, b.dv_xsa, b.d_gates[role.xsa.gate] + role.xsa.column, dcur, l.y_dc, l.v,
                  gate.rows + role.xsa.column, XsaShape{T, H, D, C, C, kModded89GateColumns, kModded89GateColumns},
@@ -1590,7 +1590,8 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
     dc_mix_weights_backward(b.d_gates[1], b.dw1, b.dw2, b.mlps[1].out, kModded89GateColumns, kModded89DcW1Column,
                             kModded89DcW2Column, T, H, stream_);
   }
-  mix_forward(Rows{b.dv, C}, ConstRows{b.dv, C}, ConstRows{b.dv_xsa, C}, b.fp32_params, one(), one(), T, C, stream_);
+  if (role.xsa.present())
+    mix_forward(Rows{b.dv, C}, ConstRows{b.dv, C}, ConstRows{b.dv_xsa, C}, b.fp32_params, one(), one(), T, C, stream_);
   // q, k: norm and rotary back to the GEMM's output (the k launch with its key offset)
   const int step = role.paired_heads ? 2 : 1;
   qk_norm_pair_rope_backward(b.d_qk_raw, 2 * C, b.dq, C, l.qk_raw, 2 * C, l.rstd_q, b.rope_cos, b.rope_sin, T, H, D,
