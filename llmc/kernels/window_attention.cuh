@@ -115,9 +115,21 @@ inline double gate_bytes(const Problem& p, const OutputGate& gate) {
 
 // The backward's optional work in the stores: what each needs.
 inline void check_store_work(const char* caller, const Problem& problem, const NormRopeBackward& norm_rope,
-                             const OutputGate& gate, const ValueMixBackward& value_mix) {
+                             const OutputGate& gate, const ValueMixBackward& value_mix,
+                             const PairNormRopeBackward& pair_rope) {
   require(norm_rope.rstd == nullptr || (norm_rope.cos_table != nullptr && norm_rope.sin_table != nullptr), caller,
           "the QK-norm and RoPE backward needs both tables beside rstd");
+  const bool pair = pair_rope.rstd_q != nullptr;
+  require(!pair || norm_rope.rstd == nullptr, caller, "one QK-norm and RoPE backward at a time");
+  require(pair || pair_rope.rstd_k == nullptr, caller, "the pair RoPE backward of k needs q's");
+  require(!pair || (pair_rope.cos_table != nullptr && pair_rope.sin_table != nullptr && pair_rope.dq_raw != nullptr &&
+                    (pair_rope.rstd_k == nullptr || pair_rope.dk_raw != nullptr)),
+          caller, "the pair RoPE backward needs both tables, dq_raw, and dk_raw with rstd_k");
+  const int64_t model_heads = pair_rope.paired_rows ? 2 * problem.heads : problem.heads;
+  require(!pair || (pair_rope.raw_row_stride >= model_heads * kHeadDim && pair_rope.raw_row_stride % 2 == 0 &&
+                    (!pair_rope.paired_rows || problem.T % 2 == 0)),
+          caller, "the pair RoPE backward's rows must hold every head of a token (an even stride), and its paired "
+                  "view two rows per token");
   check_gate(caller, gate, true);
   require(value_mix.scalars == nullptr ||
               (value_mix.v_raw != nullptr && value_mix.partials != nullptr && value_mix.dscalars != nullptr &&
@@ -196,12 +208,14 @@ inline void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const b
 // dq, dk, dv (overwritten) from dout and the forward's out and lse. delta_scratch: heads * T floats, twice that with
 // a gate. With norm_rope.rstd set, q and k are the QK-norm and RoPE forward's output and dq, dk the gradients of its
 // input. With gate.xn set, out and dout are the gated output and its gradient, and gate.logit_grads receives the
-// gate logits' gradients. With value_mix.scalars set, v is the value mix's output and dv the gradient of v_raw.
+// gate logits' gradients. With value_mix.scalars set, v is the value mix's output and dv the gradient of v_raw. With
+// pair_rope.rstd_q set, q (and k with rstd_k) are qk_norm_pair_rope_forward's output and the gradients of its input
+// go to pair_rope.dq_raw (dk_raw) instead of dq (dk).
 inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, float* delta_scratch, const bf16* dout,
                      const bf16* out, const float* lse, const bf16* q, const bf16* k, const bf16* v,
                      int64_t qkv_row_stride, const int* plan, const Problem& problem, cudaStream_t stream,
                      const NormRopeBackward& norm_rope = {}, const OutputGate& gate = {},
-                     const ValueMixBackward& value_mix = {}) {
+                     const ValueMixBackward& value_mix = {}, const PairNormRopeBackward& pair_rope = {}) {
   const char* caller = "window_attention::backward";
   detail::check_problem(caller, problem);
   const void* inputs[] = {q, k, v, dout, out};
@@ -210,28 +224,34 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
   detail::check_slices(caller, outputs, 3, dqkv_row_stride, problem.heads);
   detail::require(lse != nullptr && delta_scratch != nullptr && plan != nullptr, caller,
                   "lse, delta_scratch or plan is null");
-  detail::check_store_work(caller, problem, norm_rope, gate, value_mix);
+  detail::check_store_work(caller, problem, norm_rope, gate, value_mix, pair_rope);
   const bool gated = gate.xn != nullptr;
   const int T = problem.T, heads = problem.heads;
   // The epilogue's reads, once per kernel: each head's rstd column and the two tables (L2 serves the other heads).
   const double norm_rope_bytes =
       norm_rope.rstd == nullptr ? 0.0 : 4.0 * T * heads + 2.0 * T * (kHeadDim / 2) * sizeof(bf16);
+  const double pair_rope_bytes =
+      pair_rope.rstd_q == nullptr ? 0.0 : 4.0 * T * heads + 2.0 * T * (kHeadDim / 4) * sizeof(bf16);
   const double values = static_cast<double>(T) * heads * kHeadDim;
   float* gate_values = gated ? delta_scratch + static_cast<size_t>(T) * heads : nullptr;
   detail::launch_delta(delta_scratch, gate_values, dout, out, problem, gate, stream);
   BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, gate_values, q, k, v, qkv_row_stride,
                         plan + forward_tiles(T) + backward_tiles(T), detail::documents(problem), heads,
-                        problem.scale, problem.scale * kLog2e, norm_rope, value_mix};
+                        problem.scale, problem.scale * kLog2e, norm_rope, value_mix, pair_rope};
   const dim3 grid(static_cast<unsigned>(backward_tiles(T) * heads));
   const KernelCost dkdv_base = detail::cost(problem, 6, 8.0), dq_base = detail::cost(problem, 5, 6.0);
   const double norm_rope_flops = norm_rope.rstd == nullptr ? 0.0 : 14.0 * T * heads * kHeadDim;
+  const double pair_rope_flops = pair_rope.rstd_q == nullptr ? 0.0 : 14.0 * T * heads * kHeadDim;
+  const bool pair_k = pair_rope.rstd_k != nullptr;
   const double gate_reads = gated ? 4.0 * T * heads : 0.0;
   // The value mix: v_raw read (and ve read, dve read and written), 4 operations per element.
   const double mix_values = value_mix.scalars == nullptr ? 0.0 : values * (value_mix.ve != nullptr ? 4.0 : 1.0);
   const double mix_flops = value_mix.scalars == nullptr ? 0.0 : 4.0 * values;
-  const KernelCost dkdv_cost{dkdv_base.bytes + norm_rope_bytes + gate_reads + mix_values * sizeof(bf16),
-                             dkdv_base.flops + norm_rope_flops + mix_flops};
-  const KernelCost dq_cost{dq_base.bytes + norm_rope_bytes + gate_reads, dq_base.flops + norm_rope_flops};
+  const KernelCost dkdv_cost{
+      dkdv_base.bytes + norm_rope_bytes + (pair_k ? pair_rope_bytes : 0.0) + gate_reads + mix_values * sizeof(bf16),
+      dkdv_base.flops + norm_rope_flops + (pair_k ? pair_rope_flops : 0.0) + mix_flops};
+  const KernelCost dq_cost{dq_base.bytes + norm_rope_bytes + pair_rope_bytes + gate_reads,
+                           dq_base.flops + norm_rope_flops + pair_rope_flops};
   const int* dq_order = plan + forward_tiles(T);
   if (gated)
     detail::launch_gradient_kernels<true>(params, dq_order, grid, dkdv_cost, dq_cost, stream);

@@ -8,7 +8,9 @@
 // (qk_norm_rope.cuh) on the fp32 sums, so dq and dk leave as the gradients of the raw q and k. With an
 // OutputGate (window_attention_forward.cuh) out and dout are the gated output and its gradient: delta is the same
 // sum, the delta kernel also writes each row's gate and the gate logit's gradient, and dO = gate dout enters
-// through P (dV) and dP (dS). With a ValueMixBackward the dV store runs the value mix's backward.
+// through P (dV) and dP (dS). With a ValueMixBackward the dV store runs the value mix's backward. With a
+// PairNormRopeBackward the dQ store (and the dK store where it says so) runs the 2026-07-17 attention's QK-norm and
+// adjacent-pair RoPE backward (qk_norm_pair_rope.cuh) and writes the raw heads' gradients in the model's rows.
 #pragma once
 
 #include <cmath>
@@ -52,6 +54,24 @@ struct ValueMixBackward {
   float* dscalars = nullptr;    // accumulated
 };
 
+// The 2026-07-17 attention's q and k (qk_norm_pair_rope_forward) as the attention reads them: rot = R n, n = x rstd,
+// pairs (2m, 2m+1) of dims [0, 64) rotated by bf16 tables of 32 columns, dims [64, 128) stationary. The view's row
+// `row`, head `head` is the model's token row and head (row, head), or with paired_rows (the paired layers' view of
+// two rows per token, each of half the heads) (token, model head) = (row / 2, (row % 2) heads + head) at position
+// 2 token + model head % 2. The dQ store writes the raw q's gradient into dq_raw's rows (raw_row_stride apart, head h at column
+// 128 h), the dK store the raw k's into dk_raw's where rstd_k is set (not with the key offset, whose stationary dims
+// cross rows: the caller runs qk_norm_pair_rope_backward for those k). rstd_q == nullptr: plain stores.
+struct PairNormRopeBackward {
+  const float* rstd_q = nullptr;  // [row * heads + head] of the view: the model's [tokens, heads] of the q heads
+  const float* rstd_k = nullptr;  // as rstd_q for k; nullptr: dK stored plain into dk
+  const bf16* cos_table = nullptr;  // [positions, 32]
+  const bf16* sin_table = nullptr;
+  bool paired_rows = false;
+  bf16* dq_raw = nullptr;
+  bf16* dk_raw = nullptr;
+  int64_t raw_row_stride = 0;
+};
+
 struct BackwardParams {
   bf16* dq;  // [T, heads, 128] slices with dqkv_row_stride, like q, k, v
   bf16* dk;
@@ -72,6 +92,7 @@ struct BackwardParams {
   float scale_log2;  // scale * log2(e)
   NormRopeBackward norm_rope;
   ValueMixBackward value_mix;
+  PairNormRopeBackward pair_rope;
 };
 
 constexpr int kRowTiles = kKeyTile / 8;   // 8 n-tiles across 64 keys or queries
@@ -213,6 +234,66 @@ LLMC_UNROLL
   }
 }
 
+// One adjacent pair (d, d + 1) of the 2026-07-17 QK-norm and RoPE backward: dn = R^T g, n = R^T rot (d < 64), or
+// g and rot themselves (the stationary dims).
+struct PairNormRopeValues {
+  float dn0, dn1, n0, n1;
+  __device__ __forceinline__ PairNormRopeValues(float g0, float g1, const bf16* rot, const bf16* cos_row,
+                                                const bf16* sin_row, int d) {
+    const float y0 = to_float(rot[d]), y1 = to_float(rot[d + 1]);
+    if (d >= kHeadDim / 2) {
+      dn0 = g0, dn1 = g1, n0 = y0, n1 = y1;
+      return;
+    }
+    const float c = to_float(cos_row[d / 2]), s = to_float(sin_row[d / 2]);
+    dn0 = g0 * c - g1 * s, dn1 = g0 * s + g1 * c;
+    n0 = y0 * c - y1 * s, n1 = y0 * s + y1 * c;
+  }
+};
+
+// store_rows with the 2026-07-17 QK-norm and RoPE backward (PairNormRopeBackward): the warp's 16 rows of the view
+// (row0 its first, tile_row0 its row in `tile`, which holds rot) of head h of `heads`; rstd that tensor's. Both
+// elements of a pair sit in one thread, so the rotation is the thread's own and the row's dot four lanes' shuffles.
+// Rows past T compute on the zeros the tile holds there and are not stored.
+__device__ __forceinline__ void store_pair_norm_rope_rows(bf16* raw, const float (&acc)[kDimTiles][4], const bf16* tile,
+                                                          int tile_row0, int row0, int T, float factor, int h,
+                                                          int heads, const float* rstd,
+                                                          const PairNormRopeBackward& rope) {
+  constexpr int kPairs = kHeadDim / 4;  // the tables' columns
+  const int lane = threadIdx.x % kWarpSize, group = lane / 4, pair = lane % 4;
+LLMC_UNROLL
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + group + 8 * r, t = min(row, T - 1);
+    const bf16* rot = tile + (tile_row0 + group + 8 * r) * kStride;
+    const int64_t position = rope.paired_rows ? (t & ~1) + (((t & 1) * heads + h) & 1) : t;  // 2 token + head % 2
+    const bf16* cos_row = rope.cos_table + position * kPairs;
+    const bf16* sin_row = rope.sin_table + position * kPairs;
+    const float row_rstd = rstd[static_cast<int64_t>(t) * heads + h];
+    float dot = 0.0f;  // pass 1: this lane's part of sum(dn n) over the row
+LLMC_UNROLL
+    for (int nt = 0; nt < kDimTiles; nt++) {
+      const PairNormRopeValues v(acc[nt][2 * r] * factor, acc[nt][2 * r + 1] * factor, rot, cos_row, sin_row,
+                                 nt * 8 + 2 * pair);
+      dot += v.dn0 * v.n0 + v.dn1 * v.n1;
+    }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);  // the row's four lanes
+    dot += LLMC_MUTANT("window_attention.pair_rope_half_row_dot", __shfl_xor_sync(0xffffffffu, dot, 2), 0.0f);
+    const float coefficient = row_rstd * dot / kHeadDim;  // rstd mean(dn n)
+    if (row >= T) continue;
+    const int64_t token = rope.paired_rows ? row / 2 : row;
+    const int head = rope.paired_rows ? (row % 2) * heads + h : h;
+    bf16* out = raw + token * rope.raw_row_stride + head * kHeadDim;
+LLMC_UNROLL
+    for (int nt = 0; nt < kDimTiles; nt++) {  // pass 2: dx = rstd dn - n coefficient
+      const int d = nt * 8 + 2 * pair;
+      const PairNormRopeValues v(acc[nt][2 * r] * factor, acc[nt][2 * r + 1] * factor, rot, cos_row, sin_row, d);
+      const uint32_t packed =
+          mma_tile::pack_bf16x2(row_rstd * v.dn0 - v.n0 * coefficient, row_rstd * v.dn1 - v.n1 * coefficient);
+      memcpy(static_cast<void*>(out + d), &packed, 4);
+    }
+  }
+}
+
 // store_rows for dV with the value mix's backward (ValueMixBackward): dv_raw = a dV written, dve += b dV, and this
 // thread's sums of dV v_raw and dV ve added into sums. h is the block's head of `heads`.
 __device__ __forceinline__ void store_value_mix_rows(bf16* base, int64_t row_stride, const float (&acc)[kDimTiles][4],
@@ -344,6 +425,9 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
   if (p.norm_rope.rstd != nullptr) {  // the k heads follow the q heads in rstd's rows
     store_norm_rope_rows(p.dk + h * kHeadDim, p.dqkv_row_stride, dk, k_tile, warp * kWarpRows, row0, T, p.scale,
                          p.norm_rope.rstd + p.heads + h, 2 * p.heads, p.norm_rope);
+  } else if (p.pair_rope.rstd_k != nullptr) {
+    store_pair_norm_rope_rows(p.pair_rope.dk_raw, dk, k_tile, warp * kWarpRows, row0, T, p.scale, h, p.heads,
+                              p.pair_rope.rstd_k, p.pair_rope);
   } else {
     store_rows(p.dk + h * kHeadDim, p.dqkv_row_stride, dk, row0, T, p.scale);
   }
@@ -438,6 +522,9 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardParams p) {
   if (p.norm_rope.rstd != nullptr) {
     store_norm_rope_rows(p.dq + h * kHeadDim, p.dqkv_row_stride, dq, q_tile, warp * kWarpRows, row0, T, p.scale,
                          p.norm_rope.rstd + h, 2 * p.heads, p.norm_rope);
+  } else if (p.pair_rope.rstd_q != nullptr) {
+    store_pair_norm_rope_rows(p.pair_rope.dq_raw, dq, q_tile, warp * kWarpRows, row0, T, p.scale, h, p.heads,
+                              p.pair_rope.rstd_q, p.pair_rope);
   } else {
     store_rows(p.dq + h * kHeadDim, p.dqkv_row_stride, dq, row0, T, p.scale);
   }

@@ -71,6 +71,7 @@ BF16_MUTANTS = {
     "window_attention.dv_ungated": "WindowAttentionGate.*",            # dV from P dout, not P g dout
     "window_attention.dq_ungated": "WindowAttentionGate.*",            # dQ's dP from dout, not g dout
     "window_attention.norm_rope_half_row_dot": "WindowAttentionNormRope.*",  # mean(dn n) over two of four lanes
+    "window_attention.pair_rope_half_row_dot": "WindowAttentionPairNormRope.*",  # the same in the pair RoPE store
     "window_attention.dve_without_b": "WindowAttentionValueMix.*",     # dve += dV, not b dV
     "window_attention.value_mix_sums_no_barrier": "WindowAttentionValueMix.*",  # warps' sums read before written
     "window_attention.value_mix_drops_warp0": "WindowAttentionValueMix.*",  # a block's partial misses warp 0

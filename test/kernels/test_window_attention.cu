@@ -8,6 +8,7 @@
 // check_window_attention_jax.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -131,7 +132,8 @@ struct FusedRun {
   size_t tensor() const { return static_cast<size_t>(problem.c.T) * problem.c.heads * D; }
 
   Result run(const llmc::window_attention::NormRopeBackward& norm_rope, const llmc::window_attention::OutputGate& gate,
-             const llmc::window_attention::ValueMixBackward& mix) {
+             const llmc::window_attention::ValueMixBackward& mix,
+             const llmc::window_attention::PairNormRopeBackward& pair_rope = {}) {
     namespace wa = llmc::window_attention;
     const wa::Problem shape = problem.device_problem(cu.get());
     const int64_t slice = static_cast<int64_t>(problem.c.heads) * D, stride = problem.row_stride;
@@ -139,7 +141,7 @@ struct FusedRun {
     wa::plan(plan.get(), shape, nullptr);
     wa::forward(out.get(), lse.get(), q, q + slice, q + 2 * slice, stride, plan.get(), shape, nullptr, gate);
     wa::backward(dq, dq + slice, dq + 2 * slice, stride, delta.get(), dout.get(), out.get(), lse.get(), q, q + slice,
-                 q + 2 * slice, stride, plan.get(), shape, nullptr, norm_rope, gate, mix);
+                 q + 2 * slice, stride, plan.get(), shape, nullptr, norm_rope, gate, mix, pair_rope);
     Result r;
     r.out = out.download();
     r.lse = lse.download();
@@ -229,6 +231,122 @@ TEST(WindowAttentionNormRope, DqAndDkAreTheRawHeadsGradients) {
       << "dk";
   EXPECT_TRUE(llmc::test::all_close(result.dv, attention.dv, gradient_tolerance(problem))) << "dv";
   EXPECT_TRUE(llmc::test::bitwise_equal(result.raw_gradients[0], again.raw_gradients[0]));
+}
+
+// The 2026-07-17 QK-norm and adjacent-pair RoPE backward in the dq and dk stores (PairNormRopeBackward), in the
+// plain view and the paired one (two view rows per token, each of half the heads, positions 2t + head % 2; with an
+// even and an odd number of view heads), and with dK left plain (the key offset's layers). The model's q and k are rot = R (x rstd) of raw heads x, pairs (2m, 2m+1)
+// of dims [0, 64) rotated, rounded to bf16; the view's [T, heads, 128] flattens to the model's [tokens, model heads,
+// 128] (view row r, head s: token r / 2, head (r % 2) heads + s), so the problem's q and k are those vectors. dq_raw, dk_raw: the model's rows of 2
+// model heads of q, then of k (d_qk_raw). Oracle and tolerance as for NormRopeBackward above (the tables' c^2 + s^2
+// off by a bf16 rounding, n = R^T rot from the rounded rot).
+TEST(WindowAttentionPairNormRope, DqAndDkAreTheRawHeadsGradientsPlainAndPaired) {
+  LLMC_REQUIRE_GPU();
+  struct Variant { const char* name; bool paired, fuse_k; int heads; };  // odd view heads: the model's 3
+  for (const Variant variant : {Variant{"plain", false, true, 2}, Variant{"paired", true, true, 2},
+                                Variant{"paired, 3 heads, dk plain", true, false, 3}}) {
+    SCOPED_TRACE(variant.name);
+    std::mt19937 rng(919);
+    Problem problem({"pair_rope", 160, variant.heads, random_documents(160, 100, rng), 40, 0.12f, true}, 919);
+    const int T = problem.c.T, tokens = variant.paired ? T / 2 : T;
+    const int model_heads = variant.paired ? 2 * problem.c.heads : problem.c.heads, pairs = D / 4;
+    std::vector<double> cos_table(static_cast<size_t>(T) * pairs), sin_table(cos_table.size());
+    for (int position = 0; position < T; position++)
+      for (int m = 0; m < pairs; m++) {
+        const double theta = position * std::pow(1024.0, -m / (pairs - 1.0));
+        cos_table[static_cast<size_t>(position) * pairs + m] = std::cos(theta);
+        sin_table[static_cast<size_t>(position) * pairs + m] = std::sin(theta);
+      }
+    cos_table = llmc::test::round_to_floatx(cos_table);
+    sin_table = llmc::test::round_to_floatx(sin_table);
+    auto position_of = [&](int t, int h) { return variant.paired ? 2 * t + h % 2 : t; };
+    std::vector<double> raw[2], rstd[2];
+    std::vector<double>* rotated[2] = {&problem.q, &problem.k};
+    for (int s = 0; s < 2; s++) {
+      raw[s] = llmc::test::random_values(static_cast<size_t>(tokens) * model_heads * D, rng, -2.0, 2.0);
+      rstd[s].resize(static_cast<size_t>(tokens) * model_heads);
+      for (int t = 0; t < tokens; t++)
+        for (int h = 0; h < model_heads; h++) {
+          const size_t row = static_cast<size_t>(t) * model_heads + h;
+          const double* x = raw[s].data() + row * D;
+          double squares = 0.0;
+          for (int d = 0; d < D; d++) squares += x[d] * x[d];
+          const double r = 1.0 / std::sqrt(squares / D + FLT_EPSILON);
+          rstd[s][row] = r;
+          double* y = rotated[s]->data() + row * D;
+          const size_t table_row = static_cast<size_t>(position_of(t, h)) * pairs;
+          for (int m = 0; m < pairs; m++) {
+            const double c = cos_table[table_row + m], sn = sin_table[table_row + m];
+            y[2 * m] = x[2 * m] * r * c + x[2 * m + 1] * r * sn;
+            y[2 * m + 1] = x[2 * m + 1] * r * c - x[2 * m] * r * sn;
+          }
+          for (int d = 2 * pairs; d < D; d++) y[d] = x[d] * r;
+        }
+      *rotated[s] = llmc::test::round_to_floatx(*rotated[s]);
+    }
+    DeviceBuffer<float> d_rstd_q(rstd[0].size()), d_rstd_k(rstd[1].size());
+    DeviceBuffer<floatX> d_cos(cos_table.size()), d_sin(sin_table.size());
+    const int64_t raw_stride = 2LL * model_heads * D;
+    DeviceBuffer<floatX> d_raw(static_cast<size_t>(tokens) * raw_stride);
+    d_rstd_q.upload(rstd[0]);
+    d_rstd_k.upload(rstd[1]);
+    d_cos.upload(cos_table);
+    d_sin.upload(sin_table);
+    d_raw.fill_nan();
+    llmc::window_attention::PairNormRopeBackward rope;
+    rope.rstd_q = d_rstd_q.get(), rope.rstd_k = variant.fuse_k ? d_rstd_k.get() : nullptr;
+    rope.cos_table = d_cos.get(), rope.sin_table = d_sin.get(), rope.paired_rows = variant.paired;
+    rope.dq_raw = d_raw.get(), rope.dk_raw = d_raw.get() + model_heads * D, rope.raw_row_stride = raw_stride;
+    FusedRun run(problem);
+    const Result result = run.run({}, {}, {}, rope);
+    const std::vector<double> got = d_raw.download();
+    const auto bits = d_raw.download_raw();
+    run.run({}, {}, {}, rope);
+    EXPECT_TRUE(llmc::test::bitwise_equal(bits, d_raw.download_raw())) << "a second run's bits";
+    const Expected attention = reference(problem);
+    const std::vector<double>* gradients[2] = {&attention.dq, &attention.dk};
+    std::vector<double> expected[2], kernel[2];
+    for (int s = 0; s < 2; s++) {
+      expected[s].resize(raw[s].size());
+      kernel[s].resize(raw[s].size());
+      for (int t = 0; t < tokens; t++)
+        for (int h = 0; h < model_heads; h++) {
+          const size_t row = static_cast<size_t>(t) * model_heads + h;
+          const double r = rstd[s][row];
+          const double* g = gradients[s]->data() + row * D;
+          const size_t table_row = static_cast<size_t>(position_of(t, h)) * pairs;
+          std::vector<double> dn(g, g + D), n(D);
+          for (int m = 0; m < pairs; m++) {
+            const double c = cos_table[table_row + m], sn = sin_table[table_row + m];
+            dn[2 * m] = g[2 * m] * c - g[2 * m + 1] * sn, dn[2 * m + 1] = g[2 * m] * sn + g[2 * m + 1] * c;
+          }
+          double dot = 0.0;
+          for (int d = 0; d < D; d++) n[d] = raw[s][row * D + d] * r, dot += dn[d] * n[d];
+          for (int d = 0; d < D; d++) {
+            expected[s][row * D + d] = r * (dn[d] - n[d] * dot / D);
+            kernel[s][row * D + d] = got[static_cast<size_t>(t) * raw_stride + s * model_heads * D + h * D + d];
+          }
+        }
+    }
+    const double tolerance = llmc::test::tolerance(6 + 3 + 3, 2 * D + 2 * problem.max_keys());
+    const double max_rstd = std::max(*std::max_element(rstd[0].begin(), rstd[0].end()),
+                                     *std::max_element(rstd[1].begin(), rstd[1].end()));
+    EXPECT_TRUE(llmc::test::all_close(kernel[0], expected[0], tolerance,
+                                      max_rstd * cancellation_allowance(problem, attention, problem.k)))
+        << "dq_raw";
+    if (variant.fuse_k) {
+      EXPECT_TRUE(llmc::test::all_close(kernel[1], expected[1], tolerance,
+                                        max_rstd * cancellation_allowance(problem, attention, problem.q)))
+          << "dk_raw";
+    } else {
+      EXPECT_TRUE(std::all_of(kernel[1].begin(), kernel[1].end(), [](double x) { return std::isnan(x); }))
+          << "dk_raw written without rstd_k";
+      EXPECT_TRUE(llmc::test::all_close(result.dk, attention.dk, gradient_tolerance(problem),
+                                        cancellation_allowance(problem, attention, problem.q)))
+          << "plain dk";
+    }
+    EXPECT_TRUE(llmc::test::all_close(result.dv, attention.dv, gradient_tolerance(problem))) << "dv";
+  }
 }
 
 // The output gate in the kernels (OutputGate): the forward writes g O with g = sigmoid(xn[t][0:12] . w[h]); the

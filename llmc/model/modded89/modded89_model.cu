@@ -1078,15 +1078,39 @@ void Modded89Model::window_attention_forward(int i) {
                             a.simple_problem(layout_.config.head_dim, num_docs_, attn_scale_), stream_);
 }
 
-// dq, dk, dv (overwritten) of layer i's window attention from dout, the gradient of its y.
+// Whether the fast kernel's dQ store (k: dK store) runs layer i's QK-norm and RoPE backward into d_qk_raw: wherever
+// the kernel runs, but not in the DC layer (its correction adds to dq and dk after the attention) and, for k, not
+// with the key offset (an offset k head's stationary dims take the next row's gradient, in another block).
+bool Modded89Model::norm_rope_in_attention_stores(int i, bool k) const {
+#if defined(LLMC_FP32)
+  (void)i, (void)k;
+  return false;
+#else
+  const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+  return window_attention_kernel_fits(layout_.config) && !role.dc && !(k && role.key_offset);
+#endif
+}
+
+// dq, dk, dv (overwritten) of layer i's window attention from dout, the gradient of its y; where
+// norm_rope_in_attention_stores says so, d_qk_raw's q (and k) columns instead of dq (dk).
 void Modded89Model::window_attention_backward(int i, const floatX* dout) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
   const AttentionCall a = attention_call(i);
 #if !defined(LLMC_FP32)
   if (window_attention_kernel_fits(layout_.config)) {
+    window_attention::PairNormRopeBackward rope;
+    if (norm_rope_in_attention_stores(i, false)) {
+      const int C = layout_.config.channels();
+      rope.rstd_q = l.rstd_q;
+      rope.rstd_k = norm_rope_in_attention_stores(i, true) ? l.rstd_k : nullptr;
+      rope.cos_table = b.rope_cos, rope.sin_table = b.rope_sin;
+      rope.paired_rows = layout_.structure.layers[static_cast<size_t>(i)].paired_heads;
+      rope.dq_raw = b.d_qk_raw, rope.dk_raw = b.d_qk_raw + C, rope.raw_row_stride = 2 * C;
+    }
     window_attention::backward(b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v,
-                               a.stride, b.attention_plans[a.plan], a.problem(num_docs_, attn_scale_), stream_);
+                               a.stride, b.attention_plans[a.plan], a.problem(num_docs_, attn_scale_), stream_, {}, {},
+                               {}, rope);
     return;
   }
 #endif
@@ -1592,12 +1616,15 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
   }
   if (role.xsa.present())
     mix_forward(Rows{b.dv, C}, ConstRows{b.dv, C}, ConstRows{b.dv_xsa, C}, b.fp32_params, one(), one(), T, C, stream_);
-  // q, k: norm and rotary back to the GEMM's output (the k launch with its key offset)
+  // q, k: norm and rotary back to the GEMM's output (the k launch with its key offset), unless the attention's
+  // stores did it
   const int step = role.paired_heads ? 2 : 1;
-  qk_norm_pair_rope_backward(b.d_qk_raw, 2 * C, b.dq, C, l.qk_raw, 2 * C, l.rstd_q, b.rope_cos, b.rope_sin, T, H, D,
-                             PairRopeLayout{cfg.rotary_pairs(), step, false}, stream_);
-  qk_norm_pair_rope_backward(b.d_qk_raw + C, 2 * C, b.dk, C, l.qk_raw + C, 2 * C, l.rstd_k, b.rope_cos, b.rope_sin, T,
-                             H, D, PairRopeLayout{cfg.rotary_pairs(), step, role.key_offset, 0}, stream_);
+  if (!norm_rope_in_attention_stores(i, false))
+    qk_norm_pair_rope_backward(b.d_qk_raw, 2 * C, b.dq, C, l.qk_raw, 2 * C, l.rstd_q, b.rope_cos, b.rope_sin, T, H, D,
+                               PairRopeLayout{cfg.rotary_pairs(), step, false}, stream_);
+  if (!norm_rope_in_attention_stores(i, true))
+    qk_norm_pair_rope_backward(b.d_qk_raw + C, 2 * C, b.dk, C, l.qk_raw + C, 2 * C, l.rstd_k, b.rope_cos, b.rope_sin,
+                               T, H, D, PairRopeLayout{cfg.rotary_pairs(), step, role.key_offset, 0}, stream_);
   GemmArgs dqk;  // d(l0 W_qk) (2C, C) = d_qk^T xn
   dqk.d = b.d_weights, dqk.a = b.d_qk_raw, dqk.b = xn, dqk.m = 2 * C, dqk.n = C, dqk.k = T, dqk.trans_a = true;
   gemm(b.matmul, dqk, stream_);
