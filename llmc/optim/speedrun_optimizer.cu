@@ -794,7 +794,7 @@ void SpeedrunOptimizer::exchange_sparse_rows(int bucket) {
   watch("sparse_rows", &bucket_labels_[bucket]);
   const ParamBucket& b = model_.layout().buckets[static_cast<size_t>(bucket)];
   floatX* shard = buckets_[static_cast<size_t>(bucket)].adam_grad_shard;
-  CUDA_CHECK(cudaMemsetAsync(shard, 0, b.shard_size * sizeof(floatX), comm_stream_));
+  memset_async(shard, 0, b.shard_size * sizeof(floatX), comm_stream_);
   const long long table_at = static_cast<long long>(s.table.table_offset) -
                              static_cast<long long>(comm_.rank()) * static_cast<long long>(b.shard_size);
   sum_rows_avg(SparseRowShard<floatX>{shard, table_at, static_cast<long long>(b.shard_size)}, s.received,
@@ -896,8 +896,8 @@ void SpeedrunOptimizer::share_fp32_params(int bucket) {
   const size_t shard = shard_begin(bucket);
   const size_t owned_begin = std::clamp(shard, begin, end), owned_end = std::clamp(shard + b.shard_size, begin, end);
   float* values = fp32_params_.values;
-  CUDA_CHECK(cudaMemsetAsync(values, 0, (owned_begin - begin) * sizeof(float), comm_stream_));
-  CUDA_CHECK(cudaMemsetAsync(values + (owned_end - begin), 0, (end - owned_end) * sizeof(float), comm_stream_));
+  memset_async(values, 0, (owned_begin - begin) * sizeof(float), comm_stream_);
+  memset_async(values + (owned_end - begin), 0, (end - owned_end) * sizeof(float), comm_stream_);
   traced(tracer_, comm_stream_, TraceTrack::kComm, "all_reduce",
          {{"bucket", bucket}, {"bytes", fp32_params_.count * sizeof(float)}},
          [&] { comm_.all_reduce_sum_float(values, fp32_params_.count, comm_stream_); });
@@ -971,7 +971,7 @@ void SpeedrunOptimizer::untie_moments() {
   for (int moment = 0; moment < 2; moment++) {
     const float* head_state = moment == 0 ? head.adam_m32 : head.adam_v32;
     float* embed_state = moment == 0 ? embed.adam_m32 : embed.adam_v32;
-    CUDA_CHECK(cudaMemsetAsync(tie.gathered, 0, n * sizeof(float), comm_stream_));
+    memset_async(tie.gathered, 0, n * sizeof(float), comm_stream_);
     for (const AdamSegment& segment : head.adam_segments)
       if (segment.tensor == tie.head_tensor)
         memcpy_async(tie.gathered + (segment.offset - head_offset), head_state + segment.state_offset,

@@ -361,7 +361,7 @@ void SpeedrunModel::download_rope_tables(std::vector<float>& cos_table, std::vec
 
 void SpeedrunModel::zero_bucket_grads(int bucket) {
   const ParamBucket& b = layout_.buckets[static_cast<size_t>(bucket)];
-  CUDA_CHECK(cudaMemsetAsync(grads_ + b.offset, 0, b.padded_size * sizeof(floatX), stream_));
+  memset_async(grads_ + b.offset, 0, b.padded_size * sizeof(floatX), stream_);
 }
 
 // Every host value the training forward's and backward's launches read (a float by its bits, %a).
@@ -627,11 +627,11 @@ void SpeedrunModel::backward(bool first_micro_step, const BucketHook& on_bucket_
     if (on_bucket_ready) on_bucket_ready(bucket);
   };
   // Gradients of activations that several blocks add to start at zero.
-  CUDA_CHECK(cudaMemsetAsync(a.dscalars, 0, layout_.tensor(SpeedrunTensor::kScalars).numel * sizeof(float), stream_));
-  CUDA_CHECK(cudaMemsetAsync(a.dx0, 0, TC * sizeof(floatX), stream_));
-  for (floatX* table : a.dve) CUDA_CHECK(cudaMemsetAsync(table, 0, TC * sizeof(floatX), stream_));
+  memset_async(a.dscalars, 0, layout_.tensor(SpeedrunTensor::kScalars).numel * sizeof(float), stream_);
+  memset_async(a.dx0, 0, TC * sizeof(floatX), stream_);
+  for (floatX* table : a.dve) memset_async(table, 0, TC * sizeof(floatX), stream_);
   for (const Buffers::Block& b : a.blocks)
-    if (b.dextra != nullptr) CUDA_CHECK(cudaMemsetAsync(b.dextra, 0, TC * sizeof(floatX), stream_));
+    if (b.dextra != nullptr) memset_async(b.dextra, 0, TC * sizeof(floatX), stream_);
 
   if (first_micro_step) zero_bucket_grads(layout_.head_bucket());
   head_backward();
@@ -751,7 +751,7 @@ void SpeedrunModel::attention_backward(int i) {
   dwo.trans_a = true, dwo.beta = 1.0f;
   gemm(a.matmul, dwo, stream_);
   // The gate adds into dxn[:, 0:12] first; the QKV GEMM below accumulates on top (beta = 1).
-  CUDA_CHECK(cudaMemsetAsync(a.dnarrow2, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_));
+  memset_async(a.dnarrow2, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_);
   if (uses_window_attention_kernel()) {
     // It takes d y_gated, runs the QK-norm + RoPE and the value mix backward in its stores, and leaves the gate
     // logits' gradients in the scratch.

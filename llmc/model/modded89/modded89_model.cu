@@ -1315,10 +1315,10 @@ void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_
     throw std::logic_error("Modded89Model::backward: accumulating needs a model with more than one loss slot");
   grad_target_ = first_micro_step ? grads_ : b.accum_grads;
   const size_t TC = static_cast<size_t>(seq_len_) * layout_.config.channels();
-  CUDA_CHECK(cudaMemsetAsync(b.d_fp32, 0, b.fp32_count * sizeof(float), stream_));
+  memset_async(b.d_fp32, 0, b.fp32_count * sizeof(float), stream_);
   for (floatX* buffer : {b.d_x0, b.d_b, b.d_cache0, b.d_cache3, b.d_cache7, b.d_cache9})
-    CUDA_CHECK(cudaMemsetAsync(buffer, 0, TC * sizeof(floatX), stream_));
-  for (floatX* table : b.d_ve) CUDA_CHECK(cudaMemsetAsync(table, 0, TC * sizeof(floatX), stream_));
+    memset_async(buffer, 0, TC * sizeof(floatX), stream_);
+  for (floatX* table : b.d_ve) memset_async(table, 0, TC * sizeof(floatX), stream_);
   for (int k = 0; k < 4; k++)
     CUDA_CHECK(
         cudaMemsetAsync(b.d_gates[k], 0, static_cast<size_t>(seq_len_) * b.mlps[k].columns * sizeof(float), stream_));
@@ -1350,7 +1350,7 @@ void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_
 
 void Modded89Model::start_bucket_grads(int bucket) {
   const ParamBucket& span = layout_.buckets[static_cast<size_t>(bucket)];
-  CUDA_CHECK(cudaMemsetAsync(grad_target_ + span.offset, 0, span.padded_size * sizeof(floatX), stream_));
+  memset_async(grad_target_ + span.offset, 0, span.padded_size * sizeof(floatX), stream_);
 }
 
 // An accumulating backward adds the micro-step's bucket into the step's gradients (one rounding per micro-step).
@@ -1600,7 +1600,7 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
     std::swap(dcur, dnext);
   }
   if (role.xsa.present()) {  // its dv apart: the attention backward overwrites dv
-    CUDA_CHECK(cudaMemsetAsync(b.dv_xsa, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_));
+    memset_async(b.dv_xsa, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_);
     const GateRows gate = b.mlps[role.xsa.gate].gate();
     xsa_backward(dcur, b.dv_xsa, b.d_gates[role.xsa.gate] + role.xsa.column, dcur, l.y_dc, l.v,
                  gate.rows + role.xsa.column, XsaShape{T, H, D, C, C, kModded89GateColumns, kModded89GateColumns},
