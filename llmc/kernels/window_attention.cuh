@@ -135,7 +135,8 @@ inline void check_store_work(const char* caller, const Problem& problem, const N
               (value_mix.v_raw != nullptr && value_mix.partials != nullptr && value_mix.dscalars != nullptr &&
                (value_mix.ve == nullptr) == (value_mix.dve == nullptr) &&
                value_mix.v_raw_stride >= static_cast<int64_t>(problem.heads) * kHeadDim),
-          caller, "the value mix needs v_raw (rows of at least heads * 128), partials, dscalars, and dve exactly with ve");
+          caller,
+          "the value mix needs v_raw (rows of at least heads * 128), partials, dscalars, and dve exactly with ve");
 }
 
 // delta (and with a gate its values and the logit gradients: xn's 12 columns read, 8 bytes a row written).

@@ -58,9 +58,10 @@ struct ValueMixBackward {
 // pairs (2m, 2m+1) of dims [0, 64) rotated by bf16 tables of 32 columns, dims [64, 128) stationary. The view's row
 // `row`, head `head` is the model's token row and head (row, head), or with paired_rows (the paired layers' view of
 // two rows per token, each of half the heads) (token, model head) = (row / 2, (row % 2) heads + head) at position
-// 2 token + model head % 2. The dQ store writes the raw q's gradient into dq_raw's rows (raw_row_stride apart, head h at column
-// 128 h), the dK store the raw k's into dk_raw's where rstd_k is set (not with the key offset, whose stationary dims
-// cross rows: the caller runs qk_norm_pair_rope_backward for those k). rstd_q == nullptr: plain stores.
+// 2 token + model head % 2. The dQ store writes the raw q's gradient into dq_raw's rows (raw_row_stride apart, head
+// h at column 128 h), the dK store the raw k's into dk_raw's where rstd_k is set (not with the key offset, whose
+// stationary dims cross rows: the caller runs qk_norm_pair_rope_backward for those k). rstd_q == nullptr: plain
+// stores.
 struct PairNormRopeBackward {
   const float* rstd_q = nullptr;  // [row * heads + head] of the view: the model's [tokens, heads] of the q heads
   const float* rstd_k = nullptr;  // as rstd_q for k; nullptr: dK stored plain into dk
@@ -302,7 +303,8 @@ __device__ __forceinline__ void store_value_mix_rows(bf16* base, int64_t row_str
   const int lane = threadIdx.x % kWarpSize, group = lane / 4, pair = lane % 4;
   const int64_t ve_stride = static_cast<int64_t>(heads) * kHeadDim;
   const float a = mix.scalars[mix.a_index];
-  const float b = mix.ve != nullptr ? LLMC_MUTANT("window_attention.dve_without_b", mix.scalars[mix.b_index], 1.0f) : 0.0f;
+  const float b =
+      mix.ve != nullptr ? LLMC_MUTANT("window_attention.dve_without_b", mix.scalars[mix.b_index], 1.0f) : 0.0f;
 LLMC_UNROLL
   for (int r = 0; r < 2; r++) {
     const int token = row0 + group + 8 * r;
@@ -348,7 +350,8 @@ __device__ __forceinline__ void store_block_sums(float* partials, float (&sums)[
 template <typename Unused = void>
 __global__ void value_mix_scalars_kernel(ValueMixBackward mix, int blocks) {
   const float a_sum = warp_ordered_sum(mix.partials, blocks, 2);
-  const float b_sum = warp_ordered_sum(mix.partials + LLMC_MUTANT("window_attention.b_sum_from_a_partials", 1, 0), blocks, 2);
+  const float b_sum =
+      warp_ordered_sum(mix.partials + LLMC_MUTANT("window_attention.b_sum_from_a_partials", 1, 0), blocks, 2);
   if (threadIdx.x != 0) return;
   mix.dscalars[mix.a_index] += a_sum;
   if (mix.ve != nullptr) mix.dscalars[mix.b_index] += b_sum;

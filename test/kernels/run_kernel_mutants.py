@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mutation tests of the kernels: runs the emulated fp32 and bf16 kernel tests (kernels_fp32_emu, kernels_bf16_emu,
-built with LLMC_KERNEL_MUTANTS) on the tests that guard a mutant site, once with no mutant, where they must pass, and once per
-mutant (LLMC_KERNEL_MUTANT=name, one plausible bug switched on in llmc/kernels), where the tests that guard
+built with LLMC_KERNEL_MUTANTS) on the tests that guard a mutant site, once with no mutant, where they must pass, and
+once per mutant (LLMC_KERNEL_MUTANT=name, one plausible bug switched on in llmc/kernels), where the tests that guard
 that kernel must fail. Also checks that every LLMC_MUTANT site in the kernel sources has an entry here.
 Exit 0 when every mutant is caught, 1 otherwise.
 """
@@ -110,7 +110,8 @@ def check_binary(binary, mutants):
         code, output = run(binary, gtest_filter, mutant)
         failed = sorted(set(re.findall(r"\[  FAILED  \] ([A-Za-z]\S*)", output)))
         caught = code != 0 and (failed or "error" in output.lower())
-        print(f"{'ok  ' if caught else 'FAIL'} {mutant:42s} {'caught by ' + ', '.join(failed) if failed else 'exit ' + str(code)}")
+        verdict = 'caught by ' + ', '.join(failed) if failed else 'exit ' + str(code)
+        print(f"{'ok  ' if caught else 'FAIL'} {mutant:42s} {verdict}")
         ok &= bool(caught)
     return ok
 

@@ -235,11 +235,12 @@ TEST(WindowAttentionNormRope, DqAndDkAreTheRawHeadsGradients) {
 
 // The 2026-07-17 QK-norm and adjacent-pair RoPE backward in the dq and dk stores (PairNormRopeBackward), in the
 // plain view and the paired one (two view rows per token, each of half the heads, positions 2t + head % 2; with an
-// even and an odd number of view heads), and with dK left plain (the key offset's layers). The model's q and k are rot = R (x rstd) of raw heads x, pairs (2m, 2m+1)
-// of dims [0, 64) rotated, rounded to bf16; the view's [T, heads, 128] flattens to the model's [tokens, model heads,
-// 128] (view row r, head s: token r / 2, head (r % 2) heads + s), so the problem's q and k are those vectors. dq_raw, dk_raw: the model's rows of 2
-// model heads of q, then of k (d_qk_raw). Oracle and tolerance as for NormRopeBackward above (the tables' c^2 + s^2
-// off by a bf16 rounding, n = R^T rot from the rounded rot).
+// even and an odd number of view heads), and with dK left plain (the key offset's layers). The model's q and k are
+// rot = R (x rstd) of raw heads x, pairs (2m, 2m+1) of dims [0, 64) rotated, rounded to bf16; the view's
+// [T, heads, 128] flattens to the model's [tokens, model heads, 128] (view row r, head s: token r / 2, head
+// (r % 2) heads + s), so the problem's q and k are those vectors. dq_raw, dk_raw: the model's rows of 2 model heads
+// of q, then of k (d_qk_raw). Oracle and tolerance as for NormRopeBackward above (the tables' c^2 + s^2 off by a
+// bf16 rounding, n = R^T rot from the rounded rot).
 TEST(WindowAttentionPairNormRope, DqAndDkAreTheRawHeadsGradientsPlainAndPaired) {
   LLMC_REQUIRE_GPU();
   struct Variant { const char* name; bool paired, fuse_k; int heads; };  // odd view heads: the model's 3
