@@ -28,6 +28,7 @@ set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2/gpt2.cu llmc/model/gpt2/gpt2_family.
     llmc/model/modded44/speedrun_model.cu llmc/model/modded44/speedrun_family.cu llmc/model/modded89/modded89_model.cu
     llmc/model/modded89/modded89_family.cu llmc/model/modded89/modded89_decoder.cu
     llmc/model/modded89/modded89_fp8_mlp.cu llmc/cuda/device_arena.cu llmc/family/loss_means.cu
+    llmc/family/row_sparse_zeroing.cu llmc/cuda/int_list_upload.cu
     llmc/train/run_info.cu llmc/model/registry.cpp)
 # The optimizer library also holds the training step that drives model and optimizer (train_step.cu). The
 # speedrun optimizer uses Polar Express and NorMuon (llmc_optim_math_<precision>_emu when emulated; the
@@ -103,7 +104,8 @@ foreach(precision IN ITEMS bf16 fp32)
     SOURCES test/model/test_speedrun_model.cu LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
   llmc_add_cu_test(NAME modded89_model_${precision} LABELS model TIMEOUT 300 ${emu_only}
-    SOURCES test/model/test_modded89_model.cu test/model/test_modded89_fp8_mlp.cu LIBS llmc_reference llmc_model
+    SOURCES test/model/test_modded89_model.cu test/model/test_modded89_fp8_mlp.cu test/model/test_row_sparse_zeroing.cu
+    LIBS llmc_reference llmc_model
     EMU_LIBS llmc_model_core_${precision}_emu CUDA_LIBS llmc_model_core_${precision}_cuda)
   foreach(variant IN ITEMS emu cuda)  # the GPT-2 BPE files of the prefix table (LLMC_SHARED_DIR overrides)
     if(TARGET modded89_model_${precision}_${variant})

@@ -159,6 +159,20 @@ void launch_kernel(void (*kernel)(KernelParams...), const char* kernel_name, con
 #endif
 
 namespace llmc {
+// Returns at once when `event` has completed; otherwise waits for it. The query's cudaErrorNotReady is
+// no error, but the runtime keeps it as the last error, where a later launch check would take it for
+// its own: it is cleared here (any other error is reported).
+inline void wait_unless_complete(cudaEvent_t event) {
+  const cudaError_t state = cudaEventQuery(event);
+  if (state != cudaErrorNotReady) {
+    CUDA_CHECK(state);
+    return;
+  }
+  const cudaError_t last = cudaGetLastError();
+  if (last != cudaErrorNotReady) CUDA_CHECK(last);
+  CUDA_CHECK(cudaEventSynchronize(event));
+}
+
 // cudaMemsetAsync and cudaMemcpyAsync as a step uses them, told to the thread's LaunchObserver like a
 // kernel (llmc/base/launch_observer.h): a benchmark counts them and their bytes, and may skip them.
 inline void memset_async(void* pointer, int value, size_t bytes, cudaStream_t stream) {

@@ -103,11 +103,17 @@ class TrainableModel {
   // they are, the taker writes them (and keeps the floatX slots a rounded copy), and download_params()
   // returns them exactly. upload_params() sets them either way. Empty where the model has none.
   virtual Fp32Params take_fp32_params() { return {}; }
-  // A tensor whose gradient is row-sparse (the 2026-07-17 model's bigram table: only the rows its tokens hash to
-  // get one) and the rows the micro-batches of the last backward's step touched, sorted and distinct: every
-  // other row's gradient is exactly zero. Valid from the hook that reports the tensor's bucket final until the
-  // next step's first backward. tensor -1: the model has none.
-  virtual RowSparseGrad row_sparse_grad() const { return {}; }
+  // The tensors whose gradients are row-sparse (the embedding tables, the 2026-07-17 model's bigram table: only
+  // the rows the step's tokens select get one), each with the rows the micro-batches of the last backward's step
+  // touched, sorted and distinct: every other row's gradient in grads() is exactly zero. Valid from the hook that
+  // reports the tensor's bucket final until the next step's first backward. Empty: the model has none. Such a
+  // model zeroes only the rows that may be nonzero before a step's backward writes them: who writes other rows
+  // of grads() says so (grad_rows_written).
+  virtual std::vector<RowSparseGrad> row_sparse_grads() const { return {}; }
+  // Rows of row-sparse tensor `tensor` in grads() written outside the backward (an optimizer adding a saved
+  // step's gradients; sorted, distinct), or every row: the next backward zeroes them with its own.
+  virtual void grad_rows_written(int /*tensor*/, const std::vector<int>& /*rows*/) {}
+  virtual void all_grad_rows_written(int /*tensor*/) {}
   // Step `step` (0-based) is about to be enqueued (enqueue_train_step calls it first); from step 1 on the
   // parameters carry step - 1's update. For state derived from the parameters (the 2026-07-17 model's FP8
   // weight copies); most models keep none.

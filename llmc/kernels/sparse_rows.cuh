@@ -1,7 +1,9 @@
-// The two kernels of the sparse row exchange (llmc/optim/sparse_row_exchange.h): gather_rows packs a table's
-// listed rows for sending; sum_rows_avg writes an owner's shard from the rows it received, each element the sum
-// of its contributions in rank order in fp32 divided by the world size and rounded once, as the emulated
-// reduce-scatter computes the mean (a row nobody sent stays as the caller zeroed it).
+// Kernels over the listed rows of a table: the sparse row exchange's two (llmc/optim/sparse_row_exchange.h):
+// gather_rows packs a table's listed rows for sending; sum_rows_avg writes an owner's shard from the rows it
+// received, each element the sum of its contributions in rank order in fp32 divided by the world size and
+// rounded once, as the emulated reduce-scatter computes the mean (a row nobody sent stays as the caller zeroed
+// it). And the row-sparse gradients' bookkeeping (zero_rows, copy_rows, add_rows_and_clear): the rows a step
+// touched instead of whole embedding tables.
 #pragma once
 
 #include <stdexcept>
@@ -70,6 +72,68 @@ void sum_rows_avg(SparseRowShard<T> out, const T* received, const int* out_rows,
   LLMC_LAUNCH_COSTED((KernelCost{bytes, static_cast<double>(contributions) * row_elements}), sum_rows_avg_kernel<T>,
                      dim3(static_cast<unsigned>(count)), dim3(kSparseRowThreads), 0, stream, out, received, out_rows,
                      slot_begin, slots, row_elements, static_cast<float>(ranks));
+}
+
+// The row-sparse gradients' three passes, each over rows[0, count) of [rows, row_elements] tables; the rows
+// distinct (a row listed twice would be added twice). Grid (count).
+template <typename T>
+__global__ void zero_rows_kernel(T* table, const int* rows, int row_elements) {
+  T* row = table + static_cast<size_t>(rows[blockIdx.x]) * row_elements;
+  for (int c = threadIdx.x; c < row_elements; c += blockDim.x) row[c] = from_float<T>(0.0f);
+}
+
+template <typename T>
+__global__ void copy_rows_kernel(T* out, const T* table, const int* rows, int row_elements) {
+  const size_t at = static_cast<size_t>(rows[blockIdx.x]) * row_elements;
+  for (int c = threadIdx.x; c < row_elements; c += blockDim.x) out[at + c] = table[at + c];
+}
+
+template <typename T>
+__global__ void add_rows_and_clear_kernel(T* table, T* addend, const int* rows, int row_elements) {
+  const size_t at = static_cast<size_t>(rows[blockIdx.x]) * row_elements;
+  for (int c = threadIdx.x; c < row_elements; c += blockDim.x) {
+    table[at + c] = from_float<T>(to_float(table[at + c]) + to_float(addend[at + c]));
+    addend[at + c] = from_float<T>(LLMC_MUTANT("sparse_rows.clear_keeps_addend", 0.0f, to_float(addend[at + c])));
+  }
+}
+
+inline void check_row_list(const char* what, int count, int row_elements) {
+  if (count < 0 || row_elements <= 0)
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(count) + " rows of " +
+                                std::to_string(row_elements));
+}
+
+// table[rows[i]] = 0.
+template <typename T>
+void zero_rows(T* table, const int* rows_device, int count, int row_elements, cudaStream_t stream) {
+  check_row_list("zero_rows", count, row_elements);
+  if (count == 0) return;
+  const double bytes = static_cast<double>(count) * (row_elements * sizeof(T) + sizeof(int));
+  LLMC_LAUNCH_COSTED((KernelCost{bytes, 0.0}), zero_rows_kernel<T>, dim3(static_cast<unsigned>(count)),
+                     dim3(kSparseRowThreads), 0, stream, table, rows_device, row_elements);
+}
+
+// out[rows[i]] = table[rows[i]] (two tables of one shape).
+template <typename T>
+void copy_rows(T* out, const T* table, const int* rows_device, int count, int row_elements, cudaStream_t stream) {
+  check_row_list("copy_rows", count, row_elements);
+  if (count == 0) return;
+  const double bytes = static_cast<double>(count) * (2.0 * row_elements * sizeof(T) + sizeof(int));
+  LLMC_LAUNCH_COSTED((KernelCost{bytes, 0.0}), copy_rows_kernel<T>, dim3(static_cast<unsigned>(count)),
+                     dim3(kSparseRowThreads), 0, stream, out, table, rows_device, row_elements);
+}
+
+// table[rows[i]] = T(table[rows[i]] + addend[rows[i]]) rounded once, as add_into (llmc/kernels/convert.cuh); then
+// addend[rows[i]] = 0: the sharded Adam's saved gradients added in and the saved buffer left zero.
+template <typename T>
+void add_rows_and_clear(T* table, T* addend, const int* rows_device, int count, int row_elements,
+                        cudaStream_t stream) {
+  check_row_list("add_rows_and_clear", count, row_elements);
+  if (count == 0) return;
+  const double bytes = static_cast<double>(count) * (4.0 * row_elements * sizeof(T) + sizeof(int));
+  LLMC_LAUNCH_COSTED((KernelCost{bytes, static_cast<double>(count) * row_elements}), add_rows_and_clear_kernel<T>,
+                     dim3(static_cast<unsigned>(count)), dim3(kSparseRowThreads), 0, stream, table, addend,
+                     rows_device, row_elements);
 }
 
 }  // namespace llmc

@@ -100,13 +100,23 @@ struct SpeedrunOptimizer::Tie {
 struct SpeedrunOptimizer::SparseRows {
   int bucket = -1, tensor = -1;
   SparseRowTable table;
-  std::vector<int> saved_rows;   // the rows of the saved gradients (the step without Adam before)
-  bool saved_rows_known = true;  // false after a restore: every row counts as touched for one exchange
   int* staged_ints = nullptr;    // pinned: the plan's lists for the copy to device_ints (kept until `done`)
   int* device_ints = nullptr;
   floatX *send = nullptr, *received = nullptr;
   size_t staged_capacity = 0, ints_capacity = 0, send_capacity = 0, received_capacity = 0;  // elements
   cudaEvent_t done = nullptr;  // the last exchange's copies, transfers and sums are done
+};
+
+// A row-sparse Adam tensor's saved gradients: which rows may be nonzero there, none (kClear), the listed ones
+// (kRows: a step saved those) or any (kDense: a dense save, a restore, a captured or replayed step); and on an
+// Adam step, which rows of the model's gradients the two steps' sum may occupy (every row with all_summed).
+struct SpeedrunOptimizer::SavedRows {
+  enum class State { kClear, kRows, kDense };
+  int tensor = -1, slot = -1;  // slot: its lists' in row_upload_
+  State state = State::kClear;
+  std::vector<int> rows;
+  bool all_summed = true;
+  std::vector<int> summed;
 };
 
 struct SpeedrunOptimizer::Runner {
@@ -144,6 +154,7 @@ struct SpeedrunOptimizer::BucketPlan {
   floatX* saved_grads = nullptr;      // [padded_size]: the even step's local Adam gradients
   floatX *adam_m = nullptr, *adam_v = nullptr;     // spec->adam_state_x elements
   float *adam_m32 = nullptr, *adam_v32 = nullptr;  // spec->adam_state_32 elements
+  bool has_sparse_rows = false;                    // it holds a row-sparse Adam tensor (saved_rows_)
   const std::vector<MuonSpan>& muon_spans() const { return spec->muon_spans; }
   bool has_adam() const { return spec->has_adam(); }
 };
@@ -210,6 +221,7 @@ SpeedrunOptimizer::SpeedrunOptimizer(TrainableModel& model, CommContext& comm,
   for (int b = 0; b < layout.num_buckets(); b++) buckets_[b].spec = &rank_plan_.buckets[b];
   build_muon();
   build_adam();
+  build_saved_rows();
   build_sparse_rows();
   size_t step_values = 0;
   for (BucketPlan& plan : buckets_) {
@@ -385,14 +397,40 @@ void SpeedrunOptimizer::build_adam() {
   }
 }
 
+// The model's row-sparse Adam tensors: their saved gradients go and come back by rows (saved_grads starts zero).
+void SpeedrunOptimizer::build_saved_rows() {
+  const ParamLayout& layout = model_.layout();
+  std::vector<size_t> capacities;
+  for (const RowSparseGrad& sparse : model_.row_sparse_grads()) {
+    const TensorView& view = layout.tensors[static_cast<size_t>(sparse.tensor)];
+    if (view.group != ParamGroup::kAdam || view.shape.size() != 2) continue;
+    SavedRows saved;
+    saved.tensor = sparse.tensor;
+    saved.slot = static_cast<int>(capacities.size());
+    saved_rows_.push_back(saved);
+    buckets_[static_cast<size_t>(view.bucket)].has_sparse_rows = true;
+    capacities.push_back(view.shape[0]);
+  }
+  row_upload_ = std::make_unique<IntListUpload>(capacities, "SpeedrunOptimizer's saved rows");
+}
+
+SpeedrunOptimizer::SavedRows* SpeedrunOptimizer::saved_rows_at(size_t offset) {
+  for (SavedRows& saved : saved_rows_)
+    if (model_.layout().tensors[static_cast<size_t>(saved.tensor)].offset == offset) return &saved;
+  return nullptr;
+}
+
 // The model's row-sparse tensor, when it is alone in its bucket and several ranks share the work.
 void SpeedrunOptimizer::build_sparse_rows() {
-  const RowSparseGrad sparse = model_.row_sparse_grad();
-  if (settings_.row_exchange != RowExchange::kSparse || comm_.world_size() == 1 || sparse.tensor < 0) return;
+  if (settings_.row_exchange != RowExchange::kSparse || comm_.world_size() == 1) return;
   const ParamLayout& layout = model_.layout();
+  const auto alone = std::find_if(saved_rows_.begin(), saved_rows_.end(), [&](const SavedRows& saved) {
+    return layout.buckets[static_cast<size_t>(layout.tensors[static_cast<size_t>(saved.tensor)].bucket)].num_tensors == 1;
+  });
+  if (alone == saved_rows_.end()) return;  // the others' buckets hold tensors that need the dense reduce
+  const RowSparseGrad sparse{alone->tensor, {}};
   const TensorView& view = layout.tensors[static_cast<size_t>(sparse.tensor)];
   const ParamBucket& bucket = layout.buckets[static_cast<size_t>(view.bucket)];
-  if (bucket.num_tensors != 1 || view.shape.size() != 2) return;  // its bucket's other tensors need the dense reduce
   sparse_ = std::make_unique<SparseRows>();
   sparse_->bucket = view.bucket;
   sparse_->tensor = sparse.tensor;
@@ -493,6 +531,8 @@ void SpeedrunOptimizer::upload_state(const std::vector<NamedStateArray>& arrays,
     CUDA_CHECK(cudaMemcpy(buffers[i].device, arrays[i].bytes.data(), buffers[i].bytes, cudaMemcpyHostToDevice));
   // Pageable cudaMemcpy may return before the device copy is done; the update stream is non-blocking.
   CUDA_CHECK(cudaDeviceSynchronize());
+  // The state keeps the saved gradients (after a step without Adam), not which rows they touched.
+  for (SavedRows& saved : saved_rows_) saved.state = SavedRows::State::kDense;
 }
 
 void SpeedrunOptimizer::upload_resharded_state(const std::vector<std::vector<NamedStateArray>>& old_rank_arrays,
@@ -509,8 +549,6 @@ void SpeedrunOptimizer::upload_resharded_state(const std::vector<std::vector<Nam
 
 void SpeedrunOptimizer::restore_state(const CheckpointReader& checkpoint) {
   const int step = static_cast<int>(checkpoint.written().step);
-  // The checkpoint keeps the saved gradients, not which rows they touched.
-  if (sparse_ != nullptr) sparse_->saved_rows_known = !adam_grads_saved_after(step);
   try {
     if (checkpoint.old_world_size() == checkpoint.world_size()) {
       upload_state(checkpoint.arrays(checkpoint.rank()), step);
@@ -586,6 +624,7 @@ std::string SpeedrunOptimizer::step_shape(int step) const {
 
 void SpeedrunOptimizer::replay_step(int step, float lr) {
   set_step("replay_step", step, lr);  // the captured copy from this parity's slot carries the values up
+  for (SavedRows& saved : saved_rows_) saved.state = SavedRows::State::kDense;  // the graph saves and adds in full
   if (const auto found = captured_watch_.find(step_shape(step)); found != captured_watch_.end())
     watch_.relaunched(found->second, step);
 }
@@ -641,14 +680,78 @@ void SpeedrunOptimizer::reduce_and_chain(int bucket) {
   last_unshared_ = bucket;
 }
 
-// Both steps' local gradients of the bucket's Adam tensors (this step's plus the saved one), once per step.
+namespace {
+
+const std::vector<int>& rows_of(const std::vector<RowSparseGrad>& sparse, int tensor) {
+  for (const RowSparseGrad& g : sparse)
+    if (g.tensor == tensor) return g.rows;
+  throw std::logic_error("SpeedrunOptimizer: the model no longer lists tensor " + std::to_string(tensor) +
+                         " as row-sparse");
+}
+
+}  // namespace
+
+// Both steps' local gradients of the bucket's Adam tensors (this step's plus the saved one), once per step. A
+// row-sparse tensor's saved rows are added and cleared (the saved gradients zero again), and the model told
+// (TrainableModel::grad_rows_written); a capture adds everything and clears nothing (its replays' rows vary).
 void SpeedrunOptimizer::accumulate_adam_grads(int bucket) {
   if (accumulated_[bucket]) return;
   accumulated_[bucket] = true;
-  const ParamBucket& b = model_.layout().buckets[bucket];
+  const ParamLayout& layout = model_.layout();
+  const ParamBucket& b = layout.buckets[bucket];
   const BucketPlan& plan = buckets_[bucket];
-  for (const auto& [offset, numel] : plan.spec->adam_tensors)
-    add_into(model_.grads() + offset, plan.saved_grads + (offset - b.offset), numel, comm_stream_);
+  const std::vector<RowSparseGrad> current = plan.has_sparse_rows ? model_.row_sparse_grads() : std::vector<RowSparseGrad>{};
+  for (const auto& [offset, numel] : plan.spec->adam_tensors) {
+    floatX *grads = model_.grads() + offset, *saved_grads = plan.saved_grads + (offset - b.offset);
+    SavedRows* saved = saved_rows_at(offset);
+    if (saved == nullptr) {
+      add_into(grads, saved_grads, numel, comm_stream_);
+      continue;
+    }
+    const TensorView& view = layout.tensors[static_cast<size_t>(saved->tensor)];
+    const std::vector<int>& rows = rows_of(current, saved->tensor);
+    saved->all_summed = capturing() || saved->state == SavedRows::State::kDense;
+    saved->summed.clear();
+    if (saved->all_summed) {
+      add_into(grads, saved_grads, numel, comm_stream_);
+      model_.all_grad_rows_written(saved->tensor);
+      if (!capturing()) memset_async(saved_grads, 0, numel * sizeof(floatX), comm_stream_);
+      saved->state = capturing() ? SavedRows::State::kDense : SavedRows::State::kClear;
+      continue;
+    }
+    if (saved->state == SavedRows::State::kRows) {
+      add_rows_and_clear(grads, saved_grads, row_upload_->upload(saved->slot, saved->rows, comm_stream_),
+                         static_cast<int>(saved->rows.size()), static_cast<int>(view.shape[1]), comm_stream_);
+      model_.grad_rows_written(saved->tensor, saved->rows);
+    }
+    std::set_union(saved->rows.begin(), saved->rows.end(), rows.begin(), rows.end(), std::back_inserter(saved->summed));
+    saved->rows.clear();
+    saved->state = SavedRows::State::kClear;
+  }
+}
+
+// On a step without Adam the next backward overwrites the model's gradients: the bucket's Adam gradients are
+// kept, a row-sparse tensor's by its rows when its saved gradients are zero.
+void SpeedrunOptimizer::save_adam_grads(int bucket) {
+  const ParamLayout& layout = model_.layout();
+  const ParamBucket& b = layout.buckets[bucket];
+  const BucketPlan& plan = buckets_[bucket];
+  const std::vector<RowSparseGrad> current = plan.has_sparse_rows ? model_.row_sparse_grads() : std::vector<RowSparseGrad>{};
+  for (const auto& [offset, numel] : plan.spec->adam_tensors) {
+    const floatX* grads = model_.grads() + offset;
+    floatX* saved_grads = plan.saved_grads + (offset - b.offset);
+    SavedRows* saved = saved_rows_at(offset);
+    if (saved == nullptr || capturing() || saved->state != SavedRows::State::kClear) {
+      memcpy_async(saved_grads, grads, numel * sizeof(floatX), cudaMemcpyDeviceToDevice, comm_stream_);
+      if (saved != nullptr) saved->state = SavedRows::State::kDense;
+      continue;
+    }
+    saved->rows = rows_of(current, saved->tensor);
+    saved->state = SavedRows::State::kRows;
+    copy_rows(saved_grads, grads, row_upload_->upload(saved->slot, saved->rows, comm_stream_),
+              static_cast<int>(saved->rows.size()), static_cast<int>(layout.tensors[static_cast<size_t>(saved->tensor)].shape[1]),
+              comm_stream_);
+  }
 }
 
 // head_grad [C, V] += embed_grad^T, both accumulated over the step pair first (as the record's gradients are).
@@ -670,14 +773,8 @@ void SpeedrunOptimizer::reduce_bucket(int bucket) {
   const bool distributed = comm_.world_size() > 1;
   if (plan.has_adam()) {
     const bool sparse = sparse_ != nullptr && bucket == sparse_->bucket;
-    if (!adam_step()) {  // the next backward overwrites them: keep this step's local gradients
-      for (const auto& [offset, numel] : plan.spec->adam_tensors)
-        memcpy_async(plan.saved_grads + (offset - b.offset), grads + offset, numel * sizeof(floatX),
-                     cudaMemcpyDeviceToDevice, comm_stream_);
-      if (sparse) {
-        sparse_->saved_rows = model_.row_sparse_grad().rows;
-        sparse_->saved_rows_known = true;
-      }
+    if (!adam_step()) {
+      save_adam_grads(bucket);
     } else {
       accumulate_adam_grads(bucket);
       if (sparse) {
@@ -748,11 +845,9 @@ void SpeedrunOptimizer::exchange_sparse_rows(int bucket) {
   if (capturing())  // its counts are the host's, per step
     throw std::logic_error("SpeedrunOptimizer: a captured step cannot exchange sparse rows (--bigram-exchange dense)");
   SparseRows& s = *sparse_;
-  std::vector<int> mine;
-  if (s.saved_rows_known) {
-    const std::vector<int> current = model_.row_sparse_grad().rows;
-    std::set_union(s.saved_rows.begin(), s.saved_rows.end(), current.begin(), current.end(), std::back_inserter(mine));
-  } else {
+  const SavedRows& summed = *saved_rows_at(model_.layout().tensors[static_cast<size_t>(s.tensor)].offset);
+  std::vector<int> mine = summed.summed;  // the rows of the two steps' sum (accumulate_adam_grads)
+  if (summed.all_summed) {
     mine.resize(s.table.rows);
     std::iota(mine.begin(), mine.end(), 0);
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/cuda/int_list_upload.h"
 #include "llmc/dist/collective_watch.h"
 #include "llmc/kernels/adam_sharded_settings.h"
 #include "llmc/kernels/matmul_context.h"
@@ -42,7 +43,7 @@ struct SpeedrunOptimizerSettings {
   SpeedrunSchedule schedule = SpeedrunSchedule::record();  // Muon momentum and the Adam steps, by 0-based step
   MuonOwnerOptions owners;
   OverlapMode overlap = OverlapMode::kFull;
-  // A model's row-sparse gradient (TrainableModel::row_sparse_grad, alone in its bucket) on several ranks: the
+  // A model's row-sparse gradient alone in its bucket (TrainableModel::row_sparse_grads) on several ranks: the
   // rows the ranks touched, sent to their owners, or the bucket's reduce-scatter.
   RowExchange row_exchange = RowExchange::kSparse;
   SpeedrunRecipe recipe = SpeedrunRecipe::k2025_10_31;  // the tensor roles (llmc/optim/tensor_roles.h)
@@ -199,6 +200,12 @@ class SpeedrunOptimizer : public BucketOptimizer {
   void share_fp32_params(int bucket);  // comm stream
   struct SparseRows;  // the row-sparse bucket's exchange and its buffers (several ranks, row_exchange kSparse)
   std::unique_ptr<SparseRows> sparse_;
+  struct SavedRows;  // per row-sparse Adam tensor (TrainableModel::row_sparse_grads): its saved rows
+  std::vector<SavedRows> saved_rows_;
+  std::unique_ptr<IntListUpload> row_upload_;  // their row lists, a slot per tensor (comm stream)
+  SavedRows* saved_rows_at(size_t offset);     // the row-sparse tensor at layout offset `offset`, or null
+  void build_saved_rows();
+  void save_adam_grads(int bucket);  // comm stream: the step without Adam's local gradients, kept
   void build_sparse_rows();
   void exchange_sparse_rows(int bucket);  // comm stream: the Adam step's reduce of the row-sparse bucket
 };

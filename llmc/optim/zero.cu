@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 
 #include "llmc/dist/comm.h"
@@ -162,6 +163,24 @@ void ZeroOptimizer::reduce_scatter_bucket(int bucket) {
                                     b.shard_size, comm_stream_);
          });
   watch_.enqueued("reduce_scatter", &bucket_labels_[bucket], step_, comm_stream_);
+  report_shard_rows(bucket);
+}
+
+// The in-place reduce-scatter wrote this rank's shard of the bucket: the rows of the model's row-sparse tables it
+// covers are the model's to zero again (TrainableModel::grad_rows_written).
+void ZeroOptimizer::report_shard_rows(int bucket) {
+  const ParamLayout& layout = model_.layout();
+  const size_t shard = shard_begin(bucket), shard_end = shard + layout.buckets[bucket].shard_size;
+  for (const RowSparseGrad& sparse : model_.row_sparse_grads()) {
+    const TensorView& view = layout.tensors[static_cast<size_t>(sparse.tensor)];
+    if (view.bucket != bucket || view.offset + view.numel <= shard || shard_end <= view.offset) continue;
+    const size_t columns = view.shape[1];
+    const size_t first = (std::max(shard, view.offset) - view.offset) / columns,
+                 end = (std::min(shard_end, view.offset + view.numel) - view.offset + columns - 1) / columns;
+    std::vector<int> rows(end - first);
+    std::iota(rows.begin(), rows.end(), static_cast<int>(first));
+    model_.grad_rows_written(sparse.tensor, rows);
+  }
 }
 
 void ZeroOptimizer::update_bucket(int bucket) {

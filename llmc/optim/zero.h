@@ -65,6 +65,7 @@ class ZeroOptimizer : public BucketOptimizer {
 
  private:
   void reduce_scatter_bucket(int bucket);
+  void report_shard_rows(int bucket);  // after the bucket's reduce-scatter
   void update_bucket(int bucket);  // with clipping, scaled by the factor enqueue_grad_norm() left
   void all_gather_bucket(int bucket);
   void mark_params_ready(int bucket);  // comm stream: record param_ready[bucket] for the next forward

@@ -47,6 +47,7 @@ MUTANTS = {
     "xsa.no_norm_derivative": "XsaKernel.Backward*",                   # dv misses d|v|^2's term
     "bigram_sign.current_token_only": "BigramSignKernel.EachRow*",     # sign row from tokens[t] alone
     "sparse_rows.first_sender_only": "SparseRowsKernel.SumIs*",        # a row's first contribution alone
+    "sparse_rows.clear_keeps_addend": "SparseRowsBookkeeping.AddRows*",  # the saved rows not cleared
     "value_gate.no_factor_two": "ValueEmbedGateKernel.Backward*",      # d(2 sigmoid) taken as d sigmoid
     "dc.window_plus_one": "DcAttentionKernel.ForwardMatches*",         # one key more than the window
     "dc_mix_weights.sum_not_mean": "DcAttentionKernel.MixWeights*",    # w1 over the root of the sum, not the rms

@@ -496,23 +496,36 @@ TEST_F(Modded89ModelTest, MicroStepsAccumulateWithHooksInBucketOrder) {
   model.enqueue_mean_loss(2, 1);
   const double mean = (sum(first_losses) + sum(second_losses)) / (2.0 * c.T);
   EXPECT_NEAR(model.read_mean_loss(1), mean, 1e-6 * mean);
-  // The step's bigram rows (row_sparse_grad): both micro-batches' hashes; every other row's gradient is zero.
-  const llmc::RowSparseGrad sparse = model.row_sparse_grad();
-  const TensorView& table = c.layout.find("bigram_embed");
-  EXPECT_EQ(&c.layout.tensors[static_cast<size_t>(sparse.tensor)], &table);
-  std::vector<int> hashed(2 * static_cast<size_t>(c.T));
+  // The step's table rows (row_sparse_grads): both micro-batches' tokens (embed; value embedding k at k V + the
+  // token) and hashes (bigram); every other row's gradient is zero. (The single model's later steps above
+  // zeroed only the rows the steps before wrote: a stale row would have broken their sums.)
+  std::vector<int> tokens(c.tokens.begin(), c.tokens.end()), hashed(2 * static_cast<size_t>(c.T));
+  tokens.insert(tokens.end(), other.tokens.begin(), other.tokens.end());
   bigram_hashes(hashed.data(), c.tokens.data(), c.T, c.layout.config.bigram_rows);
   bigram_hashes(hashed.data() + c.T, other.tokens.data(), c.T, c.layout.config.bigram_rows);
-  std::sort(hashed.begin(), hashed.end());
-  hashed.erase(std::unique(hashed.begin(), hashed.end()), hashed.end());
-  EXPECT_EQ(sparse.rows, hashed);
-  const size_t row_elements = table.shape[1];
-  for (size_t row = 0; row < table.shape[0]; row++) {
-    const bool touched = std::binary_search(hashed.begin(), hashed.end(), static_cast<int>(row));
-    double largest = 0.0;
-    for (size_t k = 0; k < row_elements; k++)
-      largest = std::max(largest, std::fabs(static_cast<double>(accumulated[table.offset + row * row_elements + k])));
-    EXPECT_EQ(largest > 0.0, touched) << "bigram row " << row;
+  for (std::vector<int>* rows : {&tokens, &hashed}) {
+    std::sort(rows->begin(), rows->end());
+    rows->erase(std::unique(rows->begin(), rows->end()), rows->end());
+  }
+  std::vector<int> value_rows;
+  for (int k = 0; k < kModded89ValueEmbeds; k++)
+    for (int token : tokens) value_rows.push_back(k * c.layout.config.vocab_size + token);
+  const std::vector<llmc::RowSparseGrad> sparse = model.row_sparse_grads();
+  ASSERT_EQ(sparse.size(), 3u);
+  const std::vector<std::pair<const char*, const std::vector<int>*>> want{
+      {"embed", &tokens}, {"value_embeds", &value_rows}, {"bigram_embed", &hashed}};
+  for (size_t t = 0; t < want.size(); t++) {
+    const TensorView& table = c.layout.find(want[t].first);
+    EXPECT_EQ(&c.layout.tensors[static_cast<size_t>(sparse[t].tensor)], &table);
+    EXPECT_EQ(sparse[t].rows, *want[t].second) << table.name;
+    const size_t row_elements = table.shape[1];
+    for (size_t row = 0; row < table.shape[0]; row++) {
+      const bool touched = std::binary_search(want[t].second->begin(), want[t].second->end(), static_cast<int>(row));
+      double largest = 0.0;
+      for (size_t k = 0; k < row_elements; k++)
+        largest = std::max(largest, std::fabs(static_cast<double>(accumulated[table.offset + row * row_elements + k])));
+      EXPECT_EQ(largest > 0.0, touched) << table.name << " row " << row;
+    }
   }
   EXPECT_EQ(model.bucket_name(0), "bigram table");
   EXPECT_EQ(model.bucket_name(1), "embeddings");

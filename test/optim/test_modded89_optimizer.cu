@@ -79,16 +79,62 @@ struct StepInputs {
   std::vector<float> params0;
   std::vector<std::vector<float>> grads;
   std::vector<float> lrs;
+  std::vector<std::vector<RowSparseGrad>> rows;  // with row-sparse tables: each step's rows of them
 };
 
-StepInputs make_run(const Modded89Layout& layout) {
+// The tables the model lists as row-sparse (Modded89Model::row_sparse_grads).
+std::vector<RowSparseGrad> sparse_tables(const Modded89Layout& layout) {
+  std::vector<RowSparseGrad> tables;
+  for (const char* name : {"embed", "value_embeds", "bigram_embed"})
+    tables.push_back({static_cast<int>(&layout.find(name) - layout.tensors.data()), {}});
+  return tables;
+}
+
+// With row_sparse, each step's gradients of the tables are zero outside a random third of their rows (another
+// third each step, so a step's rows and the saved step's differ).
+StepInputs make_run(const Modded89Layout& layout, bool row_sparse = false) {
   StepInputs run;
   run.params0 = random_buffer(layout, 0.5, 1, /*tie=*/true);
+  std::mt19937 rng(7);
   for (int s = 0; s < kSteps; s++) {
     run.grads.push_back(random_buffer(layout, 0.01 * (s + 1), 100 + s, /*tie=*/false));
     run.lrs.push_back(s == 2 ? 0.5f : 1.0f);
+    if (!row_sparse) continue;
+    run.rows.push_back(sparse_tables(layout));
+    for (RowSparseGrad& table : run.rows.back()) {
+      const TensorView& view = layout.tensors[static_cast<size_t>(table.tensor)];
+      for (size_t row = 0; row < view.shape[0]; row++) {
+        if (rng() % 3 == 0) {
+          table.rows.push_back(static_cast<int>(row));
+          continue;
+        }
+        std::fill_n(run.grads.back().begin() + view.offset + row * view.shape[1], view.shape[1], 0.0f);
+      }
+    }
   }
   return run;
+}
+
+// After a step the model's gradients of the tables are zero outside the step's rows and the rows the optimizer
+// said it wrote (TrainableModel::grad_rows_written): what the model's next zeroing relies on.
+void expect_tables_zero_elsewhere(const Modded89Layout& layout, StandInModel& model, const StepInputs& run, int s) {
+  const std::vector<float> grads = model.download_grads();
+  const std::vector<RowSparseGrad> written = model.take_written_rows();
+  for (const RowSparseGrad& table : run.rows[static_cast<size_t>(s)]) {
+    const TensorView& view = layout.tensors[static_cast<size_t>(table.tensor)];
+    std::vector<bool> known(view.shape[0], false);
+    for (int row : table.rows) known[static_cast<size_t>(row)] = true;
+    for (const RowSparseGrad& w : written)
+      for (int row : w.rows)
+        if (w.tensor == table.tensor) {
+          if (row < 0) known.assign(known.size(), true);
+          if (row >= 0) known[static_cast<size_t>(row)] = true;
+        }
+    size_t stray = 0;
+    for (size_t i = 0; i < view.numel; i++) stray += !known[i / view.shape[1]] && grads[view.offset + i] != 0.0f;
+    EXPECT_EQ(stray, 0u) << view.name << ": nonzero gradients outside the rows the model would zero, after step "
+                         << s + 1;
+  }
 }
 
 std::vector<std::vector<float>> run_optimizer(CommContext& comm, const StepInputs& run, OverlapMode overlap, bool all_owned) {
@@ -96,14 +142,17 @@ std::vector<std::vector<float>> run_optimizer(CommContext& comm, const StepInput
   const auto [fp32_offset, fp32_count] = fp32_span(layout);
   StandInModel model(layout, fp32_offset, fp32_count);
   model.upload_params(run.params0);
+  if (!run.rows.empty()) model.set_row_sparse(sparse_tables(layout));
   SpeedrunOptimizer optimizer(model, comm, test_settings(overlap, all_owned));
   optimizer.init_master(model.download_params());
   std::vector<std::vector<float>> out;
   for (int s = 0; s < kSteps; s++) {
     model.set_grads(rank_grads(run.grads[s], comm.rank()));
+    if (!run.rows.empty()) model.set_row_sparse(run.rows[static_cast<size_t>(s)]);
     enqueue_stand_in_step(model, optimizer, s + 1, run.lrs[s]);
     optimizer.wait_for_all_params();
     out.push_back(model.download_params());
+    if (!run.rows.empty()) expect_tables_zero_elsewhere(layout, model, run, s);
   }
   return out;
 }
@@ -290,12 +339,12 @@ class Modded89OptimizerTest : public ::testing::TestWithParam<bool> {
   CommContext* comm_ = nullptr;
 };
 
-TEST_P(Modded89OptimizerTest, StepsEqualTheCompositionOfItsPieces) {
-  const int world = comm_->world_size();
+// The optimizer's parameters after each step against the composition's, bitwise, and the tie's shape.
+void expect_composition(const CommContext& comm, const StepInputs& run, const std::vector<std::vector<float>>& got,
+                        bool all_owned) {
+  const int world = comm.world_size();
   const Modded89Layout layout = tiny_layout(world);
-  const StepInputs run = make_run(layout);
-  const std::vector<std::vector<float>> got = run_optimizer(*comm_, run, OverlapMode::kFull, GetParam());
-  const SpeedrunOptimizerSettings settings = test_settings(OverlapMode::kFull, GetParam());
+  const SpeedrunOptimizerSettings settings = test_settings(OverlapMode::kFull, all_owned);
   const int untie = settings.modded89_schedule.untie_step();
   ASSERT_EQ(untie, 5);
   Composition want(layout, run.params0, settings);
@@ -311,7 +360,7 @@ TEST_P(Modded89OptimizerTest, StepsEqualTheCompositionOfItsPieces) {
     for (const TensorView& view : layout.tensors) {
       size_t mismatches = 0;
       for (size_t i = view.offset; i < view.offset + view.numel; i++) mismatches += !same_bits(got[s][i], expected[i]);
-      EXPECT_EQ(mismatches, 0u) << view.name << " after step " << s + 1 << " on rank " << comm_->rank() << " of "
+      EXPECT_EQ(mismatches, 0u) << view.name << " after step " << s + 1 << " on rank " << comm.rank() << " of "
                                 << world;
     }
     // The tie itself: the embedding is the head transposed through the untie's update, then it is not.
@@ -326,6 +375,18 @@ TEST_P(Modded89OptimizerTest, StepsEqualTheCompositionOfItsPieces) {
       EXPECT_LT(transposed, C * V / 2) << "step " << s + 1 << ": the untied embedding did not move on its own";
     }
   }
+}
+
+TEST_P(Modded89OptimizerTest, StepsEqualTheCompositionOfItsPieces) {
+  const StepInputs run = make_run(tiny_layout(comm_->world_size()));
+  expect_composition(*comm_, run, run_optimizer(*comm_, run, OverlapMode::kFull, GetParam()), GetParam());
+}
+
+// Tables whose gradients the model lists as row-sparse: the optimizer saves, adds and (several ranks) exchanges
+// their rows alone, and the parameters are still the composition's bits.
+TEST_P(Modded89OptimizerTest, RowSparseTablesStepAsTheComposition) {
+  const StepInputs run = make_run(tiny_layout(comm_->world_size()), /*row_sparse=*/true);
+  expect_composition(*comm_, run, run_optimizer(*comm_, run, OverlapMode::kFull, GetParam()), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Owners, Modded89OptimizerTest, ::testing::Values(false, true),

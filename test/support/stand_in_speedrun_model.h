@@ -83,6 +83,17 @@ class StandInModel : public TrainableModel {
   std::vector<float> download_grads() const override { return to_f(grads_.download_raw()); }
   // The gradients the next backward delivers (synchronous).
   void set_grads(const std::vector<float>& host) { pending_.upload_raw(to_x(host)); }
+  // Row-sparse tensors and the next backward's rows (TrainableModel::row_sparse_grads; the test keeps the other
+  // rows of those gradients zero). Set the tensors before the optimizer is built. The stand-in's backward
+  // overwrites every row; it only records what the optimizer says it wrote (written_rows).
+  void set_row_sparse(std::vector<RowSparseGrad> rows) { row_sparse_ = std::move(rows); }
+  std::vector<RowSparseGrad> row_sparse_grads() const override { return row_sparse_; }
+  void grad_rows_written(int tensor, const std::vector<int>& rows) override {
+    written_.push_back(RowSparseGrad{tensor, rows});
+  }
+  void all_grad_rows_written(int tensor) override { written_.push_back(RowSparseGrad{tensor, {-1}}); }
+  // The calls since the last take: rows {-1} for every row.
+  std::vector<RowSparseGrad> take_written_rows() { return std::exchange(written_, {}); }
   floatX* pending() { return pending_.get(); }
 
   static std::vector<floatX> to_x(const std::vector<float>& host) {
@@ -105,6 +116,7 @@ class StandInModel : public TrainableModel {
   size_t fp32_offset_, fp32_count_;
   DeviceBuffer<floatX> params_, grads_, pending_;
   DeviceBuffer<float> scalars_;
+  std::vector<RowSparseGrad> row_sparse_, written_;
   bool fp32_scalars_taken_ = false;
   cudaStream_t stream_ = nullptr;
 };

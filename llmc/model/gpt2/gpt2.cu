@@ -198,20 +198,6 @@ static std::vector<float> download(const floatX* device, size_t count, cudaStrea
   return result;
 }
 
-// Returns at once when `event` has completed; otherwise waits for it. The query's cudaErrorNotReady is
-// no error, but the runtime keeps it as the last error, where a later launch check would take it for
-// its own: it is cleared here (any other error is reported).
-static void wait_unless_complete(cudaEvent_t event) {
-  const cudaError_t state = cudaEventQuery(event);
-  if (state != cudaErrorNotReady) {
-    CUDA_CHECK(state);
-    return;
-  }
-  const cudaError_t last = cudaGetLastError();
-  if (last != cudaErrorNotReady) CUDA_CHECK(last);
-  CUDA_CHECK(cudaEventSynchronize(event));
-}
-
 void GPT2::set_gemm_algo_selection(GemmAlgoSelection selection) { acts_->matmul.set_selection(selection); }
 
 std::string GPT2::bucket_name(int bucket) const {

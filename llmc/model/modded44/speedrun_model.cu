@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -242,6 +243,9 @@ SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int s
   CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
+  std::vector<int> tables;
+  for (const RowSparseGrad& table : sparse_rows({})) tables.push_back(table.tensor);
+  zero_grads_ = std::make_unique<RowSparseZeroing>(layout_, tables);
   rebuild_rope_tables();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -359,10 +363,35 @@ void SpeedrunModel::download_rope_tables(std::vector<float>& cos_table, std::vec
   sin_table = download_as_float(acts_->rope_sin, count, stream_);
 }
 
-void SpeedrunModel::zero_bucket_grads(int bucket) {
-  const ParamBucket& b = layout_.buckets[static_cast<size_t>(bucket)];
-  memset_async(grads_ + b.offset, 0, b.padded_size * sizeof(floatX), stream_);
+// The four tables' rows the tokens read (each table [V, C]).
+std::vector<RowSparseGrad> SpeedrunModel::sparse_rows(const std::vector<int>& token_rows) const {
+  const auto index = [&](const TensorView& view) { return static_cast<int>(&view - layout_.tensors.data()); };
+  std::vector<RowSparseGrad> tables{{index(layout_.tensor(SpeedrunTensor::kEmbed)), token_rows}};
+  for (int k = 0; k < kSpeedrunValueEmbeds; k++)
+    tables.push_back({index(layout_.tensor(SpeedrunTensor::kValueEmbed, k)), token_rows});
+  return tables;
 }
+
+// A step's first backward zeroes each bucket as it starts (the tables at the rows that may be nonzero); a later
+// micro-step adds its rows to the tables' gradients.
+void SpeedrunModel::start_bucket_grads(int bucket, bool first_micro_step) {
+  const std::vector<RowSparseGrad> rows = bucket == SpeedrunLayout::embeddings_bucket()
+                                              ? sparse_rows(batch_token_rows_)
+                                              : std::vector<RowSparseGrad>{};
+  if (first_micro_step)
+    zero_grads_->zero_bucket(grads_, bucket, rows, stream_);
+  else
+    zero_grads_->add_bucket(bucket, rows, stream_);
+}
+
+std::vector<RowSparseGrad> SpeedrunModel::row_sparse_grads() const { return sparse_rows(step_token_rows_); }
+
+void SpeedrunModel::grad_rows_written(int tensor, const std::vector<int>& rows) { zero_grads_->add(tensor, rows); }
+
+void SpeedrunModel::all_grad_rows_written(int tensor) { zero_grads_->add_all(tensor); }
+
+// A replayed backward wrote rows the host did not see: the next one zeroes the tables in full.
+void SpeedrunModel::replayed_micro_step() { zero_grads_->add_all(); }
 
 // Every host value the training forward's and backward's launches read (a float by its bits, %a).
 std::string SpeedrunModel::step_shape() const {
@@ -402,7 +431,10 @@ void SpeedrunModel::upload_batch(const int* inputs_host, const int* targets_host
     CUDA_CHECK(cudaMemcpyAsync(a.targets, a.staging + T, T * sizeof(int), cudaMemcpyHostToDevice, stream_));
   }
   CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
-  if (training) a.embedding_plan.prepare(inputs_host, T, stream_);
+  if (training) {
+    a.embedding_plan.prepare(inputs_host, T, stream_);
+    batch_token_rows_ = a.embedding_plan.distinct_tokens();
+  }
   a.batch_uploaded = true;
   a.uploaded_targets = targets_host != nullptr;
   a.uploaded_plan = training;
@@ -633,15 +665,20 @@ void SpeedrunModel::backward(bool first_micro_step, const BucketHook& on_bucket_
   for (const Buffers::Block& b : a.blocks)
     if (b.dextra != nullptr) memset_async(b.dextra, 0, TC * sizeof(floatX), stream_);
 
-  if (first_micro_step) zero_bucket_grads(layout_.head_bucket());
+  start_bucket_grads(layout_.head_bucket(), first_micro_step);
   head_backward();
   bucket_ready(layout_.head_bucket());
   for (int i = cfg.num_blocks - 1; i >= 1; i--) {
-    if (first_micro_step) zero_bucket_grads(layout_.block_bucket(i));
+    start_bucket_grads(layout_.block_bucket(i), first_micro_step);
     block_backward(i);
     bucket_ready(layout_.block_bucket(i));
   }
-  if (first_micro_step) zero_bucket_grads(SpeedrunLayout::embeddings_bucket());
+  start_bucket_grads(SpeedrunLayout::embeddings_bucket(), first_micro_step);
+  if (first_micro_step) step_token_rows_.clear();
+  std::vector<int> rows;
+  std::set_union(step_token_rows_.begin(), step_token_rows_.end(), batch_token_rows_.begin(), batch_token_rows_.end(),
+                 std::back_inserter(rows));
+  step_token_rows_.swap(rows);
   input_backward();
   bucket_ready(SpeedrunLayout::embeddings_bucket());
 }

@@ -17,6 +17,7 @@
 
 #include "llmc/model/modded44/speedrun_layout.h"
 #include "llmc/family/fused_gemms.h"
+#include "llmc/family/row_sparse_zeroing.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/model/modded44/yarn.h"
 #include "llmc/cuda/precision.h"
@@ -108,13 +109,20 @@ class SpeedrunModel : public FamilyModel {
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
   std::string step_shape() const override;
+  void replayed_micro_step() override;
+  // The embedding and value-embedding tables with the tokens of the step's training batches
+  // (TrainableModel::row_sparse_grads): each step's first backward zeroes only their rows that may be nonzero.
+  std::vector<RowSparseGrad> row_sparse_grads() const override;
+  void grad_rows_written(int tensor, const std::vector<int>& rows) override;
+  void all_grad_rows_written(int tensor) override;
 
  private:
   struct Buffers;
   struct Activations;
   floatX* param(SpeedrunTensor kind, int block = -1) { return params_ + layout_.tensor(kind, block).offset; }
   floatX* grad(SpeedrunTensor kind, int block = -1) { return grads_ + layout_.tensor(kind, block).offset; }
-  void zero_bucket_grads(int bucket);
+  std::vector<RowSparseGrad> sparse_rows(const std::vector<int>& token_rows) const;
+  void start_bucket_grads(int bucket, bool first_micro_step);
   void rebuild_rope_tables();
   ResidualMixIn block_lambda_mix(int block) const;
   ResidualMixIn backout_mix() const;
@@ -143,6 +151,9 @@ class SpeedrunModel : public FamilyModel {
   int num_docs_ = 1;  // cu_seqlens has num_docs_ + 1 entries: T + 1, padded (upload_batch)
   bool fp32_scalars_taken_ = false;  // take_fp32_params(): an optimizer writes the fp32 scalars
   std::unique_ptr<Activations> acts_;
+  // The tokens of the last training batch and of the step's backwards so far (sorted, distinct): the tables' rows.
+  std::vector<int> batch_token_rows_, step_token_rows_;
+  std::unique_ptr<RowSparseZeroing> zero_grads_;  // which rows of the tables' gradients may be nonzero
 };
 
 }  // namespace llmc

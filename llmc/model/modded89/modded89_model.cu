@@ -372,6 +372,11 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
   CUDA_CHECK(cudaEventCreateWithFlags(&b.staging_free, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventRecord(b.staging_free, stream_));
   grad_target_ = grads_;
+  std::vector<int> tables;
+  for (const char* name : {"embed", "value_embeds", "bigram_embed"})
+    tables.push_back(static_cast<int>(&layout_.find(name) - layout_.tensors.data()));
+  zero_grads_ = std::make_unique<RowSparseZeroing>(layout_, tables);
+  if (b.accum_grads != nullptr) zero_accum_ = std::make_unique<RowSparseZeroing>(layout_, tables);
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
   CUDA_CHECK(cudaMemsetAsync(b.fp32_params, 0, b.fp32_count * sizeof(float), stream_));
@@ -461,8 +466,11 @@ std::string Modded89Model::step_shape() const {
   return std::string(text) + (buffers_->fp8_mlp ? " fp8_mlp=" + buffers_->fp8_mlp->refresh_state() : "");
 }
 
+// A replayed backward wrote rows the host did not see: the next one zeroes the tables in full.
 void Modded89Model::replayed_micro_step() {
   if (buffers_->fp8_mlp) buffers_->fp8_mlp->mark_refreshed();
+  zero_grads_->add_all();
+  if (zero_accum_) zero_accum_->add_all();
 }
 
 std::vector<NamedStateArray> Modded89Model::save_model_state() const {
@@ -619,7 +627,8 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
     Buffers& b = *buffers_;
     b.token_plan->prepare(inputs_host, T, stream_);
     b.hash_plan->prepare(hashes, T, stream_);
-    batch_bigram_rows_ = b.hash_plan->distinct_tokens();  // the bigram rows: the hashes' plan has them sorted
+    batch_token_rows_ = b.token_plan->distinct_tokens();  // the plans have the rows sorted
+    batch_bigram_rows_ = b.hash_plan->distinct_tokens();
   }
 }
 
@@ -1337,20 +1346,43 @@ void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_
   input_backward();
   const TensorView& scalars = layout_.find("scalars");
   add_fp32_grads(grad_target_ + scalars.offset, b.d_fp32, static_cast<int>(b.fp32_count), stream_);
-  if (first_micro_step) step_bigram_rows_.clear();
-  std::vector<int> rows;
-  std::set_union(step_bigram_rows_.begin(), step_bigram_rows_.end(), batch_bigram_rows_.begin(),
-                 batch_bigram_rows_.end(), std::back_inserter(rows));
-  step_bigram_rows_.swap(rows);
+  const auto add_batch_rows = [first_micro_step](std::vector<int>& step, const std::vector<int>& batch) {
+    if (first_micro_step) step.clear();
+    std::vector<int> rows;
+    std::set_union(step.begin(), step.end(), batch.begin(), batch.end(), std::back_inserter(rows));
+    step.swap(rows);
+  };
+  add_batch_rows(step_token_rows_, batch_token_rows_);
+  add_batch_rows(step_bigram_rows_, batch_bigram_rows_);
   finish_bucket_grads(Modded89Layout::embeddings_bucket(), on_bucket_ready);
   finish_bucket_grads(Modded89Layout::bigram_bucket(), on_bucket_ready);
   grad_target_ = grads_;
   has_training_forward_ = false;  // the logits now hold their gradient
 }
 
+// The tables' rows this batch reads, as row_sparse_grads lists them: embed's are the tokens, the five value
+// embeddings' (one [5 V, C] tensor) the tokens of each, the bigram table's the hashes.
+std::vector<RowSparseGrad> Modded89Model::sparse_rows(const std::vector<int>& token_rows,
+                                                      const std::vector<int>& bigram_rows) const {
+  const auto index = [&](const char* name) { return static_cast<int>(&layout_.find(name) - layout_.tensors.data()); };
+  RowSparseGrad value_embeds{index("value_embeds"), {}};
+  for (int k = 0; k < kModded89ValueEmbeds; k++)
+    for (int token : token_rows) value_embeds.rows.push_back(k * layout_.config.vocab_size + token);
+  return {{index("embed"), token_rows}, value_embeds, {index("bigram_embed"), bigram_rows}};
+}
+
+// The bucket's gradients in the running backward's buffer start at zero: the tables' rows that may be nonzero
+// zeroed, the rest in full. An accumulating backward's rows reach grads_ too (finish_bucket_grads).
 void Modded89Model::start_bucket_grads(int bucket) {
-  const ParamBucket& span = layout_.buckets[static_cast<size_t>(bucket)];
-  memset_async(grad_target_ + span.offset, 0, span.padded_size * sizeof(floatX), stream_);
+  const bool tables = bucket == Modded89Layout::bigram_bucket() || bucket == Modded89Layout::embeddings_bucket();
+  const std::vector<RowSparseGrad> rows =
+      tables ? sparse_rows(batch_token_rows_, batch_bigram_rows_) : std::vector<RowSparseGrad>{};
+  if (!accumulating()) {
+    zero_grads_->zero_bucket(grads_, bucket, rows, stream_);
+    return;
+  }
+  zero_accum_->zero_bucket(grad_target_, bucket, rows, stream_);
+  zero_grads_->add_bucket(bucket, rows, stream_);
 }
 
 // An accumulating backward adds the micro-step's bucket into the step's gradients (one rounding per micro-step).
@@ -1719,12 +1751,13 @@ Fp32Params Modded89Model::take_fp32_params() {
   return Fp32Params{buffers_->fp32_params, layout_.find("scalars").offset, buffers_->fp32_count};
 }
 
-RowSparseGrad Modded89Model::row_sparse_grad() const {
-  RowSparseGrad sparse;
-  sparse.tensor = static_cast<int>(&layout_.find("bigram_embed") - layout_.tensors.data());
-  sparse.rows = step_bigram_rows_;
-  return sparse;
+std::vector<RowSparseGrad> Modded89Model::row_sparse_grads() const {
+  return sparse_rows(step_token_rows_, step_bigram_rows_);
 }
+
+void Modded89Model::grad_rows_written(int tensor, const std::vector<int>& rows) { zero_grads_->add(tensor, rows); }
+
+void Modded89Model::all_grad_rows_written(int tensor) { zero_grads_->add_all(tensor); }
 
 std::string Modded89Model::bucket_name(int bucket) const {
   if (bucket == Modded89Layout::bigram_bucket()) return "bigram table";

@@ -15,6 +15,7 @@
 #include "llmc/cuda/precision.h"
 #include "llmc/family/loss_means.h"
 #include "llmc/family/fused_gemms.h"
+#include "llmc/family/row_sparse_zeroing.h"
 #include "llmc/family/trainable_model.h"
 #include "llmc/kernels/mtp_cross_entropy.cuh"
 #include "llmc/kernels/residual_norm.cuh"
@@ -117,8 +118,11 @@ class Modded89Model : public FamilyModel {
   void backward(bool first_micro_step, const BucketHook& on_bucket_ready = nullptr) override;
   void enqueue_mean_loss(int num_slots, int result) override;
   double read_mean_loss(int result) override;
-  // The bigram table and the rows the step's training forwards hashed to (TrainableModel::row_sparse_grad).
-  RowSparseGrad row_sparse_grad() const override;
+  // The embedding, value-embedding and bigram tables, with the rows the step's training batches read
+  // (TrainableModel::row_sparse_grads): each backward zeroes only those tables' rows that may be nonzero.
+  std::vector<RowSparseGrad> row_sparse_grads() const override;
+  void grad_rows_written(int tensor, const std::vector<int>& rows) override;
+  void all_grad_rows_written(int tensor) override;
 
   // The decoders' logits: the real tokens' (GPT-2's 50,257 of a padded vocabulary, else all V), soft-capped as the
   // validation loss reads them, of a context of seq_len positions. They overwrite the activations: call between
@@ -228,6 +232,8 @@ class Modded89Model : public FamilyModel {
   void small_mlp_backward(int index, const floatX* x, floatX* dx);
   void input_backward();
   void scale_layer_weights(int layer);
+  std::vector<RowSparseGrad> sparse_rows(const std::vector<int>& token_rows,
+                                         const std::vector<int>& bigram_rows) const;
   void start_bucket_grads(int bucket);
   void finish_bucket_grads(int bucket, const BucketHook& on_bucket_ready);
   bool accumulating() const { return grad_target_ != grads_; }  // the running backward adds into grads_
@@ -253,8 +259,11 @@ class Modded89Model : public FamilyModel {
   float attn_scale_ = 0.1f;
   int short_window_ = 0, long_window_ = 0;
   int num_docs_ = 1;  // cu_seqlens and cu_rows have num_docs_ + 1 entries: seq_len_ + 1, padded (stage_tokens)
-  // The bigram rows the last training batch hashed to, and those of the step's backwards so far (sorted, distinct).
-  std::vector<int> batch_bigram_rows_, step_bigram_rows_;
+  // The token and bigram rows the last training batch read, and those of the step's backwards so far (sorted,
+  // distinct).
+  std::vector<int> batch_token_rows_, step_token_rows_, batch_bigram_rows_, step_bigram_rows_;
+  // Which rows of the tables' gradients may be nonzero in grads_ and in the accumulation buffer.
+  std::unique_ptr<RowSparseZeroing> zero_grads_, zero_accum_;
   RowSpan rows_;
   // A long sequence's forward (sequence_losses): the sequence position of buffer row 0, and whether one runs (the
   // fast attention kernel then runs over the rows before rows_ too: the carried context).
