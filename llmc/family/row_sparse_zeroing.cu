@@ -84,7 +84,8 @@ std::vector<RowSparseZeroing::Written*> RowSparseZeroing::in_bucket(int bucket) 
 const std::vector<int>& RowSparseZeroing::rows_given(const std::vector<RowSparseGrad>& written, int tensor) const {
   for (const RowSparseGrad& g : written)
     if (g.tensor == tensor) return g.rows;
-  throw std::invalid_argument("RowSparseZeroing: no rows given for " + layout_.tensors[static_cast<size_t>(tensor)].name);
+  throw std::invalid_argument("RowSparseZeroing: no rows given for " +
+                              layout_.tensors[static_cast<size_t>(tensor)].name);
 }
 
 void RowSparseZeroing::zero_bucket(floatX* grads, int bucket, const std::vector<RowSparseGrad>& written,
@@ -106,7 +107,8 @@ void RowSparseZeroing::zero_bucket(floatX* grads, int bucket, const std::vector<
     }
     at = view.offset + view.numel;
   }
-  if (b.offset + b.padded_size > at) memset_async(grads + at, 0, (b.offset + b.padded_size - at) * sizeof(floatX), stream);
+  const size_t end = b.offset + b.padded_size;  // the tail and the padding
+  if (end > at) memset_async(grads + at, 0, (end - at) * sizeof(floatX), stream);
   for (size_t i = 0; i < sparse.size(); i++) {
     sparse[i]->all = dense;
     sparse[i]->rows = dense ? std::vector<int>{} : *next[i];

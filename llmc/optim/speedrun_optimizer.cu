@@ -425,7 +425,8 @@ void SpeedrunOptimizer::build_sparse_rows() {
   if (settings_.row_exchange != RowExchange::kSparse || comm_.world_size() == 1) return;
   const ParamLayout& layout = model_.layout();
   const auto alone = std::find_if(saved_rows_.begin(), saved_rows_.end(), [&](const SavedRows& saved) {
-    return layout.buckets[static_cast<size_t>(layout.tensors[static_cast<size_t>(saved.tensor)].bucket)].num_tensors == 1;
+    const int bucket = layout.tensors[static_cast<size_t>(saved.tensor)].bucket;
+    return layout.buckets[static_cast<size_t>(bucket)].num_tensors == 1;
   });
   if (alone == saved_rows_.end()) return;  // the others' buckets hold tensors that need the dense reduce
   const RowSparseGrad sparse{alone->tensor, {}};
@@ -700,7 +701,8 @@ void SpeedrunOptimizer::accumulate_adam_grads(int bucket) {
   const ParamLayout& layout = model_.layout();
   const ParamBucket& b = layout.buckets[bucket];
   const BucketPlan& plan = buckets_[bucket];
-  const std::vector<RowSparseGrad> current = plan.has_sparse_rows ? model_.row_sparse_grads() : std::vector<RowSparseGrad>{};
+  const std::vector<RowSparseGrad> current =
+      plan.has_sparse_rows ? model_.row_sparse_grads() : std::vector<RowSparseGrad>{};
   for (const auto& [offset, numel] : plan.spec->adam_tensors) {
     floatX *grads = model_.grads() + offset, *saved_grads = plan.saved_grads + (offset - b.offset);
     SavedRows* saved = saved_rows_at(offset);
@@ -736,7 +738,8 @@ void SpeedrunOptimizer::save_adam_grads(int bucket) {
   const ParamLayout& layout = model_.layout();
   const ParamBucket& b = layout.buckets[bucket];
   const BucketPlan& plan = buckets_[bucket];
-  const std::vector<RowSparseGrad> current = plan.has_sparse_rows ? model_.row_sparse_grads() : std::vector<RowSparseGrad>{};
+  const std::vector<RowSparseGrad> current =
+      plan.has_sparse_rows ? model_.row_sparse_grads() : std::vector<RowSparseGrad>{};
   for (const auto& [offset, numel] : plan.spec->adam_tensors) {
     const floatX* grads = model_.grads() + offset;
     floatX* saved_grads = plan.saved_grads + (offset - b.offset);
@@ -748,9 +751,9 @@ void SpeedrunOptimizer::save_adam_grads(int bucket) {
     }
     saved->rows = rows_of(current, saved->tensor);
     saved->state = SavedRows::State::kRows;
+    const int columns = static_cast<int>(layout.tensors[static_cast<size_t>(saved->tensor)].shape[1]);
     copy_rows(saved_grads, grads, row_upload_->upload(saved->slot, saved->rows, comm_stream_),
-              static_cast<int>(saved->rows.size()), static_cast<int>(layout.tensors[static_cast<size_t>(saved->tensor)].shape[1]),
-              comm_stream_);
+              static_cast<int>(saved->rows.size()), columns, comm_stream_);
   }
 }
 
