@@ -24,6 +24,14 @@ CATEGORIES = ("bf16 GEMMs (banks, MLP backward, gate MLPs, Polar Express)", "FP8
               "copies (cudaMemcpyAsync, at HBM bandwidth)")
 WINDOW_ATTENTION = re.compile(r"^(?:\w+::)*(?:window_)?(?:forward|delta|dq|dkdv)_kernel\b")
 OPTIMIZER = re.compile(r"^\(?(?:adam|normuon|frobenius|polar|muon)")
+# bench_step runs one rank of one, which does every rank's optimizer work. The rows the record's 8 ranks split in
+# equal shards (the sharded Adam over each bucket's shard; the gradient norm over the rank's shards and owned
+# matrices) count an eighth; NorMuon's kernels and Polar Express's GEMMs (the batched ones: the model's GEMMs are
+# not batched) the busiest rank's share of them under the owner plan (bench_speedrun_collectives' last line).
+RANKS = 8
+SHARDED = re.compile(r"^\(?(?:adam_sharded|squared_sum)_kernel\b")
+OWNED = re.compile(r"^\(?(?:normuon|frobenius|polar|muon)")
+POLAR_GEMM = re.compile(r"\bbatch \d+")
 
 
 # bench_step's ceilings (the H200's: test/train/bench_step.cu), which its ceiling column is at.
@@ -99,10 +107,18 @@ def row_seconds(row: StepRow, c: Ceilings) -> float:
     return row.bench_us * 1e-6 * ratio
 
 
-def category_seconds(run: StepRun, c: Ceilings) -> Dict[str, float]:
+def rank_share(row: StepRow, muon_share: float) -> float:
+    """The part of a bench_step row the busiest of the record's ranks does (SHARDED, OWNED)."""
+    if SHARDED.match(row.name):
+        return 1.0 / RANKS
+    owned = OWNED.match(row.name) if row.kind == "kernel" else row.kind == "gemm" and POLAR_GEMM.search(row.name)
+    return muon_share if owned else 1.0
+
+
+def category_seconds(run: StepRun, c: Ceilings, muon_share: float) -> Dict[str, float]:
     out = {name: 0.0 for name in CATEGORIES}
     for row in run.rows:
-        out[category(row)] += row_seconds(row, c)
+        out[category(row)] += row_seconds(row, c) * rank_share(row, muon_share)
     return out
 
 
@@ -115,11 +131,11 @@ def window_ratio(windows: Tuple[int, int]) -> float:
     return keys(windows) / keys(BENCH_WINDOWS)
 
 
-def stage_seconds(runs: Sequence[StepRun], c: Ceilings) -> List[Dict[str, float]]:
+def stage_seconds(runs: Sequence[StepRun], c: Ceilings, muon_share: float = 1.0) -> List[Dict[str, float]]:
     """Each category per stage: a + b tokens through the two runs (exact for rows that are per token or per step,
     which every row is: the optimizer's and the weights' bytes do not grow with T), attention's per-token part
     times the stage's window ratio."""
-    (t1, s1), (t2, s2) = ((r.tokens, category_seconds(r, c)) for r in runs)
+    (t1, s1), (t2, s2) = ((r.tokens, category_seconds(r, c, muon_share)) for r in runs)
     out = []
     for _, _, tokens, windows in STAGES:
         stage = {}
@@ -133,18 +149,20 @@ def stage_seconds(runs: Sequence[StepRun], c: Ceilings) -> List[Dict[str, float]
 
 @dataclass
 class Exposed:
-    tail_ms: float  # what `full` overlap exposes at least, mean per step over the run
-    all_ms: float   # every collective exposed, mean per step
+    tail_ms: float     # what `full` overlap exposes at least, mean per step over the run
+    all_ms: float      # every collective exposed, mean per step
+    muon_share: float  # the busiest rank's part of the NorMuon and Polar Express work
 
 
 def parse_collectives(text: str, source: str) -> Exposed:
-    """bench_speedrun_collectives --model modded89 --world 8: its run line and its exposed line."""
+    """bench_speedrun_collectives --model modded89 --world 8: its run, exposed and NorMuon share lines."""
     everything = re.search(r"on the wire per rank, [\d.]+ s at the ceilings \(([\d.]+) ms per step\)", text)
     tail = re.search(r"([\d.]+) ms per step over the run", text)
-    if not everything or not tail or "modded89 on 8 ranks" not in text:
-        raise SystemExit(f"project_speedrun.py: {source}: no run and exposed lines of modded89 on 8 ranks "
-                         "(expected the output of bench_speedrun_collectives --model modded89 --world 8)")
-    return Exposed(float(tail.group(1)), float(everything.group(1)))
+    share = re.search(r"NorMuon and Polar Express per rank .*\(share ([\d.]+)\)", text)
+    if not everything or not tail or not share or "modded89 on 8 ranks" not in text:
+        raise SystemExit(f"project_speedrun.py: {source}: no run, exposed and NorMuon share lines of modded89 on 8 "
+                         "ranks (expected the output of bench_speedrun_collectives --model modded89 --world 8)")
+    return Exposed(float(tail.group(1)), float(everything.group(1)), float(share.group(1)))
 
 
 def achievable(stage: Dict[str, float], gemm: float, attention: float, memory: float) -> Dict[str, float]:
@@ -161,7 +179,7 @@ def report(runs: Sequence[StepRun], exposed: Exposed, c: Ceilings, gemm: float, 
            memory: float) -> str:
     if len(runs) != 2 or runs[0].tokens == runs[1].tokens:
         raise SystemExit("project_speedrun.py: --modded89-step needs two bench_step outputs at different T")
-    ceiling = stage_seconds(runs, c)
+    ceiling = stage_seconds(runs, c, exposed.muon_share)
     real = [achievable(s, gemm, attention, memory) for s in ceiling]
     ms = lambda seconds: f"{seconds * 1e3:.2f}"  # noqa: E731
     head = " | ".join(f"{name} ({steps} steps, T = {tokens:,}, windows {w[0]}/{w[1]})"
@@ -172,7 +190,9 @@ def report(runs: Sequence[StepRun], exposed: Exposed, c: Ceilings, gemm: float, 
              f"{gemm:.0%}, attention {attention:.0%}, memory-bound {memory:.0%}. From bench_step rows at "
              f"T = {runs[0].tokens:,} and {runs[1].tokens:,} (each category a + b T; attention's b times the "
              "stage's windows over the bench's 1/3 blocks, documents not cutting windows), rows summed without "
-             "overlap; communication from bench_speedrun_collectives (370 GB/s, 60 us per call).\n",
+             "overlap; the optimizer's rows at one rank's part (the sharded Adam and the norm an eighth, NorMuon "
+             f"and Polar Express the owner plan's busiest rank, {exposed.muon_share:.4f}); communication from "
+             "bench_speedrun_collectives (370 GB/s, 60 us per call).\n",
              f"| component, ms at ceilings | {head} | mean per step | mean achievable |",
              "|---|" + "---:|" * (len(STAGES) + 2)]
     for name in CATEGORIES:

@@ -1,7 +1,8 @@
 // The collectives of the speedrun optimizer per step and rank, from its plan at the full model (no device): the
 // traced collectives and their NCCL calls, the buffers' bytes, the bytes a ring puts on the wire per rank and the
 // time that takes at a bus bandwidth, for a NorMuon-only step, an Adam step and the untie's, and over a run.
-// The bigram table's sparse exchange moves what the tokens touch: its bytes are an estimate (--bigram-rows).
+// The bigram table's sparse exchange moves what the tokens touch: its bytes are an estimate (--bigram-rows). Last,
+// the busiest rank's share of the NorMuon and Polar Express work under the owner plan.
 // Usage: bench_speedrun_collectives [--model modded89] [--world 2,4,8] [--bigram-rows N | --bigram-dense] [--json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -261,6 +262,13 @@ int main(int argc, char** argv) {
                   "counted): %.3f ms per NorMuon step, %.3f ms per Adam step%s; %.3f ms per step over the run, beside "
                   "the record's %.1f ms per step\n",
                   muon_exposed * 1e3, adam_exposed * 1e3, tied, mean_exposed * 1e3, plan.record_ms_per_step);
+      // What one rank's NorMuon and Polar Express cost of the whole pass (which one rank of one does): the
+      // projection scales bench_step's rows of them by it.
+      double whole = 0.0;
+      for (const llmc::MuonOwnerUnit& unit : rank_plan.owners.units) whole += unit.cost.seconds;
+      std::printf("NorMuon and Polar Express per rank (the owner plan's cost model): the busiest rank %.3f ms of the "
+                  "whole pass's %.3f ms at the ceilings (share %.4f)\n",
+                  rank_plan.owners.max_seconds() * 1e3, whole * 1e3, rank_plan.owners.max_seconds() / whole);
     }
     if (json) std::printf("%s\n", out.dump().c_str());
   } catch (const std::exception& error) {
