@@ -692,41 +692,65 @@ const std::vector<int>& rows_of(const std::vector<RowSparseGrad>& sparse, int te
 
 }  // namespace
 
+// The bucket's Adam tensors: where each one's gradients and saved gradients are, and for a row-sparse one its
+// saved rows' bookkeeping, the model's rows of this step and its row length.
+struct SpeedrunOptimizer::AdamTensorGrads {
+  floatX *grads = nullptr, *saved_grads = nullptr;
+  size_t numel = 0;
+  SavedRows* saved = nullptr;  // null: not row-sparse
+  std::vector<int> rows;
+  int columns = 0;
+};
+
+std::vector<SpeedrunOptimizer::AdamTensorGrads> SpeedrunOptimizer::bucket_adam_grads(int bucket) {
+  const ParamLayout& layout = model_.layout();
+  const BucketPlan& plan = buckets_[bucket];
+  const std::vector<RowSparseGrad> current =
+      plan.has_sparse_rows ? model_.row_sparse_grads() : std::vector<RowSparseGrad>{};
+  std::vector<AdamTensorGrads> tensors;
+  for (const auto& [offset, numel] : plan.spec->adam_tensors) {
+    AdamTensorGrads t;
+    t.grads = model_.grads() + offset;
+    t.saved_grads = plan.saved_grads + (offset - layout.buckets[bucket].offset);
+    t.numel = numel;
+    t.saved = saved_rows_at(offset);
+    if (t.saved != nullptr) {
+      t.rows = rows_of(current, t.saved->tensor);
+      t.columns = static_cast<int>(layout.tensors[static_cast<size_t>(t.saved->tensor)].shape[1]);
+    }
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
 // Both steps' local gradients of the bucket's Adam tensors (this step's plus the saved one), once per step. A
 // row-sparse tensor's saved rows are added and cleared (the saved gradients zero again), and the model told
 // (TrainableModel::grad_rows_written); a capture adds everything and clears nothing (its replays' rows vary).
 void SpeedrunOptimizer::accumulate_adam_grads(int bucket) {
   if (accumulated_[bucket]) return;
   accumulated_[bucket] = true;
-  const ParamLayout& layout = model_.layout();
-  const ParamBucket& b = layout.buckets[bucket];
-  const BucketPlan& plan = buckets_[bucket];
-  const std::vector<RowSparseGrad> current =
-      plan.has_sparse_rows ? model_.row_sparse_grads() : std::vector<RowSparseGrad>{};
-  for (const auto& [offset, numel] : plan.spec->adam_tensors) {
-    floatX *grads = model_.grads() + offset, *saved_grads = plan.saved_grads + (offset - b.offset);
-    SavedRows* saved = saved_rows_at(offset);
+  for (AdamTensorGrads& t : bucket_adam_grads(bucket)) {
+    SavedRows* saved = t.saved;
     if (saved == nullptr) {
-      add_into(grads, saved_grads, numel, comm_stream_);
+      add_into(t.grads, t.saved_grads, t.numel, comm_stream_);
       continue;
     }
-    const TensorView& view = layout.tensors[static_cast<size_t>(saved->tensor)];
-    const std::vector<int>& rows = rows_of(current, saved->tensor);
     saved->all_summed = capturing() || saved->state == SavedRows::State::kDense;
     saved->summed.clear();
     if (saved->all_summed) {
-      add_into(grads, saved_grads, numel, comm_stream_);
+      add_into(t.grads, t.saved_grads, t.numel, comm_stream_);
       model_.all_grad_rows_written(saved->tensor);
-      if (!capturing()) memset_async(saved_grads, 0, numel * sizeof(floatX), comm_stream_);
+      if (!capturing()) memset_async(t.saved_grads, 0, t.numel * sizeof(floatX), comm_stream_);
       saved->state = capturing() ? SavedRows::State::kDense : SavedRows::State::kClear;
       continue;
     }
     if (saved->state == SavedRows::State::kRows) {
-      add_rows_and_clear(grads, saved_grads, row_upload_->upload(saved->slot, saved->rows, comm_stream_),
-                         static_cast<int>(saved->rows.size()), static_cast<int>(view.shape[1]), comm_stream_);
+      add_rows_and_clear(t.grads, t.saved_grads, row_upload_->upload(saved->slot, saved->rows, comm_stream_),
+                         static_cast<int>(saved->rows.size()), t.columns, comm_stream_);
       model_.grad_rows_written(saved->tensor, saved->rows);
     }
-    std::set_union(saved->rows.begin(), saved->rows.end(), rows.begin(), rows.end(), std::back_inserter(saved->summed));
+    std::set_union(saved->rows.begin(), saved->rows.end(), t.rows.begin(), t.rows.end(),
+                   std::back_inserter(saved->summed));
     saved->rows.clear();
     saved->state = SavedRows::State::kClear;
   }
@@ -735,25 +759,17 @@ void SpeedrunOptimizer::accumulate_adam_grads(int bucket) {
 // On a step without Adam the next backward overwrites the model's gradients: the bucket's Adam gradients are
 // kept, a row-sparse tensor's by its rows when its saved gradients are zero.
 void SpeedrunOptimizer::save_adam_grads(int bucket) {
-  const ParamLayout& layout = model_.layout();
-  const ParamBucket& b = layout.buckets[bucket];
-  const BucketPlan& plan = buckets_[bucket];
-  const std::vector<RowSparseGrad> current =
-      plan.has_sparse_rows ? model_.row_sparse_grads() : std::vector<RowSparseGrad>{};
-  for (const auto& [offset, numel] : plan.spec->adam_tensors) {
-    const floatX* grads = model_.grads() + offset;
-    floatX* saved_grads = plan.saved_grads + (offset - b.offset);
-    SavedRows* saved = saved_rows_at(offset);
+  for (AdamTensorGrads& t : bucket_adam_grads(bucket)) {
+    SavedRows* saved = t.saved;
     if (saved == nullptr || capturing() || saved->state != SavedRows::State::kClear) {
-      memcpy_async(saved_grads, grads, numel * sizeof(floatX), cudaMemcpyDeviceToDevice, comm_stream_);
+      memcpy_async(t.saved_grads, t.grads, t.numel * sizeof(floatX), cudaMemcpyDeviceToDevice, comm_stream_);
       if (saved != nullptr) saved->state = SavedRows::State::kDense;
       continue;
     }
-    saved->rows = rows_of(current, saved->tensor);
+    saved->rows = std::move(t.rows);
     saved->state = SavedRows::State::kRows;
-    const int columns = static_cast<int>(layout.tensors[static_cast<size_t>(saved->tensor)].shape[1]);
-    copy_rows(saved_grads, grads, row_upload_->upload(saved->slot, saved->rows, comm_stream_),
-              static_cast<int>(saved->rows.size()), columns, comm_stream_);
+    copy_rows(t.saved_grads, t.grads, row_upload_->upload(saved->slot, saved->rows, comm_stream_),
+              static_cast<int>(saved->rows.size()), t.columns, comm_stream_);
   }
 }
 

@@ -206,6 +206,8 @@ class SpeedrunOptimizer : public BucketOptimizer {
   SavedRows* saved_rows_at(size_t offset);     // the row-sparse tensor at layout offset `offset`, or null
   void build_saved_rows();
   void save_adam_grads(int bucket);  // comm stream: the step without Adam's local gradients, kept
+  struct AdamTensorGrads;
+  std::vector<AdamTensorGrads> bucket_adam_grads(int bucket);
   void build_sparse_rows();
   void exchange_sparse_rows(int bucket);  // comm stream: the Adam step's reduce of the row-sparse bucket
 };
