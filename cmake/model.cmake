@@ -5,6 +5,7 @@
 add_library(llmc_model STATIC
   llmc/model/gpt2/gpt2_config.cpp
   llmc/family/param_layout.cpp
+  llmc/family/table_rows.cpp
   llmc/family/tensor_file.cpp
   llmc/model/gpt2/gpt2_layout.cpp
   llmc/model/gpt2/gpt2_init.cpp

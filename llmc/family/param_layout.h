@@ -62,6 +62,9 @@ struct ParamLayout {
   int num_buckets() const { return static_cast<int>(buckets.size()); }
   // The tensor named `name`; throws std::out_of_range naming it when there is none.
   const TensorView& find(const std::string& name) const;
+  // The index into `tensors` of the tensor named `name` (throws as find does), or of `view`, one of `tensors`.
+  int index_of(const std::string& name) const { return index_of(find(name)); }
+  int index_of(const TensorView& view) const { return static_cast<int>(&view - tensors.data()); }
   // Elements of the tensors of `group` (padding excluded).
   size_t group_parameters(ParamGroup group) const;
 };

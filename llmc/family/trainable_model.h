@@ -21,6 +21,7 @@
 #include "llmc/kernels/gemm_plan_cache.h"
 #include "llmc/kernels/mtp_loss_weights.h"
 #include "llmc/family/param_layout.h"
+#include "llmc/family/table_rows.h"
 #include "llmc/cuda/precision.h"
 
 namespace llmc {
@@ -36,11 +37,6 @@ struct Fp32Params {
   float* values = nullptr;  // device
   size_t offset = 0, count = 0;
   bool empty() const { return count == 0; }
-};
-
-struct RowSparseGrad {
-  int tensor = -1;        // index into the layout's tensors
-  std::vector<int> rows;  // the rows of [rows, columns] with a gradient
 };
 
 class TrainableModel {
@@ -109,7 +105,10 @@ class TrainableModel {
   // reports the tensor's bucket final until the next step's first backward. Empty: the model has none. Such a
   // model zeroes only the rows that may be nonzero before a step's backward writes them: who writes other rows
   // of grads() says so (grad_rows_written).
-  virtual std::vector<RowSparseGrad> row_sparse_grads() const { return {}; }
+  virtual const std::vector<RowSparseGrad>& row_sparse_grads() const {
+    static const std::vector<RowSparseGrad> none;
+    return none;
+  }
   // Rows of row-sparse tensor `tensor` in grads() written outside the backward (an optimizer adding a saved
   // step's gradients; sorted, distinct), or every row: the next backward zeroes them with its own.
   virtual void grad_rows_written(int /*tensor*/, const std::vector<int>& /*rows*/) {}

@@ -1,6 +1,6 @@
 // Tests of the model configs, the bucketed parameter layout and the GPT-2 initialization: parameter
 // counts against llm.c's published figure, bucket/shard/alignment invariants for world sizes 1..8,
-// and statistical checks of the initializer.
+// statistical checks of the initializer, and the step's rows of row-sparse tables (TableRows).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 
 #include "llmc/model/gpt2/gpt2_config.h"
 #include "llmc/model/gpt2/gpt2_init.h"
+#include "llmc/family/table_rows.h"
 #include "llmc/model/gpt2/gpt2_layout.h"
 
 using namespace llmc;
@@ -170,6 +171,43 @@ TEST(GPT2Layout, BucketContentsLookupShapesAndDecay) {
   for (const TensorView& view : layout.tensors) EXPECT_EQ(view.weight_decay, view.shape.size() == 2) << view.name;
   EXPECT_THROW(layout.tensor(TensorKind::kQkvw, 3), std::out_of_range);
   EXPECT_THROW(layout.tensor(TensorKind::kQkvw, -1), std::out_of_range);
+}
+
+TEST(GPT2Layout, IndexOfNamesTheTensorsPosition) {
+  const GPT2Layout layout = make_param_layout(odd_config(), 2);
+  for (size_t t = 0; t < layout.tensors.size(); t++) {
+    EXPECT_EQ(layout.index_of(layout.tensors[t].name), static_cast<int>(t));
+    EXPECT_EQ(layout.index_of(layout.tensors[t]), static_cast<int>(t));
+  }
+  EXPECT_THROW(layout.index_of("h99.qkvw"), std::out_of_range);
+}
+
+// A step's table rows are its micro-batches' rows merged per table; the first micro-step starts them afresh.
+TEST(TableRows, StepHoldsTheUnionOfItsMicroBatchesRows) {
+  TableRows rows({3, 7});
+  ASSERT_EQ(rows.step().size(), 2u);  // the tables are listed before any batch, with no rows
+  EXPECT_EQ(rows.step()[1].tensor, 7);
+  EXPECT_TRUE(rows.step()[0].rows.empty() && rows.step()[1].rows.empty());
+  rows.set_batch({{3, {1, 4}}, {7, {2}}});
+  rows.add_batch_to_step(true);
+  rows.set_batch({{3, {0, 4, 9}}, {7, {}}});
+  EXPECT_EQ(rows.step()[0].rows, (std::vector<int>{1, 4}));  // the step moves only with a backward
+  rows.add_batch_to_step(false);
+  EXPECT_EQ(rows.step()[0].rows, (std::vector<int>{0, 1, 4, 9}));
+  EXPECT_EQ(rows.step()[1].rows, (std::vector<int>{2}));
+  EXPECT_EQ(rows.batch()[0].rows, (std::vector<int>{0, 4, 9}));
+  rows.set_batch({{3, {5}}, {7, {6}}});
+  rows.add_batch_to_step(true);
+  EXPECT_EQ(rows.step()[0].rows, (std::vector<int>{5}));
+  EXPECT_EQ(rows.step()[1].rows, (std::vector<int>{6}));
+}
+
+TEST(TableRows, RefusesABatchOfOtherTables) {
+  TableRows rows({3, 7});
+  EXPECT_THROW(rows.set_batch({{3, {1}}}), std::invalid_argument);
+  EXPECT_THROW(rows.set_batch({{7, {1}}, {3, {1}}}), std::invalid_argument);
+  EXPECT_THROW(rows.set_batch({{3, {1}}, {7, {1}}, {8, {1}}}), std::invalid_argument);
+  EXPECT_EQ(rows.batch()[0].rows, std::vector<int>{});  // nothing taken from a refused batch
 }
 
 TEST(ParamInit, NormalSamplerMatchesTheStandardNormal) {

@@ -86,7 +86,7 @@ struct StepInputs {
 std::vector<RowSparseGrad> sparse_tables(const Modded89Layout& layout) {
   std::vector<RowSparseGrad> tables;
   for (const char* name : {"embed", "value_embeds", "bigram_embed"})
-    tables.push_back({static_cast<int>(&layout.find(name) - layout.tensors.data()), {}});
+    tables.push_back({layout.index_of(name), {}});
   return tables;
 }
 

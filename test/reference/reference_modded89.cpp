@@ -112,8 +112,7 @@ double Modded89Reference::forward(const Modded89Batch& batch) {
                rows, static_cast<int>(view.numel / view.shape[0])));
   }
   auto P = [&](const std::string& name) {
-    const llmc::TensorView& view = layout_.find(name);
-    return leaves_[static_cast<size_t>(&view - layout_.tensors.data())];
+    return leaves_[static_cast<size_t>(layout_.index_of(name))];
   };
   // The record uses r, p and the gate scale as bf16 copies of their fp32 parameters (`.bfloat16()`, `type_as(x)`).
   auto used = [&](NodeId parameter) { return bf16_parameter_copies ? bf16_copy(t, parameter) : parameter; };

@@ -87,7 +87,7 @@ class StandInModel : public TrainableModel {
   // rows of those gradients zero). Set the tensors before the optimizer is built. The stand-in's backward
   // overwrites every row; it only records what the optimizer says it wrote (written_rows).
   void set_row_sparse(std::vector<RowSparseGrad> rows) { row_sparse_ = std::move(rows); }
-  std::vector<RowSparseGrad> row_sparse_grads() const override { return row_sparse_; }
+  const std::vector<RowSparseGrad>& row_sparse_grads() const override { return row_sparse_; }
   void grad_rows_written(int tensor, const std::vector<int>& rows) override {
     written_.push_back(RowSparseGrad{tensor, rows});
   }

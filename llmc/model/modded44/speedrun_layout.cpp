@@ -138,9 +138,7 @@ SpeedrunLayout make_speedrun_layout(const SpeedrunConfig& config, int world_size
 }
 
 std::vector<int> speedrun_file_order(const SpeedrunLayout& layout) {
-  auto index_of = [&](SpeedrunTensor kind, int block) {
-    return static_cast<int>(&layout.tensor(kind, block) - layout.tensors.data());
-  };
+  auto index_of = [&](SpeedrunTensor kind, int block) { return layout.index_of(layout.tensor(kind, block)); };
   std::vector<int> order = {index_of(SpeedrunTensor::kEmbed, -1)};
   for (int k = 0; k < kSpeedrunValueEmbeds; k++) order.push_back(index_of(SpeedrunTensor::kValueEmbed, k));
   order.push_back(index_of(SpeedrunTensor::kSmearGate, -1));

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -245,6 +244,7 @@ SpeedrunModel::SpeedrunModel(const SpeedrunConfig& config, int world_size, int s
   CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total_size * sizeof(floatX), stream_));
   std::vector<int> tables;
   for (const RowSparseGrad& table : sparse_rows({})) tables.push_back(table.tensor);
+  table_rows_ = TableRows(tables);
   zero_grads_ = std::make_unique<RowSparseZeroing>(layout_, tables);
   rebuild_rope_tables();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -365,26 +365,24 @@ void SpeedrunModel::download_rope_tables(std::vector<float>& cos_table, std::vec
 
 // The four tables' rows the tokens read (each table [V, C]).
 std::vector<RowSparseGrad> SpeedrunModel::sparse_rows(const std::vector<int>& token_rows) const {
-  const auto index = [&](const TensorView& view) { return static_cast<int>(&view - layout_.tensors.data()); };
-  std::vector<RowSparseGrad> tables{{index(layout_.tensor(SpeedrunTensor::kEmbed)), token_rows}};
+  std::vector<RowSparseGrad> tables{{layout_.index_of(layout_.tensor(SpeedrunTensor::kEmbed)), token_rows}};
   for (int k = 0; k < kSpeedrunValueEmbeds; k++)
-    tables.push_back({index(layout_.tensor(SpeedrunTensor::kValueEmbed, k)), token_rows});
+    tables.push_back({layout_.index_of(layout_.tensor(SpeedrunTensor::kValueEmbed, k)), token_rows});
   return tables;
 }
 
 // A step's first backward zeroes each bucket as it starts (the tables at the rows that may be nonzero); a later
 // micro-step adds its rows to the tables' gradients.
 void SpeedrunModel::start_bucket_grads(int bucket, bool first_micro_step) {
-  const std::vector<RowSparseGrad> rows = bucket == SpeedrunLayout::embeddings_bucket()
-                                              ? sparse_rows(batch_token_rows_)
-                                              : std::vector<RowSparseGrad>{};
+  const std::vector<RowSparseGrad> none;
+  const std::vector<RowSparseGrad>& rows = bucket == SpeedrunLayout::embeddings_bucket() ? table_rows_.batch() : none;
   if (first_micro_step)
     zero_grads_->zero_bucket(grads_, bucket, rows, stream_);
   else
     zero_grads_->add_bucket(bucket, rows, stream_);
 }
 
-std::vector<RowSparseGrad> SpeedrunModel::row_sparse_grads() const { return sparse_rows(step_token_rows_); }
+const std::vector<RowSparseGrad>& SpeedrunModel::row_sparse_grads() const { return table_rows_.step(); }
 
 void SpeedrunModel::grad_rows_written(int tensor, const std::vector<int>& rows) { zero_grads_->add(tensor, rows); }
 
@@ -433,7 +431,7 @@ void SpeedrunModel::upload_batch(const int* inputs_host, const int* targets_host
   CUDA_CHECK(cudaEventRecord(a.staging_free, stream_));
   if (training) {
     a.embedding_plan.prepare(inputs_host, T, stream_);
-    batch_token_rows_ = a.embedding_plan.distinct_tokens();
+    table_rows_.set_batch(sparse_rows(a.embedding_plan.distinct_tokens()));
   }
   a.batch_uploaded = true;
   a.uploaded_targets = targets_host != nullptr;
@@ -674,11 +672,7 @@ void SpeedrunModel::backward(bool first_micro_step, const BucketHook& on_bucket_
     bucket_ready(layout_.block_bucket(i));
   }
   start_bucket_grads(SpeedrunLayout::embeddings_bucket(), first_micro_step);
-  if (first_micro_step) step_token_rows_.clear();
-  std::vector<int> rows;
-  std::set_union(step_token_rows_.begin(), step_token_rows_.end(), batch_token_rows_.begin(), batch_token_rows_.end(),
-                 std::back_inserter(rows));
-  step_token_rows_.swap(rows);
+  table_rows_.add_batch_to_step(first_micro_step);
   input_backward();
   bucket_ready(SpeedrunLayout::embeddings_bucket());
 }

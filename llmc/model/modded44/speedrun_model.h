@@ -112,7 +112,7 @@ class SpeedrunModel : public FamilyModel {
   void replayed_micro_step() override;
   // The embedding and value-embedding tables with the tokens of the step's training batches
   // (TrainableModel::row_sparse_grads): each step's first backward zeroes only their rows that may be nonzero.
-  std::vector<RowSparseGrad> row_sparse_grads() const override;
+  const std::vector<RowSparseGrad>& row_sparse_grads() const override;
   void grad_rows_written(int tensor, const std::vector<int>& rows) override;
   void all_grad_rows_written(int tensor) override;
 
@@ -151,8 +151,8 @@ class SpeedrunModel : public FamilyModel {
   int num_docs_ = 1;  // cu_seqlens has num_docs_ + 1 entries: T + 1, padded (upload_batch)
   bool fp32_scalars_taken_ = false;  // take_fp32_params(): an optimizer writes the fp32 scalars
   std::unique_ptr<Activations> acts_;
-  // The tokens of the last training batch and of the step's backwards so far (sorted, distinct): the tables' rows.
-  std::vector<int> batch_token_rows_, step_token_rows_;
+  // The tables' rows (the tokens) the last training batch read, and those of the step's backwards so far.
+  TableRows table_rows_;
   std::unique_ptr<RowSparseZeroing> zero_grads_;  // which rows of the tables' gradients may be nonzero
 };
 

@@ -374,7 +374,8 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
   grad_target_ = grads_;
   std::vector<int> tables;
   for (const char* name : {"embed", "value_embeds", "bigram_embed"})
-    tables.push_back(static_cast<int>(&layout_.find(name) - layout_.tensors.data()));
+    tables.push_back(layout_.index_of(name));
+  table_rows_ = TableRows(tables);
   zero_grads_ = std::make_unique<RowSparseZeroing>(layout_, tables);
   if (b.accum_grads != nullptr) zero_accum_ = std::make_unique<RowSparseZeroing>(layout_, tables);
   CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total_size * sizeof(floatX), stream_));
@@ -627,8 +628,8 @@ void Modded89Model::upload_batch(const int* inputs_host, const int* targets_host
     Buffers& b = *buffers_;
     b.token_plan->prepare(inputs_host, T, stream_);
     b.hash_plan->prepare(hashes, T, stream_);
-    batch_token_rows_ = b.token_plan->distinct_tokens();  // the plans have the rows sorted
-    batch_bigram_rows_ = b.hash_plan->distinct_tokens();
+    // the plans have the rows sorted
+    table_rows_.set_batch(sparse_rows(b.token_plan->distinct_tokens(), b.hash_plan->distinct_tokens()));
   }
 }
 
@@ -1346,14 +1347,7 @@ void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_
   input_backward();
   const TensorView& scalars = layout_.find("scalars");
   add_fp32_grads(grad_target_ + scalars.offset, b.d_fp32, static_cast<int>(b.fp32_count), stream_);
-  const auto add_batch_rows = [first_micro_step](std::vector<int>& step, const std::vector<int>& batch) {
-    if (first_micro_step) step.clear();
-    std::vector<int> rows;
-    std::set_union(step.begin(), step.end(), batch.begin(), batch.end(), std::back_inserter(rows));
-    step.swap(rows);
-  };
-  add_batch_rows(step_token_rows_, batch_token_rows_);
-  add_batch_rows(step_bigram_rows_, batch_bigram_rows_);
+  table_rows_.add_batch_to_step(first_micro_step);
   finish_bucket_grads(Modded89Layout::embeddings_bucket(), on_bucket_ready);
   finish_bucket_grads(Modded89Layout::bigram_bucket(), on_bucket_ready);
   grad_target_ = grads_;
@@ -1364,7 +1358,7 @@ void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_
 // embeddings' (one [5 V, C] tensor) the tokens of each, the bigram table's the hashes.
 std::vector<RowSparseGrad> Modded89Model::sparse_rows(const std::vector<int>& token_rows,
                                                       const std::vector<int>& bigram_rows) const {
-  const auto index = [&](const char* name) { return static_cast<int>(&layout_.find(name) - layout_.tensors.data()); };
+  const auto index = [&](const char* name) { return layout_.index_of(name); };
   RowSparseGrad value_embeds{index("value_embeds"), {}};
   for (int k = 0; k < kModded89ValueEmbeds; k++)
     for (int token : token_rows) value_embeds.rows.push_back(k * layout_.config.vocab_size + token);
@@ -1375,8 +1369,8 @@ std::vector<RowSparseGrad> Modded89Model::sparse_rows(const std::vector<int>& to
 // zeroed, the rest in full. An accumulating backward's rows reach grads_ too (finish_bucket_grads).
 void Modded89Model::start_bucket_grads(int bucket) {
   const bool tables = bucket == Modded89Layout::bigram_bucket() || bucket == Modded89Layout::embeddings_bucket();
-  const std::vector<RowSparseGrad> rows =
-      tables ? sparse_rows(batch_token_rows_, batch_bigram_rows_) : std::vector<RowSparseGrad>{};
+  const std::vector<RowSparseGrad> none;
+  const std::vector<RowSparseGrad>& rows = tables ? table_rows_.batch() : none;
   if (!accumulating()) {
     zero_grads_->zero_bucket(grads_, bucket, rows, stream_);
     return;
@@ -1751,8 +1745,8 @@ Fp32Params Modded89Model::take_fp32_params() {
   return Fp32Params{buffers_->fp32_params, layout_.find("scalars").offset, buffers_->fp32_count};
 }
 
-std::vector<RowSparseGrad> Modded89Model::row_sparse_grads() const {
-  return sparse_rows(step_token_rows_, step_bigram_rows_);
+const std::vector<RowSparseGrad>& Modded89Model::row_sparse_grads() const {
+  return table_rows_.step();
 }
 
 void Modded89Model::grad_rows_written(int tensor, const std::vector<int>& rows) { zero_grads_->add(tensor, rows); }

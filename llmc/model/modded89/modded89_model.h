@@ -120,7 +120,7 @@ class Modded89Model : public FamilyModel {
   double read_mean_loss(int result) override;
   // The embedding, value-embedding and bigram tables, with the rows the step's training batches read
   // (TrainableModel::row_sparse_grads): each backward zeroes only those tables' rows that may be nonzero.
-  std::vector<RowSparseGrad> row_sparse_grads() const override;
+  const std::vector<RowSparseGrad>& row_sparse_grads() const override;
   void grad_rows_written(int tensor, const std::vector<int>& rows) override;
   void all_grad_rows_written(int tensor) override;
 
@@ -259,9 +259,8 @@ class Modded89Model : public FamilyModel {
   float attn_scale_ = 0.1f;
   int short_window_ = 0, long_window_ = 0;
   int num_docs_ = 1;  // cu_seqlens and cu_rows have num_docs_ + 1 entries: seq_len_ + 1, padded (stage_tokens)
-  // The token and bigram rows the last training batch read, and those of the step's backwards so far (sorted,
-  // distinct).
-  std::vector<int> batch_token_rows_, step_token_rows_, batch_bigram_rows_, step_bigram_rows_;
+  // The tables' rows the last training batch read, and those of the step's backwards so far.
+  TableRows table_rows_;
   // Which rows of the tables' gradients may be nonzero in grads_ and in the accumulation buffer.
   std::unique_ptr<RowSparseZeroing> zero_grads_, zero_accum_;
   RowSpan rows_;

@@ -49,8 +49,8 @@ bool reference_dtypes(TensorFileDtype dtype) {
 // comes after the value embeddings, where the record keeps it.
 std::vector<int> file_order(const Modded89Layout& layout) {
   std::vector<int> order;
-  const int bigram = static_cast<int>(&layout.find("bigram_embed") - layout.tensors.data());
-  const int after = static_cast<int>(&layout.find("value_embeds") - layout.tensors.data());
+  const int bigram = layout.index_of("bigram_embed");
+  const int after = layout.index_of("value_embeds");
   for (int t = 0; t < static_cast<int>(layout.tensors.size()); t++) {
     if (t != bigram) order.push_back(t);
     if (t == after) order.push_back(bigram);
