@@ -28,7 +28,8 @@ set(LLMC_MODDED89_KERNEL_TEST_SOURCES
   test/kernels/test_dc_attention.cu
   test/kernels/test_gate_mlp_output.cu
   test/kernels/test_tied_transpose.cu
-  test/kernels/test_sparse_rows.cu)
+  test/kernels/test_sparse_rows.cu
+  test/kernels/test_wgmma_fp8_gemm.cu)
 set(LLMC_KERNEL_TEST_SOURCES
   test/kernels/test_encoder.cu
   test/kernels/test_layernorm.cu

@@ -1,5 +1,6 @@
-// The emulator's model of Hopper's warpgroup MMA (wgmma.mma_async m64nNk16, bf16 operands in shared memory
-// through descriptors, fp32 accumulators; wgmma.fence, commit_group, wait_group) for llmc/cuda/wgmma.cuh.
+// The emulator's model of Hopper's warpgroup MMA (wgmma.mma_async m64nNk16 with bf16 operands, m64nNk32 with e4m3
+// ones, in shared memory through descriptors; fp32 accumulators, the FP8 ones as llmc/emu/cpu_fp8_gemm.h models the
+// FP8 tensor core's; wgmma.fence, commit_group, wait_group) for llmc/cuda/wgmma.cuh.
 // The products run late, in issue order, at the wait_group that covers them: accumulators read before that
 // wait are stale, and shared memory overwritten before it is what the product reads, as on a GPU, so a
 // missing wait fails here. Only what the project's kernels use is modelled; anything else is an error.
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "llmc/emu/block_runner.h"
+#include "llmc/emu/cpu_fp8_gemm.h"
+#include "llmc/emu/fp8_convert.h"
 #include "llmc/emu/mma_model.h"
 
 namespace llmc::emu {
@@ -36,6 +39,9 @@ inline WgmmaDescriptor decode_wgmma_descriptor(uint64_t bits) {
 // (flag 1, "MN-major").
 enum class OperandMajor { kK, kMN };
 
+// The operands' type: bf16 (16 per 32-byte k-slice of a row) or e4m3 (32 per k-slice, K-major only).
+enum class WgmmaInput { kBf16, kE4M3 };
+
 // A bf16 operand of `rows` (M or N) x 16 (K) in the 128-byte swizzle, by the canonical layouts of the PTX ISA
 // ("Shared Memory Matrix Layout"), offsets in bytes:
 //   K-major:  (row, k) at start + (row / 8) SBO + (row % 8) 128 + 2 k; the start may step by 32 bytes into a
@@ -45,9 +51,11 @@ enum class OperandMajor { kK, kMN };
 // address bits, so row groups must start 1024-byte aligned (base offset 0).
 class SwizzledOperand {
  public:
-  SwizzledOperand(uint64_t bits, int rows, OperandMajor major, const char* which)
-      : descriptor_(decode_wgmma_descriptor(bits)), major_(major) {
+  SwizzledOperand(uint64_t bits, int rows, OperandMajor major, const char* which, WgmmaInput input = WgmmaInput::kBf16)
+      : descriptor_(decode_wgmma_descriptor(bits)), major_(major), input_(input) {
     const WgmmaDescriptor& d = descriptor_;
+    if (input == WgmmaInput::kE4M3 && major != OperandMajor::kK)
+      fail_in_kernel(std::string("wgmma: e4m3 operand ") + which + " is MN-major; FP8 wgmma takes only K-major ones");
     if (d.swizzle != 1) {
       fail_in_kernel(std::string("wgmma: operand ") + which + " has swizzle mode " + std::to_string(d.swizzle) +
                      "; the emulation models only the 128-byte swizzle (mode 1)");
@@ -66,14 +74,17 @@ class SwizzledOperand {
     base_ = shared_window_pointer(first_, extent, "wgmma");
   }
 
+  // (row, k): k counts elements, 2 bytes each for bf16, 1 for e4m3 (K-major: (row, k) at ... + k bytes).
   float element(int row, int k) const {
     const auto r = static_cast<uint32_t>(row), kk = static_cast<uint32_t>(k);
     const WgmmaDescriptor& d = descriptor_;
+    const uint32_t element_bytes = input_ == WgmmaInput::kE4M3 ? 1 : 2;
     const uint32_t logical = major_ == OperandMajor::kK
-                                 ? d.start_address + (r / 8) * d.stride_byte_offset + (r % 8) * 128 + kk * 2
+                                 ? d.start_address + (r / 8) * d.stride_byte_offset + (r % 8) * 128 + kk * element_bytes
                                  : d.start_address + (r / 64) * d.leading_byte_offset + (r % 64) * 2 +
                                        (kk / 8) * d.stride_byte_offset + (kk % 8) * 128;
     const uint32_t physical = logical ^ (((logical >> 7) & 7u) << 4);
+    if (input_ == WgmmaInput::kE4M3) return fp8_decode_table(Fp8Format::kE4M3).value[base_[physical - first_]];
     uint16_t bits;
     std::memcpy(&bits, base_ + (physical - first_), sizeof bits);
     return bf16_bits_to_float(bits);
@@ -82,6 +93,7 @@ class SwizzledOperand {
  private:
   WgmmaDescriptor descriptor_;
   OperandMajor major_;
+  WgmmaInput input_;
   const unsigned char* base_ = nullptr;
   uint32_t first_ = 0;
 };
@@ -120,17 +132,19 @@ class WgmmaQueue {
   void fence() { fenced_ = true; }
 
   // wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 from shared memory, A K-major, B K- or N-major:
-  // d = A B^T (+ d when `accumulate`), A 64 x 16 and B N x 16.
-  void issue(float* d, int n, uint64_t a, uint64_t b, OperandMajor b_major, bool accumulate) {
+  // d = A B^T (+ d when `accumulate`), A 64 x 16 and B N x 16; with e4m3 inputs m64nNk32.f32.e4m3.e4m3, both
+  // K-major, A 64 x 32 and B N x 32.
+  void issue(float* d, int n, uint64_t a, uint64_t b, OperandMajor b_major, bool accumulate,
+             WgmmaInput input = WgmmaInput::kBf16) {
     const WarpgroupPlace place = current_warpgroup_place();
     if (!fenced_) {
       fail_in_kernel("wgmma.mma_async issued without a wgmma.fence since the thread last had its accumulators "
                      "(kernel start or a wgmma.wait_group)");
     }
     check_warp_issues_the_same(a, b, accumulate);
-    (void)SwizzledOperand(a, 64, OperandMajor::kK, "A");  // checked at issue, as a GPU faults there; read at the wait
-    (void)SwizzledOperand(b, n, b_major, "B");
-    pending_.push_back(Product{d, n, a, b, b_major, accumulate, committed_groups_, place});
+    (void)SwizzledOperand(a, 64, OperandMajor::kK, "A", input);  // checked at issue, as a GPU faults; read at the wait
+    (void)SwizzledOperand(b, n, b_major, "B", input);
+    pending_.push_back(Product{d, n, a, b, b_major, accumulate, input, committed_groups_, place});
   }
 
   // wgmma.commit_group.sync.aligned.
@@ -159,24 +173,33 @@ class WgmmaQueue {
     uint64_t a, b;
     OperandMajor b_major;
     bool accumulate;
+    WgmmaInput input;
     int64_t group;
     WarpgroupPlace place;
   };
 
   // The thread's fragment of the accumulator (PTX ISA, wgmma .m64nNk16 D layout): warp w holds rows
   // 16w..16w+15; for each 8-column tile i, d[4i..4i+3] = (g, 2p), (g, 2p+1), (g+8, 2p), (g+8, 2p+1) of it,
-  // g = lane / 4, p = lane % 4.
+  // g = lane / 4, p = lane % 4. bf16: summed exactly, rounded once to fp32; e4m3: the 32 (exact) products added
+  // to the accumulator by the FP8 tensor core's model (fp8_mma_step).
   static void run(const Product& product) {
-    const SwizzledOperand a(product.a, 64, OperandMajor::kK, "A");
-    const SwizzledOperand b(product.b, product.n, product.b_major, "B");
+    const SwizzledOperand a(product.a, 64, OperandMajor::kK, "A", product.input);
+    const SwizzledOperand b(product.b, product.n, product.b_major, "B", product.input);
     const int group = product.place.lane / 4, pair = product.place.lane % 4;
     for (int i = 0; i < product.n / 8; ++i) {
       for (int v = 0; v < 4; ++v) {
         const int row = 16 * product.place.warp_in_group + group + (v >= 2 ? 8 : 0);
         const int column = 8 * i + 2 * pair + v % 2;
-        double sum = product.accumulate ? product.d[4 * i + v] : 0.0;
+        float& d = product.d[4 * i + v];
+        if (product.input == WgmmaInput::kE4M3) {
+          float products[kFp8MmaDepth];
+          for (int k = 0; k < kFp8MmaDepth; ++k) products[k] = a.element(row, k) * b.element(column, k);
+          d = fp8_mma_step(product.accumulate ? d : 0.0f, products, kFp8MmaDepth);
+          continue;
+        }
+        double sum = product.accumulate ? d : 0.0;
         for (int k = 0; k < 16; ++k) sum += static_cast<double>(a.element(row, k)) * b.element(column, k);
-        product.d[4 * i + v] = static_cast<float>(sum);
+        d = static_cast<float>(sum);
       }
     }
   }

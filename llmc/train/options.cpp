@@ -149,7 +149,7 @@ void add_model_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--wgmma-gemms", o.wgmma_gemms,
                  "The speedrun models' GEMMs that elementwise work follows on the project's Hopper GEMM (wgmma), with "
                  "that work in their epilogues instead of passes of its own after cuBLASLt: the MLPs' ReLU^2 (the "
-                 "2026-07-17 model's where its forward is bf16, --fp8-mlp off) and its derivative, the 2025-10-31 "
+                 "2026-07-17 model's FP8 forward on an FP8 wgmma GEMM) and its derivative, the 2025-10-31 "
                  "attention's QK-norm, RoPE and value mix; on or off. bf16 build, Hopper GPU; off by default until a "
                  "GPU has timed it")
       ->capture_default_str();

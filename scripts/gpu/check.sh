@@ -413,8 +413,9 @@ stage_speedrun() {
 # Every kernel of the speedrun models timed by itself against its bytes and FLOPs at the ceilings: the 2025-10-31
 # model's rows (bench_speedrun_kernels; docs/projection.md takes its measured column) and each launch of a
 # 2026-07-17 step at T = 16,384 (bench_step brackets every launch with events; docs/benchmarks.md). The fusions of
-# issue 27 (docs/kernels.md#fused-passes) are rows of both; bench_speedrun_kernels also times the wgmma GEMMs GEMMs
-# with their ReLU^2 epilogues beside cuBLASLt's (--wgmma-gemms's decision). The same step as train_gpt2 --cuda-graphs launches it
+# issue 27 (docs/kernels.md#fused-passes) are rows of both; bench_speedrun_kernels also times the wgmma GEMMs
+# with their ReLU^2 epilogues beside cuBLASLt's, the FP8 MLP's up projection among them (--wgmma-gemms's
+# decision). The same step as train_gpt2 --cuda-graphs launches it
 # (one graph per step, captured in the warm-up) gives the step time without launch gaps beside the eager one.
 stage_fused() {
   run_cmd bench_speedrun_kernels --cap 25 -- "$WRAP/bench_speedrun_kernels" --repeats 10

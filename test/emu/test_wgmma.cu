@@ -1,7 +1,7 @@
 // Tests of the warpgroup MMA device functions (llmc/cuda/wgmma.cuh), run by both targets: a 64 x 128 x 64
 // product from 128-byte-swizzled shared tiles must be the plain matrix product (bitwise with small
-// integers, within fp32 accumulation error otherwise); emulated, the misuses a GPU leaves undefined (no
-// fence, no wait, a partial warpgroup, unaligned or unmodelled tiles) must fail.
+// integers, within fp32 accumulation error otherwise), an e4m3 one the FP8 accumulator's sum; emulated, the
+// misuses a GPU leaves undefined (no fence, no wait, a partial warpgroup, unaligned or unmodelled tiles) must fail.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +11,9 @@
 
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/wgmma.cuh"
+#include "llmc/emu/cpu_fp8_gemm.h"
 #include "test/emu/emulation_only.h"
+#include "test/kernels/fp8_test_support.h"
 #include "test/support/device_buffer.h"
 
 namespace {
@@ -190,6 +192,71 @@ TEST(Wgmma, TileOverwrittenBeforeTheWaitChangesTheProduct) {
     }
   }
   EXPECT_GT(thread0_changes, 0);
+}
+
+// A [64 x 128] and B [128 x 128] e4m3 codes, row-major (K-major), staged into swizzled tiles of 128-byte rows;
+// D [64 x 128] = A B^T by four m64n128k32 products accumulating, fp32.
+__global__ void wgmma_e4m3_product_kernel(const uint8_t* A, const uint8_t* B, float* D) {
+  LLMC_DYNAMIC_SHARED(unsigned char, shared);
+  const uint32_t pad = (1024 - llmc::shared_space_address(shared) % 1024) % 1024;
+  unsigned char* tile_a = shared + pad;
+  unsigned char* tile_b = shared + pad + kTileA + 1024;
+  const int thread = threadIdx.x;
+  for (int chunk = thread; chunk < kM * 8; chunk += blockDim.x)
+    *reinterpret_cast<uint4*>(tile_a + llmc::swizzle128_offset(chunk / 8, chunk % 8)) =
+        *reinterpret_cast<const uint4*>(A + chunk * 16);
+  for (int chunk = thread; chunk < kN * 8; chunk += blockDim.x)
+    *reinterpret_cast<uint4*>(tile_b + llmc::swizzle128_offset(chunk / 8, chunk % 8)) =
+        *reinterpret_cast<const uint4*>(B + chunk * 16);
+  llmc::fence_proxy_async_shared();
+  __syncthreads();
+  llmc::WarpgroupMma mma;
+  float d[64];
+  mma.fence();
+  for (int s = 0; s < 4; ++s)
+    mma.mma_m64n128k32_e4m3(d, llmc::swizzle128_descriptor(tile_a, 32 * s), llmc::swizzle128_descriptor(tile_b, 32 * s),
+                            s > 0);
+  mma.commit();
+  mma.wait<0>();
+  const int warp = thread / 32, group = (thread % 32) / 4, pair = thread % 4;
+  for (int i = 0; i < kN / 8; ++i)
+    for (int v = 0; v < 4; ++v)
+      D[(16 * warp + group + (v >= 2 ? 8 : 0)) * kN + 8 * i + 2 * pair + v % 2] = d[4 * i + v];
+}
+
+// The e4m3 product: within the FP8 accumulator's bound of the double product (a K = 128 sum kept in the tensor
+// core's accumulator throughout) on either target; emulated, exactly the accumulator model's four steps, which
+// checks the descriptors, the 1-byte elements, the decoding and the fragment layout of the e4m3 form.
+TEST(Wgmma, E4m3ProductIsTheFp8AccumulatorsSum) {
+  constexpr int kK8 = 128;
+  std::mt19937 rng(10);
+  const auto e4m3 = llmc::emu::Fp8Format::kE4M3;
+  const llmc::test::Fp8Matrix a = llmc::test::random_fp8_matrix(kM * kK8, e4m3, 40.0, rng);
+  const llmc::test::Fp8Matrix b = llmc::test::random_fp8_matrix(kN * kK8, e4m3, 40.0, rng);
+  DeviceBuffer<uint8_t> A(a.codes), B(b.codes);
+  DeviceBuffer<float> D(kM * kN);
+  CUDA_CHECK(cudaFuncSetAttribute(wgmma_e4m3_product_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  kSharedBytes));
+  LLMC_LAUNCH(wgmma_e4m3_product_kernel, 1, 128, kSharedBytes, nullptr, A.get(), B.get(), D.get());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> d = D.download_raw();
+  for (int m = 0; m < kM; ++m) {
+    for (int n = 0; n < kN; ++n) {
+      const double* a_row = a.values.data() + m * kK8;
+      const double* b_row = b.values.data() + n * kK8;
+      const llmc::test::DotWithBound dot = llmc::test::fp8_dot_with_bound(a_row, b_row, kK8, true);
+      ASSERT_LE(std::fabs(d[m * kN + n] - dot.exact), dot.bound) << "m " << m << " n " << n;
+#if defined(LLMC_EMULATION)
+      float partial = 0.0f, products[llmc::emu::kFp8MmaDepth];
+      for (int k0 = 0; k0 < kK8; k0 += llmc::emu::kFp8MmaDepth) {
+        for (int k = 0; k < llmc::emu::kFp8MmaDepth; ++k)
+          products[k] = static_cast<float>(a_row[k0 + k] * b_row[k0 + k]);
+        partial = llmc::emu::fp8_mma_step(partial, products, llmc::emu::kFp8MmaDepth);
+      }
+      ASSERT_EQ(d[m * kN + n], partial) << "m " << m << " n " << n;
+#endif
+    }
+  }
 }
 
 TEST(Wgmma, MisusesFail) {

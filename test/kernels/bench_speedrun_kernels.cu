@@ -1,8 +1,8 @@
 // Benchmark rows of the speedrun model's kernels at the record's shapes (T = 32,768 tokens per rank,
 // C = 768, 6 heads x 128, V = 50,304): per call the bytes moved, the FLOPs, and the time they take at the
-// H200's ceilings (4.3 TB/s HBM, 790 TFLOP/s bf16 dense, 1,979 TFLOP/s FP8 dense for the FP8 head's GEMMs),
-// with the calls per training step; on a GPU also
-// the measured time. --dry-run prints the model rows only (what the emulated build reports for the record
+// H200's ceilings (4.3 TB/s HBM, 790 TFLOP/s bf16 dense, 1,979 TFLOP/s FP8 dense for the FP8 GEMMs),
+// with the calls per training step, and for comparison the 2026-07-17 record's FP8 MLP up projection both ways;
+// on a GPU also the measured time. --dry-run prints the model rows only (what the emulated build reports for the record
 // shapes); the emulated smoke test runs the kernels at a tiny shape.
 #include <algorithm>
 #include <chrono>
@@ -22,6 +22,7 @@
 #include "llmc/kernels/fp8_head.cuh"
 #include "llmc/kernels/qk_norm_rope.cuh"
 #include "llmc/kernels/relu_squared.cuh"
+#include "llmc/kernels/wgmma_fp8_gemm.cuh"
 #include "llmc/kernels/wgmma_gemm.cuh"
 #include "llmc/kernels/residual_mix.cuh"
 #include "llmc/kernels/residual_norm.cuh"
@@ -148,11 +149,29 @@ std::vector<Row> fp8_head_rows(const Shape& s) {
   return rows;
 }
 
+// The 2026-07-17 record's FP8 MLP up projection (docs/fp8.md), for comparison (0 calls: not in this step): cuBLASLt's
+// e4m3 GEMM then the ReLU^2 pass that writes post, its e4m3 copy and maximum, against the wgmma GEMM with that
+// work in its epilogue (--wgmma-gemms on). T a multiple of 16, C of 32.
+bool fp8_mlp_fits(const Shape& s) { return s.T % 16 == 0 && s.C % 32 == 0; }
+
+std::vector<Row> fp8_mlp_rows(const Shape& s) {
+  const double x = sizeof(floatX), T = s.T, C = s.C, operands = T * C + 4 * C * C, flops = 2 * T * C * 4 * C;
+  return {
+      {"FP8 MLP up GEMM (cuBLASLt, e4m3)", 0, operands + 4 * T * C * x, flops, {}, kFp8FlopsPerSecond},
+      {"relu_squared_fp8 (post, e4m3, max)", 0, 4 * T * C * (2 * x + 1), 5 * 4 * T * C, {}},
+      {"FP8 MLP up GEMM + relu^2, e4m3 (wgmma)", 0, operands + 4 * T * C * (x + 1), flops, {}, kFp8FlopsPerSecond},
+  };
+}
+
 std::vector<Row> all_rows(const Shape& s, bool wgmma_gemms) {
   std::vector<Row> rows = model_rows(s, wgmma_gemms);
   if (fp8_head_fits(s)) {
     const std::vector<Row> head = fp8_head_rows(s);
     rows.insert(rows.end(), head.begin(), head.end());
+  }
+  if (fp8_mlp_fits(s)) {
+    const std::vector<Row> mlp = fp8_mlp_rows(s);
+    rows.insert(rows.end(), mlp.begin(), mlp.end());
   }
   return rows;
 }
@@ -249,6 +268,35 @@ std::vector<std::function<void()>> epilogue_gemm_work(Workspace& w, const Shape&
   };
 }
 
+// fp8_mlp_rows' calls: the e4m3 operands a fixed spread of finite codes, the scales on the device.
+std::vector<std::function<void()>> fp8_mlp_work(Workspace& w, const Shape& s, cudaStream_t stream) {
+  const size_t TC = static_cast<size_t>(s.T) * s.C, CC = static_cast<size_t>(s.C) * s.C;
+  bench::Arena& a = w.arena;
+  const auto codes = [&a](size_t n) {
+    std::vector<uint8_t> host(n);
+    for (size_t i = 0; i < n; i++) host[i] = static_cast<uint8_t>((i * 37 % 0x7e) | (i % 2 ? 0x80 : 0));  // no NaN
+    return reinterpret_cast<llmc::fp8e4m3*>(a.upload(host));
+  };
+  llmc::fp8e4m3 *x8 = codes(TC), *w8 = codes(4 * CC), *post8 = codes(4 * TC);
+  floatX *pre = a.make<floatX>(4 * TC), *post = a.make<floatX>(4 * TC);
+  float* scalars = a.upload(std::vector<float>{0.01f, 0.002f, 0.5f, 0.0f});  // x_s, s_up, s_act, max post
+  llmc::MatmulContext& matmul = w.matmul;
+  const int T = s.T, C = s.C;
+  return {
+      [=, &matmul] {
+        llmc::Fp8GemmArgs up;
+        up.d = pre, up.d_type = llmc::fp8_gemm_output_type<floatX>(), up.a = x8, up.b = w8;
+        up.m = T, up.n = 4 * C, up.k = C, up.a_scale = scalars, up.b_scale = scalars + 1;
+        llmc::fp8_gemm(matmul, up, stream);
+      },
+      [=] { llmc::relu_squared_fp8_forward(post, post8, scalars + 3, pre, scalars + 2, 4 * TC, stream); },
+      [=] {
+        llmc::wgmma_fp8_relu_squared_launch(post, post8, scalars + 3, x8, w8, scalars, scalars + 1, scalars + 2, T,
+                                            4 * C, C, stream);
+      },
+  };
+}
+
 void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStream_t stream) {
   const size_t TC = static_cast<size_t>(s.T) * s.C;
   const int T = s.T, C = s.C, H = s.H, D = s.D(), V = s.V;
@@ -337,6 +385,10 @@ void attach_work(std::vector<Row>& rows, Workspace& w, const Shape& s, cudaStrea
   if (w.head) {
     const std::vector<std::function<void()>> head_work = fp8_head_work(w, s, x, z, dx, losses, stream);
     work.insert(work.end(), head_work.begin(), head_work.end());
+  }
+  if (fp8_mlp_fits(s)) {
+    const std::vector<std::function<void()>> mlp_work = fp8_mlp_work(w, s, stream);
+    work.insert(work.end(), mlp_work.begin(), mlp_work.end());
   }
   for (size_t i = 0; i < rows.size(); i++) rows[i].work = work[i];
 }

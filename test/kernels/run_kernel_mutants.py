@@ -62,6 +62,7 @@ MUTANTS = {
     "wgmma_gemm.ring_without_barrier": "WgmmaGemm.ProductMatchesReference",  # a slot read before others' copies land
     "wgmma_gemm.products_not_waited": "WgmmaGemm.ProductMatchesReference",  # a slot refilled under its products
     "wgmma_gemm.rope_second_half_sign": "WgmmaGemm.QkvRope*",          # the second half rotated the wrong way
+    "wgmma_fp8_gemm.tile_sum_not_waited": "WgmmaFp8Gemm.ReluSquared*",  # a k-tile's sum promoted before it is done
     "residual_norm_backward.first_warp_only": "ResidualNormKernel.Backward*",  # a block's partial from one row
 }
 

@@ -654,6 +654,32 @@ TEST_F(Modded89ModelTest, Fp8MlpTrainsNearTheBf16MlpAndValidatesAsIt) {
                std::invalid_argument);
 }
 
+// The FP8 MLP's up projection on the wgmma kernel (--wgmma-gemms): ReLU^2, the e4m3 copy and its maximum in the
+// GEMM's epilogue. Emulated, the wgmma FP8 accumulator is the emulated cuBLASLt's model and no other GEMM of this
+// forward runs on wgmma, so the training losses and the delayed activation scales are the cuBLASLt path's bit for
+// bit; on a GPU (other accumulators) within the FP8 MLP's sanity band of Fp8MlpTrainsNearTheBf16MlpAndValidatesAsIt.
+TEST_F(Modded89ModelTest, WgmmaFp8MlpForwardIsTheCublasPaths) {
+  const Case c(59);
+  const Modded89Config& config = c.layout.config;
+  if (!wgmma_gemms_available_here())
+    GTEST_SKIP() << "the wgmma GEMMs need the bf16 build and a Hopper GPU (refusal: WgmmaGemmsLossAndEveryGradient...)";
+  Modded89Model fused(config, 1, c.T, 1, stream, c.bos, Modded89Head::kBf16, Modded89Mlp::kFp8, FusedGemms::kWgmma);
+  Modded89Model plain(config, 1, c.T, 1, stream, c.bos, Modded89Head::kBf16, Modded89Mlp::kFp8);
+  for (Modded89Model* model : {&fused, &plain}) {
+    c.load(*model);
+    run_forward(*model, c, stage1_weights(), true);
+  }
+#if defined(LLMC_EMULATION)
+  EXPECT_EQ(fused.download_losses(), plain.download_losses());
+  EXPECT_EQ(fused.fp8_mlp_scales().activation, plain.fp8_mlp_scales().activation);
+#else
+  const double want = sum(plain.download_losses());
+  EXPECT_NEAR(sum(fused.download_losses()), want, 5e-2 * want);
+#endif
+  fused.backward(/*first_micro_step=*/true);
+  for (float g : fused.download_grads()) ASSERT_TRUE(std::isfinite(g));
+}
+
 // The record's stages train shorter sequences than the last (--batch-schedule modded89): a model allocated for 64
 // tokens running steps of 32 gives bitwise the losses and gradients of a model allocated for 32, then of one
 // allocated for 64 again (nothing of the short step stays behind), in both heads; what it cannot take is refused.

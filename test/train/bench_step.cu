@@ -80,7 +80,7 @@ const char* kind_name(LaunchKind kind) {
 struct Row {
   double calls = 0, bytes = 0, flops = 0, measured_ms = 0;
   bool cost_known = true;
-  bool fp8 = false;  // an FP8 GEMM (llmc/kernels/fp8_matmul.cuh names them "fp8 gemm ...")
+  bool fp8 = false;  // an FP8 GEMM (fp8_matmul.cuh and wgmma_fp8_gemm.cuh name them "fp8 gemm ...")
   double ceiling_us() const {
     return 1e6 * std::max(bytes / kHbmBytesPerSecond, flops / (fp8 ? kFp8FlopsPerSecond : kBf16FlopsPerSecond));
   }

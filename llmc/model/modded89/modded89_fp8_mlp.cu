@@ -11,6 +11,7 @@
 #include "llmc/kernels/fp8_cast_transpose.cuh"
 #include "llmc/kernels/fp8_matmul.cuh"
 #include "llmc/kernels/fp8_mlp.cuh"
+#include "llmc/kernels/wgmma_fp8_gemm.cuh"
 
 namespace llmc {
 
@@ -35,11 +36,15 @@ size_t Modded89Fp8Mlp::bytes(int seq_len, int channels, int layers) {
          aligned(static_cast<size_t>(layers) * kScalars * sizeof(float));
 }
 
-Modded89Fp8Mlp::Modded89Fp8Mlp(int seq_len, int channels, int layers, unsigned char* memory, cudaStream_t stream)
-    : seq_len_(seq_len), channels_(channels), layers_(layers) {
+Modded89Fp8Mlp::Modded89Fp8Mlp(int seq_len, int channels, int layers, unsigned char* memory, cudaStream_t stream,
+                               FusedGemms up_gemm)
+    : seq_len_(seq_len), channels_(channels), layers_(layers), up_gemm_(up_gemm) {
   if (!shape_fits(seq_len, channels))
     throw std::invalid_argument("the FP8 MLP needs the sequence length (" + std::to_string(seq_len) +
                                 ") and the width (" + std::to_string(channels) + ") to be multiples of 16");
+  if (up_gemm == FusedGemms::kWgmma && channels % 32 != 0)
+    throw std::invalid_argument("--wgmma-gemms on: the FP8 MLP's up projection takes widths that are multiples of "
+                                "32 (whole FP8 MMAs), not " + std::to_string(channels));
   if (memory == nullptr || reinterpret_cast<uintptr_t>(memory) % kAlign != 0)
     throw std::invalid_argument("Modded89Fp8Mlp: memory must be 16-byte aligned");
   const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(channels);
@@ -122,13 +127,18 @@ void Modded89Fp8Mlp::forward(MatmulContext& matmul, int layer, const floatX* xn,
   }
   fp8_scale_from_amax(scalar(kXScale, layer), nullptr, xn_amax, fp8_mlp_scale_factor(1.0), stream);
   fp8_cast(x8_, xn, rows * C, 1.0f, stream, scalar(kXScale, layer));
-  Fp8GemmArgs up;  // pre (T, 4C) = (x_s s_up) x8 W8^T, fp32 accumulation
-  up.d = pre, up.d_type = fp8_gemm_output_type<floatX>(), up.a = x8_, up.b = up_codes(layer);
-  up.m = T, up.n = hidden, up.k = C;
-  up.a_scale = scalar(kXScale, layer), up.b_scale = scalar(kUpScale, layer);
-  fp8_gemm(matmul, up, stream);
-  relu_squared_fp8_forward(post, post8_, scalar(kActAmax, layer), pre, scalar(kActScale, layer), rows * hidden,
-                           stream);
+  if (up_gemm_ == FusedGemms::kWgmma) {  // post, post8 and max post from the GEMM's epilogue; pre stays in registers
+    wgmma_fp8_relu_squared_launch(post, post8_, scalar(kActAmax, layer), x8_, up_codes(layer), scalar(kXScale, layer),
+                                  scalar(kUpScale, layer), scalar(kActScale, layer), T, hidden, C, stream);
+  } else {
+    Fp8GemmArgs up;  // pre (T, 4C) = (x_s s_up) x8 W8^T, fp32 accumulation
+    up.d = pre, up.d_type = fp8_gemm_output_type<floatX>(), up.a = x8_, up.b = up_codes(layer);
+    up.m = T, up.n = hidden, up.k = C;
+    up.a_scale = scalar(kXScale, layer), up.b_scale = scalar(kUpScale, layer);
+    fp8_gemm(matmul, up, stream);
+    relu_squared_fp8_forward(post, post8_, scalar(kActAmax, layer), pre, scalar(kActScale, layer), rows * hidden,
+                             stream);
+  }
   Fp8GemmArgs down;  // out (T, C) = (s_act s_w) post8 Wd8^T, fast accumulation
   down.d = out, down.d_type = fp8_gemm_output_type<floatX>(), down.a = post8_, down.b = down_codes(layer);
   down.m = T, down.n = C, down.k = hidden;

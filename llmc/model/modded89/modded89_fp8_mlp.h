@@ -12,6 +12,7 @@
 #include "llmc/checkpoint/state_file.h"
 #include "llmc/cuda/fp8.h"
 #include "llmc/cuda/precision.h"
+#include "llmc/family/fused_gemms.h"
 #include "llmc/kernels/matmul_context.h"
 
 namespace llmc {
@@ -31,8 +32,10 @@ class Modded89Fp8Mlp {
   static bool shape_fits(int seq_len, int channels);
   // The bytes of `memory` (16-byte aligned) for sequences of up to seq_len tokens, width C, hidden 4C.
   static size_t bytes(int seq_len, int channels, int layers);
-  // Every layer's copy stale and bootstrapping, the activation scales 1 (enqueued on stream).
-  Modded89Fp8Mlp(int seq_len, int channels, int layers, unsigned char* memory, cudaStream_t stream);
+  // Every layer's copy stale and bootstrapping, the activation scales 1 (enqueued on stream). up_gemm kWgmma: the
+  // up projection and its ReLU^2 in one kernel (llmc/kernels/wgmma_fp8_gemm.cuh; the width a multiple of 32).
+  Modded89Fp8Mlp(int seq_len, int channels, int layers, unsigned char* memory, cudaStream_t stream,
+                 FusedGemms up_gemm = FusedGemms::kCublas);
 
   // The parameters were replaced (initialised, resumed, restored after the untimed warm-up): as at construction.
   void reset(cudaStream_t stream);
@@ -47,10 +50,11 @@ class Modded89Fp8Mlp {
     refreshed_.assign(refreshed_.size(), 1);
   }
 
-  // Layer `layer` of a training forward over T rows (T a multiple of 16, at most the constructor's): pre and
-  // post (T, 4C) and out (T, C) from xn (T, C), c_fc (4C, C) and c_proj stored (in, out) = (4C, C). Refreshes the
-  // layer's weight copies first if they are stale; afterwards the layer's delayed activation scale holds this
-  // forward's maximum of post times 1.80 / 448 (for the next forward). xn_amax: max |xn| already on the device
+  // Layer `layer` of a training forward over T rows (T a multiple of 16, at most the constructor's): pre (the
+  // cuBLASLt up GEMM's output; the wgmma kernel leaves it alone) and post (T, 4C) and out (T, C) from xn (T, C),
+  // c_fc (4C, C) and c_proj stored (in, out) = (4C, C). Refreshes the layer's weight copies first if they are
+  // stale; afterwards the layer's delayed activation scale holds this forward's maximum of post times 1.80 / 448
+  // (for the next forward). xn_amax: max |xn| already on the device
   // (the RMSNorm that wrote xn computed it into input_amax(layer)); null: computed here, one more read of xn.
   void forward(MatmulContext& matmul, int layer, const floatX* xn, const floatX* c_fc, const floatX* c_proj,
                floatX* pre, floatX* post, floatX* out, int T, cudaStream_t stream, const float* xn_amax = nullptr);
@@ -78,6 +82,7 @@ class Modded89Fp8Mlp {
   void refresh(int layer, const floatX* c_fc, const floatX* c_proj, cudaStream_t stream);
 
   int seq_len_, channels_, layers_;
+  FusedGemms up_gemm_;
   fp8e4m3 *x8_ = nullptr, *post8_ = nullptr, *up_codes_ = nullptr, *down_codes_ = nullptr;
   float* scalars_ = nullptr;                // kScalars per layer
   std::vector<char> stale_;      // per layer: refresh before the next use

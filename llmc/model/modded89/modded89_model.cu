@@ -366,7 +366,8 @@ Modded89Model::Modded89Model(const Modded89Config& config, int world_size, int s
                                                     Fp8HeadWeight::kInOut);
   if (mlp == Modded89Mlp::kFp8)
     b.fp8_mlp =
-        std::make_unique<Modded89Fp8Mlp>(seq_len, config.channels(), kModded89Layers, b.fp8_mlp_memory, stream_);
+        std::make_unique<Modded89Fp8Mlp>(seq_len, config.channels(), kModded89Layers, b.fp8_mlp_memory, stream_,
+                                         fused_gemms);
   loss_means_ = std::make_unique<LossMeans>();
   CUDA_CHECK(cudaMallocHost(&b.staging, Buffers::staging_ints(seq_len) * sizeof(int)));
   CUDA_CHECK(cudaEventCreateWithFlags(&b.staging_free, cudaEventDisableTiming));
