@@ -85,38 +85,28 @@ __device__ inline void multiply_stage(WarpgroupMma& mma, float (&tile_sum)[64], 
   mma.commit();
 }
 
-// This thread's accumulators through the epilogue to post and post8, rows past M and columns past N skipped;
+// This thread's accumulators through the epilogue to post and post8 (rows past M, columns past N skipped);
 // returns the largest post it wrote.
 __device__ inline float store_tile(const WgmmaFp8ReluSquaredArgs& g, const float (&acc)[64], int m0, int n0) {
   const float scale = *g.a_scale * *g.w_scale;  // cuBLASLt's alpha a_scale b_scale with alpha 1
   const float inverse = 1.0f / *g.s_act;        // relu_squared_fp8_forward's reciprocal
-  const int lane = threadIdx.x % 32, row0 = wgmma_gemm::thread_first_row(m0);
   float largest = 0.0f;
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + 8 * half;
-    if (row >= g.m) continue;
-    for (int i = 0; i < kTileN / 8; ++i) {
-      const int column = n0 + 8 * i + 2 * (lane % 4);
-      if (column >= g.n) continue;
-      const size_t at = static_cast<size_t>(row) * g.n + column;
-      const float x0 = acc[4 * i + 2 * half], x1 = acc[4 * i + 2 * half + 1];
-      const __nv_bfloat162 pre = __floats2bfloat162_rn(scale * x0, scale * x1);
-      const __nv_bfloat162 post =
-          __floats2bfloat162_rn(relu_squared(__low2float(pre)), relu_squared(__high2float(pre)));
-      const float p0 = __low2float(post), p1 = __high2float(post);
-      largest = fmaxf(largest, fmaxf(p0, p1));
-      *reinterpret_cast<__nv_bfloat162*>(g.post + at) = post;
-      *reinterpret_cast<uint16_t*>(g.post8 + at) =
-          fp8x2_from_floats<fp8e4m3>(fminf(p0 * inverse, 448.0f), fminf(p1 * inverse, 448.0f));
-    }
-  }
+  wgmma_gemm::for_each_accumulator_pair(acc, m0, n0, g.m, g.n, [&](size_t at, float x0, float x1) {
+    const __nv_bfloat162 pre = __floats2bfloat162_rn(scale * x0, scale * x1);
+    const __nv_bfloat162 post = __floats2bfloat162_rn(relu_squared(__low2float(pre)), relu_squared(__high2float(pre)));
+    const float p0 = __low2float(post), p1 = __high2float(post);
+    largest = fmaxf(largest, fmaxf(p0, p1));
+    *reinterpret_cast<__nv_bfloat162*>(g.post + at) = post;
+    *reinterpret_cast<uint16_t*>(g.post8 + at) =
+        fp8x2_from_floats<fp8e4m3>(fminf(p0 * inverse, 448.0f), fminf(p1 * inverse, 448.0f));
+  });
   return largest;
 }
 
 __global__ void __launch_bounds__(256, 1) relu_squared_kernel(WgmmaFp8ReluSquaredArgs g) {
   __shared__ float warp_maxima[kWarpSize];
   LLMC_DYNAMIC_SHARED(unsigned char, shared);
-  unsigned char* ring = shared + (1024 - shared_space_address(shared) % 1024) % 1024;
+  unsigned char* ring = wgmma_gemm::aligned_ring(shared);
   const int n0 = static_cast<int>(blockIdx.x) * kTileN, m0 = static_cast<int>(blockIdx.y) * kTileM;
   const int k_tiles = (g.k + kTileK - 1) / kTileK, group = threadIdx.x / 128;
   AsyncCopies copies;

@@ -2,7 +2,8 @@
 // and its derivative never make a pass of their own: out (M, N) = A (M, K) W, A row-major, W stored (K, N) row-major
 // or (w_k_major) (N, K) row-major (out = A W^T), fp32 accumulation, rounded to bf16 as cuBLASLt's output is, then
 //   kPlain:                       out;
-//   kReluSquared:                 out = pre, and post = relu(pre)^2 (the fc GEMM: pre and post of the MLP);
+//   kReluSquared:                 out = pre, and post = relu(pre)^2 (the fc GEMM: pre and post of the MLP); out null:
+//                                 post only (the 2026-07-17 model, whose backward reads post);
 //   kReluSquaredBackward:         out = 2 relu(saved) * product, saved the forward's pre (the down projection's
 //                                 input gradient times ReLU^2's slope);
 //   kReluSquaredBackwardFromPost: out = 2 sqrt(saved) * product, saved the forward's post (the 2026-07-17 record's
@@ -48,7 +49,7 @@ struct WgmmaQkvRope {
 };
 
 struct WgmmaGemmArgs {
-  __nv_bfloat16* out = nullptr;          // (M, N)
+  __nv_bfloat16* out = nullptr;          // (M, N); kReluSquared may leave it null (post only)
   __nv_bfloat16* post = nullptr;         // kReluSquared: (M, N) relu(out)^2
   const __nv_bfloat16* saved = nullptr;  // the backward epilogues: (M, N) the forward's pre- or post-activation
   const __nv_bfloat16* a = nullptr;      // (M, K) row-major
@@ -68,6 +69,12 @@ inline constexpr int kTileABytes = kTileM * kSwizzle128RowBytes;            // 1
 inline constexpr int kHalfBBytes = kTileK * kSwizzle128RowBytes;            // 64 k-rows of 64 columns
 inline constexpr int kStageBytes = kTileABytes + 2 * kHalfBBytes;           // 32 KiB
 inline constexpr int kSharedBytes = 1024 + kStages * kStageBytes;           // + the 1024-byte alignment
+
+// The block's ring of stages in dynamic shared memory, moved up to a 1024-byte boundary (the 128-byte swizzle
+// works on shared-address bits; kSharedBytes has room for the move).
+__device__ inline unsigned char* aligned_ring(unsigned char* shared) {
+  return shared + (1024 - shared_space_address(shared) % 1024) % 1024;
+}
 
 // Whether the kernel takes this shape: rows of 16 bytes (N and K multiples of 8); tiles are cut at M, N and K.
 inline bool shape_fits(int n, int k) { return n > 0 && k > 0 && n % 8 == 0 && k % 8 == 0; }
@@ -131,7 +138,8 @@ __device__ inline void store_pair(const WgmmaGemmArgs& g, size_t at, float x0, f
     value = __floats2bfloat162_rn(relu_squared_slope<kFromPost>(__low2float(saved)) * __low2float(value),
                                   relu_squared_slope<kFromPost>(__high2float(saved)) * __high2float(value));
   }
-  *reinterpret_cast<__nv_bfloat162*>(g.out + at) = value;
+  if (kEpilogue != WgmmaEpilogue::kReluSquared || g.out != nullptr)
+    *reinterpret_cast<__nv_bfloat162*>(g.out + at) = value;
 }
 
 // The first of this thread's two accumulator rows (the other is 8 below) in the tile at m0: llmc/emu/wgmma_model.h's
@@ -141,21 +149,27 @@ __device__ inline int thread_first_row(int m0) {
   return m0 + 64 * (warp / 4) + 16 * (warp % 4) + (threadIdx.x % 32) / 4;
 }
 
-// This thread's accumulators to the output, rows past M and columns past N skipped (N is a multiple of 8, so a
+// store(at, x0, x1) for each of this thread's accumulator pairs of the tile at (m0, n0): the pair's offset in a
+// row-major (m, n) output and its two values; rows past m and columns past n skipped (n is a multiple of 8, so a
 // column pair is wholly inside or outside).
-template <WgmmaEpilogue kEpilogue>
-__device__ inline void store_tile(const WgmmaGemmArgs& g, const float (&acc)[64], int m0, int n0) {
+template <class Store>
+__device__ inline void for_each_accumulator_pair(const float (&acc)[64], int m0, int n0, int m, int n, Store&& store) {
   const int lane = threadIdx.x % 32, row0 = thread_first_row(m0);
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + 8 * half;
-    if (row >= g.m) continue;
+    if (row >= m) continue;
     for (int i = 0; i < kTileN / 8; ++i) {
       const int column = n0 + 8 * i + 2 * (lane % 4);
-      if (column >= g.n) continue;
-      const size_t at = static_cast<size_t>(row) * g.n + column;
-      store_pair<kEpilogue>(g, at, acc[4 * i + 2 * half], acc[4 * i + 2 * half + 1]);
+      if (column < n) store(static_cast<size_t>(row) * n + column, acc[4 * i + 2 * half], acc[4 * i + 2 * half + 1]);
     }
   }
+}
+
+// This thread's accumulators to the output through the epilogue.
+template <WgmmaEpilogue kEpilogue>
+__device__ inline void store_tile(const WgmmaGemmArgs& g, const float (&acc)[64], int m0, int n0) {
+  for_each_accumulator_pair(acc, m0, n0, g.m, g.n,
+                            [&](size_t at, float x0, float x1) { store_pair<kEpilogue>(g, at, x0, x1); });
 }
 
 __device__ inline float bf16_rounded(float x) { return __bfloat162float(__float2bfloat16(x)); }
@@ -233,7 +247,7 @@ __device__ inline void store_qkv_rope_tile(const WgmmaGemmArgs& g, const float (
 template <WgmmaEpilogue kEpilogue, bool kWKMajor>
 __global__ void __launch_bounds__(256, 1) gemm_kernel(WgmmaGemmArgs g) {
   LLMC_DYNAMIC_SHARED(unsigned char, shared);
-  unsigned char* ring = shared + (1024 - shared_space_address(shared) % 1024) % 1024;
+  unsigned char* ring = aligned_ring(shared);
   const int n0 = static_cast<int>(blockIdx.x) * kTileN, m0 = static_cast<int>(blockIdx.y) * kTileM;
   const int k_tiles = (g.k + kTileK - 1) / kTileK, group = threadIdx.x / 128;
   AsyncCopies copies;
@@ -298,12 +312,14 @@ inline void wgmma_gemm_launch(WgmmaEpilogue epilogue, const WgmmaGemmArgs& g, cu
   const bool extra_present = epilogue == WgmmaEpilogue::kPlain || epilogue == WgmmaEpilogue::kQkvRope ? true
                              : epilogue == WgmmaEpilogue::kReluSquared ? g.post != nullptr && aligned(g.post)
                                                                        : g.saved != nullptr && aligned(g.saved);
-  if (!aligned(g.out) || !aligned(g.a) || !aligned(g.w) || !extra_present) {
-    throw std::invalid_argument("wgmma_gemm: out, a, w (and post or saved for the ReLU^2 epilogues) must be 16-byte "
-                                "aligned device pointers");
+  const bool out_present = g.out != nullptr || epilogue == WgmmaEpilogue::kReluSquared;
+  if (!out_present || !aligned(g.out) || !aligned(g.a) || !aligned(g.w) || !extra_present) {
+    throw std::invalid_argument("wgmma_gemm: out (null only for the ReLU^2 epilogue), a, w (and post or saved for the "
+                                "ReLU^2 epilogues) must be 16-byte aligned device pointers");
   }
   const double mn = static_cast<double>(g.m) * g.n;
-  const double io_tensors = epilogue == WgmmaEpilogue::kPlain ? 1.0 : 2.0;  // out, and post, saved or rot
+  // out, and post, saved or rot
+  const double io_tensors = epilogue == WgmmaEpilogue::kPlain || g.out == nullptr ? 1.0 : 2.0;
   const KernelCost cost{2.0 * (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n + io_tensors * mn) +
                             (epilogue == WgmmaEpilogue::kQkvRope ? wgmma_gemm::qkv_rope_extra_bytes(g) : 0.0),
                         2.0 * mn * g.k};

@@ -21,18 +21,13 @@
 #include "test/kernels/fp8_test_support.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
+#include "test/support/require_hopper.h"
 
 namespace wgmma_fp8_gemm_test {
 
 using llmc::test::DeviceBuffer;
 using llmc::test::Fp8Matrix;
 using bf16 = __nv_bfloat16;
-
-#define REQUIRE_HOPPER_FOR_FP8()                                                                           \
-  do {                                                                                                     \
-    LLMC_REQUIRE_GPU();                                                                                    \
-    if (llmc::current_device_major() != 9) GTEST_SKIP() << "skipped: wgmma needs a Hopper GPU (sm_90a)"; \
-  } while (0)
 
 struct Problem {
   int m, n, k;
@@ -146,7 +141,7 @@ const std::vector<Shape> kShapes = {{128, 128, 128, 37.0f}, {208, 144, 96, 0.5f}
                                     {64, 128, 640, 4000.0f}};
 
 TEST(WgmmaFp8Gemm, ReluSquaredEpilogueWithinTheAccumulatorBound) {
-  REQUIRE_HOPPER_FOR_FP8();
+  LLMC_REQUIRE_HOPPER();
   for (const Shape& s : kShapes) {
     SCOPED_TRACE("M N K = " + std::to_string(s.m) + " " + std::to_string(s.n) + " " + std::to_string(s.k));
     const Problem p = make_problem(s.m, s.n, s.k, s.s_act, 17);
@@ -171,7 +166,7 @@ TEST(WgmmaFp8Gemm, EmulatedBitForBitTheUnfusedPath) {
 #endif
 
 TEST(WgmmaFp8Gemm, RefusesShapesAndPointersItDoesNotTake) {
-  REQUIRE_HOPPER_FOR_FP8();
+  LLMC_REQUIRE_HOPPER();
   DeviceBuffer<uint8_t> codes(64 * 256);
   DeviceBuffer<uint16_t> post(64 * 64);
   DeviceBuffer<float> scalars(4);

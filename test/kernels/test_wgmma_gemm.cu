@@ -1,7 +1,8 @@
 // Tests of the warpgroup-MMA GEMM with the MLPs' epilogues (llmc/kernels/wgmma_gemm.cuh), W stored (K, N) or
 // (N, K): the product against the double reference of the bf16 inputs, within fp32 accumulation error and one
-// bf16 rounding; the ReLU^2 epilogues bitwise against the host's ReLU^2 of the kernel's own rounded product; rows
-// past M untouched; shapes it does not take refused. Emulated, and on a Hopper GPU (the kernel is sm_90a only).
+// bf16 rounding; the ReLU^2 epilogues bitwise against the host's ReLU^2 of the kernel's own rounded product (also
+// without out); rows past M untouched; shapes and missing outputs it does not take refused. Emulated, and on a
+// Hopper GPU (the kernel is sm_90a only).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,17 +16,12 @@
 #include "llmc/kernels/wgmma_gemm.cuh"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
+#include "test/support/require_hopper.h"
 
 namespace {
 
 using namespace llmc::test;  // the shared helpers of test/support
 using bf16 = __nv_bfloat16;
-
-#define REQUIRE_HOPPER()                                                                                   \
-  do {                                                                                                     \
-    LLMC_REQUIRE_GPU();                                                                                    \
-    if (llmc::current_device_major() != 9) GTEST_SKIP() << "skipped: wgmma needs a Hopper GPU (sm_90a)"; \
-  } while (0)
 
 double bf16_value(double x) { return static_cast<double>(__bfloat162float(__float2bfloat16(static_cast<float>(x)))); }
 
@@ -50,7 +46,8 @@ struct Outputs {
 
 // Runs the kernel; out and post get 8 guard rows past M, filled with a sentinel the kernel must leave alone.
 constexpr double kSentinel = -1024.0;  // exact in bf16
-Outputs run(const Problem& p, llmc::WgmmaEpilogue epilogue, const std::vector<double>& saved = {}) {
+Outputs run(const Problem& p, llmc::WgmmaEpilogue epilogue, const std::vector<double>& saved = {},
+            bool with_out = true) {
   const size_t rows = static_cast<size_t>(p.m) + 8, mn = static_cast<size_t>(p.m) * p.n;
   DeviceBuffer<bf16> a(p.a.size()), w(p.w.size()), out(rows * p.n), post(rows * p.n), d_saved(mn);
   a.upload(p.a);
@@ -65,7 +62,7 @@ Outputs run(const Problem& p, llmc::WgmmaEpilogue epilogue, const std::vector<do
   post.upload(std::vector<double>(rows * p.n, kSentinel));
   if (!saved.empty()) d_saved.upload(saved);
   llmc::WgmmaGemmArgs g;
-  g.out = out.get(), g.post = post.get(), g.saved = d_saved.get(), g.a = a.get(), g.w = w.get();
+  g.out = with_out ? out.get() : nullptr, g.post = post.get(), g.saved = d_saved.get(), g.a = a.get(), g.w = w.get();
   g.w_k_major = p.w_k_major, g.m = p.m, g.n = p.n, g.k = p.k;
   llmc::wgmma_gemm_launch(epilogue, g, nullptr);
   Outputs result{out.download(), post.download()};
@@ -100,7 +97,7 @@ void expect_product(const Problem& p, const std::vector<double>& out) {
 const std::vector<std::vector<int>> kShapes = {{128, 128, 64}, {200, 256, 384}, {72, 136, 40}};
 
 TEST(WgmmaGemm, ProductMatchesReference) {
-  REQUIRE_HOPPER();
+  LLMC_REQUIRE_HOPPER();
   for (const bool w_k_major : {false, true}) {
     for (const auto& shape : kShapes) {
       SCOPED_TRACE("M N K = " + std::to_string(shape[0]) + " " + std::to_string(shape[1]) + " " +
@@ -112,17 +109,20 @@ TEST(WgmmaGemm, ProductMatchesReference) {
 }
 
 // The fc epilogue: out is the same product as the plain kernel's (bitwise: same kernel, same order), post its
-// ReLU^2 rounded to bf16.
+// ReLU^2 rounded to bf16; without out (the 2026-07-17 model's), the same post and no pre.
 TEST(WgmmaGemm, ReluSquaredEpilogueWritesPreAndPost) {
-  REQUIRE_HOPPER();
+  LLMC_REQUIRE_HOPPER();
   for (const auto& shape : kShapes) {
     const Problem p = make_problem(shape[0], shape[1], shape[2], 12);
     const Outputs plain = run(p, llmc::WgmmaEpilogue::kPlain);
     const Outputs fused = run(p, llmc::WgmmaEpilogue::kReluSquared);
+    const Outputs post_only = run(p, llmc::WgmmaEpilogue::kReluSquared, {}, /*with_out=*/false);
     for (size_t i = 0; i < plain.out.size(); ++i) {
       ASSERT_EQ(fused.out[i], plain.out[i]) << i;
       const double pre = fused.out[i];
       ASSERT_EQ(fused.post[i], bf16_value(static_cast<float>(pre > 0.0 ? pre * pre : 0.0))) << i;
+      ASSERT_EQ(post_only.post[i], fused.post[i]) << i;
+      ASSERT_EQ(post_only.out[i], kSentinel) << "pre written without out at " << i;
     }
   }
 }
@@ -131,7 +131,7 @@ TEST(WgmmaGemm, ReluSquaredEpilogueWritesPreAndPost) {
 // bf16(product)) from the post-activation (W stored (N, K), as the 2026-07-17 model reads its c_proj): the unfused
 // path's arithmetic, bitwise.
 TEST(WgmmaGemm, ReluSquaredBackwardEpiloguesScaleByTheSlope) {
-  REQUIRE_HOPPER();
+  LLMC_REQUIRE_HOPPER();
   for (const bool from_post : {false, true}) {
     for (const auto& shape : kShapes) {
       const Problem p = make_problem(shape[0], shape[1], shape[2], 13, from_post);
@@ -159,7 +159,7 @@ TEST(WgmmaGemm, ReluSquaredBackwardEpiloguesScaleByTheSlope) {
 // within 2^-16; v is a v + b ve within one bf16 rounding (b = 0 without ve). Heads of 16 (a tile of 8 heads, N cut
 // at 96), 64 and 128 (a tile per head), M cut.
 TEST(WgmmaGemm, QkvRopeEpilogueNormalisesRotatesAndMixes) {
-  REQUIRE_HOPPER();
+  LLMC_REQUIRE_HOPPER();
   struct Case { int m, C, k, D; bool value_embed; };
   for (const Case& c : {Case{72, 32, 40, 16, true}, Case{64, 128, 64, 64, false}, Case{130, 256, 64, 128, true}}) {
     SCOPED_TRACE("M " + std::to_string(c.m) + " C " + std::to_string(c.C) + " D " + std::to_string(c.D));
@@ -222,7 +222,7 @@ TEST(WgmmaGemm, QkvRopeEpilogueNormalisesRotatesAndMixes) {
 // tiles; the record's 32,768 only repeat them), W both ways: 2,000 sampled outputs against the double reference.
 // GPU only: the emulation would take hours.
 TEST(WgmmaGemm, RecordShapeMatchesSampledReference) {
-  REQUIRE_HOPPER();
+  LLMC_REQUIRE_HOPPER();
   if (LLMC_IS_EMULATION) GTEST_SKIP() << "skipped: GPU-only size (39 GFLOP; the emulated kernel tests cover the logic)";
   const int M = 8192, N = 3072, K = 768;
   for (const bool w_k_major : {false, true}) {
@@ -246,7 +246,7 @@ TEST(WgmmaGemm, RecordShapeMatchesSampledReference) {
 }
 
 TEST(WgmmaGemm, RefusesShapesItDoesNotTake) {
-  REQUIRE_HOPPER();
+  LLMC_REQUIRE_HOPPER();
   for (const auto& shape : std::vector<std::vector<int>>{{128, 100, 64}, {128, 128, 36}, {0, 128, 64}}) {
     const Problem p = make_problem(std::max(shape[0], 1), shape[1], shape[2], 15);
     DeviceBuffer<bf16> a(p.a.size()), w(p.w.size()), out(static_cast<size_t>(p.m) * p.n);
@@ -254,6 +254,13 @@ TEST(WgmmaGemm, RefusesShapesItDoesNotTake) {
     g.out = out.get(), g.a = a.get(), g.w = w.get(), g.m = shape[0], g.n = shape[1], g.k = shape[2];
     EXPECT_THROW(llmc::wgmma_gemm_launch(llmc::WgmmaEpilogue::kPlain, g, nullptr), std::invalid_argument);
   }
+  // Only the fc epilogue may go without out.
+  const Problem p = make_problem(128, 128, 64, 16);
+  DeviceBuffer<bf16> a(p.a.size()), w(p.w.size()), post(static_cast<size_t>(p.m) * p.n);
+  llmc::WgmmaGemmArgs g;
+  g.post = post.get(), g.saved = post.get(), g.a = a.get(), g.w = w.get(), g.m = p.m, g.n = p.n, g.k = p.k;
+  for (const auto epilogue : {llmc::WgmmaEpilogue::kPlain, llmc::WgmmaEpilogue::kReluSquaredBackward})
+    EXPECT_THROW(llmc::wgmma_gemm_launch(epilogue, g, nullptr), std::invalid_argument);
 }
 
 }  // namespace

@@ -1201,8 +1201,8 @@ void Modded89Model::mlp_forward(int i) {
     mlp_output_mix(i);
     return;
   }
-  if (fused_gemms_ == FusedGemms::kWgmma) {  // pre and post = relu(pre)^2 from one GEMM; c_fc (out, in) = (N, K)
-    wgmma_gemm_launch(WgmmaEpilogue::kReluSquared, at(l.pre, hidden), at(l.post, hidden), nullptr, at(l.xn_mlp, C),
+  if (fused_gemms_ == FusedGemms::kWgmma) {  // post = relu(pre)^2 (the backward's input) from the GEMM; c_fc (N, K)
+    wgmma_gemm_launch(WgmmaEpilogue::kReluSquared, nullptr, at(l.post, hidden), nullptr, at(l.xn_mlp, C),
                       bank, /*w_k_major=*/true, T, hidden, C, stream_);
   } else {
     GemmArgs fc;  // pre (T, 4C) = xn c_fc^T, c_fc (out, in)
