@@ -1626,8 +1626,7 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
                          T, D, stream_);
     std::swap(dcur, dnext);
   }
-  if (role.xsa.present()) {  // its dv apart: the attention backward overwrites dv
-    memset_async(b.dv_xsa, 0, static_cast<size_t>(T) * C * sizeof(floatX), stream_);
+  if (role.xsa.present()) {  // its dv apart (every column: H D = C): the attention backward overwrites dv
     const GateRows gate = b.mlps[role.xsa.gate].gate();
     xsa_backward(dcur, b.dv_xsa, b.d_gates[role.xsa.gate] + role.xsa.column, dcur, l.y_dc, l.v,
                  gate.rows + role.xsa.column, XsaShape{T, H, D, C, C, kModded89GateColumns, kModded89GateColumns},
