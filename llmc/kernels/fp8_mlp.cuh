@@ -74,6 +74,27 @@ inline void fp8_scale_from_amax(float* scale, float* used, const float* amax, fl
                      used, amax, factor);
 }
 
+// One pair of the FP8 MLP's ReLU^2 (relu_squared_fp8_forward's and the wgmma up GEMM's epilogue's arithmetic, one
+// formula): post = Tx(relu(pre)^2), the codes e4m3(min(post * inverse, 448)) (the first in the low byte), and the
+// larger post.
+template <typename Tx>
+struct ReluSquaredFp8Pair {
+  Tx post[2];
+  uint16_t codes;
+  float larger;
+};
+
+template <typename Tx>
+__device__ __forceinline__ ReluSquaredFp8Pair<Tx> relu_squared_fp8_pair(float pre0, float pre1, float inverse) {
+  ReluSquaredFp8Pair<Tx> pair;
+  pair.post[0] = from_float<Tx>(relu_squared(pre0));
+  pair.post[1] = from_float<Tx>(relu_squared(pre1));
+  const float a = to_float(pair.post[0]), b = to_float(pair.post[1]);
+  pair.larger = fmaxf(a, b);
+  pair.codes = fp8x2_from_floats<fp8e4m3>(fminf(a * inverse, 448.0f), fminf(b * inverse, 448.0f));
+  return pair;
+}
+
 // post = relu(pre)^2 in Tx, as relu_squared_forward; post8 = e4m3(min(post / s_act, 448)) with s_act read on the
 // device (the record multiplies by its fp32 reciprocal); *amax (zeroed first) = max post. 16 values per thread.
 template <typename Tx>
@@ -92,13 +113,12 @@ __global__ void relu_squared_fp8_kernel(Tx* post, fp8e4m3* post8, float* amax, c
       const Packet x = load128cs(pre + at);
       Packet y;
       for (int j = 0; j < Packet::size; j += 2) {
-        y[j] = from_float<Tx>(relu_squared(to_float(x[j])));
-        y[j + 1] = from_float<Tx>(relu_squared(to_float(x[j + 1])));
-        const float a = to_float(y[j]), b = to_float(y[j + 1]);
-        largest = fmaxf(largest, fmaxf(a, b));
-        const uint16_t pair = fp8x2_from_floats<fp8e4m3>(fminf(a * inverse, 448.0f), fminf(b * inverse, 448.0f));
-        codes[part * Packet::size + j] = fp8_from_bits<fp8e4m3>(static_cast<uint8_t>(pair & 0xffu));
-        codes[part * Packet::size + j + 1] = fp8_from_bits<fp8e4m3>(static_cast<uint8_t>(pair >> 8));
+        const ReluSquaredFp8Pair<Tx> pair = relu_squared_fp8_pair<Tx>(to_float(x[j]), to_float(x[j + 1]), inverse);
+        y[j] = pair.post[0];
+        y[j + 1] = pair.post[1];
+        largest = fmaxf(largest, pair.larger);
+        codes[part * Packet::size + j] = fp8_from_bits<fp8e4m3>(static_cast<uint8_t>(pair.codes & 0xffu));
+        codes[part * Packet::size + j + 1] = fp8_from_bits<fp8e4m3>(static_cast<uint8_t>(pair.codes >> 8));
       }
       store128(post + at, y);
     }

@@ -92,13 +92,12 @@ __device__ inline float store_tile(const WgmmaFp8ReluSquaredArgs& g, const float
   const float inverse = 1.0f / *g.s_act;        // relu_squared_fp8_forward's reciprocal
   float largest = 0.0f;
   wgmma_gemm::for_each_accumulator_pair(acc, m0, n0, g.m, g.n, [&](size_t at, float x0, float x1) {
-    const __nv_bfloat162 pre = __floats2bfloat162_rn(scale * x0, scale * x1);
-    const __nv_bfloat162 post = __floats2bfloat162_rn(relu_squared(__low2float(pre)), relu_squared(__high2float(pre)));
-    const float p0 = __low2float(post), p1 = __high2float(post);
-    largest = fmaxf(largest, fmaxf(p0, p1));
-    *reinterpret_cast<__nv_bfloat162*>(g.post + at) = post;
-    *reinterpret_cast<uint16_t*>(g.post8 + at) =
-        fp8x2_from_floats<fp8e4m3>(fminf(p0 * inverse, 448.0f), fminf(p1 * inverse, 448.0f));
+    const __nv_bfloat162 pre = __floats2bfloat162_rn(scale * x0, scale * x1);  // cuBLASLt's bf16 output
+    const ReluSquaredFp8Pair<__nv_bfloat16> pair =
+        relu_squared_fp8_pair<__nv_bfloat16>(__low2float(pre), __high2float(pre), inverse);
+    largest = fmaxf(largest, pair.larger);
+    *reinterpret_cast<__nv_bfloat162*>(g.post + at) = __halves2bfloat162(pair.post[0], pair.post[1]);
+    *reinterpret_cast<uint16_t*>(g.post8 + at) = pair.codes;
   });
   return largest;
 }
