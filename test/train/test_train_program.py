@@ -8,8 +8,9 @@ for bit, a second SIGINT stops at once, damaged checkpoints are refused naming t
 are pruned, and a full disk (a real one: a small tmpfs in a private mount namespace) stops the run with
 the previous checkpoint intact and no temporary file left.
 
-Usage: test_train_program.py --trainer PATH [--mpiexec PATH] [--require-gpu] [unittest args]
-(CTest passes the emulated build; with --require-gpu it exits 77, "skipped: no GPU", without one).
+Usage: test_train_program.py --trainer PATH [--mpiexec PATH] [--require-gpu] [--part NAME] [unittest args]
+(CTest passes the emulated build, one test per --part so that CTest runs them side by side; with --require-gpu it
+exits 77, "skipped: no GPU", without one).
 Tiny token shards are written with numpy into a temp dir; every run is the "tiny" preset (30k params),
 but the samples' runs: d1, which has GPT-2's vocabulary.
 """
@@ -1044,11 +1045,37 @@ class TrainProgram(unittest.TestCase):
         self.assertEqual(resumed.returncode, 0, resumed.stdout + resumed.stderr)
 
 
+# --part NAME runs the tests whose names contain one of its words (the first part that matches takes a test);
+# "program" runs every test no other part takes, so a new test always runs somewhere. Alone on the 2-core VM
+# (2026-12-06): replay ~105 s, speedrun ~145 s, program ~60 s; all in one process they were CI's longest test.
+PARTS = {"replay": ("cuda_graphs", "untimed_warmup"),
+         "speedrun": ("modded89", "speedrun", "wgmma", "fp8", "bos_loader")}
+
+
+def part_of(test_name):
+    for part, words in PARTS.items():
+        if any(word in test_name for word in words):
+            return part
+    return "program"
+
+
+def select_part(suite, part):
+    """The tests of the suite that `part` runs (every test for None)."""
+    selected = unittest.TestSuite()
+    for test in suite:
+        if isinstance(test, unittest.TestSuite):
+            selected.addTests(select_part(test, part))
+        elif part is None or part_of(test.id().rsplit(".", 1)[-1]) == part:
+            selected.addTest(test)
+    return selected
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trainer", required=True, help="the train_gpt2 binary to test")
     parser.add_argument("--mpiexec", default=shutil.which("mpiexec"), help="for the 2-rank resume test")
     parser.add_argument("--require-gpu", action="store_true", help="skip (exit 77) when no GPU is present")
+    parser.add_argument("--part", choices=list(PARTS) + ["program"], help="run only this part's tests (PARTS)")
     args, rest = parser.parse_known_args()
     if args.require_gpu:
         listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True) \
@@ -1059,8 +1086,15 @@ def main():
         SETTINGS["gpus"] = listing.stdout.count("GPU ")
     SETTINGS["trainer"] = os.path.abspath(args.trainer)
     SETTINGS["mpiexec"] = args.mpiexec
-    program = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
-    return 0 if program.result.wasSuccessful() else 1
+    if args.part is None:
+        program = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+        return 0 if program.result.wasSuccessful() else 1
+    suite = select_part(unittest.defaultTestLoader.loadTestsFromTestCase(TrainProgram), args.part)
+    if suite.countTestCases() == 0:
+        print(f"--part {args.part}: no test of this part", file=sys.stderr)
+        return 1
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    return 0 if result.wasSuccessful() else 1
 
 
 if __name__ == "__main__":
