@@ -166,3 +166,16 @@ add_test(NAME kernels_speedrun_bench_smoke_emu
 add_test(NAME kernels_speedrun_bench_rows_emu COMMAND bench_speedrun_kernels_emu --dry-run)
 set_tests_properties(kernels_speedrun_bench_smoke_emu kernels_speedrun_bench_rows_emu PROPERTIES LABELS kernels
                      TIMEOUT 120)
+
+# ptxas's performance advisories on the wgmma GEMMs (C7510-C7599: a wgmma serialised, warpgroup.arrive or wait
+# injected), which no emulated test can see: nvcc compiles test/kernels/wgmma_ptxas_advisories.cu for sm_90a and
+# the test fails if ptxas prints one (2026-12-07: kQkvRope's runtime-indexed epilogue had serialised every wgmma of
+# the QKV GEMM, the FP8 GEMM's k-tile loop injected five arrives). About 20 s of CPU.
+if(LLMC_HAVE_CUDA)
+  add_test(NAME wgmma_ptxas_advisories
+           COMMAND ${CMAKE_CUDA_COMPILER} -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -arch=sm_90a
+                   -I${CMAKE_SOURCE_DIR} -cubin -o ${CMAKE_CURRENT_BINARY_DIR}/wgmma_ptxas_advisories.cubin
+                   ${CMAKE_SOURCE_DIR}/test/kernels/wgmma_ptxas_advisories.cu)
+  set_tests_properties(wgmma_ptxas_advisories PROPERTIES LABELS kernels TIMEOUT 300
+                       FAIL_REGULAR_EXPRESSION "\\(C75[0-9][0-9]\\)")
+endif()

@@ -73,16 +73,31 @@ __device__ inline void load_stage(AsyncCopies& copies, unsigned char* stage, con
   }
 }
 
-// One k-tile's `mmas` products (those inside K) for this warpgroup's 64 rows, into a fresh sum.
-__device__ inline void multiply_stage(WarpgroupMma& mma, float (&tile_sum)[64], const unsigned char* stage,
-                                      int group, int mmas) {
-  const unsigned char* tile_a = stage + group * (kTileABytes / 2);
-  const unsigned char* tile_b = stage + kTileABytes;
+// kSteps MMAs of k 32 from the tile's start into a fresh sum, one group: unrolled, fenced and committed within
+// one branch (over a runtime count, or with the fence or the commit across a branch, ptxas injects
+// warpgroup.arrive, its advisory C7519, serialising what the fence already orders).
+template <int kSteps>
+__device__ inline void multiply_steps(WarpgroupMma& mma, float (&tile_sum)[64], const unsigned char* tile_a,
+                                      const unsigned char* tile_b) {
   mma.fence();
-  for (int s = 0; s < mmas; ++s)
+  for (int s = 0; s < kSteps; ++s)
     mma.mma_m64n128k32_e4m3(tile_sum, swizzle128_descriptor(tile_a, 32 * s), swizzle128_descriptor(tile_b, 32 * s),
                             s > 0);
   mma.commit();
+}
+
+// One k-tile's `mmas` products (those inside K: 1 to 4) for this warpgroup's 64 rows, into a fresh sum.
+__device__ inline void multiply_stage(WarpgroupMma& mma, float (&tile_sum)[64], const unsigned char* stage,
+                                      int group, int mmas) {
+  static_assert(kTileK / kMmaK == 4, "a k-tile is four MMAs");
+  const unsigned char* tile_a = stage + group * (kTileABytes / 2);
+  const unsigned char* tile_b = stage + kTileABytes;
+  switch (mmas) {
+    case 1: multiply_steps<1>(mma, tile_sum, tile_a, tile_b); break;
+    case 2: multiply_steps<2>(mma, tile_sum, tile_a, tile_b); break;
+    case 3: multiply_steps<3>(mma, tile_sum, tile_a, tile_b); break;
+    default: multiply_steps<4>(mma, tile_sum, tile_a, tile_b); break;
+  }
 }
 
 // This thread's accumulators through the epilogue to post and post8 (rows past M, columns past N skipped);

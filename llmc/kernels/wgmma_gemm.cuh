@@ -273,7 +273,11 @@ __global__ void __launch_bounds__(256, 1) gemm_kernel(WgmmaGemmArgs g) {
   copies.wait<0>();
   if constexpr (kEpilogue == WgmmaEpilogue::kQkvRope) {
     store_tile<WgmmaEpilogue::kPlain>(g, acc, m0, n0);
-    store_qkv_rope_tile(g, acc, m0, n0);
+    // The heads' loops index by the runtime head size, so they read a copy: indexed so, the accumulators would
+    // leave the registers and ptxas would serialise every wgmma of the main loop (its advisory C7514).
+    float values[64];
+    for (int i = 0; i < 64; ++i) values[i] = acc[i];
+    store_qkv_rope_tile(g, values, m0, n0);
   } else {
     store_tile<kEpilogue>(g, acc, m0, n0);
   }

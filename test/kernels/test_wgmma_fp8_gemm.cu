@@ -131,14 +131,15 @@ void expect_post_codes_and_maximum(const Problem& p, const Outputs& out) {
 }
 
 // M = 208 cuts the second row tile, N = 144 the second column tile (multiples of 16: cuBLASLt's FP8 GEMM takes no
-// others); K = 96 is one k-tile of three MMAs, K = 384
-// three whole k-tiles (each a promotion), K = 640 five, around the four-slot ring; s_act 0.5 saturates many codes.
+// others); K = 96 is one k-tile of three MMAs, K = 320
+// two whole k-tiles (each a promotion) and one of two MMAs, K = 672 five around the four-slot ring and one of one
+// MMA: every count of MMAs a k-tile can have (multiply_stage's four cases); s_act 0.5 saturates many codes.
 struct Shape {
   int m, n, k;
   float s_act;
 };
-const std::vector<Shape> kShapes = {{128, 128, 128, 37.0f}, {208, 144, 96, 0.5f}, {80, 256, 384, 900.0f},
-                                    {64, 128, 640, 4000.0f}};
+const std::vector<Shape> kShapes = {{128, 128, 128, 37.0f}, {208, 144, 96, 0.5f}, {80, 256, 320, 900.0f},
+                                    {64, 128, 672, 4000.0f}};
 
 TEST(WgmmaFp8Gemm, ReluSquaredEpilogueWithinTheAccumulatorBound) {
   LLMC_REQUIRE_HOPPER();
