@@ -975,6 +975,16 @@ bool Modded89Model::attention_norm_backward_fused_after(int i) const {
          i != 7;
 }
 
+// The layer whose output mix the backward reaches first among those that add g x0 (attention_output_and_mlp_norm's
+// layers: attention, not MUDD): its backward stores d_x0, the others add to it.
+int Modded89Model::first_x0_stream_layer() const {
+  for (int i = kModded89Layers - 1; i >= 0; i--) {
+    const Modded89Layer& role = layout_.structure.layers[static_cast<size_t>(i)];
+    if (role.attention && !role.mudd) return i;
+  }
+  throw std::logic_error("Modded89Model: no attention layer adds the x0 stream");
+}
+
 // The FP8 MLP's input maximum, taken by the pass that writes its input xn_mlp (training forwards only, as the record).
 float* Modded89Model::mlp_input_amax(int i) const {
   const Buffers& b = *buffers_;
@@ -1327,9 +1337,10 @@ void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_
   grad_target_ = first_micro_step ? grads_ : b.accum_grads;
   const size_t TC = static_cast<size_t>(seq_len_) * layout_.config.channels();
   memset_async(b.d_fp32, 0, b.fp32_count * sizeof(float), stream_);
-  for (floatX* buffer : {b.d_x0, b.d_b, b.d_cache0, b.d_cache3, b.d_cache7, b.d_cache9})
-    memset_async(buffer, 0, TC * sizeof(floatX), stream_);
-  for (floatX* table : b.d_ve) memset_async(table, 0, TC * sizeof(floatX), stream_);
+  // The shared streams' gradients start at their first writer, which stores where the later ones add: the head's
+  // MUDD1 pass (the caches and d_ve[0]), layer 10's MUDD0 (d_b, d_ve[4]), the top attention layer's output mix
+  // (d_x0, first_x0_stream_layer). The gated value embeddings 1-3 start where value_embed_gate_backward adds.
+  for (int k = 1; k <= 3; k++) memset_async(b.d_ve[k], 0, TC * sizeof(floatX), stream_);
   for (int k = 0; k < 4; k++)
     CUDA_CHECK(
         cudaMemsetAsync(b.d_gates[k], 0, static_cast<size_t>(seq_len_) * b.mlps[k].columns * sizeof(float), stream_));
@@ -1410,12 +1421,12 @@ void Modded89Model::head_backward() {
   ResidualMixIn mix;
   mix.x_in = ConstRows{x, C};
   mix.scalars = b.fp32_params;
-  const TokenMix streams = token_mix_grads(b.mlps[3].gate(), b.d_gates[3],
-                                           {{b.x_start, 0, b.d_cache0},
-                                            {b.layers[7].x_out, 1, b.d_cache7},
-                                            {b.layers[10].x_in, 2, b.d_cache9},
-                                            {b.ve[0], 3, b.d_ve[0]},
-                                            {b.layers[3].x_out, 4, b.d_cache3}},
+  const TokenMix streams = token_mix_grads(b.mlps[3].gate(), b.d_gates[3],  // the streams' first writer (backward)
+                                           {{b.x_start, 0, b.d_cache0, false},
+                                            {b.layers[7].x_out, 1, b.d_cache7, false},
+                                            {b.layers[10].x_in, 2, b.d_cache9, false},
+                                            {b.ve[0], 3, b.d_ve[0], false},
+                                            {b.layers[3].x_out, 4, b.d_cache3, false}},
                                            C);
   residual_norm_backward({Rows{b.dx, C}}, {b.dn, b.x_final, b.rstd_f, nullptr}, streams, mix, T, C, b.scratch,
                          b.scratch_floats, stream_);
@@ -1554,10 +1565,11 @@ void Modded89Model::attention_output_and_mlp_norm_backward(int i) {
   const int T = seq_len_, C = layout_.config.channels();
   const GateRows gate = b.mlps[role.x0_gate.gate].gate();
   float* dgate = b.d_gates[role.x0_gate.gate];
-  TokenMix streams = token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0}}, C);
+  const bool add_x0 = i != first_x0_stream_layer();  // the first (the backward's) stores
+  TokenMix streams = token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0, add_x0}}, C);
   if (i != 0)
-    streams = token_mix_grads(gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0}, {b.b, role.bigram_gate.column, b.d_b}},
-                              C);
+    streams = token_mix_grads(
+        gate, dgate, {{b.x0, role.x0_gate.column, b.d_x0, add_x0}, {b.b, role.bigram_gate.column, b.d_b}}, C);
   const ResidualMixIn mix = residual_lambda_mix(l.x_in, l.attn_out, 2 * i);
   residual_norm_backward({Rows{b.dx, C}, false, Rows{b.d_branch, C}, false, b.d_fp32},
                          {b.dn, l.x_attn, l.rstd_mlp, b.dx}, streams, mix, T, C, b.scratch, b.scratch_floats, stream_);
@@ -1576,7 +1588,7 @@ void Modded89Model::mudd_attention_backward(int i) {
                                      {{l.x_pre, 8, b.dx_pre, false},
                                       {l.attn_out, 9, b.d_branch, false},
                                       {cache0, 10, b.d_cache0},
-                                      {b.b, 11, b.d_b}},
+                                      {b.b, 11, b.d_b, false}},  // d_b's first writer (backward)
                                      C),
                      T, C, stream_);
   // x' = x + mu5 x + mu3 cache0 + mu4 cache7: x's two terms in two launches (one launch stores each gradient once)
@@ -1590,7 +1602,8 @@ void Modded89Model::mudd_attention_backward(int i) {
   // aux_v (its gradient is dv) = mu0 cache0 + mu1 cache7 + mu2 x + (mu6 | mu7) ve4
   for (int half = 0; half < 2; half++) {
     const size_t at = static_cast<size_t>(half) * (C / 2);
-    token_mix_backward(b.dv + at, C, token_mix_grads(mu, dmu, {{b.ve[4] + at, 6 + half, b.d_ve[4] + at}}, C), T, C / 2,
+    token_mix_backward(b.dv + at, C,  // d_ve[4]'s only writer: each half stored
+                       token_mix_grads(mu, dmu, {{b.ve[4] + at, 6 + half, b.d_ve[4] + at, false}}, C), T, C / 2,
                        stream_);
   }
   token_mix_backward(b.dv, C,

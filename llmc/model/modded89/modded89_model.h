@@ -213,6 +213,7 @@ class Modded89Model : public FamilyModel {
   void attention_output_and_mlp_norm_backward(int layer);
   bool attention_norm_fused_before(int layer) const;
   bool attention_norm_backward_fused_after(int layer) const;
+  int first_x0_stream_layer() const;
   ResidualMixIn residual_lambda_mix(const floatX* x, const floatX* branch, int lambda) const;
   float* mlp_input_amax(int layer) const;
   void mlp_forward(int layer);
