@@ -14,6 +14,7 @@
 #include "llmc/model/gpt2/gpt2_init.h"
 #include "test/support/gpu_test.h"
 #include "test/support/stream_test.h"
+#include "test/support/worst_error.h"
 #include "test/reference/reference_gpt2.h"
 
 namespace {
@@ -62,7 +63,7 @@ void expect_grads_close(const GPT2Layout& layout, const std::vector<float>& got,
     double max_ref = 0.0, max_err = 0.0;
     for (size_t i = 0; i < view.numel; i++) {
       max_ref = std::max(max_ref, std::fabs(want[view.offset + i]));
-      max_err = std::max(max_err, std::fabs(got[view.offset + i] - want[view.offset + i]));
+      max_err = llmc::worse_error(max_err, std::fabs(got[view.offset + i] - want[view.offset + i]));
     }
     EXPECT_LE(max_err, kGradTolerance * max_ref + 1e-9) << view.name << " (largest reference gradient " << max_ref << ")";
   }

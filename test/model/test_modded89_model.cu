@@ -31,6 +31,7 @@
 #include "test/reference/reference_modded89.h"
 #include "test/support/captured_graph.h"
 #include "test/support/stream_test.h"
+#include "test/support/worst_error.h"
 
 namespace {
 
@@ -200,7 +201,7 @@ std::vector<bool> expect_grads_near(const Modded89Layout& layout, const std::vec
     for (size_t i = view.offset; i < view.offset + view.numel; i++) {
       inside[i] = true;
       max_ref = std::max(max_ref, std::fabs(want[i]));
-      max_err = std::max(max_err, std::fabs(got[i] - want[i]));
+      max_err = llmc::worse_error(max_err, std::fabs(got[i] - want[i]));
     }
     const double tolerance = grad_tolerance(view) + extra;
     EXPECT_LE(max_err, tolerance * max_ref + 1e-12) << what << ": " << view.name << " (largest reference gradient "

@@ -25,6 +25,7 @@
 #include "test/support/gpu_test.h"
 #include "test/support/speedrun_test_inputs.h"
 #include "test/support/stream_test.h"
+#include "test/support/worst_error.h"
 
 namespace {
 
@@ -58,7 +59,7 @@ void expect_grads_within(const SpeedrunLayout& layout, const std::vector<float>&
     for (size_t i = 0; i < view.numel; i++) {
       const double expected = scale * (*tensor.values)[i];
       max_ref = std::max(max_ref, std::fabs(expected));
-      max_err = std::max(max_err, std::fabs(got[view.offset + i] - expected));
+      max_err = llmc::worse_error(max_err, std::fabs(got[view.offset + i] - expected));
     }
     EXPECT_LE(max_err, tolerance * max_ref + 1e-12) << view.name << " (largest reference gradient " << max_ref << ")";
     if (std::getenv("LLMC_TEST_VERBOSE") != nullptr)
