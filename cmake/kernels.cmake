@@ -170,7 +170,7 @@ set_tests_properties(kernels_speedrun_bench_smoke_emu kernels_speedrun_bench_row
 # ptxas's performance advisories on the wgmma GEMMs (C7510-C7599: a wgmma serialised, warpgroup.arrive or wait
 # injected), which no emulated test can see: nvcc compiles test/kernels/wgmma_ptxas_advisories.cu for sm_90a and
 # the test fails if ptxas prints one (2026-12-07: kQkvRope's runtime-indexed epilogue had serialised every wgmma of
-# the QKV GEMM, the FP8 GEMM's k-tile loop injected five arrives). About 20 s of CPU.
+# the QKV GEMM, the FP8 GEMM's k-tile loop injected five arrives). About 10 s of CPU.
 if(LLMC_HAVE_CUDA)
   add_test(NAME wgmma_ptxas_advisories
            COMMAND ${CMAKE_CUDA_COMPILER} -std=c++17 --expt-relaxed-constexpr -O3 -DNDEBUG -arch=sm_90a
