@@ -21,6 +21,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "test/support/device_buffer.h"
 #include "test/support/gpu_test.h"
+#include "test/support/worst_error.h"
 
 namespace {
 
@@ -231,7 +232,7 @@ TEST(CublasLt, AccumulationErrorGrowsAsATiledSumNotASerialOne) {
           exact += static_cast<double>(a[at(i, kk, m)]) * b[at(kk, j, k)];
           serial += product;
         }
-        worst = std::max(worst, std::fabs(d[at(i, j, m)] - exact) / exact);
+        worst = llmc::worse_error(worst, std::fabs(d[at(i, j, m)] - exact) / exact);
         worst_serial = std::max(worst_serial, std::fabs(serial - exact) / exact);
       }
     const double unit = std::ldexp(1.0, -24);

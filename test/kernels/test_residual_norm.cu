@@ -17,6 +17,7 @@
 #include "llmc/kernels/residual_norm.cuh"
 #include "test/support/gpu_test.h"
 #include "test/support/kernel_test_utils.h"
+#include "test/support/worst_error.h"
 
 namespace {
 
@@ -109,7 +110,7 @@ void expect_fused_equals_unfused(const Case& c) {
   if (!c.with_amax) return;
   const std::vector<double> xn = fused.xn.download();
   double largest = 0.0;
-  for (double value : xn) largest = std::max(largest, std::fabs(value));
+  for (double value : xn) largest = llmc::larger_magnitude(largest, value);
   EXPECT_EQ(fused.amax.download()[0], largest);
   EXPECT_EQ(unfused.amax.download()[0], largest);
 }

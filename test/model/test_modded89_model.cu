@@ -524,8 +524,8 @@ TEST_F(Modded89ModelTest, MicroStepsAccumulateWithHooksInBucketOrder) {
       const bool touched = std::binary_search(want[t].second->begin(), want[t].second->end(), static_cast<int>(row));
       double largest = 0.0;
       for (size_t k = 0; k < row_elements; k++)
-        largest = std::max(largest, std::fabs(static_cast<double>(accumulated[table.offset + row * row_elements + k])));
-      EXPECT_EQ(largest > 0.0, touched) << table.name << " row " << row;
+        largest = llmc::larger_magnitude(largest, accumulated[table.offset + row * row_elements + k]);
+      EXPECT_EQ(largest != 0.0, touched) << table.name << " row " << row;
     }
   }
   EXPECT_EQ(model.bucket_name(0), "bigram table");

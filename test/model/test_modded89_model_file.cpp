@@ -19,6 +19,7 @@
 #include "llmc/model/modded89/modded89_model_file.h"
 #include "test/reference/reference_modded89.h"
 #include "test/support/test_helpers.h"
+#include "test/support/worst_error.h"
 
 namespace {
 
@@ -285,7 +286,7 @@ TEST(Modded89Init, RandomTensorsHaveTheRecordsDistributionsAndTheTie) {
   const double a = std::sqrt(3.0) * 0.5 / std::sqrt(32.0);
   auto expect_uniform = [&](const TensorView& view, size_t count, double bound) {
     double largest = 0.0;
-    for (size_t i = 0; i < count; i++) largest = std::max(largest, std::fabs(double{params[view.offset + i]}));
+    for (size_t i = 0; i < count; i++) largest = llmc::larger_magnitude(largest, params[view.offset + i]);
     EXPECT_LE(largest, bf16_round(static_cast<float>(bound))) << view.name;
     EXPECT_GT(largest, 0.95 * bound) << view.name;  // P(all of >= 1,000 draws below 0.95 a) < 1e-22
     expect_std(view, count, bound / std::sqrt(3.0));

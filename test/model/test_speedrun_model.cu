@@ -264,7 +264,7 @@ TEST_F(SpeedrunModelTest, FreshModelLossIsLnVAndOnlyTheHeadHasGradients) {
   for (const TensorView& view : model.layout().tensors) {
     double largest = 0.0;
     for (size_t i = 0; i < view.numel; i++)
-      largest = std::max(largest, std::fabs(static_cast<double>(grads[view.offset + i])));
+      largest = llmc::larger_magnitude(largest, grads[view.offset + i]);
     if (speedrun_kind(view) == SpeedrunTensor::kHead)
       EXPECT_GT(largest, 0.0) << view.name;
     else

@@ -17,6 +17,7 @@
 #include "llmc/model/gpt2/gpt2_init.h"
 #include "llmc/optim/zero.h"
 #include "test/support/gpu_test.h"
+#include "test/support/worst_error.h"
 #include "test/reference/reference_gpt2.h"
 
 namespace {
@@ -157,8 +158,8 @@ class TrainSteps : public ::testing::Test {
     const Trajectory want = reference_steps(layout, start, batches, B, T, settings);
     double worst_loss = 0.0, worst_norm = 0.0;
     for (int i = 0; i < steps; i++) {
-      worst_loss = std::max(worst_loss, std::fabs(device.losses[i] - want.losses[i]) / want.losses[i]);
-      worst_norm = std::max(worst_norm, std::fabs(device.grad_norms[i] - want.grad_norms[i]) / want.grad_norms[i]);
+      worst_loss = llmc::worse_error(worst_loss, std::fabs(device.losses[i] - want.losses[i]) / want.losses[i]);
+      worst_norm = llmc::worse_error(worst_norm, std::fabs(device.grad_norms[i] - want.grad_norms[i]) / want.grad_norms[i]);
       EXPECT_NEAR(device.losses[i], want.losses[i], kLossTolerance * want.losses[i]) << "loss of step " << i + 1;
       EXPECT_NEAR(device.grad_norms[i], want.grad_norms[i], kNormTolerance * want.grad_norms[i])
           << "gradient norm of step " << i + 1;

@@ -15,6 +15,7 @@
 #include "test/reference/reference_modded89_ops.h"
 #include "test/reference/reference_tape_attention.h"
 #include "test/reference/reference_tape_ops.h"
+#include "test/support/worst_error.h"
 
 namespace {
 
@@ -134,7 +135,7 @@ TEST(ReferenceModded89, StepZeroGradientsAreZeroExactlyWhereThePublishedFactsSay
   auto largest = [&](const std::string& name, size_t begin, size_t count) {
     const llmc::TensorView& view = layout.find(name);
     double m = 0.0;
-    for (size_t i = begin; i < begin + count; i++) m = std::max(m, std::fabs(model.grads[view.offset + i]));
+    for (size_t i = begin; i < begin + count; i++) m = llmc::larger_magnitude(m, model.grads[view.offset + i]);
     return m;
   };
   auto whole = [&](const std::string& name) { return largest(name, 0, layout.find(name).numel); };

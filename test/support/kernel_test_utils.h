@@ -63,10 +63,11 @@ inline double rms(const std::vector<double>& values) {
   return values.empty() ? 0.0 : std::sqrt(sum / values.size());
 }
 
-// Every element finite and |got - expected| <= tol * (|expected| + rms(expected)) + absolute. The rms
+// Every element of both finite and |got - expected| <= tol * (|expected| + rms(expected)) + absolute. The rms
 // term keeps elements that are small by cancellation from demanding more relative accuracy than the
 // arithmetic can give, while a wrong or missing element of typical size still fails. `absolute` is for
-// results whose exact value cancels to ~0 in many places (the rms then understates the terms' size).
+// results whose exact value cancels to ~0 in many places (the rms then understates the terms' size). The
+// expected values are checked too: fmax drops a NaN, so a NaN in the reference would otherwise pass.
 inline ::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& expected,
                                             double tol, double absolute = 0.0) {
   if (got.size() != expected.size())
@@ -76,10 +77,11 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& got, cons
   double worst_error = 0.0;
   for (size_t i = 0; i < got.size(); i++) {
     const double error = std::fmax(std::fabs(got[i] - expected[i]) - absolute, 0.0) / (std::fabs(expected[i]) + scale);
-    const bool ok = std::isfinite(got[i]) && error <= tol;
+    const bool finite = std::isfinite(got[i]) && std::isfinite(expected[i]);
+    const bool ok = finite && error <= tol;
     if (!ok) bad++;
-    if (!std::isfinite(got[i]) || error > worst_error || (!ok && bad == 1)) {
-      worst_error = std::isfinite(got[i]) ? error : std::numeric_limits<double>::infinity();
+    if (!finite || error > worst_error || (!ok && bad == 1)) {
+      worst_error = finite ? error : std::numeric_limits<double>::infinity();
       worst = i;
     }
   }

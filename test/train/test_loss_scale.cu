@@ -24,6 +24,7 @@
 #include "test/support/gpu_test.h"
 #include "test/support/speedrun_test_inputs.h"
 #include "test/support/speedrun_trajectory.h"
+#include "test/support/worst_error.h"
 
 namespace {
 
@@ -63,7 +64,7 @@ double largest_update_error(const TrajectorySetup& setup, const std::vector<floa
   double largest = 0.0;
   for (const auto& [name, error] : update_errors(make_speedrun_layout(setup.config, 1), setup.start, got, want)) {
     if (verbose) std::printf("%s %-24s update error %.3e\n", what, name.c_str(), error);
-    largest = std::max(largest, error);
+    largest = llmc::worse_error(largest, error);
   }
   return largest;
 }
