@@ -53,10 +53,12 @@ __global__ void value_embed_gate_forward_kernel(Tx* v_out, const Tx* v, const Tx
   }
 }
 
-// dve[t, h, :] += 2 sigmoid(z) dv[t, h, :]; gate_grad[t H + h] = (ve . dv) 2 sigmoid(z) (1 - sigmoid(z)).
+// dve[t, h, :] (+)= 2 sigmoid(z) dv[t, h, :] (stored as 0 + the product, the bits a zeroed dve would get, unless
+// accumulate); gate_grad[t H + h] = (ve . dv) 2 sigmoid(z) (1 - sigmoid(z)).
 template <typename Tx>
-__global__ void value_embed_gate_backward_kernel(Tx* dve, float* gate_grad, const Tx* dv, const Tx* ve, const Tx* xn,
-                                                 const Tx* w, ValueGateShape s, int group) {
+__global__ void value_embed_gate_backward_kernel(Tx* dve, bool accumulate, float* gate_grad, const Tx* dv,
+                                                 const Tx* ve, const Tx* xn, const Tx* w, ValueGateShape s,
+                                                 int group) {
   using Packet = Packed128<Tx>;
   const int thread = blockIdx.x * blockDim.x + threadIdx.x;
   const int head_row = thread / group, lane = thread % group;
@@ -70,11 +72,12 @@ __global__ void value_embed_gate_backward_kernel(Tx* dve, float* gate_grad, cons
   float dot = 0.0f;
   for (int p = lane; valid && p < s.D / Packet::size; p += group) {
     const Packet g = load128(dv + v_base + p * Packet::size), e = load128(ve + e_base + p * Packet::size);
-    const Packet old = load128(dve + e_base + p * Packet::size);
+    const bool add_old = LLMC_MUTANT("value_gate.store_adds_old", accumulate, true);
+    const Packet old = add_old ? load128(dve + e_base + p * Packet::size) : Packet{};
     Packet r;
     for (int j = 0; j < Packet::size; j++) {
       dot += to_float(e[j]) * to_float(g[j]);
-      r[j] = from_float<Tx>(to_float(old[j]) + 2.0f * sig * to_float(g[j]));
+      r[j] = from_float<Tx>((add_old ? to_float(old[j]) : 0.0f) + 2.0f * sig * to_float(g[j]));
     }
     store128(dve + e_base + p * Packet::size, r);
   }
@@ -147,10 +150,12 @@ inline size_t value_embed_gate_backward_scratch_floats(int T, int H) {
 }
 
 // From dv, the gradient of v_out (v's own gradient is dv itself and stays with the caller): dve (T, H*D)
-// accumulated, dxn[:, 0:6] accumulated (rows at dxn + t * dxn_stride), dw (H, 12) accumulated.
-inline void value_embed_gate_backward(floatX* dve, floatX* dxn, int dxn_stride, floatX* dw, const floatX* dv,
-                                      const floatX* ve, const floatX* xn, const floatX* w, const ValueGateShape& shape,
-                                      float* scratch, size_t scratch_floats, cudaStream_t stream) {
+// accumulated, or stored when accumulate_dve is false (dve's first writer: its old contents are not read),
+// dxn[:, 0:6] accumulated (rows at dxn + t * dxn_stride), dw (H, 12) accumulated.
+inline void value_embed_gate_backward(floatX* dve, bool accumulate_dve, floatX* dxn, int dxn_stride, floatX* dw,
+                                      const floatX* dv, const floatX* ve, const floatX* xn, const floatX* w,
+                                      const ValueGateShape& shape, float* scratch, size_t scratch_floats,
+                                      cudaStream_t stream) {
   const char* name = "value_embed_gate_backward";
   const int group = head_lane_group<floatX>(name, shape.D);
   detail::check_value_gate(name, shape, dxn_stride);
@@ -161,18 +166,19 @@ inline void value_embed_gate_backward(floatX* dve, floatX* dxn, int dxn_stride, 
   float* partials = scratch + static_cast<size_t>(shape.T) * shape.H;
   const ColumnChunking chunking = column_chunking(shape.T);
   const int K = shape.H * kGateWidth;
-  // dv and ve read, dve read and written, the gate gradients (fp32) written; then the gates' inputs (12 per
-  // token) read and their 12 gradients added, the per-chunk partials written and summed into dw.
+  // dv and ve read, dve written (and read when accumulating), the gate gradients (fp32) written; then the gates'
+  // inputs (12 per token) read and their 12 gradients added, the per-chunk partials written and summed into dw.
   const double head_rows = static_cast<double>(shape.T) * shape.H, values = head_rows * shape.D;
   const double partial_bytes = 4.0 * chunking.num_chunks * K;
-  const KernelCost products{4.0 * values * sizeof(floatX) + 4.0 * head_rows, head_rows * 6.0 + 4.0 * values};
+  const double dve_tensors = accumulate_dve ? 4.0 : 3.0;
+  const KernelCost products{dve_tensors * values * sizeof(floatX) + 4.0 * head_rows, head_rows * 6.0 + 4.0 * values};
   const KernelCost inputs{4.0 * head_rows + 3.0 * kGateWidth * shape.T * sizeof(floatX) + partial_bytes,
                           4.0 * head_rows * kGateWidth};
   const KernelCost weights{partial_bytes + 2.0 * K * sizeof(floatX), static_cast<double>(chunking.num_chunks) * K};
   LLMC_LAUNCH_COSTED(products, value_embed_gate_backward_kernel<floatX>,
                      dim3(static_cast<unsigned>(ceil_div(static_cast<long long>(shape.T) * shape.H * group,
                                                          kValueGateBlock))),
-                     dim3(kValueGateBlock), 0, stream, dve, gate_grad, dv, ve, xn, w, shape, group);
+                     dim3(kValueGateBlock), 0, stream, dve, accumulate_dve, gate_grad, dv, ve, xn, w, shape, group);
   LLMC_LAUNCH_COSTED(inputs, value_embed_gate_input_grads_kernel<floatX>,
                      dim3(static_cast<unsigned>(chunking.num_chunks)),
                      dim3(static_cast<unsigned>(ceil_div(K, kWarpSize)) * kWarpSize), 0, stream, dxn, dxn_stride, dve,

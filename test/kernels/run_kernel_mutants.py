@@ -49,6 +49,7 @@ MUTANTS = {
     "sparse_rows.first_sender_only": "SparseRowsKernel.SumIs*",        # a row's first contribution alone
     "sparse_rows.clear_keeps_addend": "SparseRowsBookkeeping.AddRows*",  # the saved rows not cleared
     "value_gate.no_factor_two": "ValueEmbedGateKernel.Backward*",      # d(2 sigmoid) taken as d sigmoid
+    "value_gate.store_adds_old": "ValueEmbedGateKernel.BackwardMatchesCentralDifferencesStored",  # a first writer reads dve
     "dc.window_plus_one": "DcAttentionKernel.ForwardMatches*",         # one key more than the window
     "dc_mix_weights.sum_not_mean": "DcAttentionKernel.MixWeights*",    # w1 over the root of the sum, not the rms
     "token_mix.gate_dot_times_weight": "TokenMixKernel.Backward*",     # the gate's gradient scaled by the gate

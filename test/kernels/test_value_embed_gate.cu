@@ -1,11 +1,12 @@
 // Kernel tests of the 2026-07-17 record's gated value embeddings (llmc/kernels/value_embed_gate.cuh): the
-// forward against double arithmetic, in place inside a QKV-like row, and the backward (dve, dxn, dw, all
-// accumulated) against central differences of that forward; the launchers' checks. Built for fp32 and bf16,
-// emulated and on a GPU.
+// forward against double arithmetic, in place inside a QKV-like row, and the backward (dxn and dw accumulated,
+// dve accumulated or stored over NaN contents) against central differences of that forward; the launchers'
+// checks. Built for fp32 and bf16, emulated and on a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -74,11 +75,13 @@ TEST(ValueEmbedGateKernel, ForwardMatchesDoubleArithmeticInPlace) {
       ASSERT_EQ(got[static_cast<size_t>(t) * d.kVStride + i], d.v[static_cast<size_t>(t) * d.kVStride + i]);
 }
 
-TEST(ValueEmbedGateKernel, BackwardMatchesCentralDifferences) {
-  LLMC_REQUIRE_GPU();
+// accumulate_dve: dve starts with random values the kernel adds to; otherwise with NaN, which it must not read.
+void expect_backward_matches_central_differences(bool accumulate_dve) {
   GateData d;
   const std::vector<double> dv_rows = random_values(d.v.size(), d.rng);
-  const std::vector<double> dve0 = random_values(d.ve.size(), d.rng, -0.1, 0.1);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> dve0 =
+      accumulate_dve ? random_values(d.ve.size(), d.rng, -0.1, 0.1) : std::vector<double>(d.ve.size(), nan);
   const std::vector<double> dxn0 = random_values(d.xn.size(), d.rng, -0.1, 0.1);
   const std::vector<double> dw0 = random_values(d.w.size(), d.rng, -0.1, 0.1);
   DeviceBuffer<floatX> d_dv(dv_rows.size()), d_ve(d.ve.size()), d_xn(d.xn.size()), d_w(d.w.size());
@@ -87,8 +90,8 @@ TEST(ValueEmbedGateKernel, BackwardMatchesCentralDifferences) {
   d_dve.upload(dve0), d_dxn.upload(dxn0), d_dw.upload(dw0);
   const size_t scratch_floats = llmc::value_embed_gate_backward_scratch_floats(d.T, d.H);
   DeviceBuffer<float> d_scratch(scratch_floats);
-  llmc::value_embed_gate_backward(d_dve.get(), d_dxn.get(), d.C, d_dw.get(), d_dv.get(), d_ve.get(), d_xn.get(),
-                                  d_w.get(), d.shape(), d_scratch.get(), scratch_floats, nullptr);
+  llmc::value_embed_gate_backward(d_dve.get(), accumulate_dve, d_dxn.get(), d.C, d_dw.get(), d_dv.get(), d_ve.get(),
+                                  d_xn.get(), d_w.get(), d.shape(), d_scratch.get(), scratch_floats, nullptr);
   const std::vector<double> g = values_of(dv_rows, d.T, d.kVStride, d.C);
   std::vector<double> ve = d.ve, xn = d.xn, w = d.w;
   auto objective = [&] {
@@ -101,9 +104,19 @@ TEST(ValueEmbedGateKernel, BackwardMatchesCentralDifferences) {
                             dw = central_differences(w, objective);
   // Sums over a head (D), the heads and the 12 weights, or the rows (T), in fp32; one or two roundings.
   const double tol = tolerance(2, d.D + d.T + 16);
-  EXPECT_TRUE(all_close(d_dve.download(), plus(dve0, dve), tol));
+  EXPECT_TRUE(all_close(d_dve.download(), accumulate_dve ? plus(dve0, dve) : dve, tol));
   EXPECT_TRUE(all_close(d_dxn.download(), plus(dxn0, dxn), tol));
   EXPECT_TRUE(all_close(d_dw.download(), plus(dw0, dw), tol));
+}
+
+TEST(ValueEmbedGateKernel, BackwardMatchesCentralDifferencesAccumulated) {
+  LLMC_REQUIRE_GPU();
+  expect_backward_matches_central_differences(/*accumulate_dve=*/true);
+}
+
+TEST(ValueEmbedGateKernel, BackwardMatchesCentralDifferencesStored) {
+  LLMC_REQUIRE_GPU();
+  expect_backward_matches_central_differences(/*accumulate_dve=*/false);
 }
 
 TEST(ValueEmbedGateKernel, LaunchersRefuseBadShapes) {

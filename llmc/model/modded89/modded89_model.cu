@@ -1335,12 +1335,10 @@ void Modded89Model::backward(bool first_micro_step, const BucketHook& on_bucket_
   if (!first_micro_step && b.accum_grads == nullptr)
     throw std::logic_error("Modded89Model::backward: accumulating needs a model with more than one loss slot");
   grad_target_ = first_micro_step ? grads_ : b.accum_grads;
-  const size_t TC = static_cast<size_t>(seq_len_) * layout_.config.channels();
   memset_async(b.d_fp32, 0, b.fp32_count * sizeof(float), stream_);
   // The shared streams' gradients start at their first writer, which stores where the later ones add: the head's
   // MUDD1 pass (the caches and d_ve[0]), layer 10's MUDD0 (d_b, d_ve[4]), the top attention layer's output mix
-  // (d_x0, first_x0_stream_layer). The gated value embeddings 1-3 start where value_embed_gate_backward adds.
-  for (int k = 1; k <= 3; k++) memset_async(b.d_ve[k], 0, TC * sizeof(floatX), stream_);
+  // (d_x0, first_x0_stream_layer), the value-embedding gates of tables 1-3 (their only writers).
   for (int k = 0; k < 4; k++)
     CUDA_CHECK(
         cudaMemsetAsync(b.d_gates[k], 0, static_cast<size_t>(seq_len_) * b.mlps[k].columns * sizeof(float), stream_));
@@ -1675,10 +1673,11 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
   gemm(b.matmul, dxn, stream_);
   dxn.a = b.dv, dxn.b = b.scaled_weights + 2 * CC, dxn.k = C, dxn.beta = 1.0f;
   gemm(b.matmul, dxn, stream_);
+  // Table 0 also feeds MUDD1, whose backward (in the head) stored d_ve[0] first; tables 1-3 have this gate alone.
   if (role.value_embed >= 0)
-    value_embed_gate_backward(b.d_ve[role.value_embed], b.dn, C, grad(prefix + "ve_gate"), b.dv, b.ve[role.value_embed],
-                              xn, param(prefix + "ve_gate"), ValueGateShape{T, H, D, C, C}, b.scratch, b.scratch_floats,
-                              stream_);
+    value_embed_gate_backward(b.d_ve[role.value_embed], /*accumulate_dve=*/role.value_embed == 0, b.dn, C,
+                              grad(prefix + "ve_gate"), b.dv, b.ve[role.value_embed], xn, param(prefix + "ve_gate"),
+                              ValueGateShape{T, H, D, C, C}, b.scratch, b.scratch_floats, stream_);
   // W = W_eff / lambda: dW += lambda dW_eff, dlambda += <dW_eff, W>
   const floatX* vo = param(prefix + "vo");
   floatX* dvo = grad(prefix + "vo");
