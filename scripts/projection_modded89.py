@@ -122,6 +122,19 @@ def category_seconds(run: StepRun, c: Ceilings, muon_share: float) -> Dict[str, 
     return out
 
 
+def attention_parts(run: StepRun, c: Ceilings) -> Dict[str, Tuple[float, float]]:
+    """Each attention row's seconds per step here by its bytes and by its FLOPs, apart (its calls from its time at
+    bench_step's ceilings): a wider window multiplies the FLOPs, while the bytes (each tensor once) stay per token."""
+    parts = {}
+    for row in run.rows:
+        if category(row) != CATEGORIES[2]:
+            continue
+        there = call_seconds(row, BENCH_BANDWIDTH, BENCH_BF16_FLOPS, BENCH_FP8_FLOPS, BENCH_BF16_FLOPS)
+        calls = row.bench_us * 1e-6 / there if there > 0 else 0.0
+        parts[row.name] = (calls * row.mb_per_call * 1e6 / c.bandwidth, calls * row.gflop_per_call * 1e9 / c.bf16_flops)
+    return parts
+
+
 def window_ratio(windows: Tuple[int, int]) -> float:
     """Attention work at these windows over the bench's: (query, key) pairs per layer are about T (W + 1) per
     head whatever the layer (a paired layer has 2T rows, half the heads and a window counted in rows), so the
@@ -133,16 +146,19 @@ def window_ratio(windows: Tuple[int, int]) -> float:
 
 def stage_seconds(runs: Sequence[StepRun], c: Ceilings, muon_share: float = 1.0) -> List[Dict[str, float]]:
     """Each category per stage: a + b tokens through the two runs (exact for rows that are per token or per step,
-    which every row is: the optimizer's and the weights' bytes do not grow with T), attention's per-token part
-    times the stage's window ratio."""
+    which every row is: the optimizer's and the weights' bytes do not grow with T); attention row by row, the
+    larger of its bytes' time (a + b tokens) and its FLOPs' (a + b tokens, times the stage's window ratio)."""
     (t1, s1), (t2, s2) = ((r.tokens, category_seconds(r, c, muon_share)) for r in runs)
+    p1, p2 = (attention_parts(r, c) for r in runs)
+    def at(first: float, second: float, tokens: int) -> float:
+        return first + (second - first) / (t2 - t1) * (tokens - t1)
     out = []
     for _, _, tokens, windows in STAGES:
-        stage = {}
-        for name in CATEGORIES:
-            slope = (s2[name] - s1[name]) / (t2 - t1)
-            fixed = s1[name] - slope * t1
-            stage[name] = fixed + slope * tokens * (window_ratio(windows) if name == CATEGORIES[2] else 1.0)
+        stage = {name: at(s1[name], s2[name], tokens) for name in CATEGORIES}
+        stage[CATEGORIES[2]] = 0.0
+        for row in set(p1) | set(p2):
+            (b1, f1), (b2, f2) = p1.get(row, (0.0, 0.0)), p2.get(row, (0.0, 0.0))
+            stage[CATEGORIES[2]] += max(at(b1, b2, tokens), at(f1, f2, tokens) * window_ratio(windows))
         out.append(stage)
     return out
 
@@ -188,8 +204,9 @@ def report(runs: Sequence[StepRun], exposed: Exposed, c: Ceilings, gemm: float, 
              f"Ceilings: {c.bf16_flops / 1e12:.0f} TFLOP/s bf16, {c.fp8_flops / 1e12:.0f} TFLOP/s FP8, "
              f"{c.vector_flops / 1e12:.0f} TFLOP/s fp32 vector, {c.bandwidth / 1e12:.2f} TB/s; achievable: GEMMs "
              f"{gemm:.0%}, attention {attention:.0%}, memory-bound {memory:.0%}. From bench_step rows at "
-             f"T = {runs[0].tokens:,} and {runs[1].tokens:,} (each category a + b T; attention's b times the "
-             "stage's windows over the bench's 1/3 blocks, documents not cutting windows), rows summed without "
+             f"T = {runs[0].tokens:,} and {runs[1].tokens:,} (each category a + b T; each attention row the larger of its "
+             "bytes' a + b T and its FLOPs' times the stage's windows over the bench's 1/3 blocks, documents not "
+             "cutting windows), rows summed without "
              "overlap; the optimizer's rows at one rank's part (the sharded Adam and the norm an eighth, NorMuon "
              f"and Polar Express the owner plan's busiest rank, {exposed.muon_share:.4f}); communication from "
              "bench_speedrun_collectives (370 GB/s, 60 us per call).\n",
