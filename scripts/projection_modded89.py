@@ -131,7 +131,8 @@ def attention_parts(run: StepRun, c: Ceilings) -> Dict[str, Tuple[float, float]]
             continue
         there = call_seconds(row, BENCH_BANDWIDTH, BENCH_BF16_FLOPS, BENCH_FP8_FLOPS, BENCH_BF16_FLOPS)
         calls = row.bench_us * 1e-6 / there if there > 0 else 0.0
-        parts[row.name] = (calls * row.mb_per_call * 1e6 / c.bandwidth, calls * row.gflop_per_call * 1e9 / c.bf16_flops)
+        parts[row.name] = (calls * row.mb_per_call * 1e6 / c.bandwidth,
+                           calls * row.gflop_per_call * 1e9 / c.bf16_flops)
     return parts
 
 
@@ -204,9 +205,9 @@ def report(runs: Sequence[StepRun], exposed: Exposed, c: Ceilings, gemm: float, 
              f"Ceilings: {c.bf16_flops / 1e12:.0f} TFLOP/s bf16, {c.fp8_flops / 1e12:.0f} TFLOP/s FP8, "
              f"{c.vector_flops / 1e12:.0f} TFLOP/s fp32 vector, {c.bandwidth / 1e12:.2f} TB/s; achievable: GEMMs "
              f"{gemm:.0%}, attention {attention:.0%}, memory-bound {memory:.0%}. From bench_step rows at "
-             f"T = {runs[0].tokens:,} and {runs[1].tokens:,} (each category a + b T; each attention row the larger of its "
-             "bytes' a + b T and its FLOPs' times the stage's windows over the bench's 1/3 blocks, documents not "
-             "cutting windows), rows summed without "
+             f"T = {runs[0].tokens:,} and {runs[1].tokens:,} (each category a + b T; each attention row the larger "
+             "of its bytes' a + b T and its FLOPs' times the stage's windows over the bench's 1/3 blocks, documents "
+             "not cutting windows), rows summed without "
              "overlap; the optimizer's rows at one rank's part (the sharded Adam and the norm an eighth, NorMuon "
              f"and Polar Express the owner plan's busiest rank, {exposed.muon_share:.4f}); communication from "
              "bench_speedrun_collectives (370 GB/s, 60 us per call).\n",

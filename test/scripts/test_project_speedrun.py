@@ -340,7 +340,8 @@ class Modded89Projection(unittest.TestCase):
         # The window multiplies an attention kernel's FLOPs, not its bytes (each tensor read or written once): a row
         # bound by its bytes at every stage (10 MB per call, 10 us per 1000 tokens at bench_step's 4.3 TB/s) is 4.3x
         # its bench time here at each stage's tokens; one bound by its FLOPs scales with the windows (the test above).
-        runs = [pm.StepRun(t, [pm.StepRow("kernel", "dkdv_kernel<kGated>", 10.0, 1e-6, 1e-2 * t)]) for t in (1000, 2000)]
+        runs = [pm.StepRun(t, [pm.StepRow("kernel", "dkdv_kernel<kGated>", 10.0, 1e-6, 1e-2 * t)])
+                for t in (1000, 2000)]
         for stage, tokens in zip(pm.stage_seconds(runs, CEIL), (16384, 32768, 49152, 49152)):
             self.assertAlmostEqual(stage[pm.CATEGORIES[2]], 4.3e-8 * tokens, delta=1e-12)
 
