@@ -193,7 +193,7 @@ __global__ void dq_kernel(Tx* dq, int64_t dq_stride, const float* delta, const T
 // key j (j .. min(doc end - 1, j + W)).
 template <typename Tx>
 __global__ void dkdv_kernel(Tx* dk, Tx* dv, int64_t dkv_stride, const float* delta, const Tx* dout, const float* lse,
-                            const Tx* q, const Tx* k, const Tx* v, int64_t row_stride, Problem p) {
+                            const Tx* q, const Tx* k, const Tx* v, int64_t row_stride, Problem p, bool accumulate_dv) {
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= p.T * p.heads) return;
   const int j = row / p.heads, h = row % p.heads, D = p.head_dim;
@@ -214,7 +214,8 @@ __global__ void dkdv_kernel(Tx* dk, Tx* dv, int64_t dkv_stride, const float* del
   }
   for (int d = 0; d < D; d++) {
     dk[j * dkv_stride + static_cast<int64_t>(h) * D + d] = from_float<Tx>(p.scale * dk_acc[d]);
-    dv[j * dkv_stride + static_cast<int64_t>(h) * D + d] = from_float<Tx>(dv_acc[d]);
+    Tx& dv_out = dv[j * dkv_stride + static_cast<int64_t>(h) * D + d];
+    dv_out = from_float<Tx>(accumulate_dv ? to_float(dv_out) + dv_acc[d] : dv_acc[d]);
   }
 }
 
@@ -266,11 +267,11 @@ inline void forward(floatX* out, float* lse, const floatX* q, const floatX* k, c
                      dim3(kThreads), 0, stream, out, lse, q, k, v, row_stride, problem);
 }
 
-// dq, dk, dv (overwritten; rows dqkv_stride apart) from dout and the forward's out and lse.
-// delta_scratch: heads * T floats.
+// dq, dk, dv (overwritten; rows dqkv_stride apart) from dout and the forward's out and lse; with accumulate_dv,
+// dv += the attention's dV instead (rounded once). delta_scratch: heads * T floats.
 inline void backward(floatX* dq, floatX* dk, floatX* dv, int64_t dqkv_stride, float* delta_scratch, const floatX* dout,
                      const floatX* out, const float* lse, const floatX* q, const floatX* k, const floatX* v,
-                     int64_t row_stride, const Problem& problem, cudaStream_t stream) {
+                     int64_t row_stride, const Problem& problem, cudaStream_t stream, bool accumulate_dv = false) {
   detail::check("simple_attention::backward", problem, row_stride, dqkv_stride);
   if (problem.first_row != 0) throw std::invalid_argument("simple_attention::backward: first_row must be 0");
   const dim3 grid(detail::grid(problem)), block(kThreads);
@@ -279,8 +280,9 @@ inline void backward(floatX* dq, floatX* dk, floatX* dv, int64_t dqkv_stride, fl
                      delta_kernel<floatX>, grid, block, 0, stream, delta_scratch, dout, out, problem);
   LLMC_LAUNCH_COSTED(detail::cost(problem, 5, 6.0), dq_kernel<floatX>, grid, block, 0, stream, dq, dqkv_stride,
                      static_cast<const float*>(delta_scratch), dout, lse, q, k, v, row_stride, problem);
-  LLMC_LAUNCH_COSTED(detail::cost(problem, 6, 8.0), dkdv_kernel<floatX>, grid, block, 0, stream, dk, dv, dqkv_stride,
-                     static_cast<const float*>(delta_scratch), dout, lse, q, k, v, row_stride, problem);
+  LLMC_LAUNCH_COSTED(detail::cost(problem, accumulate_dv ? 7 : 6, 8.0), dkdv_kernel<floatX>, grid, block, 0, stream,
+                     dk, dv, dqkv_stride, static_cast<const float*>(delta_scratch), dout, lse, q, k, v, row_stride,
+                     problem, accumulate_dv);
 }
 
 }  // namespace simple_attention

@@ -211,12 +211,14 @@ inline void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const b
 // input. With gate.xn set, out and dout are the gated output and its gradient, and gate.logit_grads receives the
 // gate logits' gradients. With value_mix.scalars set, v is the value mix's output and dv the gradient of v_raw. With
 // pair_rope.rstd_q set, q (and k with rstd_k) are qk_norm_pair_rope_forward's output and the gradients of its input
-// go to pair_rope.dq_raw (dk_raw) instead of dq (dk).
+// go to pair_rope.dq_raw (dk_raw) instead of dq (dk). accumulate_dv: dv += the attention's dV (dv holds another
+// reader's share of v's gradient, e.g. XSA's), rounded once; not with a value mix.
 inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, float* delta_scratch, const bf16* dout,
                      const bf16* out, const float* lse, const bf16* q, const bf16* k, const bf16* v,
                      int64_t qkv_row_stride, const int* plan, const Problem& problem, cudaStream_t stream,
                      const NormRopeBackward& norm_rope = {}, const OutputGate& gate = {},
-                     const ValueMixBackward& value_mix = {}, const PairNormRopeBackward& pair_rope = {}) {
+                     const ValueMixBackward& value_mix = {}, const PairNormRopeBackward& pair_rope = {},
+                     bool accumulate_dv = false) {
   const char* caller = "window_attention::backward";
   detail::check_problem(caller, problem);
   const void* inputs[] = {q, k, v, dout, out};
@@ -226,6 +228,8 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
   detail::require(lse != nullptr && delta_scratch != nullptr && plan != nullptr, caller,
                   "lse, delta_scratch or plan is null");
   detail::check_store_work(caller, problem, norm_rope, gate, value_mix, pair_rope);
+  detail::require(!(accumulate_dv && value_mix.scalars != nullptr), caller,
+                  "accumulate_dv with a value mix (its dV store writes v_raw's gradient)");
   const bool gated = gate.xn != nullptr;
   const int T = problem.T, heads = problem.heads;
   // The epilogue's reads, once per kernel: each head's rstd column and the two tables (L2 serves the other heads).
@@ -238,7 +242,7 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
   detail::launch_delta(delta_scratch, gate_values, dout, out, problem, gate, stream);
   BackwardParams params{dq, dk, dv, dqkv_row_stride, dout, lse, delta_scratch, gate_values, q, k, v, qkv_row_stride,
                         plan + forward_tiles(T) + backward_tiles(T), detail::documents(problem), heads,
-                        problem.scale, problem.scale * kLog2e, norm_rope, value_mix, pair_rope};
+                        problem.scale, problem.scale * kLog2e, norm_rope, value_mix, pair_rope, accumulate_dv};
   const dim3 grid(static_cast<unsigned>(backward_tiles(T) * heads));
   const KernelCost dkdv_base = detail::cost(problem, 6, 8.0), dq_base = detail::cost(problem, 5, 6.0);
   const double norm_rope_flops = norm_rope.rstd == nullptr ? 0.0 : 14.0 * T * heads * kHeadDim;
@@ -248,8 +252,10 @@ inline void backward(bf16* dq, bf16* dk, bf16* dv, int64_t dqkv_row_stride, floa
   // The value mix: v_raw read (and ve read, dve read and written), 4 operations per element.
   const double mix_values = value_mix.scalars == nullptr ? 0.0 : values * (value_mix.ve != nullptr ? 4.0 : 1.0);
   const double mix_flops = value_mix.scalars == nullptr ? 0.0 : 4.0 * values;
+  const double old_dv_bytes = accumulate_dv ? values * sizeof(bf16) : 0.0;
   const KernelCost dkdv_cost{
-      dkdv_base.bytes + norm_rope_bytes + (pair_k ? pair_rope_bytes : 0.0) + gate_reads + mix_values * sizeof(bf16),
+      dkdv_base.bytes + norm_rope_bytes + (pair_k ? pair_rope_bytes : 0.0) + gate_reads + mix_values * sizeof(bf16) +
+          old_dv_bytes,
       dkdv_base.flops + norm_rope_flops + (pair_k ? pair_rope_flops : 0.0) + mix_flops};
   const KernelCost dq_cost{dq_base.bytes + norm_rope_bytes + pair_rope_bytes + gate_reads,
                            dq_base.flops + norm_rope_flops + pair_rope_flops};

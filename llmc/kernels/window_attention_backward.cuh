@@ -94,6 +94,7 @@ struct BackwardParams {
   NormRopeBackward norm_rope;
   ValueMixBackward value_mix;
   PairNormRopeBackward pair_rope;
+  bool accumulate_dv;  // the plain dV store adds to dv (XSA's share stored there first) instead of overwriting it
 };
 
 constexpr int kRowTiles = kKeyTile / 8;   // 8 n-tiles across 64 keys or queries
@@ -165,14 +166,17 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[kDimTiles][4], float (&dv)
 
 // Writes the warp's 16 rows of a [16 x 128] accumulator, times `factor`, as bf16 rows of `base`.
 __device__ __forceinline__ void store_rows(bf16* base, int64_t row_stride, const float (&acc)[kDimTiles][4], int row0,
-                                           int T, float factor) {
+                                           int T, float factor, bool accumulate = false) {
   const int lane = threadIdx.x % kWarpSize, group = lane / 4, pair = lane % 4;
   for (int r = 0; r < 2; r++) {
     const int token = row0 + group + 8 * r;
     if (token >= T) continue;
     for (int nt = 0; nt < kDimTiles; nt++) {
-      const uint32_t packed = mma_tile::pack_bf16x2(acc[nt][2 * r] * factor, acc[nt][2 * r + 1] * factor);
-      memcpy(static_cast<void*>(base + token * row_stride + nt * 8 + 2 * pair), &packed, 4);
+      bf16* at = base + token * row_stride + nt * 8 + 2 * pair;
+      float first = acc[nt][2 * r] * factor, second = acc[nt][2 * r + 1] * factor;
+      if (accumulate) first += to_float(at[0]), second += to_float(at[1]);  // rounded once, with the sum
+      const uint32_t packed = mma_tile::pack_bf16x2(first, second);
+      memcpy(static_cast<void*>(at), &packed, 4);
     }
   }
 }
@@ -440,7 +444,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
     store_value_mix_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, h, p.heads, p.value_mix, sums);
     store_block_sums(p.value_mix.partials, sums, warp_sums);
   } else {
-    store_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, 1.0f);
+    store_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, 1.0f, p.accumulate_dv);
   }
 }
 

@@ -151,6 +151,16 @@ void check_case(const Case& c, uint32_t seed) {
   got.lse = d_lse.download();
   std::vector<double>* grads[3] = {&got.dq, &got.dk, &got.dv};
   for (int s = 0; s < 3; s++) *grads[s] = unlayout(d_grad[c.fused ? 0 : s]->download(), c.fused ? s : 0);
+  {  // accumulate_dv: a backward adding into the last one's dv gives twice it (bf16(dV + bf16(dV)): one more rounding)
+    sa::backward(slice(d_grad, 0), slice(d_grad, 1), slice(d_grad, 2), stride, d_delta.get(), d_dout.get(), d_out.get(),
+                 d_lse.get(), slice(d_in, 0), slice(d_in, 1), slice(d_in, 2), stride, problem, nullptr,
+                 /*accumulate_dv=*/true);
+    std::vector<double> twice = got.dv;
+    for (double& value : twice) value *= 2.0;
+    EXPECT_TRUE(llmc::test::all_close(unlayout(d_grad[c.fused ? 0 : 2]->download(), c.fused ? 2 : 0), twice,
+                                      llmc::test::tolerance(2, 0)))
+        << "dv accumulated";
+  }
 
   // Tolerances. A score is an fp32 sum of D products: absolute error <= D u32 scale sum|q_d k_d|
   // (worst case, q and k up to 1.5: sum <= 2.25 D), an error delta in every exponent, which moves each

@@ -133,7 +133,7 @@ struct FusedRun {
 
   Result run(const llmc::window_attention::NormRopeBackward& norm_rope, const llmc::window_attention::OutputGate& gate,
              const llmc::window_attention::ValueMixBackward& mix,
-             const llmc::window_attention::PairNormRopeBackward& pair_rope = {}) {
+             const llmc::window_attention::PairNormRopeBackward& pair_rope = {}, bool accumulate_dv = false) {
     namespace wa = llmc::window_attention;
     const wa::Problem shape = problem.device_problem(cu.get());
     const int64_t slice = static_cast<int64_t>(problem.c.heads) * D, stride = problem.row_stride;
@@ -141,7 +141,7 @@ struct FusedRun {
     wa::plan(plan.get(), shape, nullptr);
     wa::forward(out.get(), lse.get(), q, q + slice, q + 2 * slice, stride, plan.get(), shape, nullptr, gate);
     wa::backward(dq, dq + slice, dq + 2 * slice, stride, delta.get(), dout.get(), out.get(), lse.get(), q, q + slice,
-                 q + 2 * slice, stride, plan.get(), shape, nullptr, norm_rope, gate, mix, pair_rope);
+                 q + 2 * slice, stride, plan.get(), shape, nullptr, norm_rope, gate, mix, pair_rope, accumulate_dv);
     Result r;
     r.out = out.download();
     r.lse = lse.download();
@@ -483,6 +483,23 @@ TEST(WindowAttentionValueMix, DvAndTheMixGradientsMatchTheDoubleMix) {
     EXPECT_EQ(dscalars[0], 0.25);
     EXPECT_EQ(dscalars[3], 0.25);
   }
+}
+
+// accumulate_dv (the #89 model's XSA layers, whose XSA backward stores its share of dv first): a backward adding into
+// the previous one's dv gives twice it, bf16(dV + bf16(dV)), one rounding more than 2 bf16(dV); dq and dk are
+// overwritten as before, bit for bit.
+TEST(WindowAttentionAccumulatedDv, AddsTheAttentionsDvToTheOldContents) {
+  LLMC_REQUIRE_GPU();
+  std::mt19937 rng(616);
+  Problem problem({"accumulate_dv", 150, 2, random_documents(150, 100, rng), 48, 0.12f, true}, 616);
+  FusedRun run(problem);
+  const Result first = run.run({}, {}, {});
+  const Result second = run.run({}, {}, {}, {}, /*accumulate_dv=*/true);
+  std::vector<double> twice = first.dv;
+  for (double& value : twice) value *= 2.0;
+  EXPECT_TRUE(llmc::test::all_close(second.dv, twice, llmc::test::tolerance(2, 0))) << "dv";
+  EXPECT_EQ(second.dq, first.dq);
+  EXPECT_EQ(second.dk, first.dk);
 }
 
 TEST(WindowAttentionLaunch, RejectsBadArguments) {

@@ -167,7 +167,7 @@ struct Modded89Model::Buffers {
   floatX *d_cache7 = nullptr, *d_cache9 = nullptr;
   floatX* d_ve[kModded89ValueEmbeds] = {};
   floatX *dn = nullptr, *d_branch = nullptr, *d_wide = nullptr, *dy_a = nullptr, *dy_b = nullptr;
-  floatX *dq = nullptr, *dk = nullptr, *dv = nullptr, *dv_xsa = nullptr, *d_qk_raw = nullptr, *dx_pre = nullptr;
+  floatX *dq = nullptr, *dk = nullptr, *dv = nullptr, *d_qk_raw = nullptr, *dx_pre = nullptr;
   floatX *d_hidden = nullptr, *d_mlp_raw = nullptr, *d_weights = nullptr, *d_embed = nullptr;
   float* d_gates[4] = {};  // fp32 gradients of G0, G1, mu, mu' (each column written by its one user)
   float *dw1 = nullptr, *dw2 = nullptr, *attention_delta = nullptr, *dc_delta = nullptr;
@@ -279,7 +279,7 @@ void Modded89Model::Buffers::request_backward(const Modded89Layout& layout, int 
   const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
                H = static_cast<size_t>(config.num_heads), m = static_cast<size_t>(config.mudd_hidden);
   for (floatX** buffer : {&dx, &d_x0, &d_b, &d_cache0, &d_cache3, &d_cache7, &d_cache9, &dn, &d_branch, &dy_a, &dy_b,
-                          &dq, &dk, &dv, &dv_xsa, &dx_pre, &d_embed})
+                          &dq, &dk, &dv, &dx_pre, &d_embed})
     arena.request(buffer, T * C);
   for (floatX*& table : d_ve) arena.request(&table, T * C);
   arena.request(&d_wide, 4 * T * C);
@@ -1114,7 +1114,7 @@ bool Modded89Model::norm_rope_in_attention_stores(int i, bool k) const {
 
 // dq, dk, dv (overwritten) of layer i's window attention from dout, the gradient of its y; where
 // norm_rope_in_attention_stores says so, d_qk_raw's q (and k) columns instead of dq (dk).
-void Modded89Model::window_attention_backward(int i, const floatX* dout) {
+void Modded89Model::window_attention_backward(int i, const floatX* dout, bool accumulate_dv) {
   Buffers& b = *buffers_;
   Buffers::Layer& l = b.layers[i];
   const AttentionCall a = attention_call(i);
@@ -1131,12 +1131,12 @@ void Modded89Model::window_attention_backward(int i, const floatX* dout) {
     }
     window_attention::backward(b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v,
                                a.stride, b.attention_plans[a.plan], a.problem(num_docs_, attn_scale_), stream_, {}, {},
-                               {}, rope);
+                               {}, rope, accumulate_dv);
     return;
   }
 #endif
   simple_attention::backward(b.dq, b.dk, b.dv, a.stride, b.attention_delta, dout, l.y, l.lse, l.q, l.k, l.v, a.stride,
-                             a.simple_problem(layout_.config.head_dim, num_docs_, attn_scale_), stream_);
+                             a.simple_problem(layout_.config.head_dim, num_docs_, attn_scale_), stream_, accumulate_dv);
 }
 
 // Section 2 for layer i on xn (the whole buffer; rows_ are read): q, k, v = xn (l0 W)^T; per-head norm and
@@ -1637,13 +1637,13 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
                          T, D, stream_);
     std::swap(dcur, dnext);
   }
-  if (role.xsa.present()) {  // its dv apart (every column: H D = C): the attention backward overwrites dv
+  if (role.xsa.present()) {  // its share of dv first (every column: H D = C), the attention's dV store adds to it
     const GateRows gate = b.mlps[role.xsa.gate].gate();
-    xsa_backward(dcur, b.dv_xsa, b.d_gates[role.xsa.gate] + role.xsa.column, dcur, l.y_dc, l.v,
+    xsa_backward(dcur, b.dv, b.d_gates[role.xsa.gate] + role.xsa.column, dcur, l.y_dc, l.v,
                  gate.rows + role.xsa.column, XsaShape{T, H, D, C, C, kModded89GateColumns, kModded89GateColumns},
                  stream_);
   }
-  window_attention_backward(i, dcur);
+  window_attention_backward(i, dcur, /*accumulate_dv=*/role.xsa.present());
   if (role.dc) {  // y_dc = y + DC(q, k, v; w1, w2): y's gradient is dcur itself
     const DcInputs dc{l.q, l.k, l.v,           C,          C, C, l.dc_weights, l.dc_weights + H, 2 * H, b.doc_start, T,
                       H,   D,   cfg.dc_window, attn_scale_};
@@ -1651,8 +1651,6 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
     dc_mix_weights_backward(b.d_gates[1], b.dw1, b.dw2, b.mlps[1].out, kModded89GateColumns, kModded89DcW1Column,
                             kModded89DcW2Column, T, H, stream_);
   }
-  if (role.xsa.present())
-    mix_forward(Rows{b.dv, C}, ConstRows{b.dv, C}, ConstRows{b.dv_xsa, C}, b.fp32_params, one(), one(), T, C, stream_);
   // q, k: norm and rotary back to the GEMM's output (the k launch with its key offset), unless the attention's
   // stores did it
   const int step = role.paired_heads ? 2 : 1;

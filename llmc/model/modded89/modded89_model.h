@@ -206,7 +206,7 @@ class Modded89Model : public FamilyModel {
   AttentionCall attention_view(bool paired, bool long_window) const;  // the problem of one of the 4 plans
   AttentionCall attention_call(int layer) const;                      // layer's view
   void window_attention_forward(int layer);
-  void window_attention_backward(int layer, const floatX* dout);
+  void window_attention_backward(int layer, const floatX* dout, bool accumulate_dv);
   bool norm_rope_in_attention_stores(int layer, bool k) const;
   void mudd_attention_forward(int layer);
   void attention_output_and_mlp_norm(int layer);
