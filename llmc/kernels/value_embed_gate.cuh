@@ -69,15 +69,15 @@ __global__ void value_embed_gate_backward_kernel(Tx* dve, bool accumulate, float
       valid ? value_gate_sigmoid(xn + static_cast<size_t>(t) * s.xn_stride, ve_row, w + h * kGateWidth) : 0.0f;
   const size_t v_base = static_cast<size_t>(t) * s.v_stride + static_cast<size_t>(h) * s.D;
   const size_t e_base = static_cast<size_t>(t) * s.H * s.D + static_cast<size_t>(h) * s.D;
+  const bool add_old = LLMC_MUTANT("value_gate.store_adds_old", accumulate, true);
   float dot = 0.0f;
   for (int p = lane; valid && p < s.D / Packet::size; p += group) {
     const Packet g = load128(dv + v_base + p * Packet::size), e = load128(ve + e_base + p * Packet::size);
-    const bool add_old = LLMC_MUTANT("value_gate.store_adds_old", accumulate, true);
-    const Packet old = add_old ? load128(dve + e_base + p * Packet::size) : Packet{};
+    const Packet old = add_old ? load128(dve + e_base + p * Packet::size) : Packet::constant(from_float<Tx>(0.0f));
     Packet r;
     for (int j = 0; j < Packet::size; j++) {
       dot += to_float(e[j]) * to_float(g[j]);
-      r[j] = from_float<Tx>((add_old ? to_float(old[j]) : 0.0f) + 2.0f * sig * to_float(g[j]));
+      r[j] = from_float<Tx>(to_float(old[j]) + 2.0f * sig * to_float(g[j]));
     }
     store128(dve + e_base + p * Packet::size, r);
   }

@@ -159,7 +159,8 @@ class TrainSteps : public ::testing::Test {
     double worst_loss = 0.0, worst_norm = 0.0;
     for (int i = 0; i < steps; i++) {
       worst_loss = llmc::worse_error(worst_loss, std::fabs(device.losses[i] - want.losses[i]) / want.losses[i]);
-      worst_norm = llmc::worse_error(worst_norm, std::fabs(device.grad_norms[i] - want.grad_norms[i]) / want.grad_norms[i]);
+      worst_norm =
+          llmc::worse_error(worst_norm, std::fabs(device.grad_norms[i] - want.grad_norms[i]) / want.grad_norms[i]);
       EXPECT_NEAR(device.losses[i], want.losses[i], kLossTolerance * want.losses[i]) << "loss of step " << i + 1;
       EXPECT_NEAR(device.grad_norms[i], want.grad_norms[i], kNormTolerance * want.grad_norms[i])
           << "gradient norm of step " << i + 1;
