@@ -21,6 +21,7 @@ set(LLMC_MODDED89_KERNEL_TEST_SOURCES
   test/kernels/test_mtp_cross_entropy.cu
   test/kernels/test_qk_norm_pair_rope.cu
   test/kernels/test_xsa.cu
+  test/kernels/test_head_gate.cu
   test/kernels/test_bigram_sign.cu
   test/kernels/test_token_mix.cu
   test/kernels/test_residual_norm.cu
@@ -84,10 +85,13 @@ llmc_add_cu_test(NAME kernel_mutants LABELS mutants EMU_ONLY TIMEOUT 300
 # Mutation tests: the emulated kernel tests are built with LLMC_KERNEL_MUTANTS (above), so that each
 # LLMC_MUTANT(...) site in llmc/kernels can be switched to a plausible bug at run time (LLMC_KERNEL_MUTANT=name;
 # off otherwise); the driver expects the named tests to fail under each mutant and to pass without one. (A
-# separate binary compiled 25 of the same test files again: 72 s of CI's build.)
+# separate binary compiled 25 of the same test files again: 72 s of CI's build; until 2026-12-07 ten more small
+# binaries each compiled a copy of the FP8, window-attention or KV-cache headers with one line removed.) The FP8
+# tests' binary (cmake/fp8.cmake) is built with LLMC_KERNEL_MUTANTS too.
 add_test(NAME kernels_mutants_emu
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/kernels/run_kernel_mutants.py
           --binary $<TARGET_FILE:kernels_fp32_emu> --bf16-binary $<TARGET_FILE:kernels_bf16_emu>
+          --fp8-binary $<TARGET_FILE:fp8_emu>
           --kernels ${CMAKE_SOURCE_DIR}/llmc/kernels)
 set_tests_properties(kernels_mutants_emu PROPERTIES LABELS kernels TIMEOUT 300)
 
@@ -104,50 +108,6 @@ add_test(NAME window_attention_vs_jax
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/test/kernels/check_window_attention_jax.py
           --binary $<TARGET_FILE:kernels_bf16_emu>)
 set_tests_properties(window_attention_vs_jax PROPERTIES LABELS "kernels;reference" SKIP_RETURN_CODE 77 TIMEOUT 300)
-
-# Kernel mutants that the emulated tests must catch: each is a copy of the headers matching HEADERS (a
-# glob) with one line of FILE removed (the exact text must occur once), placed first on the include path
-# of its own small test binary NAME_emu built from TEST_SOURCE (which exits 3 when the results differ).
-function(llmc_kernel_mutant NAME TEST_SOURCE HEADERS FILE LINE)
-  set(directory ${CMAKE_BINARY_DIR}/mutants/${NAME})
-  file(GLOB headers RELATIVE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/${HEADERS})
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${headers})
-  foreach(header IN LISTS headers)
-    file(READ ${CMAKE_SOURCE_DIR}/${header} text)
-    if(header STREQUAL FILE)
-      string(FIND "${text}" "${LINE}" first)
-      string(FIND "${text}" "${LINE}" last REVERSE)
-      if(first EQUAL -1 OR NOT first EQUAL last)
-        message(FATAL_ERROR "mutant ${NAME}: '${LINE}' must occur exactly once in ${FILE}")
-      endif()
-      string(REPLACE "${LINE}" "// mutant ${NAME}: line removed" text "${text}")
-    endif()
-    file(WRITE ${directory}/staging/${header} "${text}")
-    configure_file(${directory}/staging/${header} ${directory}/include/${header} COPYONLY)  # rewritten only on change
-  endforeach()
-  llmc_emu_wrap_sources(sources ${NAME}_emu ${TEST_SOURCE})
-  add_executable(${NAME}_emu ${sources})
-  target_include_directories(${NAME}_emu BEFORE PRIVATE ${directory}/include)
-  target_link_libraries(${NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest llmc_reference)
-  gtest_discover_tests(${NAME}_emu DISCOVERY_TIMEOUT ${LLMC_TEST_DISCOVERY_TIMEOUT}
-                       TEST_PREFIX "${NAME}." DISCOVERY_MODE PRE_TEST
-                       PROPERTIES LABELS kernels TIMEOUT 300)
-endfunction()
-
-# The window attention's mutants (test_attention_mutant.cu).
-function(llmc_window_attention_mutant NAME FILE LINE)
-  llmc_kernel_mutant(attention_mutant_${NAME} test/kernels/test_attention_mutant.cu "llmc/kernels/window_attention*.cuh"
-                     ${FILE} "${LINE}")
-endfunction()
-
-llmc_window_attention_mutant(forward_without_barrier llmc/kernels/window_attention_forward.cuh
-  "__syncthreads();   // forward: every thread's copies landed; nobody reads the other buffer any more")
-llmc_window_attention_mutant(dkdv_without_wait llmc/kernels/window_attention_backward.cuh
-  "copies.wait<0>();  // dkdv: this thread's copies of the query tile landed")
-
-# The KV-cache attention's output phase without the barrier before the groups' partials are summed.
-llmc_kernel_mutant(kv_cache_mutant_without_barrier test/kernels/test_kv_cache_mutant.cu "llmc/kernels/kv_cache.cuh"
-  llmc/kernels/kv_cache.cuh "__syncthreads();  // every group's partial written before they are summed")
 
 # Window attention benchmark rows (bench_window_attention on a GPU; the emulated build prints the shapes,
 # FLOPs and ceilings, and is smoke-tested running the kernels at a tiny size).

@@ -15,6 +15,7 @@
 #include "llmc/cuda/cuda_common.h"
 #include "llmc/cuda/fp8.h"
 #include "llmc/kernels/fp8_cast.cuh"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/cuda/precision.h"
 
@@ -54,7 +55,7 @@ __global__ void fp8_cast_transpose_kernel(Fp8* out_t, Fp8* out, const In* in, fl
     for (int j = 0; j < kFp8PacketElements; j++)
       staged[(tile_col + j) * kFp8TransposeRowWords * 4 + tile_row] = codes[j].__x;
   }
-  __syncthreads();  // transpose: every thread's codes are staged before any thread reads a column
+  LLMC_MUTANT("fp8_cast_transpose.no_barrier", __syncthreads(), (void)0);  // every thread's codes staged first
 
   // Write: thread t writes 16 consecutive rows of tile column t / 4 as one row segment of out_t.
   const int out_row = col0 + tile_row, out_col = row0 + tile_col;  // in out_t's (cols, rows) coordinates

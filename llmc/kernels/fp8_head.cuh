@@ -22,6 +22,7 @@
 #include "llmc/kernels/fp8_cast.cuh"
 #include "llmc/kernels/fp8_cast_transpose.cuh"
 #include "llmc/kernels/fp8_matmul.cuh"
+#include "llmc/kernels/mutant.h"
 
 namespace llmc {
 
@@ -198,7 +199,7 @@ Fp8GemmArgs fp8_head_input_grad_gemm(const Fp8HeadWorkspace& workspace, Tx* dx, 
   input_grad.n = workspace.channels();
   input_grad.k = workspace.vocab();
   input_grad.a_scale = workspace.grad_scale();
-  input_grad.b_scale = workspace.weight_scale();
+  input_grad.b_scale = LLMC_MUTANT("fp8_head.dx_without_weight_scale", workspace.weight_scale(), input_grad.b_scale);
   return input_grad;
 }
 
@@ -223,7 +224,7 @@ Fp8GemmArgs fp8_head_weight_grad_gemm(const Fp8HeadWorkspace& workspace, Tw* dwe
     std::swap(weight_grad.a, weight_grad.b);
     std::swap(weight_grad.a_type, weight_grad.b_type);
     std::swap(weight_grad.a_scale, weight_grad.b_scale);
-    std::swap(weight_grad.m, weight_grad.n);
+    if (LLMC_MUTANT("fp8_head.in_out_weight_grad_unswapped", true, false)) std::swap(weight_grad.m, weight_grad.n);
   }
   return weight_grad;
 }
@@ -256,7 +257,8 @@ void fp8_head_forward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* l
 template <class Tx>
 void fp8_head_training_forward(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* logits, const Tx* x,
                                const Tx* weight, int tokens, float dloss, cudaStream_t stream) {
-  workspace.set_grad_scale(fp8_head_grad_scale(dloss), stream);
+  if (LLMC_MUTANT("fp8_head.fixed_grad_scale", true, false))
+    workspace.set_grad_scale(fp8_head_grad_scale(dloss), stream);
   fp8_head_forward(context, workspace, logits, x, weight, tokens, /*keep_for_backward=*/true, stream);
 }
 
@@ -295,7 +297,8 @@ template <class Tx, class Tw>
 void fp8_head_backward_from_codes(MatmulContext& context, Fp8HeadWorkspace& workspace, Tx* dx, Tw* dweight,
                                   int tokens, bool accumulate, cudaStream_t stream) {
   detail::check_fp8_head_backward(workspace, tokens, "fp8_head_backward_from_codes");
-  fp8_transpose(workspace.g8t(), workspace.g8(), tokens, workspace.vocab(), stream);
+  if (LLMC_MUTANT("fp8_head.codes_not_transposed", true, false))
+    fp8_transpose(workspace.g8t(), workspace.g8(), tokens, workspace.vocab(), stream);
   detail::fp8_head_backward_gemms(context, workspace, dx, dweight, tokens, accumulate, stream);
 }
 

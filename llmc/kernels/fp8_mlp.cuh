@@ -14,6 +14,7 @@
 #include "llmc/cuda/fp8.h"
 #include "llmc/cuda/precision.h"
 #include "llmc/kernels/fp8_cast.cuh"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/kernels/relu_squared.cuh"
 
@@ -28,7 +29,7 @@ __device__ __forceinline__ void block_max_to(float* target, float value, float* 
   value = warp_reduce_max(value);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   if (lane == 0) warp_maxima[warp] = value;
-  __syncthreads();  // block max: every warp's maximum is stored before warp 0 reads them
+  LLMC_MUTANT("fp8_mlp.block_max_no_barrier", __syncthreads(), (void)0);  // every warp's maximum stored first
   if (warp != 0) return;
   value = lane < static_cast<int>(blockDim.x / kWarpSize) ? warp_maxima[lane] : 0.0f;
   value = warp_reduce_max(value);

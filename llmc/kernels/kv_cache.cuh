@@ -12,6 +12,7 @@
 #include <string>
 
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/kernels/mutant.h"
 #include "llmc/kernels/reduction.cuh"
 #include "llmc/cuda/precision.h"
 
@@ -99,7 +100,7 @@ __global__ void cached_attention_kernel(Tx* out, const Tx* qkv, const Tx* cache,
     for (int t = group; t < num_keys; t += groups) acc += scores[t] * to_float(values[static_cast<size_t>(t) * hs + d]);
     partials[group * hs + d] = acc;
   }
-  __syncthreads();  // every group's partial written before they are summed
+  LLMC_MUTANT("kv_cache.partials_no_barrier", __syncthreads(), (void)0);  // every group's partial written first
   if (static_cast<int>(threadIdx.x) < hs) {
     float total = 0.0f;
     for (int g = 0; g < groups; g++) total += partials[g * hs + threadIdx.x];

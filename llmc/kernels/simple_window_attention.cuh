@@ -212,10 +212,11 @@ __global__ void dkdv_kernel(Tx* dk, Tx* dv, int64_t dkv_stride, const float* del
       dk_acc[d] += ds * to_float(q_row[d]);
     }
   }
+  const bool add_old_dv = LLMC_MUTANT("simple_attention.dv_accumulate_inverted", accumulate_dv, !accumulate_dv);
   for (int d = 0; d < D; d++) {
     dk[j * dkv_stride + static_cast<int64_t>(h) * D + d] = from_float<Tx>(p.scale * dk_acc[d]);
     Tx& dv_out = dv[j * dkv_stride + static_cast<int64_t>(h) * D + d];
-    dv_out = from_float<Tx>(accumulate_dv ? to_float(dv_out) + dv_acc[d] : dv_acc[d]);
+    dv_out = from_float<Tx>(add_old_dv ? to_float(dv_out) + dv_acc[d] : dv_acc[d]);
   }
 }
 

@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
   mma_tile::zero(dk);
   mma_tile::zero(dv);
   for (int tile = key_tile, buffer = 0; tile <= last_tile; tile++, buffer ^= 1) {
-    copies.wait<0>();  // dkdv: this thread's copies of the query tile landed
+    LLMC_MUTANT("window_attention.dkdv_copies_not_waited", copies.wait<0>(), (void)0);  // the query tile landed
     __syncthreads();   // dkdv: every thread's copies landed; nobody reads the other buffer any more
     if (tile < last_tile) {
       issue_query_tile<kGated>(copies, p, h, (tile + 1) * kBackwardRows, q_tiles, dout_tiles, lse_tiles, delta_tiles,
@@ -444,7 +444,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardParams p) {
     store_value_mix_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, h, p.heads, p.value_mix, sums);
     store_block_sums(p.value_mix.partials, sums, warp_sums);
   } else {
-    store_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, 1.0f, p.accumulate_dv);
+    store_rows(p.dv + h * kHeadDim, p.dqkv_row_stride, dv, row0, T, 1.0f,
+               LLMC_MUTANT("window_attention.dv_accumulate_inverted", p.accumulate_dv, !p.accumulate_dv));
   }
 }
 

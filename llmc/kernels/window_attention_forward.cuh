@@ -165,7 +165,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardParams p) {
   mma_tile::zero(o);
   for (int tile = last_tile, buffer = 0; tile >= first_tile; tile--, buffer ^= 1) {
     copies.wait<0>();  // forward: this thread's copies of the key tile landed
-    __syncthreads();   // forward: every thread's copies landed; nobody reads the other buffer any more
+    // every thread's copies landed; nobody reads the other buffer any more
+    LLMC_MUTANT("window_attention.forward_copies_no_barrier", __syncthreads(), (void)0);
     if (tile > first_tile) {
       const int next = (buffer ^ 1) * kKeyTile * kStride;
       issue_rows<kKeyTile>(copies, k_tiles + next, k_head, p.qkv_row_stride, (tile - 1) * kKeyTile, T);

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Mutation tests of the kernels: runs the emulated fp32 and bf16 kernel tests (kernels_fp32_emu, kernels_bf16_emu,
-built with LLMC_KERNEL_MUTANTS) on the tests that guard a mutant site, once with no mutant, where they must pass, and
-once per mutant (LLMC_KERNEL_MUTANT=name, one plausible bug switched on in llmc/kernels), where the tests that guard
-that kernel must fail. Also checks that every LLMC_MUTANT site in the kernel sources has an entry here.
+"""Mutation tests of the kernels: runs the emulated fp32 and bf16 kernel tests and the FP8 tests (kernels_fp32_emu,
+kernels_bf16_emu, fp8_emu, built with LLMC_KERNEL_MUTANTS) on the tests that guard a mutant site, once with no
+mutant, where they must pass, and once per mutant (LLMC_KERNEL_MUTANT=name, one plausible bug switched on in
+llmc/kernels), where the tests that guard that kernel must fail (a kernel the emulation stops, e.g. with copies left
+in flight, counts as caught). Also checks that every LLMC_MUTANT site in the kernel sources has an entry here.
 Exit 0 when every mutant is caught, 1 otherwise.
 """
 import argparse
@@ -31,6 +32,7 @@ MUTANTS = {
     "token_scatter.drops_first_partial": "EmbeddingKernel.ScatterAdd*:EncoderKernel.Backward*",  # a crossing run loses its first chunk
     "simple_attention.window_plus_one": "SimpleAttentionKernel.*",     # the window admits one key too many
     "simple_attention.decode_lane_dot": "SimpleAttentionKernel.MatchesReference*",  # a decode lane's own dims only
+    "simple_attention.dv_accumulate_inverted": "SimpleAttentionKernel.MatchesReference*",  # dv stored for added
     "scalar_vector.overwrite": "ScalarVectorKernel.*",                 # gradients overwritten, not added
     # the GPT-2 kernels of issue 15
     "fold.keeps_group_counter": "LayerNormKernel.Backward*:BiasGradKernel.*",  # the next launch never finishes
@@ -57,6 +59,9 @@ MUTANTS = {
     "gate_mlp_output.bias_grad_unscaled": "GateMlpOutput.Backward*",   # db without the scale
     "dc_mix_weights.no_norm_gradient": "DcAttentionKernel.MixWeightsBackward*",  # the rms treated as a constant
     "pair_rope.offset_gradient_misses_last": "QkNormPairRope.Backward*",  # row T-2's k misses row T-1's dy
+    "kv_cache.partials_no_barrier": "*KvCacheAttention*",                 # the groups' partials summed too early
+    "head_gate.first_head_gate": "HeadGateKernel.*",                   # every head scaled by head 0's gate
+    "head_gate.half_group_dot": "HeadGateKernel.Backward*",            # a gate's gradient over half its head
     # issue 27's fusions
     "residual_norm.extra_streams_unweighted": "ResidualNormKernel.*Bitwise",  # the gate columns ignored
     "residual_norm_backward.no_barrier": "ResidualNormKernel.Backward*",  # warps' dots read before written
@@ -79,6 +84,19 @@ BF16_MUTANTS = {
     "window_attention.value_mix_sums_no_barrier": "WindowAttentionValueMix.*",  # warps' sums read before written
     "window_attention.value_mix_drops_warp0": "WindowAttentionValueMix.*",  # a block's partial misses warp 0
     "window_attention.b_sum_from_a_partials": "WindowAttentionValueMix.*",  # d b summed from dV v_raw
+    "window_attention.dv_accumulate_inverted": "WindowAttentionAccumulatedDv.*",  # dv stored for added and back
+    "window_attention.forward_copies_no_barrier": "*WindowAttentionTest.*",  # a buffer refilled while others read it
+    "window_attention.dkdv_copies_not_waited": "*WindowAttentionTest.*",  # the query tile read before it lands
+}
+
+# The FP8 head's and the FP8 MLP's sites, in the FP8 tests (fp8_emu).
+FP8_MUTANTS = {
+    "fp8_cast_transpose.no_barrier": "Fp8ModelCheck.*",                # a column read before its codes are staged
+    "fp8_head.dx_without_weight_scale": "Fp8ModelCheck.*",             # dx without w_s
+    "fp8_head.fixed_grad_scale": "Fp8ModelCheck.*",                    # g_s the record's 1/448 whatever the loss scale
+    "fp8_head.in_out_weight_grad_unswapped": "Fp8ModelCheck.*",        # the (C, V) weight gradient's shape not swapped
+    "fp8_head.codes_not_transposed": "Fp8ModelCheck.*",                # g8t read unwritten
+    "fp8_mlp.block_max_no_barrier": "Fp8ModelCheck.*",                 # warp 0 reads the warps' maxima too early
 }
 
 
@@ -111,6 +129,10 @@ def check_binary(binary, mutants):
     ok = True
     for mutant, gtest_filter in mutants.items():
         code, output = run(binary, gtest_filter, mutant)
+        if re.search(r"\[==========\] 0 tests", output):
+            print(f"FAIL {mutant:42s} its filter {gtest_filter} selects no test")
+            ok = False
+            continue
         failed = sorted(set(re.findall(r"\[  FAILED  \] ([A-Za-z]\S*)", output)))
         caught = code != 0 and (failed or "error" in output.lower())
         verdict = 'caught by ' + ', '.join(failed) if failed else 'exit ' + str(code)
@@ -123,16 +145,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--binary", required=True, help="kernels_fp32_emu (the kernel tests built with LLMC_KERNEL_MUTANTS)")
     parser.add_argument("--bf16-binary", required=True, help="kernels_bf16_emu (also built with LLMC_KERNEL_MUTANTS)")
+    parser.add_argument("--fp8-binary", required=True, help="fp8_emu (also built with LLMC_KERNEL_MUTANTS)")
     parser.add_argument("--kernels", required=True, help="llmc/kernels, to find every LLMC_MUTANT site")
     args = parser.parse_args()
     ok = True
     sites = mutant_sites(args.kernels)
-    if sites != set(MUTANTS) | set(BF16_MUTANTS):
-        print(f"FAIL mutant sites in the sources {sorted(sites)} != the tables here "
-              f"{sorted(set(MUTANTS) | set(BF16_MUTANTS))}")
+    tables = set(MUTANTS) | set(BF16_MUTANTS) | set(FP8_MUTANTS)
+    if sites != tables:
+        print(f"FAIL mutant sites in the sources but not here {sorted(sites - tables)}, "
+              f"here but not in the sources {sorted(tables - sites)}")
         ok = False
     ok &= check_binary(args.binary, MUTANTS)
     ok &= check_binary(args.bf16_binary, BF16_MUTANTS)
+    ok &= check_binary(args.fp8_binary, FP8_MUTANTS)
     return 0 if ok else 1
 
 if __name__ == "__main__":

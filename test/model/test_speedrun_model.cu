@@ -350,7 +350,7 @@ TEST_F(SpeedrunModelTest, Fp8HeadLossAndEveryGradientMatchReference) {
 
 // g_s = fp8_head_grad_scale(dloss) keeps the e5m2 codes of the record's SUM loss: with a power-of-two dloss
 // (here a mean over 2^20 tokens, whose logit gradients would mostly flush to e5m2's zero with the record's
-// fixed 1/448: the mutant fp8_mutant_fixed_grad_scale, cmake/fp8.cmake)
+// fixed 1/448: the mutant fp8_head.fixed_grad_scale, test/kernels/run_kernel_mutants.py)
 // every gradient is exactly dloss times the SUM loss's, and the losses are equal.
 TEST_F(SpeedrunModelTest, Fp8HeadGradientScaleFollowsTheLossScale) {
   EXPECT_EQ(fp8_head_grad_scale(1.0f), Fp8HeadScales::speedrun(768).grad);

@@ -21,6 +21,7 @@
 #include "llmc/kernels/fp8_head.cuh"
 #include "llmc/kernels/gate_mlp_output.cuh"
 #include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/head_gate.cuh"
 #include "llmc/kernels/matmul.cuh"
 #include "llmc/kernels/qk_norm_pair_rope.cuh"
 #include "llmc/kernels/qk_norm_rope.cuh"
@@ -166,7 +167,7 @@ struct Modded89Model::Buffers {
   floatX *dx = nullptr, *d_x0 = nullptr, *d_b = nullptr, *d_cache0 = nullptr, *d_cache3 = nullptr;
   floatX *d_cache7 = nullptr, *d_cache9 = nullptr;
   floatX* d_ve[kModded89ValueEmbeds] = {};
-  floatX *dn = nullptr, *d_branch = nullptr, *d_wide = nullptr, *dy_a = nullptr, *dy_b = nullptr;
+  floatX *dn = nullptr, *d_branch = nullptr, *d_wide = nullptr, *dy = nullptr;
   floatX *dq = nullptr, *dk = nullptr, *dv = nullptr, *d_qk_raw = nullptr, *dx_pre = nullptr;
   floatX *d_hidden = nullptr, *d_mlp_raw = nullptr, *d_weights = nullptr, *d_embed = nullptr;
   float* d_gates[4] = {};  // fp32 gradients of G0, G1, mu, mu' (each column written by its one user)
@@ -278,8 +279,8 @@ void Modded89Model::Buffers::request_backward(const Modded89Layout& layout, int 
   const Modded89Config& config = layout.config;
   const size_t T = static_cast<size_t>(seq_len), C = static_cast<size_t>(config.channels()),
                H = static_cast<size_t>(config.num_heads), m = static_cast<size_t>(config.mudd_hidden);
-  for (floatX** buffer : {&dx, &d_x0, &d_b, &d_cache0, &d_cache3, &d_cache7, &d_cache9, &dn, &d_branch, &dy_a, &dy_b,
-                          &dq, &dk, &dv, &dx_pre, &d_embed})
+  for (floatX** buffer : {&dx, &d_x0, &d_b, &d_cache0, &d_cache3, &d_cache7, &d_cache9, &dn, &d_branch, &dy, &dq,
+                           &dk, &dv, &dx_pre, &d_embed})
     arena.request(buffer, T * C);
   for (floatX*& table : d_ve) arena.request(&table, T * C);
   arena.request(&d_wide, 4 * T * C);
@@ -1185,13 +1186,11 @@ void Modded89Model::attention_forward(int i, const floatX* xn, const floatX* aux
     xsa_forward(at(l.y_xsa, C), at(l.y_dc, C), at(l.v, C),
                 at(b.mlps[role.xsa.gate].out, kModded89GateColumns) + role.xsa.column,
                 XsaShape{T, H, D, C, C, kModded89GateColumns}, stream_);
-  if (role.output_gate.present())  // y_h *= G[t, column + h]: a one-stream token mix per head
-    for (int h = 0; h < H; h++)
-      token_mix_forward(
-          at(l.y_gated, C) + h * D, C,
-          from_row(token_mix(b.mlps[role.output_gate.gate].gate(), {{l.y_xsa + h * D, role.output_gate.column + h}}, C),
-                   first),
-          T, D, stream_);
+  if (role.output_gate.present()) {  // y_h *= G[t, column + h]
+    const GateRows gate = b.mlps[role.output_gate.gate].gate();
+    head_gate_forward(at(l.y_gated, C), at(l.y_xsa, C), at(gate.rows, gate.columns) + role.output_gate.column,
+                      HeadGateShape{T, H, D, C, gate.columns}, stream_);
+  }
   GemmArgs out;  // (T, C) = y (l1 W_o)^T
   out.d = at(l.attn_out, C), out.a = at(l.y_gated, C), out.b = b.scaled_weights + 3 * CC, out.m = T, out.n = C;
   out.k = C, out.trans_b = true;
@@ -1622,32 +1621,29 @@ void Modded89Model::attention_backward(int i, const floatX* xn) {
   const std::string prefix = "layers." + std::to_string(i) + ".";
   scale_layer_weights(i);
   GemmArgs dy;  // dy (T, C) = d_out (l1 W_o)
-  dy.d = b.dy_a, dy.a = b.d_branch, dy.b = b.scaled_weights + 3 * CC, dy.m = T, dy.n = C, dy.k = C;
+  dy.d = b.dy, dy.a = b.d_branch, dy.b = b.scaled_weights + 3 * CC, dy.m = T, dy.n = C, dy.k = C;
   gemm(b.matmul, dy, stream_);
   GemmArgs dwo;  // d(l1 W_o) (C, C) = d_out^T y
   dwo.d = b.d_weights + 3 * CC, dwo.a = b.d_branch, dwo.b = l.y_gated, dwo.m = C, dwo.n = C, dwo.k = T;
   dwo.trans_a = true;
   gemm(b.matmul, dwo, stream_);
-  floatX *dcur = b.dy_a, *dnext = b.dy_b;
-  if (role.output_gate.present()) {  // y_h *= G[t, column + h]
-    for (int h = 0; h < H; h++)
-      token_mix_backward(dcur + h * D, C,
-                         token_mix_grads(b.mlps[role.output_gate.gate].gate(), b.d_gates[role.output_gate.gate],
-                                         {{l.y_xsa + h * D, role.output_gate.column + h, dnext + h * D, false}}, C),
-                         T, D, stream_);
-    std::swap(dcur, dnext);
+  floatX* const d_heads = b.dy;  // the heads' output gradient, taken back through the gate and XSA in place
+  if (role.output_gate.present()) {  // y_h *= G[t, column + h]; its gradient in place
+    const GateRows gate = b.mlps[role.output_gate.gate].gate();
+    head_gate_backward(d_heads, b.d_gates[role.output_gate.gate] + role.output_gate.column, d_heads, l.y_xsa,
+                       gate.rows + role.output_gate.column, HeadGateShape{T, H, D, C, gate.columns}, stream_);
   }
   if (role.xsa.present()) {  // its share of dv first (every column: H D = C), the attention's dV store adds to it
     const GateRows gate = b.mlps[role.xsa.gate].gate();
-    xsa_backward(dcur, b.dv, b.d_gates[role.xsa.gate] + role.xsa.column, dcur, l.y_dc, l.v,
+    xsa_backward(d_heads, b.dv, b.d_gates[role.xsa.gate] + role.xsa.column, d_heads, l.y_dc, l.v,
                  gate.rows + role.xsa.column, XsaShape{T, H, D, C, C, kModded89GateColumns, kModded89GateColumns},
                  stream_);
   }
-  window_attention_backward(i, dcur, /*accumulate_dv=*/role.xsa.present());
-  if (role.dc) {  // y_dc = y + DC(q, k, v; w1, w2): y's gradient is dcur itself
+  window_attention_backward(i, d_heads, /*accumulate_dv=*/role.xsa.present());
+  if (role.dc) {  // y_dc = y + DC(q, k, v; w1, w2): y's gradient is d_heads itself
     const DcInputs dc{l.q, l.k, l.v,           C,          C, C, l.dc_weights, l.dc_weights + H, 2 * H, b.doc_start, T,
                       H,   D,   cfg.dc_window, attn_scale_};
-    dc_backward(b.dq, C, b.dk, C, b.dv, C, b.dw1, b.dw2, b.dc_delta, dcur, C, l.dc_lse, dc, stream_);
+    dc_backward(b.dq, C, b.dk, C, b.dv, C, b.dw1, b.dw2, b.dc_delta, d_heads, C, l.dc_lse, dc, stream_);
     dc_mix_weights_backward(b.d_gates[1], b.dw1, b.dw2, b.mlps[1].out, kModded89GateColumns, kModded89DcW1Column,
                             kModded89DcW2Column, T, H, stream_);
   }
