@@ -133,7 +133,7 @@ def check_binary(binary, mutants):
             print(f"FAIL {mutant:42s} its filter {gtest_filter} selects no test")
             ok = False
             continue
-        failed = sorted(set(re.findall(r"\[  FAILED  \] ([A-Za-z]\S*)", output)))
+        failed = sorted(set(re.findall(r"\[  FAILED  \] ([A-Za-z][^\s,]*)", output)))
         caught = code != 0 and (failed or "error" in output.lower())
         verdict = 'caught by ' + ', '.join(failed) if failed else 'exit ' + str(code)
         print(f"{'ok  ' if caught else 'FAIL'} {mutant:42s} {verdict}")
