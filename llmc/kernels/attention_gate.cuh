@@ -31,12 +31,10 @@ template <typename Tx>
 __global__ void attention_gate_forward_kernel(Tx* out, const Tx* y, const Tx* xn, int xn_stride, const Tx* w, int T,
                                               int H, int D, int group) {
   using Packet = Packed128<Tx>;
-  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
-  const int head_row = thread / group, lane = thread % group;
-  if (head_row >= T * H) return;  // no shuffles in this kernel
-  const int t = head_row / H, h = head_row % H;
+  const auto [t, h, lane, valid] = head_lane(T, H, group);
+  if (!valid) return;  // no shuffles in this kernel
   const float g = attention_gate_value(xn + static_cast<size_t>(t) * xn_stride, w + h * kGateWidth);
-  const size_t base = static_cast<size_t>(head_row) * D;  // = t * (H D) + h D
+  const size_t base = (static_cast<size_t>(t) * H + h) * D;
   for (int p = lane; p < D / Packet::size; p += group) {
     const Packet v = load128(y + base + p * Packet::size);
     Packet result;
@@ -50,12 +48,9 @@ template <typename Tx>
 __global__ void attention_gate_backward_kernel(Tx* dy, float* gate_grad, const Tx* dout, const Tx* y, const Tx* xn,
                                                int xn_stride, const Tx* w, int T, int H, int D, int group) {
   using Packet = Packed128<Tx>;
-  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
-  const int head_row = thread / group, lane = thread % group;
-  const bool valid = head_row < T * H;
-  const int t = head_row / H, h = head_row % H;
+  const auto [t, h, lane, valid] = head_lane(T, H, group);
+  const size_t head_row = static_cast<size_t>(t) * H + h, base = head_row * D;
   const float g = valid ? attention_gate_value(xn + static_cast<size_t>(t) * xn_stride, w + h * kGateWidth) : 0.0f;
-  const size_t base = static_cast<size_t>(head_row) * D;
   float dot = 0.0f;
   for (int p = lane; valid && p < D / Packet::size; p += group) {
     const Packet dv = load128(dout + base + p * Packet::size), yv = load128(y + base + p * Packet::size);

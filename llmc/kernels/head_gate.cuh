@@ -24,23 +24,13 @@ struct HeadGateShape {
 };
 
 namespace detail {
-// The (token, head) of a lane group, and whether the launch's last groups fall past the T H of them.
-struct HeadItem {
-  int t = 0, h = 0;
-  bool valid = false;
-  size_t y_offset = 0, gate_offset = 0;
+// Where the lane group's head row of y (and out, dout, dy) starts, and its gate.
+struct HeadGateOffsets {
+  size_t y, gate;
 };
-
-__device__ __forceinline__ HeadItem head_item(const HeadGateShape& s, int group) {
-  const long long item = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / group;
-  HeadItem it;
-  it.valid = item < static_cast<long long>(s.T) * s.H;
-  if (!it.valid) return it;
-  it.t = static_cast<int>(item / s.H);
-  it.h = static_cast<int>(item % s.H);
-  it.y_offset = static_cast<size_t>(it.t) * s.y_stride + static_cast<size_t>(it.h) * s.D;
-  it.gate_offset = static_cast<size_t>(it.t) * s.gate_stride + LLMC_MUTANT("head_gate.first_head_gate", it.h, 0);
-  return it;
+__device__ __forceinline__ HeadGateOffsets head_gate_offsets(const HeadGateShape& s, const HeadLane& at) {
+  return HeadGateOffsets{static_cast<size_t>(at.t) * s.y_stride + static_cast<size_t>(at.h) * s.D,
+                         static_cast<size_t>(at.t) * s.gate_stride + LLMC_MUTANT("head_gate.first_head_gate", at.h, 0)};
 }
 }  // namespace detail
 
@@ -48,14 +38,15 @@ __device__ __forceinline__ HeadItem head_item(const HeadGateShape& s, int group)
 template <typename Tx>
 __global__ void head_gate_forward_kernel(Tx* out, const Tx* y, const Tx* gate, HeadGateShape s, int group) {
   using Packet = Packed128<Tx>;
-  const detail::HeadItem it = detail::head_item(s, group);
-  if (!it.valid) return;  // no group sums below
-  const float g = to_float(gate[it.gate_offset]);
-  for (int p = threadIdx.x % group; p < s.D / Packet::size; p += group) {
-    const Packet x = load128(y + it.y_offset + p * Packet::size);
+  const HeadLane at = head_lane(s.T, s.H, group);
+  if (!at.valid) return;  // no group sums below
+  const detail::HeadGateOffsets offset = detail::head_gate_offsets(s, at);
+  const float g = to_float(gate[offset.gate]);
+  for (int p = at.lane; p < s.D / Packet::size; p += group) {
+    const Packet x = load128(y + offset.y + p * Packet::size);
     Packet r;
     for (int j = 0; j < Packet::size; j++) r[j] = from_float<Tx>(g * to_float(x[j]));
-    store128(out + it.y_offset + p * Packet::size, r);
+    store128(out + offset.y + p * Packet::size, r);
   }
 }
 
@@ -64,20 +55,21 @@ template <typename Tx>
 __global__ void head_gate_backward_kernel(Tx* dy, float* dgate, const Tx* dout, const Tx* y, const Tx* gate,
                                           HeadGateShape s, int group) {
   using Packet = Packed128<Tx>;
-  const detail::HeadItem it = detail::head_item(s, group);
-  const float g = it.valid ? to_float(gate[it.gate_offset]) : 0.0f;
+  const HeadLane at = head_lane(s.T, s.H, group);
+  const detail::HeadGateOffsets offset = detail::head_gate_offsets(s, at);
+  const float g = at.valid ? to_float(gate[offset.gate]) : 0.0f;
   float dot = 0.0f;
-  for (int p = threadIdx.x % group; it.valid && p < s.D / Packet::size; p += group) {
-    const Packet yv = load128(y + it.y_offset + p * Packet::size), gv = load128(dout + it.y_offset + p * Packet::size);
+  for (int p = at.lane; at.valid && p < s.D / Packet::size; p += group) {
+    const Packet yv = load128(y + offset.y + p * Packet::size), gv = load128(dout + offset.y + p * Packet::size);
     Packet d;
     for (int j = 0; j < Packet::size; j++) {
       dot += to_float(yv[j]) * to_float(gv[j]);
       d[j] = from_float<Tx>(g * to_float(gv[j]));
     }
-    store128(dy + it.y_offset + p * Packet::size, d);
+    store128(dy + offset.y + p * Packet::size, d);
   }
   dot = group_reduce_sum(dot, LLMC_MUTANT("head_gate.half_group_dot", group, group / 2 > 0 ? group / 2 : 1));
-  if (it.valid && threadIdx.x % group == 0) dgate[it.gate_offset] = dot;
+  if (at.valid && at.lane == 0) dgate[offset.gate] = dot;
 }
 
 namespace detail {

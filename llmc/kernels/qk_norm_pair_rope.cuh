@@ -43,9 +43,9 @@ struct PairRopeHead {
   const Tx* x;
   const Tx* cos_row;
   const Tx* sin_row;
-  __device__ PairRopeHead(const Tx* inp, int in_stride, const Tx* cos_table, const Tx* sin_table, int head_row,
+  __device__ PairRopeHead(const Tx* inp, int in_stride, const Tx* cos_table, const Tx* sin_table, const HeadLane& at,
                           int heads, int D, const PairRopeLayout& layout)
-      : t(head_row / heads), h(head_row % heads) {
+      : t(at.t), h(at.h) {
     offset = layout.key_offset && h >= (layout.first_key_head < 0 ? heads / 2 : layout.first_key_head);
     x = inp + static_cast<size_t>(t) * in_stride + static_cast<size_t>(h) * D;
     const size_t position = static_cast<size_t>(t + layout.first_row) * layout.position_step + h % layout.position_step;
@@ -73,10 +73,11 @@ __global__ void qk_norm_pair_rope_forward_kernel(Tx* out, int out_stride, const 
                                                  const Tx* cos_table, const Tx* sin_table, int T, int heads, int D,
                                                  PairRopeLayout layout, int group) {
   using Packet = Packed128<Tx>;
-  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
-  const int head_row = thread / group, lane = thread % group;
-  const bool valid = head_row < T * heads;
-  const detail::PairRopeHead<Tx> head(inp, in_stride, cos_table, sin_table, valid ? head_row : 0, heads, D, layout);
+  const HeadLane at = head_lane(T, heads, group);
+  const int lane = at.lane;
+  const bool valid = at.valid;
+  const detail::PairRopeHead<Tx> head(inp, in_stride, cos_table, sin_table, at, heads, D, layout);
+  const size_t head_row = static_cast<size_t>(at.t) * heads + at.h;
   const float r = rsqrtf(detail::head_sum_squares(head.x, D, lane, group, valid) / D + kRmsNormEps);
   const bool from_previous = head.offset && (head.t > 0 || layout.first_row > 0);
   const Tx* previous = from_previous ? head.x - in_stride : head.x;
@@ -148,10 +149,11 @@ __global__ void qk_norm_pair_rope_backward_kernel(Tx* dinp, int dinp_stride, con
                                                   const Tx* sin_table, int T, int heads, int D, PairRopeLayout layout,
                                                   int group) {
   using Packet = Packed128<Tx>;
-  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
-  const int head_row = thread / group, lane = thread % group;
-  const bool valid = head_row < T * heads;
-  const detail::PairRopeHead<Tx> head(inp, in_stride, cos_table, sin_table, valid ? head_row : 0, heads, D, layout);
+  const HeadLane at = head_lane(T, heads, group);
+  const int lane = at.lane;
+  const bool valid = at.valid;
+  const detail::PairRopeHead<Tx> head(inp, in_stride, cos_table, sin_table, at, heads, D, layout);
+  const size_t head_row = static_cast<size_t>(at.t) * heads + at.h;
   const Tx* dy_row = dout + static_cast<size_t>(head.t) * dout_stride + static_cast<size_t>(head.h) * D;
   const float r = valid ? rstd[head_row] : 0.0f;
   const int rotated = 2 * layout.pairs;

@@ -103,6 +103,22 @@ __device__ __forceinline__ float warp_reduce_sum(float value) {
   return value;
 }
 
+// The calling lane's place in a launch that gives each (row, head) of T rows of H heads a group of `group` lanes
+// (head_lane_group), groups in row-major order: row t, head h, its lane in the group, and whether the group is one
+// of the T H (the launch's last lanes may fall past them; t and h are 0 there, and such lanes still reach the
+// group sums).
+struct HeadLane {
+  int t, h, lane;
+  bool valid;
+};
+__device__ __forceinline__ HeadLane head_lane(int T, int H, int group) {
+  const long long thread = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long item = thread / group;
+  const bool valid = item < static_cast<long long>(T) * H;
+  return HeadLane{valid ? static_cast<int>(item / H) : 0, valid ? static_cast<int>(item % H) : 0,
+                  static_cast<int>(thread % group), valid};
+}
+
 // Sum over aligned groups of `group` lanes (a power of two <= 32), e.g. the lanes that share one attention
 // head; every lane of a group gets its group's total. All 32 lanes must call it.
 __device__ __forceinline__ float group_reduce_sum(float value, int group) {

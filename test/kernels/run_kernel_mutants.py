@@ -125,6 +125,9 @@ def check_binary(binary, mutants):
     if code != 0:
         print(f"FAIL the tests of {binary} fail without any mutant:\n{output[-3000:]}")
         return False
+    if re.search(r"\[==========\] 0 tests", output):
+        print(f"FAIL the filters of {binary} select no test")
+        return False
     print(f"ok   no mutant: the guarding tests of {os.path.basename(binary)} pass")
     ok = True
     for mutant, gtest_filter in mutants.items():
