@@ -22,6 +22,10 @@ namespace llmc {
 
 constexpr int kGlobalNormBlock = 256;
 constexpr int kGlobalNormMaxBlocks = 512;
+// Elements per thread before a launch takes another block: a small buffer's blocks would otherwise each sum a
+// few elements and pay the block's reduction and fold for them (on a GPU a little; in the emulation, where
+// every barrier and shuffle switches through all of a block's threads, most of a tiny model's step).
+constexpr int kGlobalNormElementsPerThread = 16;
 constexpr int kMaxNormSegments = 64;  // buckets of a model: L + 2 for GPT-2 (50 for d48)
 
 // Up to kMaxNormSegments (pointer, length) pairs, passed to the kernel by value.
@@ -43,9 +47,10 @@ struct NormSegments {
   }
 };
 
-// Blocks for n elements in all: a fixed function of n, never of the device.
+// Blocks for n elements in all: a fixed function of n, never of the device (at least 16 elements per thread,
+// at most 512 blocks: every buffer of 2M elements or more gets 512).
 inline int global_norm_num_blocks(size_t n) {
-  long long blocks = ceil_div(static_cast<long long>(n), kGlobalNormBlock);
+  long long blocks = ceil_div(static_cast<long long>(n), kGlobalNormBlock * kGlobalNormElementsPerThread);
   if (blocks > kGlobalNormMaxBlocks) blocks = kGlobalNormMaxBlocks;
   return blocks < 1 ? 1 : static_cast<int>(blocks);
 }
