@@ -8,6 +8,11 @@
 
 namespace llmc {
 
+const std::vector<RowSparseGrad>& no_row_sparse_grads() {
+  static const std::vector<RowSparseGrad> none;
+  return none;
+}
+
 TableRows::TableRows(const std::vector<int>& tensors) {
   for (int tensor : tensors) batch_.push_back({tensor, {}});
   step_ = batch_;

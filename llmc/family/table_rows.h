@@ -12,6 +12,10 @@ struct RowSparseGrad {
   std::vector<int> rows;  // the rows of [rows, columns] with a gradient, sorted and distinct
 };
 
+// The empty list, for a model or bucket without row-sparse tables (constant and never destroyed before the
+// program ends, so a reference to it may be kept).
+const std::vector<RowSparseGrad>& no_row_sparse_grads();
+
 class TableRows {
  public:
   TableRows() = default;  // no tables

@@ -105,10 +105,7 @@ class TrainableModel {
   // reports the tensor's bucket final until the next step's first backward. Empty: the model has none. Such a
   // model zeroes only the rows that may be nonzero before a step's backward writes them: who writes other rows
   // of grads() says so (grad_rows_written).
-  virtual const std::vector<RowSparseGrad>& row_sparse_grads() const {
-    static const std::vector<RowSparseGrad> none;
-    return none;
-  }
+  virtual const std::vector<RowSparseGrad>& row_sparse_grads() const { return no_row_sparse_grads(); }
   // Rows of row-sparse tensor `tensor` in grads() written outside the backward (an optimizer adding a saved
   // step's gradients; sorted, distinct), or every row: the next backward zeroes them with its own.
   virtual void grad_rows_written(int /*tensor*/, const std::vector<int>& /*rows*/) {}

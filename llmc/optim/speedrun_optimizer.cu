@@ -705,8 +705,8 @@ struct SpeedrunOptimizer::AdamTensorGrads {
 std::vector<SpeedrunOptimizer::AdamTensorGrads> SpeedrunOptimizer::bucket_adam_grads(int bucket) {
   const ParamLayout& layout = model_.layout();
   const BucketPlan& plan = buckets_[bucket];
-  const std::vector<RowSparseGrad> none;  // the model's lists are read in place, not copied per bucket
-  const std::vector<RowSparseGrad>& current = plan.has_sparse_rows ? model_.row_sparse_grads() : none;
+  // The model's lists are read in place, not copied per bucket.
+  const std::vector<RowSparseGrad>& current = plan.has_sparse_rows ? model_.row_sparse_grads() : no_row_sparse_grads();
   std::vector<AdamTensorGrads> tensors;
   for (const auto& [offset, numel] : plan.spec->adam_tensors) {
     AdamTensorGrads t;

@@ -374,8 +374,8 @@ std::vector<RowSparseGrad> SpeedrunModel::sparse_rows(const std::vector<int>& to
 // A step's first backward zeroes each bucket as it starts (the tables at the rows that may be nonzero); a later
 // micro-step adds its rows to the tables' gradients.
 void SpeedrunModel::start_bucket_grads(int bucket, bool first_micro_step) {
-  const std::vector<RowSparseGrad> none;
-  const std::vector<RowSparseGrad>& rows = bucket == SpeedrunLayout::embeddings_bucket() ? table_rows_.batch() : none;
+  const std::vector<RowSparseGrad>& rows =
+      bucket == SpeedrunLayout::embeddings_bucket() ? table_rows_.batch() : no_row_sparse_grads();
   if (first_micro_step)
     zero_grads_->zero_bucket(grads_, bucket, rows, stream_);
   else

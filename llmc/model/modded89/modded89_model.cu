@@ -1378,8 +1378,7 @@ std::vector<RowSparseGrad> Modded89Model::sparse_rows(const std::vector<int>& to
 // zeroed, the rest in full. An accumulating backward's rows reach grads_ too (finish_bucket_grads).
 void Modded89Model::start_bucket_grads(int bucket) {
   const bool tables = bucket == Modded89Layout::bigram_bucket() || bucket == Modded89Layout::embeddings_bucket();
-  const std::vector<RowSparseGrad> none;
-  const std::vector<RowSparseGrad>& rows = tables ? table_rows_.batch() : none;
+  const std::vector<RowSparseGrad>& rows = tables ? table_rows_.batch() : no_row_sparse_grads();
   if (!accumulating()) {
     zero_grads_->zero_bucket(grads_, bucket, rows, stream_);
     return;
