@@ -31,10 +31,10 @@ template <typename Tx>
 __global__ void attention_gate_forward_kernel(Tx* out, const Tx* y, const Tx* xn, int xn_stride, const Tx* w, int T,
                                               int H, int D, int group) {
   using Packet = Packed128<Tx>;
-  const auto [t, h, lane, valid] = head_lane(T, H, group);
+  const auto [t, h, head_row, lane, valid] = head_lane(T, H, group);
   if (!valid) return;  // no shuffles in this kernel
   const float g = attention_gate_value(xn + static_cast<size_t>(t) * xn_stride, w + h * kGateWidth);
-  const size_t base = (static_cast<size_t>(t) * H + h) * D;
+  const size_t base = head_row * D;
   for (int p = lane; p < D / Packet::size; p += group) {
     const Packet v = load128(y + base + p * Packet::size);
     Packet result;
@@ -48,8 +48,8 @@ template <typename Tx>
 __global__ void attention_gate_backward_kernel(Tx* dy, float* gate_grad, const Tx* dout, const Tx* y, const Tx* xn,
                                                int xn_stride, const Tx* w, int T, int H, int D, int group) {
   using Packet = Packed128<Tx>;
-  const auto [t, h, lane, valid] = head_lane(T, H, group);
-  const size_t head_row = static_cast<size_t>(t) * H + h, base = head_row * D;
+  const auto [t, h, head_row, lane, valid] = head_lane(T, H, group);
+  const size_t base = head_row * D;
   const float g = valid ? attention_gate_value(xn + static_cast<size_t>(t) * xn_stride, w + h * kGateWidth) : 0.0f;
   float dot = 0.0f;
   for (int p = lane; valid && p < D / Packet::size; p += group) {

@@ -53,7 +53,7 @@ void abs_max(float* amax, const Tx* in, size_t n, cudaStream_t stream) {
   memset_async(amax, 0, sizeof(float), stream);
   if (n == 0) return;
   LLMC_LAUNCH_COSTED((KernelCost{static_cast<double>(n) * sizeof(Tx), static_cast<double>(n)}), abs_max_kernel<Tx>,
-                     dim3(elementwise_grid(n, kFp8MlpBlock)), dim3(kFp8MlpBlock), 0, stream, amax, in, n);
+                     dim3(reducing_grid(n, kFp8MlpBlock)), dim3(kFp8MlpBlock), 0, stream, amax, in, n);
 }
 
 // The scale of a tensor whose maximum is amax, with `headroom`: max(amax, 1e-12) * (headroom / 448), the factor

@@ -74,19 +74,16 @@ __global__ void qk_norm_pair_rope_forward_kernel(Tx* out, int out_stride, const 
                                                  PairRopeLayout layout, int group) {
   using Packet = Packed128<Tx>;
   const HeadLane at = head_lane(T, heads, group);
-  const int lane = at.lane;
-  const bool valid = at.valid;
   const detail::PairRopeHead<Tx> head(inp, in_stride, cos_table, sin_table, at, heads, D, layout);
-  const size_t head_row = static_cast<size_t>(at.t) * heads + at.h;
-  const float r = rsqrtf(detail::head_sum_squares(head.x, D, lane, group, valid) / D + kRmsNormEps);
+  const float r = rsqrtf(detail::head_sum_squares(head.x, D, at.lane, group, at.valid) / D + kRmsNormEps);
   const bool from_previous = head.offset && (head.t > 0 || layout.first_row > 0);
   const Tx* previous = from_previous ? head.x - in_stride : head.x;
   const float r_previous =
-      rsqrtf(detail::head_sum_squares(previous, D, lane, group, valid && from_previous) / D + kRmsNormEps);
-  if (!valid) return;
+      rsqrtf(detail::head_sum_squares(previous, D, at.lane, group, at.valid && from_previous) / D + kRmsNormEps);
+  if (!at.valid) return;
   Tx* y = out + static_cast<size_t>(head.t) * out_stride + static_cast<size_t>(head.h) * D;
   const int rotated = 2 * layout.pairs;
-  for (int p = lane; p < D / Packet::size; p += group) {
+  for (int p = at.lane; p < D / Packet::size; p += group) {
     const int d0 = p * Packet::size;
     const Packet v = load128((d0 >= rotated && from_previous ? previous : head.x) + d0);
     const float scale = d0 >= rotated && from_previous ? r_previous : r;
@@ -105,7 +102,7 @@ __global__ void qk_norm_pair_rope_forward_kernel(Tx* out, int out_stride, const 
     }
     store128(y + d0, o);
   }
-  if (lane == 0 && rstd != nullptr) rstd[head_row] = r;
+  if (at.lane == 0 && rstd != nullptr) rstd[at.head_row] = r;
 }
 
 namespace detail {
@@ -150,24 +147,21 @@ __global__ void qk_norm_pair_rope_backward_kernel(Tx* dinp, int dinp_stride, con
                                                   int group) {
   using Packet = Packed128<Tx>;
   const HeadLane at = head_lane(T, heads, group);
-  const int lane = at.lane;
-  const bool valid = at.valid;
   const detail::PairRopeHead<Tx> head(inp, in_stride, cos_table, sin_table, at, heads, D, layout);
-  const size_t head_row = static_cast<size_t>(at.t) * heads + at.h;
   const Tx* dy_row = dout + static_cast<size_t>(head.t) * dout_stride + static_cast<size_t>(head.h) * D;
-  const float r = valid ? rstd[head_row] : 0.0f;
+  const float r = at.valid ? rstd[at.head_row] : 0.0f;
   const int rotated = 2 * layout.pairs;
   float dn_dot_n = 0.0f;
-  for (int p = lane; valid && p < D / Packet::size; p += group) {
+  for (int p = at.lane; at.valid && p < D / Packet::size; p += group) {
     float dn[Packet::size];
     detail::pair_rope_dn(dn, dy_row, dout_stride, head, T, p * Packet::size, rotated);
     const Packet v = load128(head.x + p * Packet::size);
     for (int j = 0; j < Packet::size; j++) dn_dot_n += dn[j] * to_float(v[j]) * r;
   }
   const float coefficient = r * group_reduce_sum(dn_dot_n, group) / D;  // r mean(dn n)
-  if (!valid) return;
+  if (!at.valid) return;
   Tx* dx = dinp + static_cast<size_t>(head.t) * dinp_stride + static_cast<size_t>(head.h) * D;
-  for (int p = lane; p < D / Packet::size; p += group) {
+  for (int p = at.lane; p < D / Packet::size; p += group) {
     float dn[Packet::size];
     detail::pair_rope_dn(dn, dy_row, dout_stride, head, T, p * Packet::size, rotated);
     const Packet v = load128(head.x + p * Packet::size);

@@ -39,8 +39,7 @@ __global__ void qk_norm_rope_forward_kernel(Tx* out, int out_stride, const Tx* i
                                             const Tx* cos_table, const Tx* sin_table, int T, int heads, int D,
                                             int group) {
   using Packet = Packed128<Tx>;
-  const auto [t, h, lane, valid] = head_lane(T, heads, group);
-  const size_t head_row = static_cast<size_t>(t) * heads + h;
+  const auto [t, h, head_row, lane, valid] = head_lane(T, heads, group);
   const int half = D / 2, packets = half / Packet::size;
   const Tx* x = inp + static_cast<size_t>(t) * in_stride + static_cast<size_t>(h) * D;
   float sum_squares = 0.0f;
@@ -98,8 +97,7 @@ __global__ void qk_norm_rope_backward_kernel(Tx* dinp, int dinp_stride, const Tx
                                              int in_stride, const float* rstd, const Tx* cos_table, const Tx* sin_table,
                                              int T, int heads, int D, int group) {
   using Packet = Packed128<Tx>;
-  const auto [t, h, lane, valid] = head_lane(T, heads, group);
-  const size_t head_row = static_cast<size_t>(t) * heads + h;
+  const auto [t, h, head_row, lane, valid] = head_lane(T, heads, group);
   const int half = D / 2, packets = half / Packet::size;
   const Tx* x = inp + static_cast<size_t>(t) * in_stride + static_cast<size_t>(h) * D;
   const Tx* dy = dout + static_cast<size_t>(t) * dout_stride + static_cast<size_t>(h) * D;

@@ -35,6 +35,15 @@ inline unsigned elementwise_grid(size_t n, int block) {
   return blocks < 1 ? 1u : static_cast<unsigned>(blocks);
 }
 
+// Grid-stride loops whose blocks end in a block reduction and an atomic: each thread takes at least
+// kReducingItemsPerThread items before the launch takes another block, so a small tensor's blocks do not each pay
+// the reduction for a few items (on a GPU a little; in the emulation, where every shuffle and barrier switches
+// through the block's threads, most of a tiny model's cost). A large tensor gets elementwise_grid's cap.
+constexpr int kReducingItemsPerThread = 16;
+inline unsigned reducing_grid(size_t n, int block) {
+  return elementwise_grid(static_cast<size_t>(ceil_div(static_cast<long long>(n), kReducingItemsPerThread)), block);
+}
+
 // Threads for a block that walks one row of `items` (elements or packets), thread i taking items i, i + block,
 // ...: the fewest whole warps that give each thread at most one item, at most `max_block`. The threads left out
 // would only add zeros to the block's sums (block_reduce_sum), so a short row sums the same values in the same
@@ -104,11 +113,13 @@ __device__ __forceinline__ float warp_reduce_sum(float value) {
 }
 
 // The calling lane's place in a launch that gives each (row, head) of T rows of H heads a group of `group` lanes
-// (head_lane_group), groups in row-major order: row t, head h, its lane in the group, and whether the group is one
-// of the T H (the launch's last lanes may fall past them; t and h are 0 there, and such lanes still reach the
-// group sums).
+// (head_lane_group), groups in row-major order: row t, head h, head_row = t H + h (the head's place in a
+// per-head array such as a gate's or rstd's), its lane in the group, and whether the group is one of the T H (the
+// launch's last lanes may fall past them; t, h and head_row are 0 there, and such lanes still reach the group sums).
 struct HeadLane {
-  int t, h, lane;
+  int t, h;
+  size_t head_row;
+  int lane;
   bool valid;
 };
 __device__ __forceinline__ HeadLane head_lane(int T, int H, int group) {
@@ -116,7 +127,7 @@ __device__ __forceinline__ HeadLane head_lane(int T, int H, int group) {
   const long long item = thread / group;
   const bool valid = item < static_cast<long long>(T) * H;
   return HeadLane{valid ? static_cast<int>(item / H) : 0, valid ? static_cast<int>(item % H) : 0,
-                  static_cast<int>(thread % group), valid};
+                  valid ? static_cast<size_t>(item) : 0, static_cast<int>(thread % group), valid};
 }
 
 // Sum over aligned groups of `group` lanes (a power of two <= 32), e.g. the lanes that share one attention

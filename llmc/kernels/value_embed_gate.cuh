@@ -38,7 +38,7 @@ template <typename Tx>
 __global__ void value_embed_gate_forward_kernel(Tx* v_out, const Tx* v, const Tx* ve, const Tx* xn, const Tx* w,
                                                 ValueGateShape s, int group) {
   using Packet = Packed128<Tx>;
-  const auto [t, h, lane, valid] = head_lane(s.T, s.H, group);
+  const auto [t, h, head_row, lane, valid] = head_lane(s.T, s.H, group);
   if (!valid) return;  // no shuffles in this kernel
   const Tx* ve_row = ve + static_cast<size_t>(t) * s.H * s.D;
   const float g = 2.0f * value_gate_sigmoid(xn + static_cast<size_t>(t) * s.xn_stride, ve_row, w + h * kGateWidth);
@@ -58,7 +58,7 @@ __global__ void value_embed_gate_backward_kernel(Tx* dve, bool accumulate, float
                                                  const Tx* ve, const Tx* xn, const Tx* w, ValueGateShape s,
                                                  int group) {
   using Packet = Packed128<Tx>;
-  const auto [t, h, lane, valid] = head_lane(s.T, s.H, group);
+  const auto [t, h, head_row, lane, valid] = head_lane(s.T, s.H, group);
   const Tx* ve_row = ve + static_cast<size_t>(t) * s.H * s.D;
   const float sig =
       valid ? value_gate_sigmoid(xn + static_cast<size_t>(t) * s.xn_stride, ve_row, w + h * kGateWidth) : 0.0f;
@@ -78,7 +78,7 @@ __global__ void value_embed_gate_backward_kernel(Tx* dve, bool accumulate, float
   }
   dot = group_reduce_sum(dot, group);
   if (valid && lane == 0)
-    gate_grad[static_cast<size_t>(t) * s.H + h] = dot * LLMC_MUTANT("value_gate.no_factor_two", 2.0f, 1.0f) * sig * (1.0f - sig);
+    gate_grad[head_row] = dot * LLMC_MUTANT("value_gate.no_factor_two", 2.0f, 1.0f) * sig * (1.0f - sig);
 }
 
 // Block = one chunk of rows; thread k = h * 12 + c: partials[chunk][k] = sum_t gate_grad[t, h] in_c[t] with

@@ -46,7 +46,7 @@ __device__ void xsa_dots(float* dots, const Tx* const* a, const Tx* const* b, in
 template <typename Tx>
 __global__ void xsa_forward_kernel(Tx* out, const Tx* y, const Tx* v, const Tx* alpha, XsaShape s, int group) {
   using Packet = Packed128<Tx>;
-  const auto [t, h, lane, valid] = head_lane(s.T, s.H, group);
+  const auto [t, h, head_row, lane, valid] = head_lane(s.T, s.H, group);
   const Tx* yr = y + static_cast<size_t>(t) * s.y_stride + static_cast<size_t>(h) * s.D;
   const Tx* vr = v + static_cast<size_t>(t) * s.v_stride + static_cast<size_t>(h) * s.D;
   const Tx* a_pairs[2] = {yr, vr};
@@ -72,7 +72,7 @@ template <typename Tx>
 __global__ void xsa_backward_kernel(Tx* dy, Tx* dv, float* dalpha, const Tx* dout, const Tx* y, const Tx* v,
                                     const Tx* alpha, XsaShape s, int group) {
   using Packet = Packed128<Tx>;
-  const auto [t, h, lane, valid] = head_lane(s.T, s.H, group);
+  const auto [t, h, head_row, lane, valid] = head_lane(s.T, s.H, group);
   const size_t y_offset = static_cast<size_t>(t) * s.y_stride + static_cast<size_t>(h) * s.D;
   const size_t v_offset = static_cast<size_t>(t) * s.v_stride + static_cast<size_t>(h) * s.D;
   const Tx *yr = y + y_offset, *vr = v + v_offset, *gr = dout + y_offset;
