@@ -56,7 +56,13 @@ function(llmc_wrap_cu_for_gxx OUT_VAR TARGET_NAME PURPOSE)
   foreach(source IN LISTS ARGN)
     get_filename_component(absolute "${source}" ABSOLUTE BASE_DIR "${CMAKE_SOURCE_DIR}")
     if(absolute MATCHES "\\.cu$")
-      file(RELATIVE_PATH relative "${CMAKE_SOURCE_DIR}" "${absolute}")
+      # A generated group (llmc_group_cu_sources) is named after its place in the build tree: cu_groups/t/group_0.cu.
+      string(FIND "${absolute}" "${CMAKE_BINARY_DIR}/cu_groups/" group_at)
+      if(group_at EQUAL 0)
+        file(RELATIVE_PATH relative "${CMAKE_BINARY_DIR}" "${absolute}")
+      else()
+        file(RELATIVE_PATH relative "${CMAKE_SOURCE_DIR}" "${absolute}")
+      endif()
       string(MAKE_C_IDENTIFIER "${relative}" stem)
       set(wrapper "${CMAKE_BINARY_DIR}/emu_wrappers/${TARGET_NAME}/${stem}.cpp")
       file(GENERATE OUTPUT "${wrapper}" CONTENT
@@ -70,9 +76,18 @@ function(llmc_wrap_cu_for_gxx OUT_VAR TARGET_NAME PURPOSE)
   set(${OUT_VAR} ${wrapped} PARENT_SCOPE)
 endfunction()
 
-# The emulated build of SOURCES (LLMC_EMULATION comes from llmc_emu).
+# The emulated build of SOURCES (LLMC_EMULATION comes from llmc_emu). The wrapped .cu files compile at -O1 in
+# Release builds, the production libraries' too: an emulated kernel's time goes to the emulation (llmc_emu, at -O3:
+# fibers, warp rendezvous, GEMMs), not to its own code, so -O3 there bought nothing measurable (12 modded89-tiny
+# steps of train_gpt2_emu 8.2 s at both, the same bits) for 43% more compile time (the #89 model's unit: 58 s ->
+# 33 s of CPU; cmake/test_optimisation.cmake has the rule for test code).
 function(llmc_emu_wrap_sources OUT_VAR TARGET_NAME)
   llmc_wrap_cu_for_gxx(wrapped ${TARGET_NAME} "for the CUDA emulation" ${ARGN})
+  foreach(source IN LISTS wrapped)
+    if(source MATCHES "/emu_wrappers/")
+      set_source_files_properties("${source}" PROPERTIES COMPILE_OPTIONS "$<$<CONFIG:Release>:-O1>")
+    endif()
+  endforeach()
   set(${OUT_VAR} ${wrapped} PARENT_SCOPE)
 endfunction()
 
@@ -132,7 +147,10 @@ function(llmc_add_cu_test)
     set(ARG_ALSO_SCHEDULES "")
     math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * 4")
   endif()
-  llmc_emu_wrap_sources(emu_sources ${ARG_NAME}_emu ${ARG_SOURCES})
+  # In groups of 8 as the GPU twin's (the same groups, so no two files of one define the same internal name): a
+  # g++ unit's fixed cost (the emulation's and the kernels' headers) is 1-2 s of a kernel test file's 2-12 s.
+  llmc_group_cu_sources(grouped_sources ${ARG_NAME}_emu 8 ${ARG_SOURCES})
+  llmc_emu_wrap_sources(emu_sources ${ARG_NAME}_emu ${grouped_sources})
   add_executable(${ARG_NAME}_emu ${emu_sources})
   target_link_libraries(${ARG_NAME}_emu PRIVATE llmc_gpu_test_main_emu llmc_emu GTest::gtest
                         ${ARG_LIBS} ${ARG_EMU_LIBS})
@@ -172,7 +190,10 @@ endfunction()
 # cicc) cost a host-only program more than g++ does (generate_gpt2.cu: 37 s of CPU under nvcc, 10 s with g++).
 function(llmc_add_cu_executable)
   cmake_parse_arguments(ARG "USER_BINARY;BENCHMARK;HOST_ONLY" "NAME" "SOURCES;LIBS;EMU_LIBS;CUDA_LIBS" ${ARGN})
-  llmc_emu_wrap_sources(emu_sources ${ARG_NAME}_emu ${ARG_SOURCES})
+  # In groups of 8 as the GPU twin's (the same groups, so no two files of one define the same internal name): a
+  # g++ unit's fixed cost (the emulation's and the kernels' headers) is 1-2 s of a kernel test file's 2-12 s.
+  llmc_group_cu_sources(grouped_sources ${ARG_NAME}_emu 8 ${ARG_SOURCES})
+  llmc_emu_wrap_sources(emu_sources ${ARG_NAME}_emu ${grouped_sources})
   add_executable(${ARG_NAME}_emu ${emu_sources})
   target_link_libraries(${ARG_NAME}_emu PRIVATE llmc_emu ${ARG_LIBS} ${ARG_EMU_LIBS})
   if(ARG_USER_BINARY)
