@@ -11,6 +11,7 @@
 #include "llmc/base/bf16_bits.h"
 #include "llmc/base/checksum.h"
 #include "llmc/base/file_io.h"
+#include "llmc/family/header_mismatch.h"
 
 namespace llmc {
 
@@ -45,19 +46,14 @@ void for_each_in_file_order(const GPT2Layout& layout, Visit visit) {
 }
 
 std::string config_mismatch(const GPT2Config& file, const GPT2Config& expected) {
-  std::string fields;
-  auto check = [&](const char* name, int in_file, int wanted) {
-    if (in_file != wanted)
-      fields += std::string(fields.empty() ? "" : ", ") + name + " is " + std::to_string(in_file) + " (expected " +
-                std::to_string(wanted) + ")";
-  };
-  check("maxT", file.max_seq_len, expected.max_seq_len);
-  check("V", file.vocab_size, expected.vocab_size);
-  check("L", file.num_layers, expected.num_layers);
-  check("NH", file.num_heads, expected.num_heads);
-  check("C", file.channels, expected.channels);
-  check("Vp", file.padded_vocab_size, expected.padded_vocab_size);
-  return fields;
+  HeaderMismatch fields;
+  fields.check("maxT", file.max_seq_len, expected.max_seq_len);
+  fields.check("V", file.vocab_size, expected.vocab_size);
+  fields.check("L", file.num_layers, expected.num_layers);
+  fields.check("NH", file.num_heads, expected.num_heads);
+  fields.check("C", file.channels, expected.channels);
+  fields.check("Vp", file.padded_vocab_size, expected.padded_vocab_size);
+  return fields.text();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "llmc/base/atomic_file.h"
 #include "llmc/base/file_io.h"
+#include "llmc/family/header_mismatch.h"
 #include "llmc/family/tensor_file.h"
 
 namespace llmc {
@@ -32,19 +33,14 @@ enum HeaderField {
 bool reference_dtypes(SpeedrunFileDtype dtype) { return dtype == SpeedrunFileDtype::kReference; }
 
 std::string config_mismatch(const SpeedrunConfig& file, const SpeedrunConfig& expected) {
-  std::string fields;
-  auto check = [&](const char* name, int in_file, int wanted) {
-    if (in_file != wanted)
-      fields += std::string(fields.empty() ? "" : ", ") + name + " is " + std::to_string(in_file) + " (expected " +
-                std::to_string(wanted) + ")";
-  };
-  check("V", file.vocab_size, expected.vocab_size);
-  check("L", file.num_blocks, expected.num_blocks);
-  check("H", file.num_heads, expected.num_heads);
-  check("D", file.head_dim, expected.head_dim);
-  check("T", file.max_seq_len, expected.max_seq_len);
-  check("window_block", file.window_block, expected.window_block);
-  return fields;
+  HeaderMismatch fields;
+  fields.check("V", file.vocab_size, expected.vocab_size);
+  fields.check("L", file.num_blocks, expected.num_blocks);
+  fields.check("H", file.num_heads, expected.num_heads);
+  fields.check("D", file.head_dim, expected.head_dim);
+  fields.check("T", file.max_seq_len, expected.max_seq_len);
+  fields.check("window_block", file.window_block, expected.window_block);
+  return fields.text();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "llmc/base/file_io.h"
+#include "llmc/family/header_mismatch.h"
 
 namespace llmc {
 
@@ -59,14 +60,9 @@ std::vector<int> file_order(const Modded89Layout& layout) {
 }
 
 std::string config_mismatch(const Modded89Config& file, const Modded89Config& expected) {
-  std::string fields;
-  for (const ConfigField& field : kConfigFields) {
-    const int in_file = file.*field.member, wanted = expected.*field.member;
-    if (in_file != wanted)
-      fields += std::string(fields.empty() ? "" : ", ") + field.name + " is " + std::to_string(in_file) +
-                " (expected " + std::to_string(wanted) + ")";
-  }
-  return fields;
+  HeaderMismatch fields;
+  for (const ConfigField& field : kConfigFields) fields.check(field.name, file.*field.member, expected.*field.member);
+  return fields.text();
 }
 
 void check_format_words(const std::string& path, const int32_t* header) {
