@@ -194,10 +194,7 @@ endfunction()
 # cicc) cost a host-only program more than g++ does (generate_gpt2.cu: 37 s of CPU under nvcc, 10 s with g++).
 function(llmc_add_cu_executable)
   cmake_parse_arguments(ARG "USER_BINARY;BENCHMARK;HOST_ONLY" "NAME" "SOURCES;LIBS;EMU_LIBS;CUDA_LIBS" ${ARGN})
-  # In groups of 8 as the GPU twin's (the same groups, so no two files of one define the same internal name): a
-  # g++ unit's fixed cost (the emulation's and the kernels' headers) is 1-2 s of a kernel test file's 2-12 s.
-  llmc_group_cu_sources(grouped_sources ${ARG_NAME}_emu 8 ${ARG_SOURCES})
-  llmc_emu_wrap_sources(emu_sources ${ARG_NAME}_emu ${grouped_sources})
+  llmc_emu_wrap_sources(emu_sources ${ARG_NAME}_emu ${ARG_SOURCES})
   add_executable(${ARG_NAME}_emu ${emu_sources})
   target_link_libraries(${ARG_NAME}_emu PRIVATE llmc_emu ${ARG_LIBS} ${ARG_EMU_LIBS})
   if(ARG_USER_BINARY)
