@@ -39,12 +39,12 @@ foreach(precision IN ITEMS bf16 fp32)
   add_library(llmc_optim_math_${precision}_emu STATIC ${optim_math_sources})
   target_link_libraries(llmc_optim_math_${precision}_emu PUBLIC llmc_emu llmc_muon_plan)
   set(math_targets llmc_optim_math_${precision}_emu)
-  if(LLMC_BUILD_CUDA_TESTS AND (precision STREQUAL "bf16" OR LLMC_CUDA_FP32_TESTS))
+  if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR (LLMC_BUILD_CUDA_TESTS AND LLMC_CUDA_FP32_TESTS)))
     add_library(llmc_optim_math_${precision}_cuda STATIC ${LLMC_OPTIM_MATH_SOURCES})
     target_link_libraries(llmc_optim_math_${precision}_cuda PUBLIC llmc_flags CUDA::cudart CUDA::cublasLt llmc_muon_plan)
-    # Only tests link it so far: the test architectures (one nvcc pass); a program linking it needs
-    # LLMC_CUDA_ARCHITECTURES, as the trainer's libraries in cmake/trainer.cmake have.
-    set_target_properties(llmc_optim_math_${precision}_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_TEST_ARCHITECTURES}")
+    # The bf16 library is also the GPU optimizer's (cmake/trainer.cmake), so it is compiled once, for the
+    # programs' architectures; the tests that link it need only one of them.
+    set_target_properties(llmc_optim_math_${precision}_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_ARCHITECTURES}")
     list(APPEND math_targets llmc_optim_math_${precision}_cuda)
   endif()
   if(precision STREQUAL "fp32")

@@ -31,8 +31,7 @@ set(LLMC_MODEL_CORE_SOURCES llmc/model/gpt2/gpt2.cu llmc/model/gpt2/gpt2_family.
     llmc/family/row_sparse_zeroing.cu llmc/cuda/int_list_upload.cu
     llmc/train/run_info.cu llmc/model/registry.cpp)
 # The optimizer library also holds the training step that drives model and optimizer (train_step.cu). The
-# speedrun optimizer uses Polar Express and NorMuon (llmc_optim_math_<precision>_emu when emulated; the
-# GPU library compiles their sources itself, for the program architectures).
+# speedrun optimizer uses Polar Express and NorMuon (llmc_optim_math_<precision>_emu/_cuda, cmake/optim.cmake).
 set(LLMC_OPTIMIZER_SOURCES llmc/optim/zero.cu llmc/optim/speedrun_optimizer.cu llmc/train/train_step.cu
   llmc/train/step_graphs.cu)
 set(LLMC_TRAINER_LIBS llmc_train_utils llmc_train_samples llmc_model llmc_data CLI11::CLI11 nlohmann_json::nlohmann_json)
@@ -49,9 +48,9 @@ foreach(precision IN ITEMS bf16 fp32)
     add_library(llmc_model_core_${precision}_cuda STATIC ${LLMC_MODEL_CORE_SOURCES})
     target_link_libraries(llmc_model_core_${precision}_cuda PUBLIC llmc_flags llmc_model llmc_train_utils CUDA::cudart
                           CUDA::cublasLt)
-    add_library(llmc_optimizer_${precision}_cuda STATIC ${LLMC_OPTIMIZER_SOURCES} ${LLMC_OPTIM_MATH_SOURCES})
+    add_library(llmc_optimizer_${precision}_cuda STATIC ${LLMC_OPTIMIZER_SOURCES})
     target_link_libraries(llmc_optimizer_${precision}_cuda PUBLIC llmc_model_core_${precision}_cuda llmc_comm llmc_trace
-                          llmc_data llmc_speedrun_state)
+                          llmc_data llmc_optim_math_${precision}_cuda llmc_speedrun_state)
     set_target_properties(llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda
                           PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_ARCHITECTURES}")
     list(APPEND core_targets llmc_model_core_${precision}_cuda llmc_optimizer_${precision}_cuda)
