@@ -42,8 +42,8 @@ foreach(precision IN ITEMS bf16 fp32)
   if(LLMC_HAVE_CUDA AND (precision STREQUAL "bf16" OR (LLMC_BUILD_CUDA_TESTS AND LLMC_CUDA_FP32_TESTS)))
     add_library(llmc_optim_math_${precision}_cuda STATIC ${LLMC_OPTIM_MATH_SOURCES})
     target_link_libraries(llmc_optim_math_${precision}_cuda PUBLIC llmc_flags CUDA::cudart CUDA::cublasLt llmc_muon_plan)
-    # The bf16 library is also the GPU optimizer's (cmake/trainer.cmake), so it is compiled once, for the
-    # programs' architectures; the tests that link it need only one of them.
+    # Also the GPU optimizer's of its precision (cmake/trainer.cmake builds that under this same condition), so
+    # it is compiled once, for the programs' architectures; the tests that link it need only one of them.
     set_target_properties(llmc_optim_math_${precision}_cuda PROPERTIES CUDA_ARCHITECTURES "${LLMC_CUDA_ARCHITECTURES}")
     list(APPEND math_targets llmc_optim_math_${precision}_cuda)
   endif()
