@@ -162,6 +162,47 @@ unsigned vote(const char* name, unsigned mask, int predicate, const char* file, 
 
 inline void resolve_syncwarp(const WarpOperation&) {}
 
+// warp_butterfly of llmc/kernels/reduction.cuh as one warp operation: in each round (offset = group / 2, ..., 1)
+// every lane combines its value with lane ^ offset's, the additions (or maxima) and the order of the
+// __shfl_xor_sync loop a GPU runs, so each lane gets the same bits; one rendezvous instead of one per round, each
+// of which costs the emulation a fiber switch per lane. arg0 = group, the same in every lane; all 32 lanes.
+template <bool kSum>
+void resolve_xor_butterfly(const WarpOperation& operation) {
+  const int group = operation.lanes[0]->arg0;
+  float values[32];
+  for (int lane = 0; lane < 32; ++lane) {
+    if (operation.lanes[lane]->arg0 != group) {
+      fail_in_kernel("warp butterfly: lane " + std::to_string(lane) + " reduces groups of " +
+                     std::to_string(operation.lanes[lane]->arg0) + " lanes, lane 0 groups of " +
+                     std::to_string(group) + " (a different number of shuffles: undefined on a GPU)");
+    }
+    values[lane] = *static_cast<const float*>(operation.lanes[lane]->input);
+  }
+  for (int offset = group / 2; offset > 0; offset /= 2) {
+    float next[32];
+    for (int lane = 0; lane < 32; ++lane) {
+      const float other = values[lane ^ offset];
+      next[lane] = kSum ? values[lane] + other : fmaxf(values[lane], other);
+    }
+    std::memcpy(values, next, sizeof values);
+  }
+  for (int lane = 0; lane < 32; ++lane) *static_cast<float*>(operation.lanes[lane]->output) = values[lane];
+}
+
+template <bool kSum>
+float xor_butterfly(float value, int group, const char* file, int line) {
+  if (group < 1 || group > 32) fail_in_kernel("warp butterfly over groups of " + std::to_string(group) + " lanes");
+  if (group == 1) return value;  // no shuffle at all, as in the loop
+  float result;
+  WarpLanePost post;
+  post.input = &value;
+  post.output = &result;
+  post.arg0 = group;
+  warp_rendezvous(&resolve_xor_butterfly<kSum>, kSum ? "__shfl_xor_sync (butterfly sum)" : "__shfl_xor_sync (butterfly max)",
+                  0xffffffffu, post, file, line);
+  return result;
+}
+
 }  // namespace llmc::emu
 
 template <class T>

@@ -105,12 +105,29 @@ ElementwiseLaunch plan_elementwise_launch(size_t n, const Pointers*... pointers)
   return ElementwiseLaunch{packed, count, dim3(elementwise_grid(count, kBlock)), dim3(kBlock)};
 }
 
-// Butterfly (xor) reduction: every lane adds the same pairs in the same order, so all 32 lanes end
-// with the bitwise-identical total (fp addition is commutative).
-__device__ __forceinline__ float warp_reduce_sum(float value) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+// The xor butterfly over aligned groups of `group` lanes (1, 2, 4, .., 32): in each round, offset = group / 2 down
+// to 1, every lane adds (kSum) or takes the maximum of its value and lane ^ offset's. All 32 lanes must call it.
+// The emulation runs the same rounds as one warp operation (llmc/emu/device_builtins.h), bit for bit.
+#if defined(LLMC_EMULATION)
+template <bool kSum>
+__device__ __forceinline__ float warp_butterfly(float value, int group, const char* file = __builtin_FILE(),
+                                                int line = __builtin_LINE()) {
+  return ::llmc::emu::xor_butterfly<kSum>(value, group, file, line);
+}
+#else
+template <bool kSum>
+__device__ __forceinline__ float warp_butterfly(float value, int group) {
+  for (int offset = group / 2; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = kSum ? value + other : fmaxf(value, other);
+  }
   return value;
 }
+#endif
+
+// Butterfly (xor) reduction: every lane adds the same pairs in the same order, so all 32 lanes end
+// with the bitwise-identical total (fp addition is commutative).
+__device__ __forceinline__ float warp_reduce_sum(float value) { return warp_butterfly<true>(value, kWarpSize); }
 
 // The calling lane's place in a launch that gives each (row, head) of T rows of H heads a group of `group` lanes
 // (head_lane_group), groups in row-major order: row t, head h, head_row = t H + h (the head's place in a
@@ -132,10 +149,7 @@ __device__ __forceinline__ HeadLane head_lane(int T, int H, int group) {
 
 // Sum over aligned groups of `group` lanes (a power of two <= 32), e.g. the lanes that share one attention
 // head; every lane of a group gets its group's total. All 32 lanes must call it.
-__device__ __forceinline__ float group_reduce_sum(float value, int group) {
-  for (int offset = group / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
-}
+__device__ __forceinline__ float group_reduce_sum(float value, int group) { return warp_butterfly<true>(value, group); }
 
 // Softmax exponentials: exp(x - max) as exp2(x * log2(e) - max * log2(e)), with max_log2 = max * log2(e)
 // computed once per row: one multiply-add and the hardware's exp2 per element.
@@ -144,11 +158,7 @@ __device__ __forceinline__ float exp_shifted(float x, float max_log2) {
   return exp2f(fmaf(x, LLMC_MUTANT("softmax.exp2_without_log2e", kLog2e, 1.0f), -max_log2));
 }
 
-__device__ __forceinline__ float warp_reduce_max(float value) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
+__device__ __forceinline__ float warp_reduce_max(float value) { return warp_butterfly<false>(value, kWarpSize); }
 
 // *target = max(*target, value) for non-negative floats (maxima of |x|): their bits compare as the floats, so
 // atomicMax on them is exact and the same whatever the order.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/kernels/reduction.cuh"
 #include "test/support/device_buffer.h"
 #include "test/emu/emulation_only.h"
 #include "test/support/gpu_test.h"
@@ -42,6 +43,11 @@ __global__ void shuffle_versus_barrier_kernel(int* out) {
   if (threadIdx.x != 3) value = __shfl_down_sync(0xffffffffu, value, 1);
   __syncthreads();
   out[threadIdx.x] = value;
+}
+
+// Lanes reducing over different group sizes would run different numbers of shuffles.
+__global__ void butterfly_group_mismatch_kernel(float* out) {
+  out[threadIdx.x] = llmc::warp_butterfly<true>(1.0f, threadIdx.x < 16 ? 32 : 16);
 }
 
 __global__ void misaligned_load_kernel(const float* in, float* out) {
@@ -91,6 +97,17 @@ TEST(Errors, ShuffleWaitingForALaneAtTheBarrierIsADeadlock) {
         CUDA_CHECK(cudaDeviceSynchronize());
       },
       "shuffle_versus_barrier_kernel.*deadlock.*threads 3: waiting at __syncthreads");
+}
+
+TEST(Errors, ButterflyOverDifferentGroupSizesIsReported) {
+  SKIP_UNLESS_EMULATION();
+  EXPECT_DEATH(
+      {
+        DeviceBuffer<float> out(32);
+        LLMC_LAUNCH(butterfly_group_mismatch_kernel, 1, 32, 0, nullptr, out.get());
+        CUDA_CHECK(cudaDeviceSynchronize());
+      },
+      "butterfly_group_mismatch_kernel.*lane 16 reduces groups of 16 lanes, lane 0 groups of 32");
 }
 
 TEST(Errors, MisalignedPackedLoadIsReported) {

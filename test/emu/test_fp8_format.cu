@@ -19,21 +19,17 @@
 #include "llmc/cuda/fp8.h"
 #include "test/support/device_buffer.h"
 #include "test/support/python_oracle.h"
+#include "test/support/test_helpers.h"
 
 namespace {
 
 using llmc::test::DeviceBuffer;
+using llmc::test::float_bits;
 
 float float_from_bits(uint32_t bits) {
   float value;
   std::memcpy(&value, &bits, sizeof value);
   return value;
-}
-
-uint32_t bits_of(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
 }
 
 template <class Fp8>
@@ -130,9 +126,9 @@ void expect_same_code(uint8_t got, uint8_t expected, float input, const char* wh
   const llmc::emu::Fp8Format format = llmc::Fp8Traits<Fp8>::kFormat;
   if (std::isnan(llmc::emu::fp8_decode(expected, format))) {
     EXPECT_TRUE(std::isnan(llmc::emu::fp8_decode(got, format)))
-        << what << ": " << input << " (0x" << std::hex << bits_of(input) << ") gave code 0x" << int{got};
+        << what << ": " << input << " (0x" << std::hex << float_bits(input) << ") gave code 0x" << int{got};
   } else {
-    EXPECT_EQ(int{got}, int{expected}) << what << ": " << input << " (float bits 0x" << std::hex << bits_of(input)
+    EXPECT_EQ(int{got}, int{expected}) << what << ": " << input << " (float bits 0x" << std::hex << float_bits(input)
                                        << ")";
   }
 }
@@ -152,7 +148,7 @@ void check_decode(const llmc::test::PythonOracle& oracle) {
     if (std::isnan(expected[code])) {
       EXPECT_TRUE(std::isnan(got[code])) << "code 0x" << std::hex << code;
     } else {
-      EXPECT_EQ(bits_of(got[code]), bits_of(static_cast<float>(expected[code])))
+      EXPECT_EQ(float_bits(got[code]), float_bits(static_cast<float>(expected[code])))
           << "code 0x" << std::hex << code << ": " << got[code] << " vs " << expected[code];
     }
   }

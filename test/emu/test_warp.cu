@@ -1,16 +1,22 @@
 // Tests of warp-synchronous operations, run by both targets: shuffle reductions and scans,
-// shuffles with sub-warp widths, votes, shuffles of bf16. Expected values come from host models
-// written from the CUDA Programming Guide's description of each intrinsic.
+// shuffles with sub-warp widths, votes, shuffles of bf16, the kernels' xor butterfly (one warp operation in the
+// emulation). Expected values come from host models written from the CUDA Programming Guide's description of each
+// intrinsic.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "llmc/cuda/cuda_common.h"
+#include "llmc/kernels/reduction.cuh"
 #include "test/support/device_buffer.h"
+#include "test/support/test_helpers.h"
 
 namespace {
 
 using llmc::test::DeviceBuffer;
+using llmc::test::float_bits;
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -200,6 +206,67 @@ TEST(Warp, BlockReduceThroughWarpsAndSharedMemory) {
   double expected = 0;
   for (float v : input) expected += v;
   EXPECT_EQ(d_out.download_raw()[0], static_cast<float>(expected));
+}
+
+// llmc::warp_butterfly (the reductions of llmc/kernels: warp_reduce_sum, group_reduce_sum, warp_reduce_max) and
+// the __shfl_xor_sync loop it stands for, side by side in each lane, for every group size; out[2 * 32 * g + lane]
+// is the butterfly's result, out[(2 * g + 1) * 32 + lane] the loop's, for group 1 << g.
+template <bool kSum>
+__global__ void butterfly_kernel(const float* input, float* out) {
+  const int lane = threadIdx.x;
+  for (int g = 0; g <= 5; ++g) {
+    const int group = 1 << g;
+    out[2 * 32 * g + lane] = llmc::warp_butterfly<kSum>(input[lane], group);
+    float value = input[lane];
+    for (int offset = group / 2; offset > 0; offset /= 2) {
+      const float other = __shfl_xor_sync(kFullMask, value, offset);
+      value = kSum ? value + other : fmaxf(value, other);
+    }
+    out[(2 * g + 1) * 32 + lane] = value;
+  }
+}
+
+// The host model: rounds of float operations on all lanes at once, offset = group / 2 .. 1, partner lane ^ offset.
+std::vector<float> host_butterfly(const std::vector<float>& input, int group, bool sum) {
+  std::vector<float> values = input;
+  for (int offset = group / 2; offset > 0; offset /= 2) {
+    std::vector<float> next(32);
+    for (int lane = 0; lane < 32; ++lane) {
+      const float other = values[lane ^ offset];
+      next[lane] = sum ? values[lane] + other : std::fmax(values[lane], other);
+    }
+    values = next;
+  }
+  return values;
+}
+
+template <bool kSum>
+void expect_butterfly_bits(const std::vector<float>& input) {
+  DeviceBuffer<float> d_in(input), d_out(12 * 32);
+  LLMC_LAUNCH(butterfly_kernel<kSum>, 1, 32, 0, nullptr, d_in.get(), d_out.get());
+  const std::vector<float> out = d_out.download_raw();
+  for (int g = 0; g <= 5; ++g) {
+    const std::vector<float> expected = host_butterfly(input, 1 << g, kSum);
+    for (int lane = 0; lane < 32; ++lane) {
+      EXPECT_EQ(float_bits(out[2 * 32 * g + lane]), float_bits(expected[lane])) << "group " << (1 << g) << " lane " << lane;
+      EXPECT_EQ(float_bits(out[(2 * g + 1) * 32 + lane]), float_bits(expected[lane])) << "loop, group " << (1 << g);
+    }
+  }
+}
+
+// Magnitudes far apart, so that another order of the additions gives other bits (the model's order is the only
+// one that passes); an infinity and a NaN for the maxima (fmaxf takes the number). Not signed zeros: which zero
+// fmaxf(-0, +0) returns differs between x86's maxss, glibc and PTX's max, and with the argument order.
+TEST(Warp, ButterflyAddsAndComparesInTheShuffleLoopsOrder) {
+  std::vector<float> sums(32);
+  for (int lane = 0; lane < 32; ++lane)
+    sums[lane] = (lane % 3 == 0 ? 1.0e8f : 1.0f) * (lane % 2 ? -1.0f : 1.0f) + 0.37f * static_cast<float>(lane);
+  expect_butterfly_bits<true>(sums);
+  std::vector<float> maxima(32);
+  for (int lane = 0; lane < 32; ++lane) maxima[lane] = -1.0f - static_cast<float>((lane * 7) % 32);
+  maxima[17] = std::numeric_limits<float>::quiet_NaN();
+  maxima[30] = -std::numeric_limits<float>::infinity();
+  expect_butterfly_bits<false>(maxima);
 }
 
 }  // namespace

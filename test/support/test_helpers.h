@@ -1,6 +1,6 @@
 // Helpers shared by the C++ unit tests: a GoogleTest fixture that gives each test a fresh temporary
-// directory (removed afterwards), a file's bytes read and written whole (to damage files on purpose), and a
-// check that a call throws a std::runtime_error naming the problem.
+// directory (removed afterwards), a file's bytes read and written whole (to damage files on purpose), a check
+// that a call throws a std::runtime_error naming the problem, and a float's bits (to compare results bit for bit).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -38,6 +38,12 @@ class TempDirTest : public ::testing::Test {
   std::string prefix_;
   std::filesystem::path dir_;
 };
+
+inline uint32_t float_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
 
 inline std::vector<char> read_bytes(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
