@@ -2,9 +2,11 @@
 // comm stream, host-side reductions, collective wrappers and the stop-every-rank path.
 #include "llmc/dist/comm.h"
 
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 
 #include "llmc/cuda/cuda_common.h"
@@ -35,6 +37,18 @@ void print_rank_error(const std::string& why) {
   if (mpi_is_running() && MPI_Comm_rank(MPI_COMM_WORLD, &world_rank) == MPI_SUCCESS) rank = std::to_string(world_rank);
   std::fprintf(stderr, "rank %s: %s\n", rank.c_str(), why.c_str());
   std::fflush(stderr);
+}
+
+// A process started without mpirun is an MPI singleton, and OpenMPI 4 starts its runtime daemon (orted) for it,
+// which this program never uses (it spawns no processes): half a second at every start, and MPI_Init fails where
+// orted is not installed (the GPU kit's machines, docs/gpu_check.md). OpenMPI's ess_singleton_isolated leaves the
+// daemon out. Under mpirun the parameter does nothing; a value the user set wins. Called before MPI_Init, while
+// this process has no other thread that could read the environment.
+void prefer_isolated_mpi_singleton() {
+  if (setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0) != 0) {
+    throw CommError(std::string("setenv(OMPI_MCA_ess_singleton_isolated) failed: ") + std::strerror(errno) + " (" +
+                    __FILE__ + ":" + std::to_string(__LINE__) + ")");
+  }
 }
 
 template <class Element>
@@ -88,6 +102,7 @@ CommContext::CommContext() {
   int thread_level = 0;
   if (!initialized) {
     // Works without mpirun too (an MPI singleton of one rank; checked with OpenMPI 4.1 as root).
+    prefer_isolated_mpi_singleton();
     MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level));
     owns_mpi_ = true;
   } else {
