@@ -42,8 +42,9 @@ void print_rank_error(const std::string& why) {
 // A process started without mpirun is an MPI singleton, and OpenMPI 4 starts its runtime daemon (orted) for it,
 // which this program never uses (it spawns no processes): half a second at every start, and MPI_Init fails where
 // orted is not installed (the GPU kit's machines, docs/gpu_check.md). OpenMPI's ess_singleton_isolated leaves the
-// daemon out. Under mpirun the parameter does nothing; a value the user set wins. Called before MPI_Init, while
-// this process has no other thread that could read the environment.
+// daemon out. Under mpirun the parameter does nothing; a value the user set wins. Called before MPI_Init; train_gpt2
+// constructs its CommContext before it touches CUDA or starts a thread (setenv beside a thread that reads the
+// environment would race).
 void prefer_isolated_mpi_singleton() {
   if (setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0) != 0) {
     throw CommError(std::string("setenv(OMPI_MCA_ess_singleton_isolated) failed: ") + std::strerror(errno) + " (" +
