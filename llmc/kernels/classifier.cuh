@@ -108,7 +108,9 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
   // ~4 operations per element and pass, an exponential counting one.
   const double x = sizeof(floatX), elements = static_cast<double>(N) * Vp;
   const KernelCost cost{(write_dlogits ? 3.0 : 1.0) * elements * x + 8.0 * N, (write_dlogits ? 10.0 : 5.0) * elements};
-  const dim3 grid(static_cast<unsigned>(N)), block(kClassifierBlock);
+  // A short row (a test model's vocabulary) gets the fewest warps that cover its packets (row_block): the threads
+  // left out would only merge empty statistics at every shuffle and barrier.
+  const dim3 grid(static_cast<unsigned>(N)), block(row_block(ceil_div(Vp, packet_size<floatX>()), kClassifierBlock));
   if (rows_are_packets<floatX>(Vp, logits))
     LLMC_LAUNCH_COSTED(cost, (fused_classifier_kernel<floatX, true>), grid, block, 0, stream, logits, losses, targets,
                        dloss, V, Vp, write_dlogits);
