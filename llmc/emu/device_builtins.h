@@ -198,8 +198,8 @@ float xor_butterfly(float value, int group, const char* file, int line) {
   post.input = &value;
   post.output = &result;
   post.arg0 = group;
-  warp_rendezvous(&resolve_xor_butterfly<kSum>, kSum ? "__shfl_xor_sync (butterfly sum)" : "__shfl_xor_sync (butterfly max)",
-                  0xffffffffu, post, file, line);
+  const char* name = kSum ? "__shfl_xor_sync (butterfly sum)" : "__shfl_xor_sync (butterfly max)";
+  warp_rendezvous(&resolve_xor_butterfly<kSum>, name, 0xffffffffu, post, file, line);
   return result;
 }
 

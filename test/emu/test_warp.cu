@@ -248,8 +248,10 @@ void expect_butterfly_bits(const std::vector<float>& input) {
   for (int g = 0; g <= 5; ++g) {
     const std::vector<float> expected = host_butterfly(input, 1 << g, kSum);
     for (int lane = 0; lane < 32; ++lane) {
-      EXPECT_EQ(float_bits(out[2 * 32 * g + lane]), float_bits(expected[lane])) << "group " << (1 << g) << " lane " << lane;
-      EXPECT_EQ(float_bits(out[(2 * g + 1) * 32 + lane]), float_bits(expected[lane])) << "loop, group " << (1 << g);
+      EXPECT_EQ(float_bits(out[2 * 32 * g + lane]), float_bits(expected[lane]))
+          << "butterfly, group " << (1 << g) << " lane " << lane;
+      EXPECT_EQ(float_bits(out[(2 * g + 1) * 32 + lane]), float_bits(expected[lane]))
+          << "loop, group " << (1 << g) << " lane " << lane;
     }
   }
 }
