@@ -1,5 +1,5 @@
-// The thread-block engine of the CUDA-on-CPU emulation: every thread of a block is a Boost.Context
-// fiber on the calling OS thread; a small scheduler runs them up to their next synchronisation point
+// The thread-block engine of the CUDA-on-CPU emulation: every thread of a block runs on a Boost.Context
+// fiber of the calling OS thread; a small scheduler runs them up to their next synchronisation point
 // (barrier, warp operation or atomic), in the order the schedule picks, then releases whatever can
 // complete. In the ThreadSanitizer build this file is compiled without instrumentation (the
 // scheduler's bookkeeping is not kernel memory) and tells TSan what orders what (tsan_hooks.h).
@@ -113,12 +113,24 @@ class FiberSlot {
   void* tsan_fiber_ = nullptr;
 };
 
-// Boost.Context hands the stack back through this when a fiber terminates; the slot keeps it.
-struct SlotStackAllocator {
-  void deallocate(ctx::stack_context&) noexcept {}
-};
-
 enum class ThreadState { kRunnable, kAtBarrier, kAtWarpOperation, kFinished };
+
+// A fiber on its own slot that runs emulated threads one after another: the scheduler gives a thread an
+// idle worker at its first turn and takes the worker back when the thread exits. (A fiber per thread
+// cost its creation and two more switches, most of the time of a thread that never waits.)
+struct FiberWorker {
+  FiberWorker(size_t page_bytes, size_t stack_bytes) : slot(page_bytes, stack_bytes) {}
+  FiberSlot slot;
+  ctx::fiber idle;  // the worker's continuation while no thread runs on it
+  void* stack_bottom = nullptr;
+  size_t stack_size = 0;
+  void* asan_fake_stack = nullptr;
+  // Set when the pool is destroyed: resumed idle, the worker returns instead of running a thread.
+  bool stopping = false;
+  void* stopper_tsan_fiber = nullptr;
+  const void* caller_stack_bottom = nullptr;  // ASan: the stack that resumed the worker
+  size_t caller_stack_size = 0;
+};
 
 struct EmulatedThread {
   ThreadBuiltins builtins{};
@@ -131,13 +143,12 @@ struct EmulatedThread {
   WarpResolver warp_resolver = nullptr;
   unsigned warp_mask = 0;
   WarpLanePost warp_post;
-  const FiberSlot* slot = nullptr;
-  ctx::fiber fiber;      // this thread's continuation while it is suspended
-  ctx::fiber scheduler;  // the scheduler's continuation while this thread runs
-  void* stack_bottom = nullptr;
-  size_t stack_size = 0;
-  void* asan_fake_stack = nullptr;
+  FiberWorker* worker = nullptr;  // from the thread's first turn until it exits
+  ctx::fiber fiber;          // its worker's continuation while the thread is suspended
+  ctx::fiber scheduler;      // the scheduler's continuation while the thread runs
 };
+
+class FiberWorkerPool;
 
 // The block being run on this OS thread.
 struct BlockRun {
@@ -147,6 +158,14 @@ struct BlockRun {
   uint64_t seed = 0;
   void* dynamic_shared = nullptr;
   std::vector<EmulatedThread>* threads = nullptr;
+  const std::function<void()>* thread_body = nullptr;
+  FiberWorkerPool* workers = nullptr;
+  size_t worker_set = 0;
+  // The scheduler's pass (run_pass): the threads it resumes in turn, the position of the next one, and
+  // whether one it ran is still runnable (yielded at an atomic).
+  const std::vector<unsigned>* pass_order = nullptr;
+  size_t pass_next = 0;
+  bool pass_yielded = false;
   EmulatedThread* running = nullptr;
   unsigned finished_count = 0;
   unsigned barrier_count = 0;
@@ -169,34 +188,190 @@ BlockRun& require_block_run(const char* what) {
   return *current_block_run;
 }
 
-// Suspends the running fiber and returns to the scheduler; returns when the scheduler resumes it.
+// Runs the thread the scheduler resumed the worker for (the block's running thread) up to its exit.
+void run_thread_to_its_exit(BlockRun& block, EmulatedThread& self) {
+  tsan::acquire(block.block_start_sync);
+  try {
+    (*block.thread_body)();
+  } catch (const std::exception& error) {
+    fail_in_kernel(std::string("uncaught exception: ") + error.what());
+  }
+  tsan::release(block.launch_done_sync);
+  self.state = ThreadState::kFinished;
+  ++block.finished_count;
+}
+
+// The pass's next thread if it has not started yet: a worker whose thread exits runs it at once, as the
+// scheduler would next, without two switches. Not in the TSan build, where a worker is one TSan thread.
+EmulatedThread* next_unstarted_thread_of_pass(BlockRun& block) {
+  if (tsan::kEnabled || block.pass_order == nullptr) return nullptr;
+  const std::vector<unsigned>& order = *block.pass_order;
+  for (; block.pass_next < order.size(); ++block.pass_next) {
+    EmulatedThread& thread = (*block.threads)[order[block.pass_next]];
+    if (thread.state != ThreadState::kRunnable) continue;
+    if (thread.worker != nullptr) return nullptr;  // suspended on its own worker: the scheduler resumes it
+    ++block.pass_next;
+    return &thread;
+  }
+  return nullptr;
+}
+
+// A worker's fiber: each time it is resumed idle it runs the block's running thread, and the pass's
+// unstarted threads after it, until one suspends or none is left; then it goes back to the scheduler.
+ctx::fiber run_worker(FiberWorker& worker, ctx::fiber&& caller) {
+  while (true) {
+#if LLMC_EMU_ASAN
+    __sanitizer_finish_switch_fiber(worker.asan_fake_stack, &worker.caller_stack_bottom, &worker.caller_stack_size);
+#endif
+    if (worker.stopping) break;
+    BlockRun& block = *current_block_run;
+    block.scheduler_stack_bottom = worker.caller_stack_bottom;
+    block.scheduler_stack_size = worker.caller_stack_size;
+    EmulatedThread* self = block.running;
+    self->scheduler = std::move(caller);
+    while (true) {
+      run_thread_to_its_exit(block, *self);
+      EmulatedThread* next = next_unstarted_thread_of_pass(block);
+      if (next == nullptr) break;
+      self->worker = nullptr;
+      next->worker = &worker;
+      next->scheduler = std::move(self->scheduler);
+      block.running = next;
+      current_thread_builtins = &next->builtins;
+      self = next;
+    }
+#if LLMC_EMU_ASAN
+    __sanitizer_start_switch_fiber(&worker.asan_fake_stack, block.scheduler_stack_bottom, block.scheduler_stack_size);
+#endif
+    tsan::switch_to_fiber(block.scheduler_tsan_fiber);
+    caller = std::move(self->scheduler).resume();
+  }
+#if LLMC_EMU_ASAN
+  __sanitizer_start_switch_fiber(nullptr, worker.caller_stack_bottom, worker.caller_stack_size);
+#endif
+  tsan::switch_to_fiber(worker.stopper_tsan_fiber);
+  return std::move(caller);
+}
+
+// Boost.Context hands the stack back through this when a fiber terminates; the worker's slot keeps it.
+struct SlotStackAllocator {
+  void deallocate(ctx::stack_context&) noexcept {}
+};
+
+// The workers of one BlockRunner, created as blocks need them; they live as long as the runner. In the
+// TSan build a worker is one TSan thread (its slot's fiber), so two threads of a block must not share
+// one (the second would be ordered after the first), nor may a block take the previous block's (its
+// barriers spread each worker's history to all threads): a worker freed in a block is idle again when
+// the block ends, in the set of alternate blocks. Blocks two apart share workers and are ordered.
+class FiberWorkerPool {
+ public:
+  FiberWorkerPool(size_t page_bytes, size_t stack_bytes) : page_bytes_(page_bytes), stack_bytes_(stack_bytes) {}
+  FiberWorkerPool(const FiberWorkerPool&) = delete;
+  FiberWorkerPool& operator=(const FiberWorkerPool&) = delete;
+  ~FiberWorkerPool() {
+    for (const std::unique_ptr<FiberWorker>& worker : workers_) stop(*worker);
+  }
+
+  FiberWorker& take(size_t set) {
+    if (idle_[set].empty()) return create();
+    FiberWorker* worker = idle_[set].back();
+    idle_[set].pop_back();
+    return *worker;
+  }
+  void give_back(FiberWorker& worker, size_t set) {
+    if (tsan::kEnabled) {
+      freed_.push_back(&worker);
+    } else {
+      idle_[set].push_back(&worker);
+    }
+  }
+  void end_block(size_t set) {
+    idle_[set].insert(idle_[set].end(), freed_.begin(), freed_.end());
+    freed_.clear();
+  }
+
+ private:
+  FiberWorker& create() {
+    workers_.push_back(std::make_unique<FiberWorker>(page_bytes_, stack_bytes_));
+    FiberWorker* worker = workers_.back().get();
+    const ctx::stack_context stack = worker->slot.stack();
+    worker->stack_bottom = static_cast<char*>(stack.sp) - stack.size;
+    worker->stack_size = stack.size;
+    worker->idle = ctx::fiber(std::allocator_arg, ctx::preallocated(stack.sp, stack.size, stack), SlotStackAllocator{},
+                              [worker](ctx::fiber&& caller) { return run_worker(*worker, std::move(caller)); });
+    return *worker;
+  }
+  // Lets an idle worker's fiber return, so that nothing is left on its stack when the slot is unmapped.
+  static void stop(FiberWorker& worker) {
+    if (!worker.idle) return;
+    worker.stopping = true;
+    worker.stopper_tsan_fiber = tsan::current_fiber();
+    void* fake_stack = nullptr;
+#if LLMC_EMU_ASAN
+    __sanitizer_start_switch_fiber(&fake_stack, worker.stack_bottom, worker.stack_size);
+#endif
+    tsan::switch_to_fiber(worker.slot.tsan_fiber());
+    worker.idle = std::move(worker.idle).resume();
+#if LLMC_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+    (void)fake_stack;
+  }
+
+  size_t page_bytes_;
+  size_t stack_bytes_;
+  std::vector<std::unique_ptr<FiberWorker>> workers_;
+  std::vector<FiberWorker*> idle_[2];
+  std::vector<FiberWorker*> freed_;
+};
+
+// Suspends the running thread and returns to the scheduler; returns when the scheduler resumes it.
 void suspend_running_thread(BlockRun& run) {
   EmulatedThread& thread = *run.running;
 #if LLMC_EMU_ASAN
-  __sanitizer_start_switch_fiber(&thread.asan_fake_stack, run.scheduler_stack_bottom,
+  __sanitizer_start_switch_fiber(&thread.worker->asan_fake_stack, run.scheduler_stack_bottom,
                                  run.scheduler_stack_size);
 #endif
   tsan::switch_to_fiber(run.scheduler_tsan_fiber);
   thread.scheduler = std::move(thread.scheduler).resume();
 #if LLMC_EMU_ASAN
-  __sanitizer_finish_switch_fiber(thread.asan_fake_stack, &run.scheduler_stack_bottom,
+  __sanitizer_finish_switch_fiber(thread.worker->asan_fake_stack, &run.scheduler_stack_bottom,
                                   &run.scheduler_stack_size);
 #endif
 }
 
-void resume_thread(BlockRun& run, EmulatedThread& thread) {
+// Runs `thread` up to its next synchronisation point or its exit (its first turn takes an idle worker),
+// and on the same worker any unstarted threads of the pass after it. The thread that was last running
+// when the worker comes back keeps the worker's continuation, or gives the worker back if it exited.
+// Inlined into run_pass's loop: as a call it made every thread's turn at a barrier about 20 ns dearer
+// (bench_emu_emu's __syncthreads rows).
+inline __attribute__((always_inline)) void resume_thread(BlockRun& run, EmulatedThread& thread) {
+  if (thread.worker == nullptr) {
+    thread.worker = &run.workers->take(run.worker_set);
+    thread.fiber = std::move(thread.worker->idle);
+  }
+  FiberWorker& worker = *thread.worker;
   run.running = &thread;
   current_thread_builtins = &thread.builtins;
 #if LLMC_EMU_ASAN
-  __sanitizer_start_switch_fiber(&run.scheduler_fake_stack, thread.stack_bottom, thread.stack_size);
+  __sanitizer_start_switch_fiber(&run.scheduler_fake_stack, worker.stack_bottom, worker.stack_size);
 #endif
-  tsan::switch_to_fiber(thread.slot->tsan_fiber());
-  thread.fiber = std::move(thread.fiber).resume();
+  tsan::switch_to_fiber(worker.slot.tsan_fiber());
+  ctx::fiber continuation = std::move(thread.fiber).resume();
 #if LLMC_EMU_ASAN
   __sanitizer_finish_switch_fiber(run.scheduler_fake_stack, nullptr, nullptr);
 #endif
+  EmulatedThread& last = *run.running;
   run.running = nullptr;
   current_thread_builtins = nullptr;
+  if (last.state == ThreadState::kFinished) {
+    worker.idle = std::move(continuation);
+    run.workers->give_back(worker, run.worker_set);
+    last.worker = nullptr;
+  } else {
+    last.fiber = std::move(continuation);
+    run.pass_yielded |= last.state == ThreadState::kRunnable;
+  }
 }
 
 // TSan: every participant's accesses so far happen before every participant's accesses from now on
@@ -206,11 +381,11 @@ void order_all_before_all(BlockRun& run, const std::vector<EmulatedThread*>& par
                           const void* sync_object) {
   if (!tsan::kEnabled) return;
   for (EmulatedThread* thread : participants) {
-    tsan::switch_to_fiber(thread->slot->tsan_fiber());
+    tsan::switch_to_fiber(thread->worker->slot.tsan_fiber());
     tsan::release(sync_object);
   }
   for (EmulatedThread* thread : participants) {
-    tsan::switch_to_fiber(thread->slot->tsan_fiber());
+    tsan::switch_to_fiber(thread->worker->slot.tsan_fiber());
     tsan::acquire(sync_object);
   }
   tsan::switch_to_fiber(run.scheduler_tsan_fiber);
@@ -403,14 +578,17 @@ bool release_block_barrier(BlockRun& run) {
 // still runnable afterwards (it yielded at an atomic and wants another turn).
 bool run_pass(BlockRun& run, const std::vector<unsigned>& order) {
   std::vector<EmulatedThread>& threads = *run.threads;
-  bool yielded = false;
-  for (unsigned index : order) {
-    EmulatedThread& thread = threads[index];
+  run.pass_order = &order;
+  run.pass_yielded = false;
+  for (size_t next = 0; next < order.size();) {
+    EmulatedThread& thread = threads[order[next++]];
     if (thread.state != ThreadState::kRunnable) continue;
+    run.pass_next = next;
     resume_thread(run, thread);
-    yielded |= thread.state == ThreadState::kRunnable;
+    next = run.pass_next;
   }
-  return yielded;
+  run.pass_order = nullptr;
+  return run.pass_yielded;
 }
 
 [[noreturn]] void fail_deadlock(const BlockRun& run) {
@@ -463,72 +641,24 @@ void poison(void* begin, size_t bytes) {
 }  // namespace
 
 struct BlockRunner::Impl {
-  size_t page_bytes = 0;
-  size_t stack_bytes = 0;
-  // Two sets of slots, used by alternate blocks in the TSan build: a slot is one TSan thread, so a
-  // block that reused the previous block's slots would be ordered after everything that block did (its
-  // barriers spread each slot's history to all threads). Blocks two apart share slots and are ordered.
-  std::vector<std::unique_ptr<FiberSlot>> slots[2];
+  Impl() : workers(page_size(), fiber_stack_bytes(page_size())) {}
+  static size_t page_size() {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) fail_system_call("sysconf(_SC_PAGESIZE)");
+    return static_cast<size_t>(page);
+  }
+
   std::vector<EmulatedThread> threads;
   uint64_t blocks_run = 0;
   // TSan sync objects (only their addresses matter).
   char barrier_sync = 0;
   char block_start_sync = 0;
   char launch_done_sync = 0;
-
-  Impl() {
-    const long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0) fail_system_call("sysconf(_SC_PAGESIZE)");
-    page_bytes = static_cast<size_t>(page);
-    stack_bytes = fiber_stack_bytes(page_bytes);
-  }
-  const FiberSlot* slot(size_t set, size_t index) {
-    while (slots[set].size() <= index) slots[set].push_back(std::make_unique<FiberSlot>(page_bytes, stack_bytes));
-    return slots[set][index].get();
-  }
+  FiberWorkerPool workers;  // declared last, destroyed first: it stops the workers while the rest is still there
 };
 
 BlockRunner::BlockRunner() : impl_(std::make_unique<Impl>()) {}
 BlockRunner::~BlockRunner() = default;
-
-namespace {
-
-// Creates the fiber of `thread` (in `slot`): it waits for the block's set-up, runs the kernel, exits.
-void start_fiber(EmulatedThread& thread, BlockRun& run, const std::function<void()>& thread_body) {
-  const ctx::stack_context stack = thread.slot->stack();
-  thread.stack_bottom = static_cast<char*>(stack.sp) - stack.size;
-  thread.stack_size = stack.size;
-  thread.asan_fake_stack = nullptr;
-  EmulatedThread* self = &thread;
-  BlockRun* block = &run;
-  const std::function<void()>* body = &thread_body;
-  thread.fiber = ctx::fiber(
-      std::allocator_arg, ctx::preallocated(stack.sp, stack.size, stack), SlotStackAllocator{},
-      [self, block, body](ctx::fiber&& scheduler) {
-#if LLMC_EMU_ASAN
-        __sanitizer_finish_switch_fiber(nullptr, &block->scheduler_stack_bottom,
-                                        &block->scheduler_stack_size);
-#endif
-        self->scheduler = std::move(scheduler);
-        tsan::acquire(block->block_start_sync);
-        try {
-          (*body)();
-        } catch (const std::exception& error) {
-          fail_in_kernel(std::string("uncaught exception: ") + error.what());
-        }
-        tsan::release(block->launch_done_sync);
-        self->state = ThreadState::kFinished;
-        ++block->finished_count;
-#if LLMC_EMU_ASAN
-        __sanitizer_start_switch_fiber(nullptr, block->scheduler_stack_bottom,
-                                       block->scheduler_stack_size);
-#endif
-        tsan::switch_to_fiber(block->scheduler_tsan_fiber);
-        return std::move(self->scheduler);
-      });
-}
-
-}  // namespace
 
 void BlockRunner::run_block(const KernelLaunchInfo& launch, uint3 block_idx, void* dynamic_shared,
                             const std::function<void()>& thread_body, ScheduleMode mode,
@@ -558,7 +688,9 @@ void BlockRunner::run_block(const KernelLaunchInfo& launch, uint3 block_idx, voi
   BlockRun* const outer_run = current_block_run;
   current_block_run = &run;
 
-  const size_t slot_set = tsan::kEnabled ? impl_->blocks_run++ % 2 : 0;
+  run.thread_body = &thread_body;
+  run.workers = &impl_->workers;
+  run.worker_set = tsan::kEnabled ? impl_->blocks_run++ % 2 : 0;
   for (size_t i = 0; i < thread_count; ++i) {
     EmulatedThread& thread = threads[i];
     const unsigned id = static_cast<unsigned>(i);
@@ -569,8 +701,6 @@ void BlockRunner::run_block(const KernelLaunchInfo& launch, uint3 block_idx, voi
     thread.builtins.block_dim = block_dim;
     thread.builtins.grid_dim = launch.grid_dim;
     thread.state = ThreadState::kRunnable;
-    thread.slot = impl_->slot(slot_set, i);
-    start_fiber(thread, run, thread_body);
   }
   tsan::release(run.block_start_sync);  // the set-up above happens before the threads run
 
@@ -580,6 +710,7 @@ void BlockRunner::run_block(const KernelLaunchInfo& launch, uint3 block_idx, voi
   } else {
     run_lockstep(run);
   }
+  impl_->workers.end_block(run.worker_set);
   current_block_run = outer_run;
 }
 

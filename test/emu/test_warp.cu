@@ -161,6 +161,31 @@ TEST(Warp, PartialMaskShuffle) {
   for (int lane = 16; lane < 32; ++lane) EXPECT_EQ(out[lane], lane + 1);
 }
 
+// Even lanes exit at once while odd lanes sum over the odd lanes of their warp: in the emulation, threads that
+// exit and threads that wait alternate, so each wait hands a thread's fiber back to the scheduler in the
+// middle of a run of threads that never wait (emulation.md, what is emulated).
+__global__ void odd_lanes_sum_kernel(int* out) {
+  const int global = blockIdx.x * blockDim.x + threadIdx.x;
+  int value = global;
+  if (threadIdx.x % 2 == 1) {
+    for (int offset = 16; offset > 1; offset /= 2) value += __shfl_xor_sync(0xaaaaaaaau, value, offset);
+  }
+  out[global] = value;
+}
+
+TEST(Warp, LanesThatExitBesideLanesThatShuffle) {
+  constexpr int kBlocks = 3, kThreads = 256;
+  DeviceBuffer<int> d_out(kBlocks * kThreads);
+  LLMC_LAUNCH(odd_lanes_sum_kernel, kBlocks, kThreads, 0, nullptr, d_out.get());
+  const auto out = d_out.download_raw();
+  for (int global = 0; global < kBlocks * kThreads; ++global) {
+    const int warp_base = global / 32 * 32;
+    int odd_sum = 0;
+    for (int lane = 1; lane < 32; lane += 2) odd_sum += warp_base + lane;
+    EXPECT_EQ(out[global], global % 2 == 1 ? odd_sum : global) << "thread " << global;
+  }
+}
+
 // bf16 and float shuffles carry the exact bits.
 __global__ void bf16_shuffle_kernel(const __nv_bfloat16* input, __nv_bfloat16* rotated, float* broadcast) {
   const int lane = threadIdx.x;
