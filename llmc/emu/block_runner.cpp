@@ -555,7 +555,8 @@ bool release_block_barrier(BlockRun& run) {
     if (first_waiter == nullptr) {
       first_waiter = &thread;
     } else if (thread.wait_line != first_waiter->wait_line ||
-               std::strcmp(thread.wait_file, first_waiter->wait_file) != 0) {
+               (thread.wait_file != first_waiter->wait_file &&  // one call site: usually one literal
+                std::strcmp(thread.wait_file, first_waiter->wait_file) != 0)) {
       fail_block(run, "threads wait at different __syncthreads calls (a barrier in divergent "
                       "code):" + describe_block_state(threads));
     }
