@@ -48,17 +48,16 @@ __global__ void frobenius_partials_kernel(const Tx* x, size_t elements, size_t c
 }
 
 // out = in / (sqrt(sum of the matrix's partials) * scale + eps), rounded to Tx. Grid (blocks, batch).
-// `out` may be `in` (each element is read and written by the same thread).
+// `out` may be `in` (each element is read and written by the same thread). Every thread adds the partials
+// itself, in chunk order (the same bits in each): at most 64 loads of one address per warp, where one thread's
+// sum shared through a barrier would hold the whole block there (and cost every emulated thread two fiber
+// switches).
 template <typename Tx>
 __global__ void frobenius_scale_kernel(const Tx* in, Tx* out, size_t elements, int chunks, const float* partials,
                                        float scale, float eps) {
-  __shared__ float divisor;
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int g = 0; g < chunks; g++) total += partials[static_cast<size_t>(blockIdx.y) * chunks + g];
-    divisor = sqrtf(total) * scale + eps;
-  }
-  __syncthreads();
+  float total = 0.0f;
+  for (int g = 0; g < chunks; g++) total += partials[static_cast<size_t>(blockIdx.y) * chunks + g];
+  const float divisor = sqrtf(total) * scale + eps;
   const size_t offset = static_cast<size_t>(blockIdx.y) * elements;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < elements; i += stride)
