@@ -265,7 +265,7 @@ struct SlotStackAllocator {
 // the block ends, in the set of alternate blocks. Blocks two apart share workers and are ordered.
 class FiberWorkerPool {
  public:
-  FiberWorkerPool(size_t page_bytes, size_t stack_bytes) : page_bytes_(page_bytes), stack_bytes_(stack_bytes) {}
+  FiberWorkerPool() : page_bytes_(page_size()), stack_bytes_(fiber_stack_bytes(page_bytes_)) {}
   FiberWorkerPool(const FiberWorkerPool&) = delete;
   FiberWorkerPool& operator=(const FiberWorkerPool&) = delete;
   ~FiberWorkerPool() {
@@ -306,8 +306,8 @@ class FiberWorkerPool {
     if (!worker.idle) return;
     worker.stopping = true;
     worker.stopper_tsan_fiber = tsan::current_fiber();
-    void* fake_stack = nullptr;
 #if LLMC_EMU_ASAN
+    void* fake_stack = nullptr;
     __sanitizer_start_switch_fiber(&fake_stack, worker.stack_bottom, worker.stack_size);
 #endif
     tsan::switch_to_fiber(worker.slot.tsan_fiber());
@@ -315,7 +315,12 @@ class FiberWorkerPool {
 #if LLMC_EMU_ASAN
     __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #endif
-    (void)fake_stack;
+  }
+
+  static size_t page_size() {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) fail_system_call("sysconf(_SC_PAGESIZE)");
+    return static_cast<size_t>(page);
   }
 
   size_t page_bytes_;
@@ -642,13 +647,6 @@ void poison(void* begin, size_t bytes) {
 }  // namespace
 
 struct BlockRunner::Impl {
-  Impl() : workers(page_size(), fiber_stack_bytes(page_size())) {}
-  static size_t page_size() {
-    const long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0) fail_system_call("sysconf(_SC_PAGESIZE)");
-    return static_cast<size_t>(page);
-  }
-
   std::vector<EmulatedThread> threads;
   uint64_t blocks_run = 0;
   // TSan sync objects (only their addresses matter).
